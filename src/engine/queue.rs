@@ -1,0 +1,161 @@
+//! The future-event list: a min-heap ordered by `(time, class, seq)`.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+use bevy_ecs::prelude::*;
+
+use crate::time::SimTime;
+
+/// Same-time priority of an event: cluster events run before instance events, in pipeline
+/// order. Lower runs first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum EventClass {
+    Arrival,
+    Admission,
+    Routing,
+    Enqueue,
+    InstanceStep,
+    AutoscaleTick,
+    MetricsSample,
+}
+
+/// Something that will happen at a future simulated time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// Workload source `source` emits its next request.
+    Arrival { source: u32 },
+    /// A request reaches the admission decision (after the admission latency).
+    Admit(Entity),
+    /// A request reaches the instance wait queue (after routing and queueing delays).
+    Enqueue { request: Entity, instance: u32 },
+    /// Instance `instance` finished the step it was executing.
+    StepFinished { instance: u32 },
+    /// Periodic autoscaler evaluation.
+    AutoscaleTick,
+}
+
+impl Event {
+    pub fn class(&self) -> EventClass {
+        match self {
+            Event::Arrival { .. } => EventClass::Arrival,
+            Event::Admit(_) => EventClass::Admission,
+            Event::Enqueue { .. } => EventClass::Enqueue,
+            Event::StepFinished { .. } => EventClass::InstanceStep,
+            Event::AutoscaleTick => EventClass::AutoscaleTick,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Scheduled {
+    time: SimTime,
+    class: EventClass,
+    seq: u64,
+    event: Event,
+}
+
+impl Scheduled {
+    fn key(&self) -> (SimTime, EventClass, u64) {
+        (self.time, self.class, self.seq)
+    }
+}
+
+impl PartialEq for Scheduled {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+impl Eq for Scheduled {}
+impl PartialOrd for Scheduled {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Scheduled {
+    /// Reversed so that `BinaryHeap` (a max-heap) pops the earliest key first.
+    fn cmp(&self, other: &Self) -> Ordering {
+        other.key().cmp(&self.key())
+    }
+}
+
+/// Pending events. `seq` is a global insertion counter, so same-time same-class events
+/// run first-in first-out.
+#[derive(Resource, Debug, Default)]
+pub struct EventQueue {
+    heap: BinaryHeap<Scheduled>,
+    next_seq: u64,
+}
+
+impl EventQueue {
+    /// Schedules `event` at `time`.
+    pub fn push(&mut self, time: SimTime, event: Event) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.heap.push(Scheduled {
+            time,
+            class: event.class(),
+            seq,
+            event,
+        });
+    }
+
+    /// Time of the earliest pending event.
+    pub fn peek_time(&self) -> Option<SimTime> {
+        self.heap.peek().map(|s| s.time)
+    }
+
+    /// Pops the earliest event if it is due at `time`.
+    pub fn pop_at(&mut self, time: SimTime) -> Option<Event> {
+        if self.heap.peek()?.time == time {
+            self.heap.pop().map(|s| s.event)
+        } else {
+            None
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.heap.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.heap.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_pop_by_time_then_class_then_insertion_order() {
+        let mut q = EventQueue::default();
+        q.push(SimTime(10), Event::StepFinished { instance: 1 });
+        q.push(SimTime(10), Event::Arrival { source: 7 });
+        q.push(SimTime(5), Event::StepFinished { instance: 9 });
+        q.push(SimTime(10), Event::StepFinished { instance: 0 });
+        q.push(SimTime(10), Event::Arrival { source: 3 });
+
+        assert_eq!(q.peek_time(), Some(SimTime(5)));
+        assert_eq!(
+            q.pop_at(SimTime(10)),
+            None,
+            "nothing is due at 10 before 5 is drained"
+        );
+        assert_eq!(
+            q.pop_at(SimTime(5)),
+            Some(Event::StepFinished { instance: 9 })
+        );
+        let at_10: Vec<Event> = std::iter::from_fn(|| q.pop_at(SimTime(10))).collect();
+        assert_eq!(
+            at_10,
+            vec![
+                Event::Arrival { source: 7 },
+                Event::Arrival { source: 3 },
+                Event::StepFinished { instance: 1 },
+                Event::StepFinished { instance: 0 },
+            ]
+        );
+        assert!(q.is_empty());
+    }
+}

@@ -1,0 +1,140 @@
+//! vLLM v1 batch formation ([`SimSystems::Batch`](crate::SimSystems::Batch)).
+//!
+//! Per step, with a token budget of `max_num_batched_tokens` (MODELS.md §3.1):
+//! 1. **Running requests first**, in batch order: a prefill (or post-preemption recompute)
+//!    takes `min(remaining, long_prefill_token_threshold if set, budget)` tokens, a decode
+//!    takes 1. If its KV blocks cannot be grown, the **tail** of the running batch is
+//!    preempted (recompute mode: blocks freed, progress reset, generated tokens kept, put back
+//!    at the **front** of the wait queue) until it fits; if the request itself is the tail it
+//!    is preempted and the phase stops.
+//! 2. **Then waiting requests**, head first, while fewer than `max_num_seqs` run and budget
+//!    remains, but **not in a step that preempted**: the longest cached prompt prefix is
+//!    claimed, the rest is allocated all-or-nothing; a head that does not fit blocks the
+//!    queue (head-of-line, as vLLM).
+
+use bevy_ecs::prelude::*;
+
+use super::{InstanceIndex, Limits, Planned, Scheduler, Seq};
+use crate::engine::{Due, SimClock};
+use crate::kv::KvCache;
+use crate::time::SimTime;
+
+/// Forms the next batch of every instance listed for it this tick.
+pub fn form_batches(
+    mut due: ResMut<Due>,
+    clock: Res<SimClock>,
+    index: Res<InstanceIndex>,
+    mut instances: Query<(&mut Scheduler, &mut KvCache, &Limits)>,
+) {
+    let due = &mut *due;
+    let mut listed = std::mem::take(&mut due.batch);
+    listed.sort_unstable();
+    for &i in &listed {
+        let (mut sched, mut kv, limits) = instances
+            .get_mut(index.0[i as usize])
+            .expect("instance entity exists for the whole run");
+        sched.listed = false;
+        if sched.step_end.is_some() || !sched.has_work() {
+            continue;
+        }
+        form_batch(&mut sched, &mut kv, limits, clock.now);
+        due.execute.push(i);
+    }
+    listed.clear();
+    due.batch = listed;
+}
+
+/// Tokens the request would compute this step if the budget allows: (tokens, is_prefill).
+fn next_chunk(seq: &Seq, limits: &Limits, budget: u32) -> (u32, bool) {
+    if seq.in_prefill() {
+        let mut n = seq.known_tokens() - seq.progress;
+        if limits.long_prefill_token_threshold > 0 {
+            n = n.min(limits.long_prefill_token_threshold);
+        }
+        (n.min(budget), true)
+    } else {
+        (1, false)
+    }
+}
+
+fn preempt(seq: &mut Seq, kv: &mut KvCache) {
+    kv.release(&mut seq.kv);
+    seq.progress = 0;
+    seq.preemptions += 1;
+}
+
+/// Fills `sched.plan` with the next step's batch (see the module docs).
+pub fn form_batch(sched: &mut Scheduler, kv: &mut KvCache, limits: &Limits, now: SimTime) {
+    let sched = &mut *sched;
+    sched.plan.clear();
+    let mut budget = limits.max_num_batched_tokens;
+    let mut preempted = false;
+
+    let mut i = 0;
+    while i < sched.running.len() && budget > 0 {
+        let (tokens, prefill) = next_chunk(&sched.running[i], limits, budget);
+        let context = sched.running[i].progress;
+        let fits = loop {
+            if kv.grow(&mut sched.running[i].kv, context + tokens) {
+                break true;
+            }
+            let tail = sched.running.len() - 1;
+            let mut victim = sched.running.pop().expect("running is non-empty here");
+            preempt(&mut victim, kv);
+            sched.waiting.push_front(victim);
+            sched.counters.preemptions += 1;
+            preempted = true;
+            if tail == i {
+                break false;
+            }
+        };
+        if !fits {
+            break;
+        }
+        sched.plan.push(Planned {
+            slot: i as u32,
+            tokens,
+            prefill,
+            context,
+        });
+        budget -= tokens;
+        i += 1;
+    }
+
+    if preempted {
+        return;
+    }
+    let block_size = kv.block_size();
+    while (sched.running.len() as u32) < limits.max_num_seqs && budget > 0 {
+        let Some(head) = sched.waiting.front_mut() else {
+            break;
+        };
+        let known = head.known_tokens();
+        let cached_blocks = kv
+            .cached_prefix_blocks(&head.spec.content, head.spec.input_tokens)
+            .min((known - 1) / block_size);
+        let start = cached_blocks * block_size;
+        let mut tokens = known - start;
+        if limits.long_prefill_token_threshold > 0 {
+            tokens = tokens.min(limits.long_prefill_token_threshold);
+        }
+        tokens = tokens.min(budget);
+        let content = head.spec.content;
+        let input = head.spec.input_tokens;
+        if !kv.admit(&mut head.kv, &content, input, cached_blocks, start + tokens) {
+            break;
+        }
+        let mut seq = sched.waiting.pop_front().expect("head exists");
+        seq.progress = start;
+        seq.cached_tokens = start;
+        seq.first_scheduled.get_or_insert(now);
+        sched.running.push(seq);
+        sched.plan.push(Planned {
+            slot: sched.running.len() as u32 - 1,
+            tokens,
+            prefill: true,
+            context: start,
+        });
+        budget -= tokens;
+    }
+}

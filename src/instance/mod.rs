@@ -1,0 +1,330 @@
+//! Model-server instances: a vLLM v1 scheduler over a paged KV cache.
+//!
+//! Systems, in tick order:
+//! - [`retire_steps`] ([`SimSystems::Advance`]): the step that ended now frees the instance;
+//!   requests that finished in it are handed to Record.
+//! - [`enqueue_requests`] ([`SimSystems::Enqueue`]): routed requests join the wait queue;
+//!   unservable ones are dropped (INV-1 bucket `dropped`).
+//! - [`batch::form_batches`] ([`SimSystems::Batch`]): vLLM v1 batch formation.
+//! - [`step::execute_steps`] ([`SimSystems::Execute`]): the latency model prices the batch and
+//!   the step end is scheduled.
+//! - [`step::complete_steps`] ([`SimSystems::Complete`]): token progress of the batch.
+//!
+//! Step accounting follows BLIS: a batch's progress is applied when the step starts and its
+//! outcomes (first token, token times, completion) are stamped at the step end; KV blocks of
+//! a finishing request are released when its last step starts. Finished requests leave (and
+//! are recorded) at the step end. Per-token state lives in [`Seq`] inside the instance's
+//! [`Scheduler`], so a step touches no request entity (ARCHITECTURE: per-step counters live in
+//! the instance component).
+//!
+//! Keeps INV-4 (KV conservation) and INV-8 (work conservation: an instance with queued or
+//! running requests always has a step in flight).
+
+pub mod batch;
+pub mod step;
+
+use std::collections::VecDeque;
+
+use bevy_app::{App, Plugin};
+use bevy_ecs::prelude::*;
+
+use crate::engine::{ClusterView, Due, SimClock, SimStep, SimSystems};
+use crate::kv::{KvCache, SeqBlocks};
+use crate::policy::InstanceSnapshot;
+use crate::request::{FinalState, FinishedRequest, Lifecycle, RequestSpec};
+use crate::time::{SimDuration, SimTime};
+
+/// Identity of an instance.
+#[derive(Component, Clone, Debug, PartialEq, Eq)]
+pub struct Instance {
+    /// Dense index in [`InstanceIndex`], stable for the whole run.
+    pub index: u32,
+    /// Index of its group in the scenario.
+    pub group: u32,
+}
+
+/// vLLM scheduler limits of an instance.
+#[derive(Component, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    pub max_num_seqs: u32,
+    pub max_num_batched_tokens: u32,
+    /// 0 = off.
+    pub long_prefill_token_threshold: u32,
+    pub max_model_len: Option<u32>,
+}
+
+/// Instance entities by index.
+#[derive(Resource, Debug, Default, Clone)]
+pub struct InstanceIndex(pub Vec<Entity>);
+
+/// A request on an instance: its copy of the request data plus per-token progress.
+#[derive(Clone, Debug)]
+pub struct Seq {
+    pub entity: Entity,
+    pub spec: RequestSpec,
+    pub lifecycle: Lifecycle,
+    /// Tokens whose KV is computed (vLLM `num_computed_tokens`, BLIS ProgressIndex).
+    pub progress: u32,
+    /// Output tokens emitted so far (kept across preemption, as vLLM's recompute mode does).
+    pub generated: u32,
+    pub kv: SeqBlocks,
+    /// Prompt tokens found in the prefix cache at the last admission.
+    pub cached_tokens: u32,
+    pub first_scheduled: Option<SimTime>,
+    pub first_token: Option<SimTime>,
+    pub last_token: SimTime,
+    pub ttft: Option<SimDuration>,
+    pub itl_sum: SimDuration,
+    pub itl_count: u32,
+    pub preemptions: u32,
+}
+
+impl Seq {
+    pub fn new(entity: Entity, spec: RequestSpec, lifecycle: Lifecycle) -> Self {
+        Seq {
+            entity,
+            spec,
+            lifecycle,
+            progress: 0,
+            generated: 0,
+            kv: SeqBlocks::default(),
+            cached_tokens: 0,
+            first_scheduled: None,
+            first_token: None,
+            last_token: SimTime::ZERO,
+            ttft: None,
+            itl_sum: SimDuration::ZERO,
+            itl_count: 0,
+            preemptions: 0,
+        }
+    }
+
+    /// Tokens that must be in the KV cache before the next output token can be sampled:
+    /// the prompt plus every emitted token (the last emitted one is fed in by the next step).
+    pub fn known_tokens(&self) -> u32 {
+        self.spec.input_tokens + self.generated
+    }
+
+    /// True while the request computes more than its one newest token (prompt, or the
+    /// recompute after a preemption).
+    pub fn in_prefill(&self) -> bool {
+        self.generated == 0 || self.progress + 1 < self.known_tokens()
+    }
+
+    /// Turns a seq that ended into its record.
+    pub fn finish(
+        &self,
+        state: FinalState,
+        instance: u32,
+        completed: Option<SimTime>,
+        e2e: Option<SimDuration>,
+    ) -> FinishedRequest {
+        FinishedRequest {
+            entity: self.entity,
+            spec: self.spec,
+            lifecycle: self.lifecycle,
+            state,
+            instance: Some(instance),
+            cached_tokens: self.cached_tokens,
+            generated_tokens: self.generated,
+            scheduled: self.first_scheduled,
+            first_token: self.first_token,
+            completed,
+            ttft: self.ttft,
+            e2e,
+            itl_sum: self.itl_sum,
+            itl_count: self.itl_count,
+            preemptions: self.preemptions,
+        }
+    }
+}
+
+/// One request's part in the batch being formed / executed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Planned {
+    /// Index into [`Scheduler::running`].
+    pub slot: u32,
+    pub tokens: u32,
+    pub prefill: bool,
+    /// Progress before the step.
+    pub context: u32,
+}
+
+/// Per-instance counters, reported in the summary.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InstanceCounters {
+    pub steps: u64,
+    pub busy: SimDuration,
+    pub preemptions: u64,
+    pub completed: u64,
+    pub dropped: u64,
+    pub prefill_tokens: u64,
+    pub decode_tokens: u64,
+}
+
+/// The scheduler state of an instance.
+#[derive(Component, Debug, Default)]
+pub struct Scheduler {
+    /// Wait queue, head first (preempted requests are put back at the front).
+    pub waiting: VecDeque<Seq>,
+    /// Running batch in admission order (preemption takes from the tail).
+    pub running: Vec<Seq>,
+    /// The batch of the current step.
+    pub plan: Vec<Planned>,
+    /// End of the step in flight, if any.
+    pub step_end: Option<SimTime>,
+    /// Requests finished by the step in flight; they leave when it ends.
+    pub leaving: Vec<FinishedRequest>,
+    /// Already listed in [`Due::batch`] this tick.
+    pub listed: bool,
+    pub counters: InstanceCounters,
+}
+
+impl Scheduler {
+    pub fn has_work(&self) -> bool {
+        !self.waiting.is_empty() || !self.running.is_empty()
+    }
+
+    /// Requests on the instance that have not left (queued, running or leaving).
+    pub fn resident(&self) -> usize {
+        self.waiting.len() + self.running.len() + self.leaving.len()
+    }
+}
+
+/// The bundle an instance is spawned with.
+#[derive(Bundle)]
+pub struct InstanceBundle {
+    pub instance: Instance,
+    pub limits: Limits,
+    pub scheduler: Scheduler,
+    pub kv: KvCache,
+    pub latency: crate::latency::Latency,
+}
+
+/// The observable snapshot of an instance.
+pub fn snapshot(index: u32, sched: &Scheduler, kv: &KvCache, in_flight: u32) -> InstanceSnapshot {
+    InstanceSnapshot {
+        index,
+        queue_depth: sched.waiting.len() as u32,
+        batch_size: sched.running.len() as u32,
+        in_flight,
+        kv_used_blocks: kv.allocated_blocks(),
+        kv_total_blocks: kv.total_blocks(),
+        routable: true,
+    }
+}
+
+fn refresh_view(view: &mut ClusterView, i: u32, sched: &Scheduler, kv: &KvCache) {
+    let slot = &mut view.instances[i as usize];
+    *slot = snapshot(i, sched, kv, slot.in_flight);
+}
+
+/// Lists instance `i` for batch formation this tick (once).
+fn list_for_batch(due: &mut Due, i: u32, sched: &mut Scheduler) {
+    if sched.step_end.is_none() && !sched.listed && sched.has_work() {
+        sched.listed = true;
+        due.batch.push(i);
+    }
+}
+
+/// Frees instances whose step ended now and hands their finished requests to Record.
+pub fn retire_steps(
+    mut due: ResMut<Due>,
+    index: Res<InstanceIndex>,
+    mut instances: Query<&mut Scheduler>,
+) {
+    let due = &mut *due;
+    let mut finished = std::mem::take(&mut due.step_finished);
+    // Stable order by instance index, whatever the event order.
+    finished.sort_unstable();
+    for &i in &finished {
+        let mut sched = instances
+            .get_mut(index.0[i as usize])
+            .expect("instance entity exists for the whole run");
+        sched.step_end = None;
+        due.finished.append(&mut sched.leaving);
+        list_for_batch(due, i, &mut sched);
+    }
+    finished.clear();
+    due.step_finished = finished;
+}
+
+/// Puts routed requests in their instance's wait queue, dropping unservable ones.
+#[expect(
+    clippy::type_complexity,
+    reason = "a system's queries are its signature"
+)]
+pub fn enqueue_requests(
+    mut due: ResMut<Due>,
+    clock: Res<SimClock>,
+    index: Res<InstanceIndex>,
+    mut view: ResMut<ClusterView>,
+    mut requests: Query<(&RequestSpec, &mut Lifecycle)>,
+    mut instances: Query<(&mut Scheduler, &KvCache, &Limits)>,
+) {
+    let now = clock.now;
+    let due = &mut *due;
+    let mut work = std::mem::take(&mut due.enqueue);
+    for &(entity, i) in &work {
+        let slot = &mut view.instances[i as usize];
+        slot.in_flight = slot.in_flight.saturating_sub(1);
+        let (spec, mut lifecycle) = requests
+            .get_mut(entity)
+            .expect("a routed request is alive until it is recorded");
+        lifecycle.enqueued = Some(now);
+        let (mut sched, kv, limits) = instances
+            .get_mut(index.0[i as usize])
+            .expect("instance entity exists for the whole run");
+        if !servable(spec, kv, limits) {
+            sched.counters.dropped += 1;
+            due.finished.push(FinishedRequest::unserved(
+                entity,
+                *spec,
+                *lifecycle,
+                FinalState::Dropped,
+                Some(i),
+            ));
+            continue;
+        }
+        sched.waiting.push_back(Seq::new(entity, *spec, *lifecycle));
+        list_for_batch(due, i, &mut sched);
+        refresh_view(&mut view, i, &sched, kv);
+    }
+    work.clear();
+    due.enqueue = work;
+}
+
+/// A request is servable if its whole sequence (prompt + outputs − 1 tokens in KV at the
+/// last step) fits the cache and `max_model_len`. vLLM checks only the prompt and caps
+/// output at `max_model_len`; checking the whole sequence keeps a request that can never
+/// finish from preempting itself forever.
+pub fn servable(spec: &RequestSpec, kv: &KvCache, limits: &Limits) -> bool {
+    let last = spec.input_tokens + spec.output_tokens.max(1) - 1;
+    if kv.blocks_for(last.max(1)) > kv.total_blocks() {
+        return false;
+    }
+    match limits.max_model_len {
+        Some(m) => spec.input_tokens + spec.output_tokens <= m,
+        None => true,
+    }
+}
+
+/// The instance stages.
+pub struct InstancePlugin;
+
+impl Plugin for InstancePlugin {
+    fn build(&self, app: &mut App) {
+        app.init_resource::<InstanceIndex>()
+            .init_resource::<step::TokenLatencies>()
+            .add_systems(
+                SimStep,
+                (
+                    retire_steps.in_set(SimSystems::Advance),
+                    enqueue_requests.in_set(SimSystems::Enqueue),
+                    batch::form_batches.in_set(SimSystems::Batch),
+                    step::execute_steps.in_set(SimSystems::Execute),
+                    step::complete_steps.in_set(SimSystems::Complete),
+                ),
+            );
+    }
+}

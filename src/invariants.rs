@@ -1,0 +1,133 @@
+//! Invariant checks ([`SimSystems::Check`]), on with `--check-invariants` and in tests.
+//!
+//! A broken invariant is a bug in the simulator, not an input error: it panics with the
+//! time, instance and request involved.
+//! - INV-1 request conservation: injected = ended (completed + rejected + dropped) +
+//!   live requests, and live = queued + running + leaving + in transit, counted three
+//!   independent ways (workload counter, entities, instance queues).
+//! - INV-3 clock monotonicity.
+//! - INV-4 KV conservation per instance: allocated + free = total every tick; a full audit
+//!   of the free list, reference counts and hash index every 1,024 ticks and at the end.
+//! - INV-5 causality per request: arrival ≤ admitted ≤ routed ≤ enqueued ≤ scheduled ≤
+//!   first token ≤ completion ≤ now.
+//! - INV-8 work conservation: an instance with queued or running requests has a step in
+//!   flight; waiting requests hold no KV blocks.
+//!
+//! [`SimSystems::Check`]: crate::SimSystems::Check
+
+use bevy_ecs::prelude::*;
+
+use crate::engine::{Injected, SimClock};
+use crate::instance::{Instance, Scheduler};
+use crate::kv::KvCache;
+use crate::metrics::Aggregates;
+use crate::request::{FinishedRequest, Lifecycle};
+use crate::time::SimTime;
+
+/// Whether the Check stage runs.
+#[derive(Resource, Debug, Default, Clone, Copy)]
+pub struct CheckInvariants(pub bool);
+
+/// INV-5 for one request that ended at `now`.
+pub fn check_causality(f: &FinishedRequest, now: SimTime) {
+    let l = &f.lifecycle;
+    let chain = [
+        ("arrival", Some(l.arrival)),
+        ("admitted", l.admitted),
+        ("routed", l.routed),
+        ("enqueued", l.enqueued),
+        ("scheduled", f.scheduled),
+        ("first token", f.first_token),
+        ("completed", f.completed),
+    ];
+    let mut prev: Option<(&str, SimTime)> = None;
+    for (name, t) in chain {
+        let Some(t) = t else { continue };
+        if let Some((pname, pt)) = prev {
+            assert!(
+                pt <= t,
+                "INV-5 at {now}: request {} has {pname} {pt} after {name} {t}",
+                f.spec.id
+            );
+        }
+        prev = Some((name, t));
+    }
+    if let Some(c) = f.completed {
+        assert!(
+            c <= now,
+            "INV-5 at {now}: request {} recorded before its completion {c}",
+            f.spec.id
+        );
+    }
+}
+
+/// Checks INV-1, INV-3, INV-4 and INV-8 after every tick.
+pub fn check_invariants(
+    clock: Res<SimClock>,
+    injected: Res<Injected>,
+    agg: Res<Aggregates>,
+    mut last: Local<SimTime>,
+    requests: Query<&Lifecycle>,
+    instances: Query<(&Instance, &Scheduler, &KvCache)>,
+) {
+    let now = clock.now;
+    assert!(
+        now >= *last,
+        "INV-3: clock went from {} back to {now}",
+        *last
+    );
+    *last = now;
+
+    let mut resident = 0u64;
+    for (inst, sched, kv) in &instances {
+        resident += sched.resident() as u64;
+        assert!(
+            kv.conserves_blocks(),
+            "INV-4 at {now}: instance {} has {} allocated + {} free != {} blocks",
+            inst.index,
+            kv.allocated_blocks(),
+            kv.free_blocks(),
+            kv.total_blocks()
+        );
+        if clock.ticks.is_multiple_of(1024)
+            && let Err(e) = kv.audit()
+        {
+            panic!("INV-4 at {now}: instance {}: {e}", inst.index);
+        }
+        assert!(
+            !sched.has_work() || sched.step_end.is_some(),
+            "INV-8 at {now}: instance {} has {} waiting and {} running but no step in flight",
+            inst.index,
+            sched.waiting.len(),
+            sched.running.len()
+        );
+        if let Some(seq) = sched.waiting.iter().find(|s| !s.kv.is_empty()) {
+            panic!(
+                "INV-8 at {now}: instance {} request {} waits while holding {} KV blocks",
+                inst.index,
+                seq.spec.id,
+                seq.kv.len()
+            );
+        }
+    }
+    let mut live = 0u64;
+    let mut in_transit = 0u64;
+    for l in &requests {
+        live += 1;
+        if l.enqueued.is_none() {
+            in_transit += 1;
+        }
+    }
+    assert_eq!(
+        injected.0,
+        agg.ended() + live,
+        "INV-1 at {now}: injected {} != ended {} + live {live}",
+        injected.0,
+        agg.ended()
+    );
+    assert_eq!(
+        live,
+        resident + in_transit,
+        "INV-1 at {now}: {live} live requests but {resident} on instances + {in_transit} in transit"
+    );
+}

@@ -1,0 +1,71 @@
+//! Latency models: how long a batch step takes, and where the fixed overheads land.
+//!
+//! Used in [`SimSystems::Execute`](crate::SimSystems::Execute) (step time) and
+//! [`SimSystems::Route`](crate::SimSystems::Route) (queueing delay). Each model is one file
+//! behind [`LatencyModel`]; a scenario picks one per instance group through
+//! [`LatencySpec`](crate::scenario::LatencySpec).
+//!
+//! The three BLIS overhead ("alpha") terms (MODELS.md §2.1):
+//! - [`LatencyModel::queueing_delay`] delays a request's arrival in the instance queue (clock
+//!   effect), so it sits inside TTFT, E2E and scheduling delay;
+//! - [`LatencyModel::output_token_overhead`] is added once to TTFT and to every ITL sample,
+//!   without moving the clock;
+//! - [`LatencyModel::post_decode_overhead`] is added once to E2E, without moving the clock.
+
+mod blackbox;
+
+pub use blackbox::Blackbox;
+
+use bevy_ecs::prelude::*;
+
+use crate::time::SimDuration;
+
+/// One request's share of a batch step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StepItem {
+    /// Tokens computed for this request in the step (1 for a decode).
+    pub new_tokens: u32,
+    /// Tokens of this request already in the KV cache before the step (ProgressIndex),
+    /// including prefix-cache hits.
+    pub context_tokens: u32,
+    /// The request's prompt length.
+    pub input_tokens: u32,
+    /// True while the request is still computing its prompt.
+    pub prefill: bool,
+}
+
+/// The shape of a batch step as the latency model sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct BatchShape<'a> {
+    pub items: &'a [StepItem],
+    /// Σ new tokens of prefill items (cache misses only).
+    pub prefill_tokens: u32,
+    /// Number of decode items.
+    pub decode_tokens: u32,
+}
+
+/// Prices batch steps. Implementations must be pure functions of their inputs so that runs
+/// are deterministic. Durations are truncated to whole microseconds, once, by the model.
+pub trait LatencyModel: Send + Sync + 'static {
+    /// Wall time of one step over `batch`. Must be ≥ 1 µs for a non-empty batch.
+    fn step_time(&self, batch: &BatchShape<'_>) -> SimDuration;
+
+    /// Delay between routing and arrival in the instance queue (BLIS QueueingTime).
+    fn queueing_delay(&self, _input_tokens: u32) -> SimDuration {
+        SimDuration::ZERO
+    }
+
+    /// Added to TTFT once and to each ITL sample (BLIS OutputTokenProcessingTime).
+    fn output_token_overhead(&self) -> SimDuration {
+        SimDuration::ZERO
+    }
+
+    /// Added to E2E once for requests with output (BLIS PostDecodeFixedOverhead).
+    fn post_decode_overhead(&self) -> SimDuration {
+        SimDuration::ZERO
+    }
+}
+
+/// The latency model of an instance (per instance, so heterogeneous clusters work).
+#[derive(Component)]
+pub struct Latency(pub Box<dyn LatencyModel>);

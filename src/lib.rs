@@ -1,0 +1,115 @@
+//! # servesim — a discrete-event simulator of LLM inference serving clusters
+//!
+//! Requests arrive, pass admission, are routed to model-server instances, batched
+//! vLLM-style against a paged KV cache and priced by a latency model; each leaves a row in
+//! `requests.csv`, and the run leaves an aggregate `summary.json`.
+//!
+//! ```text
+//!  workload ──▶ Arrive ──▶ Admit ──▶ Route ──(routing + queueing delay)──▶ Enqueue
+//!                             │ rejected                                      │ dropped
+//!                             ▼                                               ▼
+//!  Record ◀── Advance (step end) ◀── Complete ◀── Execute ◀── Batch ◀── instance queue
+//!     │
+//!     └─▶ requests.csv row, aggregates, despawn            Check: invariants
+//! ```
+//!
+//! ## Entities
+//! - **Requests**: [`request::RequestSpec`] + [`request::Lifecycle`] (+ [`request::AssignedTo`]),
+//!   spawned at arrival, despawned after their row is written.
+//! - **Instances**: [`instance::Instance`], [`instance::Limits`], [`instance::Scheduler`]
+//!   (wait queue, running batch and per-token progress), [`kv::KvCache`] (the block table,
+//!   LRU free list and prefix index) and [`latency::Latency`].
+//!
+//! ## Time and ordering (the contract)
+//! - Time is [`SimTime`]: integer microseconds. No float time anywhere.
+//! - The [`EventQueue`] orders events by `(time, class, seq)`: same-time events run cluster
+//!   first, in pipeline order ([`engine::EventClass`]), then first-in first-out.
+//! - One tick = one distinct event time: every event due at that time is popped into the
+//!   [`engine::Due`] work lists, then the [`SimStep`] schedule runs once, in the fixed
+//!   [`SimSystems`] order: `Advance → Arrive → Admit → Route → Enqueue → Batch → Execute →
+//!   Complete → Autoscale → Record → Check`. A stage whose work list is empty is skipped.
+//!   Zero-delay hand-offs (e.g. admission with no latency) go straight to the next stage's
+//!   list within the same tick.
+//! - Ties are broken on stable ids (request id, instance index), never on query order.
+//!
+//! ## Determinism
+//! Same scenario + seed ⇒ byte-identical stdout, CSV and JSON. Each subsystem draws from its
+//! own ChaCha stream ([`rng::stream`]), so e.g. changing the router cannot change the
+//! workload. No wall clock in the library (clippy `disallowed-methods`).
+//!
+//! ## Invariants (checked by [`SimSystems::Check`] with `--check-invariants` and in tests)
+//! - **INV-1** request conservation: injected = completed + rejected + dropped + queued +
+//!   running + in transit; each request ends in exactly one state.
+//! - **INV-3** the clock never goes back.
+//! - **INV-4** KV conservation: allocated + free = total blocks, per instance.
+//! - **INV-5** causality: arrival ≤ admitted ≤ routed ≤ enqueued ≤ scheduled ≤ first token ≤
+//!   completion.
+//! - **INV-6** determinism (tested end to end).
+//! - **INV-8** work conservation: an instance with work always has a step in flight.
+//!
+//! ## Extending
+//! A new behaviour is a system in a [`SimSystems`] set, or a policy registered once by name.
+//! ```
+//! use servesim::bevy_app::App;
+//! use servesim::policy::{InstanceSnapshot, PolicyAppExt, RoutingEntry, RoutingPolicy};
+//! use servesim::request::RequestSpec;
+//! use servesim::SimTime;
+//!
+//! /// Always the last routable instance.
+//! struct LastOne;
+//! impl RoutingPolicy for LastOne {
+//!     fn choose(&mut self, _: &RequestSpec, _: SimTime, view: &[InstanceSnapshot]) -> Option<u32> {
+//!         view.iter().rev().find(|s| s.routable).map(|s| s.index)
+//!     }
+//! }
+//!
+//! let mut app = servesim::default_app();
+//! app.add_routing_policy(RoutingEntry {
+//!     name: "last_one",
+//!     description: "always the last instance",
+//!     build: |_| Box::new(LastOne),
+//! });
+//! // A scenario may now say `policies: (routing: "last_one")`; build it with
+//! // `Simulation::from_app(app, &scenario, options)`.
+//! # assert!(app.world().resource::<servesim::policy::Catalog>().find_routing("last_one").is_some());
+//! ```
+
+pub mod autoscale;
+pub mod cluster;
+pub mod engine;
+pub mod instance;
+pub mod invariants;
+pub mod kv;
+pub mod latency;
+pub mod metrics;
+pub mod output;
+pub mod policy;
+pub mod request;
+pub mod rng;
+pub mod scenario;
+pub mod time;
+pub mod workload;
+
+mod simulation;
+
+pub use bevy_app;
+pub use bevy_ecs;
+pub use engine::{EventQueue, SimClock, SimStep, SimSystems};
+pub use simulation::{RunOptions, SimError, Simulation, default_app};
+pub use time::{SimDuration, SimTime};
+
+use bevy_app::{PluginGroup, PluginGroupBuilder};
+
+/// Every built-in plugin. Disable one and add your own to replace a built-in stage.
+pub struct SimPlugins;
+
+impl PluginGroup for SimPlugins {
+    fn build(self) -> PluginGroupBuilder {
+        PluginGroupBuilder::start::<Self>()
+            .add(engine::EnginePlugin)
+            .add(policy::PoliciesPlugin)
+            .add(simulation::ClusterPlugin)
+            .add(instance::InstancePlugin)
+            .add(simulation::RecordPlugin)
+    }
+}

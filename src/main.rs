@@ -1,0 +1,198 @@
+//! The `servesim` command line. Owns stdout/stderr and exit codes; the library never prints.
+//!
+//! Exit codes: 0 success, 1 run failure (I/O), 2 bad input (scenario or arguments).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use servesim::policy::Catalog;
+use servesim::{RunOptions, Simulation, scenario};
+
+#[derive(Parser)]
+#[command(
+    name = "servesim",
+    version,
+    about = "Discrete-event simulator of LLM inference serving clusters"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Format {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a scenario and write requests.csv and summary.json.
+    Run {
+        /// Scenario file (RON).
+        scenario: PathBuf,
+        /// Output directory (default: the scenario's outputs.dir, else ./out).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Override the scenario seed.
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Override any field: --set cluster.groups[0].count=4 (value in RON syntax).
+        #[arg(long = "set", value_name = "PATH=VALUE")]
+        set: Vec<String>,
+        /// Summary format on stdout.
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+        /// Check every invariant after every tick (slower).
+        #[arg(long)]
+        check_invariants: bool,
+    },
+    /// Parse and validate a scenario without running it.
+    Validate {
+        scenario: PathBuf,
+        #[arg(long = "set", value_name = "PATH=VALUE")]
+        set: Vec<String>,
+    },
+    /// List what a scenario can name.
+    List {
+        #[arg(value_enum)]
+        what: ListWhat,
+    },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ListWhat {
+    Policies,
+}
+
+fn parse_overrides(set: &[String], seed: Option<u64>) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    for s in set {
+        let Some((path, value)) = s.split_once('=') else {
+            return Err(format!(
+                "--set {s}: expected PATH=VALUE, e.g. --set cluster.groups[0].count=4"
+            ));
+        };
+        out.push((path.trim().to_string(), value.trim().to_string()));
+    }
+    if let Some(seed) = seed {
+        out.push(("seed".into(), seed.to_string()));
+    }
+    Ok(out)
+}
+
+fn load(
+    path: &Path,
+    overrides: &[(String, String)],
+    catalog: &Catalog,
+) -> Result<scenario::Scenario, ExitCode> {
+    scenario::load(path, overrides, catalog).map_err(|e| {
+        eprint!("error: {e}");
+        ExitCode::from(2)
+    })
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let app = servesim::default_app();
+    let catalog = app.world().resource::<Catalog>();
+    match cli.command {
+        Command::List {
+            what: ListWhat::Policies,
+        } => {
+            println!("admission:");
+            for e in catalog.admission() {
+                println!("  {:<20} {}", e.name, e.description);
+            }
+            println!("routing:");
+            for e in catalog.routing() {
+                println!("  {:<20} {}", e.name, e.description);
+            }
+            println!("autoscale:");
+            for e in catalog.autoscale() {
+                println!("  {:<20} {}", e.name, e.description);
+            }
+            ExitCode::SUCCESS
+        }
+        Command::Validate { scenario, set } => {
+            let overrides = match parse_overrides(&set, None) {
+                Ok(o) => o,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            match load(&scenario, &overrides, catalog) {
+                Ok(_) => {
+                    println!("{}: ok", scenario.display());
+                    ExitCode::SUCCESS
+                }
+                Err(code) => code,
+            }
+        }
+        Command::Run {
+            scenario,
+            out,
+            seed,
+            set,
+            format,
+            check_invariants,
+        } => {
+            let overrides = match parse_overrides(&set, seed) {
+                Ok(o) => o,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let sc = match load(&scenario, &overrides, catalog) {
+                Ok(s) => s,
+                Err(code) => return code,
+            };
+            let out_dir = out.unwrap_or_else(|| PathBuf::from(&sc.outputs.dir));
+            #[expect(
+                clippy::disallowed_methods,
+                reason = "wall-clock timing goes to stderr only"
+            )]
+            let started = std::time::Instant::now();
+            let sim = match Simulation::from_app(
+                app,
+                &sc,
+                RunOptions {
+                    check_invariants,
+                    out_dir: Some(out_dir.clone()),
+                },
+            ) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            let summary = match sim.run() {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            let wall = started.elapsed().as_secs_f64();
+            match format {
+                Format::Text => print!("{}", summary.to_text()),
+                Format::Json => println!(
+                    "{}",
+                    serde_json::to_string_pretty(&summary).expect("summary serialises")
+                ),
+            }
+            eprintln!(
+                "servesim: {} requests, {} ticks in {wall:.3} s wall ({:.0} requests/s); results in {}",
+                summary.requests.injected,
+                summary.ticks,
+                summary.requests.injected as f64 / wall.max(1e-9),
+                out_dir.display()
+            );
+            ExitCode::SUCCESS
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! Per-request rows and aggregates ([`SimSystems::Record`]).
+//!
+//! Each finished (or rejected / dropped) request gets one row in `requests.csv`, written as
+//! it finishes, then its entity is despawned: memory is bounded by requests in flight plus
+//! 24 bytes per finished request for exact TTFT / E2E / scheduling-delay percentiles.
+//!
+//! [`SimSystems::Record`]: crate::SimSystems::Record
+
+pub mod percentile;
+mod summary;
+
+pub use percentile::Distribution;
+pub use summary::{InstanceSummary, KvSummary, RequestCounts, Summary, Throughput};
+
+use std::fs::File;
+use std::io::BufWriter;
+
+use bevy_ecs::prelude::*;
+
+use crate::engine::{Due, SimClock};
+use crate::invariants::{CheckInvariants, check_causality};
+use crate::request::{FinalState, FinishedRequest};
+use crate::time::{SimDuration, SimTime};
+
+/// Column names of `requests.csv`, in order.
+pub const CSV_COLUMNS: [&str; 15] = [
+    "request_id",
+    "client",
+    "instance",
+    "state",
+    "arrival_us",
+    "input_tokens",
+    "output_tokens",
+    "generated_tokens",
+    "cached_tokens",
+    "scheduling_delay_ms",
+    "ttft_ms",
+    "e2e_ms",
+    "mean_itl_ms",
+    "preemptions",
+    "completion_us",
+];
+
+/// Streaming writer of `requests.csv` (absent when the scenario turns it off).
+#[derive(Resource, Default)]
+pub struct RequestLog {
+    pub writer: Option<csv::Writer<BufWriter<File>>>,
+    /// First write error; reported when the run ends.
+    pub error: Option<String>,
+}
+
+/// Running totals for the summary.
+#[derive(Resource, Debug, Default, Clone)]
+pub struct Aggregates {
+    pub ttft_us: Vec<u64>,
+    pub e2e_us: Vec<u64>,
+    pub scheduling_delay_us: Vec<u64>,
+    pub completed: u64,
+    pub rejected: u64,
+    pub dropped: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cached_tokens: u64,
+    pub preemptions: u64,
+    pub last_completion: SimTime,
+}
+
+impl Aggregates {
+    /// Requests whose life ended (completed, rejected or dropped).
+    pub fn ended(&self) -> u64 {
+        self.completed + self.rejected + self.dropped
+    }
+}
+
+fn ms(d: SimDuration) -> String {
+    format!("{}.{:03}", d.as_us() / 1000, d.as_us() % 1000)
+}
+
+fn opt<T>(v: Option<T>, f: impl FnOnce(T) -> String) -> String {
+    v.map(f).unwrap_or_default()
+}
+
+/// The CSV row of a finished request, in [`CSV_COLUMNS`] order.
+pub fn csv_row(f: &FinishedRequest) -> [String; 15] {
+    [
+        f.spec.id.to_string(),
+        f.spec.client.to_string(),
+        opt(f.instance, |i| i.to_string()),
+        f.state.as_str().to_string(),
+        f.lifecycle.arrival.as_us().to_string(),
+        f.spec.input_tokens.to_string(),
+        f.spec.output_tokens.to_string(),
+        f.generated_tokens.to_string(),
+        f.cached_tokens.to_string(),
+        opt(f.scheduling_delay(), ms),
+        opt(f.ttft, ms),
+        opt(f.e2e, ms),
+        opt(f.mean_itl(), |us| format!("{:.3}", us / 1000.0)),
+        f.preemptions.to_string(),
+        opt(f.completed, |t| t.as_us().to_string()),
+    ]
+}
+
+/// Adds a request that ended to the aggregates and the CSV.
+pub fn record_one(f: &FinishedRequest, agg: &mut Aggregates, log: &mut RequestLog) {
+    match f.state {
+        FinalState::Completed => {
+            agg.completed += 1;
+            agg.input_tokens += u64::from(f.spec.input_tokens);
+            agg.output_tokens += u64::from(f.generated_tokens);
+            agg.cached_tokens += u64::from(f.cached_tokens);
+            if let Some(e) = f.e2e {
+                agg.e2e_us.push(e.as_us());
+            }
+            if let Some(c) = f.completed {
+                agg.last_completion = agg.last_completion.max(c);
+            }
+        }
+        FinalState::Rejected => agg.rejected += 1,
+        FinalState::Dropped => agg.dropped += 1,
+        FinalState::Queued | FinalState::Running | FinalState::InTransit => {}
+    }
+    if let Some(t) = f.ttft {
+        agg.ttft_us.push(t.as_us());
+    }
+    if let Some(d) = f.scheduling_delay() {
+        agg.scheduling_delay_us.push(d.as_us());
+    }
+    agg.preemptions += u64::from(f.preemptions);
+    if let Some(w) = log.writer.as_mut()
+        && log.error.is_none()
+        && let Err(e) = w.write_record(csv_row(f))
+    {
+        log.error = Some(e.to_string());
+    }
+}
+
+/// Writes the rows of the requests that ended this tick and despawns them.
+pub fn record_finished(
+    mut commands: Commands,
+    mut due: ResMut<Due>,
+    clock: Res<SimClock>,
+    check: Res<CheckInvariants>,
+    mut agg: ResMut<Aggregates>,
+    mut log: ResMut<RequestLog>,
+) {
+    let mut finished = std::mem::take(&mut due.finished);
+    for f in &finished {
+        if check.0 {
+            check_causality(f, clock.now);
+        }
+        record_one(f, &mut agg, &mut log);
+        commands.entity(f.entity).despawn();
+    }
+    finished.clear();
+    due.finished = finished;
+}

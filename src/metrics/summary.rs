@@ -1,0 +1,154 @@
+//! The aggregate result of a run: `summary.json` and the human summary on stdout.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::Distribution;
+
+/// Where every injected request ended up (INV-1: the buckets add up to `injected`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RequestCounts {
+    pub injected: u64,
+    pub completed: u64,
+    pub rejected: u64,
+    pub dropped: u64,
+    /// Still in an instance wait queue when the run stopped.
+    pub queued: u64,
+    /// Still running (or finishing their last step) when the run stopped.
+    pub running: u64,
+    /// Admitted but not yet in an instance queue when the run stopped.
+    pub in_transit: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Throughput {
+    pub requests_per_s: f64,
+    pub input_tokens_per_s: f64,
+    pub output_tokens_per_s: f64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct KvSummary {
+    /// Prompt blocks served from the prefix cache / all prompt blocks admitted.
+    pub hit_rate: f64,
+    pub hit_blocks: u64,
+    pub miss_blocks: u64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct InstanceSummary {
+    pub index: u32,
+    pub group: String,
+    pub completed: u64,
+    pub dropped: u64,
+    pub preemptions: u64,
+    pub steps: u64,
+    /// Fraction of the simulated duration spent executing steps.
+    pub busy_fraction: f64,
+    pub prefill_tokens: u64,
+    pub decode_tokens: u64,
+    pub kv_total_blocks: u32,
+    pub kv_hit_rate: f64,
+}
+
+/// Aggregates of a run (every latency in milliseconds).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Summary {
+    pub scenario: String,
+    pub seed: u64,
+    pub requests: RequestCounts,
+    /// Simulated time of the last event processed (≤ horizon), seconds.
+    pub sim_duration_s: f64,
+    /// Ticks (distinct event times) processed.
+    pub ticks: u64,
+    pub throughput: Throughput,
+    pub ttft_ms: Distribution,
+    /// Per output-token samples (every token after the first, all requests).
+    pub itl_ms: Distribution,
+    pub e2e_ms: Distribution,
+    pub scheduling_delay_ms: Distribution,
+    pub preemptions: u64,
+    pub rejections: BTreeMap<String, u64>,
+    pub kv: KvSummary,
+    pub instances: Vec<InstanceSummary>,
+}
+
+fn f(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".to_string(), |x| format!("{x:.3}"))
+}
+
+impl Summary {
+    /// The deterministic human summary printed on stdout.
+    pub fn to_text(&self) -> String {
+        let mut s = String::new();
+        let r = &self.requests;
+        let _ = writeln!(s, "scenario {} (seed {})", self.scenario, self.seed);
+        let _ = writeln!(
+            s,
+            "requests: {} injected, {} completed, {} rejected, {} dropped, {} queued, {} running, {} in transit",
+            r.injected, r.completed, r.rejected, r.dropped, r.queued, r.running, r.in_transit
+        );
+        let _ = writeln!(
+            s,
+            "simulated {:.3} s in {} ticks; {:.3} req/s, {:.1} output tok/s",
+            self.sim_duration_s,
+            self.ticks,
+            self.throughput.requests_per_s,
+            self.throughput.output_tokens_per_s
+        );
+        let _ = writeln!(
+            s,
+            "{:<22}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}",
+            "latency (ms)", "mean", "p50", "p90", "p99", "min", "max"
+        );
+        for (name, d) in [
+            ("ttft", &self.ttft_ms),
+            ("itl (per token)", &self.itl_ms),
+            ("e2e", &self.e2e_ms),
+            ("scheduling delay", &self.scheduling_delay_ms),
+        ] {
+            let _ = writeln!(
+                s,
+                "{:<22}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}",
+                name,
+                f(d.mean),
+                f(d.p50),
+                f(d.p90),
+                f(d.p99),
+                f(d.min),
+                f(d.max)
+            );
+        }
+        let _ = writeln!(
+            s,
+            "preemptions: {}; KV prefix hit rate: {:.4} ({} of {} prompt blocks)",
+            self.preemptions,
+            self.kv.hit_rate,
+            self.kv.hit_blocks,
+            self.kv.hit_blocks + self.kv.miss_blocks
+        );
+        for (reason, n) in &self.rejections {
+            let _ = writeln!(s, "rejected by {reason}: {n}");
+        }
+        let _ = writeln!(
+            s,
+            "{:<10}{:<12}{:>10}{:>10}{:>12}{:>8}",
+            "instance", "group", "completed", "steps", "preemptions", "busy"
+        );
+        for i in &self.instances {
+            let _ = writeln!(
+                s,
+                "{:<10}{:<12}{:>10}{:>10}{:>12}{:>7.1}%",
+                i.index,
+                i.group,
+                i.completed,
+                i.steps,
+                i.preemptions,
+                i.busy_fraction * 100.0
+            );
+        }
+        s
+    }
+}

@@ -1,0 +1,61 @@
+//! `round_robin`: the next routable instance after the last one chosen, wrapping around.
+
+use super::{InstanceSnapshot, RoutingEntry, RoutingPolicy};
+use crate::request::RequestSpec;
+use crate::time::SimTime;
+
+pub(super) const ENTRY: RoutingEntry = RoutingEntry {
+    name: "round_robin",
+    description: "cycle through routable instances in index order",
+    build: |_| Box::new(RoundRobin::default()),
+};
+
+#[derive(Debug, Default)]
+pub struct RoundRobin {
+    last: Option<u32>,
+}
+
+impl RoutingPolicy for RoundRobin {
+    fn choose(
+        &mut self,
+        _: &RequestSpec,
+        _: SimTime,
+        instances: &[InstanceSnapshot],
+    ) -> Option<u32> {
+        let routable = || instances.iter().filter(|s| s.routable);
+        let next = match self.last {
+            Some(last) => routable()
+                .find(|s| s.index > last)
+                .or_else(|| routable().next()),
+            None => routable().next(),
+        }?;
+        self.last = Some(next.index);
+        Some(next.index)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{any_request, snapshot};
+
+    #[test]
+    fn round_robin_cycles_and_skips_unroutable_instances() {
+        let mut view = vec![
+            snapshot(0, 0, 0, 0),
+            snapshot(1, 0, 0, 0),
+            snapshot(2, 0, 0, 0),
+        ];
+        let mut rr = RoundRobin::default();
+        let r = any_request();
+        let picks: Vec<_> = (0..4)
+            .map(|_| rr.choose(&r, SimTime(0), &view).unwrap())
+            .collect();
+        assert_eq!(picks, vec![0, 1, 2, 0]);
+        view[1].routable = false;
+        assert_eq!(rr.choose(&r, SimTime(0), &view), Some(2));
+        assert_eq!(rr.choose(&r, SimTime(0), &view), Some(0));
+        view.iter_mut().for_each(|s| s.routable = false);
+        assert_eq!(rr.choose(&r, SimTime(0), &view), None);
+    }
+}

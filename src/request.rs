@@ -1,0 +1,152 @@
+//! Request entities: what was asked for, and what happened to it.
+//!
+//! A request is spawned in [`SimSystems::Arrive`](crate::SimSystems::Arrive) with
+//! [`RequestSpec`] and [`Lifecycle`], stamped by the cluster stages as it is admitted, routed
+//! and enqueued, and despawned in [`SimSystems::Record`](crate::SimSystems::Record) after its
+//! CSV row is written (INV-1: every request ends in exactly one [`FinalState`]).
+//! While it is on an instance, its per-token progress lives in the instance's
+//! [`Seq`](crate::instance::Seq), not on the entity, so the hot path does no entity lookups.
+
+use bevy_ecs::prelude::*;
+
+use crate::time::{SimDuration, SimTime};
+
+/// What a request asks for. Immutable after arrival.
+#[derive(Component, Clone, Copy, Debug, PartialEq)]
+pub struct RequestSpec {
+    /// Dense id in arrival order, starting at 0.
+    pub id: u64,
+    /// Index of the workload client that generated it.
+    pub client: u32,
+    /// Prompt length in tokens, including any shared prefix.
+    pub input_tokens: u32,
+    /// Number of output tokens the request will generate (at least 1).
+    pub output_tokens: u32,
+    /// Identity of the content of the prompt, block by block (drives prefix caching).
+    pub content: PromptContent,
+}
+
+/// The prompt's content identity: a shared prefix (same for every request of a prefix group)
+/// followed by tokens unique to this request. Block hashes are derived from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PromptContent {
+    /// Content id of the shared prefix; meaningless when `prefix_tokens` is 0.
+    pub prefix_id: u64,
+    /// Length of the shared prefix in tokens (≤ input tokens).
+    pub prefix_tokens: u32,
+    /// Content id of the rest of the prompt (unique per request).
+    pub unique_id: u64,
+}
+
+/// Cluster-side timestamps of a request (the instance side is carried in its `Seq`).
+#[derive(Component, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Lifecycle {
+    pub arrival: SimTime,
+    pub admitted: Option<SimTime>,
+    pub routed: Option<SimTime>,
+    pub enqueued: Option<SimTime>,
+}
+
+/// The instance a request was routed to.
+#[derive(Component, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AssignedTo(pub u32);
+
+/// How a request's life ended (each request has exactly one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum FinalState {
+    /// Generated all its output tokens.
+    Completed,
+    /// Refused by the admission policy.
+    Rejected,
+    /// Could never be served by its instance (prompt or whole sequence larger than the KV
+    /// cache or `max_model_len`).
+    Dropped,
+    /// Still waiting in an instance queue when the run stopped (horizon reached).
+    Queued,
+    /// Still running on an instance when the run stopped.
+    Running,
+    /// Admitted but not yet in an instance queue when the run stopped.
+    InTransit,
+}
+
+impl FinalState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinalState::Completed => "completed",
+            FinalState::Rejected => "rejected",
+            FinalState::Dropped => "dropped",
+            FinalState::Queued => "queued",
+            FinalState::Running => "running",
+            FinalState::InTransit => "in_transit",
+        }
+    }
+}
+
+/// Everything the Record stage needs to write a request's row and update aggregates.
+/// Produced by whichever stage ends the request; consumed and the entity despawned in Record.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FinishedRequest {
+    pub entity: Entity,
+    pub spec: RequestSpec,
+    pub lifecycle: Lifecycle,
+    pub state: FinalState,
+    pub instance: Option<u32>,
+    /// Prompt tokens served from the prefix cache at the last (re)admission.
+    pub cached_tokens: u32,
+    /// Output tokens actually generated.
+    pub generated_tokens: u32,
+    /// Last time the request was scheduled into a batch (re-admission after preemption
+    /// rewrites it, as in BLIS).
+    pub scheduled: Option<SimTime>,
+    /// End of the step that produced the first output token (last prefill wins).
+    pub first_token: Option<SimTime>,
+    /// End of the step that produced the last output token (clock time).
+    pub completed: Option<SimTime>,
+    /// Time to first token including the output-token overhead (alpha2).
+    pub ttft: Option<SimDuration>,
+    /// End-to-end latency including all latency-model overheads.
+    pub e2e: Option<SimDuration>,
+    /// Sum of inter-token latency samples and their count (output tokens − 1).
+    pub itl_sum: SimDuration,
+    pub itl_count: u32,
+    pub preemptions: u32,
+}
+
+impl FinishedRequest {
+    /// A request that ends before reaching an instance's batch (rejected, dropped, in transit).
+    pub fn unserved(
+        entity: Entity,
+        spec: RequestSpec,
+        lifecycle: Lifecycle,
+        state: FinalState,
+        instance: Option<u32>,
+    ) -> Self {
+        FinishedRequest {
+            entity,
+            spec,
+            lifecycle,
+            state,
+            instance,
+            cached_tokens: 0,
+            generated_tokens: 0,
+            scheduled: None,
+            first_token: None,
+            completed: None,
+            ttft: None,
+            e2e: None,
+            itl_sum: SimDuration::ZERO,
+            itl_count: 0,
+            preemptions: 0,
+        }
+    }
+
+    /// Scheduling delay: last schedule time − arrival.
+    pub fn scheduling_delay(&self) -> Option<SimDuration> {
+        self.scheduled.map(|s| s.since(self.lifecycle.arrival))
+    }
+
+    /// Mean inter-token latency of this request (TPOT), if it produced ≥ 2 tokens.
+    pub fn mean_itl(&self) -> Option<f64> {
+        (self.itl_count > 0).then(|| self.itl_sum.as_us() as f64 / f64::from(self.itl_count))
+    }
+}

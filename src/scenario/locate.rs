@@ -1,0 +1,429 @@
+//! Maps field paths (`cluster.groups[0].kv_blocks`) to places in RON source text.
+//!
+//! A lenient scanner: it never fails and never panics on malformed text (the RON parser
+//! reports syntax errors); it only records where each field and list element it can
+//! recognise starts and ends. Used to give validation errors a line:column, to name the
+//! field an error position falls in, and to apply `--set path=value` overrides as text
+//! splices (so enums and options keep their RON spelling).
+
+/// One located value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Located {
+    pub path: String,
+    /// Byte offset of the field name (or list element) start.
+    pub key_start: usize,
+    /// Byte range of the value text.
+    pub value: (usize, usize),
+}
+
+/// A struct-like group `( ... )` that can receive inserted fields.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Group {
+    pub path: String,
+    /// Byte offset just after the opening parenthesis.
+    pub open: usize,
+    pub has_fields: bool,
+}
+
+#[derive(Debug, Default)]
+pub struct SourceMap {
+    pub values: Vec<Located>,
+    pub groups: Vec<Group>,
+    line_starts: Vec<usize>,
+}
+
+const MAX_DEPTH: usize = 64;
+
+impl SourceMap {
+    pub fn new(src: &str) -> Self {
+        let mut map = SourceMap {
+            line_starts: std::iter::once(0)
+                .chain(src.match_indices('\n').map(|(i, _)| i + 1))
+                .collect(),
+            ..Default::default()
+        };
+        let mut s = Scanner {
+            src: src.as_bytes(),
+            pos: 0,
+            map: &mut map,
+        };
+        s.value("", 0);
+        map
+    }
+
+    /// 1-based (line, column) of a byte offset; columns count characters.
+    pub fn line_col(&self, src: &str, offset: usize) -> (usize, usize) {
+        let offset = offset.min(src.len());
+        let line = self.line_starts.partition_point(|&s| s <= offset).max(1);
+        let start = self.line_starts[line - 1];
+        let col = src
+            .get(start..offset)
+            .map_or(offset - start, |t| t.chars().count())
+            + 1;
+        (line, col)
+    }
+
+    /// Byte offset of a 1-based (line, column), clamped to the text.
+    pub fn offset_of(&self, src: &str, line: usize, col: usize) -> usize {
+        let Some(&start) = self.line_starts.get(line.saturating_sub(1)) else {
+            return src.len();
+        };
+        src[start..]
+            .char_indices()
+            .nth(col.saturating_sub(1))
+            .map_or(src.len(), |(i, _)| start + i)
+    }
+
+    /// Where the field `path` is written, if it is.
+    pub fn find(&self, path: &str) -> Option<&Located> {
+        self.values.iter().rev().find(|v| v.path == path)
+    }
+
+    /// The nearest written ancestor of `path` (or `path` itself).
+    pub fn nearest(&self, path: &str) -> Option<&Located> {
+        let mut p = path;
+        loop {
+            if let Some(v) = self.find(p) {
+                return Some(v);
+            }
+            let cut = p.rfind(['.', '['])?;
+            p = &p[..cut];
+        }
+    }
+
+    /// The innermost field whose value contains byte `offset`.
+    pub fn path_at(&self, offset: usize) -> Option<&str> {
+        self.values
+            .iter()
+            .filter(|v| v.key_start <= offset && offset <= v.value.1)
+            .max_by_key(|v| v.key_start)
+            .map(|v| v.path.as_str())
+    }
+}
+
+struct Scanner<'a> {
+    src: &'a [u8],
+    pos: usize,
+    map: &'a mut SourceMap,
+}
+
+fn join(path: &str, field: &str) -> String {
+    if path.is_empty() {
+        field.to_string()
+    } else {
+        format!("{path}.{field}")
+    }
+}
+
+impl Scanner<'_> {
+    fn peek(&self) -> Option<u8> {
+        self.src.get(self.pos).copied()
+    }
+
+    fn skip_trivia(&mut self) {
+        while let Some(c) = self.peek() {
+            if c.is_ascii_whitespace() {
+                self.pos += 1;
+            } else if self.src[self.pos..].starts_with(b"//") {
+                while self.peek().is_some_and(|c| c != b'\n') {
+                    self.pos += 1;
+                }
+            } else if self.src[self.pos..].starts_with(b"/*") {
+                self.pos += 2;
+                while self.pos < self.src.len() && !self.src[self.pos..].starts_with(b"*/") {
+                    self.pos += 1;
+                }
+                self.pos = (self.pos + 2).min(self.src.len());
+            } else {
+                break;
+            }
+        }
+    }
+
+    fn ident(&mut self) -> Option<(usize, usize)> {
+        let start = self.pos;
+        while self
+            .peek()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'#')
+        {
+            self.pos += 1;
+        }
+        (self.pos > start).then_some((start, self.pos))
+    }
+
+    fn string(&mut self, quote: u8) {
+        self.pos += 1;
+        while let Some(c) = self.peek() {
+            self.pos += 1;
+            if c == b'\\' {
+                self.pos += 1;
+            } else if c == quote {
+                break;
+            }
+        }
+        self.pos = self.pos.min(self.src.len());
+    }
+
+    /// Scans one value; returns its byte range.
+    fn value(&mut self, path: &str, depth: usize) -> (usize, usize) {
+        self.skip_trivia();
+        let start = self.pos;
+        if depth > MAX_DEPTH {
+            self.pos = self.src.len();
+            return (start, start);
+        }
+        match self.peek() {
+            None => {}
+            Some(b'[') => self.list(path, depth),
+            Some(b'{') => self.map_(path, depth),
+            Some(b'(') => self.group(path, depth),
+            Some(b'"') => self.string(b'"'),
+            Some(b'\'') => self.string(b'\''),
+            Some(c) if c.is_ascii_alphabetic() || c == b'_' => {
+                self.ident();
+                let after = self.pos;
+                self.skip_trivia();
+                if self.peek() == Some(b'(') {
+                    self.group(path, depth);
+                } else {
+                    self.pos = after;
+                }
+            }
+            Some(_) => {
+                // Number or other scalar: up to the next delimiter.
+                while self.peek().is_some_and(|c| {
+                    !matches!(c, b',' | b')' | b']' | b'}') && !c.is_ascii_whitespace()
+                }) {
+                    self.pos += 1;
+                }
+                if self.pos == start {
+                    self.pos += 1;
+                }
+            }
+        }
+        (start, self.pos)
+    }
+
+    fn list(&mut self, path: &str, depth: usize) {
+        self.pos += 1;
+        let mut i = 0;
+        loop {
+            self.skip_trivia();
+            match self.peek() {
+                None => return,
+                Some(b']') => {
+                    self.pos += 1;
+                    return;
+                }
+                Some(b',') => {
+                    self.pos += 1;
+                    continue;
+                }
+                _ => {}
+            }
+            let p = format!("{path}[{i}]");
+            let before = self.pos;
+            let value = self.value(&p, depth + 1);
+            self.map.values.push(Located {
+                path: p,
+                key_start: value.0,
+                value,
+            });
+            i += 1;
+            if self.pos == before {
+                self.pos += 1;
+            }
+        }
+    }
+
+    fn map_(&mut self, path: &str, depth: usize) {
+        self.pos += 1;
+        loop {
+            self.skip_trivia();
+            match self.peek() {
+                None => return,
+                Some(b'}') => {
+                    self.pos += 1;
+                    return;
+                }
+                Some(b',') => {
+                    self.pos += 1;
+                    continue;
+                }
+                _ => {}
+            }
+            let before = self.pos;
+            let key = self.value("", depth + 1);
+            let key_text = String::from_utf8_lossy(&self.src[key.0..key.1])
+                .trim_matches('"')
+                .to_string();
+            self.skip_trivia();
+            if self.peek() == Some(b':') {
+                self.pos += 1;
+                let p = join(path, &key_text);
+                let value = self.value(&p, depth + 1);
+                self.map.values.push(Located {
+                    path: p,
+                    key_start: key.0,
+                    value,
+                });
+            }
+            if self.pos == before {
+                self.pos += 1;
+            }
+        }
+    }
+
+    fn group(&mut self, path: &str, depth: usize) {
+        self.pos += 1;
+        let group_index = self.map.groups.len();
+        self.map.groups.push(Group {
+            path: path.to_string(),
+            open: self.pos,
+            has_fields: false,
+        });
+        loop {
+            self.skip_trivia();
+            match self.peek() {
+                None => return,
+                Some(b')') => {
+                    self.pos += 1;
+                    return;
+                }
+                Some(b',') => {
+                    self.pos += 1;
+                    continue;
+                }
+                _ => {}
+            }
+            let before = self.pos;
+            // `name:` starts a field; anything else is a positional element.
+            if let Some((ks, ke)) = self.ident() {
+                let after_ident = self.pos;
+                self.skip_trivia();
+                if self.peek() == Some(b':') && self.src.get(self.pos + 1) != Some(&b':') {
+                    self.pos += 1;
+                    let name = String::from_utf8_lossy(&self.src[ks..ke]).into_owned();
+                    let p = join(path, &name);
+                    let value = self.value(&p, depth + 1);
+                    self.map.groups[group_index].has_fields = true;
+                    self.map.values.push(Located {
+                        path: p,
+                        key_start: ks,
+                        value,
+                    });
+                } else {
+                    self.pos = ks;
+                    let _ = after_ident;
+                    self.value(path, depth + 1);
+                }
+            } else {
+                self.value(path, depth + 1);
+            }
+            if self.pos == before {
+                self.pos += 1;
+            }
+        }
+    }
+}
+
+/// Applies `path=value` to RON source text: replaces the value if the field is written,
+/// else inserts it (creating missing parent structs) into the nearest written struct.
+pub fn apply_override(src: &str, path: &str, value: &str) -> Result<String, String> {
+    let map = SourceMap::new(src);
+    if let Some(v) = map.find(path) {
+        let mut out = String::with_capacity(src.len() + value.len());
+        out.push_str(&src[..v.value.0]);
+        out.push_str(value);
+        out.push_str(&src[v.value.1..]);
+        return Ok(out);
+    }
+    // Walk up to the nearest struct group that exists.
+    let parts: Vec<&str> = path.split('.').collect();
+    for cut in (0..parts.len()).rev() {
+        let parent = parts[..cut].join(".");
+        let missing = &parts[cut..];
+        if missing.iter().any(|p| p.contains('[')) {
+            continue;
+        }
+        let Some(group) = map.groups.iter().rev().find(|g| g.path == parent) else {
+            continue;
+        };
+        let mut text = value.to_string();
+        for field in missing[1..].iter().rev() {
+            text = format!("({field}: {text})");
+        }
+        let insert = format!("{}: {text}, ", missing[0]);
+        let mut out = String::with_capacity(src.len() + insert.len());
+        out.push_str(&src[..group.open]);
+        out.push_str(&insert);
+        out.push_str(&src[group.open..]);
+        return Ok(out);
+    }
+    Err(format!(
+        "cannot set `{path}`: no such field is written and its parent cannot be found"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SRC: &str = "// comment (not: a field)\n(\n  seed: 7,\n  cluster: (groups: [\n    (count: 2, latency: Blackbox(alpha: [1.0, 2.0, 3.0], beta: [4, 5, 6])),\n    (count: 3, name: \"b, (c)\"),\n  ]),\n  workload: (clients: [(input_tokens: Normal(mean: 5.0, stdev: 1.0, min: 1, max: 9))]),\n)\n";
+
+    #[test]
+    fn fields_and_list_elements_are_located_with_line_and_column() {
+        let m = SourceMap::new(SRC);
+        let count = m.find("cluster.groups[1].count").unwrap();
+        assert_eq!(m.line_col(SRC, count.key_start), (6, 6));
+        assert_eq!(&SRC[count.value.0..count.value.1], "3");
+        let name = m.find("cluster.groups[1].name").unwrap();
+        assert_eq!(&SRC[name.value.0..name.value.1], "\"b, (c)\"");
+        let mean = m.find("workload.clients[0].input_tokens.mean").unwrap();
+        assert_eq!(&SRC[mean.value.0..mean.value.1], "5.0");
+        assert!(m.find("not").is_none(), "comments are skipped");
+        let beta = m.find("cluster.groups[0].latency.beta").unwrap();
+        assert_eq!(
+            m.path_at(beta.value.0 + 3),
+            Some("cluster.groups[0].latency.beta")
+        );
+    }
+
+    #[test]
+    fn overrides_replace_written_values_and_insert_missing_ones() {
+        let out = apply_override(SRC, "seed", "99").unwrap();
+        assert!(out.contains("seed: 99,"));
+        let out = apply_override(SRC, "cluster.groups[0].count", "5").unwrap();
+        assert!(out.contains("(count: 5, latency"));
+        let out = apply_override(SRC, "horizon_s", "10.0").unwrap();
+        assert_eq!(
+            SourceMap::new(&out)
+                .find("horizon_s")
+                .map(|v| &out[v.value.0..v.value.1]),
+            Some("10.0")
+        );
+        let out = apply_override(SRC, "policies.routing", "\"least_loaded\"").unwrap();
+        assert!(out.contains("policies: (routing: \"least_loaded\")"));
+        assert!(apply_override(SRC, "cluster.groups[5].count", "1").is_err());
+    }
+
+    #[test]
+    fn malformed_text_never_panics() {
+        for src in [
+            "(",
+            "[[[",
+            "(a: ",
+            "(a: \"unterminated",
+            "/*",
+            "{\"k\": (x: [1,",
+            ")))",
+            "(a::b)",
+        ] {
+            let m = SourceMap::new(src);
+            let _ = m.path_at(1);
+            let _ = apply_override(src, "a.b", "1");
+        }
+        let deep = "(".repeat(10_000);
+        let _ = SourceMap::new(&deep);
+    }
+}

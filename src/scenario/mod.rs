@@ -1,0 +1,340 @@
+//! Scenario files: the RON format, loading with `--set` overrides, and validation.
+//!
+//! One [`Scenario`] root. Every struct denies unknown fields; optional fields have the
+//! defaults documented on them (and in README). [`load`] parses and validates a whole
+//! scenario and reports every problem at once, each with the file, the field path and the
+//! line:column where RON gives it.
+
+mod locate;
+mod validate;
+
+pub use locate::{SourceMap, apply_override};
+pub use validate::{Problem, did_you_mean};
+
+use std::fmt;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::policy::Catalog;
+
+/// A whole simulation: cluster, policies, workload, outputs.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// Free-form name, echoed in the summary. Default: the file stem.
+    #[serde(default)]
+    pub name: String,
+    /// Master seed of every random stream. Default 42.
+    #[serde(default = "default_seed")]
+    pub seed: u64,
+    /// Stop simulating at this simulated time (seconds). Default: run until every request
+    /// has finished.
+    #[serde(default)]
+    pub horizon_s: Option<f64>,
+    pub cluster: ClusterSpec,
+    #[serde(default)]
+    pub policies: PolicySpec,
+    pub workload: WorkloadSpec,
+    #[serde(default)]
+    pub outputs: OutputSpec,
+}
+
+fn default_seed() -> u64 {
+    42
+}
+
+/// The model-server instances, as groups of identical instances.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSpec {
+    pub groups: Vec<InstanceGroup>,
+}
+
+/// `count` identical vLLM-style instances.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct InstanceGroup {
+    /// Label used in outputs. Default: `group<i>`.
+    #[serde(default)]
+    pub name: String,
+    /// Number of instances. Default 1.
+    #[serde(default = "one")]
+    pub count: u32,
+    /// KV cache size per instance, in blocks.
+    pub kv_blocks: u32,
+    /// Tokens per KV block. Default 16.
+    #[serde(default = "default_block_size")]
+    pub block_size: u32,
+    /// Most requests in the running batch (vLLM `max_num_seqs`). Default 256.
+    #[serde(default = "default_max_num_seqs")]
+    pub max_num_seqs: u32,
+    /// Token budget per step (vLLM `max_num_batched_tokens`). Default 2048.
+    #[serde(default = "default_max_num_batched_tokens")]
+    pub max_num_batched_tokens: u32,
+    /// Largest prefill chunk per request and step; 0 = only the budget limits it. Default 0.
+    #[serde(default)]
+    pub long_prefill_token_threshold: u32,
+    /// Longest sequence (prompt + output) the instance serves; longer requests are dropped.
+    /// Default: unlimited.
+    #[serde(default)]
+    pub max_model_len: Option<u32>,
+    /// How steps are priced.
+    pub latency: LatencySpec,
+}
+
+fn one() -> u32 {
+    1
+}
+fn default_block_size() -> u32 {
+    16
+}
+fn default_max_num_seqs() -> u32 {
+    256
+}
+fn default_max_num_batched_tokens() -> u32 {
+    2048
+}
+
+/// Latency model of an instance group.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub enum LatencySpec {
+    /// BLIS alpha/beta: step = β0 + β1·prefill tokens + β2·decode tokens (µs);
+    /// queueing = α0 + α1·input tokens; α2 per output token.
+    Blackbox { alpha: Vec<f64>, beta: Vec<f64> },
+}
+
+/// Cluster-level policies, by catalog name (`servesim list policies`).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PolicySpec {
+    /// Admission policy. Default `always_admit`.
+    pub admission: String,
+    /// Routing policy. Default `round_robin`.
+    pub routing: String,
+    /// Autoscaling policy. Default `static`.
+    pub autoscale: String,
+    /// Delay between arrival and the admission decision (µs). Default 0.
+    pub admission_latency_us: u64,
+    /// Delay between the routing decision and reaching the instance (µs). Default 0.
+    pub routing_latency_us: u64,
+}
+
+impl Default for PolicySpec {
+    fn default() -> Self {
+        PolicySpec {
+            admission: "always_admit".into(),
+            routing: "round_robin".into(),
+            autoscale: "static".into(),
+            admission_latency_us: 0,
+            routing_latency_us: 0,
+        }
+    }
+}
+
+/// The traffic: one or more clients, and when to stop generating.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadSpec {
+    /// Stop after this many requests in total (all clients). Default: unlimited.
+    #[serde(default)]
+    pub num_requests: Option<u64>,
+    /// Stop generating arrivals after this simulated time (seconds). Default: unlimited.
+    #[serde(default)]
+    pub duration_s: Option<f64>,
+    pub clients: Vec<ClientSpec>,
+}
+
+/// One synthetic traffic source.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ClientSpec {
+    /// Label. Default: `client<i>`.
+    #[serde(default)]
+    pub name: String,
+    /// Mean arrival rate (requests per second).
+    pub rate_per_s: f64,
+    /// Arrival process. Default `Poisson`.
+    #[serde(default)]
+    pub arrival: ArrivalSpec,
+    /// Prompt tokens, in addition to any shared prefix.
+    pub input_tokens: LengthSpec,
+    /// Output tokens (each request generates exactly this many, at least 1).
+    pub output_tokens: LengthSpec,
+    /// Tokens of a system prompt shared by every request of the prefix group. Default 0.
+    #[serde(default)]
+    pub shared_prefix_tokens: u32,
+    /// Prefix group id; clients with the same group share the same prefix content.
+    /// Default: a group of its own.
+    #[serde(default)]
+    pub prefix_group: Option<u32>,
+}
+
+/// Inter-arrival process.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq)]
+pub enum ArrivalSpec {
+    /// Exponential inter-arrival times (µs, truncated, at least 1).
+    #[default]
+    Poisson,
+}
+
+/// A token-length distribution. Samples are whole tokens.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub enum LengthSpec {
+    /// Always this many tokens.
+    Constant(u32),
+    /// Uniform over [min, max], inclusive.
+    Uniform { min: u32, max: u32 },
+    /// Normal(mean, stdev), clamped to [min, max], then rounded (BLIS gaussian).
+    Normal {
+        mean: f64,
+        stdev: f64,
+        min: u32,
+        max: u32,
+    },
+}
+
+impl LengthSpec {
+    /// Analytical mean of the distribution ignoring clamping effects for Normal.
+    pub fn nominal_mean(&self) -> f64 {
+        match *self {
+            LengthSpec::Constant(n) => f64::from(n),
+            LengthSpec::Uniform { min, max } => (f64::from(min) + f64::from(max)) / 2.0,
+            LengthSpec::Normal { mean, .. } => mean,
+        }
+    }
+}
+
+/// Where results go.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct OutputSpec {
+    /// Output directory (created if missing; `--out` overrides). Default `out`.
+    pub dir: String,
+    /// Write `requests.csv`. Default true.
+    pub requests_csv: bool,
+    /// Write `summary.json`. Default true.
+    pub summary_json: bool,
+}
+
+impl Default for OutputSpec {
+    fn default() -> Self {
+        OutputSpec {
+            dir: "out".into(),
+            requests_csv: true,
+            summary_json: true,
+        }
+    }
+}
+
+/// A scenario that failed to load: every problem found, in source order.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub struct ScenarioError {
+    /// The file as named by the user (plus "after --set" if overrides were applied).
+    pub file: String,
+    pub problems: Vec<Problem>,
+}
+
+impl fmt::Display for ScenarioError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.problems.len();
+        writeln!(
+            f,
+            "{}: {n} problem{}",
+            self.file,
+            if n == 1 { "" } else { "s" }
+        )?;
+        for p in &self.problems {
+            write!(f, "  {}", self.file)?;
+            if let Some((line, col)) = p.location {
+                write!(f, ":{line}:{col}")?;
+            }
+            if p.path.is_empty() {
+                writeln!(f, ": {}", p.message)?;
+            } else {
+                writeln!(f, ": {}: {}", p.path, p.message)?;
+            }
+            if let Some(h) = &p.hint {
+                writeln!(f, "    hint: {h}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reads, overrides, parses and validates a scenario file.
+pub fn load(
+    path: &Path,
+    overrides: &[(String, String)],
+    catalog: &Catalog,
+) -> Result<Scenario, ScenarioError> {
+    let file = path.display().to_string();
+    let src = std::fs::read_to_string(path).map_err(|e| ScenarioError {
+        file: file.clone(),
+        problems: vec![
+            Problem::new("", format!("cannot read the file: {e}"))
+                .hint("check the path; scenarios are RON files such as scenarios/quickstart.ron"),
+        ],
+    })?;
+    let mut scenario = parse(&src, &file, overrides, catalog)?;
+    if scenario.name.is_empty() {
+        scenario.name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+    }
+    Ok(scenario)
+}
+
+/// Parses and validates scenario text (`file` names it in errors).
+pub fn parse(
+    src: &str,
+    file: &str,
+    overrides: &[(String, String)],
+    catalog: &Catalog,
+) -> Result<Scenario, ScenarioError> {
+    let mut text = src.to_string();
+    let mut file = file.to_string();
+    for (path, value) in overrides {
+        text = apply_override(&text, path, value).map_err(|e| ScenarioError {
+            file: file.clone(),
+            problems: vec![
+                Problem::new(path.as_str(), e)
+                    .hint("use a field path such as cluster.groups[0].count"),
+            ],
+        })?;
+    }
+    if !overrides.is_empty() {
+        file.push_str(" (after --set)");
+    }
+    let options =
+        ron::Options::default().with_default_extension(ron::extensions::Extensions::IMPLICIT_SOME);
+    let map = SourceMap::new(&text);
+    let scenario: Scenario = options.from_str(&text).map_err(|e| {
+        let offset = map.offset_of(&text, e.span.start.line, e.span.start.col);
+        let path = map.path_at(offset).unwrap_or("").to_string();
+        let (message, hint) = validate::explain_ron_error(&e.code);
+        ScenarioError {
+            file: file.clone(),
+            problems: vec![Problem {
+                location: Some((e.span.start.line, e.span.start.col)),
+                path,
+                message,
+                hint,
+            }],
+        }
+    })?;
+    let mut problems = validate::validate(&scenario, catalog);
+    if problems.is_empty() {
+        return Ok(scenario);
+    }
+    for p in &mut problems {
+        if let Some(v) = map.nearest(&p.path) {
+            p.location = Some(map.line_col(&text, v.key_start));
+        }
+    }
+    problems.sort_by_key(|p| p.location.unwrap_or((usize::MAX, 0)));
+    Err(ScenarioError { file, problems })
+}

@@ -1,0 +1,372 @@
+//! Whole-scenario validation: every problem with its field path, at once.
+
+use super::{LatencySpec, LengthSpec, Scenario};
+use crate::policy::Catalog;
+
+/// One thing wrong with a scenario.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// 1-based line and column in the scenario text, when known.
+    pub location: Option<(usize, usize)>,
+    /// Field path, e.g. `cluster.groups[0].kv_blocks`; empty for the whole file.
+    pub path: String,
+    /// What is wrong, including what was expected.
+    pub message: String,
+    /// How to fix it.
+    pub hint: Option<String>,
+}
+
+impl Problem {
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Problem {
+            location: None,
+            path: path.into(),
+            message: message.into(),
+            hint: None,
+        }
+    }
+
+    pub fn hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+}
+
+/// The closest candidate to `name` by edit distance, if reasonably close.
+pub fn did_you_mean<'a>(
+    name: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
+    candidates
+        .into_iter()
+        .map(|c| (edit_distance(name, c), c))
+        .filter(|(d, c)| *d <= 3.max(c.len() / 3))
+        .min()
+        .map(|(_, c)| c)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != *cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+/// Turns a RON/serde error into a message and a hint.
+pub(super) fn explain_ron_error(code: &ron::Error) -> (String, Option<String>) {
+    use ron::Error as E;
+    match code {
+        E::NoSuchStructField {
+            expected, found, ..
+        } => {
+            let hint = match did_you_mean(found, expected.iter().copied()) {
+                Some(s) => format!("did you mean `{s}`?"),
+                None => format!("expected one of: {}", expected.join(", ")),
+            };
+            (format!("unknown field `{found}`"), Some(hint))
+        }
+        E::NoSuchEnumVariant {
+            expected, found, ..
+        } => {
+            let hint = match did_you_mean(found, expected.iter().copied()) {
+                Some(s) => format!("did you mean `{s}`?"),
+                None => format!("expected one of: {}", expected.join(", ")),
+            };
+            (format!("unknown variant `{found}`"), Some(hint))
+        }
+        E::MissingStructField { field, outer } => (
+            format!(
+                "missing field `{field}`{}",
+                outer
+                    .as_ref()
+                    .map(|o| format!(" in {o}"))
+                    .unwrap_or_default()
+            ),
+            Some("add the field; README lists every field and its default".into()),
+        ),
+        other => (
+            other.to_string(),
+            Some("see README \"Scenario format\" for the expected syntax".into()),
+        ),
+    }
+}
+
+fn finite_positive(problems: &mut Vec<Problem>, path: &str, v: f64, hint: &str) {
+    if !v.is_finite() || v <= 0.0 {
+        problems
+            .push(Problem::new(path, format!("must be a finite number > 0, got {v}")).hint(hint));
+    }
+}
+
+fn name_in_catalog(
+    problems: &mut Vec<Problem>,
+    path: &str,
+    kind: &str,
+    name: &str,
+    names: &[&str],
+) {
+    if !names.contains(&name) {
+        let hint = match did_you_mean(name, names.iter().copied()) {
+            Some(s) => format!("did you mean \"{s}\"? (`servesim list policies` shows all)"),
+            None => format!("known {kind} policies: {}", names.join(", ")),
+        };
+        problems.push(Problem::new(path, format!("unknown {kind} policy \"{name}\"")).hint(hint));
+    }
+}
+
+fn check_length(problems: &mut Vec<Problem>, path: &str, spec: &LengthSpec, min_allowed: u32) {
+    match *spec {
+        LengthSpec::Constant(n) => {
+            if n < min_allowed {
+                problems.push(Problem::new(
+                    path,
+                    format!("must be ≥ {min_allowed} tokens, got {n}"),
+                ));
+            }
+        }
+        LengthSpec::Uniform { min, max } => {
+            if min > max {
+                problems.push(
+                    Problem::new(path, format!("min ({min}) is larger than max ({max})"))
+                        .hint("swap them"),
+                );
+            }
+            if min < min_allowed {
+                problems.push(Problem::new(
+                    format!("{path}.min"),
+                    format!("must be ≥ {min_allowed}, got {min}"),
+                ));
+            }
+        }
+        LengthSpec::Normal {
+            mean,
+            stdev,
+            min,
+            max,
+        } => {
+            if !mean.is_finite() {
+                problems.push(Problem::new(
+                    format!("{path}.mean"),
+                    format!("must be finite, got {mean}"),
+                ));
+            }
+            if !stdev.is_finite() || stdev < 0.0 {
+                problems.push(Problem::new(
+                    format!("{path}.stdev"),
+                    format!("must be a finite number ≥ 0, got {stdev}"),
+                ));
+            }
+            if min > max {
+                problems.push(
+                    Problem::new(path, format!("min ({min}) is larger than max ({max})"))
+                        .hint("swap them"),
+                );
+            }
+            if min < min_allowed {
+                problems.push(Problem::new(
+                    format!("{path}.min"),
+                    format!("must be ≥ {min_allowed}, got {min}"),
+                ));
+            }
+        }
+    }
+}
+
+/// Checks everything serde could not: ranges, finiteness, names, cross-field rules.
+pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
+    let mut p = Vec::new();
+    if let Some(h) = s.horizon_s {
+        finite_positive(
+            &mut p,
+            "horizon_s",
+            h,
+            "simulated seconds; omit it to run until all requests finish",
+        );
+    }
+    if s.cluster.groups.is_empty() {
+        p.push(
+            Problem::new("cluster.groups", "the cluster has no instance groups").hint(
+                "add at least one group, e.g. (count: 1, kv_blocks: 8192, latency: Blackbox(...))",
+            ),
+        );
+    }
+    for (i, g) in s.cluster.groups.iter().enumerate() {
+        let at = |f: &str| format!("cluster.groups[{i}].{f}");
+        if g.count == 0 {
+            p.push(
+                Problem::new(at("count"), "must be ≥ 1")
+                    .hint("remove the group instead of giving it 0 instances"),
+            );
+        }
+        if g.kv_blocks == 0 {
+            p.push(
+                Problem::new(at("kv_blocks"), "must be > 0")
+                    .hint("KV cache size per instance in blocks, e.g. 8192"),
+            );
+        }
+        if g.block_size == 0 {
+            p.push(
+                Problem::new(at("block_size"), "must be > 0").hint("vLLM's default is 16 tokens"),
+            );
+        }
+        if g.max_num_seqs == 0 {
+            p.push(Problem::new(at("max_num_seqs"), "must be > 0").hint("vLLM's default is 256"));
+        }
+        if g.max_num_batched_tokens == 0 {
+            p.push(
+                Problem::new(at("max_num_batched_tokens"), "must be > 0")
+                    .hint("vLLM's default is 2048"),
+            );
+        }
+        if g.max_model_len == Some(0) {
+            p.push(Problem::new(at("max_model_len"), "must be > 0").hint("omit it for no limit"));
+        }
+        match &g.latency {
+            LatencySpec::Blackbox { alpha, beta } => {
+                for (name, v) in [("alpha", alpha), ("beta", beta)] {
+                    if v.len() != 3 {
+                        p.push(
+                            Problem::new(
+                                at(&format!("latency.{name}")),
+                                format!("must have exactly 3 coefficients, got {}", v.len()),
+                            )
+                            .hint(if name == "alpha" {
+                                "[α0 µs, α1 µs per input token, α2 µs per output token]"
+                            } else {
+                                "[β0 µs per step, β1 µs per prefill token, β2 µs per decode token]"
+                            }),
+                        );
+                    }
+                }
+                for (k, v) in alpha.iter().enumerate() {
+                    if !v.is_finite() || *v < 0.0 {
+                        p.push(Problem::new(
+                            at(&format!("latency.alpha[{k}]")),
+                            format!("must be a finite number ≥ 0 (µs), got {v}"),
+                        ));
+                    }
+                }
+                for (k, v) in beta.iter().enumerate() {
+                    if !v.is_finite() || *v < 0.0 {
+                        p.push(Problem::new(
+                            at(&format!("latency.beta[{k}]")),
+                            format!("must be a finite number ≥ 0 (µs), got {v}"),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    let names = |list: Vec<&'static str>| list;
+    name_in_catalog(
+        &mut p,
+        "policies.admission",
+        "admission",
+        &s.policies.admission,
+        &names(catalog.admission_names()),
+    );
+    name_in_catalog(
+        &mut p,
+        "policies.routing",
+        "routing",
+        &s.policies.routing,
+        &names(catalog.routing_names()),
+    );
+    name_in_catalog(
+        &mut p,
+        "policies.autoscale",
+        "autoscale",
+        &s.policies.autoscale,
+        &names(catalog.autoscale_names()),
+    );
+
+    let w = &s.workload;
+    if w.clients.is_empty() {
+        p.push(Problem::new("workload.clients", "the workload has no clients").hint(
+            "add one, e.g. (rate_per_s: 10.0, input_tokens: Constant(512), output_tokens: Constant(128))",
+        ));
+    }
+    if w.num_requests == Some(0) {
+        p.push(
+            Problem::new("workload.num_requests", "must be ≥ 1")
+                .hint("omit it to stop on duration_s or horizon_s"),
+        );
+    }
+    if let Some(d) = w.duration_s {
+        finite_positive(
+            &mut p,
+            "workload.duration_s",
+            d,
+            "simulated seconds of arrivals",
+        );
+    }
+    if w.num_requests.is_none() && w.duration_s.is_none() && s.horizon_s.is_none() {
+        p.push(
+            Problem::new(
+                "workload",
+                "the workload never stops: no num_requests, duration_s or horizon_s",
+            )
+            .hint("set workload.num_requests, workload.duration_s or horizon_s"),
+        );
+    }
+    for (i, c) in w.clients.iter().enumerate() {
+        let at = |f: &str| format!("workload.clients[{i}].{f}");
+        finite_positive(
+            &mut p,
+            &at("rate_per_s"),
+            c.rate_per_s,
+            "mean requests per second",
+        );
+        check_length(&mut p, &at("input_tokens"), &c.input_tokens, 0);
+        check_length(&mut p, &at("output_tokens"), &c.output_tokens, 1);
+        if c.shared_prefix_tokens == 0 && matches!(c.input_tokens, LengthSpec::Constant(0)) {
+            p.push(
+                Problem::new(at("input_tokens"), "every prompt would be empty")
+                    .hint("give at least 1 input token or a shared prefix"),
+            );
+        }
+        // Every group must be able to hold at least the smallest request this client sends.
+        let min_input = c.shared_prefix_tokens.saturating_add(match c.input_tokens {
+            LengthSpec::Constant(n) => n,
+            LengthSpec::Uniform { min, .. } | LengthSpec::Normal { min, .. } => min,
+        });
+        for (gi, g) in s.cluster.groups.iter().enumerate() {
+            if let Some(m) = g.max_model_len
+                && min_input >= m
+                && m > 0
+            {
+                p.push(
+                    Problem::new(
+                        at("input_tokens"),
+                        format!(
+                            "the shortest prompt ({min_input} tokens) does not fit max_model_len {m} of cluster.groups[{gi}]"
+                        ),
+                    )
+                    .hint("shorten the prompts or raise max_model_len"),
+                );
+            }
+        }
+    }
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn did_you_mean_finds_near_misses_only() {
+        let names = ["round_robin", "least_loaded"];
+        assert_eq!(did_you_mean("round_robbin", names), Some("round_robin"));
+        assert_eq!(did_you_mean("leastloaded", names), Some("least_loaded"));
+        assert_eq!(did_you_mean("zzzzzzzzzzzzzzzz", names), None);
+    }
+}

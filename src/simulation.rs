@@ -1,0 +1,453 @@
+//! Building a simulation from a scenario, running it, and collecting its results.
+
+use std::path::PathBuf;
+
+use bevy_app::{App, Plugin};
+use bevy_ecs::prelude::*;
+use bevy_ecs::schedule::Schedules;
+
+use crate::autoscale::evaluate_scaling;
+use crate::cluster::{ClusterDelays, Rejections, admit_requests, route_requests};
+use crate::engine::{
+    self, ClusterView, Event, EventQueue, Injected, SimClock, SimStep, SimSystems,
+};
+use crate::instance::{self, Instance, InstanceBundle, InstanceIndex, Limits, Scheduler};
+use crate::invariants::{CheckInvariants, check_invariants};
+use crate::kv::KvCache;
+use crate::latency::{Blackbox, Latency};
+use crate::metrics::{
+    self, Aggregates, InstanceSummary, KvSummary, RequestCounts, RequestLog, Summary, Throughput,
+};
+use crate::output::{self, PendingFile};
+use crate::policy::{ActiveAdmission, ActiveRouting, ActiveScaling, Catalog, PolicyArgs};
+use crate::request::{FinalState, FinishedRequest, Lifecycle, RequestSpec};
+use crate::scenario::{LatencySpec, Scenario};
+use crate::time::{SimDuration, SimTime};
+use crate::workload::{Workload, spawn_arrivals};
+
+/// Arrival, admission, routing and autoscaling stages.
+pub struct ClusterPlugin;
+
+impl Plugin for ClusterPlugin {
+    fn build(&self, app: &mut App) {
+        app.init_resource::<ClusterDelays>()
+            .init_resource::<Rejections>()
+            .add_systems(
+                SimStep,
+                (
+                    spawn_arrivals.in_set(SimSystems::Arrive),
+                    admit_requests.in_set(SimSystems::Admit),
+                    route_requests.in_set(SimSystems::Route),
+                    evaluate_scaling.in_set(SimSystems::Autoscale),
+                ),
+            );
+    }
+}
+
+/// Per-request rows, aggregates and invariant checks.
+pub struct RecordPlugin;
+
+impl Plugin for RecordPlugin {
+    fn build(&self, app: &mut App) {
+        app.init_resource::<Aggregates>()
+            .init_resource::<RequestLog>()
+            .init_resource::<CheckInvariants>()
+            .add_systems(
+                SimStep,
+                (
+                    metrics::record_finished.in_set(SimSystems::Record),
+                    check_invariants
+                        .in_set(SimSystems::Check)
+                        .run_if(|c: Res<CheckInvariants>| c.0),
+                ),
+            );
+    }
+}
+
+/// An [`App`] with every built-in plugin: read its [`Catalog`] to validate scenarios, add
+/// your own plugins and policies, then hand it to [`Simulation::from_app`].
+pub fn default_app() -> App {
+    let mut app = App::empty();
+    app.add_plugins(crate::SimPlugins);
+    app
+}
+
+/// How to run.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// Check every invariant after every tick (panics on a violation: a simulator bug).
+    pub check_invariants: bool,
+    /// Output directory; `None` writes no files.
+    pub out_dir: Option<PathBuf>,
+}
+
+/// A run that could not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("cannot write {path}: {message}")]
+    Output { path: PathBuf, message: String },
+    #[error("unknown {family} policy `{name}` (validate the scenario first)")]
+    UnknownPolicy { family: &'static str, name: String },
+}
+
+/// A ready-to-run simulation: the ECS world and the tick schedule.
+pub struct Simulation {
+    world: World,
+    schedule: Schedule,
+    scenario_name: String,
+    seed: u64,
+    group_names: Vec<String>,
+    out_dir: Option<PathBuf>,
+    csv_file: Option<PendingFile>,
+    write_summary: bool,
+}
+
+impl Simulation {
+    /// Builds a simulation of `scenario` with the built-in plugins.
+    pub fn new(scenario: &Scenario, options: RunOptions) -> Result<Self, SimError> {
+        Self::from_app(default_app(), scenario, options)
+    }
+
+    /// Builds a simulation of `scenario` from an app (built-ins plus your plugins).
+    pub fn from_app(
+        mut app: App,
+        scenario: &Scenario,
+        options: RunOptions,
+    ) -> Result<Self, SimError> {
+        let args = PolicyArgs {
+            seed: scenario.seed,
+        };
+        let world = app.world_mut();
+        let catalog = world.resource::<Catalog>();
+        let p = &scenario.policies;
+        let admission =
+            catalog
+                .find_admission(&p.admission)
+                .ok_or_else(|| SimError::UnknownPolicy {
+                    family: "admission",
+                    name: p.admission.clone(),
+                })?;
+        let routing = catalog
+            .find_routing(&p.routing)
+            .ok_or_else(|| SimError::UnknownPolicy {
+                family: "routing",
+                name: p.routing.clone(),
+            })?;
+        let scaling =
+            catalog
+                .find_autoscale(&p.autoscale)
+                .ok_or_else(|| SimError::UnknownPolicy {
+                    family: "autoscale",
+                    name: p.autoscale.clone(),
+                })?;
+        let (admission, routing, scaling) = (
+            (admission.build)(&args),
+            (routing.build)(&args),
+            (scaling.build)(&args),
+        );
+        let first_scale_tick = scaling.interval().map(|_| SimTime::ZERO);
+        world.insert_resource(ActiveAdmission(admission));
+        world.insert_resource(ActiveRouting(routing));
+        world.insert_resource(ActiveScaling(scaling));
+        world.insert_resource(ClusterDelays {
+            admission: SimDuration(p.admission_latency_us),
+            routing: SimDuration(p.routing_latency_us),
+        });
+        world.insert_resource(CheckInvariants(options.check_invariants));
+        world.insert_resource(SimClock {
+            now: SimTime::ZERO,
+            ticks: 0,
+            horizon: scenario.horizon_s.map_or(SimTime::MAX, |h| {
+                SimTime::ZERO + SimDuration::from_secs_f64(h)
+            }),
+        });
+
+        let mut index = Vec::new();
+        let mut view = Vec::new();
+        let mut group_names = Vec::new();
+        for (g, group) in scenario.cluster.groups.iter().enumerate() {
+            let name = if group.name.is_empty() {
+                format!("group{g}")
+            } else {
+                group.name.clone()
+            };
+            for _ in 0..group.count {
+                let i = index.len() as u32;
+                let kv = KvCache::new(group.kv_blocks, group.block_size);
+                view.push(instance::snapshot(i, &Scheduler::default(), &kv, 0));
+                let latency = match group.latency {
+                    LatencySpec::Blackbox {
+                        ref alpha,
+                        ref beta,
+                    } => Latency(Box::new(Blackbox {
+                        alpha: [alpha[0], alpha[1], alpha[2]],
+                        beta: [beta[0], beta[1], beta[2]],
+                    })),
+                };
+                let e = world
+                    .spawn(InstanceBundle {
+                        instance: Instance {
+                            index: i,
+                            group: g as u32,
+                        },
+                        limits: Limits {
+                            max_num_seqs: group.max_num_seqs,
+                            max_num_batched_tokens: group.max_num_batched_tokens,
+                            long_prefill_token_threshold: group.long_prefill_token_threshold,
+                            max_model_len: group.max_model_len,
+                        },
+                        scheduler: Scheduler::default(),
+                        kv,
+                        latency,
+                    })
+                    .id();
+                index.push(e);
+                group_names.push(name.clone());
+            }
+        }
+        world.insert_resource(InstanceIndex(index));
+        world.insert_resource(ClusterView { instances: view });
+
+        let mut workload = Workload::new(scenario);
+        {
+            let mut queue = world.resource_mut::<EventQueue>();
+            workload.prime(&mut queue);
+            if let Some(t) = first_scale_tick {
+                queue.push(t, Event::AutoscaleTick);
+            }
+        }
+        world.insert_resource(workload);
+
+        let mut csv_file = None;
+        if let Some(dir) = &options.out_dir
+            && scenario.outputs.requests_csv
+        {
+            let (pending, writer) =
+                PendingFile::create(dir, "requests.csv").map_err(|e| SimError::Output {
+                    path: dir.join("requests.csv"),
+                    message: e.to_string(),
+                })?;
+            let mut writer = csv::Writer::from_writer(writer);
+            writer
+                .write_record(metrics::CSV_COLUMNS)
+                .map_err(|e| SimError::Output {
+                    path: pending.temp_path.clone(),
+                    message: e.to_string(),
+                })?;
+            world.insert_resource(RequestLog {
+                writer: Some(writer),
+                error: None,
+            });
+            csv_file = Some(pending);
+        }
+
+        app.finish();
+        app.cleanup();
+        let mut schedule = app
+            .world_mut()
+            .resource_mut::<Schedules>()
+            .remove(SimStep)
+            .expect("EnginePlugin creates the SimStep schedule");
+        schedule
+            .initialize(app.world_mut())
+            .expect("the SimStep schedule builds");
+        let world = std::mem::take(app.world_mut());
+        Ok(Simulation {
+            world,
+            schedule,
+            scenario_name: scenario.name.clone(),
+            seed: scenario.seed,
+            group_names,
+            out_dir: options.out_dir,
+            csv_file,
+            write_summary: scenario.outputs.summary_json,
+        })
+    }
+
+    /// Runs one tick; false when no event is left within the horizon.
+    pub fn tick(&mut self) -> bool {
+        engine::tick(&mut self.world, &mut self.schedule)
+    }
+
+    /// The ECS world (for inspection in tests and tools).
+    pub fn world(&self) -> &World {
+        &self.world
+    }
+
+    /// Mutable world access (for custom set-up before running).
+    pub fn world_mut(&mut self) -> &mut World {
+        &mut self.world
+    }
+
+    /// Runs to the end (no events left, or the horizon reached) and finishes.
+    pub fn run(mut self) -> Result<Summary, SimError> {
+        while self.tick() {}
+        self.finish()
+    }
+
+    /// Records every request still in the system, computes the summary and commits the
+    /// output files.
+    pub fn finish(mut self) -> Result<Summary, SimError> {
+        let result = self.finish_inner();
+        if result.is_err()
+            && let Some(p) = &self.csv_file
+        {
+            p.discard();
+        }
+        result
+    }
+
+    fn finish_inner(&mut self) -> Result<Summary, SimError> {
+        let world = &mut self.world;
+        let check = world.resource::<CheckInvariants>().0;
+        let now = world.resource::<SimClock>().now;
+
+        // Requests still in the system, instance by instance, then those in transit by id.
+        let index = world.resource::<InstanceIndex>().0.clone();
+        let mut left: Vec<FinishedRequest> = Vec::new();
+        let mut counts = RequestCounts::default();
+        let mut instances = Vec::new();
+        let mut hit = 0;
+        let mut miss = 0;
+        let duration = SimDuration(now.as_us());
+        for (i, &e) in index.iter().enumerate() {
+            let sched = world.get::<Scheduler>(e).expect("instance has a scheduler");
+            let kv = world.get::<KvCache>(e).expect("instance has a KV cache");
+            if check && let Err(msg) = kv.audit() {
+                panic!("INV-4 at end: instance {i}: {msg}");
+            }
+            for seq in &sched.waiting {
+                counts.queued += 1;
+                left.push(seq.finish(FinalState::Queued, i as u32, None, None));
+            }
+            for seq in &sched.running {
+                counts.running += 1;
+                left.push(seq.finish(FinalState::Running, i as u32, None, None));
+            }
+            for f in &sched.leaving {
+                counts.running += 1;
+                let mut f = f.clone();
+                f.state = FinalState::Running;
+                f.completed = None;
+                f.e2e = None;
+                left.push(f);
+            }
+            hit += kv.hit_blocks;
+            miss += kv.miss_blocks;
+            let c = sched.counters;
+            instances.push(InstanceSummary {
+                index: i as u32,
+                group: self.group_names[i].clone(),
+                completed: c.completed,
+                dropped: c.dropped,
+                preemptions: c.preemptions,
+                steps: c.steps,
+                busy_fraction: if duration.as_us() == 0 {
+                    0.0
+                } else {
+                    c.busy.as_us().min(duration.as_us()) as f64 / duration.as_us() as f64
+                },
+                prefill_tokens: c.prefill_tokens,
+                decode_tokens: c.decode_tokens,
+                kv_total_blocks: kv.total_blocks(),
+                kv_hit_rate: kv.hit_rate(),
+            });
+        }
+        let mut transit: Vec<FinishedRequest> = world
+            .query::<(Entity, &RequestSpec, &Lifecycle)>()
+            .iter(world)
+            .filter(|(_, _, l)| l.enqueued.is_none())
+            .map(|(e, s, l)| FinishedRequest::unserved(e, *s, *l, FinalState::InTransit, None))
+            .collect();
+        transit.sort_by_key(|f| f.spec.id);
+        counts.in_transit = transit.len() as u64;
+        left.extend(transit);
+
+        world.resource_scope(|world, mut log: Mut<RequestLog>| {
+            let mut agg = world.resource_mut::<Aggregates>();
+            for f in &left {
+                metrics::record_one(f, &mut agg, &mut log);
+            }
+        });
+
+        let agg = world.resource::<Aggregates>().clone();
+        counts.injected = world.resource::<Injected>().0;
+        counts.completed = agg.completed;
+        counts.rejected = agg.rejected;
+        counts.dropped = agg.dropped;
+        let secs = duration.as_secs_f64();
+        let per_s = |x: u64| if secs > 0.0 { x as f64 / secs } else { 0.0 };
+        let mut agg_mut = agg;
+        let itl = world.resource::<instance::step::TokenLatencies>().0.clone();
+        let summary = Summary {
+            scenario: self.scenario_name.clone(),
+            seed: self.seed,
+            requests: counts,
+            sim_duration_s: secs,
+            ticks: world.resource::<SimClock>().ticks,
+            throughput: Throughput {
+                requests_per_s: per_s(agg_mut.completed),
+                input_tokens_per_s: per_s(agg_mut.input_tokens),
+                output_tokens_per_s: per_s(agg_mut.output_tokens),
+            },
+            ttft_ms: metrics::percentile::summarize_us(&mut agg_mut.ttft_us),
+            itl_ms: metrics::percentile::summarize_histogram_us(itl),
+            e2e_ms: metrics::percentile::summarize_us(&mut agg_mut.e2e_us),
+            scheduling_delay_ms: metrics::percentile::summarize_us(
+                &mut agg_mut.scheduling_delay_us,
+            ),
+            preemptions: agg_mut.preemptions,
+            rejections: world
+                .resource::<Rejections>()
+                .0
+                .iter()
+                .map(|(k, v)| (k.to_string(), *v))
+                .collect(),
+            kv: KvSummary {
+                hit_rate: if hit + miss == 0 {
+                    0.0
+                } else {
+                    hit as f64 / (hit + miss) as f64
+                },
+                hit_blocks: hit,
+                miss_blocks: miss,
+            },
+            instances,
+        };
+
+        // Commit the CSV, then the summary.
+        let mut log = world.resource_mut::<RequestLog>();
+        if let Some(err) = log.error.take() {
+            return Err(SimError::Output {
+                path: self
+                    .csv_file
+                    .as_ref()
+                    .map(|p| p.temp_path.clone())
+                    .unwrap_or_default(),
+                message: err,
+            });
+        }
+        if let (Some(writer), Some(pending)) = (log.writer.take(), &self.csv_file) {
+            let io_err = |e: String| SimError::Output {
+                path: pending.final_path.clone(),
+                message: e,
+            };
+            let buf = writer.into_inner().map_err(|e| io_err(e.to_string()))?;
+            let file = buf.into_inner().map_err(|e| io_err(e.to_string()))?;
+            file.sync_all().map_err(|e| io_err(e.to_string()))?;
+            pending.commit().map_err(|e| io_err(e.to_string()))?;
+        }
+        if self.write_summary
+            && let Some(dir) = &self.out_dir
+        {
+            let json = serde_json::to_string_pretty(&summary).expect("summary serialises") + "\n";
+            output::write_atomic(dir, "summary.json", json.as_bytes()).map_err(|e| {
+                SimError::Output {
+                    path: dir.join("summary.json"),
+                    message: e.to_string(),
+                }
+            })?;
+        }
+        Ok(summary)
+    }
+}
