@@ -13,8 +13,14 @@
 //! one entity per block: every block operation is then a `Vec` index (~10 ns) instead of a
 //! random `Query::get_mut` (20–100 ns), and no system ever iterates blocks on their own.
 //! Every operation is O(1) per block touched. Invariant INV-4: `allocated + free = total`.
+//!
+//! The prefix index is cleaned lazily: an entry `hash → block` is valid only while the block
+//! still carries that hash. Reusing a block just clears its hash (no index probe, which
+//! was a cache miss per fresh block); stale entries are overwritten on registration and
+//! swept when the index grows past twice the block count (amortised O(1)).
 
 use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::hash::{BuildHasherDefault, Hasher};
 
 use bevy_ecs::prelude::*;
@@ -177,15 +183,30 @@ impl KvCache {
         tokens.div_ceil(self.block_size)
     }
 
+    /// The block holding content `hash`, if the index entry for it is still valid.
+    fn lookup(&self, hash: u64) -> Option<u32> {
+        self.index
+            .get(&hash)
+            .copied()
+            .filter(|&b| self.blocks[b as usize].hash == hash)
+    }
+
     /// Number of leading full prompt blocks present in the cache (free or in use), capped so
-    /// that at least one prompt token is left to compute (vLLM recomputes the last token of
-    /// a fully cached prompt).
-    pub fn cached_prefix_blocks(&self, content: &PromptContent, input_tokens: u32) -> u32 {
-        let cap = input_tokens.saturating_sub(1) / self.block_size;
+    /// that at least one of the `known_tokens` the request must have in KV is left to
+    /// compute (vLLM recomputes the last token of a fully cached sequence). `known_tokens`
+    /// is the prompt length for a new request, prompt + emitted tokens after a preemption.
+    pub fn cached_prefix_blocks(
+        &self,
+        content: &PromptContent,
+        input_tokens: u32,
+        known_tokens: u32,
+    ) -> u32 {
+        let cap =
+            (input_tokens / self.block_size).min(known_tokens.saturating_sub(1) / self.block_size);
         let mut h = 0;
         for k in 0..cap {
             h = chain_hash(h, block_content(content, k, self.block_size), u64::from(k));
-            if !self.index.contains_key(&h) {
+            if self.lookup(h).is_none() {
                 return k;
             }
         }
@@ -213,7 +234,7 @@ impl KvCache {
         let mut cached_free = 0;
         for k in 0..cached_blocks {
             h = chain_hash(h, block_content(content, k, self.block_size), u64::from(k));
-            let Some(&b) = self.index.get(&h) else {
+            let Some(b) = self.lookup(h) else {
                 return false;
             };
             if self.blocks[b as usize].ref_count == 0 {
@@ -276,12 +297,25 @@ impl KvCache {
                 u64::from(k),
             );
             let b = seq.blocks[k as usize];
-            if let std::collections::hash_map::Entry::Vacant(e) = self.index.entry(h) {
-                e.insert(b);
-                self.blocks[b as usize].hash = h;
+            let blocks = &mut self.blocks;
+            match self.index.entry(h) {
+                Entry::Vacant(e) => {
+                    e.insert(b);
+                    blocks[b as usize].hash = h;
+                }
+                Entry::Occupied(mut e) => {
+                    if blocks[*e.get() as usize].hash != h {
+                        e.insert(b);
+                        blocks[b as usize].hash = h;
+                    }
+                }
             }
             seq.last_hash = h;
             seq.hashed += 1;
+        }
+        if self.index.len() > 2 * self.blocks.len() + 64 {
+            let blocks = &self.blocks;
+            self.index.retain(|h, b| blocks[*b as usize].hash == *h);
         }
     }
 
@@ -344,12 +378,19 @@ impl KvCache {
                 return Err(format!("block {i} has refcount 0 but is not free"));
             }
         }
-        for (h, b) in &self.index {
-            if self.blocks[*b as usize].hash != *h {
+        for (i, b) in self.blocks.iter().enumerate() {
+            if b.hash != 0 && self.index.get(&b.hash) != Some(&(i as u32)) {
                 return Err(format!(
-                    "index maps a hash to block {b}, which holds another"
+                    "block {i} carries a hash the index does not map to it"
                 ));
             }
+        }
+        if self.index.len() > 2 * self.blocks.len() + 64 {
+            return Err(format!(
+                "prefix index holds {} entries for {} blocks",
+                self.index.len(),
+                self.blocks.len()
+            ));
         }
         if !self.conserves_blocks() {
             return Err(format!(
@@ -374,13 +415,9 @@ impl KvCache {
         debug_assert!(b != NONE, "take_fresh on an empty free list");
         self.unlink(b);
         let block = &mut self.blocks[b as usize];
-        if block.hash != 0 {
-            let h = std::mem::take(&mut block.hash);
-            if self.index.get(&h) == Some(&b) {
-                self.index.remove(&h);
-            }
-        }
-        self.blocks[b as usize].ref_count = 1;
+        // Invalidates its index entry, if any (see the module docs).
+        block.hash = 0;
+        block.ref_count = 1;
         b
     }
 
@@ -472,17 +509,17 @@ mod tests {
         let first = content(9, 64, 1);
         let second = content(9, 64, 2);
         let mut a = SeqBlocks::default();
-        assert_eq!(kv.cached_prefix_blocks(&first, 100), 0);
+        assert_eq!(kv.cached_prefix_blocks(&first, 100, 100), 0);
         assert!(kv.admit(&mut a, &first, 100, 0, 100));
         // Prefill computed only 40 tokens so far: 2 full blocks, both inside the prefix.
         kv.register_full_blocks(&mut a, &first, 100, 40);
-        assert_eq!(kv.cached_prefix_blocks(&second, 100), 2);
+        assert_eq!(kv.cached_prefix_blocks(&second, 100, 100), 2);
         kv.register_full_blocks(&mut a, &first, 100, 100);
         // Blocks 0..4 are prefix (64 tokens), blocks 4 and 5 hold the first request's own
         // tokens, so the second request hits exactly the 4 prefix blocks.
-        assert_eq!(kv.cached_prefix_blocks(&second, 100), 4);
+        assert_eq!(kv.cached_prefix_blocks(&second, 100, 100), 4);
         assert_eq!(
-            kv.cached_prefix_blocks(&first, 100),
+            kv.cached_prefix_blocks(&first, 100, 100),
             6,
             "its own 6 full blocks"
         );
@@ -502,8 +539,8 @@ mod tests {
         let mut a = SeqBlocks::default();
         assert!(kv.admit(&mut a, &c, 64, 0, 64));
         kv.register_full_blocks(&mut a, &c, 64, 64);
-        assert_eq!(kv.cached_prefix_blocks(&c, 64), 3, "(64 - 1) / 16");
-        assert_eq!(kv.cached_prefix_blocks(&c, 65), 4);
+        assert_eq!(kv.cached_prefix_blocks(&c, 64, 64), 3, "(64 - 1) / 16");
+        assert_eq!(kv.cached_prefix_blocks(&c, 65, 65), 4);
     }
 
     #[test]
@@ -514,17 +551,17 @@ mod tests {
         assert!(kv.admit(&mut a, &c1, 33, 0, 33));
         kv.register_full_blocks(&mut a, &c1, 33, 33);
         kv.release(&mut a);
-        assert_eq!(kv.cached_prefix_blocks(&c1, 33), 2, "hit after release");
+        assert_eq!(kv.cached_prefix_blocks(&c1, 33, 33), 2, "hit after release");
         // Free list order now: [3 (never used), 2, 1, 0] — released in reverse. A 1-block
         // request takes block 3, then the next takes block 2 (unhashed partial block), then
         // block 1 (the second prompt block) loses its hash.
         let mut b = SeqBlocks::default();
         assert!(kv.admit(&mut b, &content(0, 0, 2), 16, 0, 16));
-        assert_eq!(kv.cached_prefix_blocks(&c1, 33), 2);
+        assert_eq!(kv.cached_prefix_blocks(&c1, 33, 33), 2);
         let mut c = SeqBlocks::default();
         assert!(kv.admit(&mut c, &content(0, 0, 3), 32, 0, 32));
         assert_eq!(
-            kv.cached_prefix_blocks(&c1, 33),
+            kv.cached_prefix_blocks(&c1, 33, 33),
             1,
             "the later prefix block went first"
         );
@@ -542,9 +579,26 @@ mod tests {
         // The second request hits 2 blocks (both free) and needs 1 fresh: 3 of 3 free.
         let c2 = content(5, 32, 2);
         let mut b = SeqBlocks::default();
-        assert_eq!(kv.cached_prefix_blocks(&c2, 40), 2);
+        assert_eq!(kv.cached_prefix_blocks(&c2, 40, 40), 2);
         assert!(kv.admit(&mut b, &c2, 40, 2, 40));
         assert_eq!(kv.free_blocks(), 0);
         kv.audit().unwrap();
+    }
+
+    #[test]
+    fn the_prefix_index_stays_bounded_under_churn() {
+        let mut kv = KvCache::new(8, 16);
+        for id in 0..10_000 {
+            let c = content(0, 0, id);
+            let mut s = SeqBlocks::default();
+            assert!(kv.admit(&mut s, &c, 64, 0, 64));
+            kv.register_full_blocks(&mut s, &c, 64, 64);
+            kv.release(&mut s);
+        }
+        assert!(kv.index.len() <= 2 * 8 + 64);
+        kv.audit().unwrap();
+        // The newest request's blocks are still found.
+        assert_eq!(kv.cached_prefix_blocks(&content(0, 0, 9_999), 65, 65), 4);
+        assert_eq!(kv.cached_prefix_blocks(&content(0, 0, 0), 65, 65), 0);
     }
 }

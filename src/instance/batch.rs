@@ -110,9 +110,8 @@ pub fn form_batch(sched: &mut Scheduler, kv: &mut KvCache, limits: &Limits, now:
             break;
         };
         let known = head.known_tokens();
-        let cached_blocks = kv
-            .cached_prefix_blocks(&head.spec.content, head.spec.input_tokens)
-            .min((known - 1) / block_size);
+        let cached_blocks =
+            kv.cached_prefix_blocks(&head.spec.content, head.spec.input_tokens, known);
         let start = cached_blocks * block_size;
         let mut tokens = known - start;
         if limits.long_prefill_token_threshold > 0 {

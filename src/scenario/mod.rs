@@ -313,13 +313,16 @@ pub fn parse(
         ron::Options::default().with_default_extension(ron::extensions::Extensions::IMPLICIT_SOME);
     let map = SourceMap::new(&text);
     let scenario: Scenario = options.from_str(&text).map_err(|e| {
-        let offset = map.offset_of(&text, e.span.start.line, e.span.start.col);
+        // RON may point at the whitespace before the offending token; point at the token.
+        let mut offset = map.offset_of(&text, e.span.start.line, e.span.start.col);
+        offset += text[offset..].len() - text[offset..].trim_start().len();
+        let (line, col) = map.line_col(&text, offset);
         let path = map.path_at(offset).unwrap_or("").to_string();
         let (message, hint) = validate::explain_ron_error(&e.code);
         ScenarioError {
             file: file.clone(),
             problems: vec![Problem {
-                location: Some((e.span.start.line, e.span.start.col)),
+                location: Some((line, col)),
                 path,
                 message,
                 hint,

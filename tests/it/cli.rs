@@ -1,0 +1,199 @@
+//! The `servesim` binary: exit codes, error messages, byte-identical outputs.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn servesim(args: &[&str], cwd: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_servesim"))
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .expect("the binary runs")
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `// expect: PATH @ LINE:COL : TEXT [| TEXT]` lines at the top of a fixture.
+fn expectations(src: &str) -> Vec<(String, String, Vec<String>)> {
+    src.lines()
+        .map_while(|l| l.strip_prefix("// expect: "))
+        .map(|l| {
+            let (path, rest) = l.split_once(" @ ").expect("PATH @ LINE:COL : TEXT");
+            let (at, texts) = rest.split_once(" : ").expect("LINE:COL : TEXT");
+            (
+                path.to_string(),
+                at.to_string(),
+                texts.split(" | ").map(str::to_string).collect(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn every_bad_fixture_fails_with_exit_code_2_naming_file_field_and_position() {
+    let dir = root().join("tests/fixtures/bad");
+    let mut fixtures: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    fixtures.sort();
+    assert!(fixtures.len() >= 10);
+    for path in fixtures {
+        let rel = format!(
+            "tests/fixtures/bad/{}",
+            path.file_name().unwrap().to_string_lossy()
+        );
+        let src = std::fs::read_to_string(&path).unwrap();
+        let expect = expectations(&src);
+        assert!(!expect.is_empty(), "{rel} has no `// expect:` line");
+        let out_dir = tempfile::tempdir().unwrap();
+        for args in [
+            vec!["validate", rel.as_str()],
+            vec![
+                "run",
+                rel.as_str(),
+                "--out",
+                out_dir.path().to_str().unwrap(),
+            ],
+        ] {
+            let out = servesim(&args, &root());
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{rel}: {stderr}");
+            assert!(out.stdout.is_empty(), "{rel}: nothing on stdout");
+            let n = expect.len();
+            let header = format!("error: {rel}: {n} problem{}", if n == 1 { "" } else { "s" });
+            assert!(
+                stderr.starts_with(&header),
+                "{rel}: expected `{header}`, got:\n{stderr}"
+            );
+            for (field, at, texts) in &expect {
+                let line = format!("{rel}:{at}: {field}: ");
+                let found = stderr
+                    .lines()
+                    .position(|l| l.trim_start().starts_with(&line));
+                let Some(i) = found else {
+                    panic!("{rel}: no line starting `{line}` in:\n{stderr}");
+                };
+                let rest: String = stderr
+                    .lines()
+                    .skip(i)
+                    .take(2)
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                for t in texts {
+                    assert!(rest.contains(t.as_str()), "{rel}: `{t}` not in:\n{rest}");
+                }
+            }
+            assert_eq!(
+                std::fs::read_dir(out_dir.path()).unwrap().count(),
+                0,
+                "{rel}: nothing written"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_missing_file_and_a_bad_override_are_input_errors() {
+    let out = servesim(&["validate", "no/such.ron"], &root());
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no/such.ron: 1 problem"));
+    let out = servesim(
+        &["run", "scenarios/quickstart.ron", "--set", "seed"],
+        &root(),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("expected PATH=VALUE"));
+    let out = servesim(
+        &[
+            "validate",
+            "scenarios/quickstart.ron",
+            "--set",
+            "cluster.groups[0].kv_blocks=0",
+        ],
+        &root(),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("(after --set)") && err.contains("cluster.groups[0].kv_blocks: must be > 0"),
+        "{err}"
+    );
+}
+
+fn run_to(dir: &Path, extra: &[&str]) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+    let mut args = vec![
+        "run",
+        "scenarios/quickstart.ron",
+        "--out",
+        dir.to_str().unwrap(),
+        "--set",
+        "workload.num_requests=400",
+    ];
+    args.extend_from_slice(extra);
+    let out = servesim(&args, &root());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (
+        out.stdout,
+        std::fs::read(dir.join("requests.csv")).unwrap(),
+        std::fs::read(dir.join("summary.json")).unwrap(),
+    )
+}
+
+#[test]
+fn two_runs_are_byte_identical_and_another_seed_differs() {
+    let (a, b, c) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let first = run_to(a.path(), &[]);
+    let second = run_to(b.path(), &[]);
+    assert_eq!(
+        first, second,
+        "stdout, requests.csv and summary.json are byte-identical"
+    );
+    let other = run_to(c.path(), &["--seed", "43"]);
+    assert_ne!(first.0, other.0);
+    assert_ne!(first.1, other.1);
+    assert_ne!(first.2, other.2);
+    // Only the two result files, no temporaries left behind.
+    let mut names: Vec<String> = std::fs::read_dir(a.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["requests.csv", "summary.json"]);
+}
+
+#[test]
+fn json_format_prints_the_summary_file_contents() {
+    let d = tempfile::tempdir().unwrap();
+    let (stdout, _, json) = run_to(d.path(), &["--format", "json", "--check-invariants"]);
+    assert_eq!(stdout, json);
+    let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    assert_eq!(v["requests"]["injected"], 400);
+    assert_eq!(v["requests"]["completed"], 400);
+}
+
+#[test]
+fn list_policies_names_every_built_in() {
+    let out = servesim(&["list", "policies"], &root());
+    assert!(out.status.success());
+    let s = String::from_utf8_lossy(&out.stdout);
+    for name in [
+        "always_admit",
+        "reject_all",
+        "round_robin",
+        "least_loaded",
+        "static",
+    ] {
+        assert!(s.contains(name), "{name} missing from:\n{s}");
+    }
+}

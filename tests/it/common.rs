@@ -1,0 +1,98 @@
+//! Helpers shared by the integration tests.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use servesim::metrics::Summary;
+use servesim::policy::Catalog;
+use servesim::scenario::{self, Scenario};
+use servesim::{RunOptions, Simulation};
+
+/// Parses scenario text (panics with the rendered error if it is invalid).
+pub fn parse(src: &str) -> Scenario {
+    let app = servesim::default_app();
+    scenario::parse(src, "test.ron", &[], app.world().resource::<Catalog>())
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// One `requests.csv` row by column name.
+#[derive(Debug, Clone)]
+pub struct Row(pub BTreeMap<String, String>);
+
+impl Row {
+    pub fn str(&self, col: &str) -> &str {
+        self.0.get(col).unwrap_or_else(|| panic!("no column {col}"))
+    }
+    pub fn u64(&self, col: &str) -> u64 {
+        self.str(col)
+            .parse()
+            .unwrap_or_else(|_| panic!("{col} = {:?} is not an integer", self.str(col)))
+    }
+    /// A millisecond column as whole microseconds (the CSV has exactly 3 decimals).
+    pub fn us(&self, col: &str) -> u64 {
+        let s = self.str(col);
+        let (a, b) = s.split_once('.').unwrap_or((s, "0"));
+        a.parse::<u64>().unwrap() * 1000 + format!("{b:0<3}")[..3].parse::<u64>().unwrap()
+    }
+}
+
+pub fn read_rows(path: &Path) -> Vec<Row> {
+    let mut r = csv::Reader::from_path(path).unwrap();
+    let headers = r.headers().unwrap().clone();
+    r.records()
+        .map(|rec| {
+            let rec = rec.unwrap();
+            Row(headers
+                .iter()
+                .zip(rec.iter())
+                .map(|(h, v)| (h.to_string(), v.to_string()))
+                .collect())
+        })
+        .collect()
+}
+
+/// Runs a scenario with invariant checks on every tick; returns the summary and CSV rows
+/// sorted by request id.
+pub fn run(sc: &Scenario) -> (Summary, Vec<Row>) {
+    let dir = tempfile::tempdir().unwrap();
+    let summary = Simulation::new(
+        sc,
+        RunOptions {
+            check_invariants: true,
+            out_dir: Some(dir.path().to_path_buf()),
+        },
+    )
+    .unwrap()
+    .run()
+    .unwrap();
+    let mut rows = read_rows(&dir.path().join("requests.csv"));
+    rows.sort_by_key(|r| r.u64("request_id"));
+    assert_conserved(&summary, &rows);
+    (summary, rows)
+}
+
+/// INV-1 on the outputs: one row per injected request, buckets add up.
+pub fn assert_conserved(s: &Summary, rows: &[Row]) {
+    let r = &s.requests;
+    assert_eq!(
+        r.injected,
+        r.completed + r.rejected + r.dropped + r.queued + r.running + r.in_transit,
+        "summary buckets must add up: {r:?}"
+    );
+    assert_eq!(
+        rows.len() as u64,
+        r.injected,
+        "one CSV row per injected request"
+    );
+    let ids: Vec<u64> = rows.iter().map(|x| x.u64("request_id")).collect();
+    assert_eq!(
+        ids,
+        (0..r.injected).collect::<Vec<_>>(),
+        "every id exactly once"
+    );
+    let completed = rows
+        .iter()
+        .filter(|x| x.str("state") == "completed")
+        .count() as u64;
+    assert_eq!(completed, r.completed);
+}

@@ -1,0 +1,144 @@
+//! Every bundled scenario runs, with invariants checked every tick.
+
+use std::path::Path;
+
+use servesim::policy::Catalog;
+use servesim::scenario;
+
+use crate::common::run;
+
+#[test]
+fn every_bundled_scenario_validates_and_runs_with_invariants_checked() {
+    let app = servesim::default_app();
+    let catalog = app.world().resource::<Catalog>();
+    let mut seen = 0;
+    let mut entries: Vec<_> =
+        std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "ron"))
+            .collect();
+    entries.sort();
+    for path in entries {
+        // Cap the size so the whole suite stays quick; the full runs are benchmarks.
+        let cap = [("workload.num_requests".to_string(), "1500".to_string())];
+        let sc = scenario::load(&path, &cap, catalog).unwrap_or_else(|e| panic!("{e}"));
+        let (s, _) = run(&sc);
+        assert!(s.requests.injected > 0, "{}", path.display());
+        assert!(s.requests.completed > 0, "{}", path.display());
+        seen += 1;
+    }
+    assert!(
+        seen >= 2,
+        "quickstart and at least one multi-instance scenario"
+    );
+}
+
+#[test]
+fn the_same_seed_gives_the_same_summary_and_a_different_seed_does_not() {
+    let app = servesim::default_app();
+    let catalog = app.world().resource::<Catalog>();
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/quickstart.ron");
+    let load = |seed: &str| {
+        let o = [
+            ("seed".to_string(), seed.to_string()),
+            ("workload.num_requests".to_string(), "300".to_string()),
+        ];
+        scenario::load(&path, &o, catalog).unwrap()
+    };
+    let (a, ra) = run(&load("5"));
+    let (b, rb) = run(&load("5"));
+    let (c, _) = run(&load("6"));
+    assert_eq!(a, b);
+    assert!(
+        format!("{ra:?}") == format!("{rb:?}"),
+        "rows differ between identical runs"
+    );
+    assert_ne!(a.e2e_ms, c.e2e_ms);
+}
+
+#[test]
+fn changing_the_router_does_not_change_the_generated_workload() {
+    let app = servesim::default_app();
+    let catalog = app.world().resource::<Catalog>();
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/cluster-16.ron");
+    let with = |routing: &str| {
+        let o = [
+            ("policies.routing".to_string(), format!("\"{routing}\"")),
+            ("workload.num_requests".to_string(), "400".to_string()),
+        ];
+        run(&scenario::load(&path, &o, catalog).unwrap()).1
+    };
+    let key = |rows: &[crate::common::Row]| -> Vec<(u64, u64, u64)> {
+        rows.iter()
+            .map(|r| {
+                (
+                    r.u64("arrival_us"),
+                    r.u64("input_tokens"),
+                    r.u64("output_tokens"),
+                )
+            })
+            .collect()
+    };
+    let rr = with("round_robin");
+    let ll = with("least_loaded");
+    assert_eq!(key(&rr), key(&ll));
+    let instances =
+        |rows: &[crate::common::Row]| rows.iter().map(|r| r.u64("instance")).collect::<Vec<_>>();
+    assert_ne!(
+        instances(&rr),
+        instances(&ll),
+        "the routers do decide differently"
+    );
+}
+
+#[test]
+fn round_robin_spreads_requests_evenly_and_least_loaded_balances_load() {
+    let sc = crate::common::parse(
+        "(seed: 9, cluster: (groups: [(count: 4, kv_blocks: 4000,
+            latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [2000.0, 5.0, 100.0]))]),
+          policies: (routing: \"round_robin\"),
+          workload: (num_requests: 400, clients: [(rate_per_s: 200.0, input_tokens: Constant(64), output_tokens: Uniform(min: 1, max: 200))]))",
+    );
+    let (s, _) = run(&sc);
+    let per: Vec<u64> = s.instances.iter().map(|i| i.completed).collect();
+    assert_eq!(per, vec![100, 100, 100, 100], "round robin is exact");
+}
+
+#[test]
+fn a_horizon_stops_the_run_and_leaves_requests_in_their_buckets() {
+    let sc = crate::common::parse(
+        "(seed: 2, horizon_s: 2.0, cluster: (groups: [(count: 1, kv_blocks: 2000,
+            latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [5000.0, 10.0, 300.0]))]),
+          workload: (clients: [(rate_per_s: 50.0, input_tokens: Constant(200), output_tokens: Constant(300))]))",
+    );
+    let (s, rows) = run(&sc);
+    assert!(s.sim_duration_s <= 2.0);
+    assert!(
+        s.requests.queued + s.requests.running > 0,
+        "overloaded: work is left at the horizon"
+    );
+    assert!(rows.iter().all(|r| r.u64("arrival_us") <= 2_000_000));
+    assert!(
+        rows.iter()
+            .filter(|r| r.str("state") == "completed")
+            .all(|r| r.u64("completion_us") <= 2_000_000)
+    );
+}
+
+#[test]
+fn reject_all_rejects_every_request_into_its_own_bucket() {
+    let sc = crate::common::parse(
+        "(seed: 2, cluster: (groups: [(count: 2, kv_blocks: 100,
+            latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [5000.0, 10.0, 300.0]))]),
+          policies: (admission: \"reject_all\"),
+          workload: (num_requests: 50, clients: [(rate_per_s: 50.0, input_tokens: Constant(20), output_tokens: Constant(3))]))",
+    );
+    let (s, rows) = run(&sc);
+    assert_eq!(s.requests.rejected, 50);
+    assert_eq!(s.rejections.get("reject_all"), Some(&50));
+    assert!(
+        rows.iter()
+            .all(|r| r.str("state") == "rejected" && r.str("instance").is_empty())
+    );
+}
