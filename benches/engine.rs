@@ -1,1 +1,82 @@
-fn main() {}
+//! End-to-end and KV-cache benchmarks.
+//!
+//! - `e2e/10k_requests_4_instances` and `e2e/100k_requests_16_instances`: the
+//!   `scenarios/cluster-16.ron` workload (Poisson, ~512 input / ~256 output tokens, ~8 req/s
+//!   per instance), throughput in simulated requests per second. The tick count of each run
+//!   is printed once so ticks/s = ticks / time.
+//! - `kv/admit_register_release_48_blocks`: one request's worth of block operations.
+
+use std::hint::black_box;
+use std::path::Path;
+use std::time::Duration;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use servesim::kv::{KvCache, SeqBlocks};
+use servesim::policy::Catalog;
+use servesim::request::PromptContent;
+use servesim::{RunOptions, Simulation, scenario};
+
+fn load(overrides: &[(&str, &str)]) -> scenario::Scenario {
+    let app = servesim::default_app();
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/cluster-16.ron");
+    let o: Vec<(String, String)> = overrides
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    scenario::load(&path, &o, app.world().resource::<Catalog>()).expect("bench scenario is valid")
+}
+
+fn run(sc: &scenario::Scenario) -> u64 {
+    Simulation::new(sc, RunOptions::default())
+        .unwrap()
+        .run()
+        .unwrap()
+        .ticks
+}
+
+fn e2e(c: &mut Criterion) {
+    let mut g = c.benchmark_group("e2e");
+    g.sample_size(10).measurement_time(Duration::from_secs(20));
+    for (name, n, count, rate) in [
+        ("10k_requests_4_instances", 10_000u64, "4", "32.0"),
+        ("100k_requests_16_instances", 100_000, "16", "128.0"),
+    ] {
+        let sc = load(&[
+            ("workload.num_requests", &n.to_string()),
+            ("cluster.groups[0].count", count),
+            ("workload.clients[0].rate_per_s", rate),
+        ]);
+        eprintln!("{name}: {} ticks per run", run(&sc));
+        g.throughput(Throughput::Elements(n));
+        g.bench_function(name, |b| b.iter(|| black_box(run(&sc))));
+    }
+    g.finish();
+}
+
+fn kv(c: &mut Criterion) {
+    let mut g = c.benchmark_group("kv");
+    g.throughput(Throughput::Elements(48));
+    let mut cache = KvCache::new(26_312, 16);
+    let mut id = 0u64;
+    g.bench_function("admit_register_release_48_blocks", |b| {
+        b.iter(|| {
+            id += 1;
+            let content = PromptContent {
+                prefix_id: 1,
+                prefix_tokens: 256,
+                unique_id: id,
+            };
+            let mut seq = SeqBlocks::default();
+            let cached = cache.cached_prefix_blocks(&content, 512, 512);
+            assert!(cache.admit(&mut seq, &content, 512, cached, 512));
+            cache.register_full_blocks(&mut seq, &content, 512, 512);
+            assert!(cache.grow(&mut seq, 768));
+            cache.release(&mut seq);
+            black_box(cached)
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, e2e, kv);
+criterion_main!(benches);

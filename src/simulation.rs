@@ -377,8 +377,6 @@ impl Simulation {
         counts.dropped = agg.dropped;
         let secs = duration.as_secs_f64();
         let per_s = |x: u64| if secs > 0.0 { x as f64 / secs } else { 0.0 };
-        let mut agg_mut = agg;
-        let itl = world.resource::<instance::step::TokenLatencies>().0.clone();
         let summary = Summary {
             scenario: self.scenario_name.clone(),
             seed: self.seed,
@@ -386,17 +384,15 @@ impl Simulation {
             sim_duration_s: secs,
             ticks: world.resource::<SimClock>().ticks,
             throughput: Throughput {
-                requests_per_s: per_s(agg_mut.completed),
-                input_tokens_per_s: per_s(agg_mut.input_tokens),
-                output_tokens_per_s: per_s(agg_mut.output_tokens),
+                requests_per_s: per_s(agg.completed),
+                input_tokens_per_s: per_s(agg.input_tokens),
+                output_tokens_per_s: per_s(agg.output_tokens),
             },
-            ttft_ms: metrics::percentile::summarize_us(&mut agg_mut.ttft_us),
-            itl_ms: metrics::percentile::summarize_histogram_us(itl),
-            e2e_ms: metrics::percentile::summarize_us(&mut agg_mut.e2e_us),
-            scheduling_delay_ms: metrics::percentile::summarize_us(
-                &mut agg_mut.scheduling_delay_us,
-            ),
-            preemptions: agg_mut.preemptions,
+            ttft_ms: agg.ttft.summarize_ms(),
+            itl_ms: agg.itl.summarize_ms(),
+            e2e_ms: agg.e2e.summarize_ms(),
+            scheduling_delay_ms: agg.scheduling_delay.summarize_ms(),
+            preemptions: agg.preemptions,
             rejections: world
                 .resource::<Rejections>()
                 .0

@@ -250,10 +250,6 @@ pub fn retire_steps(
 }
 
 /// Puts routed requests in their instance's wait queue, dropping unservable ones.
-#[expect(
-    clippy::type_complexity,
-    reason = "a system's queries are its signature"
-)]
 pub fn enqueue_requests(
     mut due: ResMut<Due>,
     clock: Res<SimClock>,
@@ -314,17 +310,15 @@ pub struct InstancePlugin;
 
 impl Plugin for InstancePlugin {
     fn build(&self, app: &mut App) {
-        app.init_resource::<InstanceIndex>()
-            .init_resource::<step::TokenLatencies>()
-            .add_systems(
-                SimStep,
-                (
-                    retire_steps.in_set(SimSystems::Advance),
-                    enqueue_requests.in_set(SimSystems::Enqueue),
-                    batch::form_batches.in_set(SimSystems::Batch),
-                    step::execute_steps.in_set(SimSystems::Execute),
-                    step::complete_steps.in_set(SimSystems::Complete),
-                ),
-            );
+        app.init_resource::<InstanceIndex>().add_systems(
+            SimStep,
+            (
+                retire_steps.in_set(SimSystems::Advance),
+                enqueue_requests.in_set(SimSystems::Enqueue),
+                batch::form_batches.in_set(SimSystems::Batch),
+                step::execute_steps.in_set(SimSystems::Execute),
+                step::complete_steps.in_set(SimSystems::Complete),
+            ),
+        );
     }
 }

@@ -11,21 +11,15 @@
 //! [`SimSystems::Execute`]: crate::SimSystems::Execute
 //! [`SimSystems::Complete`]: crate::SimSystems::Complete
 
-use std::collections::HashMap;
-
 use bevy_ecs::prelude::*;
 
 use super::{InstanceIndex, Scheduler, refresh_view};
 use crate::engine::{ClusterView, Due, Event, EventQueue, SimClock};
 use crate::kv::KvCache;
 use crate::latency::{BatchShape, Latency, StepItem};
+use crate::metrics::Aggregates;
 use crate::request::FinalState;
 use crate::time::SimDuration;
-
-/// Every inter-token latency sample of the run, as (µs → count). Exact and small: samples
-/// take few distinct values (one per step shape), so memory does not grow with tokens.
-#[derive(Resource, Debug, Default, Clone)]
-pub struct TokenLatencies(pub HashMap<u64, u64>);
 
 /// Prices the batch of every instance that formed one and schedules its end.
 pub fn execute_steps(
@@ -89,15 +83,11 @@ pub fn execute_steps(
 }
 
 /// Applies the token progress of every batch priced this tick.
-#[expect(
-    clippy::type_complexity,
-    reason = "a system's queries are its signature"
-)]
 pub fn complete_steps(
     mut due: ResMut<Due>,
     index: Res<InstanceIndex>,
     mut view: ResMut<ClusterView>,
-    mut samples: ResMut<TokenLatencies>,
+    mut agg: ResMut<Aggregates>,
     mut instances: Query<(&mut Scheduler, &mut KvCache, &Latency)>,
 ) {
     let due = &mut *due;
@@ -138,7 +128,7 @@ pub fn complete_steps(
                 run = match run {
                     Some((v, n)) if v == sample.as_us() => Some((v, n + 1)),
                     Some((v, n)) => {
-                        *samples.0.entry(v).or_default() += n;
+                        agg.itl.record_n(v, n);
                         Some((sample.as_us(), 1))
                     }
                     None => Some((sample.as_us(), 1)),
@@ -151,7 +141,7 @@ pub fn complete_steps(
             }
         }
         if let Some((v, n)) = run {
-            *samples.0.entry(v).or_default() += n;
+            agg.itl.record_n(v, n);
         }
         if any_done {
             let Scheduler {

@@ -1,14 +1,16 @@
 //! Per-request rows and aggregates ([`SimSystems::Record`]).
 //!
 //! Each finished (or rejected / dropped) request gets one row in `requests.csv`, written as
-//! it finishes, then its entity is despawned: memory is bounded by requests in flight plus
-//! 24 bytes per finished request for exact TTFT / E2E / scheduling-delay percentiles.
+//! it finishes, then its entity is despawned: memory is bounded by requests in flight; the
+//! latency distributions are bounded-size [`histogram::Histogram`]s.
 //!
 //! [`SimSystems::Record`]: crate::SimSystems::Record
 
+pub mod histogram;
 pub mod percentile;
 mod summary;
 
+pub use histogram::Histogram;
 pub use percentile::Distribution;
 pub use summary::{InstanceSummary, KvSummary, RequestCounts, Summary, Throughput};
 
@@ -52,9 +54,11 @@ pub struct RequestLog {
 /// Running totals for the summary.
 #[derive(Resource, Debug, Default, Clone)]
 pub struct Aggregates {
-    pub ttft_us: Vec<u64>,
-    pub e2e_us: Vec<u64>,
-    pub scheduling_delay_us: Vec<u64>,
+    pub ttft: Histogram,
+    pub e2e: Histogram,
+    pub scheduling_delay: Histogram,
+    /// Every inter-token sample (µs), recorded as tokens are emitted.
+    pub itl: Histogram,
     pub completed: u64,
     pub rejected: u64,
     pub dropped: u64,
@@ -110,7 +114,7 @@ pub fn record_one(f: &FinishedRequest, agg: &mut Aggregates, log: &mut RequestLo
             agg.output_tokens += u64::from(f.generated_tokens);
             agg.cached_tokens += u64::from(f.cached_tokens);
             if let Some(e) = f.e2e {
-                agg.e2e_us.push(e.as_us());
+                agg.e2e.record(e.as_us());
             }
             if let Some(c) = f.completed {
                 agg.last_completion = agg.last_completion.max(c);
@@ -121,10 +125,10 @@ pub fn record_one(f: &FinishedRequest, agg: &mut Aggregates, log: &mut RequestLo
         FinalState::Queued | FinalState::Running | FinalState::InTransit => {}
     }
     if let Some(t) = f.ttft {
-        agg.ttft_us.push(t.as_us());
+        agg.ttft.record(t.as_us());
     }
     if let Some(d) = f.scheduling_delay() {
-        agg.scheduling_delay_us.push(d.as_us());
+        agg.scheduling_delay.record(d.as_us());
     }
     agg.preemptions += u64::from(f.preemptions);
     if let Some(w) = log.writer.as_mut()

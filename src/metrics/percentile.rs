@@ -1,4 +1,4 @@
-//! Distribution summaries with BLIS/numpy linear-interpolation percentiles (MODELS.md §5.2):
+//! Exact distribution summaries (the reference for [`super::histogram`]) with BLIS/numpy linear-interpolation percentiles (MODELS.md §5.2):
 //! rank = p/100·(n−1), value = v[⌊rank⌋] + (v[⌈rank⌉] − v[⌊rank⌋])·(rank − ⌊rank⌋).
 
 use serde::Serialize;
@@ -50,48 +50,6 @@ pub fn summarize_us(samples: &mut [u64]) -> Distribution {
     }
 }
 
-/// Summarises a histogram of µs values (value → count), exactly as if every sample were
-/// listed: the percentile is interpolated between the values at ranks ⌊r⌋ and ⌈r⌉.
-pub fn summarize_histogram_us(hist: impl IntoIterator<Item = (u64, u64)>) -> Distribution {
-    let mut pairs: Vec<(u64, u64)> = hist.into_iter().filter(|&(_, c)| c > 0).collect();
-    pairs.sort_unstable();
-    let n: u64 = pairs.iter().map(|&(_, c)| c).sum();
-    if n == 0 {
-        return Distribution::default();
-    }
-    let at = |k: u64| -> f64 {
-        let mut seen = 0;
-        for &(v, c) in &pairs {
-            seen += c;
-            if k < seen {
-                return v as f64;
-            }
-        }
-        pairs[pairs.len() - 1].0 as f64
-    };
-    let pct = |p: f64| {
-        let rank = p / 100.0 * (n - 1) as f64;
-        let lo = rank.floor() as u64;
-        let hi = rank.ceil() as u64;
-        let (a, b) = (at(lo), at(hi));
-        (a + (b - a) * (rank - lo as f64)) / 1000.0
-    };
-    let sum: u128 = pairs
-        .iter()
-        .map(|&(v, c)| u128::from(v) * u128::from(c))
-        .sum();
-    Distribution {
-        count: n,
-        mean: Some(sum as f64 / n as f64 / 1000.0),
-        p50: Some(pct(50.0)),
-        p90: Some(pct(90.0)),
-        p95: Some(pct(95.0)),
-        p99: Some(pct(99.0)),
-        min: Some(pairs[0].0 as f64 / 1000.0),
-        max: Some(pairs[pairs.len() - 1].0 as f64 / 1000.0),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,18 +66,7 @@ mod tests {
     }
 
     #[test]
-    fn histogram_summary_equals_the_expanded_sample_summary() {
-        let hist = [(7_000u64, 3u64), (1_000, 2), (4_000, 1), (9_500, 4)];
-        let mut expanded: Vec<u64> = hist
-            .iter()
-            .flat_map(|&(v, c)| std::iter::repeat_n(v, c as usize))
-            .collect();
-        assert_eq!(summarize_histogram_us(hist), summarize_us(&mut expanded));
-    }
-
-    #[test]
     fn empty_samples_give_nulls() {
         assert_eq!(summarize_us(&mut []), Distribution::default());
-        assert_eq!(summarize_histogram_us([]), Distribution::default());
     }
 }
