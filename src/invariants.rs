@@ -95,7 +95,7 @@ pub fn check_invariants(
             panic!("INV-4 at {now}: instance {}: {e}", inst.index);
         }
         assert!(
-            !sched.has_work() || sched.step_end.is_some(),
+            sched.is_progressing(),
             "INV-8 at {now}: instance {} has {} waiting and {} running but no step in flight",
             inst.index,
             sched.waiting.len(),

@@ -82,6 +82,7 @@ pub mod invariants;
 pub mod kv;
 pub mod latency;
 pub mod metrics;
+pub mod model;
 pub mod output;
 pub mod policy;
 pub mod request;

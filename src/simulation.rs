@@ -9,19 +9,19 @@ use bevy_ecs::schedule::Schedules;
 use crate::autoscale::evaluate_scaling;
 use crate::cluster::{ClusterDelays, Rejections, admit_requests, route_requests};
 use crate::engine::{
-    self, ClusterView, Event, EventQueue, Injected, SimClock, SimStep, SimSystems,
+    self, ClusterView, Event, EventQueue, Injected, SimClock, SimFault, SimStep, SimSystems,
 };
 use crate::instance::{self, Instance, InstanceBundle, InstanceIndex, Limits, Scheduler};
 use crate::invariants::{CheckInvariants, check_invariants};
 use crate::kv::KvCache;
-use crate::latency::{Blackbox, Latency};
+use crate::latency::Latency;
 use crate::metrics::{
     self, Aggregates, InstanceSummary, KvSummary, RequestCounts, RequestLog, Summary, Throughput,
 };
 use crate::output::{self, PendingFile};
 use crate::policy::{ActiveAdmission, ActiveRouting, ActiveScaling, Catalog, PolicyArgs};
 use crate::request::{FinalState, FinishedRequest, Lifecycle, RequestSpec};
-use crate::scenario::{LatencySpec, Scenario};
+use crate::scenario::{Scenario, resolve_group};
 use crate::time::{SimDuration, SimTime};
 use crate::workload::{Workload, spawn_arrivals};
 
@@ -88,6 +88,10 @@ pub enum SimError {
     Output { path: PathBuf, message: String },
     #[error("unknown {family} policy `{name}` (validate the scenario first)")]
     UnknownPolicy { family: &'static str, name: String },
+    #[error("invalid scenario (validate it first): {0}")]
+    Invalid(String),
+    #[error("the run stopped: {0}")]
+    Fault(String),
 }
 
 /// A ready-to-run simulation: the ECS world and the tick schedule.
@@ -171,19 +175,19 @@ impl Simulation {
             } else {
                 group.name.clone()
             };
+            let resolved = resolve_group(group, g, &scenario.base_dir).map_err(|p| {
+                SimError::Invalid(
+                    p.into_iter()
+                        .map(|p| format!("{}: {}", p.path, p.message))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                )
+            })?;
             for _ in 0..group.count {
                 let i = index.len() as u32;
-                let kv = KvCache::new(group.kv_blocks, group.block_size);
+                let kv = KvCache::new(resolved.kv_blocks, group.block_size);
                 view.push(instance::snapshot(i, &Scheduler::default(), &kv, 0));
-                let latency = match group.latency {
-                    LatencySpec::Blackbox {
-                        ref alpha,
-                        ref beta,
-                    } => Latency(Box::new(Blackbox {
-                        alpha: [alpha[0], alpha[1], alpha[2]],
-                        beta: [beta[0], beta[1], beta[2]],
-                    })),
-                };
+                let latency = Latency(resolved.latency.clone());
                 let e = world
                     .spawn(InstanceBundle {
                         instance: Instance {
@@ -194,7 +198,11 @@ impl Simulation {
                             max_num_seqs: group.max_num_seqs,
                             max_num_batched_tokens: group.max_num_batched_tokens,
                             long_prefill_token_threshold: group.long_prefill_token_threshold,
-                            max_model_len: group.max_model_len,
+                            max_model_len: resolved.max_model_len,
+                            pp: group.pp.max(1),
+                            pp_bytes_per_token: resolved.pp_bytes_per_token,
+                            pp_link_bytes_per_us: group.pp_link_gb_per_s * 1e3,
+                            pp_link_latency: SimDuration(group.pp_link_latency_us),
                         },
                         scheduler: Scheduler::default(),
                         kv,
@@ -282,6 +290,12 @@ impl Simulation {
     /// Runs to the end (no events left, or the horizon reached) and finishes.
     pub fn run(mut self) -> Result<Summary, SimError> {
         while self.tick() {}
+        if let Some(msg) = self.world.resource::<SimFault>().0.clone() {
+            if let Some(p) = &self.csv_file {
+                p.discard();
+            }
+            return Err(SimError::Fault(msg));
+        }
         self.finish()
     }
 

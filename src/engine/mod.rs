@@ -96,6 +96,11 @@ pub struct ClusterView {
     pub instances: Vec<InstanceSnapshot>,
 }
 
+/// A run-stopping problem found while simulating (e.g. a batch outside a measured
+/// latency table). The driver stops at the end of the tick that set it.
+#[derive(Resource, Debug, Default, Clone)]
+pub struct SimFault(pub Option<String>);
+
 /// Requests injected so far, by the workload (INV-1's left-hand side).
 #[derive(Resource, Debug, Default, Clone, Copy)]
 pub struct Injected(pub u64);
@@ -110,6 +115,7 @@ impl Plugin for EnginePlugin {
             .init_resource::<Due>()
             .init_resource::<ClusterView>()
             .init_resource::<Injected>()
+            .init_resource::<SimFault>()
             .init_schedule(SimStep)
             .configure_sets(
                 SimStep,
@@ -163,5 +169,5 @@ pub fn tick(world: &mut World, schedule: &mut Schedule) -> bool {
         world.clear_trackers();
     }
     schedule.run(world);
-    true
+    world.resource::<SimFault>().0.is_none()
 }

@@ -6,7 +6,8 @@
 //!    takes 1. If its KV blocks cannot be grown, the **tail** of the running batch is
 //!    preempted (recompute mode: blocks freed, progress reset, generated tokens kept, put back
 //!    at the **front** of the wait queue) until it fits; if the request itself is the tail it
-//!    is preempted and the phase stops.
+//!    is preempted and the phase stops. With pipeline parallelism, requests still in flight
+//!    in an earlier micro-batch are skipped and never chosen as victims.
 //! 2. **Then waiting requests**, head first, while fewer than `max_num_seqs` run and budget
 //!    remains, but **not in a step that preempted**: the longest cached prompt prefix is
 //!    claimed, the rest is allocated all-or-nothing; a head that does not fit blocks the
@@ -72,14 +73,23 @@ pub fn form_batch(sched: &mut Scheduler, kv: &mut KvCache, limits: &Limits, now:
 
     let mut i = 0;
     while i < sched.running.len() && budget > 0 {
+        if sched.running[i].busy_until > now {
+            i += 1; // in a micro-batch still in the pipeline
+            continue;
+        }
         let (tokens, prefill) = next_chunk(&sched.running[i], limits, budget);
         let context = sched.running[i].progress;
         let fits = loop {
             if kv.grow(&mut sched.running[i].kv, context + tokens) {
                 break true;
             }
-            let tail = sched.running.len() - 1;
-            let mut victim = sched.running.pop().expect("running is non-empty here");
+            // The tail-most request not in flight in another micro-batch (without
+            // pipelining: the tail).
+            let tail = (i..sched.running.len())
+                .rev()
+                .find(|&j| j == i || sched.running[j].busy_until <= now)
+                .expect("the requester itself qualifies");
+            let mut victim = sched.running.remove(tail);
             preempt(&mut victim, kv);
             sched.waiting.push_front(victim);
             sched.counters.preemptions += 1;

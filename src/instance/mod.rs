@@ -44,13 +44,20 @@ pub struct Instance {
 }
 
 /// vLLM scheduler limits of an instance.
-#[derive(Component, Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Component, Clone, Copy, Debug, PartialEq)]
 pub struct Limits {
     pub max_num_seqs: u32,
     pub max_num_batched_tokens: u32,
     /// 0 = off.
     pub long_prefill_token_threshold: u32,
     pub max_model_len: Option<u32>,
+    /// Pipeline stages (1 = no pipeline parallelism).
+    pub pp: u32,
+    /// Bytes sent between stages per token of a batch.
+    pub pp_bytes_per_token: f64,
+    /// Stage-to-stage link: bytes per µs and fixed latency.
+    pub pp_link_bytes_per_us: f64,
+    pub pp_link_latency: SimDuration,
 }
 
 /// Instance entities by index.
@@ -77,6 +84,9 @@ pub struct Seq {
     pub itl_sum: SimDuration,
     pub itl_count: u32,
     pub preemptions: u32,
+    /// End of the micro-batch this request is in (pipeline parallelism): it cannot be
+    /// scheduled again, nor preempted, before then.
+    pub busy_until: SimTime,
 }
 
 impl Seq {
@@ -96,6 +106,7 @@ impl Seq {
             itl_sum: SimDuration::ZERO,
             itl_count: 0,
             preemptions: 0,
+            busy_until: SimTime::ZERO,
         }
     }
 
@@ -171,9 +182,14 @@ pub struct Scheduler {
     pub running: Vec<Seq>,
     /// The batch of the current step.
     pub plan: Vec<Planned>,
-    /// End of the step in flight, if any.
+    /// When the instance can start its next step (the first pipeline stage frees), if a
+    /// step is in flight.
     pub step_end: Option<SimTime>,
-    /// Requests finished by the step in flight; they leave when it ends.
+    /// Ends of the micro-batches in flight, oldest first (one entry without pipelining).
+    pub in_flight: VecDeque<SimTime>,
+    /// End of the step being completed this tick (where its outcomes are stamped).
+    pub step_done: SimTime,
+    /// Requests finished by steps in flight; each leaves at its `completed` time.
     pub leaving: Vec<FinishedRequest>,
     /// Already listed in [`Due::batch`] this tick.
     pub listed: bool,
@@ -183,6 +199,12 @@ pub struct Scheduler {
 impl Scheduler {
     pub fn has_work(&self) -> bool {
         !self.waiting.is_empty() || !self.running.is_empty()
+    }
+
+    /// INV-8: an instance with work has a step in flight or a micro-batch that will free
+    /// some of its requests.
+    pub fn is_progressing(&self) -> bool {
+        !self.has_work() || self.step_end.is_some() || !self.in_flight.is_empty()
     }
 
     /// Requests on the instance that have not left (queued, running or leaving).
@@ -230,20 +252,33 @@ fn list_for_batch(due: &mut Due, i: u32, sched: &mut Scheduler) {
 /// Frees instances whose step ended now and hands their finished requests to Record.
 pub fn retire_steps(
     mut due: ResMut<Due>,
+    clock: Res<SimClock>,
     index: Res<InstanceIndex>,
     mut instances: Query<&mut Scheduler>,
 ) {
+    let now = clock.now;
     let due = &mut *due;
     let mut finished = std::mem::take(&mut due.step_finished);
     // Stable order by instance index, whatever the event order.
     finished.sort_unstable();
+    finished.dedup();
     for &i in &finished {
         let mut sched = instances
             .get_mut(index.0[i as usize])
             .expect("instance entity exists for the whole run");
-        sched.step_end = None;
-        due.finished.append(&mut sched.leaving);
-        list_for_batch(due, i, &mut sched);
+        let sched = &mut *sched;
+        if sched.step_end.is_some_and(|t| t <= now) {
+            sched.step_end = None;
+        }
+        while sched.in_flight.front().is_some_and(|&t| t <= now) {
+            sched.in_flight.pop_front();
+        }
+        // Leavers are in completion order; hand over those due now.
+        let due_now = sched
+            .leaving
+            .partition_point(|f| f.completed.is_some_and(|c| c <= now));
+        due.finished.extend(sched.leaving.drain(..due_now));
+        list_for_batch(due, i, sched);
     }
     finished.clear();
     due.step_finished = finished;

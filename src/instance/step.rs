@@ -13,13 +13,13 @@
 
 use bevy_ecs::prelude::*;
 
-use super::{InstanceIndex, Scheduler, refresh_view};
-use crate::engine::{ClusterView, Due, Event, EventQueue, SimClock};
+use super::{InstanceIndex, Limits, Scheduler, refresh_view};
+use crate::engine::{ClusterView, Due, Event, EventQueue, SimClock, SimFault};
 use crate::kv::KvCache;
 use crate::latency::{BatchShape, Latency, StepItem};
 use crate::metrics::Aggregates;
 use crate::request::FinalState;
-use crate::time::SimDuration;
+use crate::time::{SimDuration, SimTime};
 
 /// Prices the batch of every instance that formed one and schedules its end.
 pub fn execute_steps(
@@ -28,13 +28,14 @@ pub fn execute_steps(
     index: Res<InstanceIndex>,
     mut queue: ResMut<EventQueue>,
     mut items: Local<Vec<StepItem>>,
-    mut instances: Query<(&mut Scheduler, &Latency)>,
+    mut fault: ResMut<SimFault>,
+    mut instances: Query<(&mut Scheduler, &Latency, &Limits)>,
 ) {
     let now = clock.now;
     let due = &mut *due;
     let mut listed = std::mem::take(&mut due.execute);
     for &i in &listed {
-        let (mut sched, latency) = instances
+        let (mut sched, latency, limits) = instances
             .get_mut(index.0[i as usize])
             .expect("instance entity exists for the whole run");
         items.clear();
@@ -54,28 +55,60 @@ pub fn execute_steps(
                 decode_tokens += 1;
             }
         }
+        if items.is_empty() && !sched.in_flight.is_empty() {
+            // Everything runnable is in the pipeline: wait for a micro-batch to finish.
+            continue;
+        }
         // An empty batch (everything preempted this step) still takes 1 µs, so the
         // instance keeps a step pending (INV-8) and retries next tick.
         let dt = if items.is_empty() {
             SimDuration(1)
         } else {
-            latency
-                .0
-                .step_time(&BatchShape {
-                    items: &items,
-                    prefill_tokens,
-                    decode_tokens,
-                })
-                .max(SimDuration(1))
+            let shape = BatchShape {
+                items: &items,
+                prefill_tokens,
+                decode_tokens,
+            };
+            match latency.0.step_time(&shape) {
+                Ok(dt) => dt.max(SimDuration(1)),
+                Err(e) => {
+                    fault.0.get_or_insert_with(|| {
+                        format!("instance {i} at {now}: cannot price a step: {e}")
+                    });
+                    SimDuration(1)
+                }
+            }
         };
-        let end = now + dt;
-        sched.step_end = Some(end);
+        // Pipeline parallelism (Vidur): each of the pp stages runs 1/pp of the layers and
+        // hands its activations to the next; the first stage frees after one stage, the
+        // micro-batch finishes after all of them, never before the one ahead of it.
+        let (stage, total) = if limits.pp <= 1 {
+            (dt, dt)
+        } else {
+            let pp = u64::from(limits.pp);
+            let tokens = f64::from(prefill_tokens + decode_tokens);
+            let comm = SimDuration::from_us_f64(
+                tokens * limits.pp_bytes_per_token / limits.pp_link_bytes_per_us,
+            ) + limits.pp_link_latency;
+            let stage = SimDuration(dt.as_us().div_ceil(pp)) + comm;
+            (
+                stage,
+                SimDuration(dt.as_us()) + SimDuration(comm.as_us() * (pp - 1)),
+            )
+        };
+        let done = (now + total).max(sched.in_flight.back().map_or(SimTime::ZERO, |&t| t + stage));
+        sched.step_end = Some(now + stage);
+        sched.step_done = done;
+        sched.in_flight.push_back(done);
         let c = &mut sched.counters;
         c.steps += 1;
-        c.busy += dt;
+        c.busy += stage;
         c.prefill_tokens += u64::from(prefill_tokens);
         c.decode_tokens += u64::from(decode_tokens);
-        queue.push(end, Event::StepFinished { instance: i });
+        queue.push(now + stage, Event::StepFinished { instance: i });
+        if done != now + stage {
+            queue.push(done, Event::StepFinished { instance: i });
+        }
         due.complete.push(i);
     }
     listed.clear();
@@ -96,7 +129,7 @@ pub fn complete_steps(
         let (mut sched, mut kv, latency) = instances
             .get_mut(index.0[i as usize])
             .expect("instance entity exists for the whole run");
-        let end = sched.step_end.expect("a priced step has an end");
+        let end = sched.step_done;
         let alpha2 = latency.0.output_token_overhead();
         let alpha1 = latency.0.post_decode_overhead();
         let sched = &mut *sched;
@@ -106,6 +139,7 @@ pub fn complete_steps(
         for p in &sched.plan {
             let seq = &mut sched.running[p.slot as usize];
             seq.progress += p.tokens;
+            seq.busy_until = end;
             if p.prefill {
                 kv.register_full_blocks(
                     &mut seq.kv,

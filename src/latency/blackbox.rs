@@ -3,7 +3,7 @@
 //! step = β0 + β1·(prefill tokens computed this step) + β2·(decode tokens), truncated to
 //! whole µs, at least 1; queueing = α0 + α1·input tokens; per output token = α2.
 
-use super::{BatchShape, LatencyModel};
+use super::{BatchShape, LatencyError, LatencyModel};
 use crate::time::SimDuration;
 
 /// Linear step-time model fitted per (model, GPU, TP, vLLM version).
@@ -16,10 +16,10 @@ pub struct Blackbox {
 }
 
 impl LatencyModel for Blackbox {
-    fn step_time(&self, batch: &BatchShape<'_>) -> SimDuration {
+    fn step_time(&self, batch: &BatchShape<'_>) -> Result<SimDuration, LatencyError> {
         let [b0, b1, b2] = self.beta;
         let us = b0 + b1 * f64::from(batch.prefill_tokens) + b2 * f64::from(batch.decode_tokens);
-        SimDuration::from_us_f64(us).max(SimDuration(1))
+        Ok(SimDuration::from_us_f64(us).max(SimDuration(1)))
     }
 
     fn queueing_delay(&self, input_tokens: u32) -> SimDuration {
@@ -50,7 +50,7 @@ mod tests {
             beta: [6472.01, 19.797, 304.40],
         };
         // 6472.01 + 19.797·512 + 304.40·3 = 17521.274 → 17521 µs.
-        assert_eq!(m.step_time(&shape(512, 3)), SimDuration(17_521));
+        assert_eq!(m.step_time(&shape(512, 3)).unwrap(), SimDuration(17_521));
         assert_eq!(m.queueing_delay(1000), SimDuration(10_326));
     }
 
@@ -60,6 +60,6 @@ mod tests {
             alpha: [0.0; 3],
             beta: [0.0; 3],
         };
-        assert_eq!(m.step_time(&shape(0, 0)), SimDuration(1));
+        assert_eq!(m.step_time(&shape(0, 0)).unwrap(), SimDuration(1));
     }
 }

@@ -13,8 +13,16 @@
 //! - [`LatencyModel::post_decode_overhead`] is added once to E2E, without moving the clock.
 
 mod blackbox;
+mod piecewise;
+mod roofline;
+mod table;
+mod trained_physics;
 
 pub use blackbox::Blackbox;
+pub use piecewise::PiecewiseLinear;
+pub use roofline::Roofline;
+pub use table::{Extrapolation, MeasuredTable};
+pub use trained_physics::{Coefficients, TrainedPhysics};
 
 use bevy_ecs::prelude::*;
 
@@ -47,8 +55,9 @@ pub struct BatchShape<'a> {
 /// Prices batch steps. Implementations must be pure functions of their inputs so that runs
 /// are deterministic. Durations are truncated to whole microseconds, once, by the model.
 pub trait LatencyModel: Send + Sync + 'static {
-    /// Wall time of one step over `batch`. Must be ≥ 1 µs for a non-empty batch.
-    fn step_time(&self, batch: &BatchShape<'_>) -> SimDuration;
+    /// Wall time of one step over `batch`, ≥ 1 µs. An error (e.g. a batch outside a
+    /// measured table) stops the run with that message.
+    fn step_time(&self, batch: &BatchShape<'_>) -> Result<SimDuration, LatencyError>;
 
     /// Delay between routing and arrival in the instance queue (BLIS QueueingTime).
     fn queueing_delay(&self, _input_tokens: u32) -> SimDuration {
@@ -66,6 +75,11 @@ pub trait LatencyModel: Send + Sync + 'static {
     }
 }
 
+/// Why a step could not be priced.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct LatencyError(pub String);
+
 /// The latency model of an instance (per instance, so heterogeneous clusters work).
-#[derive(Component)]
-pub struct Latency(pub Box<dyn LatencyModel>);
+#[derive(Component, Clone)]
+pub struct Latency(pub std::sync::Arc<dyn LatencyModel>);

@@ -6,9 +6,11 @@
 //! line:column where RON gives it.
 
 mod locate;
+mod resolve;
 mod validate;
 
 pub use locate::{SourceMap, apply_override};
+pub use resolve::{ResolvedGroup, resolve_group};
 pub use validate::{Problem, did_you_mean};
 
 use std::fmt;
@@ -38,6 +40,10 @@ pub struct Scenario {
     pub workload: WorkloadSpec,
     #[serde(default)]
     pub outputs: OutputSpec,
+    /// Directory that relative paths in the scenario are resolved against (the scenario
+    /// file's directory; not a RON field).
+    #[serde(skip)]
+    pub base_dir: std::path::PathBuf,
 }
 
 fn default_seed() -> u64 {
@@ -61,8 +67,33 @@ pub struct InstanceGroup {
     /// Number of instances. Default 1.
     #[serde(default = "one")]
     pub count: u32,
-    /// KV cache size per instance, in blocks.
-    pub kv_blocks: u32,
+    /// Model: a bundled id (`servesim list models`) or a path to a HuggingFace
+    /// `config.json` (relative to the scenario file). Needed by the roofline and
+    /// trained-physics models and to derive `kv_blocks`.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// GPU: a bundled id or alias (`servesim list hardware`) or a path to a RON GPU profile.
+    #[serde(default)]
+    pub gpu: Option<String>,
+    /// Tensor-parallel degree (GPUs per pipeline stage). Default 1.
+    #[serde(default = "one")]
+    pub tp: u32,
+    /// Pipeline-parallel stages; up to `pp` micro-batches are in flight. Default 1.
+    #[serde(default = "one")]
+    pub pp: u32,
+    /// Bandwidth of the link between pipeline stages, GB/s. Default 50.
+    #[serde(default = "default_pp_link")]
+    pub pp_link_gb_per_s: f64,
+    /// Fixed latency of one stage-to-stage transfer, µs. Default 5.
+    #[serde(default = "default_pp_latency")]
+    pub pp_link_latency_us: u64,
+    /// Fraction of GPU memory vLLM may use, for deriving `kv_blocks`. Default 0.9.
+    #[serde(default = "default_util")]
+    pub gpu_memory_utilization: f64,
+    /// KV cache size per instance, in blocks. Default: derived from `model`, `gpu`, `tp`,
+    /// `pp` and `gpu_memory_utilization`.
+    #[serde(default)]
+    pub kv_blocks: Option<u32>,
     /// Tokens per KV block. Default 16.
     #[serde(default = "default_block_size")]
     pub block_size: u32,
@@ -76,7 +107,8 @@ pub struct InstanceGroup {
     #[serde(default)]
     pub long_prefill_token_threshold: u32,
     /// Longest sequence (prompt + output) the instance serves; longer requests are dropped.
-    /// Default: unlimited.
+    /// Default: the model's context length (`max_position_embeddings` × rope factor) when a
+    /// model is given, else unlimited.
     #[serde(default)]
     pub max_model_len: Option<u32>,
     /// How steps are priced.
@@ -85,6 +117,15 @@ pub struct InstanceGroup {
 
 fn one() -> u32 {
     1
+}
+fn default_pp_link() -> f64 {
+    50.0
+}
+fn default_pp_latency() -> u64 {
+    5
+}
+fn default_util() -> f64 {
+    0.9
 }
 fn default_block_size() -> u32 {
     16
@@ -103,6 +144,49 @@ pub enum LatencySpec {
     /// BLIS alpha/beta: step = β0 + β1·prefill tokens + β2·decode tokens (µs);
     /// queueing = α0 + α1·input tokens; α2 per output token.
     Blackbox { alpha: Vec<f64>, beta: Vec<f64> },
+    /// BLIS roofline from the group's `model` and `gpu`; optional [α0, α1, α2] µs overheads.
+    Roofline {
+        #[serde(default)]
+        alpha: Option<Vec<f64>>,
+    },
+    /// BLIS trained-physics from the group's `model` and `gpu`; coefficients default to the
+    /// bundled BLIS "iter29" set.
+    TrainedPhysics {
+        #[serde(default)]
+        alpha: Option<Vec<f64>>,
+        #[serde(default)]
+        beta: Option<Vec<f64>>,
+    },
+    /// RouteSim piecewise-linear throughput curves.
+    PiecewiseLinear {
+        #[serde(default = "pl_prefill")]
+        prefill_tokens_per_s: f64,
+        #[serde(default = "pl_decode1")]
+        decode_tokens_per_s_at_1: f64,
+        #[serde(default = "pl_sat_batch")]
+        saturation_batch: u32,
+        #[serde(default = "pl_sat")]
+        saturation_tokens_per_s: f64,
+    },
+    /// Step times interpolated from a measured CSV (path relative to the scenario).
+    MeasuredTable {
+        file: String,
+        #[serde(default)]
+        extrapolation: crate::latency::Extrapolation,
+    },
+}
+
+fn pl_prefill() -> f64 {
+    crate::latency::PiecewiseLinear::default().prefill_tokens_per_s
+}
+fn pl_decode1() -> f64 {
+    crate::latency::PiecewiseLinear::default().decode_tokens_per_s_at_1
+}
+fn pl_sat_batch() -> u32 {
+    crate::latency::PiecewiseLinear::default().saturation_batch
+}
+fn pl_sat() -> f64 {
+    crate::latency::PiecewiseLinear::default().saturation_tokens_per_s
 }
 
 /// Cluster-level policies, by catalog name (`servesim list policies`).
@@ -278,7 +362,8 @@ pub fn load(
                 .hint("check the path; scenarios are RON files such as scenarios/quickstart.ron"),
         ],
     })?;
-    let mut scenario = parse(&src, &file, overrides, catalog)?;
+    let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let mut scenario = parse_in(&src, &file, overrides, catalog, &base_dir)?;
     if scenario.name.is_empty() {
         scenario.name = path
             .file_stem()
@@ -288,12 +373,23 @@ pub fn load(
     Ok(scenario)
 }
 
-/// Parses and validates scenario text (`file` names it in errors).
+/// Parses and validates scenario text (`file` names it in errors; relative paths are
+/// resolved against the current directory).
 pub fn parse(
     src: &str,
     file: &str,
     overrides: &[(String, String)],
     catalog: &Catalog,
+) -> Result<Scenario, ScenarioError> {
+    parse_in(src, file, overrides, catalog, Path::new(""))
+}
+
+fn parse_in(
+    src: &str,
+    file: &str,
+    overrides: &[(String, String)],
+    catalog: &Catalog,
+    base_dir: &Path,
 ) -> Result<Scenario, ScenarioError> {
     let mut text = src.to_string();
     let mut file = file.to_string();
@@ -312,7 +408,7 @@ pub fn parse(
     let options =
         ron::Options::default().with_default_extension(ron::extensions::Extensions::IMPLICIT_SOME);
     let map = SourceMap::new(&text);
-    let scenario: Scenario = options.from_str(&text).map_err(|e| {
+    let mut scenario: Scenario = options.from_str(&text).map_err(|e| {
         // RON may point at the whitespace before the offending token; point at the token.
         let mut offset = map.offset_of(&text, e.span.start.line, e.span.start.col);
         offset += text[offset..].len() - text[offset..].trim_start().len();
@@ -329,6 +425,7 @@ pub fn parse(
             }],
         }
     })?;
+    scenario.base_dir = base_dir.to_path_buf();
     let mut problems = validate::validate(&scenario, catalog);
     if problems.is_empty() {
         return Ok(scenario);

@@ -1,6 +1,6 @@
 //! Whole-scenario validation: every problem with its field path, at once.
 
-use super::{LatencySpec, LengthSpec, Scenario};
+use super::{LengthSpec, Scenario};
 use crate::policy::Catalog;
 
 /// One thing wrong with a scenario.
@@ -206,12 +206,6 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
                     .hint("remove the group instead of giving it 0 instances"),
             );
         }
-        if g.kv_blocks == 0 {
-            p.push(
-                Problem::new(at("kv_blocks"), "must be > 0")
-                    .hint("KV cache size per instance in blocks, e.g. 8192"),
-            );
-        }
         if g.block_size == 0 {
             p.push(
                 Problem::new(at("block_size"), "must be > 0").hint("vLLM's default is 16 tokens"),
@@ -229,40 +223,8 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
         if g.max_model_len == Some(0) {
             p.push(Problem::new(at("max_model_len"), "must be > 0").hint("omit it for no limit"));
         }
-        match &g.latency {
-            LatencySpec::Blackbox { alpha, beta } => {
-                for (name, v) in [("alpha", alpha), ("beta", beta)] {
-                    if v.len() != 3 {
-                        p.push(
-                            Problem::new(
-                                at(&format!("latency.{name}")),
-                                format!("must have exactly 3 coefficients, got {}", v.len()),
-                            )
-                            .hint(if name == "alpha" {
-                                "[α0 µs, α1 µs per input token, α2 µs per output token]"
-                            } else {
-                                "[β0 µs per step, β1 µs per prefill token, β2 µs per decode token]"
-                            }),
-                        );
-                    }
-                }
-                for (k, v) in alpha.iter().enumerate() {
-                    if !v.is_finite() || *v < 0.0 {
-                        p.push(Problem::new(
-                            at(&format!("latency.alpha[{k}]")),
-                            format!("must be a finite number ≥ 0 (µs), got {v}"),
-                        ));
-                    }
-                }
-                for (k, v) in beta.iter().enumerate() {
-                    if !v.is_finite() || *v < 0.0 {
-                        p.push(Problem::new(
-                            at(&format!("latency.beta[{k}]")),
-                            format!("must be a finite number ≥ 0 (µs), got {v}"),
-                        ));
-                    }
-                }
-            }
+        if let Err(problems) = super::resolve_group(g, i, &s.base_dir) {
+            p.extend(problems);
         }
     }
     let names = |list: Vec<&'static str>| list;

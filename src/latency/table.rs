@@ -1,0 +1,305 @@
+//! Measured step times (a user CSV), interpolated multilinearly.
+//!
+//! Format: a header naming the key columns, then one row per measured batch shape:
+//!
+//! ```text
+//! prefill_tokens,decode_tokens,step_us
+//! 0,1,7100
+//! 0,64,9800
+//! 512,1,21000
+//! 512,64,24500
+//! ```
+//!
+//! Keys: `prefill_tokens` (Σ prompt tokens computed in the step) and `decode_tokens`
+//! (number of decoding requests), optionally `context_tokens` (Σ tokens already in KV over
+//! the batch). The rows must form a full grid over the distinct key values. Between grid
+//! points the step time is interpolated linearly along each key; outside the grid the
+//! [`Extrapolation`] policy decides. Lines starting with `#` are comments.
+
+use std::path::Path;
+
+use serde::Deserialize;
+
+use super::{BatchShape, LatencyError, LatencyModel};
+use crate::time::SimDuration;
+
+/// What to do with a batch shape outside the measured grid.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+pub enum Extrapolation {
+    /// Stop the run with an error naming the shape and the table's range (default).
+    #[default]
+    Error,
+    /// Use the nearest edge of the grid.
+    Clamp,
+    /// Extend the outermost segment linearly (never below 1 µs).
+    Linear,
+}
+
+/// A step-time table over 2 or 3 keys.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MeasuredTable {
+    /// Key names in column order.
+    pub keys: Vec<String>,
+    /// Sorted distinct values of each key.
+    pub axes: Vec<Vec<f64>>,
+    /// Step times (µs) in row-major order over `axes`.
+    pub values: Vec<f64>,
+    pub extrapolation: Extrapolation,
+    /// Where the table came from, for messages.
+    pub source: String,
+}
+
+const KEYS: [&str; 3] = ["prefill_tokens", "decode_tokens", "context_tokens"];
+
+impl MeasuredTable {
+    /// Reads a table; errors name the file and line.
+    pub fn load(path: &Path, extrapolation: Extrapolation) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+        Self::parse(&text, &path.display().to_string(), extrapolation)
+    }
+
+    pub fn parse(text: &str, source: &str, extrapolation: Extrapolation) -> Result<Self, String> {
+        let mut rdr = csv::ReaderBuilder::new()
+            .comment(Some(b'#'))
+            .trim(csv::Trim::All)
+            .from_reader(text.as_bytes());
+        let headers = rdr.headers().map_err(|e| format!("{source}: {e}"))?.clone();
+        let col = |name: &str| headers.iter().position(|h| h == name);
+        let Some(step_col) = col("step_us") else {
+            return Err(format!(
+                "{source}:1: no `step_us` column (header: {})",
+                headers.iter().collect::<Vec<_>>().join(",")
+            ));
+        };
+        for h in headers.iter() {
+            if h != "step_us" && !KEYS.contains(&h) {
+                return Err(format!(
+                    "{source}:1: unknown column `{h}`; expected {} and step_us",
+                    KEYS.join(", ")
+                ));
+            }
+        }
+        let keys: Vec<&str> = KEYS.iter().copied().filter(|k| col(k).is_some()).collect();
+        if keys.len() < 2 || !keys.contains(&"prefill_tokens") || !keys.contains(&"decode_tokens") {
+            return Err(format!(
+                "{source}:1: needs columns prefill_tokens and decode_tokens (context_tokens optional)"
+            ));
+        }
+        let mut rows: Vec<(Vec<f64>, f64)> = Vec::new();
+        for rec in rdr.records() {
+            let rec = rec.map_err(|e| format!("{source}: {e}"))?;
+            let line = rec.position().map_or(0, |p| p.line());
+            let num = |i: usize, name: &str| -> Result<f64, String> {
+                let s = rec.get(i).unwrap_or("");
+                s.parse::<f64>()
+                    .ok()
+                    .filter(|v| v.is_finite() && *v >= 0.0)
+                    .ok_or_else(|| {
+                        format!("{source}:{line}: {name} = {s:?} is not a finite number ≥ 0")
+                    })
+            };
+            let key: Vec<f64> = keys
+                .iter()
+                .map(|k| num(col(k).expect("present"), k))
+                .collect::<Result<_, _>>()?;
+            let step = num(step_col, "step_us")?;
+            rows.push((key, step));
+        }
+        if rows.is_empty() {
+            return Err(format!("{source}: no rows"));
+        }
+        let mut axes: Vec<Vec<f64>> = vec![Vec::new(); keys.len()];
+        for (key, _) in &rows {
+            for (a, v) in axes.iter_mut().zip(key) {
+                a.push(*v);
+            }
+        }
+        for a in &mut axes {
+            a.sort_by(f64::total_cmp);
+            a.dedup();
+        }
+        let size: usize = axes.iter().map(Vec::len).product();
+        let mut values = vec![f64::NAN; size];
+        for (key, step) in &rows {
+            let mut idx = 0;
+            for (a, v) in axes.iter().zip(key) {
+                idx = idx * a.len()
+                    + a.binary_search_by(|x| x.total_cmp(v))
+                        .expect("value is on its axis");
+            }
+            if !values[idx].is_nan() {
+                return Err(format!("{source}: the shape {key:?} appears twice"));
+            }
+            values[idx] = *step;
+        }
+        if let Some(missing) = values.iter().position(|v| v.is_nan()) {
+            let mut rest = missing;
+            let mut point = vec![0.0; axes.len()];
+            for (i, a) in axes.iter().enumerate().rev() {
+                point[i] = a[rest % a.len()];
+                rest /= a.len();
+            }
+            return Err(format!(
+                "{source}: not a full grid: no row for {} (every combination of the key values must be measured)",
+                keys.iter()
+                    .zip(&point)
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        Ok(MeasuredTable {
+            keys: keys.iter().map(|k| k.to_string()).collect(),
+            axes,
+            values,
+            extrapolation,
+            source: source.to_string(),
+        })
+    }
+
+    /// Interpolated step time (µs) at `point` (one value per key).
+    pub fn lookup(&self, point: &[f64]) -> Result<f64, String> {
+        // Per axis: lower index and fraction towards the next point.
+        let mut cell = Vec::with_capacity(self.axes.len());
+        for ((axis, &x), key) in self.axes.iter().zip(point).zip(&self.keys) {
+            let (lo_v, hi_v) = (axis[0], axis[axis.len() - 1]);
+            if (x < lo_v || x > hi_v) && self.extrapolation == Extrapolation::Error {
+                return Err(format!(
+                    "{}: a step with {key} = {x} is outside the measured range {lo_v}..={hi_v}; measure it, or set extrapolation: Clamp or Linear",
+                    self.source
+                ));
+            }
+            if axis.len() == 1 {
+                cell.push((0, 0.0));
+                continue;
+            }
+            let x = if self.extrapolation == Extrapolation::Clamp {
+                x.clamp(lo_v, hi_v)
+            } else {
+                x
+            };
+            let i = axis.partition_point(|&a| a <= x).clamp(1, axis.len() - 1) - 1;
+            let f = (x - axis[i]) / (axis[i + 1] - axis[i]);
+            cell.push((i, f));
+        }
+        // Multilinear blend of the 2^k corners.
+        let k = self.axes.len();
+        let mut total = 0.0;
+        for corner in 0..(1usize << k) {
+            let mut weight = 1.0;
+            let mut idx = 0;
+            for (a, &(i, f)) in cell.iter().enumerate() {
+                let up = (corner >> (k - 1 - a)) & 1 == 1;
+                let len = self.axes[a].len();
+                let j = if len == 1 { 0 } else { i + usize::from(up) };
+                weight *= if len == 1 {
+                    if up { 0.0 } else { 1.0 }
+                } else if up {
+                    f
+                } else {
+                    1.0 - f
+                };
+                idx = idx * len + j;
+            }
+            if weight != 0.0 {
+                total += weight * self.values[idx];
+            }
+        }
+        Ok(total.max(1.0))
+    }
+}
+
+impl LatencyModel for MeasuredTable {
+    fn step_time(&self, batch: &BatchShape<'_>) -> Result<SimDuration, LatencyError> {
+        let mut point = vec![
+            f64::from(batch.prefill_tokens),
+            f64::from(batch.decode_tokens),
+        ];
+        if self.keys.len() == 3 {
+            point.push(
+                batch
+                    .items
+                    .iter()
+                    .map(|i| f64::from(i.context_tokens))
+                    .sum(),
+            );
+        }
+        self.lookup(&point)
+            .map(SimDuration::from_us_f64)
+            .map_err(LatencyError)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GRID: &str = "# measured on a test bench\nprefill_tokens,decode_tokens,step_us\n0,1,100\n0,65,740\n1000,1,2100\n1000,65,2740\n";
+
+    #[test]
+    fn grid_points_are_exact_and_midpoints_interpolate() {
+        let t = MeasuredTable::parse(GRID, "t.csv", Extrapolation::Error).unwrap();
+        assert_eq!(t.lookup(&[0.0, 1.0]).unwrap(), 100.0);
+        assert_eq!(t.lookup(&[1000.0, 65.0]).unwrap(), 2740.0);
+        // decode 33 is halfway: 100 + 320 = 420 at 0 prefill, 2420 at 1000; 500 → 1420.
+        assert_eq!(t.lookup(&[0.0, 33.0]).unwrap(), 420.0);
+        assert_eq!(t.lookup(&[500.0, 33.0]).unwrap(), 1420.0);
+    }
+
+    #[test]
+    fn outside_the_grid_the_policy_decides() {
+        let e = MeasuredTable::parse(GRID, "t.csv", Extrapolation::Error).unwrap();
+        let msg = e.lookup(&[2000.0, 1.0]).unwrap_err();
+        assert!(
+            msg.contains("t.csv")
+                && msg.contains("prefill_tokens = 2000")
+                && msg.contains("0..=1000"),
+            "{msg}"
+        );
+        let c = MeasuredTable::parse(GRID, "t.csv", Extrapolation::Clamp).unwrap();
+        assert_eq!(c.lookup(&[2000.0, 1.0]).unwrap(), 2100.0);
+        let l = MeasuredTable::parse(GRID, "t.csv", Extrapolation::Linear).unwrap();
+        assert_eq!(l.lookup(&[2000.0, 1.0]).unwrap(), 4100.0);
+        assert_eq!(l.lookup(&[0.0, 129.0]).unwrap(), 1380.0);
+    }
+
+    #[test]
+    fn three_keys_interpolate_trilinearly() {
+        let mut text = String::from("prefill_tokens,decode_tokens,context_tokens,step_us\n");
+        for p in [0, 100] {
+            for d in [1, 3] {
+                for c in [0, 1000] {
+                    text.push_str(&format!("{p},{d},{c},{}\n", 10 + p + 20 * d + c / 10));
+                }
+            }
+        }
+        let t = MeasuredTable::parse(&text, "t.csv", Extrapolation::Error).unwrap();
+        // The table is linear in every key, so interpolation reproduces the formula.
+        assert_eq!(
+            t.lookup(&[50.0, 2.0, 500.0]).unwrap(),
+            10.0 + 50.0 + 40.0 + 50.0
+        );
+    }
+
+    #[test]
+    fn malformed_tables_are_rejected_with_file_and_line() {
+        let bad = "prefill_tokens,decode_tokens,step_us\n0,1,100\n0,x,3\n";
+        assert!(
+            MeasuredTable::parse(bad, "b.csv", Extrapolation::Error)
+                .unwrap_err()
+                .starts_with("b.csv:3: decode_tokens")
+        );
+        let holey = "prefill_tokens,decode_tokens,step_us\n0,1,100\n10,2,200\n";
+        assert!(
+            MeasuredTable::parse(holey, "h.csv", Extrapolation::Error)
+                .unwrap_err()
+                .contains("not a full grid")
+        );
+        assert!(
+            MeasuredTable::parse("a,b\n1,2\n", "n.csv", Extrapolation::Error)
+                .unwrap_err()
+                .contains("step_us")
+        );
+    }
+}

@@ -1,0 +1,210 @@
+//! BLIS trained-physics step time (MODELS.md §2.4): roofline-shaped basis functions
+//! (prefill/decode compute and KV traffic, weight loading, TP all-reduce) scaled by fitted
+//! coefficients, plus per-layer, per-request and per-step overheads. No MFU factor. The
+//! shipped coefficient set ("iter29") is bundled in `assets/trained_physics.ron`.
+//! Data parallelism and expert-parallel dispatch are not modelled (DP = 1).
+
+use serde::Deserialize;
+
+use super::{BatchShape, LatencyError, LatencyModel};
+use crate::model::{GpuProfile, ModelConfig};
+use crate::time::SimDuration;
+
+/// Fitted coefficients: alpha [queueing, post-decode, per output token] µs; 7 to 11 betas.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Coefficients {
+    pub alpha: Vec<f64>,
+    pub beta: Vec<f64>,
+}
+
+impl Coefficients {
+    /// BLIS's shipped default ("iter29").
+    pub fn bundled() -> Self {
+        ron::from_str(include_str!("../../assets/trained_physics.ron"))
+            .expect("bundled coefficients parse (tested)")
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct TrainedPhysics {
+    pub model: ModelConfig,
+    pub gpu: GpuProfile,
+    pub tp: u32,
+    pub coefficients: Coefficients,
+}
+
+/// The basis values of one step, in µs (before coefficients).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Basis {
+    pub pf_compute: f64,
+    pub pf_kv: f64,
+    pub dc_compute: f64,
+    pub dc_kv: f64,
+    pub weight: f64,
+    pub tp: f64,
+}
+
+impl TrainedPhysics {
+    fn beta(&self, i: usize) -> f64 {
+        self.coefficients.beta.get(i).copied().unwrap_or(0.0)
+    }
+
+    /// The basis functions for `batch`.
+    pub fn basis(&self, batch: &BatchShape<'_>) -> Basis {
+        let m = &self.model;
+        let tp = f64::from(self.tp.max(1));
+        let (l, d, h) = (f64::from(m.layers), f64::from(m.hidden), f64::from(m.heads));
+        let dh = m.dh_roofline();
+        let dkv = f64::from(m.kv_heads) * dh;
+        let f = self.gpu.peak_flops(m.weight_bytes) / 1e6; // FLOP per µs
+        let w = self.gpu.bandwidth_tb_per_s * 1e6; // bytes per µs
+        let (n_moe, n_dense) = (f64::from(m.moe_layers()), f64::from(m.dense_layers()));
+        let g = tp; // MoE group = TP·DP with DP = 1
+        let ffn = |x: f64| {
+            n_moe * (x * m.k() / g) * 6.0 * d * f64::from(m.ffn_expert)
+                + n_moe * x * 6.0 * d * f64::from(m.ffn_shared) / tp
+                + n_dense * x * 6.0 * d * f64::from(m.ffn_dense) / tp
+        };
+        let mut tp_tokens = 0.0;
+        let mut attn_pf = 0.0;
+        let mut td = 0.0;
+        let mut ctx = 0.0;
+        for it in batch.items {
+            if it.prefill {
+                let t = f64::from(it.new_tokens);
+                tp_tokens += t;
+                attn_pf += 4.0 * (h / tp) * t * (f64::from(it.input_tokens) + t / 2.0) * dh;
+            } else {
+                td += 1.0;
+                ctx += f64::from(it.context_tokens);
+            }
+        }
+        let proj = 2.0 * d * (2.0 * d + 2.0 * dkv) / tp;
+        let pf_compute = (l * tp_tokens * proj + l * attn_pf + ffn(tp_tokens)) / f;
+        let pf_kv = l * 2.0 * (dkv / tp) * tp_tokens * 2.0 / w;
+        let dc_compute = (l * td * proj + l * 4.0 * (h / tp) * ctx * dh + ffn(td)) / f;
+        let dc_kv = l * 2.0 * (dkv / tp) * 2.0 * (ctx + td) / w;
+        let wb = m.weight_bytes;
+        let weight = (l * d * (2.0 * d + 2.0 * dkv) * wb / tp
+            + n_moe * (f64::from(m.experts) / g) * 3.0 * d * f64::from(m.ffn_expert) * wb
+            + n_moe * 3.0 * d * f64::from(m.ffn_shared) * wb / tp
+            + n_dense * 3.0 * d * f64::from(m.ffn_dense) * wb / tp)
+            / w;
+        let all = tp_tokens + td;
+        let v = |u: f64| {
+            if self.tp <= 1 {
+                0.0
+            } else {
+                u * all * d * m.act_bytes * 2.0 * (tp - 1.0) / tp / w
+            }
+        };
+        let tp_comm = v(l) + v(n_dense) + if m.is_moe() { v(n_moe) } else { 0.0 };
+        Basis {
+            pf_compute,
+            pf_kv,
+            dc_compute,
+            dc_kv,
+            weight,
+            tp: tp_comm,
+        }
+    }
+}
+
+impl LatencyModel for TrainedPhysics {
+    fn step_time(&self, batch: &BatchShape<'_>) -> Result<SimDuration, LatencyError> {
+        if batch.items.is_empty() {
+            return Ok(SimDuration(1));
+        }
+        let b = self.basis(batch);
+        let n = self.coefficients.beta.len();
+        let p = if n >= 9 {
+            self.beta(0) * b.pf_compute + self.beta(8) * b.pf_kv
+        } else {
+            self.beta(0) * b.pf_compute.max(b.pf_kv)
+        };
+        let dcost = if n >= 10 {
+            self.beta(1) * b.dc_compute + self.beta(9) * b.dc_kv
+        } else {
+            self.beta(1) * b.dc_compute.max(b.dc_kv)
+        };
+        let m = &self.model;
+        let interleaved = if m.interleave_moe_step > 0 {
+            f64::from(m.moe_layers())
+        } else {
+            0.0
+        };
+        let us = p
+            + dcost
+            + self.beta(2) * b.weight
+            + self.beta(3) * b.tp
+            + self.beta(4) * f64::from(m.layers)
+            + self.beta(5) * batch.items.len() as f64
+            + self.beta(6)
+            + self.beta(7) * interleaved;
+        Ok(SimDuration::from_us_f64(us).max(SimDuration(1)))
+    }
+
+    fn queueing_delay(&self, _input_tokens: u32) -> SimDuration {
+        SimDuration::from_us_f64(self.coefficients.alpha.first().copied().unwrap_or(0.0))
+    }
+
+    fn post_decode_overhead(&self) -> SimDuration {
+        SimDuration::from_us_f64(self.coefficients.alpha.get(1).copied().unwrap_or(0.0))
+    }
+
+    fn output_token_overhead(&self) -> SimDuration {
+        SimDuration::from_us_f64(self.coefficients.alpha.get(2).copied().unwrap_or(0.0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::latency::StepItem;
+    use crate::model::find_gpu;
+
+    #[test]
+    fn the_bundled_coefficients_are_blis_iter29() {
+        let c = Coefficients::bundled();
+        assert_eq!(c.alpha, vec![15563.199579, 777.3455, 45.907545]);
+        assert_eq!(c.beta.len(), 11);
+        assert_eq!(c.beta[6], 126.024825);
+    }
+
+    #[test]
+    fn a_single_decode_of_llama_8b_is_priced_by_hand() {
+        // Llama-3.1-8B / H100 / TP1, one decode at context 1000 (MODELS.md §2.4):
+        // F = 989.5e6 FLOP/µs, W = 3.35e6 B/µs, d=4096, dKV=1024, L=32, dFF=14336.
+        // T_dc_kv = 32·2·1024·2·(1000 + 1)/W = 131,203,072/3.35e6 = 39.165096 µs
+        // T_weight = [32·4096·10240·2 + 32·3·4096·14336·2]/W = (2,684,354,560 + 11,274,289,152)/3.35e6
+        //          = 4,166.7593 µs
+        // step = β2b·T_dc_kv + β3·T_weight + β5·32 + β6·1 + β7 (β2a = 0, TP = 1 ⇒ no comm)
+        //      = 1.94710771·39.165096 + 1.36252915·4,166.7506 + 32.09546717·32 + 4.41684444 + 126.024825
+        //      = 76.2587 + 5,677.3310 + 1,027.0550 + 4.4168 + 126.0248 = 6,911.09 µs
+        let tp = TrainedPhysics {
+            model: ModelConfig::bundled("llama-3.1-8b-instruct").unwrap(),
+            gpu: find_gpu("H100").unwrap(),
+            tp: 1,
+            coefficients: Coefficients::bundled(),
+        };
+        let items = [StepItem {
+            new_tokens: 1,
+            context_tokens: 1000,
+            input_tokens: 500,
+            prefill: false,
+        }];
+        let shape = BatchShape {
+            items: &items,
+            prefill_tokens: 0,
+            decode_tokens: 1,
+        };
+        let b = tp.basis(&shape);
+        assert!((b.dc_kv - 39.165096).abs() < 1e-5, "{}", b.dc_kv);
+        assert!((b.weight - 4166.7593).abs() < 1e-3, "{}", b.weight);
+        assert_eq!(tp.step_time(&shape).unwrap(), SimDuration(6911));
+        assert_eq!(tp.queueing_delay(100), SimDuration(15563));
+        assert_eq!(tp.post_decode_overhead(), SimDuration(777));
+        assert_eq!(tp.output_token_overhead(), SimDuration(45));
+    }
+}

@@ -1,0 +1,155 @@
+//! KV block capacity from GPU memory (after BLIS `kv_capacity.go`, MODELS.md §2.6).
+//!
+//! A replica is TP × PP GPUs. Per GPU: the KV of one token is (L/PP)·2·head_dim·Hkv·BPP/TP
+//! bytes (MLA: (L/PP)·(kv_lora_rank + qk_rope_head_dim)·BPP, not split by TP), and the
+//! memory left for KV is memory · utilisation − (weights + activation + non-torch) / GPUs,
+//! with weights = params · weight BPP (3-matrix FFN), activation 5.5 GiB dense / 8 GiB MoE per
+//! replica, non-torch 0.15 GiB for one GPU else 0.6 GiB per GPU.
+//! blocks = ⌊free bytes per GPU / (block_size · KV bytes per token per GPU)⌋, the same on
+//! every GPU. For one GPU this is exactly BLIS's formula; for TP > 1 BLIS divides the
+//! per-token bytes by TP but multiplies the memory of all TP GPUs, which counts TP times
+//! the blocks that fit (its golden dataset's qwen2.5-7b TP4 case has 1,281,766 blocks where
+//! this gives 311,546).
+
+use super::{GpuProfile, ModelConfig};
+
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// The sizing, every term in GiB except the result.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KvCapacity {
+    pub per_token_bytes: f64,
+    pub per_block_bytes: f64,
+    pub available_gib: f64,
+    pub weights_gib: f64,
+    pub activation_gib: f64,
+    pub non_torch_gib: f64,
+    pub blocks: u32,
+}
+
+/// Parameter count with 3-matrix FFNs (gate, up, down).
+pub fn params(m: &ModelConfig) -> f64 {
+    let d = f64::from(m.hidden);
+    let l = f64::from(m.layers);
+    let v = f64::from(m.vocab);
+    let dkv = f64::from(m.kv_heads) * f64::from(m.head_dim);
+    let attn = l * (d * (d + 2.0 * dkv) + d * d + 2.0 * d);
+    let mlp = if m.is_moe() {
+        let k_dense = f64::from(m.dense_layers());
+        let k_moe = f64::from(m.moe_layers());
+        let n = f64::from(m.experts);
+        k_dense * 3.0 * d * f64::from(m.ffn_dense)
+            + k_moe
+                * (3.0 * d * f64::from(m.ffn_expert) * n
+                    + 3.0 * d * f64::from(m.ffn_shared)
+                    + n * d)
+    } else {
+        l * 3.0 * d * f64::from(m.ffn_dense)
+    };
+    v * d + attn + mlp + if m.tied_embeddings { 0.0 } else { v * d } + d
+}
+
+/// Blocks of `block_size` tokens that fit on one replica of `tp` GPUs.
+pub fn kv_capacity(
+    m: &ModelConfig,
+    gpu: &GpuProfile,
+    tp: u32,
+    pp: u32,
+    utilization: f64,
+    block_size: u32,
+) -> Result<KvCapacity, String> {
+    let tpf = f64::from(tp.max(1));
+    let gpus = tpf * f64::from(pp.max(1));
+    let layers = f64::from(m.layers) / f64::from(pp.max(1));
+    let per_token = if m.kv_lora_rank > 0 {
+        layers * f64::from(m.kv_lora_rank + m.qk_rope_head_dim) * m.act_bytes
+    } else {
+        layers * 2.0 * f64::from(m.head_dim) * f64::from(m.kv_heads) * m.act_bytes / tpf
+    };
+    let per_block = (per_token * f64::from(block_size)).trunc();
+    let available = gpu.memory_gib * utilization * gpus;
+    let weights = params(m) * m.weight_bytes / GIB;
+    let activation = if m.is_moe() { 8.0 } else { 5.5 };
+    let non_torch = if gpus <= 1.0 { 0.15 } else { 0.6 * gpus };
+    let tp = tp * pp.max(1);
+    let act = m.hidden_act.to_ascii_lowercase();
+    if !["silu", "swiglu", "geglu", "situ", ""].contains(&act.as_str()) {
+        return Err(format!(
+            "cannot size the KV cache for activation `{}`; give kv_blocks",
+            m.hidden_act
+        ));
+    }
+    let spare = available - weights - activation - non_torch;
+    if spare <= 0.0 || per_block <= 0.0 {
+        return Err(format!(
+            "{} does not fit: {available:.1} GiB available on {tp}×{}, {weights:.1} GiB of weights + {activation} GiB activations + {non_torch} GiB other; use more GPUs (tp) or give kv_blocks",
+            m.id, gpu.id
+        ));
+    }
+    let blocks = (spare / gpus * GIB / per_block).floor();
+    Ok(KvCapacity {
+        per_token_bytes: per_token,
+        per_block_bytes: per_block,
+        available_gib: available,
+        weights_gib: weights,
+        activation_gib: activation,
+        non_torch_gib: non_torch,
+        blocks: blocks.min(f64::from(u32::MAX)) as u32,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::find_gpu;
+
+    #[test]
+    fn llama_3_1_8b_on_one_h100_gets_26312_blocks() {
+        // Worked by hand (MODELS.md §2.6): 128 KiB/token, 2 MiB/block, 14.96 GiB weights,
+        // 72 GiB available → ⌊(72 − 14.96 − 5.5 − 0.15)·512⌋ = 26,312.
+        let m = ModelConfig::bundled("llama-3.1-8b-instruct").unwrap();
+        let c = kv_capacity(&m, &find_gpu("H100").unwrap(), 1, 1, 0.9, 16).unwrap();
+        assert_eq!(c.per_token_bytes, 131_072.0);
+        assert_eq!(c.per_block_bytes, 2_097_152.0);
+        assert!((c.weights_gib - 14.96).abs() < 0.01, "{}", c.weights_gib);
+        assert_eq!(c.blocks, 26_312);
+    }
+
+    #[test]
+    fn a_model_too_big_for_its_gpus_is_an_error_not_zero_blocks() {
+        let m = ModelConfig::bundled("llama-3.1-70b-instruct").unwrap();
+        let e = kv_capacity(&m, &find_gpu("L40S").unwrap(), 1, 1, 0.9, 16).unwrap_err();
+        assert!(e.contains("does not fit"), "{e}");
+        assert!(
+            kv_capacity(&m, &find_gpu("H100").unwrap(), 4, 1, 0.9, 16)
+                .unwrap()
+                .blocks
+                > 0
+        );
+    }
+
+    #[test]
+    fn llama_70b_on_four_h100s_matches_the_per_gpu_arithmetic() {
+        // Per GPU: 72 GiB − (131.44 GiB weights + 5.5 + 0.6·4) / 4 = 37.03 GiB free;
+        // KV per token per GPU = 80·2·128·8·2 / 4 = 81,920 B → ×16 = 1,310,720 B per block
+        // → ⌊37.03·2³⁰ / 1,310,720⌋ ≈ 30.3k blocks (≈ 485k tokens, what vLLM reports for
+        // this setup, give or take its own activation profiling).
+        let m = ModelConfig::bundled("llama-3.1-70b-instruct").unwrap();
+        let c = kv_capacity(&m, &find_gpu("H100").unwrap(), 4, 1, 0.9, 16).unwrap();
+        assert_eq!(c.per_block_bytes, 1_310_720.0);
+        let free = 72.0 - (c.weights_gib + 5.5 + 2.4) / 4.0;
+        assert_eq!(c.blocks, (free * GIB / 1_310_720.0).floor() as u32);
+        assert!((29_000..32_000).contains(&c.blocks), "{}", c.blocks);
+    }
+
+    #[test]
+    fn more_gpus_hold_more_blocks() {
+        let m = ModelConfig::bundled("llama-3.1-70b-instruct").unwrap();
+        let g = find_gpu("H100").unwrap();
+        let b2 = kv_capacity(&m, &g, 2, 1, 0.9, 16).unwrap().blocks;
+        let b4 = kv_capacity(&m, &g, 4, 1, 0.9, 16).unwrap().blocks;
+        let b2x2 = kv_capacity(&m, &g, 2, 2, 0.9, 16).unwrap().blocks;
+        assert!(b4 > 2 * b2, "{b2} → {b4}");
+        assert_eq!(b4, b2x2, "TP×PP = 4 GPUs either way hold the same KV");
+    }
+}

@@ -1,0 +1,375 @@
+//! The model and GPU library: HuggingFace `config.json` parsing, GPU profiles, and KV
+//! capacity from GPU memory (MODELS.md §2.5, §2.6).
+//!
+//! Bundled models and GPUs are embedded in the binary (`assets/`), so a scenario can name
+//! them by id from any directory; a scenario may also point at its own files.
+
+mod capacity;
+mod gpu;
+
+pub use capacity::{KvCapacity, kv_capacity};
+pub use gpu::{GpuProfile, bundled_gpus, find_gpu};
+
+use serde_json::Value;
+
+/// Bundled HuggingFace configs: (id, JSON text).
+pub const BUNDLED_MODELS: &[(&str, &str)] = &[
+    (
+        "codellama-34b-instruct-hf",
+        include_str!("../../assets/models/codellama-34b-instruct-hf.json"),
+    ),
+    (
+        "deepseek-v2-lite",
+        include_str!("../../assets/models/deepseek-v2-lite.json"),
+    ),
+    (
+        "glm-5.2-fp8",
+        include_str!("../../assets/models/glm-5.2-fp8.json"),
+    ),
+    (
+        "llama-2-13b-hf",
+        include_str!("../../assets/models/llama-2-13b-hf.json"),
+    ),
+    (
+        "llama-2-70b-hf",
+        include_str!("../../assets/models/llama-2-70b-hf.json"),
+    ),
+    (
+        "llama-2-7b-hf",
+        include_str!("../../assets/models/llama-2-7b-hf.json"),
+    ),
+    (
+        "llama-3.1-70b-instruct",
+        include_str!("../../assets/models/llama-3.1-70b-instruct.json"),
+    ),
+    (
+        "llama-3.1-8b-instruct",
+        include_str!("../../assets/models/llama-3.1-8b-instruct.json"),
+    ),
+    (
+        "llama-4-scout-17b-16e-instruct-fp8-dynamic",
+        include_str!("../../assets/models/llama-4-scout-17b-16e-instruct-fp8-dynamic.json"),
+    ),
+    (
+        "mistral-nemo-instruct-2407",
+        include_str!("../../assets/models/mistral-nemo-instruct-2407.json"),
+    ),
+    (
+        "mixtral-8x7b-v0.1",
+        include_str!("../../assets/models/mixtral-8x7b-v0.1.json"),
+    ),
+    (
+        "qwen2.5-7b-instruct",
+        include_str!("../../assets/models/qwen2.5-7b-instruct.json"),
+    ),
+    (
+        "qwen3-14b",
+        include_str!("../../assets/models/qwen3-14b.json"),
+    ),
+    (
+        "qwen3-30b-a3b",
+        include_str!("../../assets/models/qwen3-30b-a3b.json"),
+    ),
+    ("yi-34b", include_str!("../../assets/models/yi-34b.json")),
+];
+
+/// The architecture numbers every latency model and the KV sizing need.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelConfig {
+    pub id: String,
+    /// L
+    pub layers: u32,
+    /// d
+    pub hidden: u32,
+    /// H
+    pub heads: u32,
+    /// Hkv
+    pub kv_heads: u32,
+    /// `head_dim` if the config gives it, else d/H.
+    pub head_dim: u32,
+    /// FFN width of dense layers (`intermediate_size_mlp`, else `intermediate_size`).
+    pub ffn_dense: u32,
+    /// FFN width of one expert (`moe_intermediate_size`, else `intermediate_size`).
+    pub ffn_expert: u32,
+    /// Routed experts N (0 = dense model).
+    pub experts: u32,
+    /// Experts per token k.
+    pub experts_per_token: u32,
+    /// Width of the always-on shared expert(s), 0 if none.
+    pub ffn_shared: u32,
+    /// MoE every (s+1)-th layer when > 0 (Llama-4 style interleaving).
+    pub interleave_moe_step: u32,
+    /// Leading dense layers of a MoE model (DeepSeek `first_k_dense_replace`).
+    pub first_dense_layers: u32,
+    pub vocab: u32,
+    pub tied_embeddings: bool,
+    /// Bytes per activation / KV element (from `torch_dtype`; 2 if absent).
+    pub act_bytes: f64,
+    /// Bytes per weight (quantisation aware).
+    pub weight_bytes: f64,
+    pub max_position_embeddings: u64,
+    /// MLA: compressed KV rank (0 = standard attention).
+    pub kv_lora_rank: u32,
+    pub qk_rope_head_dim: u32,
+    pub hidden_act: String,
+}
+
+fn dtype_bytes(s: &str) -> Option<f64> {
+    match s.to_ascii_lowercase().as_str() {
+        "float32" | "fp32" => Some(4.0),
+        "float16" | "fp16" | "bfloat16" | "bf16" => Some(2.0),
+        "int8" | "uint8" | "fp8" | "float8" | "int4" | "nf4" => Some(1.0),
+        _ => None,
+    }
+}
+
+impl ModelConfig {
+    /// Parses a HuggingFace `config.json` (`text_config` keys override top-level ones).
+    pub fn from_hf_json(id: &str, text: &str) -> Result<Self, String> {
+        let root: Value = serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
+        let Value::Object(mut map) = root.clone() else {
+            return Err("expected a JSON object".into());
+        };
+        if let Some(Value::Object(tc)) = root.get("text_config") {
+            for (k, v) in tc {
+                map.insert(k.clone(), v.clone());
+            }
+        }
+        let uint = |k: &str| map.get(k).and_then(Value::as_u64);
+        let req = |k: &str| {
+            uint(k)
+                .filter(|&v| v > 0)
+                .ok_or_else(|| format!("missing or zero `{k}`"))
+        };
+        let layers = req("num_hidden_layers")? as u32;
+        let hidden = req("hidden_size")? as u32;
+        let heads = req("num_attention_heads")? as u32;
+        let kv_heads = [
+            "num_key_value_heads",
+            "num_kv_heads",
+            "multi_query_group_num",
+        ]
+        .iter()
+        .find_map(|k| uint(k).filter(|&v| v > 0))
+        .unwrap_or(u64::from(heads)) as u32;
+        let head_dim = uint("head_dim")
+            .filter(|&v| v > 0)
+            .unwrap_or(u64::from(hidden / heads)) as u32;
+        let ffn = uint("intermediate_size")
+            .or_else(|| uint("ffn_hidden_size"))
+            .unwrap_or(0) as u32;
+        let experts = [
+            "num_experts",
+            "moe_num_experts",
+            "n_routed_experts",
+            "num_local_experts",
+            "num_routed_experts",
+        ]
+        .iter()
+        .find_map(|k| uint(k).filter(|&v| v >= 2))
+        .unwrap_or(0) as u32;
+        let ffn_expert = uint("moe_intermediate_size").map_or(ffn, |v| v as u32);
+        let ffn_shared = uint("shared_expert_intermediate_size")
+            .map(|v| v as u32)
+            .or_else(|| uint("n_shared_experts").map(|n| n as u32 * ffn_expert))
+            .unwrap_or(0);
+        let dtype = map
+            .get("torch_dtype")
+            .or_else(|| map.get("dtype"))
+            .and_then(Value::as_str)
+            .unwrap_or("bfloat16");
+        let act_bytes =
+            dtype_bytes(dtype).ok_or_else(|| format!("unknown torch_dtype `{dtype}`"))?;
+        let weight_bytes = weight_bytes(id, map.get("quantization_config")).unwrap_or(act_bytes);
+        let rope = map
+            .get("rope_scaling")
+            .and_then(|r| r.get("factor"))
+            .and_then(Value::as_f64)
+            .unwrap_or(1.0);
+        let max_pos = uint("max_position_embeddings").unwrap_or(0);
+        Ok(ModelConfig {
+            id: id.to_string(),
+            layers,
+            hidden,
+            heads,
+            kv_heads,
+            head_dim,
+            ffn_dense: uint("intermediate_size_mlp").map_or(ffn, |v| v as u32),
+            ffn_expert,
+            experts,
+            experts_per_token: uint("num_experts_per_tok").unwrap_or(0) as u32,
+            ffn_shared,
+            interleave_moe_step: uint("interleave_moe_layer_step").unwrap_or(0) as u32,
+            first_dense_layers: uint("first_k_dense_replace").unwrap_or(0) as u32,
+            vocab: uint("vocab_size").unwrap_or(0) as u32,
+            tied_embeddings: map
+                .get("tie_word_embeddings")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            act_bytes,
+            weight_bytes,
+            max_position_embeddings: (max_pos as f64 * rope.max(1.0)) as u64,
+            kv_lora_rank: uint("kv_lora_rank").unwrap_or(0) as u32,
+            qk_rope_head_dim: uint("qk_rope_head_dim").unwrap_or(0) as u32,
+            hidden_act: map
+                .get("hidden_act")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+        })
+    }
+
+    /// A bundled model by id (case-insensitive; a unique prefix also matches).
+    pub fn bundled(id: &str) -> Option<Self> {
+        let lower = id.to_ascii_lowercase();
+        let exact = BUNDLED_MODELS.iter().find(|(k, _)| *k == lower);
+        let found = exact.or_else(|| {
+            let mut it = BUNDLED_MODELS.iter().filter(|(k, _)| k.starts_with(&lower));
+            let first = it.next();
+            if it.next().is_some() { None } else { first }
+        })?;
+        Some(Self::from_hf_json(found.0, found.1).expect("bundled model configs parse (tested)"))
+    }
+
+    pub fn is_moe(&self) -> bool {
+        self.experts >= 2
+    }
+
+    /// Number of MoE layers (interleaved: every (s+1)-th; else all but the leading dense ones).
+    pub fn moe_layers(&self) -> u32 {
+        if !self.is_moe() {
+            0
+        } else if self.interleave_moe_step > 0 {
+            self.layers / (self.interleave_moe_step + 1)
+        } else {
+            self.layers.saturating_sub(self.first_dense_layers)
+        }
+    }
+
+    pub fn dense_layers(&self) -> u32 {
+        self.layers - self.moe_layers()
+    }
+
+    /// Experts per token, at least 1 for MoE models.
+    pub fn k(&self) -> f64 {
+        f64::from(self.experts_per_token.max(1))
+    }
+
+    /// d / H, the head dimension the BLIS latency models use.
+    pub fn dh_roofline(&self) -> f64 {
+        f64::from(self.hidden) / f64::from(self.heads)
+    }
+}
+
+/// Weight bytes from the quantisation config or the model name (MODELS.md §2.5).
+fn weight_bytes(id: &str, q: Option<&Value>) -> Option<f64> {
+    if let Some(q) = q {
+        if let Some(bits) = q.get("bits").and_then(Value::as_f64) {
+            return Some(bits / 8.0);
+        }
+        let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("");
+        if method == "fp8" {
+            return Some(1.0);
+        }
+        if method == "compressed-tensors"
+            && let Some(bits) = q
+                .get("config_groups")
+                .and_then(Value::as_object)
+                .and_then(|g| g.values().next())
+                .and_then(|g| g.get("weights"))
+                .and_then(|w| w.get("num_bits"))
+                .and_then(Value::as_f64)
+        {
+            return Some(bits / 8.0);
+        }
+    }
+    let name = id.to_ascii_lowercase();
+    if let Some(pos) = name.find('w')
+        && let Some(d) = name[pos + 1..].chars().next().and_then(|c| c.to_digit(10))
+        && name[pos + 2..].starts_with('a')
+    {
+        return Some(f64::from(d) / 8.0);
+    }
+    name.contains("fp8").then_some(1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_bundled_model_parses() {
+        for (id, _) in BUNDLED_MODELS {
+            let m = ModelConfig::bundled(id).unwrap();
+            assert!(m.layers > 0 && m.hidden > 0 && m.heads > 0, "{id}");
+        }
+        assert_eq!(BUNDLED_MODELS.len(), 15);
+    }
+
+    #[test]
+    fn llama_3_1_8b_reads_as_published() {
+        let m = ModelConfig::bundled("llama-3.1-8b").unwrap();
+        assert_eq!(
+            (m.layers, m.hidden, m.heads, m.kv_heads, m.head_dim),
+            (32, 4096, 32, 8, 128)
+        );
+        assert_eq!(
+            (m.ffn_dense, m.experts, m.act_bytes, m.weight_bytes),
+            (14336, 0, 2.0, 2.0)
+        );
+        assert_eq!(m.vocab, 128256);
+    }
+
+    #[test]
+    fn moe_and_quantised_configs_are_understood() {
+        let mix = ModelConfig::bundled("mixtral-8x7b-v0.1").unwrap();
+        assert_eq!(
+            (mix.experts, mix.experts_per_token, mix.moe_layers()),
+            (8, 2, 32)
+        );
+        let scout = ModelConfig::bundled("llama-4-scout").unwrap();
+        assert_eq!(
+            (scout.experts, scout.interleave_moe_step, scout.moe_layers()),
+            (16, 1, 24)
+        );
+        assert_eq!(
+            scout.ffn_dense, 16384,
+            "intermediate_size_mlp for dense layers"
+        );
+        assert_eq!(scout.weight_bytes, 1.0, "fp8 from the name");
+        let ds = ModelConfig::bundled("deepseek-v2-lite").unwrap();
+        assert_eq!(
+            (
+                ds.moe_layers(),
+                ds.ffn_expert,
+                ds.ffn_shared,
+                ds.kv_lora_rank
+            ),
+            (26, 1408, 2816, 512)
+        );
+        let glm = ModelConfig::bundled("glm-5.2-fp8").unwrap();
+        assert_eq!(glm.weight_bytes, 1.0);
+        assert_eq!(glm.head_dim, 192);
+    }
+
+    #[test]
+    fn a_unique_prefix_finds_a_model_and_an_ambiguous_one_does_not() {
+        assert_eq!(ModelConfig::bundled("yi").unwrap().id, "yi-34b");
+        assert!(ModelConfig::bundled("llama").is_none());
+        assert!(ModelConfig::bundled("gpt-9").is_none());
+    }
+
+    #[test]
+    fn bad_configs_give_messages() {
+        assert!(
+            ModelConfig::from_hf_json("x", "{")
+                .unwrap_err()
+                .contains("JSON")
+        );
+        assert!(
+            ModelConfig::from_hf_json("x", "{\"hidden_size\": 8}")
+                .unwrap_err()
+                .contains("num_hidden_layers")
+        );
+    }
+}

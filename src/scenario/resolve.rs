@@ -1,0 +1,327 @@
+//! Turns an instance group's names and files into concrete models: the model config, the
+//! GPU profile, the KV block count and the latency model. Used by validation (so every
+//! problem is reported up front) and when the simulation is built.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::{InstanceGroup, LatencySpec, Problem, did_you_mean};
+use crate::latency::{
+    Blackbox, Coefficients, LatencyModel, MeasuredTable, PiecewiseLinear, Roofline, TrainedPhysics,
+};
+use crate::model::{BUNDLED_MODELS, GpuProfile, ModelConfig, bundled_gpus, find_gpu, kv_capacity};
+
+/// A group with everything looked up.
+#[derive(Clone)]
+pub struct ResolvedGroup {
+    pub model: Option<ModelConfig>,
+    pub gpu: Option<GpuProfile>,
+    pub kv_blocks: u32,
+    pub max_model_len: Option<u32>,
+    /// Shared by every instance of the group (latency models are pure).
+    pub latency: Arc<dyn LatencyModel>,
+    /// Bytes sent between pipeline stages per token (hidden × activation bytes).
+    pub pp_bytes_per_token: f64,
+}
+
+fn looks_like_path(s: &str) -> bool {
+    s.contains('/') || s.contains('\\') || s.ends_with(".json") || s.ends_with(".ron")
+}
+
+fn load_model(name: &str, base: &Path) -> Result<ModelConfig, String> {
+    if looks_like_path(name) {
+        let path = base.join(name);
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let id = path
+            .file_stem()
+            .map_or(name.to_string(), |s| s.to_string_lossy().into_owned());
+        return ModelConfig::from_hf_json(&id, &text)
+            .map_err(|e| format!("{}: {e}", path.display()));
+    }
+    ModelConfig::bundled(name).ok_or_else(|| {
+        let ids = BUNDLED_MODELS.iter().map(|(k, _)| *k);
+        match did_you_mean(name, ids) {
+            Some(s) => format!("unknown model \"{name}\"; did you mean \"{s}\"? (`servesim list models`)"),
+            None => format!("unknown model \"{name}\" (`servesim list models` shows the bundled ones; or give a path to a config.json)"),
+        }
+    })
+}
+
+fn load_gpu(name: &str, base: &Path) -> Result<GpuProfile, String> {
+    if looks_like_path(name) {
+        let path = base.join(name);
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let gpu: GpuProfile = ron::from_str(&text)
+            .map_err(|e| format!("{}:{}: {}", path.display(), e.span.start, e.code))?;
+        let p = gpu.problems();
+        return if p.is_empty() {
+            Ok(gpu)
+        } else {
+            Err(format!("{}: {}", path.display(), p.join("; ")))
+        };
+    }
+    find_gpu(name).ok_or_else(|| {
+        let all = bundled_gpus();
+        let names: Vec<&str> = all.iter().map(|g| g.id.as_str()).collect();
+        match did_you_mean(name, names.iter().copied()) {
+            Some(s) => {
+                format!("unknown GPU \"{name}\"; did you mean \"{s}\"? (`servesim list hardware`)")
+            }
+            None => format!("unknown GPU \"{name}\"; bundled: {}", names.join(", ")),
+        }
+    })
+}
+
+fn check_coefficients(
+    p: &mut Vec<Problem>,
+    at: &str,
+    values: &[f64],
+    lens: std::ops::RangeInclusive<usize>,
+) {
+    if !lens.contains(&values.len()) {
+        let want = if lens.start() == lens.end() {
+            lens.start().to_string()
+        } else {
+            format!("{} to {}", lens.start(), lens.end())
+        };
+        p.push(Problem::new(
+            at,
+            format!("must have {want} coefficients, got {}", values.len()),
+        ));
+    }
+    for (k, v) in values.iter().enumerate() {
+        if !v.is_finite() || *v < 0.0 {
+            p.push(Problem::new(
+                format!("{at}[{k}]"),
+                format!("must be a finite number ≥ 0 (µs), got {v}"),
+            ));
+        }
+    }
+}
+
+fn three(v: &[f64]) -> [f64; 3] {
+    [
+        v.first().copied().unwrap_or(0.0),
+        v.get(1).copied().unwrap_or(0.0),
+        v.get(2).copied().unwrap_or(0.0),
+    ]
+}
+
+/// Resolves group `i`; problems carry paths under `cluster.groups[i]`.
+pub fn resolve_group(
+    g: &InstanceGroup,
+    i: usize,
+    base: &Path,
+) -> Result<ResolvedGroup, Vec<Problem>> {
+    let at = |f: &str| format!("cluster.groups[{i}].{f}");
+    let mut p = Vec::new();
+    let model = match &g.model {
+        Some(name) => load_model(name, base)
+            .map_err(|e| p.push(Problem::new(at("model"), e)))
+            .ok(),
+        None => None,
+    };
+    let gpu = match &g.gpu {
+        Some(name) => load_gpu(name, base)
+            .map_err(|e| p.push(Problem::new(at("gpu"), e)))
+            .ok(),
+        None => None,
+    };
+    if g.tp == 0 {
+        p.push(Problem::new(at("tp"), "must be ≥ 1"));
+    }
+    if g.pp == 0 {
+        p.push(Problem::new(at("pp"), "must be ≥ 1"));
+    }
+    if !g.pp_link_gb_per_s.is_finite() || g.pp_link_gb_per_s <= 0.0 {
+        p.push(Problem::new(
+            at("pp_link_gb_per_s"),
+            format!("must be a finite number > 0, got {}", g.pp_link_gb_per_s),
+        ));
+    }
+    if !(g.gpu_memory_utilization > 0.0 && g.gpu_memory_utilization <= 1.0) {
+        p.push(Problem::new(
+            at("gpu_memory_utilization"),
+            format!("must be in (0, 1], got {}", g.gpu_memory_utilization),
+        ));
+    }
+    if let Some(m) = &model {
+        if g.tp > 0 && (m.heads % g.tp != 0 || m.kv_heads % g.tp != 0) {
+            p.push(
+                Problem::new(
+                    at("tp"),
+                    format!(
+                        "{} has {} attention heads and {} KV heads; tp {} must divide both",
+                        m.id, m.heads, m.kv_heads, g.tp
+                    ),
+                )
+                .hint("use a tp that divides the head counts"),
+            );
+        }
+        if g.pp > m.layers {
+            p.push(Problem::new(
+                at("pp"),
+                format!(
+                    "{} has only {} layers; pp {} is too many",
+                    m.id, m.layers, g.pp
+                ),
+            ));
+        }
+    }
+    let needs = |p: &mut Vec<Problem>, what: &str| {
+        if model.is_none() && g.model.is_none() {
+            p.push(
+                Problem::new(at("model"), format!("{what} needs a model"))
+                    .hint("set model: \"llama-3.1-8b-instruct\" (or a path to a config.json)"),
+            );
+        }
+        if gpu.is_none() && g.gpu.is_none() {
+            p.push(
+                Problem::new(at("gpu"), format!("{what} needs a GPU"))
+                    .hint("set gpu: \"H100\" (`servesim list hardware`)"),
+            );
+        }
+    };
+    let latency: Option<Arc<dyn LatencyModel>> = match &g.latency {
+        LatencySpec::Blackbox { alpha, beta } => {
+            check_coefficients(&mut p, &at("latency.alpha"), alpha, 3..=3);
+            check_coefficients(&mut p, &at("latency.beta"), beta, 3..=3);
+            Some(Arc::new(Blackbox {
+                alpha: three(alpha),
+                beta: three(beta),
+            }))
+        }
+        LatencySpec::Roofline { alpha } => {
+            needs(&mut p, "the roofline latency model");
+            if let Some(a) = alpha {
+                check_coefficients(&mut p, &at("latency.alpha"), a, 3..=3);
+            }
+            match (&model, &gpu) {
+                (Some(m), Some(gp)) => Some(Arc::new(Roofline {
+                    model: m.clone(),
+                    gpu: gp.clone(),
+                    tp: g.tp.max(1),
+                    alpha: alpha.as_deref().map_or([0.0; 3], three),
+                })),
+                _ => None,
+            }
+        }
+        LatencySpec::TrainedPhysics { alpha, beta } => {
+            needs(&mut p, "the trained-physics latency model");
+            let mut c = Coefficients::bundled();
+            if let Some(a) = alpha {
+                check_coefficients(&mut p, &at("latency.alpha"), a, 3..=3);
+                c.alpha = a.clone();
+            }
+            if let Some(b) = beta {
+                check_coefficients(&mut p, &at("latency.beta"), b, 7..=11);
+                c.beta = b.clone();
+            }
+            match (&model, &gpu) {
+                (Some(m), Some(gp)) => Some(Arc::new(TrainedPhysics {
+                    model: m.clone(),
+                    gpu: gp.clone(),
+                    tp: g.tp.max(1),
+                    coefficients: c,
+                })),
+                _ => None,
+            }
+        }
+        LatencySpec::PiecewiseLinear {
+            prefill_tokens_per_s,
+            decode_tokens_per_s_at_1,
+            saturation_batch,
+            saturation_tokens_per_s,
+        } => {
+            for (f, v) in [
+                ("prefill_tokens_per_s", *prefill_tokens_per_s),
+                ("decode_tokens_per_s_at_1", *decode_tokens_per_s_at_1),
+                ("saturation_tokens_per_s", *saturation_tokens_per_s),
+            ] {
+                if !v.is_finite() || v <= 0.0 {
+                    p.push(Problem::new(
+                        at(&format!("latency.{f}")),
+                        format!("must be a finite number > 0, got {v}"),
+                    ));
+                }
+            }
+            if *saturation_batch == 0 {
+                p.push(Problem::new(at("latency.saturation_batch"), "must be ≥ 1"));
+            }
+            Some(Arc::new(PiecewiseLinear {
+                prefill_tokens_per_s: *prefill_tokens_per_s,
+                decode_tokens_per_s_at_1: *decode_tokens_per_s_at_1,
+                saturation_batch: *saturation_batch,
+                saturation_tokens_per_s: *saturation_tokens_per_s,
+            }))
+        }
+        LatencySpec::MeasuredTable {
+            file,
+            extrapolation,
+        } => match MeasuredTable::load(&base.join(file), *extrapolation) {
+            Ok(t) => Some(Arc::new(t)),
+            Err(e) => {
+                p.push(
+                    Problem::new(at("latency.file"), e)
+                        .hint("README \"Measured tables\" documents the CSV format"),
+                );
+                None
+            }
+        },
+    };
+    let kv_blocks = match (g.kv_blocks, &model, &gpu) {
+        (Some(0), _, _) => {
+            p.push(Problem::new(at("kv_blocks"), "must be > 0").hint("KV cache size per instance in blocks, e.g. 8192; omit it to derive it from model and gpu"));
+            None
+        }
+        (Some(b), _, _) => Some(b),
+        (None, Some(m), Some(gp)) if g.block_size > 0 && g.tp > 0 && g.pp > 0 => {
+            match kv_capacity(m, gp, g.tp, g.pp, g.gpu_memory_utilization, g.block_size) {
+                Ok(c) => Some(c.blocks),
+                Err(e) => {
+                    p.push(Problem::new(at("kv_blocks"), e));
+                    None
+                }
+            }
+        }
+        (None, _, _) => {
+            if g.model.is_none() || g.gpu.is_none() {
+                p.push(
+                    Problem::new(
+                        at("kv_blocks"),
+                        "missing: give kv_blocks, or model and gpu to derive it",
+                    )
+                    .hint(
+                        "e.g. kv_blocks: 8192, or model: \"llama-3.1-8b-instruct\", gpu: \"H100\"",
+                    ),
+                );
+            }
+            None
+        }
+    };
+    let max_model_len = g.max_model_len.or_else(|| {
+        let m = model.as_ref()?;
+        let cap = u64::from(kv_blocks?) * u64::from(g.block_size);
+        let len = if m.max_position_embeddings > 0 {
+            m.max_position_embeddings.min(cap)
+        } else {
+            cap
+        };
+        Some(len.min(u64::from(u32::MAX)) as u32)
+    });
+    if !p.is_empty() {
+        return Err(p);
+    }
+    Ok(ResolvedGroup {
+        pp_bytes_per_token: model
+            .as_ref()
+            .map_or(0.0, |m| f64::from(m.hidden) * m.act_bytes),
+        model,
+        gpu,
+        kv_blocks: kv_blocks.expect("no problems means blocks are known"),
+        max_model_len,
+        latency: latency.expect("no problems means a latency model"),
+    })
+}
