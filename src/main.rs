@@ -64,6 +64,8 @@ enum Command {
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum ListWhat {
     Policies,
+    Models,
+    Hardware,
 }
 
 fn parse_overrides(set: &[String], seed: Option<u64>) -> Result<Vec<(String, String)>, String> {
@@ -98,6 +100,51 @@ fn main() -> ExitCode {
     let app = servesim::default_app();
     let catalog = app.world().resource::<Catalog>();
     match cli.command {
+        Command::List {
+            what: ListWhat::Models,
+        } => {
+            println!(
+                "{:<44}{:>7}{:>8}{:>7}{:>5}{:>8}{:>10}  weights",
+                "model", "layers", "hidden", "heads", "kv", "experts", "params_b"
+            );
+            for (id, _) in servesim::model::BUNDLED_MODELS {
+                let m = servesim::model::ModelConfig::bundled(id).expect("bundled models parse");
+                println!(
+                    "{:<44}{:>7}{:>8}{:>7}{:>5}{:>8}{:>10.2}  {} B/param",
+                    m.id,
+                    m.layers,
+                    m.hidden,
+                    m.heads,
+                    m.kv_heads,
+                    m.experts,
+                    servesim::model::params(&m) / 1e9,
+                    m.weight_bytes
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Command::List {
+            what: ListWhat::Hardware,
+        } => {
+            println!(
+                "{:<10}{:>10}{:>10}{:>8}{:>8}{:>8}{:>8}  aliases",
+                "gpu", "bf16 TF", "fp8 TF", "TB/s", "mfu_p", "mfu_d", "GiB"
+            );
+            for g in servesim::model::bundled_gpus() {
+                println!(
+                    "{:<10}{:>10}{:>10}{:>8}{:>8}{:>8}{:>8}  {}",
+                    g.id,
+                    g.tflops_bf16,
+                    g.tflops_fp8,
+                    g.bandwidth_tb_per_s,
+                    g.mfu_prefill,
+                    g.mfu_decode,
+                    g.memory_gib,
+                    g.aliases.join(", ")
+                );
+            }
+            ExitCode::SUCCESS
+        }
         Command::List {
             what: ListWhat::Policies,
         } => {

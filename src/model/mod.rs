@@ -7,7 +7,7 @@
 mod capacity;
 mod gpu;
 
-pub use capacity::{KvCapacity, kv_capacity};
+pub use capacity::{KvCapacity, kv_capacity, params};
 pub use gpu::{GpuProfile, bundled_gpus, find_gpu};
 
 use serde_json::Value;
@@ -97,7 +97,7 @@ pub struct ModelConfig {
     pub experts_per_token: u32,
     /// Width of the always-on shared expert(s), 0 if none.
     pub ffn_shared: u32,
-    /// MoE every (s+1)-th layer when > 0 (Llama-4 style interleaving).
+    /// MoE on every s-th layer when > 0 (HuggingFace Llama-4 `interleave_moe_layer_step`).
     pub interleave_moe_step: u32,
     /// Leading dense layers of a MoE model (DeepSeek `first_k_dense_replace`).
     pub first_dense_layers: u32,
@@ -173,6 +173,14 @@ impl ModelConfig {
             .map(|v| v as u32)
             .or_else(|| uint("n_shared_experts").map(|n| n as u32 * ffn_expert))
             .unwrap_or(0);
+        // Llama-4 MoE layers always run one shared expert of the routed experts' width
+        // (HuggingFace `Llama4TextMoe`), which its config does not spell out.
+        let model_type = map.get("model_type").and_then(Value::as_str).unwrap_or("");
+        let ffn_shared = if ffn_shared == 0 && experts >= 2 && model_type.starts_with("llama4") {
+            ffn_expert
+        } else {
+            ffn_shared
+        };
         let dtype = map
             .get("torch_dtype")
             .or_else(|| map.get("dtype"))
@@ -235,12 +243,14 @@ impl ModelConfig {
         self.experts >= 2
     }
 
-    /// Number of MoE layers (interleaved: every (s+1)-th; else all but the leading dense ones).
+    /// Number of MoE layers: with interleaving, every s-th layer (HuggingFace's reading; BLIS
+    /// takes ⌊L/(s+1)⌋, which makes Llama-4-Scout half dense and 59B instead of 109B
+    /// parameters); else all but the leading dense ones.
     pub fn moe_layers(&self) -> u32 {
         if !self.is_moe() {
             0
         } else if self.interleave_moe_step > 0 {
-            self.layers / (self.interleave_moe_step + 1)
+            self.layers / self.interleave_moe_step
         } else {
             self.layers.saturating_sub(self.first_dense_layers)
         }
@@ -330,8 +340,11 @@ mod tests {
         let scout = ModelConfig::bundled("llama-4-scout").unwrap();
         assert_eq!(
             (scout.experts, scout.interleave_moe_step, scout.moe_layers()),
-            (16, 1, 24)
+            (16, 1, 48)
         );
+        // 109B parameters as published (17B active, 16 experts).
+        let p = capacity::params(&scout);
+        assert!((105e9..112e9).contains(&p), "{p}");
         assert_eq!(
             scout.ffn_dense, 16384,
             "intermediate_size_mlp for dense layers"

@@ -4,4 +4,5 @@ mod cli;
 mod common;
 mod golden;
 mod hand;
+mod latency;
 mod scenarios;

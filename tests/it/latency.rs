@@ -1,0 +1,255 @@
+//! Latency models end to end: the bundled library, monotonicity, pipeline parallelism,
+//! measured tables and derived KV capacity.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use proptest::prelude::*;
+use servesim::latency::{
+    BatchShape, Blackbox, Coefficients, Extrapolation, LatencyModel, MeasuredTable, PiecewiseLinear, Roofline,
+    StepItem, TrainedPhysics,
+};
+use servesim::model::{BUNDLED_MODELS, ModelConfig, bundled_gpus, find_gpu, kv_capacity};
+
+use crate::common::{parse, run};
+
+fn shape(items: &[StepItem]) -> BatchShape<'_> {
+    BatchShape {
+        items,
+        prefill_tokens: items.iter().filter(|i| i.prefill).map(|i| i.new_tokens).sum(),
+        decode_tokens: items.iter().filter(|i| !i.prefill).count() as u32,
+    }
+}
+
+fn prefill(n: u32, cached: u32) -> StepItem {
+    StepItem { new_tokens: n, context_tokens: cached, input_tokens: n + cached, prefill: true }
+}
+
+fn decode(ctx: u32) -> StepItem {
+    StepItem { new_tokens: 1, context_tokens: ctx, input_tokens: ctx.min(512), prefill: false }
+}
+
+/// Smallest power-of-two TP on which the model fits, and divides its heads.
+fn min_tp(m: &ModelConfig, gpu: &str) -> Option<u32> {
+    let g = find_gpu(gpu).unwrap();
+    [1, 2, 4, 8]
+        .into_iter()
+        .find(|&tp| m.heads % tp == 0 && m.kv_heads % tp == 0 && kv_capacity(m, &g, tp, 1, 0.9, 16).is_ok())
+}
+
+fn models_on(gpu: &str, id: &str) -> (Roofline, TrainedPhysics) {
+    let m = ModelConfig::bundled(id).unwrap();
+    let tp = min_tp(&m, gpu).unwrap_or(8);
+    let g = find_gpu(gpu).unwrap();
+    (
+        Roofline { model: m.clone(), gpu: g.clone(), tp, alpha: [0.0; 3] },
+        TrainedPhysics { model: m, gpu: g, tp, coefficients: Coefficients::bundled() },
+    )
+}
+
+#[test]
+fn every_bundled_model_on_every_gpu_prices_steps_and_sizes_its_cache() {
+    for (id, _) in BUNDLED_MODELS {
+        let m = ModelConfig::bundled(id).unwrap();
+        for g in bundled_gpus() {
+            let (r, t) = models_on(&g.id, id);
+            for model in [&r as &dyn LatencyModel, &t] {
+                let p = model.step_time(&shape(&[prefill(512, 0)])).unwrap();
+                let d = model.step_time(&shape(&[decode(512)])).unwrap();
+                assert!(p.as_us() > 1 && d.as_us() > 1, "{id} on {}: {p:?} {d:?}", g.id);
+                assert!(p > d, "{id} on {}: a 512-token prefill outlasts one decode", g.id);
+            }
+            match kv_capacity(&m, &g, 1, 1, 0.9, 16) {
+                Ok(c) => assert!(c.blocks > 0),
+                Err(e) => assert!(e.contains("does not fit"), "{id} on {}: {e}", g.id),
+            }
+        }
+    }
+}
+
+fn all_models() -> Vec<Box<dyn LatencyModel>> {
+    let mut v: Vec<Box<dyn LatencyModel>> = vec![
+        Box::new(Blackbox { alpha: [0.0; 3], beta: [6472.01, 19.797, 304.40] }),
+        Box::new(PiecewiseLinear::default()),
+    ];
+    for id in ["llama-3.1-8b-instruct", "mixtral-8x7b-v0.1", "qwen3-30b-a3b", "llama-3.1-70b-instruct"] {
+        let (r, t) = models_on("H100", id);
+        v.push(Box::new(r));
+        v.push(Box::new(t));
+    }
+    v
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn more_tokens_or_more_context_is_never_priced_faster(
+        prefills in proptest::collection::vec((1u32..2048, 0u32..4096), 0..4),
+        decodes in proptest::collection::vec(1u32..8192, 0..64),
+        extra_tokens in 1u32..512,
+        extra_context in 1u32..4096,
+    ) {
+        prop_assume!(!prefills.is_empty() || !decodes.is_empty());
+        let base: Vec<StepItem> = prefills.iter().map(|&(n, c)| prefill(n, c))
+            .chain(decodes.iter().map(|&c| decode(c))).collect();
+        // More new tokens on the first prefill (or one more decode request).
+        let mut more_tokens = base.clone();
+        match more_tokens.iter_mut().find(|i| i.prefill) {
+            Some(p) => { p.new_tokens += extra_tokens; p.input_tokens += extra_tokens; }
+            None => more_tokens.push(decode(1)),
+        }
+        // More context on every request.
+        let more_context: Vec<StepItem> = base.iter().map(|i| StepItem {
+            context_tokens: i.context_tokens + extra_context,
+            input_tokens: i.input_tokens + if i.prefill { extra_context } else { 0 },
+            ..*i
+        }).collect();
+        for m in all_models() {
+            let t = m.step_time(&shape(&base)).unwrap();
+            prop_assert!(m.step_time(&shape(&more_tokens)).unwrap() >= t);
+            prop_assert!(m.step_time(&shape(&more_context)).unwrap() >= t);
+        }
+    }
+
+    #[test]
+    fn a_measured_table_is_monotone_if_its_measurements_are(
+        p in 0u32..3000, d in 0u32..300, dp in 0u32..500, dd in 0u32..50,
+    ) {
+        let text = std::fs::read_to_string(root().join("scenarios/data/h100-llama8b-steps.csv")).unwrap();
+        let t = MeasuredTable::parse(&text, "steps.csv", Extrapolation::Linear).unwrap();
+        let at = |p: u32, d: u32| t.step_time(&BatchShape { items: &[], prefill_tokens: p, decode_tokens: d }).unwrap();
+        prop_assert!(at(p + dp, d + dd) >= at(p, d));
+    }
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn two_pipeline_stages_keep_two_micro_batches_in_flight() {
+    // Blackbox step 1000 µs whatever the batch, pp = 2, no model so only the 5 µs link
+    // latency crosses stages: stage = 500 + 5 = 505 µs, a micro-batch takes 1000 + 5.
+    // R1 prefills alone at t1 (first token t1 + 1005). R2 arrives during that stage and
+    // starts when stage 0 frees, t1 + 505 (done t1 + 1510). At t1 + 1005 R1 is free but
+    // stage 0 is busy until t1 + 1010; R1's decode then ends at
+    // max(t1 + 1010 + 1005, t1 + 1510 + 505) = t1 + 2015.
+    let sc = parse(
+        "(seed: 3, cluster: (groups: [(count: 1, kv_blocks: 100, pp: 2,
+            latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 0.0, 0.0]))]),
+          workload: (num_requests: 2, clients: [(rate_per_s: 10000.0, input_tokens: Constant(16), output_tokens: Constant(2))]))",
+    );
+    let (s, rows) = run(&sc);
+    let (r1, r2) = (&rows[0], &rows[1]);
+    let (t1, t2) = (r1.u64("arrival_us"), r2.u64("arrival_us"));
+    assert!(t2 < t1 + 505, "precondition: R2 arrives during the first stage");
+    assert_eq!(r1.us("ttft_ms"), 1005);
+    assert_eq!(r2.us("ttft_ms"), t1 + 1510 - t2);
+    assert_eq!(r1.u64("completion_us"), t1 + 2015);
+    assert_eq!(r1.us("mean_itl_ms"), 1010);
+    assert_eq!(s.instances[0].steps, 4);
+}
+
+#[test]
+fn pipelining_raises_throughput_of_a_saturated_instance() {
+    let src = |pp: u32| {
+        format!(
+            "(seed: 4, cluster: (groups: [(count: 1, pp: {pp}, model: \"llama-2-70b-hf\", gpu: \"A100-80\", tp: 2,
+                latency: Roofline())]),
+              workload: (num_requests: 150, clients: [(rate_per_s: 50.0, input_tokens: Constant(256), output_tokens: Constant(64))]))"
+        )
+    };
+    let (one, _) = run(&parse(&src(1)));
+    let (two, _) = run(&parse(&src(2)));
+    assert!(
+        two.throughput.output_tokens_per_s > 1.3 * one.throughput.output_tokens_per_s,
+        "pp=2 {} vs pp=1 {} tok/s",
+        two.throughput.output_tokens_per_s,
+        one.throughput.output_tokens_per_s
+    );
+}
+
+#[test]
+fn kv_blocks_and_max_model_len_are_derived_from_model_and_gpu() {
+    let sc = parse(
+        "(cluster: (groups: [(model: \"llama-3.1-8b-instruct\", gpu: \"H100\", latency: Roofline())]),
+          workload: (num_requests: 5, clients: [(rate_per_s: 5.0, input_tokens: Constant(100), output_tokens: Constant(10))]))",
+    );
+    let (s, _) = run(&sc);
+    assert_eq!(s.instances[0].kv_total_blocks, 26_312);
+    // 131,072 positions > 26,312·16 = 420,992? No: the model's context length is smaller.
+    let huge = parse(
+        "(cluster: (groups: [(model: \"llama-3.1-8b-instruct\", gpu: \"H100\", latency: Roofline())]),
+          workload: (num_requests: 2, clients: [(rate_per_s: 5.0, input_tokens: Constant(131000), output_tokens: Constant(100))]))",
+    );
+    let (s, _) = run(&huge);
+    assert_eq!(s.requests.dropped, 2, "131,100 tokens exceed the 131,072-token context");
+}
+
+#[test]
+fn a_batch_outside_a_measured_table_stops_the_run_with_a_clear_error() {
+    let out_dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_servesim"))
+        .args(["run", "scenarios/measured-table.ron", "--out", out_dir.path().to_str().unwrap()])
+        .args(["--set", "workload.clients[0].input_tokens=Constant(3000)"])
+        .args(["--set", "cluster.groups[0].max_num_batched_tokens=4096"])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("prefill_tokens = ") && err.contains("outside the measured range 0..=2048"), "{err}");
+    assert!(err.contains("extrapolation: Clamp or Linear"), "{err}");
+    assert_eq!(std::fs::read_dir(out_dir.path()).unwrap().count(), 0, "nothing left behind");
+}
+
+#[test]
+fn list_models_and_hardware_show_the_library() {
+    let run = |what: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_servesim")).args(["list", what]).output().unwrap();
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let models = run("models");
+    for (id, _) in BUNDLED_MODELS {
+        assert!(models.contains(id), "{id}");
+    }
+    let hw = run("hardware");
+    for id in ["H100", "H200", "A100-80", "A100-40", "L40S"] {
+        assert!(hw.contains(id), "{id}");
+    }
+}
+
+/// The README's table of single-request latencies, regenerated from the models.
+fn readme_table() -> String {
+    let mut t = String::from(
+        "| model | TP | roofline TTFT | roofline ITL | trained-physics TTFT | trained-physics ITL | piecewise TTFT | piecewise ITL |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    let pw = PiecewiseLinear::default();
+    for (id, _) in BUNDLED_MODELS {
+        let m = ModelConfig::bundled(id).unwrap();
+        let Some(tp) = min_tp(&m, "H100") else {
+            t.push_str(&format!("| {id} | does not fit on 8×H100 | | | | | | |\n"));
+            continue;
+        };
+        let (r, tphys) = models_on("H100", id);
+        let ms = |us: u64| format!("{:.2}", us as f64 / 1000.0);
+        let cells = |m: &dyn LatencyModel| {
+            let ttft = m.queueing_delay(512).as_us()
+                + m.step_time(&shape(&[prefill(512, 0)])).unwrap().as_us()
+                + m.output_token_overhead().as_us();
+            let itl = m.step_time(&shape(&[decode(512)])).unwrap().as_us() + m.output_token_overhead().as_us();
+            format!("{} | {}", ms(ttft), ms(itl))
+        };
+        t.push_str(&format!("| {id} | {tp} | {} | {} | {} |\n", cells(&r), cells(&tphys), cells(&pw)));
+    }
+    t
+}
+
+#[test]
+fn the_readme_latency_table_matches_the_models() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let table = readme_table();
+    assert!(readme.contains(&table), "README is out of date; the table should read:\n{table}");
+}
