@@ -249,8 +249,8 @@ impl ModelConfig {
     pub fn moe_layers(&self) -> u32 {
         if !self.is_moe() {
             0
-        } else if self.interleave_moe_step > 0 {
-            self.layers / self.interleave_moe_step
+        } else if let Some(n) = self.layers.checked_div(self.interleave_moe_step) {
+            n
         } else {
             self.layers.saturating_sub(self.first_dense_layers)
         }

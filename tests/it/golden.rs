@@ -106,12 +106,19 @@ fn golden_cases_match_counts_token_totals_and_mean_latencies() {
                 "{label}: {key} ours {ours} vs golden {theirs} (tolerance {tolerance:.0})"
             );
         }
-        for (dist, key) in [(&s.ttft_ms, "ttft_mean_ms"), (&s.itl_ms, "itl_mean_ms"), (&s.e2e_ms, "e2e_mean_ms")] {
+        for (dist, key) in [
+            (&s.ttft_ms, "ttft_mean_ms"),
+            (&s.itl_ms, "itl_mean_ms"),
+            (&s.e2e_ms, "e2e_mean_ms"),
+        ] {
             if k == 1 && key == "ttft_mean_ms" {
                 continue; // see the module docs
             }
             let ratio = dist.mean.unwrap() / m[key].as_f64().unwrap();
-            assert!((0.88..=1.12).contains(&ratio), "{label}: {key} ours/golden = {ratio:.3}");
+            assert!(
+                (0.88..=1.12).contains(&ratio),
+                "{label}: {key} ours/golden = {ratio:.3}"
+            );
         }
     }
 }

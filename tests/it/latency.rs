@@ -6,8 +6,8 @@ use std::process::Command;
 
 use proptest::prelude::*;
 use servesim::latency::{
-    BatchShape, Blackbox, Coefficients, Extrapolation, LatencyModel, MeasuredTable, PiecewiseLinear, Roofline,
-    StepItem, TrainedPhysics,
+    BatchShape, Blackbox, Coefficients, Extrapolation, LatencyModel, MeasuredTable,
+    PiecewiseLinear, Roofline, StepItem, TrainedPhysics,
 };
 use servesim::model::{BUNDLED_MODELS, ModelConfig, bundled_gpus, find_gpu, kv_capacity};
 
@@ -16,25 +16,39 @@ use crate::common::{parse, run};
 fn shape(items: &[StepItem]) -> BatchShape<'_> {
     BatchShape {
         items,
-        prefill_tokens: items.iter().filter(|i| i.prefill).map(|i| i.new_tokens).sum(),
+        prefill_tokens: items
+            .iter()
+            .filter(|i| i.prefill)
+            .map(|i| i.new_tokens)
+            .sum(),
         decode_tokens: items.iter().filter(|i| !i.prefill).count() as u32,
     }
 }
 
 fn prefill(n: u32, cached: u32) -> StepItem {
-    StepItem { new_tokens: n, context_tokens: cached, input_tokens: n + cached, prefill: true }
+    StepItem {
+        new_tokens: n,
+        context_tokens: cached,
+        input_tokens: n + cached,
+        prefill: true,
+    }
 }
 
 fn decode(ctx: u32) -> StepItem {
-    StepItem { new_tokens: 1, context_tokens: ctx, input_tokens: ctx.min(512), prefill: false }
+    StepItem {
+        new_tokens: 1,
+        context_tokens: ctx,
+        input_tokens: ctx.min(512),
+        prefill: false,
+    }
 }
 
 /// Smallest power-of-two TP on which the model fits, and divides its heads.
 fn min_tp(m: &ModelConfig, gpu: &str) -> Option<u32> {
     let g = find_gpu(gpu).unwrap();
-    [1, 2, 4, 8]
-        .into_iter()
-        .find(|&tp| m.heads % tp == 0 && m.kv_heads % tp == 0 && kv_capacity(m, &g, tp, 1, 0.9, 16).is_ok())
+    [1, 2, 4, 8].into_iter().find(|&tp| {
+        m.heads % tp == 0 && m.kv_heads % tp == 0 && kv_capacity(m, &g, tp, 1, 0.9, 16).is_ok()
+    })
 }
 
 fn models_on(gpu: &str, id: &str) -> (Roofline, TrainedPhysics) {
@@ -42,8 +56,18 @@ fn models_on(gpu: &str, id: &str) -> (Roofline, TrainedPhysics) {
     let tp = min_tp(&m, gpu).unwrap_or(8);
     let g = find_gpu(gpu).unwrap();
     (
-        Roofline { model: m.clone(), gpu: g.clone(), tp, alpha: [0.0; 3] },
-        TrainedPhysics { model: m, gpu: g, tp, coefficients: Coefficients::bundled() },
+        Roofline {
+            model: m.clone(),
+            gpu: g.clone(),
+            tp,
+            alpha: [0.0; 3],
+        },
+        TrainedPhysics {
+            model: m,
+            gpu: g,
+            tp,
+            coefficients: Coefficients::bundled(),
+        },
     )
 }
 
@@ -56,8 +80,16 @@ fn every_bundled_model_on_every_gpu_prices_steps_and_sizes_its_cache() {
             for model in [&r as &dyn LatencyModel, &t] {
                 let p = model.step_time(&shape(&[prefill(512, 0)])).unwrap();
                 let d = model.step_time(&shape(&[decode(512)])).unwrap();
-                assert!(p.as_us() > 1 && d.as_us() > 1, "{id} on {}: {p:?} {d:?}", g.id);
-                assert!(p > d, "{id} on {}: a 512-token prefill outlasts one decode", g.id);
+                assert!(
+                    p.as_us() > 1 && d.as_us() > 1,
+                    "{id} on {}: {p:?} {d:?}",
+                    g.id
+                );
+                assert!(
+                    p > d,
+                    "{id} on {}: a 512-token prefill outlasts one decode",
+                    g.id
+                );
             }
             match kv_capacity(&m, &g, 1, 1, 0.9, 16) {
                 Ok(c) => assert!(c.blocks > 0),
@@ -69,10 +101,18 @@ fn every_bundled_model_on_every_gpu_prices_steps_and_sizes_its_cache() {
 
 fn all_models() -> Vec<Box<dyn LatencyModel>> {
     let mut v: Vec<Box<dyn LatencyModel>> = vec![
-        Box::new(Blackbox { alpha: [0.0; 3], beta: [6472.01, 19.797, 304.40] }),
+        Box::new(Blackbox {
+            alpha: [0.0; 3],
+            beta: [6472.01, 19.797, 304.40],
+        }),
         Box::new(PiecewiseLinear::default()),
     ];
-    for id in ["llama-3.1-8b-instruct", "mixtral-8x7b-v0.1", "qwen3-30b-a3b", "llama-3.1-70b-instruct"] {
+    for id in [
+        "llama-3.1-8b-instruct",
+        "mixtral-8x7b-v0.1",
+        "qwen3-30b-a3b",
+        "llama-3.1-70b-instruct",
+    ] {
         let (r, t) = models_on("H100", id);
         v.push(Box::new(r));
         v.push(Box::new(t));
@@ -143,7 +183,10 @@ fn two_pipeline_stages_keep_two_micro_batches_in_flight() {
     let (s, rows) = run(&sc);
     let (r1, r2) = (&rows[0], &rows[1]);
     let (t1, t2) = (r1.u64("arrival_us"), r2.u64("arrival_us"));
-    assert!(t2 < t1 + 505, "precondition: R2 arrives during the first stage");
+    assert!(
+        t2 < t1 + 505,
+        "precondition: R2 arrives during the first stage"
+    );
     assert_eq!(r1.us("ttft_ms"), 1005);
     assert_eq!(r2.us("ttft_ms"), t1 + 1510 - t2);
     assert_eq!(r1.u64("completion_us"), t1 + 2015);
@@ -184,14 +227,22 @@ fn kv_blocks_and_max_model_len_are_derived_from_model_and_gpu() {
           workload: (num_requests: 2, clients: [(rate_per_s: 5.0, input_tokens: Constant(131000), output_tokens: Constant(100))]))",
     );
     let (s, _) = run(&huge);
-    assert_eq!(s.requests.dropped, 2, "131,100 tokens exceed the 131,072-token context");
+    assert_eq!(
+        s.requests.dropped, 2,
+        "131,100 tokens exceed the 131,072-token context"
+    );
 }
 
 #[test]
 fn a_batch_outside_a_measured_table_stops_the_run_with_a_clear_error() {
     let out_dir = tempfile::tempdir().unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_servesim"))
-        .args(["run", "scenarios/measured-table.ron", "--out", out_dir.path().to_str().unwrap()])
+        .args([
+            "run",
+            "scenarios/measured-table.ron",
+            "--out",
+            out_dir.path().to_str().unwrap(),
+        ])
         .args(["--set", "workload.clients[0].input_tokens=Constant(3000)"])
         .args(["--set", "cluster.groups[0].max_num_batched_tokens=4096"])
         .current_dir(root())
@@ -199,15 +250,25 @@ fn a_batch_outside_a_measured_table_stops_the_run_with_a_clear_error() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("prefill_tokens = ") && err.contains("outside the measured range 0..=2048"), "{err}");
+    assert!(
+        err.contains("prefill_tokens = ") && err.contains("outside the measured range 0..=2048"),
+        "{err}"
+    );
     assert!(err.contains("extrapolation: Clamp or Linear"), "{err}");
-    assert_eq!(std::fs::read_dir(out_dir.path()).unwrap().count(), 0, "nothing left behind");
+    assert_eq!(
+        std::fs::read_dir(out_dir.path()).unwrap().count(),
+        0,
+        "nothing left behind"
+    );
 }
 
 #[test]
 fn list_models_and_hardware_show_the_library() {
     let run = |what: &str| {
-        let out = Command::new(env!("CARGO_BIN_EXE_servesim")).args(["list", what]).output().unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_servesim"))
+            .args(["list", what])
+            .output()
+            .unwrap();
         assert!(out.status.success());
         String::from_utf8(out.stdout).unwrap()
     };
@@ -239,10 +300,16 @@ fn readme_table() -> String {
             let ttft = m.queueing_delay(512).as_us()
                 + m.step_time(&shape(&[prefill(512, 0)])).unwrap().as_us()
                 + m.output_token_overhead().as_us();
-            let itl = m.step_time(&shape(&[decode(512)])).unwrap().as_us() + m.output_token_overhead().as_us();
+            let itl = m.step_time(&shape(&[decode(512)])).unwrap().as_us()
+                + m.output_token_overhead().as_us();
             format!("{} | {}", ms(ttft), ms(itl))
         };
-        t.push_str(&format!("| {id} | {tp} | {} | {} | {} |\n", cells(&r), cells(&tphys), cells(&pw)));
+        t.push_str(&format!(
+            "| {id} | {tp} | {} | {} | {} |\n",
+            cells(&r),
+            cells(&tphys),
+            cells(&pw)
+        ));
     }
     t
 }
@@ -251,5 +318,8 @@ fn readme_table() -> String {
 fn the_readme_latency_table_matches_the_models() {
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
     let table = readme_table();
-    assert!(readme.contains(&table), "README is out of date; the table should read:\n{table}");
+    assert!(
+        readme.contains(&table),
+        "README is out of date; the table should read:\n{table}"
+    );
 }
