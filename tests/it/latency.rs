@@ -47,7 +47,9 @@ fn decode(ctx: u32) -> StepItem {
 fn min_tp(m: &ModelConfig, gpu: &str) -> Option<u32> {
     let g = find_gpu(gpu).unwrap();
     [1, 2, 4, 8].into_iter().find(|&tp| {
-        m.heads % tp == 0 && m.kv_heads % tp == 0 && kv_capacity(m, &g, tp, 1, 0.9, 16).is_ok()
+        m.heads.is_multiple_of(tp)
+            && m.kv_heads.is_multiple_of(tp)
+            && kv_capacity(m, &g, tp, 1, 0.9, 16).is_ok()
     })
 }
 
