@@ -61,7 +61,7 @@ fn kv(c: &mut Criterion) {
     g.bench_function("admit_register_release_48_blocks", |b| {
         b.iter(|| {
             id += 1;
-            let content = PromptContent {
+            let content = PromptContent::Simple {
                 prefix_id: 1,
                 prefix_tokens: 256,
                 unique_id: id,

@@ -42,7 +42,9 @@ pub fn admit_requests(
     let due = &mut *due;
     let mut work = std::mem::take(&mut due.admit);
     for &entity in &work {
-        let (spec, mut life) = requests.get_mut(entity).expect("arrived request is alive");
+        let Ok((spec, mut life)) = requests.get_mut(entity) else {
+            continue; // timed out before admission
+        };
         match policy.0.admit(spec, clock.now, &view.instances) {
             Admission::Admit => {
                 life.admitted = Some(clock.now);
@@ -52,7 +54,7 @@ pub fn admit_requests(
                 *rejections.0.entry(reason).or_default() += 1;
                 due.finished.push(FinishedRequest::unserved(
                     entity,
-                    *spec,
+                    spec.clone(),
                     *life,
                     FinalState::Rejected,
                     None,
@@ -85,11 +87,13 @@ pub fn route_requests(
     let due = &mut *due;
     let mut work = std::mem::take(&mut due.route);
     for &entity in &work {
-        let (spec, mut life) = requests.get_mut(entity).expect("admitted request is alive");
+        let Ok((spec, mut life)) = requests.get_mut(entity) else {
+            continue; // timed out before routing
+        };
         let Some(i) = policy.0.choose(spec, now, &view.instances) else {
             due.finished.push(FinishedRequest::unserved(
                 entity,
-                *spec,
+                spec.clone(),
                 *life,
                 FinalState::Rejected,
                 None,

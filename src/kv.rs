@@ -87,14 +87,8 @@ fn chain_hash(prev: u64, content: u64, block_index: u64) -> u64 {
     z.max(1)
 }
 
-/// Content id of prompt block `k` (tokens `[k·B, (k+1)·B)`): the shared prefix's id if the
-/// block lies wholly inside the prefix, else the request's own id.
 fn block_content(content: &PromptContent, k: u32, block_size: u32) -> u64 {
-    if (k + 1) * block_size <= content.prefix_tokens {
-        content.prefix_id
-    } else {
-        content.unique_id
-    }
+    content.block_id(k, block_size)
 }
 
 /// The KV cache of one instance.
@@ -463,7 +457,7 @@ mod tests {
     use super::*;
 
     fn content(prefix_id: u64, prefix_tokens: u32, unique_id: u64) -> PromptContent {
-        PromptContent {
+        PromptContent::Simple {
             prefix_id,
             prefix_tokens,
             unique_id,

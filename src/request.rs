@@ -12,7 +12,7 @@ use bevy_ecs::prelude::*;
 use crate::time::{SimDuration, SimTime};
 
 /// What a request asks for. Immutable after arrival.
-#[derive(Component, Clone, Copy, Debug, PartialEq)]
+#[derive(Component, Clone, Debug, PartialEq)]
 pub struct RequestSpec {
     /// Dense id in arrival order, starting at 0.
     pub id: u64,
@@ -24,18 +24,73 @@ pub struct RequestSpec {
     pub output_tokens: u32,
     /// Identity of the content of the prompt, block by block (drives prefix caching).
     pub content: PromptContent,
+    /// Tenant index (names in [`crate::workload::Labels`]).
+    pub tenant: u32,
+    /// SLO class index (names in [`crate::workload::Labels`]).
+    pub slo_class: u32,
+    /// Priority from the workload (higher = more important).
+    pub priority: i32,
+    /// The multi-turn session and turn this request belongs to.
+    pub session: Option<SessionRef>,
 }
 
-/// The prompt's content identity: a shared prefix (same for every request of a prefix group)
-/// followed by tokens unique to this request. Block hashes are derived from it.
+/// A request's place in a multi-turn session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PromptContent {
-    /// Content id of the shared prefix; meaningless when `prefix_tokens` is 0.
-    pub prefix_id: u64,
-    /// Length of the shared prefix in tokens (≤ input tokens).
-    pub prefix_tokens: u32,
-    /// Content id of the rest of the prompt (unique per request).
-    pub unique_id: u64,
+pub struct SessionRef {
+    pub id: u64,
+    /// 0 for the first turn.
+    pub turn: u32,
+}
+
+/// The prompt's content identity, from which KV block hashes are derived: a sequence of
+/// segments, each a run of tokens with one content id. A block takes the id of the segment
+/// holding its last token, chained with the blocks before it, so two prompts share a block
+/// exactly when they share everything up to its end.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PromptContent {
+    /// A shared prefix (same id for every request of a prefix group) followed by tokens
+    /// unique to this request (the common case; no allocation).
+    Simple {
+        /// Content id of the shared prefix; meaningless when `prefix_tokens` is 0.
+        prefix_id: u64,
+        /// Length of the shared prefix in tokens.
+        prefix_tokens: u32,
+        /// Content id of the rest of the prompt.
+        unique_id: u64,
+    },
+    /// Arbitrary segments (multi-turn histories, trace block ids), by increasing end.
+    Segments(std::sync::Arc<[Segment]>),
+}
+
+/// Tokens `[previous end, end)` of a prompt have content `id`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segment {
+    pub id: u64,
+    pub end: u32,
+}
+
+impl PromptContent {
+    /// Content id of block `k` of `block_size` tokens.
+    pub fn block_id(&self, k: u32, block_size: u32) -> u64 {
+        let last = (k + 1) * block_size - 1;
+        match self {
+            PromptContent::Simple {
+                prefix_id,
+                prefix_tokens,
+                unique_id,
+            } => {
+                if last < *prefix_tokens {
+                    *prefix_id
+                } else {
+                    *unique_id
+                }
+            }
+            PromptContent::Segments(segs) => {
+                let i = segs.partition_point(|s| s.end <= last);
+                segs.get(i).or(segs.last()).map_or(0, |s| s.id)
+            }
+        }
+    }
 }
 
 /// Cluster-side timestamps of a request (the instance side is carried in its `Seq`).
@@ -61,6 +116,8 @@ pub enum FinalState {
     /// Could never be served by its instance (prompt or whole sequence larger than the KV
     /// cache or `max_model_len`).
     Dropped,
+    /// Abandoned by its client: not finished within its timeout.
+    TimedOut,
     /// Still waiting in an instance queue when the run stopped (horizon reached).
     Queued,
     /// Still running on an instance when the run stopped.
@@ -75,6 +132,7 @@ impl FinalState {
             FinalState::Completed => "completed",
             FinalState::Rejected => "rejected",
             FinalState::Dropped => "dropped",
+            FinalState::TimedOut => "timed_out",
             FinalState::Queued => "queued",
             FinalState::Running => "running",
             FinalState::InTransit => "in_transit",

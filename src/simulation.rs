@@ -23,7 +23,7 @@ use crate::policy::{ActiveAdmission, ActiveRouting, ActiveScaling, Catalog, Poli
 use crate::request::{FinalState, FinishedRequest, Lifecycle, RequestSpec};
 use crate::scenario::{Scenario, resolve_group};
 use crate::time::{SimDuration, SimTime};
-use crate::workload::{Workload, spawn_arrivals};
+use crate::workload::{Labels, Workload, continue_sessions, spawn_arrivals};
 
 /// Arrival, admission, routing and autoscaling stages.
 pub struct ClusterPlugin;
@@ -36,6 +36,9 @@ impl Plugin for ClusterPlugin {
                 SimStep,
                 (
                     spawn_arrivals.in_set(SimSystems::Arrive),
+                    continue_sessions
+                        .in_set(SimSystems::Record)
+                        .after(metrics::record_finished),
                     admit_requests.in_set(SimSystems::Admit),
                     route_requests.in_set(SimSystems::Route),
                     evaluate_scaling.in_set(SimSystems::Autoscale),
@@ -216,15 +219,17 @@ impl Simulation {
         world.insert_resource(InstanceIndex(index));
         world.insert_resource(ClusterView { instances: view });
 
-        let mut workload = Workload::new(scenario);
+        let mut labels = Labels::default();
+        let mut workload = Workload::new(scenario, &mut labels).map_err(SimError::Invalid)?;
         {
             let mut queue = world.resource_mut::<EventQueue>();
-            workload.prime(&mut queue);
+            workload.prime(&mut queue).map_err(SimError::Invalid)?;
             if let Some(t) = first_scale_tick {
                 queue.push(t, Event::AutoscaleTick);
             }
         }
         world.insert_resource(workload);
+        world.insert_resource(labels);
 
         let mut csv_file = None;
         if let Some(dir) = &options.out_dir
@@ -371,17 +376,21 @@ impl Simulation {
             .query::<(Entity, &RequestSpec, &Lifecycle)>()
             .iter(world)
             .filter(|(_, _, l)| l.enqueued.is_none())
-            .map(|(e, s, l)| FinishedRequest::unserved(e, *s, *l, FinalState::InTransit, None))
+            .map(|(e, s, l)| {
+                FinishedRequest::unserved(e, s.clone(), *l, FinalState::InTransit, None)
+            })
             .collect();
         transit.sort_by_key(|f| f.spec.id);
         counts.in_transit = transit.len() as u64;
         left.extend(transit);
 
         world.resource_scope(|world, mut log: Mut<RequestLog>| {
-            let mut agg = world.resource_mut::<Aggregates>();
-            for f in &left {
-                metrics::record_one(f, &mut agg, &mut log);
-            }
+            world.resource_scope(|world, labels: Mut<Labels>| {
+                let mut agg = world.resource_mut::<Aggregates>();
+                for f in &left {
+                    metrics::record_one(f, &mut agg, &mut log, &labels);
+                }
+            });
         });
 
         let agg = world.resource::<Aggregates>().clone();
@@ -389,6 +398,7 @@ impl Simulation {
         counts.completed = agg.completed;
         counts.rejected = agg.rejected;
         counts.dropped = agg.dropped;
+        counts.timed_out = agg.timed_out;
         let secs = duration.as_secs_f64();
         let per_s = |x: u64| if secs > 0.0 { x as f64 / secs } else { 0.0 };
         let summary = Summary {

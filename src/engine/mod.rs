@@ -76,6 +76,12 @@ pub struct Due {
     pub complete: Vec<u32>,
     pub autoscale: bool,
     pub finished: Vec<FinishedRequest>,
+    /// Sessions whose next turn is due now.
+    pub session_turns: Vec<u64>,
+    /// Requests whose client timeout fires now.
+    pub timeouts: Vec<Entity>,
+    /// Session turns that ended this tick: (session, how, completion time).
+    pub ended_turns: Vec<(u64, crate::request::FinalState, Option<SimTime>)>,
 }
 
 impl Due {
@@ -86,6 +92,8 @@ impl Due {
             Event::Enqueue { request, instance } => self.enqueue.push((request, instance)),
             Event::StepFinished { instance } => self.step_finished.push(instance),
             Event::AutoscaleTick => self.autoscale = true,
+            Event::SessionTurn { session } => self.session_turns.push(session),
+            Event::Timeout { request } => self.timeouts.push(request),
         }
     }
 }
@@ -121,10 +129,13 @@ impl Plugin for EnginePlugin {
                 SimStep,
                 (
                     SimSystems::Advance.run_if(|d: Res<Due>| !d.step_finished.is_empty()),
-                    SimSystems::Arrive.run_if(|d: Res<Due>| !d.arrivals.is_empty()),
+                    SimSystems::Arrive.run_if(|d: Res<Due>| {
+                        !d.arrivals.is_empty() || !d.session_turns.is_empty()
+                    }),
                     SimSystems::Admit.run_if(|d: Res<Due>| !d.admit.is_empty()),
                     SimSystems::Route.run_if(|d: Res<Due>| !d.route.is_empty()),
-                    SimSystems::Enqueue.run_if(|d: Res<Due>| !d.enqueue.is_empty()),
+                    SimSystems::Enqueue
+                        .run_if(|d: Res<Due>| !d.enqueue.is_empty() || !d.timeouts.is_empty()),
                     SimSystems::Batch.run_if(|d: Res<Due>| !d.batch.is_empty()),
                     SimSystems::Execute.run_if(|d: Res<Due>| !d.execute.is_empty()),
                     SimSystems::Complete.run_if(|d: Res<Due>| !d.complete.is_empty()),

@@ -15,6 +15,7 @@ pub enum EventClass {
     Admission,
     Routing,
     Enqueue,
+    Timeout,
     InstanceStep,
     AutoscaleTick,
     MetricsSample,
@@ -33,6 +34,10 @@ pub enum Event {
     StepFinished { instance: u32 },
     /// Periodic autoscaler evaluation.
     AutoscaleTick,
+    /// The next turn of a multi-turn session arrives.
+    SessionTurn { session: u64 },
+    /// A request's client gives up if it has not finished.
+    Timeout { request: Entity },
 }
 
 impl Event {
@@ -43,6 +48,8 @@ impl Event {
             Event::Enqueue { .. } => EventClass::Enqueue,
             Event::StepFinished { .. } => EventClass::InstanceStep,
             Event::AutoscaleTick => EventClass::AutoscaleTick,
+            Event::SessionTurn { .. } => EventClass::Arrival,
+            Event::Timeout { .. } => EventClass::Timeout,
         }
     }
 }

@@ -73,7 +73,7 @@ pub fn form_batch(sched: &mut Scheduler, kv: &mut KvCache, limits: &Limits, now:
 
     let mut i = 0;
     while i < sched.running.len() && budget > 0 {
-        if sched.running[i].busy_until > now {
+        if limits.pp > 1 && sched.running[i].busy_until > now {
             i += 1; // in a micro-batch still in the pipeline
             continue;
         }
@@ -128,7 +128,7 @@ pub fn form_batch(sched: &mut Scheduler, kv: &mut KvCache, limits: &Limits, now:
             tokens = tokens.min(limits.long_prefill_token_threshold);
         }
         tokens = tokens.min(budget);
-        let content = head.spec.content;
+        let content = head.spec.content.clone();
         let input = head.spec.input_tokens;
         if !kv.admit(&mut head.kv, &content, input, cached_blocks, start + tokens) {
             break;

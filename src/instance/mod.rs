@@ -31,7 +31,7 @@ use bevy_ecs::prelude::*;
 use crate::engine::{ClusterView, Due, SimClock, SimStep, SimSystems};
 use crate::kv::{KvCache, SeqBlocks};
 use crate::policy::InstanceSnapshot;
-use crate::request::{FinalState, FinishedRequest, Lifecycle, RequestSpec};
+use crate::request::{AssignedTo, FinalState, FinishedRequest, Lifecycle, RequestSpec};
 use crate::time::{SimDuration, SimTime};
 
 /// Identity of an instance.
@@ -132,7 +132,7 @@ impl Seq {
     ) -> FinishedRequest {
         FinishedRequest {
             entity: self.entity,
-            spec: self.spec,
+            spec: self.spec.clone(),
             lifecycle: self.lifecycle,
             state,
             instance: Some(instance),
@@ -169,6 +169,7 @@ pub struct InstanceCounters {
     pub preemptions: u64,
     pub completed: u64,
     pub dropped: u64,
+    pub timed_out: u64,
     pub prefill_tokens: u64,
     pub decode_tokens: u64,
 }
@@ -297,11 +298,11 @@ pub fn enqueue_requests(
     let due = &mut *due;
     let mut work = std::mem::take(&mut due.enqueue);
     for &(entity, i) in &work {
+        let Ok((spec, mut lifecycle)) = requests.get_mut(entity) else {
+            continue; // timed out in transit (its in-flight count was released then)
+        };
         let slot = &mut view.instances[i as usize];
         slot.in_flight = slot.in_flight.saturating_sub(1);
-        let (spec, mut lifecycle) = requests
-            .get_mut(entity)
-            .expect("a routed request is alive until it is recorded");
         lifecycle.enqueued = Some(now);
         let (mut sched, kv, limits) = instances
             .get_mut(index.0[i as usize])
@@ -310,14 +311,16 @@ pub fn enqueue_requests(
             sched.counters.dropped += 1;
             due.finished.push(FinishedRequest::unserved(
                 entity,
-                *spec,
+                spec.clone(),
                 *lifecycle,
                 FinalState::Dropped,
                 Some(i),
             ));
             continue;
         }
-        sched.waiting.push_back(Seq::new(entity, *spec, *lifecycle));
+        sched
+            .waiting
+            .push_back(Seq::new(entity, spec.clone(), *lifecycle));
         list_for_batch(due, i, &mut sched);
         refresh_view(&mut view, i, &sched, kv);
     }
@@ -340,6 +343,76 @@ pub fn servable(spec: &RequestSpec, kv: &KvCache, limits: &Limits) -> bool {
     }
 }
 
+/// Abandons the requests whose client timeout fires now: wherever they are, they leave
+/// with state `timed_out`, releasing their KV blocks (INV-1 bucket `timed_out`).
+pub fn expire_requests(
+    mut due: ResMut<Due>,
+    index: Res<InstanceIndex>,
+    mut view: ResMut<ClusterView>,
+    requests: Query<(&RequestSpec, &Lifecycle, Option<&AssignedTo>)>,
+    mut instances: Query<(&mut Scheduler, &mut KvCache)>,
+) {
+    let due = &mut *due;
+    let mut work = std::mem::take(&mut due.timeouts);
+    for &entity in &work {
+        let Ok((spec, lifecycle, assigned)) = requests.get(entity) else {
+            continue; // already finished
+        };
+        if due.finished.iter().any(|f| f.entity == entity) {
+            continue; // ended this very tick
+        }
+        let Some(&AssignedTo(i)) = assigned else {
+            due.finished.push(FinishedRequest::unserved(
+                entity,
+                spec.clone(),
+                *lifecycle,
+                FinalState::TimedOut,
+                None,
+            ));
+            continue;
+        };
+        if lifecycle.enqueued.is_none() {
+            let slot = &mut view.instances[i as usize];
+            slot.in_flight = slot.in_flight.saturating_sub(1);
+            due.finished.push(FinishedRequest::unserved(
+                entity,
+                spec.clone(),
+                *lifecycle,
+                FinalState::TimedOut,
+                Some(i),
+            ));
+            continue;
+        }
+        let (mut sched, mut kv) = instances
+            .get_mut(index.0[i as usize])
+            .expect("instance entity exists for the whole run");
+        let sched = &mut *sched;
+        let record = if let Some(pos) = sched.waiting.iter().position(|s| s.entity == entity) {
+            let mut seq = sched.waiting.remove(pos).expect("position is valid");
+            kv.release(&mut seq.kv);
+            seq.finish(FinalState::TimedOut, i, None, None)
+        } else if let Some(pos) = sched.running.iter().position(|s| s.entity == entity) {
+            let mut seq = sched.running.remove(pos);
+            kv.release(&mut seq.kv);
+            seq.finish(FinalState::TimedOut, i, None, None)
+        } else if let Some(pos) = sched.leaving.iter().position(|f| f.entity == entity) {
+            // Its last token comes after the deadline.
+            let mut f = sched.leaving.remove(pos);
+            f.state = FinalState::TimedOut;
+            f.completed = None;
+            f.e2e = None;
+            f
+        } else {
+            continue;
+        };
+        sched.counters.timed_out += 1;
+        due.finished.push(record);
+        refresh_view(&mut view, i, sched, &kv);
+    }
+    work.clear();
+    due.timeouts = work;
+}
+
 /// The instance stages.
 pub struct InstancePlugin;
 
@@ -350,6 +423,9 @@ impl Plugin for InstancePlugin {
             (
                 retire_steps.in_set(SimSystems::Advance),
                 enqueue_requests.in_set(SimSystems::Enqueue),
+                expire_requests
+                    .in_set(SimSystems::Enqueue)
+                    .after(enqueue_requests),
                 batch::form_batches.in_set(SimSystems::Batch),
                 step::execute_steps.in_set(SimSystems::Execute),
                 step::complete_steps.in_set(SimSystems::Complete),

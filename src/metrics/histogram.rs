@@ -9,6 +9,7 @@
 //! (MODELS.md §5.2).
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use super::percentile::Distribution;
 
@@ -26,10 +27,28 @@ fn bucket(v: u64) -> u32 {
     (2 * SUB + u64::from(shift - 1) * SUB + sub) as u32
 }
 
+/// Multiplicative hash for small integer bucket keys (SipHash costs more than the work).
+#[derive(Default)]
+struct BucketHasher(u64);
+
+impl Hasher for BucketHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = u64::from(n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
 /// A histogram of µs samples.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Histogram {
-    buckets: HashMap<u32, (u64, u64)>,
+    buckets: HashMap<u32, (u64, u64), BuildHasherDefault<BucketHasher>>,
     count: u64,
     sum: u128,
     min: u64,

@@ -23,11 +23,16 @@ use crate::engine::{Due, SimClock};
 use crate::invariants::{CheckInvariants, check_causality};
 use crate::request::{FinalState, FinishedRequest};
 use crate::time::{SimDuration, SimTime};
+use crate::workload::Labels;
 
 /// Column names of `requests.csv`, in order.
-pub const CSV_COLUMNS: [&str; 15] = [
+pub const CSV_COLUMNS: [&str; 19] = [
     "request_id",
     "client",
+    "tenant",
+    "slo_class",
+    "session",
+    "turn",
     "instance",
     "state",
     "arrival_us",
@@ -62,6 +67,7 @@ pub struct Aggregates {
     pub completed: u64,
     pub rejected: u64,
     pub dropped: u64,
+    pub timed_out: u64,
     pub input_tokens: u64,
     pub output_tokens: u64,
     pub cached_tokens: u64,
@@ -70,9 +76,9 @@ pub struct Aggregates {
 }
 
 impl Aggregates {
-    /// Requests whose life ended (completed, rejected or dropped).
+    /// Requests whose life ended (completed, rejected, dropped or timed out).
     pub fn ended(&self) -> u64 {
-        self.completed + self.rejected + self.dropped
+        self.completed + self.rejected + self.dropped + self.timed_out
     }
 }
 
@@ -85,10 +91,15 @@ fn opt<T>(v: Option<T>, f: impl FnOnce(T) -> String) -> String {
 }
 
 /// The CSV row of a finished request, in [`CSV_COLUMNS`] order.
-pub fn csv_row(f: &FinishedRequest) -> [String; 15] {
+pub fn csv_row(f: &FinishedRequest, labels: &Labels) -> [String; 19] {
+    let name = |list: &[String], i: u32| list.get(i as usize).cloned().unwrap_or_default();
     [
         f.spec.id.to_string(),
         f.spec.client.to_string(),
+        name(&labels.tenants, f.spec.tenant),
+        name(&labels.slo_classes, f.spec.slo_class),
+        opt(f.spec.session, |s| s.id.to_string()),
+        opt(f.spec.session, |s| s.turn.to_string()),
         opt(f.instance, |i| i.to_string()),
         f.state.as_str().to_string(),
         f.lifecycle.arrival.as_us().to_string(),
@@ -106,7 +117,12 @@ pub fn csv_row(f: &FinishedRequest) -> [String; 15] {
 }
 
 /// Adds a request that ended to the aggregates and the CSV.
-pub fn record_one(f: &FinishedRequest, agg: &mut Aggregates, log: &mut RequestLog) {
+pub fn record_one(
+    f: &FinishedRequest,
+    agg: &mut Aggregates,
+    log: &mut RequestLog,
+    labels: &Labels,
+) {
     match f.state {
         FinalState::Completed => {
             agg.completed += 1;
@@ -122,6 +138,7 @@ pub fn record_one(f: &FinishedRequest, agg: &mut Aggregates, log: &mut RequestLo
         }
         FinalState::Rejected => agg.rejected += 1,
         FinalState::Dropped => agg.dropped += 1,
+        FinalState::TimedOut => agg.timed_out += 1,
         FinalState::Queued | FinalState::Running | FinalState::InTransit => {}
     }
     if let Some(t) = f.ttft {
@@ -133,7 +150,7 @@ pub fn record_one(f: &FinishedRequest, agg: &mut Aggregates, log: &mut RequestLo
     agg.preemptions += u64::from(f.preemptions);
     if let Some(w) = log.writer.as_mut()
         && log.error.is_none()
-        && let Err(e) = w.write_record(csv_row(f))
+        && let Err(e) = w.write_record(csv_row(f, labels))
     {
         log.error = Some(e.to_string());
     }
@@ -145,15 +162,20 @@ pub fn record_finished(
     mut due: ResMut<Due>,
     clock: Res<SimClock>,
     check: Res<CheckInvariants>,
+    labels: Res<Labels>,
     mut agg: ResMut<Aggregates>,
     mut log: ResMut<RequestLog>,
 ) {
+    let due = &mut *due;
     let mut finished = std::mem::take(&mut due.finished);
     for f in &finished {
         if check.0 {
             check_causality(f, clock.now);
         }
-        record_one(f, &mut agg, &mut log);
+        record_one(f, &mut agg, &mut log, &labels);
+        if let Some(s) = f.spec.session {
+            due.ended_turns.push((s.id, f.state, f.completed));
+        }
         commands.entity(f.entity).despawn();
     }
     finished.clear();

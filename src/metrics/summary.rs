@@ -14,6 +14,8 @@ pub struct RequestCounts {
     pub completed: u64,
     pub rejected: u64,
     pub dropped: u64,
+    /// Abandoned by their client (timeout).
+    pub timed_out: u64,
     /// Still in an instance wait queue when the run stopped.
     pub queued: u64,
     /// Still running (or finishing their last step) when the run stopped.
@@ -87,8 +89,15 @@ impl Summary {
         let _ = writeln!(s, "scenario {} (seed {})", self.scenario, self.seed);
         let _ = writeln!(
             s,
-            "requests: {} injected, {} completed, {} rejected, {} dropped, {} queued, {} running, {} in transit",
-            r.injected, r.completed, r.rejected, r.dropped, r.queued, r.running, r.in_transit
+            "requests: {} injected, {} completed, {} rejected, {} dropped, {} timed out, {} queued, {} running, {} in transit",
+            r.injected,
+            r.completed,
+            r.rejected,
+            r.dropped,
+            r.timed_out,
+            r.queued,
+            r.running,
+            r.in_transit
         );
         let _ = writeln!(
             s,

@@ -246,10 +246,14 @@ pub(crate) fn any_request() -> RequestSpec {
         client: 0,
         input_tokens: 10,
         output_tokens: 10,
-        content: crate::request::PromptContent {
+        content: crate::request::PromptContent::Simple {
             prefix_id: 0,
             prefix_tokens: 0,
             unique_id: 1,
         },
+        tenant: 0,
+        slo_class: 0,
+        priority: 0,
+        session: None,
     }
 }

@@ -1,6 +1,6 @@
 //! Whole-scenario validation: every problem with its field path, at once.
 
-use super::{LengthSpec, Scenario};
+use super::{ArrivalSpec, LengthSpec, Scenario};
 use crate::policy::Catalog;
 
 /// One thing wrong with a scenario.
@@ -123,29 +123,39 @@ fn name_in_catalog(
 }
 
 fn check_length(problems: &mut Vec<Problem>, path: &str, spec: &LengthSpec, min_allowed: u32) {
-    match *spec {
+    let min_max = |problems: &mut Vec<Problem>, min: u32, max: u32| {
+        if min > max {
+            problems.push(
+                Problem::new(path, format!("min ({min}) is larger than max ({max})"))
+                    .hint("swap them"),
+            );
+        }
+        if min < min_allowed {
+            problems.push(Problem::new(
+                format!("{path}.min"),
+                format!("must be ≥ {min_allowed}, got {min}"),
+            ));
+        }
+    };
+    let finite = |problems: &mut Vec<Problem>, field: &str, v: f64, positive: bool| {
+        if !v.is_finite() || v < 0.0 || (positive && v == 0.0) {
+            let bound = if positive { "> 0" } else { "≥ 0" };
+            problems.push(Problem::new(
+                format!("{path}.{field}"),
+                format!("must be a finite number {bound}, got {v}"),
+            ));
+        }
+    };
+    match spec {
         LengthSpec::Constant(n) => {
-            if n < min_allowed {
+            if *n < min_allowed {
                 problems.push(Problem::new(
                     path,
                     format!("must be ≥ {min_allowed} tokens, got {n}"),
                 ));
             }
         }
-        LengthSpec::Uniform { min, max } => {
-            if min > max {
-                problems.push(
-                    Problem::new(path, format!("min ({min}) is larger than max ({max})"))
-                        .hint("swap them"),
-                );
-            }
-            if min < min_allowed {
-                problems.push(Problem::new(
-                    format!("{path}.min"),
-                    format!("must be ≥ {min_allowed}, got {min}"),
-                ));
-            }
-        }
+        LengthSpec::Uniform { min, max } => min_max(problems, *min, *max),
         LengthSpec::Normal {
             mean,
             stdev,
@@ -158,23 +168,87 @@ fn check_length(problems: &mut Vec<Problem>, path: &str, spec: &LengthSpec, min_
                     format!("must be finite, got {mean}"),
                 ));
             }
-            if !stdev.is_finite() || stdev < 0.0 {
+            finite(problems, "stdev", *stdev, false);
+            min_max(problems, *min, *max);
+        }
+        LengthSpec::LogNormal {
+            mu,
+            sigma,
+            min,
+            max,
+        } => {
+            if !mu.is_finite() {
                 problems.push(Problem::new(
-                    format!("{path}.stdev"),
-                    format!("must be a finite number ≥ 0, got {stdev}"),
+                    format!("{path}.mu"),
+                    format!("must be finite, got {mu}"),
                 ));
             }
-            if min > max {
-                problems.push(
-                    Problem::new(path, format!("min ({min}) is larger than max ({max})"))
-                        .hint("swap them"),
-                );
+            finite(problems, "sigma", *sigma, false);
+            min_max(problems, (*min).max(min_allowed), *max);
+        }
+        LengthSpec::Exponential { mean, min, max } => {
+            finite(problems, "mean", *mean, true);
+            min_max(problems, (*min).max(min_allowed), *max);
+        }
+        LengthSpec::Zipf { max, exponent } => {
+            if *max == 0 {
+                problems.push(Problem::new(format!("{path}.max"), "must be ≥ 1"));
             }
-            if min < min_allowed {
-                problems.push(Problem::new(
-                    format!("{path}.min"),
-                    format!("must be ≥ {min_allowed}, got {min}"),
+            finite(problems, "exponent", *exponent, true);
+        }
+        LengthSpec::Empirical { .. } => {} // the file is checked with the other files
+    }
+}
+
+fn check_arrival(p: &mut Vec<Problem>, path: &str, spec: &ArrivalSpec) {
+    let positive = |p: &mut Vec<Problem>, field: &str, v: f64| {
+        if !v.is_finite() || v <= 0.0 {
+            p.push(Problem::new(
+                format!("{path}.{field}"),
+                format!("must be a finite number > 0, got {v}"),
+            ));
+        }
+    };
+    match spec {
+        ArrivalSpec::Poisson | ArrivalSpec::Constant => {}
+        ArrivalSpec::Gamma { cv } | ArrivalSpec::Weibull { cv } => {
+            positive(p, "cv", *cv);
+            if cv.is_finite() && *cv > 20.0 {
+                p.push(Problem::new(
+                    format!("{path}.cv"),
+                    format!("{cv} is too large (at most 20)"),
                 ));
+            }
+        }
+        ArrivalSpec::OnOff { on_s, off_s } => {
+            positive(p, "on_s", *on_s);
+            if !off_s.is_finite() || *off_s < 0.0 {
+                p.push(Problem::new(
+                    format!("{path}.off_s"),
+                    format!("must be a finite number ≥ 0, got {off_s}"),
+                ));
+            }
+        }
+        ArrivalSpec::AllAtZero { count } => {
+            if *count == 0 {
+                p.push(Problem::new(format!("{path}.count"), "must be ≥ 1"));
+            }
+        }
+        ArrivalSpec::Staged { stages, .. } => {
+            if stages.is_empty() {
+                p.push(Problem::new(
+                    format!("{path}.stages"),
+                    "needs at least one stage",
+                ));
+            }
+            for (k, st) in stages.iter().enumerate() {
+                if !st.rate_per_s.is_finite() || st.rate_per_s < 0.0 {
+                    p.push(Problem::new(
+                        format!("{path}.stages[{k}].rate_per_s"),
+                        format!("must be a finite number ≥ 0, got {}", st.rate_per_s),
+                    ));
+                }
+                positive(p, &format!("stages[{k}].duration_s"), st.duration_s);
             }
         }
     }
@@ -251,8 +325,8 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
     );
 
     let w = &s.workload;
-    if w.clients.is_empty() {
-        p.push(Problem::new("workload.clients", "the workload has no clients").hint(
+    if w.clients.is_empty() && w.traces.is_empty() {
+        p.push(Problem::new("workload.clients", "the workload has no clients and no traces").hint(
             "add one, e.g. (rate_per_s: 10.0, input_tokens: Constant(512), output_tokens: Constant(128))",
         ));
     }
@@ -270,7 +344,26 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
             "simulated seconds of arrivals",
         );
     }
-    if w.num_requests.is_none() && w.duration_s.is_none() && s.horizon_s.is_none() {
+    if let Some(r) = w.aggregate_rate_per_s {
+        finite_positive(
+            &mut p,
+            "workload.aggregate_rate_per_s",
+            r,
+            "total requests per second shared by rate_share",
+        );
+    }
+    let bounded = |a: &ArrivalSpec| {
+        matches!(
+            a,
+            ArrivalSpec::AllAtZero { .. } | ArrivalSpec::Staged { .. }
+        )
+    };
+    let sources_end = w
+        .clients
+        .iter()
+        .all(|c| bounded(&c.arrival) && c.session.is_none())
+        || w.clients.is_empty();
+    if w.num_requests.is_none() && w.duration_s.is_none() && s.horizon_s.is_none() && !sources_end {
         p.push(
             Problem::new(
                 "workload",
@@ -281,12 +374,31 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
     }
     for (i, c) in w.clients.iter().enumerate() {
         let at = |f: &str| format!("workload.clients[{i}].{f}");
-        finite_positive(
-            &mut p,
-            &at("rate_per_s"),
-            c.rate_per_s,
-            "mean requests per second",
-        );
+        check_arrival(&mut p, &at("arrival"), &c.arrival);
+        let needs_rate = !bounded(&c.arrival);
+        match (c.rate_per_s, c.rate_share) {
+            (Some(_), Some(_)) => p.push(Problem::new(
+                at("rate_share"),
+                "give rate_per_s or rate_share, not both",
+            )),
+            (Some(r), None) => {
+                finite_positive(&mut p, &at("rate_per_s"), r, "mean requests per second")
+            }
+            (None, Some(sh)) => {
+                finite_positive(&mut p, &at("rate_share"), sh, "a positive weight");
+                if w.aggregate_rate_per_s.is_none() {
+                    p.push(
+                        Problem::new(at("rate_share"), "needs workload.aggregate_rate_per_s")
+                            .hint("set the total rate the shares divide"),
+                    );
+                }
+            }
+            (None, None) if needs_rate => p.push(
+                Problem::new(at("rate_per_s"), "missing: give rate_per_s or rate_share")
+                    .hint("e.g. rate_per_s: 10.0"),
+            ),
+            (None, None) => {}
+        }
         check_length(&mut p, &at("input_tokens"), &c.input_tokens, 0);
         check_length(&mut p, &at("output_tokens"), &c.output_tokens, 1);
         if c.shared_prefix_tokens == 0 && matches!(c.input_tokens, LengthSpec::Constant(0)) {
@@ -295,11 +407,36 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
                     .hint("give at least 1 input token or a shared prefix"),
             );
         }
+        if c.prefix_groups == 0 {
+            p.push(Problem::new(at("prefix_groups"), "must be ≥ 1"));
+        }
+        if c.prompt_pool == Some(0) {
+            p.push(
+                Problem::new(at("prompt_pool"), "must be ≥ 1")
+                    .hint("omit it for a new prompt every time"),
+            );
+        }
+        if let Some(t) = c.timeout_s {
+            finite_positive(
+                &mut p,
+                &at("timeout_s"),
+                t,
+                "seconds a client waits for a whole response",
+            );
+        }
+        if let Some(sess) = &c.session {
+            check_length(&mut p, &at("session.turns"), &sess.turns, 1);
+            if !sess.think_time_s.is_finite() || sess.think_time_s < 0.0 {
+                p.push(Problem::new(
+                    at("session.think_time_s"),
+                    format!("must be a finite number ≥ 0, got {}", sess.think_time_s),
+                ));
+            }
+        }
         // Every group must be able to hold at least the smallest request this client sends.
-        let min_input = c.shared_prefix_tokens.saturating_add(match c.input_tokens {
-            LengthSpec::Constant(n) => n,
-            LengthSpec::Uniform { min, .. } | LengthSpec::Normal { min, .. } => min,
-        });
+        let min_input = c
+            .shared_prefix_tokens
+            .saturating_add(c.input_tokens.min_value());
         for (gi, g) in s.cluster.groups.iter().enumerate() {
             if let Some(m) = g.max_model_len
                 && min_input >= m
@@ -308,14 +445,28 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
                 p.push(
                     Problem::new(
                         at("input_tokens"),
-                        format!(
-                            "the shortest prompt ({min_input} tokens) does not fit max_model_len {m} of cluster.groups[{gi}]"
-                        ),
+                        format!("the shortest prompt ({min_input} tokens) does not fit max_model_len {m} of cluster.groups[{gi}]"),
                     )
                     .hint("shorten the prompts or raise max_model_len"),
                 );
             }
         }
+    }
+    for (i, t) in w.traces.iter().enumerate() {
+        let at = |f: &str| format!("workload.traces[{i}].{f}");
+        for (f, v) in [
+            ("time_scale", t.time_scale),
+            ("rate_scale", t.rate_scale),
+            ("token_scale", t.token_scale),
+        ] {
+            finite_positive(&mut p, &at(f), v, "a positive factor");
+        }
+        if let Some(x) = t.timeout_s {
+            finite_positive(&mut p, &at("timeout_s"), x, "seconds a client waits");
+        }
+    }
+    for (path, msg) in crate::workload::check_files(s) {
+        p.push(Problem::new(path, msg));
     }
     p
 }

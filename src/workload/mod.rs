@@ -1,161 +1,459 @@
-//! Synthetic workload: clients that emit requests lazily ([`SimSystems::Arrive`]).
+//! Workloads: synthetic clients and trace replays, generated lazily
+//! ([`SimSystems::Arrive`]), with multi-turn sessions continued as turns complete
+//! ([`SimSystems::Record`]).
 //!
-//! Each client keeps only its next arrival time in the event queue, so memory is constant
-//! in the number of requests. Each client draws from its own random stream
-//! (`workload/<client index>`): inter-arrival time, then input length, then output length.
-//! Arrival times are truncated to whole µs and at least 1 µs apart; the first arrival is
-//! one inter-arrival time after t = 0 (BLIS).
+//! Each source keeps only its next arrival in the event queue, so memory is constant in the
+//! number of requests (sessions keep one small record per open session). Each client draws
+//! from its own random stream (`workload/<client index>`): inter-arrival time, then prompt
+//! length, output length, prefix group and session length.
 //!
 //! [`SimSystems::Arrive`]: crate::SimSystems::Arrive
+//! [`SimSystems::Record`]: crate::SimSystems::Record
+
+pub mod arrival;
+pub mod lengths;
+pub mod trace;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
 
 use bevy_ecs::prelude::*;
 use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
-use rand_distr::{Distribution, Exp, Normal};
 
-use crate::engine::{Due, Event, EventQueue, Injected, SimClock};
-use crate::request::{Lifecycle, PromptContent, RequestSpec};
-use crate::rng;
-use crate::scenario::{ArrivalSpec, ClientSpec, LengthSpec, Scenario};
+pub use arrival::Arrivals;
+pub use lengths::Lengths;
+pub use trace::{TraceReader, TraceRow};
+
+use crate::cluster::ClusterDelays;
+use crate::engine::{Due, Event, EventQueue, Injected, SimClock, SimFault};
+use crate::request::{FinalState, Lifecycle, PromptContent, RequestSpec, Segment, SessionRef};
+use crate::rng::{self, fnv1a};
+use crate::scenario::{ClientSpec, Scenario};
 use crate::time::{SimDuration, SimTime};
 
-/// A token-length sampler.
-#[derive(Clone, Copy, Debug)]
-pub enum Lengths {
-    Constant(u32),
-    Uniform {
-        min: u32,
-        max: u32,
-    },
-    Normal {
-        dist: Normal<f64>,
-        min: u32,
-        max: u32,
-    },
+/// Names of tenants and SLO classes, by the index requests carry.
+#[derive(Resource, Debug, Clone, Default, PartialEq, Eq)]
+pub struct Labels {
+    pub tenants: Vec<String>,
+    pub slo_classes: Vec<String>,
 }
 
-impl Lengths {
-    pub fn new(spec: &LengthSpec) -> Self {
-        match *spec {
-            LengthSpec::Constant(n) => Lengths::Constant(n),
-            LengthSpec::Uniform { min, max } => Lengths::Uniform { min, max },
-            LengthSpec::Normal {
-                mean,
-                stdev,
-                min,
-                max,
-            } => Lengths::Normal {
-                dist: Normal::new(mean, stdev).expect("validated: finite mean, stdev ≥ 0"),
-                min,
-                max,
-            },
-        }
-    }
-
-    /// One sample: clamp then round for Normal (BLIS gaussian).
-    pub fn sample(&self, rng: &mut ChaCha8Rng) -> u32 {
-        match *self {
-            Lengths::Constant(n) => n,
-            Lengths::Uniform { min, max } => rng.random_range(min..=max),
-            Lengths::Normal { dist, min, max } => {
-                let x = dist.sample(rng).clamp(f64::from(min), f64::from(max));
-                x.round() as u32
-            }
+fn intern(list: &mut Vec<String>, name: &str) -> u32 {
+    match list.iter().position(|n| n == name) {
+        Some(i) => i as u32,
+        None => {
+            list.push(name.to_string());
+            list.len() as u32 - 1
         }
     }
 }
 
-/// Inter-arrival sampler.
-#[derive(Clone, Copy, Debug)]
-pub enum Arrivals {
-    Poisson(Exp<f64>),
-}
-
-impl Arrivals {
-    fn new(spec: ArrivalSpec, rate_per_s: f64) -> Self {
-        match spec {
-            ArrivalSpec::Poisson => {
-                Arrivals::Poisson(Exp::new(rate_per_s).expect("validated: rate > 0"))
-            }
-        }
+impl Labels {
+    pub fn tenant(&mut self, name: &str) -> u32 {
+        intern(&mut self.tenants, name)
     }
-
-    /// Time to the next arrival, truncated to µs, at least 1 µs.
-    pub fn sample(&self, rng: &mut ChaCha8Rng) -> SimDuration {
-        match self {
-            Arrivals::Poisson(exp) => {
-                SimDuration::from_secs_f64(exp.sample(rng)).max(SimDuration(1))
-            }
-        }
+    pub fn slo_class(&mut self, name: &str) -> u32 {
+        intern(&mut self.slo_classes, name)
     }
 }
 
-/// One client's generator state.
+#[derive(Debug, Clone)]
+struct SessionCfg {
+    turns: Lengths,
+    think: SimDuration,
+    accumulate: bool,
+}
+
+type PoolSlot = (u32, u64, u32);
+
+/// One synthetic client.
 #[derive(Debug)]
 pub struct Client {
-    pub arrivals: Arrivals,
-    pub input: Lengths,
-    pub output: Lengths,
-    pub prefix_tokens: u32,
-    pub prefix_id: u64,
-    pub rng: ChaCha8Rng,
+    arrivals: Arrivals,
+    input: Lengths,
+    output: Lengths,
+    prefix_tokens: u32,
+    prefix_groups: u32,
+    prefix_base: u64,
+    /// Prompt pool: its size and the (question tokens, content id, prefix group) of each slot.
+    pool: Option<(u32, Vec<PoolSlot>)>,
+    pool_next: u64,
+    session: Option<SessionCfg>,
+    timeout: Option<SimDuration>,
+    tenant: u32,
+    slo_class: u32,
+    priority: i32,
+    rng: ChaCha8Rng,
 }
 
-impl Client {
-    pub fn new(seed: u64, index: usize, spec: &ClientSpec) -> Self {
-        let group = spec.prefix_group.map_or(u64::MAX - index as u64, u64::from);
-        Client {
-            arrivals: Arrivals::new(spec.arrival, spec.rate_per_s),
-            input: Lengths::new(&spec.input_tokens),
-            output: Lengths::new(&spec.output_tokens),
-            prefix_tokens: spec.shared_prefix_tokens,
-            prefix_id: rng::fnv1a(format!("prefix/{seed}/{group}").as_bytes()),
-            rng: rng::stream(seed, &format!("workload/{index}")),
-        }
-    }
+/// A source of requests.
+pub enum Source {
+    Client(Box<Client>),
+    Trace {
+        reader: Box<TraceReader>,
+        pending: Option<TraceRow>,
+        tenant: u32,
+        slo_class: u32,
+        timeout: Option<SimDuration>,
+        client: u32,
+    },
 }
 
-/// Every client, and the global stop conditions.
-#[derive(Resource, Debug)]
+#[derive(Debug, Clone)]
+struct Session {
+    source: u32,
+    turns_left: u32,
+    turn: u32,
+    prefix_id: u64,
+    /// Segments of the last prompt plus its output (accumulate mode).
+    history: Vec<Segment>,
+}
+
+/// Every source, open sessions and the global stop conditions.
+#[derive(Resource)]
 pub struct Workload {
-    pub clients: Vec<Client>,
-    /// Stop after this many requests (all clients).
+    pub sources: Vec<Source>,
+    /// Stop after this many requests (all sources).
     pub limit: Option<u64>,
     /// No arrival after this time.
     pub stop_at: SimTime,
     seed: u64,
+    sessions: HashMap<u64, Session>,
+    next_session: u64,
+}
+
+fn secs(s: f64) -> SimDuration {
+    SimDuration::from_secs_f64(s)
+}
+
+/// The rate of client `c` (validated: given directly or as a share of the aggregate).
+pub fn client_rate(scenario: &Scenario, c: &ClientSpec) -> f64 {
+    if let Some(r) = c.rate_per_s {
+        return r;
+    }
+    let w = &scenario.workload;
+    let total: f64 = w
+        .clients
+        .iter()
+        .filter(|c| c.rate_per_s.is_none())
+        .filter_map(|c| c.rate_share)
+        .sum();
+    match (w.aggregate_rate_per_s, c.rate_share) {
+        (Some(agg), Some(share)) if total > 0.0 => agg * share / total,
+        _ => 0.0,
+    }
 }
 
 impl Workload {
-    pub fn new(scenario: &Scenario) -> Self {
+    /// Builds every source and the labels; errors (unreadable files) name the source.
+    pub fn new(scenario: &Scenario, labels: &mut Labels) -> Result<Self, String> {
+        let base = scenario.base_dir.as_path();
         let w = &scenario.workload;
-        Workload {
-            clients: w
-                .clients
-                .iter()
-                .enumerate()
-                .map(|(i, c)| Client::new(scenario.seed, i, c))
-                .collect(),
-            limit: w.num_requests,
-            stop_at: w.duration_s.map_or(SimTime::MAX, |d| {
-                SimTime::ZERO + SimDuration::from_secs_f64(d)
-            }),
-            seed: scenario.seed,
+        let mut sources = Vec::new();
+        for (i, c) in w.clients.iter().enumerate() {
+            let name = if c.name.is_empty() {
+                format!("client{i}")
+            } else {
+                c.name.clone()
+            };
+            let at = |e: String| format!("workload.clients[{i}]: {e}");
+            let session = match &c.session {
+                Some(s) => Some(SessionCfg {
+                    turns: Lengths::new(&s.turns, base).map_err(at)?,
+                    think: secs(s.think_time_s),
+                    accumulate: s.accumulate,
+                }),
+                None => None,
+            };
+            sources.push(Source::Client(Box::new(Client {
+                arrivals: Arrivals::new(&c.arrival, client_rate(scenario, c)),
+                input: Lengths::new(&c.input_tokens, base).map_err(at)?,
+                output: Lengths::new(&c.output_tokens, base).map_err(at)?,
+                prefix_tokens: c.shared_prefix_tokens,
+                prefix_groups: c.prefix_groups.max(1),
+                prefix_base: c
+                    .prefix_group
+                    .map_or(u64::MAX - 1_000_000 * i as u64, u64::from),
+                pool: c.prompt_pool.map(|p| (p.max(1), Vec::new())),
+                pool_next: 0,
+                session,
+                timeout: c.timeout_s.map(secs),
+                tenant: labels.tenant(c.tenant.as_deref().unwrap_or(&name)),
+                slo_class: labels.slo_class(c.slo_class.as_deref().unwrap_or("standard")),
+                priority: c.priority,
+                rng: rng::stream(scenario.seed, &format!("workload/{i}")),
+            })));
         }
+        for (i, t) in w.traces.iter().enumerate() {
+            let reader = TraceReader::open(t, base, scenario.seed)
+                .map_err(|e| format!("workload.traces[{i}]: {e}"))?;
+            sources.push(Source::Trace {
+                reader: Box::new(reader),
+                pending: None,
+                tenant: labels.tenant(t.tenant.as_deref().unwrap_or(&format!("trace{i}"))),
+                slo_class: labels.slo_class(t.slo_class.as_deref().unwrap_or("standard")),
+                timeout: t.timeout_s.map(secs),
+                client: (w.clients.len() + i) as u32,
+            });
+        }
+        Ok(Workload {
+            sources,
+            limit: w.num_requests,
+            stop_at: w
+                .duration_s
+                .map_or(SimTime::MAX, |d| SimTime::ZERO + secs(d)),
+            seed: scenario.seed,
+            sessions: HashMap::new(),
+            next_session: 0,
+        })
     }
 
-    /// Schedules every client's first arrival.
-    pub fn prime(&mut self, queue: &mut EventQueue) {
-        for (i, c) in self.clients.iter_mut().enumerate() {
-            let t = SimTime::ZERO + c.arrivals.sample(&mut c.rng);
-            if t <= self.stop_at {
+    /// The next arrival time of source `i`, reading ahead one trace row.
+    pub fn next_time(&mut self, i: usize) -> Result<Option<SimTime>, String> {
+        let t = match &mut self.sources[i] {
+            Source::Client(c) => c.arrivals.next_us(&mut c.rng).map(SimTime),
+            Source::Trace {
+                reader, pending, ..
+            } => {
+                *pending = reader.next_row()?;
+                pending.as_ref().map(|r| SimTime(r.arrival_us))
+            }
+        };
+        Ok(t.filter(|&t| t <= self.stop_at))
+    }
+
+    /// Schedules every source's first arrival.
+    pub fn prime(&mut self, queue: &mut EventQueue) -> Result<(), String> {
+        for i in 0..self.sources.len() {
+            if let Some(t) = self.next_time(i)? {
                 queue.push(t, Event::Arrival { source: i as u32 });
             }
         }
+        Ok(())
+    }
+
+    fn under_limit(&self, injected: u64) -> bool {
+        self.limit.is_none_or(|l| injected < l)
+    }
+
+    /// The request a source emits now (and opens its session, if any).
+    pub fn make_request(&mut self, source: usize, id: u64) -> (RequestSpec, Option<SimDuration>) {
+        let seed = self.seed;
+        let unique = fnv1a(format!("request/{seed}/{id}").as_bytes());
+        match &mut self.sources[source] {
+            Source::Trace {
+                pending,
+                tenant,
+                slo_class,
+                timeout,
+                client,
+                ..
+            } => {
+                let row = pending
+                    .take()
+                    .expect("a trace arrival has its row read ahead");
+                let content = row.content.unwrap_or(PromptContent::Simple {
+                    prefix_id: 0,
+                    prefix_tokens: 0,
+                    unique_id: unique,
+                });
+                let spec = RequestSpec {
+                    id,
+                    client: *client,
+                    input_tokens: row.input_tokens,
+                    output_tokens: row.output_tokens,
+                    content,
+                    tenant: *tenant,
+                    slo_class: *slo_class,
+                    priority: 0,
+                    session: None,
+                };
+                (spec, *timeout)
+            }
+            Source::Client(c) => {
+                let mut question = c.input.sample(&mut c.rng);
+                let output = c.output.sample(&mut c.rng).max(1);
+                let mut group = if c.prefix_groups > 1 {
+                    c.rng.random_range(0..c.prefix_groups)
+                } else {
+                    0
+                };
+                let mut unique_id = unique;
+                if let Some((size, pool)) = &mut c.pool {
+                    // Prompts in rotation: the k-th use of a slot repeats it exactly.
+                    let slot = (c.pool_next % u64::from(*size)) as usize;
+                    c.pool_next += 1;
+                    if slot == pool.len() {
+                        pool.push((
+                            question,
+                            fnv1a(format!("pool/{seed}/{source}/{slot}").as_bytes()),
+                            group,
+                        ));
+                    }
+                    (question, unique_id, group) = pool[slot];
+                }
+                let prefix_id = fnv1a(
+                    format!(
+                        "prefix/{seed}/{}",
+                        c.prefix_base.wrapping_add(u64::from(group))
+                    )
+                    .as_bytes(),
+                );
+                let input = c.prefix_tokens + question;
+                let content = PromptContent::Simple {
+                    prefix_id,
+                    prefix_tokens: c.prefix_tokens,
+                    unique_id,
+                };
+                let mut spec = RequestSpec {
+                    id,
+                    client: source as u32,
+                    input_tokens: input.max(1),
+                    output_tokens: output,
+                    content,
+                    tenant: c.tenant,
+                    slo_class: c.slo_class,
+                    priority: c.priority,
+                    session: None,
+                };
+                if let Some(cfg) = &c.session {
+                    let turns = cfg.turns.sample(&mut c.rng).max(1);
+                    let sid = self.next_session;
+                    self.next_session += 1;
+                    let mut history = Vec::new();
+                    if cfg.accumulate {
+                        if c.prefix_tokens > 0 {
+                            history.push(Segment {
+                                id: prefix_id,
+                                end: c.prefix_tokens,
+                            });
+                        }
+                        history.push(Segment {
+                            id: unique_id,
+                            end: spec.input_tokens,
+                        });
+                        history.push(Segment {
+                            id: unique_id ^ 0x6f75_7470_7574,
+                            end: spec.input_tokens + output,
+                        });
+                    }
+                    self.sessions.insert(
+                        sid,
+                        Session {
+                            source: source as u32,
+                            turns_left: turns - 1,
+                            turn: 0,
+                            prefix_id,
+                            history,
+                        },
+                    );
+                    spec.session = Some(SessionRef { id: sid, turn: 0 });
+                }
+                let timeout = c.timeout;
+                (spec, timeout)
+            }
+        }
+    }
+
+    /// The next turn of session `sid`, if it is still open.
+    fn make_turn(&mut self, sid: u64, id: u64) -> Option<(RequestSpec, Option<SimDuration>)> {
+        let seed = self.seed;
+        let mut s = self.sessions.remove(&sid)?;
+        let Source::Client(c) = &mut self.sources[s.source as usize] else {
+            return None;
+        };
+        let cfg = c
+            .session
+            .as_ref()
+            .expect("sessions come from session clients");
+        let question = c.input.sample(&mut c.rng).max(1);
+        let output = c.output.sample(&mut c.rng).max(1);
+        let unique_id = fnv1a(format!("request/{seed}/{id}").as_bytes());
+        let (input, content) = if cfg.accumulate {
+            let before = s.history.last().map_or(0, |x| x.end);
+            s.history.push(Segment {
+                id: unique_id,
+                end: before + question,
+            });
+            let content = PromptContent::Segments(Arc::from(s.history.as_slice()));
+            s.history.push(Segment {
+                id: unique_id ^ 0x6f75_7470_7574,
+                end: before + question + output,
+            });
+            (before + question, content)
+        } else {
+            (
+                c.prefix_tokens + question,
+                PromptContent::Simple {
+                    prefix_id: s.prefix_id,
+                    prefix_tokens: c.prefix_tokens,
+                    unique_id,
+                },
+            )
+        };
+        s.turn += 1;
+        s.turns_left -= 1;
+        let spec = RequestSpec {
+            id,
+            client: s.source,
+            input_tokens: input,
+            output_tokens: output,
+            content,
+            tenant: c.tenant,
+            slo_class: c.slo_class,
+            priority: c.priority,
+            session: Some(SessionRef {
+                id: sid,
+                turn: s.turn,
+            }),
+        };
+        let timeout = c.timeout;
+        self.sessions.insert(sid, s);
+        Some((spec, timeout))
+    }
+
+    /// Open sessions (bounded by concurrent conversations, not by requests).
+    pub fn open_sessions(&self) -> usize {
+        self.sessions.len()
     }
 }
 
-/// Spawns the requests arriving now and schedules each client's next arrival.
+fn spawn(
+    commands: &mut Commands,
+    due: &mut Due,
+    queue: &mut EventQueue,
+    delays: &ClusterDelays,
+    now: SimTime,
+    spec: RequestSpec,
+    timeout: Option<SimDuration>,
+) {
+    let entity = commands
+        .spawn((
+            spec,
+            Lifecycle {
+                arrival: now,
+                ..Default::default()
+            },
+        ))
+        .id();
+    if let Some(t) = timeout {
+        queue.push(now + t, Event::Timeout { request: entity });
+    }
+    if delays.admission.as_us() == 0 {
+        due.admit.push(entity);
+    } else {
+        queue.push(now + delays.admission, Event::Admit(entity));
+    }
+}
+
+/// Spawns the requests arriving now (new arrivals and session turns) and schedules each
+/// source's next arrival.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "a system's parameters are its signature"
+)]
 pub fn spawn_arrivals(
     mut commands: Commands,
     mut due: ResMut<Due>,
@@ -163,98 +461,103 @@ pub fn spawn_arrivals(
     mut workload: ResMut<Workload>,
     mut injected: ResMut<Injected>,
     mut queue: ResMut<EventQueue>,
-    policies: Res<crate::cluster::ClusterDelays>,
+    mut fault: ResMut<SimFault>,
+    delays: Res<ClusterDelays>,
 ) {
     let now = clock.now;
     let due = &mut *due;
     let workload = &mut *workload;
     let mut sources = std::mem::take(&mut due.arrivals);
     for &source in &sources {
-        if workload.limit.is_some_and(|l| injected.0 >= l) {
+        if !workload.under_limit(injected.0) {
             continue;
         }
         let id = injected.0;
         injected.0 += 1;
-        let client = &mut workload.clients[source as usize];
-        let question = client.input.sample(&mut client.rng);
-        let output = client.output.sample(&mut client.rng).max(1);
-        let spec = RequestSpec {
-            id,
-            client: source,
-            input_tokens: client.prefix_tokens + question,
-            output_tokens: output,
-            content: PromptContent {
-                prefix_id: client.prefix_id,
-                prefix_tokens: client.prefix_tokens,
-                unique_id: rng::fnv1a(format!("request/{}/{id}", workload.seed).as_bytes()),
-            },
-        };
-        let entity = commands
-            .spawn((
-                spec,
-                Lifecycle {
-                    arrival: now,
-                    ..Default::default()
-                },
-            ))
-            .id();
-        if policies.admission.as_us() == 0 {
-            due.admit.push(entity);
-        } else {
-            queue.push(now + policies.admission, Event::Admit(entity));
-        }
-        let next = now + client.arrivals.sample(&mut client.rng);
-        if next <= workload.stop_at && workload.limit.is_none_or(|l| injected.0 < l) {
-            queue.push(next, Event::Arrival { source });
+        let (spec, timeout) = workload.make_request(source as usize, id);
+        spawn(&mut commands, due, &mut queue, &delays, now, spec, timeout);
+        if workload.under_limit(injected.0) {
+            match workload.next_time(source as usize) {
+                Ok(Some(t)) => queue.push(t, Event::Arrival { source }),
+                Ok(None) => {}
+                Err(e) => {
+                    fault.0.get_or_insert(e);
+                }
+            }
         }
     }
     sources.clear();
     due.arrivals = sources;
+    let mut turns = std::mem::take(&mut due.session_turns);
+    for &sid in &turns {
+        if !workload.under_limit(injected.0) {
+            workload.sessions.remove(&sid);
+            continue;
+        }
+        let id = injected.0;
+        if let Some((spec, timeout)) = workload.make_turn(sid, id) {
+            injected.0 += 1;
+            spawn(&mut commands, due, &mut queue, &delays, now, spec, timeout);
+        }
+    }
+    turns.clear();
+    due.session_turns = turns;
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn poisson_inter_arrivals_have_the_right_mean_and_variance() {
-        let a = Arrivals::new(ArrivalSpec::Poisson, 100.0);
-        let mut r = rng::stream(1, "t");
-        let n = 200_000;
-        let xs: Vec<f64> = (0..n).map(|_| a.sample(&mut r).as_us() as f64).collect();
-        let mean = xs.iter().sum::<f64>() / n as f64;
-        let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n as f64;
-        // Exp(100/s): mean 10,000 µs, sd 10,000 µs; truncation lowers the mean by ~0.5 µs.
-        // Standard error of the mean = 10,000/√200,000 ≈ 22 µs; allow 4 standard errors.
-        assert!((mean - 10_000.0).abs() < 90.0, "mean {mean}");
-        assert!((var.sqrt() - 10_000.0).abs() < 200.0, "sd {}", var.sqrt());
-    }
-
-    #[test]
-    fn clamped_normal_lengths_stay_in_bounds_and_round() {
-        let l = Lengths::new(&LengthSpec::Normal {
-            mean: 70.0,
-            stdev: 35.0,
-            min: 2,
-            max: 200,
-        });
-        let mut r = rng::stream(2, "t");
-        let xs: Vec<u32> = (0..100_000).map(|_| l.sample(&mut r)).collect();
-        assert!(xs.iter().all(|&x| (2..=200).contains(&x)));
-        let mean = xs.iter().map(|&x| f64::from(x)).sum::<f64>() / xs.len() as f64;
-        // Clamping at 2 lifts the mean of N(70, 35) slightly: E ≈ 70.08 (the lower tail
-        // below 2 has mass 2.6%); SE = 35/√1e5 ≈ 0.11.
-        assert!((mean - 70.08).abs() < 0.5, "mean {mean}");
-    }
-
-    #[test]
-    fn uniform_lengths_cover_both_ends() {
-        let l = Lengths::new(&LengthSpec::Uniform { min: 3, max: 5 });
-        let mut r = rng::stream(3, "t");
-        let xs: Vec<u32> = (0..1000).map(|_| l.sample(&mut r)).collect();
-        for v in 3..=5 {
-            assert!(xs.contains(&v));
+/// Schedules the next turn of every session whose turn ended this tick (closed loop:
+/// completion + think time); ends sessions whose turn failed or that have no turns left.
+pub fn continue_sessions(
+    mut due: ResMut<Due>,
+    mut workload: ResMut<Workload>,
+    mut queue: ResMut<EventQueue>,
+) {
+    let mut ended = std::mem::take(&mut due.ended_turns);
+    for &(sid, state, completed) in &ended {
+        let Some(s) = workload.sessions.get(&sid) else {
+            continue;
+        };
+        let Source::Client(c) = &workload.sources[s.source as usize] else {
+            continue;
+        };
+        let think = c
+            .session
+            .as_ref()
+            .map_or(SimDuration::ZERO, |cfg| cfg.think);
+        match (state, completed) {
+            (FinalState::Completed, Some(t))
+                if s.turns_left > 0 && t + think <= workload.stop_at =>
+            {
+                queue.push(t + think, Event::SessionTurn { session: sid });
+            }
+            _ => {
+                workload.sessions.remove(&sid);
+            }
         }
-        assert!(xs.iter().all(|&x| (3..=5).contains(&x)));
     }
+    ended.clear();
+    due.ended_turns = ended;
+}
+
+/// Checks that every file a workload names can be read (streamed once); problems by path.
+pub fn check_files(scenario: &Scenario) -> Vec<(String, String)> {
+    let base: &Path = scenario.base_dir.as_path();
+    let mut problems = Vec::new();
+    for (i, t) in scenario.workload.traces.iter().enumerate() {
+        if let Err(e) = trace::check(t, base) {
+            problems.push((format!("workload.traces[{i}].file"), e));
+        }
+    }
+    for (i, c) in scenario.workload.clients.iter().enumerate() {
+        for (field, spec) in [
+            ("input_tokens", &c.input_tokens),
+            ("output_tokens", &c.output_tokens),
+        ] {
+            if let crate::scenario::LengthSpec::Empirical { .. } = spec
+                && let Err(e) = Lengths::new(spec, base)
+            {
+                problems.push((format!("workload.clients[{i}].{field}"), e));
+            }
+        }
+    }
+    problems
 }

@@ -6,3 +6,4 @@ mod golden;
 mod hand;
 mod latency;
 mod scenarios;
+mod workload;

@@ -1,0 +1,281 @@
+//! Trace replay, streamed from disk (one row in memory at a time).
+//!
+//! Formats: Vidur/Splitwise CSV (`arrived_at` s, `num_prefill_tokens`, `num_decode_tokens`),
+//! Mooncake JSON lines (`timestamp` ms, `input_length`, `output_length`, `hash_ids`: one id
+//! per `hash_block_tokens` prompt tokens, driving prefix caching), and servesim CSV
+//! (`arrival_us`, `input_tokens`, `output_tokens`, optional `tenant`, `slo_class`,
+//! `prefix_group`, `prefix_tokens`; a `requests.csv` output replays as is). Rows must be in
+//! non-decreasing time order. Timestamps are multiplied by `time_scale / rate_scale`, token
+//! counts by `token_scale` (rounded, at least 1); times are rounded to the nearest µs.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use crate::request::{PromptContent, Segment};
+use crate::rng::fnv1a;
+use crate::scenario::{TraceFormat, TraceSpec};
+
+/// One request read from a trace.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TraceRow {
+    pub arrival_us: u64,
+    pub input_tokens: u32,
+    pub output_tokens: u32,
+    /// Prompt content when the trace says what is shared (Mooncake hash ids, prefix groups).
+    pub content: Option<PromptContent>,
+    pub tenant: Option<String>,
+    pub slo_class: Option<String>,
+}
+
+enum Rows {
+    Csv(
+        csv::StringRecordsIntoIter<BufReader<File>>,
+        csv::StringRecord,
+    ),
+    Lines(std::io::Lines<BufReader<File>>),
+}
+
+/// A trace being read.
+pub struct TraceReader {
+    format: TraceFormat,
+    path: PathBuf,
+    rows: Rows,
+    line: u64,
+    last_us: u64,
+    time_factor: f64,
+    token_scale: f64,
+    hash_block: u32,
+    seed: u64,
+}
+
+#[derive(Deserialize)]
+struct MooncakeRow {
+    timestamp: f64,
+    input_length: u64,
+    output_length: u64,
+    #[serde(default)]
+    hash_ids: Vec<u64>,
+}
+
+impl TraceReader {
+    /// Opens a trace (relative paths against `base`).
+    pub fn open(spec: &TraceSpec, base: &Path, seed: u64) -> Result<Self, String> {
+        let path = base.join(&spec.file);
+        let file = File::open(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let reader = BufReader::with_capacity(1 << 16, file);
+        let rows = match spec.format {
+            TraceFormat::Mooncake => Rows::Lines(reader.lines()),
+            TraceFormat::VidurCsv | TraceFormat::ServesimCsv => {
+                let mut r = csv::ReaderBuilder::new()
+                    .trim(csv::Trim::All)
+                    .from_reader(reader);
+                let headers = r
+                    .headers()
+                    .map_err(|e| format!("{}:1: {e}", path.display()))?
+                    .clone();
+                let needed: &[&str] = if spec.format == TraceFormat::VidurCsv {
+                    &["arrived_at", "num_prefill_tokens", "num_decode_tokens"]
+                } else {
+                    &["arrival_us", "input_tokens", "output_tokens"]
+                };
+                for n in needed {
+                    if !headers.iter().any(|h| h == *n) {
+                        return Err(format!(
+                            "{}:1: no `{n}` column for format {:?} (columns: {})",
+                            path.display(),
+                            spec.format,
+                            headers.iter().collect::<Vec<_>>().join(", ")
+                        ));
+                    }
+                }
+                Rows::Csv(r.into_records(), headers)
+            }
+        };
+        Ok(TraceReader {
+            format: spec.format,
+            path,
+            rows,
+            line: if matches!(spec.format, TraceFormat::Mooncake) {
+                0
+            } else {
+                1
+            },
+            last_us: 0,
+            time_factor: spec.time_scale / spec.rate_scale,
+            token_scale: spec.token_scale,
+            hash_block: spec.hash_block_tokens.max(1),
+            seed,
+        })
+    }
+
+    fn err(&self, msg: impl std::fmt::Display) -> String {
+        format!("{}:{}: {msg}", self.path.display(), self.line)
+    }
+
+    fn tokens(&self, n: f64, what: &str, at_least: u32) -> Result<u32, String> {
+        scaled(n, self.token_scale, what, at_least).map_err(|e| self.err(e))
+    }
+
+    /// The next row, `Ok(None)` at the end, or an error naming file and line.
+    pub fn next_row(&mut self) -> Result<Option<TraceRow>, String> {
+        let (time_s, input, output, content, tenant, slo) = match &mut self.rows {
+            Rows::Lines(lines) => {
+                let text = loop {
+                    self.line += 1;
+                    match lines.next() {
+                        None => return Ok(None),
+                        Some(Err(e)) => return Err(self.err(e)),
+                        Some(Ok(l)) if l.trim().is_empty() || l.trim_start().starts_with('#') => {
+                            continue;
+                        }
+                        Some(Ok(l)) => break l,
+                    }
+                };
+                let row: MooncakeRow = serde_json::from_str(&text)
+                    .map_err(|e| self.err(format!("not a Mooncake row: {e}")))?;
+                let input = self.tokens(row.input_length as f64, "input_length", 1)?;
+                let content = (!row.hash_ids.is_empty()).then(|| {
+                    // Block i of the trace covers tokens [i·B, (i+1)·B) of the prompt.
+                    let segs: Vec<Segment> = row
+                        .hash_ids
+                        .iter()
+                        .enumerate()
+                        .map(|(i, h)| Segment {
+                            id: fnv1a(&h.to_le_bytes()) ^ 0x6d6f_6f6e,
+                            end: ((i as u32 + 1).saturating_mul(self.hash_block)).min(input),
+                        })
+                        .take_while(|s| s.end > 0)
+                        .collect();
+                    PromptContent::Segments(Arc::from(segs))
+                });
+                (
+                    row.timestamp / 1e3,
+                    input,
+                    self.tokens(row.output_length as f64, "output_length", 1)?,
+                    content,
+                    None,
+                    None,
+                )
+            }
+            Rows::Csv(records, headers) => {
+                let Some(rec) = records.next() else {
+                    return Ok(None);
+                };
+                let rec = rec.map_err(|e| format!("{}: {e}", self.path.display()))?;
+                self.line = rec.position().map_or(self.line + 1, |p| p.line());
+                let get = |name: &str| {
+                    headers
+                        .iter()
+                        .position(|h| h == name)
+                        .and_then(|i| rec.get(i))
+                };
+                let num = |name: &str| -> Result<f64, String> {
+                    let s = get(name).unwrap_or("");
+                    s.parse::<f64>().map_err(|_| {
+                        format!(
+                            "{}:{}: {name} = {s:?} is not a number",
+                            self.path.display(),
+                            self.line
+                        )
+                    })
+                };
+                let fmt = self.format;
+                let (t, i, o) = if fmt == TraceFormat::VidurCsv {
+                    (
+                        num("arrived_at")?,
+                        num("num_prefill_tokens")?,
+                        num("num_decode_tokens")?,
+                    )
+                } else {
+                    (
+                        num("arrival_us")? / 1e6,
+                        num("input_tokens")?,
+                        num("output_tokens")?,
+                    )
+                };
+                let at = |e: String| format!("{}:{}: {e}", self.path.display(), self.line);
+                let input = scaled(i, self.token_scale, "input tokens", 1).map_err(at)?;
+                let output = scaled(o, self.token_scale, "output tokens", 1).map_err(at)?;
+                let opt = |name: &str| get(name).filter(|s| !s.is_empty()).map(str::to_string);
+                let content = match (
+                    get("prefix_group").filter(|s| !s.is_empty()),
+                    get("prefix_tokens"),
+                ) {
+                    (Some(g), Some(p)) => {
+                        let p: u32 = p.parse().map_err(|_| {
+                            format!(
+                                "{}:{}: prefix_tokens = {p:?} is not a whole number",
+                                self.path.display(),
+                                self.line
+                            )
+                        })?;
+                        Some(PromptContent::Simple {
+                            prefix_id: fnv1a(format!("trace-prefix/{g}").as_bytes()),
+                            prefix_tokens: p.min(input),
+                            unique_id: fnv1a(
+                                format!(
+                                    "trace/{}/{}/{}",
+                                    self.seed,
+                                    self.path.display(),
+                                    self.line
+                                )
+                                .as_bytes(),
+                            ),
+                        })
+                    }
+                    _ => None,
+                };
+                (t, input, output, content, opt("tenant"), opt("slo_class"))
+            }
+        };
+        if !time_s.is_finite() || time_s < 0.0 {
+            return Err(self.err(format!("timestamp {time_s} s must be a finite number ≥ 0")));
+        }
+        let arrival_us = (time_s * self.time_factor * 1e6).round() as u64;
+        if arrival_us < self.last_us {
+            return Err(self.err(format!(
+                "rows go back in time ({} µs after {} µs); sort the trace by time",
+                arrival_us, self.last_us
+            )));
+        }
+        self.last_us = arrival_us;
+        Ok(Some(TraceRow {
+            arrival_us,
+            input_tokens: input,
+            output_tokens: output,
+            content,
+            tenant,
+            slo_class: slo,
+        }))
+    }
+}
+
+fn scaled(n: f64, scale: f64, what: &str, at_least: u32) -> Result<u32, String> {
+    if !n.is_finite() || n < 0.0 {
+        return Err(format!("{what} = {n} must be a finite number ≥ 0"));
+    }
+    Ok(((n * scale).round() as u32).max(at_least))
+}
+
+/// Reads a whole trace once (streamed) to report its first problem up front; returns the
+/// number of rows and the input / output token totals.
+pub fn check(spec: &TraceSpec, base: &Path) -> Result<(u64, u64, u64), String> {
+    let mut r = TraceReader::open(spec, base, 0)?;
+    let (mut n, mut i, mut o) = (0, 0, 0);
+    while let Some(row) = r.next_row()? {
+        n += 1;
+        i += u64::from(row.input_tokens);
+        o += u64::from(row.output_tokens);
+    }
+    if n == 0 {
+        return Err(format!(
+            "{}: the trace has no rows",
+            base.join(&spec.file).display()
+        ));
+    }
+    Ok((n, i, o))
+}

@@ -1,0 +1,365 @@
+//! Workloads end to end: sessions, accumulation, prompt pools, timeouts, tenants, traces.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use servesim::policy::Catalog;
+use servesim::scenario;
+
+use crate::common::{Row, parse, run};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn load(name: &str, overrides: &[(&str, &str)]) -> scenario::Scenario {
+    let app = servesim::default_app();
+    let o: Vec<(String, String)> = overrides
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+    scenario::load(
+        &root().join("scenarios").join(name),
+        &o,
+        app.world().resource::<Catalog>(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn sessions(rows: &[Row]) -> BTreeMap<u64, Vec<&Row>> {
+    let mut m: BTreeMap<u64, Vec<&Row>> = BTreeMap::new();
+    for r in rows {
+        if !r.str("session").is_empty() {
+            m.entry(r.u64("session")).or_default().push(r);
+        }
+    }
+    for turns in m.values_mut() {
+        turns.sort_by_key(|r| r.u64("turn"));
+    }
+    m
+}
+
+#[test]
+fn a_session_turn_never_arrives_before_the_previous_turn_completes_plus_think_time() {
+    let (s, rows) = run(&load(
+        "multi-turn-chat.ron",
+        &[("workload.num_requests", "400")],
+    ));
+    let by_session = sessions(&rows);
+    assert!(by_session.len() > 20);
+    let mut follow_ups = 0;
+    for turns in by_session.values() {
+        for (k, pair) in turns.windows(2).enumerate() {
+            let (prev, next) = (pair[0], pair[1]);
+            assert_eq!(next.u64("turn"), k as u64 + 1, "turns are consecutive");
+            assert_eq!(
+                prev.str("state"),
+                "completed",
+                "only a completed turn is followed"
+            );
+            assert_eq!(
+                next.u64("arrival_us"),
+                prev.u64("completion_us") + 3_000_000,
+                "closed loop: completion + 3 s think"
+            );
+            follow_ups += 1;
+        }
+    }
+    assert!(follow_ups > 50);
+    assert_eq!(s.requests.injected, 400);
+}
+
+#[test]
+fn accumulated_prompts_grow_by_exactly_the_previous_output_and_the_new_question() {
+    // Constant questions of 40 tokens: turn k's prompt = turn k−1's prompt + its output + 40.
+    let sc = parse(
+        "(seed: 5, cluster: (groups: [(count: 1, kv_blocks: 20000, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [500.0, 1.0, 20.0]))]),
+          workload: (num_requests: 60, clients: [(rate_per_s: 1.0, input_tokens: Constant(40),
+            output_tokens: Uniform(min: 5, max: 60), shared_prefix_tokens: 100,
+            session: (turns: Constant(4), think_time_s: 0.5, accumulate: true))]))",
+    );
+    let (_, rows) = run(&sc);
+    let mut checked = 0;
+    for turns in sessions(&rows).values() {
+        assert_eq!(turns[0].u64("input_tokens"), 140);
+        for pair in turns.windows(2) {
+            let (a, b) = (pair[0], pair[1]);
+            assert_eq!(
+                b.u64("input_tokens"),
+                a.u64("input_tokens") + a.u64("output_tokens") + 40
+            );
+            // The previous prompt's full blocks are in the cache (one instance, a big cache).
+            assert!(
+                b.u64("cached_tokens") >= a.u64("input_tokens") / 16 * 16,
+                "{b:?}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 30, "{checked}");
+}
+
+#[test]
+fn a_prompt_pool_repeats_whole_prompts_so_repeats_hit_the_cache_in_full() {
+    let sc = parse(
+        "(seed: 6, cluster: (groups: [(count: 1, kv_blocks: 20000, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [500.0, 1.0, 20.0]))]),
+          workload: (num_requests: 40, clients: [(rate_per_s: 5.0, input_tokens: Uniform(min: 100, max: 900),
+            output_tokens: Constant(4), shared_prefix_tokens: 64, prompt_pool: 5)]))",
+    );
+    let (_, rows) = run(&sc);
+    for r in &rows[5..] {
+        let first = &rows[(r.u64("request_id") % 5) as usize];
+        assert_eq!(
+            r.u64("input_tokens"),
+            first.u64("input_tokens"),
+            "same slot, same prompt"
+        );
+        assert_eq!(
+            r.u64("cached_tokens"),
+            (r.u64("input_tokens") - 1) / 16 * 16,
+            "{r:?}"
+        );
+    }
+}
+
+#[test]
+fn requests_past_their_timeout_are_abandoned_and_release_their_blocks() {
+    // One slow instance, heavy load, 2 s timeout: many requests give up, wherever they are.
+    let sc = parse(
+        "(seed: 7, cluster: (groups: [(count: 1, kv_blocks: 300, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [20000.0, 10.0, 500.0]))]),
+          policies: (routing_latency_us: 1000),
+          workload: (num_requests: 300, clients: [(rate_per_s: 12.0, input_tokens: Uniform(min: 50, max: 400),
+            output_tokens: Uniform(min: 10, max: 200), timeout_s: 2.0)]))",
+    );
+    let (s, rows) = run(&sc);
+    assert!(s.requests.timed_out > 50, "{:?}", s.requests);
+    assert!(s.requests.completed > 50, "{:?}", s.requests);
+    for r in &rows {
+        match r.str("state") {
+            "completed" => assert!(
+                r.u64("completion_us") <= r.u64("arrival_us") + 2_000_000,
+                "{r:?}"
+            ),
+            "timed_out" => assert!(r.str("completion_us").is_empty()),
+            other => panic!("unexpected state {other}"),
+        }
+    }
+}
+
+#[test]
+fn tenants_and_slo_classes_label_every_row() {
+    let (_, rows) = run(&load(
+        "multi-tenant.ron",
+        &[("workload.num_requests", "600")],
+    ));
+    let tenants: std::collections::BTreeSet<&str> = rows.iter().map(|r| r.str("tenant")).collect();
+    assert_eq!(
+        tenants.into_iter().collect::<Vec<_>>(),
+        ["acme", "globex", "initech"]
+    );
+    for r in &rows {
+        let expected = if r.str("tenant") == "globex" {
+            "batch"
+        } else {
+            "interactive"
+        };
+        assert_eq!(r.str("slo_class"), expected);
+    }
+}
+
+/// Counts rows and sums token columns without servesim's reader (an independent check).
+fn mooncake_totals(path: &Path) -> (u64, u64, u64) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut t = (0, 0, 0);
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        t.0 += 1;
+        t.1 += v["input_length"].as_u64().unwrap();
+        t.2 += v["output_length"].as_u64().unwrap();
+    }
+    t
+}
+
+fn vidur_totals(path: &Path, limit: usize) -> (u64, u64, u64) {
+    let mut r = csv::Reader::from_path(path).unwrap();
+    let mut t = (0, 0, 0);
+    for rec in r.records().take(limit) {
+        let rec = rec.unwrap();
+        t.0 += 1;
+        t.1 += rec[1].parse::<f64>().unwrap().round() as u64;
+        t.2 += rec[2].parse::<f64>().unwrap().round() as u64;
+    }
+    t
+}
+
+fn trace_scenario(format: &str, file: &str, extra: &str) -> scenario::Scenario {
+    let app = servesim::default_app();
+    let file = root().join("scenarios").join(file);
+    let file = file.display();
+    let src = format!(
+        "(cluster: (groups: [(count: 2, kv_blocks: 50000, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [5000.0, 1.0, 50.0]))]),
+          workload: (traces: [(format: {format}, file: \"{file}\"{extra})]))"
+    );
+    scenario::parse(
+        &src,
+        "trace-test.ron",
+        &[],
+        app.world().resource::<Catalog>(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn the_bundled_mooncake_trace_replays_every_row_with_its_token_totals() {
+    let (n, input, output) = mooncake_totals(&root().join("scenarios/data/mooncake_sample.jsonl"));
+    assert_eq!(n, 500);
+    let (s, rows) = run(&trace_scenario(
+        "Mooncake",
+        "data/mooncake_sample.jsonl",
+        "",
+    ));
+    assert_eq!(s.requests.injected, n);
+    assert_eq!(
+        rows.iter().map(|r| r.u64("input_tokens")).sum::<u64>(),
+        input
+    );
+    assert_eq!(
+        rows.iter().map(|r| r.u64("output_tokens")).sum::<u64>(),
+        output
+    );
+    assert!(s.kv.hit_blocks > 0, "shared hash_ids hit the prefix cache");
+}
+
+#[test]
+fn the_bundled_vidur_trace_replays_with_scaled_time_and_tokens() {
+    let path = root().join("scenarios/data/splitwise_conv.csv");
+    let (n, input, output) = vidur_totals(&path, 1000);
+    let (s, rows) = run(&trace_scenario("VidurCsv", "data/splitwise_conv.csv", ""));
+    assert_eq!(s.requests.injected, 19_366, "every row");
+    let first: Vec<&Row> = rows.iter().take(1000).collect();
+    assert_eq!(first.len() as u64, n);
+    assert_eq!(
+        first.iter().map(|r| r.u64("input_tokens")).sum::<u64>(),
+        input
+    );
+    assert_eq!(
+        first.iter().map(|r| r.u64("output_tokens")).sum::<u64>(),
+        output
+    );
+    // time_scale 2 doubles arrival times; token_scale 0.5 halves tokens (at least 1).
+    let (_, slow) = run(&trace_scenario(
+        "VidurCsv",
+        "data/splitwise_conv.csv",
+        ", time_scale: 2.0, token_scale: 0.5",
+    ));
+    for (a, b) in rows.iter().zip(&slow).take(200) {
+        assert!(
+            b.u64("arrival_us").abs_diff(2 * a.u64("arrival_us")) <= 1,
+            "{a:?} {b:?}"
+        );
+        let half = |x: u64| ((x as f64 * 0.5).round() as u64).max(1);
+        assert!(b.u64("input_tokens").abs_diff(half(a.u64("input_tokens"))) <= 1);
+    }
+}
+
+#[test]
+fn a_requests_csv_replays_as_a_servesim_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, rows) = run(&load("quickstart.ron", &[("workload.num_requests", "200")]));
+    // Write the run's rows in requests.csv form (as servesim wrote them) and replay.
+    let mut w = csv::Writer::from_path(dir.path().join("requests.csv")).unwrap();
+    w.write_record(["arrival_us", "input_tokens", "output_tokens", "state"])
+        .unwrap();
+    for r in &rows {
+        w.write_record([
+            r.str("arrival_us"),
+            r.str("input_tokens"),
+            r.str("output_tokens"),
+            r.str("state"),
+        ])
+        .unwrap();
+    }
+    w.flush().unwrap();
+    let csv = dir.path().join("requests.csv");
+    let (_, replay) = run(&trace_scenario("ServesimCsv", csv.to_str().unwrap(), ""));
+    let key = |rows: &[Row]| {
+        rows.iter()
+            .map(|r| {
+                (
+                    r.u64("arrival_us"),
+                    r.u64("input_tokens"),
+                    r.u64("output_tokens"),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(key(&rows), key(&replay));
+}
+
+#[test]
+fn a_bad_trace_row_is_reported_with_file_and_line_before_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("t.csv"),
+        "arrived_at,num_prefill_tokens,num_decode_tokens\n0.5,10,3\n0.7,ten,3\n",
+    )
+    .unwrap();
+    let scen = dir.path().join("s.ron");
+    std::fs::write(
+        &scen,
+        "(cluster: (groups: [(kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1.0, 1.0, 1.0]))]),
+          workload: (traces: [(format: VidurCsv, file: \"t.csv\")]))",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_servesim"))
+        .arg("validate")
+        .arg(&scen)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        err.contains("workload.traces[0].file")
+            && err.contains("t.csv:3: num_prefill_tokens = \"ten\" is not a number"),
+        "{err}"
+    );
+}
+
+#[test]
+#[ignore = "slow in the test profile: generates 10 million requests; run with --ignored --release"]
+fn generating_ten_million_requests_keeps_memory_flat() {
+    use servesim::engine::{Event, EventQueue};
+    use servesim::workload::{Labels, Workload};
+    let sc = load("multi-tenant.ron", &[("workload.num_requests", "10000000")]);
+    let mut labels = Labels::default();
+    let mut w = Workload::new(&sc, &mut labels).unwrap();
+    let mut q = EventQueue::default();
+    w.prime(&mut q).unwrap();
+    let rss = || {
+        let s = std::fs::read_to_string("/proc/self/statm").unwrap();
+        s.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 4096
+    };
+    let mut at_1m = 0;
+    let mut tokens = 0u64;
+    for id in 0..10_000_000u64 {
+        let t = q.peek_time().expect("sources still emit");
+        let Some(Event::Arrival { source }) = q.pop_at(t) else {
+            panic!("only arrivals are queued")
+        };
+        let (spec, _) = w.make_request(source as usize, id);
+        tokens += u64::from(spec.input_tokens);
+        if let Some(next) = w.next_time(source as usize).unwrap() {
+            q.push(next, Event::Arrival { source });
+        }
+        if id == 1_000_000 {
+            at_1m = rss();
+        }
+    }
+    let after = rss();
+    assert!(tokens > 10_000_000);
+    assert!(q.len() <= 3, "one pending arrival per source");
+    assert!(
+        after < at_1m + 8 * 1024 * 1024,
+        "RSS grew from {at_1m} to {after} bytes between 1M and 10M requests"
+    );
+}
