@@ -333,12 +333,12 @@ pub fn enqueue_requests(
 /// output at `max_model_len`; checking the whole sequence keeps a request that can never
 /// finish from preempting itself forever.
 pub fn servable(spec: &RequestSpec, kv: &KvCache, limits: &Limits) -> bool {
-    let last = spec.input_tokens + spec.output_tokens.max(1) - 1;
-    if kv.blocks_for(last.max(1)) > kv.total_blocks() {
+    let last = u64::from(spec.input_tokens) + u64::from(spec.output_tokens.max(1)) - 1;
+    if last.max(1).div_ceil(u64::from(kv.block_size())) > u64::from(kv.total_blocks()) {
         return false;
     }
     match limits.max_model_len {
-        Some(m) => spec.input_tokens + spec.output_tokens <= m,
+        Some(m) => u64::from(spec.input_tokens) + u64::from(spec.output_tokens) <= u64::from(m),
         None => true,
     }
 }

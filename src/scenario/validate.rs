@@ -146,8 +146,17 @@ fn check_length(problems: &mut Vec<Problem>, path: &str, spec: &LengthSpec, min_
             ));
         }
     };
+    let too_big = |problems: &mut Vec<Problem>, field: &str, v: u32| {
+        if v > crate::workload::lengths::MAX_TOKENS {
+            problems.push(Problem::new(
+                format!("{path}{field}"),
+                format!("at most 16,777,216 tokens, got {v}"),
+            ));
+        }
+    };
     match spec {
         LengthSpec::Constant(n) => {
+            too_big(problems, "", *n);
             if *n < min_allowed {
                 problems.push(Problem::new(
                     path,
@@ -155,7 +164,10 @@ fn check_length(problems: &mut Vec<Problem>, path: &str, spec: &LengthSpec, min_
                 ));
             }
         }
-        LengthSpec::Uniform { min, max } => min_max(problems, *min, *max),
+        LengthSpec::Uniform { min, max } => {
+            too_big(problems, ".max", *max);
+            min_max(problems, *min, *max);
+        }
         LengthSpec::Normal {
             mean,
             stdev,
@@ -272,8 +284,35 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
             ),
         );
     }
+    let instances: u64 = s.cluster.groups.iter().map(|g| u64::from(g.count)).sum();
+    if instances > 10_000 {
+        p.push(
+            Problem::new(
+                "cluster.groups",
+                format!("{instances} instances in all; at most 10,000"),
+            )
+            .hint("simulate a representative slice of the cluster"),
+        );
+    }
     for (i, g) in s.cluster.groups.iter().enumerate() {
         let at = |f: &str| format!("cluster.groups[{i}].{f}");
+        if g.kv_blocks.is_some_and(|b| b > 1 << 24) {
+            p.push(Problem::new(
+                at("kv_blocks"),
+                "at most 16,777,216 blocks per instance",
+            ));
+        }
+        if g.block_size > 65_536 {
+            p.push(Problem::new(
+                at("block_size"),
+                format!("at most 65,536 tokens, got {}", g.block_size),
+            ));
+        }
+        for (f, v) in [("tp", g.tp), ("pp", g.pp)] {
+            if v > 1024 {
+                p.push(Problem::new(at(f), format!("at most 1,024, got {v}")));
+            }
+        }
         if g.count == 0 {
             p.push(
                 Problem::new(at("count"), "must be ≥ 1")

@@ -183,7 +183,7 @@ impl Arrivals {
     pub fn next_us(&mut self, rng: &mut ChaCha8Rng) -> Option<u64> {
         match self {
             Arrivals::Renewal { dist, t } => {
-                *t += dist.sample_us(rng);
+                *t = t.saturating_add(dist.sample_us(rng));
                 Some(*t)
             }
             Arrivals::OnOff {
@@ -192,9 +192,13 @@ impl Arrivals {
                 off_us,
                 on_time,
             } => {
-                *on_time += ((exp.sample(rng) * 1e6) as u64).max(1);
+                *on_time = on_time.saturating_add(((exp.sample(rng) * 1e6) as u64).max(1));
                 let cycles = *on_time / *on_us;
-                Some(cycles * (*on_us + *off_us) + *on_time % *on_us)
+                Some(
+                    cycles
+                        .saturating_mul(on_us.saturating_add(*off_us))
+                        .saturating_add(*on_time % *on_us),
+                )
             }
             Arrivals::AllAtZero { remaining } => {
                 if *remaining == 0 {
@@ -223,7 +227,7 @@ impl Arrivals {
                 unreachable!()
             };
             let stage = *stages.get(*k)?;
-            let end = *start_us + us(stage.duration_s);
+            let end = start_us.saturating_add(us(stage.duration_s));
             if *exact {
                 if *placed < *target {
                     // Next order statistic of `target` uniforms on [start, end).
@@ -240,12 +244,15 @@ impl Arrivals {
                 let gap = ((Exp::new(stage.rate_per_s).expect("rate > 0").sample(rng) * 1e6)
                     as u64)
                     .max(1);
-                if *t + gap < end {
+                if t.saturating_add(gap) < end {
                     *t += gap;
                     return Some(*t);
                 }
             }
             let next = *k + 1;
+            if end == u64::MAX {
+                return None; // the stages run past the end of time
+            }
             self.enter_stage(next, end);
         }
     }

@@ -9,6 +9,10 @@ use rand_distr::{Distribution, Exp, LogNormal, Normal, Zipf};
 
 use crate::scenario::LengthSpec;
 
+/// The longest prompt or output a request may have (2²⁴ tokens); validation rejects
+/// distributions that ask for more, and samples are capped at it.
+pub const MAX_TOKENS: u32 = 1 << 24;
+
 /// A length distribution ready to sample.
 #[derive(Clone, Debug)]
 pub enum Lengths {
@@ -83,7 +87,12 @@ impl Lengths {
         })
     }
 
+    /// One sample, at most [`MAX_TOKENS`].
     pub fn sample(&self, rng: &mut ChaCha8Rng) -> u32 {
+        self.sample_raw(rng).min(MAX_TOKENS)
+    }
+
+    fn sample_raw(&self, rng: &mut ChaCha8Rng) -> u32 {
         match self {
             Lengths::Constant(n) => *n,
             Lengths::Uniform { min, max } => rng.random_range(*min..=*max),

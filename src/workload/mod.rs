@@ -301,7 +301,7 @@ impl Workload {
                     )
                     .as_bytes(),
                 );
-                let input = c.prefix_tokens + question;
+                let input = c.prefix_tokens.saturating_add(question);
                 let content = PromptContent::Simple {
                     prefix_id,
                     prefix_tokens: c.prefix_tokens,
@@ -373,19 +373,20 @@ impl Workload {
         let unique_id = fnv1a(format!("request/{seed}/{id}").as_bytes());
         let (input, content) = if cfg.accumulate {
             let before = s.history.last().map_or(0, |x| x.end);
+            let input = before.saturating_add(question).min(lengths::MAX_TOKENS * 4);
             s.history.push(Segment {
                 id: unique_id,
-                end: before + question,
+                end: input,
             });
             let content = PromptContent::Segments(Arc::from(s.history.as_slice()));
             s.history.push(Segment {
                 id: unique_id ^ 0x6f75_7470_7574,
-                end: before + question + output,
+                end: input.saturating_add(output),
             });
-            (before + question, content)
+            (input, content)
         } else {
             (
-                c.prefix_tokens + question,
+                c.prefix_tokens.saturating_add(question),
                 PromptContent::Simple {
                     prefix_id: s.prefix_id,
                     prefix_tokens: c.prefix_tokens,

@@ -258,7 +258,14 @@ fn scaled(n: f64, scale: f64, what: &str, at_least: u32) -> Result<u32, String> 
     if !n.is_finite() || n < 0.0 {
         return Err(format!("{what} = {n} must be a finite number ≥ 0"));
     }
-    Ok(((n * scale).round() as u32).max(at_least))
+    let v = (n * scale).round();
+    if v > f64::from(super::lengths::MAX_TOKENS) {
+        return Err(format!(
+            "{what} = {n} is more than {} tokens",
+            super::lengths::MAX_TOKENS
+        ));
+    }
+    Ok((v as u32).max(at_least))
 }
 
 /// Reads a whole trace once (streamed) to report its first problem up front; returns the
