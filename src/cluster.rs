@@ -14,10 +14,13 @@ use bevy_ecs::prelude::*;
 
 use crate::engine::{ClusterView, Due, Event, EventQueue, SimClock};
 use crate::instance::InstanceIndex;
+use crate::kv::KvCache;
 use crate::latency::Latency;
-use crate::policy::{ActiveAdmission, ActiveRouting, Admission};
+use crate::policy::{
+    ActiveAdmission, ActiveRouting, Admission, PrefixProbe, RouterView, ScoredCandidate,
+};
 use crate::request::{AssignedTo, FinalState, FinishedRequest, Lifecycle, RequestSpec};
-use crate::time::SimDuration;
+use crate::time::{SimDuration, SimTime};
 
 /// Fixed delays of the control plane.
 #[derive(Resource, Debug, Default, Clone, Copy)]
@@ -66,6 +69,64 @@ pub fn admit_requests(
     due.admit = work;
 }
 
+/// Instance snapshots as the router sees them: live, or refreshed every `interval`
+/// (BLIS signal freshness: queue depth, batch size and KV usage are instance-reported and
+/// may be stale; in-flight counts and routability are router-owned and always live).
+#[derive(Resource, Debug, Default, Clone)]
+pub struct RouterSnapshots {
+    pub interval: SimDuration,
+    pub last_refresh: SimTime,
+    pub stale: Vec<crate::policy::InstanceSnapshot>,
+}
+
+/// Regret statistics of routing decisions (BLIS counterfactual regret).
+#[derive(Resource, Debug, Default, Clone)]
+pub struct RoutingStats {
+    pub decisions: u64,
+    pub regret_sum: f64,
+    pub regret_max: f64,
+}
+
+/// Streaming `decisions.csv` (present only when decision tracing is on).
+#[derive(Resource, Default)]
+pub struct DecisionLog {
+    pub writer: Option<csv::Writer<std::io::BufWriter<std::fs::File>>>,
+    pub top_k: usize,
+    pub error: Option<String>,
+}
+
+/// Column names of `decisions.csv`.
+pub const DECISION_COLUMNS: [&str; 8] = [
+    "time_us",
+    "request_id",
+    "chosen",
+    "chosen_score",
+    "best",
+    "best_score",
+    "regret",
+    "top_candidates",
+];
+
+struct KvProbe<'a, 'w, 's> {
+    index: &'a InstanceIndex,
+    caches: &'a Query<'w, 's, &'static KvCache>,
+}
+
+impl PrefixProbe for KvProbe<'_, '_, '_> {
+    fn cached_blocks(
+        &self,
+        instance: u32,
+        content: &crate::request::PromptContent,
+        input: u32,
+    ) -> u32 {
+        self.index
+            .0
+            .get(instance as usize)
+            .and_then(|&e| self.caches.get(e).ok())
+            .map_or(0, |kv| kv.cached_prefix_blocks(content, input, input))
+    }
+}
+
 /// Applies the routing policy and sends each request on its way to the chosen instance.
 #[expect(
     clippy::too_many_arguments,
@@ -80,17 +141,57 @@ pub fn route_requests(
     mut view: ResMut<ClusterView>,
     mut policy: ResMut<ActiveRouting>,
     mut queue: ResMut<EventQueue>,
+    mut snapshots: ResMut<RouterSnapshots>,
+    mut stats: ResMut<RoutingStats>,
+    mut log: ResMut<DecisionLog>,
+    mut rejections: ResMut<Rejections>,
+    mut seen: Local<Vec<crate::policy::InstanceSnapshot>>,
     mut requests: Query<(&RequestSpec, &mut Lifecycle)>,
     latencies: Query<&Latency>,
+    caches: Query<&'static KvCache>,
 ) {
     let now = clock.now;
     let due = &mut *due;
+    let block_size = index
+        .0
+        .first()
+        .and_then(|&e| caches.get(e).ok())
+        .map_or(16, |kv| kv.block_size());
     let mut work = std::mem::take(&mut due.route);
     for &entity in &work {
         let Ok((spec, mut life)) = requests.get_mut(entity) else {
             continue; // timed out before routing
         };
-        let Some(i) = policy.0.choose(spec, now, &view.instances) else {
+        // The signals the router sees (see RouterSnapshots).
+        let live = &view.instances;
+        let instances: &[crate::policy::InstanceSnapshot] = if snapshots.interval.as_us() == 0 {
+            live
+        } else {
+            if now.since(snapshots.last_refresh) >= snapshots.interval {
+                snapshots.stale.clone_from(live);
+                snapshots.last_refresh = now;
+            }
+            seen.clear();
+            seen.extend(snapshots.stale.iter().zip(live).map(|(s, l)| {
+                crate::policy::InstanceSnapshot {
+                    in_flight: l.in_flight,
+                    routable: l.routable,
+                    ..*s
+                }
+            }));
+            &seen
+        };
+        let probe = KvProbe {
+            index: &index,
+            caches: &caches,
+        };
+        let rv = RouterView {
+            instances,
+            probe: &probe,
+            block_size,
+        };
+        let Some(i) = policy.0.choose(spec, now, &rv) else {
+            *rejections.0.entry("no_routable_instance").or_default() += 1;
             due.finished.push(FinishedRequest::unserved(
                 entity,
                 spec.clone(),
@@ -100,6 +201,15 @@ pub fn route_requests(
             ));
             continue;
         };
+        trace_decision(
+            &mut stats,
+            &mut log,
+            policy.0.last_scores(),
+            instances,
+            now,
+            spec.id,
+            i,
+        );
         life.routed = Some(now);
         commands.entity(entity).insert(AssignedTo(i));
         view.instances[i as usize].in_flight += 1;
@@ -121,4 +231,79 @@ pub fn route_requests(
     }
     work.clear();
     due.route = work;
+}
+
+/// Regret = best candidate score − chosen score (scored policies), else with
+/// −(effective load) as the score; optionally one `decisions.csv` row.
+fn trace_decision(
+    stats: &mut RoutingStats,
+    log: &mut DecisionLog,
+    scored: Option<&[ScoredCandidate]>,
+    instances: &[crate::policy::InstanceSnapshot],
+    now: SimTime,
+    id: u64,
+    chosen: u32,
+) {
+    let fallback: Vec<ScoredCandidate>;
+    let cands: &[ScoredCandidate] = match scored {
+        Some(c) if !c.is_empty() => c,
+        _ => {
+            fallback = instances
+                .iter()
+                .filter(|s| s.routable)
+                .map(|s| ScoredCandidate {
+                    instance: s.index,
+                    score: -f64::from(s.effective_load()),
+                    parts: Vec::new(),
+                })
+                .collect();
+            &fallback
+        }
+    };
+    let best = cands.iter().fold(None::<&ScoredCandidate>, |b, c| match b {
+        Some(b) if b.score > c.score || (b.score == c.score && b.instance < c.instance) => Some(b),
+        _ => Some(c),
+    });
+    let Some(best) = best else { return };
+    let chosen_score = cands
+        .iter()
+        .find(|c| c.instance == chosen)
+        .map_or(best.score, |c| c.score);
+    let regret = (best.score - chosen_score).max(0.0);
+    stats.decisions += 1;
+    stats.regret_sum += regret;
+    stats.regret_max = stats.regret_max.max(regret);
+    if let Some(w) = log.writer.as_mut()
+        && log.error.is_none()
+    {
+        let mut top: Vec<&ScoredCandidate> = cands.iter().collect();
+        top.sort_by(|a, b| {
+            b.score
+                .total_cmp(&a.score)
+                .then(a.instance.cmp(&b.instance))
+        });
+        let list = top
+            .iter()
+            .take(log.top_k)
+            .map(|c| {
+                let parts: Vec<String> =
+                    c.parts.iter().map(|(n, v)| format!("{n}={v:.4}")).collect();
+                format!("{}:{:.4}[{}]", c.instance, c.score, parts.join(";"))
+            })
+            .collect::<Vec<_>>()
+            .join("|");
+        let row = [
+            now.as_us().to_string(),
+            id.to_string(),
+            chosen.to_string(),
+            format!("{chosen_score:.6}"),
+            best.instance.to_string(),
+            format!("{:.6}", best.score),
+            format!("{regret:.6}"),
+            list,
+        ];
+        if let Err(e) = w.write_record(row) {
+            log.error = Some(e.to_string());
+        }
+    }
 }

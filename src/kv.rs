@@ -87,6 +87,22 @@ fn chain_hash(prev: u64, content: u64, block_index: u64) -> u64 {
     z.max(1)
 }
 
+/// The chained hashes of a prompt's full blocks (the same hashes the cache indexes), for
+/// router-side prefix indexes.
+pub fn prompt_block_hashes(
+    content: &PromptContent,
+    input_tokens: u32,
+    block_size: u32,
+) -> Vec<u64> {
+    let mut h = 0;
+    (0..input_tokens / block_size.max(1))
+        .map(|k| {
+            h = chain_hash(h, block_content(content, k, block_size), u64::from(k));
+            h
+        })
+        .collect()
+}
+
 fn block_content(content: &PromptContent, k: u32, block_size: u32) -> u64 {
     content.block_id(k, block_size)
 }

@@ -51,15 +51,15 @@
 //! A new behaviour is a system in a [`SimSystems`] set, or a policy registered once by name.
 //! ```
 //! use servesim::bevy_app::App;
-//! use servesim::policy::{InstanceSnapshot, PolicyAppExt, RoutingEntry, RoutingPolicy};
+//! use servesim::policy::{PolicyAppExt, RouterView, RoutingEntry, RoutingPolicy};
 //! use servesim::request::RequestSpec;
 //! use servesim::SimTime;
 //!
 //! /// Always the last routable instance.
 //! struct LastOne;
 //! impl RoutingPolicy for LastOne {
-//!     fn choose(&mut self, _: &RequestSpec, _: SimTime, view: &[InstanceSnapshot]) -> Option<u32> {
-//!         view.iter().rev().find(|s| s.routable).map(|s| s.index)
+//!     fn choose(&mut self, _: &RequestSpec, _: SimTime, view: &RouterView<'_>) -> Option<u32> {
+//!         view.routable().last().map(|s| s.index)
 //!     }
 //! }
 //!
@@ -67,7 +67,9 @@
 //! app.add_routing_policy(RoutingEntry {
 //!     name: "last_one",
 //!     description: "always the last instance",
-//!     build: |_| Box::new(LastOne),
+//!     params: &[],
+//!     free_params: false,
+//!     build: |_| Ok(Box::new(LastOne)),
 //! });
 //! // A scenario may now say `policies: (routing: "last_one")`; build it with
 //! // `Simulation::from_app(app, &scenario, options)`.

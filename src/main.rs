@@ -47,6 +47,9 @@ enum Command {
         /// Check every invariant after every tick (slower).
         #[arg(long)]
         check_invariants: bool,
+        /// Extra traces: `decisions` writes decisions.csv (one row per routing decision).
+        #[arg(long, value_enum)]
+        trace: Vec<TraceKind>,
     },
     /// Parse and validate a scenario without running it.
     Validate {
@@ -59,6 +62,11 @@ enum Command {
         #[arg(value_enum)]
         what: ListWhat,
     },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum TraceKind {
+    Decisions,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -148,17 +156,16 @@ fn main() -> ExitCode {
         Command::List {
             what: ListWhat::Policies,
         } => {
-            println!("admission:");
-            for e in catalog.admission() {
-                println!("  {:<20} {}", e.name, e.description);
-            }
-            println!("routing:");
-            for e in catalog.routing() {
-                println!("  {:<20} {}", e.name, e.description);
-            }
-            println!("autoscale:");
-            for e in catalog.autoscale() {
-                println!("  {:<20} {}", e.name, e.description);
+            let mut family = "";
+            for (fam, name, description, params) in catalog.describe() {
+                if fam != family {
+                    println!("{fam}:");
+                    family = fam;
+                }
+                println!("  {name:<20} {description}");
+                for (p, meaning) in params {
+                    println!("    {:<32} {meaning}", format!("{fam}_params.{p}"));
+                }
             }
             ExitCode::SUCCESS
         }
@@ -185,6 +192,7 @@ fn main() -> ExitCode {
             set,
             format,
             check_invariants,
+            trace,
         } => {
             let overrides = match parse_overrides(&set, seed) {
                 Ok(o) => o,
@@ -209,6 +217,7 @@ fn main() -> ExitCode {
                 RunOptions {
                     check_invariants,
                     out_dir: Some(out_dir.clone()),
+                    trace_decisions: trace.contains(&TraceKind::Decisions),
                 },
             ) {
                 Ok(s) => s,

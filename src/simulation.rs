@@ -7,10 +7,14 @@ use bevy_ecs::prelude::*;
 use bevy_ecs::schedule::Schedules;
 
 use crate::autoscale::evaluate_scaling;
-use crate::cluster::{ClusterDelays, Rejections, admit_requests, route_requests};
+use crate::cluster::{
+    ClusterDelays, DecisionLog, Rejections, RouterSnapshots, RoutingStats, admit_requests,
+    route_requests,
+};
 use crate::engine::{
     self, ClusterView, Event, EventQueue, Injected, SimClock, SimFault, SimStep, SimSystems,
 };
+use crate::instance::batch::{SchedulingConfig, SloTable};
 use crate::instance::{self, Instance, InstanceBundle, InstanceIndex, Limits, Scheduler};
 use crate::invariants::{CheckInvariants, check_invariants};
 use crate::kv::KvCache;
@@ -18,8 +22,12 @@ use crate::latency::Latency;
 use crate::metrics::{
     self, Aggregates, InstanceSummary, KvSummary, RequestCounts, RequestLog, Summary, Throughput,
 };
+use crate::metrics::{Fairness, RoutingSummary, SliceSummary, SloSummary};
 use crate::output::{self, PendingFile};
-use crate::policy::{ActiveAdmission, ActiveRouting, ActiveScaling, Catalog, PolicyArgs};
+use crate::policy::{
+    ActiveAdmission, ActivePriority, ActiveQueueOrder, ActiveRouting, ActiveScaling, Catalog,
+    Entry, PolicyArgs,
+};
 use crate::request::{FinalState, FinishedRequest, Lifecycle, RequestSpec};
 use crate::scenario::{Scenario, resolve_group};
 use crate::time::{SimDuration, SimTime};
@@ -32,6 +40,9 @@ impl Plugin for ClusterPlugin {
     fn build(&self, app: &mut App) {
         app.init_resource::<ClusterDelays>()
             .init_resource::<Rejections>()
+            .init_resource::<RouterSnapshots>()
+            .init_resource::<RoutingStats>()
+            .init_resource::<DecisionLog>()
             .add_systems(
                 SimStep,
                 (
@@ -82,6 +93,8 @@ pub struct RunOptions {
     pub check_invariants: bool,
     /// Output directory; `None` writes no files.
     pub out_dir: Option<PathBuf>,
+    /// Write `decisions.csv` (also on with the scenario's `outputs.decisions_csv`).
+    pub trace_decisions: bool,
 }
 
 /// A run that could not complete.
@@ -106,7 +119,9 @@ pub struct Simulation {
     group_names: Vec<String>,
     out_dir: Option<PathBuf>,
     csv_file: Option<PendingFile>,
+    decisions_file: Option<PendingFile>,
     write_summary: bool,
+    fitness: std::collections::BTreeMap<String, f64>,
 }
 
 impl Simulation {
@@ -121,41 +136,72 @@ impl Simulation {
         scenario: &Scenario,
         options: RunOptions,
     ) -> Result<Self, SimError> {
-        let args = PolicyArgs {
-            seed: scenario.seed,
-        };
+        let p = &scenario.policies;
+        let labels = Labels::of_scenario(scenario);
         let world = app.world_mut();
         let catalog = world.resource::<Catalog>();
-        let p = &scenario.policies;
-        let admission =
-            catalog
-                .find_admission(&p.admission)
-                .ok_or_else(|| SimError::UnknownPolicy {
-                    family: "admission",
-                    name: p.admission.clone(),
-                })?;
-        let routing = catalog
-            .find_routing(&p.routing)
-            .ok_or_else(|| SimError::UnknownPolicy {
-                family: "routing",
-                name: p.routing.clone(),
+        fn build<T: ?Sized>(
+            entry: Option<&Entry<T>>,
+            family: &'static str,
+            name: &str,
+            args: &PolicyArgs<'_>,
+        ) -> Result<Box<T>, SimError> {
+            let e = entry.ok_or_else(|| SimError::UnknownPolicy {
+                family,
+                name: name.to_string(),
             })?;
-        let scaling =
-            catalog
-                .find_autoscale(&p.autoscale)
-                .ok_or_else(|| SimError::UnknownPolicy {
-                    family: "autoscale",
-                    name: p.autoscale.clone(),
-                })?;
-        let (admission, routing, scaling) = (
-            (admission.build)(&args),
-            (routing.build)(&args),
-            (scaling.build)(&args),
-        );
+            (e.build)(args).map_err(|m| SimError::Invalid(format!("policies.{family}: {m}")))
+        }
+        let args = |params| PolicyArgs {
+            seed: scenario.seed,
+            params,
+            labels: &labels,
+        };
+        let no_params = Default::default();
+        let admission = build(
+            catalog.find_admission(&p.admission),
+            "admission",
+            &p.admission,
+            &args(&p.admission_params),
+        )?;
+        let routing = build(
+            catalog.find_routing(&p.routing),
+            "routing",
+            &p.routing,
+            &args(&p.routing_params),
+        )?;
+        let scaling = build(
+            catalog.find_autoscale(&p.autoscale),
+            "autoscale",
+            &p.autoscale,
+            &args(&p.autoscale_params),
+        )?;
+        let priority = build(
+            catalog.find_priority(&p.priority),
+            "priority",
+            &p.priority,
+            &args(&p.priority_params),
+        )?;
+        let order = build(
+            catalog.find_scheduling(&p.scheduling),
+            "scheduling",
+            &p.scheduling,
+            &args(&no_params),
+        )?;
         let first_scale_tick = scaling.interval().map(|_| SimTime::ZERO);
         world.insert_resource(ActiveAdmission(admission));
         world.insert_resource(ActiveRouting(routing));
         world.insert_resource(ActiveScaling(scaling));
+        world.insert_resource(ActivePriority(priority));
+        world.insert_resource(ActiveQueueOrder(order));
+        world.insert_resource(SchedulingConfig {
+            preemption: p.preemption,
+        });
+        world.insert_resource(SloTable::new(&labels, &p.slo_classes));
+        world.insert_resource(RouterSnapshots {
+            interval: SimDuration(p.snapshot_refresh_interval_us),
+            ..Default::default()
+        });
         world.insert_resource(ClusterDelays {
             admission: SimDuration(p.admission_latency_us),
             routing: SimDuration(p.routing_latency_us),
@@ -217,9 +263,10 @@ impl Simulation {
             }
         }
         world.insert_resource(InstanceIndex(index));
+        world.resource_mut::<RouterSnapshots>().stale = view.clone();
         world.insert_resource(ClusterView { instances: view });
 
-        let mut labels = Labels::default();
+        let mut labels = labels;
         let mut workload = Workload::new(scenario, &mut labels).map_err(SimError::Invalid)?;
         {
             let mut queue = world.resource_mut::<EventQueue>();
@@ -254,6 +301,30 @@ impl Simulation {
             csv_file = Some(pending);
         }
 
+        let mut decisions_file = None;
+        if let Some(dir) = &options.out_dir
+            && (options.trace_decisions || scenario.outputs.decisions_csv)
+        {
+            let (pending, writer) =
+                PendingFile::create(dir, "decisions.csv").map_err(|e| SimError::Output {
+                    path: dir.join("decisions.csv"),
+                    message: e.to_string(),
+                })?;
+            let mut writer = csv::Writer::from_writer(writer);
+            writer
+                .write_record(crate::cluster::DECISION_COLUMNS)
+                .map_err(|e| SimError::Output {
+                    path: pending.temp_path.clone(),
+                    message: e.to_string(),
+                })?;
+            world.insert_resource(DecisionLog {
+                writer: Some(writer),
+                top_k: scenario.outputs.decision_top_k as usize,
+                error: None,
+            });
+            decisions_file = Some(pending);
+        }
+
         app.finish();
         app.cleanup();
         let mut schedule = app
@@ -273,8 +344,17 @@ impl Simulation {
             group_names,
             out_dir: options.out_dir,
             csv_file,
+            decisions_file,
             write_summary: scenario.outputs.summary_json,
+            fitness: scenario.outputs.fitness.clone(),
         })
+    }
+
+    /// Removes the temporary output files (after a failure).
+    pub fn discard_outputs(&self) {
+        for p in [&self.csv_file, &self.decisions_file].into_iter().flatten() {
+            p.discard();
+        }
     }
 
     /// Runs one tick; false when no event is left within the horizon.
@@ -296,9 +376,7 @@ impl Simulation {
     pub fn run(mut self) -> Result<Summary, SimError> {
         while self.tick() {}
         if let Some(msg) = self.world.resource::<SimFault>().0.clone() {
-            if let Some(p) = &self.csv_file {
-                p.discard();
-            }
+            self.discard_outputs();
             return Err(SimError::Fault(msg));
         }
         self.finish()
@@ -308,10 +386,8 @@ impl Simulation {
     /// output files.
     pub fn finish(mut self) -> Result<Summary, SimError> {
         let result = self.finish_inner();
-        if result.is_err()
-            && let Some(p) = &self.csv_file
-        {
-            p.discard();
+        if result.is_err() {
+            self.discard_outputs();
         }
         result
     }
@@ -370,6 +446,8 @@ impl Simulation {
                 decode_tokens: c.decode_tokens,
                 kv_total_blocks: kv.total_blocks(),
                 kv_hit_rate: kv.hit_rate(),
+                ttft_ms: Default::default(),
+                e2e_ms: Default::default(),
             });
         }
         let mut transit: Vec<FinishedRequest> = world
@@ -386,10 +464,12 @@ impl Simulation {
 
         world.resource_scope(|world, mut log: Mut<RequestLog>| {
             world.resource_scope(|world, labels: Mut<Labels>| {
-                let mut agg = world.resource_mut::<Aggregates>();
-                for f in &left {
-                    metrics::record_one(f, &mut agg, &mut log, &labels);
-                }
+                world.resource_scope(|world, slo: Mut<SloTable>| {
+                    let mut agg = world.resource_mut::<Aggregates>();
+                    for f in &left {
+                        metrics::record_one(f, &mut agg, &mut log, &labels, &slo);
+                    }
+                });
             });
         });
 
@@ -401,6 +481,49 @@ impl Simulation {
         counts.timed_out = agg.timed_out;
         let secs = duration.as_secs_f64();
         let per_s = |x: u64| if secs > 0.0 { x as f64 / secs } else { 0.0 };
+        for (i, inst) in instances.iter_mut().enumerate() {
+            if let Some(b) = agg.per_instance.get(i) {
+                inst.ttft_ms = b.ttft.summarize_ms();
+                inst.e2e_ms = b.e2e.summarize_ms();
+            }
+        }
+        let labels = world.resource::<Labels>();
+        let slice = |name: &str, b: Option<&metrics::Breakdown>| {
+            let b = b.cloned().unwrap_or_default();
+            SliceSummary {
+                name: name.to_string(),
+                injected: b.injected,
+                completed: b.completed,
+                rejected: b.rejected,
+                dropped: b.dropped,
+                timed_out: b.timed_out,
+                output_tokens: b.output_tokens,
+                good: b.good,
+                slo_attainment: if b.injected == 0 {
+                    0.0
+                } else {
+                    b.good as f64 / b.injected as f64
+                },
+                ttft_ms: b.ttft.summarize_ms(),
+                e2e_ms: b.e2e.summarize_ms(),
+            }
+        };
+        let tenants: Vec<SliceSummary> = labels
+            .tenants
+            .iter()
+            .enumerate()
+            .map(|(i, n)| slice(n, agg.per_tenant.get(i)))
+            .collect();
+        let slo_classes: Vec<SliceSummary> = labels
+            .slo_classes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| slice(n, agg.per_class.get(i)))
+            .collect();
+        let tenant_tokens: Vec<f64> = tenants.iter().map(|t| t.output_tokens as f64).collect();
+        let instance_completed: Vec<f64> = instances.iter().map(|i| i.completed as f64).collect();
+        let stats = world.resource::<RoutingStats>().clone();
+        let injected = counts.injected;
         let summary = Summary {
             scenario: self.scenario_name.clone(),
             seed: self.seed,
@@ -423,6 +546,32 @@ impl Simulation {
                 .iter()
                 .map(|(k, v)| (k.to_string(), *v))
                 .collect(),
+            slo: SloSummary {
+                good: agg.good,
+                attainment: if injected == 0 {
+                    0.0
+                } else {
+                    agg.good as f64 / injected as f64
+                },
+                goodput_per_s: per_s(agg.good),
+            },
+            fairness: Fairness {
+                jain_tenant_output_tokens: metrics::jain(&tenant_tokens),
+                jain_instance_completed: metrics::jain(&instance_completed),
+                cov_instance_completed: metrics::cov(&instance_completed),
+            },
+            routing: RoutingSummary {
+                decisions: stats.decisions,
+                mean_regret: if stats.decisions == 0 {
+                    0.0
+                } else {
+                    stats.regret_sum / stats.decisions as f64
+                },
+                max_regret: stats.regret_max,
+            },
+            fitness: None,
+            tenants,
+            slo_classes,
             kv: KvSummary {
                 hit_rate: if hit + miss == 0 {
                     0.0
@@ -435,7 +584,35 @@ impl Simulation {
             instances,
         };
 
-        // Commit the CSV, then the summary.
+        let mut summary = summary;
+        if !self.fitness.is_empty() {
+            summary.fitness = Some(
+                self.fitness
+                    .iter()
+                    .map(|(k, w)| w * metrics::fitness_term(k, &summary))
+                    .sum(),
+            );
+        }
+        // Commit the decision trace, the CSV, then the summary.
+        let mut dlog = world.resource_mut::<DecisionLog>();
+        if let Some(err) = dlog.error.take() {
+            return Err(SimError::Output {
+                path: PathBuf::from("decisions.csv"),
+                message: err,
+            });
+        }
+        if let (Some(writer), Some(pending)) = (dlog.writer.take(), &self.decisions_file) {
+            let io_err = |e: String| SimError::Output {
+                path: pending.final_path.clone(),
+                message: e,
+            };
+            let buf = writer.into_inner().map_err(|e| io_err(e.to_string()))?;
+            buf.into_inner()
+                .map_err(|e| io_err(e.to_string()))?
+                .sync_all()
+                .map_err(|e| io_err(e.to_string()))?;
+            pending.commit().map_err(|e| io_err(e.to_string()))?;
+        }
         let mut log = world.resource_mut::<RequestLog>();
         if let Some(err) = log.error.take() {
             return Err(SimError::Output {

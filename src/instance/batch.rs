@@ -18,15 +18,110 @@ use bevy_ecs::prelude::*;
 use super::{InstanceIndex, Limits, Planned, Scheduler, Seq};
 use crate::engine::{Due, SimClock};
 use crate::kv::KvCache;
-use crate::time::SimTime;
+use crate::policy::{
+    ActivePriority, ActiveQueueOrder, PriorityPolicy, QueueOrder, default_class_priority,
+};
+use crate::scenario::{PreemptionOrder, SloClassSpec};
+use crate::time::{SimDuration, SimTime};
+use crate::workload::Labels;
+
+/// How preemption victims are chosen.
+#[derive(Resource, Debug, Clone, Copy, Default)]
+pub struct SchedulingConfig {
+    pub preemption: PreemptionOrder,
+}
+
+/// Per SLO class (by label index): priority and latency targets (µs).
+#[derive(Resource, Debug, Clone, Default, PartialEq)]
+pub struct SloTable {
+    pub classes: Vec<SloClass>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SloClass {
+    pub name: String,
+    pub priority: i32,
+    pub ttft: Option<SimDuration>,
+    pub itl: Option<SimDuration>,
+    pub e2e: Option<SimDuration>,
+}
+
+impl SloTable {
+    pub fn new(labels: &Labels, specs: &[SloClassSpec]) -> Self {
+        let ms = |v: Option<f64>| v.map(|x| SimDuration::from_us_f64(x * 1000.0));
+        let classes = labels
+            .slo_classes
+            .iter()
+            .map(|name| {
+                let spec = specs.iter().find(|s| &s.name == name);
+                SloClass {
+                    name: name.clone(),
+                    priority: spec
+                        .and_then(|s| s.priority)
+                        .unwrap_or_else(|| default_class_priority(name)),
+                    ttft: ms(spec.and_then(|s| s.ttft_ms)),
+                    itl: ms(spec.and_then(|s| s.itl_ms)),
+                    e2e: ms(spec.and_then(|s| s.e2e_ms)),
+                }
+            })
+            .collect();
+        SloTable { classes }
+    }
+
+    /// The class priority of a request plus its workload priority.
+    pub fn class_priority(&self, seq: &Seq) -> i32 {
+        self.classes
+            .get(seq.spec.slo_class as usize)
+            .map_or(3, |c| c.priority)
+            + seq.spec.priority
+    }
+}
+
+/// The priority and queue order policies, as batch formation uses them.
+pub struct Ordering<'a> {
+    pub order: &'a dyn QueueOrder,
+    pub priority: &'a dyn PriorityPolicy,
+    pub table: &'a SloTable,
+    pub preemption: PreemptionOrder,
+}
+
+impl Ordering<'_> {
+    fn priority_of(&self, seq: &Seq, now: SimTime) -> f64 {
+        self.priority.priority(
+            &seq.spec,
+            self.table.class_priority(seq),
+            now.since(seq.lifecycle.arrival),
+        )
+    }
+}
+
+/// Maps f64 to an integer with the same total order (for stable integer sort keys).
+fn ordered(x: f64) -> i64 {
+    let b = x.to_bits() as i64;
+    b ^ (((b >> 63) as u64) >> 1) as i64
+}
 
 /// Forms the next batch of every instance listed for it this tick.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "a system's parameters are its signature"
+)]
 pub fn form_batches(
     mut due: ResMut<Due>,
     clock: Res<SimClock>,
     index: Res<InstanceIndex>,
+    order: Res<ActiveQueueOrder>,
+    priority: Res<ActivePriority>,
+    table: Res<SloTable>,
+    config: Res<SchedulingConfig>,
     mut instances: Query<(&mut Scheduler, &mut KvCache, &Limits)>,
 ) {
+    let ordering = Ordering {
+        order: &*order.0,
+        priority: &*priority.0,
+        table: &table,
+        preemption: config.preemption,
+    };
     let due = &mut *due;
     let mut listed = std::mem::take(&mut due.batch);
     listed.sort_unstable();
@@ -38,7 +133,7 @@ pub fn form_batches(
         if sched.step_end.is_some() || !sched.has_work() {
             continue;
         }
-        form_batch(&mut sched, &mut kv, limits, clock.now);
+        form_batch(&mut sched, &mut kv, limits, clock.now, &ordering);
         due.execute.push(i);
     }
     listed.clear();
@@ -65,7 +160,13 @@ fn preempt(seq: &mut Seq, kv: &mut KvCache) {
 }
 
 /// Fills `sched.plan` with the next step's batch (see the module docs).
-pub fn form_batch(sched: &mut Scheduler, kv: &mut KvCache, limits: &Limits, now: SimTime) {
+pub fn form_batch(
+    sched: &mut Scheduler,
+    kv: &mut KvCache,
+    limits: &Limits,
+    now: SimTime,
+    ordering: &Ordering<'_>,
+) {
     let sched = &mut *sched;
     sched.plan.clear();
     let mut budget = limits.max_num_batched_tokens;
@@ -84,11 +185,22 @@ pub fn form_batch(sched: &mut Scheduler, kv: &mut KvCache, limits: &Limits, now:
                 break true;
             }
             // The tail-most request not in flight in another micro-batch (without
-            // pipelining: the tail).
-            let tail = (i..sched.running.len())
-                .rev()
-                .find(|&j| j == i || sched.running[j].busy_until <= now)
-                .expect("the requester itself qualifies");
+            // pipelining: the tail), or the least important one.
+            let eligible = |j: usize| j == i || sched.running[j].busy_until <= now;
+            let tail = match ordering.preemption {
+                PreemptionOrder::Tail => (i..sched.running.len()).rev().find(|&j| eligible(j)),
+                PreemptionOrder::Priority => (i..sched.running.len())
+                    .filter(|&j| eligible(j))
+                    .min_by(|&a, &b| {
+                        let (sa, sb) = (&sched.running[a], &sched.running[b]);
+                        ordering
+                            .priority_of(sa, now)
+                            .total_cmp(&ordering.priority_of(sb, now))
+                            .then(sb.lifecycle.arrival.cmp(&sa.lifecycle.arrival))
+                            .then(sb.spec.id.cmp(&sa.spec.id))
+                    }),
+            }
+            .expect("the requester itself qualifies");
             let mut victim = sched.running.remove(tail);
             preempt(&mut victim, kv);
             sched.waiting.push_front(victim);
@@ -113,6 +225,16 @@ pub fn form_batch(sched: &mut Scheduler, kv: &mut KvCache, limits: &Limits, now:
 
     if preempted {
         return;
+    }
+    if !ordering.order.is_fifo() && sched.waiting.len() > 1 {
+        sched.waiting.make_contiguous().sort_by_cached_key(|seq| {
+            let (a, b) = ordering.order.key(
+                &seq.spec,
+                seq.lifecycle.arrival,
+                ordering.priority_of(seq, now),
+            );
+            (ordered(a), ordered(b), seq.spec.id)
+        });
     }
     let block_size = kv.block_size();
     while (sched.running.len() as u32) < limits.max_num_seqs && budget > 0 {

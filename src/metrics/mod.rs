@@ -12,7 +12,10 @@ mod summary;
 
 pub use histogram::Histogram;
 pub use percentile::Distribution;
-pub use summary::{InstanceSummary, KvSummary, RequestCounts, Summary, Throughput};
+pub use summary::{
+    Fairness, InstanceSummary, KvSummary, RequestCounts, RoutingSummary, SliceSummary, SloSummary,
+    Summary, Throughput, cov, fitness_term, jain,
+};
 
 use std::fs::File;
 use std::io::BufWriter;
@@ -20,6 +23,7 @@ use std::io::BufWriter;
 use bevy_ecs::prelude::*;
 
 use crate::engine::{Due, SimClock};
+use crate::instance::batch::SloTable;
 use crate::invariants::{CheckInvariants, check_causality};
 use crate::request::{FinalState, FinishedRequest};
 use crate::time::{SimDuration, SimTime};
@@ -56,6 +60,70 @@ pub struct RequestLog {
     pub error: Option<String>,
 }
 
+/// Totals for one slice of the requests (an instance, a tenant, an SLO class).
+#[derive(Debug, Default, Clone)]
+pub struct Breakdown {
+    /// Requests recorded in this slice (every request is recorded exactly once).
+    pub injected: u64,
+    pub completed: u64,
+    pub rejected: u64,
+    pub dropped: u64,
+    pub timed_out: u64,
+    /// Completed requests that met every target of their SLO class.
+    pub good: u64,
+    pub output_tokens: u64,
+    pub ttft: Histogram,
+    pub e2e: Histogram,
+}
+
+impl Breakdown {
+    fn add(&mut self, f: &FinishedRequest, good: bool) {
+        self.injected += 1;
+        match f.state {
+            FinalState::Completed => {
+                self.completed += 1;
+                self.output_tokens += u64::from(f.generated_tokens);
+                if let Some(e) = f.e2e {
+                    self.e2e.record(e.as_us());
+                }
+            }
+            FinalState::Rejected => self.rejected += 1,
+            FinalState::Dropped => self.dropped += 1,
+            FinalState::TimedOut => self.timed_out += 1,
+            _ => {}
+        }
+        if let Some(t) = f.ttft {
+            self.ttft.record(t.as_us());
+        }
+        self.good += u64::from(good);
+    }
+}
+
+fn slot(v: &mut Vec<Breakdown>, i: usize) -> &mut Breakdown {
+    if v.len() <= i {
+        v.resize_with(i + 1, Breakdown::default);
+    }
+    &mut v[i]
+}
+
+/// Whether a completed request met every latency target of its SLO class.
+pub fn meets_slo(f: &FinishedRequest, slo: &SloTable) -> bool {
+    if f.state != FinalState::Completed {
+        return false;
+    }
+    let Some(class) = slo.classes.get(f.spec.slo_class as usize) else {
+        return true;
+    };
+    let ok = |target: Option<SimDuration>, v: Option<f64>| match (target, v) {
+        (Some(t), Some(v)) => v <= t.as_us() as f64,
+        (Some(_), None) => false,
+        (None, _) => true,
+    };
+    ok(class.ttft, f.ttft.map(|d| d.as_us() as f64))
+        && ok(class.e2e, f.e2e.map(|d| d.as_us() as f64))
+        && (f.itl_count == 0 || ok(class.itl, f.mean_itl()))
+}
+
 /// Running totals for the summary.
 #[derive(Resource, Debug, Default, Clone)]
 pub struct Aggregates {
@@ -73,6 +141,11 @@ pub struct Aggregates {
     pub cached_tokens: u64,
     pub preemptions: u64,
     pub last_completion: SimTime,
+    /// Completed requests meeting their SLO class's targets.
+    pub good: u64,
+    pub per_instance: Vec<Breakdown>,
+    pub per_tenant: Vec<Breakdown>,
+    pub per_class: Vec<Breakdown>,
 }
 
 impl Aggregates {
@@ -122,7 +195,15 @@ pub fn record_one(
     agg: &mut Aggregates,
     log: &mut RequestLog,
     labels: &Labels,
+    slo: &SloTable,
 ) {
+    let good = meets_slo(f, slo);
+    agg.good += u64::from(good);
+    if let Some(i) = f.instance {
+        slot(&mut agg.per_instance, i as usize).add(f, good);
+    }
+    slot(&mut agg.per_tenant, f.spec.tenant as usize).add(f, good);
+    slot(&mut agg.per_class, f.spec.slo_class as usize).add(f, good);
     match f.state {
         FinalState::Completed => {
             agg.completed += 1;
@@ -163,6 +244,7 @@ pub fn record_finished(
     clock: Res<SimClock>,
     check: Res<CheckInvariants>,
     labels: Res<Labels>,
+    slo: Res<SloTable>,
     mut agg: ResMut<Aggregates>,
     mut log: ResMut<RequestLog>,
 ) {
@@ -172,7 +254,7 @@ pub fn record_finished(
         if check.0 {
             check_causality(f, clock.now);
         }
-        record_one(f, &mut agg, &mut log, &labels);
+        record_one(f, &mut agg, &mut log, &labels, &slo);
         if let Some(s) = f.spec.session {
             due.ended_turns.push((s.id, f.state, f.completed));
         }

@@ -53,6 +53,101 @@ pub struct InstanceSummary {
     pub decode_tokens: u64,
     pub kv_total_blocks: u32,
     pub kv_hit_rate: f64,
+    pub ttft_ms: Distribution,
+    pub e2e_ms: Distribution,
+}
+
+/// Outcomes of one tenant or SLO class.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct SliceSummary {
+    pub name: String,
+    pub injected: u64,
+    pub completed: u64,
+    pub rejected: u64,
+    pub dropped: u64,
+    pub timed_out: u64,
+    pub output_tokens: u64,
+    /// Completed within every latency target of its SLO class.
+    pub good: u64,
+    /// good / injected (rejections, drops and timeouts count as misses).
+    pub slo_attainment: f64,
+    pub ttft_ms: Distribution,
+    pub e2e_ms: Distribution,
+}
+
+/// Balance across tenants and instances.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Fairness {
+    /// Jain index over per-tenant completed output tokens (BLIS): (Σx)²/(n·Σx²).
+    pub jain_tenant_output_tokens: f64,
+    /// Jain index over per-instance completed requests (RouteSim).
+    pub jain_instance_completed: f64,
+    /// Coefficient of variation (population) of per-instance completed requests.
+    pub cov_instance_completed: f64,
+}
+
+/// SLO attainment over every request.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct SloSummary {
+    pub good: u64,
+    /// good / injected.
+    pub attainment: f64,
+    /// good requests per second of simulated time.
+    pub goodput_per_s: f64,
+}
+
+/// Routing decisions and their counterfactual regret (best score − chosen score).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct RoutingSummary {
+    pub decisions: u64,
+    pub mean_regret: f64,
+    pub max_regret: f64,
+}
+
+/// Jain's fairness index: 1 if every value is equal (or all zero), 1/n at worst.
+pub fn jain(xs: &[f64]) -> f64 {
+    let s: f64 = xs.iter().sum();
+    let s2: f64 = xs.iter().map(|x| x * x).sum();
+    if xs.is_empty() {
+        0.0
+    } else if s2 == 0.0 {
+        1.0
+    } else {
+        s * s / (xs.len() as f64 * s2)
+    }
+}
+
+/// Population coefficient of variation (0 if the mean is 0).
+pub fn cov(xs: &[f64]) -> f64 {
+    if xs.is_empty() {
+        return 0.0;
+    }
+    let n = xs.len() as f64;
+    let mean = xs.iter().sum::<f64>() / n;
+    if mean == 0.0 {
+        return 0.0;
+    }
+    (xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n).sqrt() / mean
+}
+
+/// Fitness normalisation of one metric (BLIS §5.2): latencies, in µs, 1/(1 + v/1000);
+/// requests/s v/(v + 100); tokens/s v/(v + 10,000).
+pub fn fitness_term(key: &str, s: &Summary) -> f64 {
+    // Distributions are in ms: v µs / 1000 = v ms.
+    let lat = |ms: Option<f64>| ms.map_or(0.0, |v| 1.0 / (1.0 + v));
+    match key {
+        "ttft_mean" => lat(s.ttft_ms.mean),
+        "ttft_p50" => lat(s.ttft_ms.p50),
+        "ttft_p99" => lat(s.ttft_ms.p99),
+        "e2e_mean" => lat(s.e2e_ms.mean),
+        "e2e_p50" => lat(s.e2e_ms.p50),
+        "e2e_p99" => lat(s.e2e_ms.p99),
+        "requests_per_s" => s.throughput.requests_per_s / (s.throughput.requests_per_s + 100.0),
+        "output_tokens_per_s" => {
+            s.throughput.output_tokens_per_s / (s.throughput.output_tokens_per_s + 10_000.0)
+        }
+        _ => 0.0,
+    }
 }
 
 /// Aggregates of a run (every latency in milliseconds).
@@ -74,7 +169,14 @@ pub struct Summary {
     pub preemptions: u64,
     pub rejections: BTreeMap<String, u64>,
     pub kv: KvSummary,
+    pub slo: SloSummary,
+    pub fairness: Fairness,
+    pub routing: RoutingSummary,
+    /// Σ weight · normalised metric, for the scenario's `outputs.fitness` weights.
+    pub fitness: Option<f64>,
     pub instances: Vec<InstanceSummary>,
+    pub tenants: Vec<SliceSummary>,
+    pub slo_classes: Vec<SliceSummary>,
 }
 
 fn f(v: Option<f64>) -> String {

@@ -7,7 +7,9 @@ use crate::time::SimTime;
 pub(super) const ENTRY: AdmissionEntry = AdmissionEntry {
     name: "always_admit",
     description: "admit every request",
-    build: |_| Box::new(AlwaysAdmit),
+    params: &[],
+    free_params: false,
+    build: |_| Ok(Box::new(AlwaysAdmit)),
 };
 
 #[derive(Debug, Default)]

@@ -1,29 +1,24 @@
 //! `least_loaded`: the routable instance with the fewest queued + running + in-flight
 //! requests; ties go to the lowest index (deterministic, unlike BLIS's random tie-break).
 
-use super::{InstanceSnapshot, RoutingEntry, RoutingPolicy};
+use super::{RouterView, RoutingEntry, RoutingPolicy};
 use crate::request::RequestSpec;
 use crate::time::SimTime;
 
 pub(super) const ENTRY: RoutingEntry = RoutingEntry {
     name: "least_loaded",
     description: "fewest queued + running + in-flight requests; ties to the lowest index",
-    build: |_| Box::new(LeastLoaded),
+    params: &[],
+    free_params: false,
+    build: |_| Ok(Box::new(LeastLoaded)),
 };
 
 #[derive(Debug, Default)]
 pub struct LeastLoaded;
 
 impl RoutingPolicy for LeastLoaded {
-    fn choose(
-        &mut self,
-        _: &RequestSpec,
-        _: SimTime,
-        instances: &[InstanceSnapshot],
-    ) -> Option<u32> {
-        instances
-            .iter()
-            .filter(|s| s.routable)
+    fn choose(&mut self, _: &RequestSpec, _: SimTime, view: &RouterView<'_>) -> Option<u32> {
+        view.routable()
             .min_by_key(|s| (s.effective_load(), s.index))
             .map(|s| s.index)
     }
@@ -42,7 +37,7 @@ mod tests {
             snapshot(2, 1, 0, 2),
         ];
         assert_eq!(
-            LeastLoaded.choose(&any_request(), SimTime(0), &view),
+            LeastLoaded.choose(&any_request(), SimTime(0), &RouterView::of(&view)),
             Some(1)
         );
     }
@@ -55,7 +50,7 @@ mod tests {
             snapshot(2, 0, 2, 0),
         ];
         assert_eq!(
-            LeastLoaded.choose(&any_request(), SimTime(0), &view),
+            LeastLoaded.choose(&any_request(), SimTime(0), &RouterView::of(&view)),
             Some(1)
         );
     }

@@ -9,22 +9,40 @@
 //! never instance internals.
 
 mod always_admit;
+mod always_busiest;
+mod cost_escalation;
+mod least_kv;
 mod least_loaded;
+mod least_outstanding;
+mod prefix_aware;
+pub mod prefix_index;
+mod prefix_overlap;
+mod priority;
+mod queue_order;
+mod random;
 mod reject_all;
 mod round_robin;
+mod session_affinity;
 mod static_scale;
+mod tenant_quota;
+mod token_bucket;
+pub mod weighted;
 
 pub use always_admit::AlwaysAdmit;
 pub use least_loaded::LeastLoaded;
+pub use priority::default_class_priority;
 pub use reject_all::RejectAll;
 pub use round_robin::RoundRobin;
 pub use static_scale::StaticScale;
 
+use std::collections::BTreeMap;
+
 use bevy_app::{App, Plugin};
 use bevy_ecs::prelude::*;
 
-use crate::request::RequestSpec;
+use crate::request::{PromptContent, RequestSpec};
 use crate::time::{SimDuration, SimTime};
+use crate::workload::Labels;
 
 /// What a router or admission controller can see of one instance.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -51,8 +69,78 @@ impl InstanceSnapshot {
 
 /// Everything a policy may need at construction.
 #[derive(Clone, Copy, Debug)]
-pub struct PolicyArgs {
+pub struct PolicyArgs<'a> {
     pub seed: u64,
+    /// The policy's parameters from the scenario (validated against the entry's list).
+    pub params: &'a BTreeMap<String, f64>,
+    /// Tenant and SLO-class names, for policies keyed by them.
+    pub labels: &'a Labels,
+}
+
+impl PolicyArgs<'_> {
+    /// Parameter `name`, or `default` when the scenario does not give it.
+    pub fn get(&self, name: &str, default: f64) -> f64 {
+        self.params.get(name).copied().unwrap_or(default)
+    }
+
+    /// Parameter `name`, which must be finite and ≥ `min`.
+    pub fn at_least(&self, name: &str, default: f64, min: f64) -> Result<f64, String> {
+        let v = self.get(name, default);
+        if v.is_finite() && v >= min {
+            Ok(v)
+        } else {
+            Err(format!("{name} must be a finite number ≥ {min}, got {v}"))
+        }
+    }
+}
+
+/// Asks instances how much of a prompt they have cached (the real KV cache, as vLLM's
+/// prefix-cache-aware routers do).
+pub trait PrefixProbe {
+    /// Leading prompt blocks of `content` cached on `instance`.
+    fn cached_blocks(&self, instance: u32, content: &PromptContent, input_tokens: u32) -> u32;
+}
+
+/// A probe for tests and for routers that never look at caches.
+pub struct NoProbe;
+
+impl PrefixProbe for NoProbe {
+    fn cached_blocks(&self, _: u32, _: &PromptContent, _: u32) -> u32 {
+        0
+    }
+}
+
+/// What a router sees when it decides.
+pub struct RouterView<'a> {
+    /// Instance snapshots, by index (possibly stale, see `snapshot_refresh_interval_us`).
+    pub instances: &'a [InstanceSnapshot],
+    pub probe: &'a dyn PrefixProbe,
+    /// KV block size in tokens (for router-side prefix hashing).
+    pub block_size: u32,
+}
+
+impl<'a> RouterView<'a> {
+    /// A view without cache probing (tests, simple policies).
+    pub fn of(instances: &'a [InstanceSnapshot]) -> Self {
+        RouterView {
+            instances,
+            probe: &NoProbe,
+            block_size: 16,
+        }
+    }
+
+    pub fn routable(&self) -> impl Iterator<Item = &'a InstanceSnapshot> {
+        self.instances.iter().filter(|s| s.routable)
+    }
+}
+
+/// One candidate's score in a routing decision (for decision traces and regret).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScoredCandidate {
+    pub instance: u32,
+    pub score: f64,
+    /// Named parts of the score (weighted scorers), for the trace.
+    pub parts: Vec<(&'static str, f64)>,
 }
 
 /// An admission decision.
@@ -76,12 +164,31 @@ pub trait AdmissionPolicy: Send + Sync + 'static {
 /// Picks the instance a request goes to. Must break ties on the lowest instance index.
 pub trait RoutingPolicy: Send + Sync + 'static {
     /// Index of the chosen instance, or `None` if no instance is routable.
-    fn choose(
-        &mut self,
-        request: &RequestSpec,
-        now: SimTime,
-        instances: &[InstanceSnapshot],
-    ) -> Option<u32>;
+    fn choose(&mut self, request: &RequestSpec, now: SimTime, view: &RouterView<'_>)
+    -> Option<u32>;
+
+    /// The candidates' scores of the last decision, if this policy scores (higher =
+    /// better). Unscored policies are traced with −(effective load) as their score.
+    fn last_scores(&self) -> Option<&[ScoredCandidate]> {
+        None
+    }
+}
+
+/// A request's priority in instance queues (higher = served first by priority orders).
+pub trait PriorityPolicy: Send + Sync + 'static {
+    /// `class_priority` is the request's SLO-class priority plus its workload priority;
+    /// `age` is the time since arrival.
+    fn priority(&self, request: &RequestSpec, class_priority: i32, age: SimDuration) -> f64;
+}
+
+/// Orders an instance's wait queue before each batch is formed.
+pub trait QueueOrder: Send + Sync + 'static {
+    /// True if the order never changes the queue (FCFS): sorting is skipped.
+    fn is_fifo(&self) -> bool {
+        false
+    }
+    /// Sort key: smaller runs first. `priority` comes from the priority policy.
+    fn key(&self, request: &RequestSpec, arrival: SimTime, priority: f64) -> (f64, f64);
 }
 
 /// A change to the cluster's size asked for by a scaling policy.
@@ -101,7 +208,11 @@ pub trait ScalePolicy: Send + Sync + 'static {
 pub struct Entry<T: ?Sized> {
     pub name: &'static str,
     pub description: &'static str,
-    pub build: fn(&PolicyArgs) -> Box<T>,
+    /// Parameters it accepts: (name, meaning with default).
+    pub params: &'static [(&'static str, &'static str)],
+    /// Whether it accepts parameters named after tenants or SLO classes (free keys).
+    pub free_params: bool,
+    pub build: fn(&PolicyArgs<'_>) -> Result<Box<T>, String>,
 }
 
 impl<T: ?Sized> Clone for Entry<T> {
@@ -114,6 +225,8 @@ impl<T: ?Sized> Copy for Entry<T> {}
 pub type AdmissionEntry = Entry<dyn AdmissionPolicy>;
 pub type RoutingEntry = Entry<dyn RoutingPolicy>;
 pub type ScaleEntry = Entry<dyn ScalePolicy>;
+pub type PriorityEntry = Entry<dyn PriorityPolicy>;
+pub type QueueOrderEntry = Entry<dyn QueueOrder>;
 
 /// Every policy the simulation can instantiate, by family and name.
 #[derive(Resource, Default)]
@@ -121,6 +234,8 @@ pub struct Catalog {
     admission: Vec<AdmissionEntry>,
     routing: Vec<RoutingEntry>,
     autoscale: Vec<ScaleEntry>,
+    priority: Vec<PriorityEntry>,
+    scheduling: Vec<QueueOrderEntry>,
 }
 
 fn insert<T: ?Sized>(list: &mut Vec<Entry<T>>, family: &str, entry: Entry<T>) {
@@ -170,6 +285,68 @@ impl Catalog {
     pub fn find_autoscale(&self, name: &str) -> Option<&ScaleEntry> {
         self.autoscale.iter().find(|e| e.name == name)
     }
+    pub fn add_priority(&mut self, e: PriorityEntry) {
+        insert(&mut self.priority, "priority", e);
+    }
+    pub fn add_scheduling(&mut self, e: QueueOrderEntry) {
+        insert(&mut self.scheduling, "scheduling", e);
+    }
+    pub fn priority(&self) -> &[PriorityEntry] {
+        &self.priority
+    }
+    pub fn scheduling(&self) -> &[QueueOrderEntry] {
+        &self.scheduling
+    }
+    pub fn priority_names(&self) -> Vec<&'static str> {
+        self.priority.iter().map(|e| e.name).collect()
+    }
+    pub fn scheduling_names(&self) -> Vec<&'static str> {
+        self.scheduling.iter().map(|e| e.name).collect()
+    }
+    pub fn find_priority(&self, name: &str) -> Option<&PriorityEntry> {
+        self.priority.iter().find(|e| e.name == name)
+    }
+    pub fn find_scheduling(&self, name: &str) -> Option<&QueueOrderEntry> {
+        self.scheduling.iter().find(|e| e.name == name)
+    }
+
+    /// (family, name, description, params) of every policy, for `servesim list policies`.
+    pub fn describe(
+        &self,
+    ) -> Vec<(
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static [(&'static str, &'static str)],
+    )> {
+        let mut v = Vec::new();
+        v.extend(
+            self.admission
+                .iter()
+                .map(|e| ("admission", e.name, e.description, e.params)),
+        );
+        v.extend(
+            self.priority
+                .iter()
+                .map(|e| ("priority", e.name, e.description, e.params)),
+        );
+        v.extend(
+            self.scheduling
+                .iter()
+                .map(|e| ("scheduling", e.name, e.description, e.params)),
+        );
+        v.extend(
+            self.routing
+                .iter()
+                .map(|e| ("routing", e.name, e.description, e.params)),
+        );
+        v.extend(
+            self.autoscale
+                .iter()
+                .map(|e| ("autoscale", e.name, e.description, e.params)),
+        );
+        v
+    }
 }
 
 /// Registers policies on an [`App`]; the one place a policy name is declared.
@@ -177,6 +354,8 @@ pub trait PolicyAppExt {
     fn add_admission_policy(&mut self, entry: AdmissionEntry) -> &mut Self;
     fn add_routing_policy(&mut self, entry: RoutingEntry) -> &mut Self;
     fn add_autoscale_policy(&mut self, entry: ScaleEntry) -> &mut Self;
+    fn add_priority_policy(&mut self, entry: PriorityEntry) -> &mut Self;
+    fn add_queue_order(&mut self, entry: QueueOrderEntry) -> &mut Self;
 }
 
 impl PolicyAppExt for App {
@@ -198,6 +377,18 @@ impl PolicyAppExt for App {
             .add_autoscale(entry);
         self
     }
+    fn add_priority_policy(&mut self, entry: PriorityEntry) -> &mut Self {
+        self.world_mut()
+            .get_resource_or_init::<Catalog>()
+            .add_priority(entry);
+        self
+    }
+    fn add_queue_order(&mut self, entry: QueueOrderEntry) -> &mut Self {
+        self.world_mut()
+            .get_resource_or_init::<Catalog>()
+            .add_scheduling(entry);
+        self
+    }
 }
 
 /// Registers the built-in policies.
@@ -208,8 +399,26 @@ impl Plugin for PoliciesPlugin {
         app.init_resource::<Catalog>()
             .add_admission_policy(always_admit::ENTRY)
             .add_admission_policy(reject_all::ENTRY)
+            .add_admission_policy(token_bucket::ENTRY)
+            .add_admission_policy(tenant_quota::ENTRY)
+            .add_priority_policy(priority::CONSTANT)
+            .add_priority_policy(priority::SLO_BASED)
+            .add_priority_policy(priority::INVERTED_SLO)
+            .add_queue_order(queue_order::FCFS)
+            .add_queue_order(queue_order::PRIORITY_FCFS)
+            .add_queue_order(queue_order::SJF)
+            .add_queue_order(queue_order::REVERSE_PRIORITY)
             .add_routing_policy(round_robin::ENTRY)
+            .add_routing_policy(random::ENTRY)
             .add_routing_policy(least_loaded::ENTRY)
+            .add_routing_policy(least_outstanding::ENTRY)
+            .add_routing_policy(least_kv::ENTRY)
+            .add_routing_policy(always_busiest::ENTRY)
+            .add_routing_policy(session_affinity::ENTRY)
+            .add_routing_policy(cost_escalation::ENTRY)
+            .add_routing_policy(prefix_overlap::ENTRY)
+            .add_routing_policy(prefix_aware::ENTRY)
+            .add_routing_policy(weighted::ENTRY)
             .add_autoscale_policy(static_scale::ENTRY);
     }
 }
@@ -225,6 +434,25 @@ pub struct ActiveRouting(pub Box<dyn RoutingPolicy>);
 /// The active scaling policy.
 #[derive(Resource)]
 pub struct ActiveScaling(pub Box<dyn ScalePolicy>);
+
+/// The active priority policy.
+#[derive(Resource)]
+pub struct ActivePriority(pub Box<dyn PriorityPolicy>);
+
+/// The active instance queue order.
+#[derive(Resource)]
+pub struct ActiveQueueOrder(pub Box<dyn QueueOrder>);
+
+/// Tie-break: among candidates, the highest score wins, then the lowest index.
+pub fn argmax(scores: impl IntoIterator<Item = (u32, f64)>) -> Option<u32> {
+    let mut best: Option<(u32, f64)> = None;
+    for (i, s) in scores {
+        if best.is_none_or(|(bi, bs)| s > bs || (s == bs && i < bi)) {
+            best = Some((i, s));
+        }
+    }
+    best.map(|(i, _)| i)
+}
 
 #[cfg(test)]
 pub(crate) fn snapshot(index: u32, queue: u32, batch: u32, in_flight: u32) -> InstanceSnapshot {
@@ -256,4 +484,9 @@ pub(crate) fn any_request() -> RequestSpec {
         priority: 0,
         session: None,
     }
+}
+
+#[cfg(test)]
+pub(crate) fn no_params() -> (BTreeMap<String, f64>, Labels) {
+    (BTreeMap::new(), Labels::default())
 }

@@ -7,7 +7,9 @@ use crate::time::SimTime;
 pub(super) const ENTRY: AdmissionEntry = AdmissionEntry {
     name: "reject_all",
     description: "reject every request",
-    build: |_| Box::new(RejectAll),
+    params: &[],
+    free_params: false,
+    build: |_| Ok(Box::new(RejectAll)),
 };
 
 #[derive(Debug, Default)]

@@ -1,13 +1,15 @@
 //! `round_robin`: the next routable instance after the last one chosen, wrapping around.
 
-use super::{InstanceSnapshot, RoutingEntry, RoutingPolicy};
+use super::{RouterView, RoutingEntry, RoutingPolicy};
 use crate::request::RequestSpec;
 use crate::time::SimTime;
 
 pub(super) const ENTRY: RoutingEntry = RoutingEntry {
     name: "round_robin",
     description: "cycle through routable instances in index order",
-    build: |_| Box::new(RoundRobin::default()),
+    params: &[],
+    free_params: false,
+    build: |_| Ok(Box::new(RoundRobin::default())),
 };
 
 #[derive(Debug, Default)]
@@ -16,18 +18,13 @@ pub struct RoundRobin {
 }
 
 impl RoutingPolicy for RoundRobin {
-    fn choose(
-        &mut self,
-        _: &RequestSpec,
-        _: SimTime,
-        instances: &[InstanceSnapshot],
-    ) -> Option<u32> {
-        let routable = || instances.iter().filter(|s| s.routable);
+    fn choose(&mut self, _: &RequestSpec, _: SimTime, view: &RouterView<'_>) -> Option<u32> {
         let next = match self.last {
-            Some(last) => routable()
+            Some(last) => view
+                .routable()
                 .find(|s| s.index > last)
-                .or_else(|| routable().next()),
-            None => routable().next(),
+                .or_else(|| view.routable().next()),
+            None => view.routable().next(),
         }?;
         self.last = Some(next.index);
         Some(next.index)
@@ -49,13 +46,13 @@ mod tests {
         let mut rr = RoundRobin::default();
         let r = any_request();
         let picks: Vec<_> = (0..4)
-            .map(|_| rr.choose(&r, SimTime(0), &view).unwrap())
+            .map(|_| rr.choose(&r, SimTime(0), &RouterView::of(&view)).unwrap())
             .collect();
         assert_eq!(picks, vec![0, 1, 2, 0]);
         view[1].routable = false;
-        assert_eq!(rr.choose(&r, SimTime(0), &view), Some(2));
-        assert_eq!(rr.choose(&r, SimTime(0), &view), Some(0));
+        assert_eq!(rr.choose(&r, SimTime(0), &RouterView::of(&view)), Some(2));
+        assert_eq!(rr.choose(&r, SimTime(0), &RouterView::of(&view)), Some(0));
         view.iter_mut().for_each(|s| s.routable = false);
-        assert_eq!(rr.choose(&r, SimTime(0), &view), None);
+        assert_eq!(rr.choose(&r, SimTime(0), &RouterView::of(&view)), None);
     }
 }

@@ -6,7 +6,9 @@ use crate::time::{SimDuration, SimTime};
 pub(super) const ENTRY: ScaleEntry = ScaleEntry {
     name: "static",
     description: "fixed cluster size (no autoscaling)",
-    build: |_| Box::new(StaticScale),
+    params: &[],
+    free_params: false,
+    build: |_| Ok(Box::new(StaticScale)),
 };
 
 #[derive(Debug, Default)]

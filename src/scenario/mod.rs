@@ -13,6 +13,7 @@ pub use locate::{SourceMap, apply_override};
 pub use resolve::{ResolvedGroup, resolve_group};
 pub use validate::{Problem, did_you_mean};
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 
@@ -189,32 +190,82 @@ fn pl_sat() -> f64 {
     crate::latency::PiecewiseLinear::default().saturation_tokens_per_s
 }
 
-/// Cluster-level policies, by catalog name (`servesim list policies`).
+/// Cluster-level policies, by catalog name (`servesim list policies`), with parameters.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct PolicySpec {
     /// Admission policy. Default `always_admit`.
     pub admission: String,
+    pub admission_params: BTreeMap<String, f64>,
+    /// Request priority policy. Default `constant`.
+    pub priority: String,
+    pub priority_params: BTreeMap<String, f64>,
+    /// Instance wait-queue order. Default `fcfs`.
+    pub scheduling: String,
+    /// Which running request is preempted when KV runs out. Default `Tail`.
+    pub preemption: PreemptionOrder,
     /// Routing policy. Default `round_robin`.
     pub routing: String,
+    pub routing_params: BTreeMap<String, f64>,
     /// Autoscaling policy. Default `static`.
     pub autoscale: String,
+    pub autoscale_params: BTreeMap<String, f64>,
     /// Delay between arrival and the admission decision (µs). Default 0.
     pub admission_latency_us: u64,
     /// Delay between the routing decision and reaching the instance (µs). Default 0.
     pub routing_latency_us: u64,
+    /// How often routers re-read instance-reported signals (µs); 0 = live. Default 0.
+    pub snapshot_refresh_interval_us: u64,
+    /// SLO classes: priority and latency targets for attainment (goodput).
+    pub slo_classes: Vec<SloClassSpec>,
 }
 
 impl Default for PolicySpec {
     fn default() -> Self {
         PolicySpec {
             admission: "always_admit".into(),
+            admission_params: BTreeMap::new(),
+            priority: "constant".into(),
+            priority_params: BTreeMap::new(),
+            scheduling: "fcfs".into(),
+            preemption: PreemptionOrder::Tail,
             routing: "round_robin".into(),
+            routing_params: BTreeMap::new(),
             autoscale: "static".into(),
+            autoscale_params: BTreeMap::new(),
             admission_latency_us: 0,
             routing_latency_us: 0,
+            snapshot_refresh_interval_us: 0,
+            slo_classes: Vec::new(),
         }
     }
+}
+
+/// Preemption victim choice.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+pub enum PreemptionOrder {
+    /// The tail of the running batch (vLLM).
+    #[default]
+    Tail,
+    /// The lowest-priority running request (latest arrival among equals).
+    Priority,
+}
+
+/// An SLO class: its priority and its latency targets (unset = no target).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SloClassSpec {
+    pub name: String,
+    /// Default: critical 4, standard 3, batch −1, sheddable −2, background −3, others 3.
+    #[serde(default)]
+    pub priority: Option<i32>,
+    #[serde(default)]
+    pub ttft_ms: Option<f64>,
+    /// Target on the request's mean inter-token latency.
+    #[serde(default)]
+    pub itl_ms: Option<f64>,
+    #[serde(default)]
+    pub e2e_ms: Option<f64>,
 }
 
 /// The traffic: synthetic clients and/or trace replays, and when to stop generating.
@@ -451,6 +502,13 @@ pub struct OutputSpec {
     pub requests_csv: bool,
     /// Write `summary.json`. Default true.
     pub summary_json: bool,
+    /// Write `decisions.csv`, one row per routing decision (also `--trace decisions`).
+    pub decisions_csv: bool,
+    /// Candidates listed per decision in `decisions.csv`. Default 3.
+    pub decision_top_k: u32,
+    /// Weights of a fitness score (keys: `ttft_mean`, `ttft_p50`, `ttft_p99`, `e2e_mean`,
+    /// `e2e_p50`, `e2e_p99`, `requests_per_s`, `output_tokens_per_s`). Default: none.
+    pub fitness: BTreeMap<String, f64>,
 }
 
 impl Default for OutputSpec {
@@ -459,6 +517,9 @@ impl Default for OutputSpec {
             dir: "out".into(),
             requests_csv: true,
             summary_json: true,
+            decisions_csv: false,
+            decision_top_k: 3,
+            fitness: BTreeMap::new(),
         }
     }
 }

@@ -266,6 +266,147 @@ fn check_arrival(p: &mut Vec<Problem>, path: &str, spec: &ArrivalSpec) {
     }
 }
 
+/// Fitness keys (MODELS.md §5.2 normalisation).
+pub const FITNESS_KEYS: [&str; 8] = [
+    "ttft_mean",
+    "ttft_p50",
+    "ttft_p99",
+    "e2e_mean",
+    "e2e_p50",
+    "e2e_p99",
+    "requests_per_s",
+    "output_tokens_per_s",
+];
+
+fn check_policy<T: ?Sized>(
+    p: &mut Vec<Problem>,
+    family: &str,
+    name: &str,
+    params: &std::collections::BTreeMap<String, f64>,
+    entries: &[crate::policy::Entry<T>],
+    labels: &crate::workload::Labels,
+    seed: u64,
+) {
+    let names: Vec<&str> = entries.iter().map(|e| e.name).collect();
+    let Some(e) = entries.iter().find(|e| e.name == name) else {
+        name_in_catalog(p, &format!("policies.{family}"), family, name, &names);
+        return;
+    };
+    let at = format!("policies.{family}_params");
+    if !e.free_params {
+        for k in params.keys() {
+            if !e.params.iter().any(|(n, _)| n == k) {
+                let known: Vec<&str> = e.params.iter().map(|(n, _)| *n).collect();
+                let hint = match did_you_mean(k, known.iter().copied()) {
+                    Some(s) => format!("did you mean \"{s}\"?"),
+                    None if known.is_empty() => format!("{name} takes no parameters"),
+                    None => format!("{name} takes: {}", known.join(", ")),
+                };
+                p.push(
+                    Problem::new(format!("{at}.{k}"), format!("unknown parameter of {name}"))
+                        .hint(hint),
+                );
+            }
+        }
+    }
+    if let Err(msg) = (e.build)(&crate::policy::PolicyArgs {
+        seed,
+        params,
+        labels,
+    }) {
+        p.push(Problem::new(at, msg));
+    }
+}
+
+fn check_policies(p: &mut Vec<Problem>, s: &Scenario, catalog: &Catalog) {
+    let pol = &s.policies;
+    let labels = crate::workload::Labels::of_scenario(s);
+    check_policy(
+        p,
+        "admission",
+        &pol.admission,
+        &pol.admission_params,
+        catalog.admission(),
+        &labels,
+        s.seed,
+    );
+    check_policy(
+        p,
+        "priority",
+        &pol.priority,
+        &pol.priority_params,
+        catalog.priority(),
+        &labels,
+        s.seed,
+    );
+    check_policy(
+        p,
+        "scheduling",
+        &pol.scheduling,
+        &Default::default(),
+        catalog.scheduling(),
+        &labels,
+        s.seed,
+    );
+    check_policy(
+        p,
+        "routing",
+        &pol.routing,
+        &pol.routing_params,
+        catalog.routing(),
+        &labels,
+        s.seed,
+    );
+    check_policy(
+        p,
+        "autoscale",
+        &pol.autoscale,
+        &pol.autoscale_params,
+        catalog.autoscale(),
+        &labels,
+        s.seed,
+    );
+    for (i, c) in pol.slo_classes.iter().enumerate() {
+        for (f, v) in [
+            ("ttft_ms", c.ttft_ms),
+            ("itl_ms", c.itl_ms),
+            ("e2e_ms", c.e2e_ms),
+        ] {
+            if let Some(v) = v
+                && (!v.is_finite() || v <= 0.0)
+            {
+                p.push(Problem::new(
+                    format!("policies.slo_classes[{i}].{f}"),
+                    format!("must be a finite number > 0 (ms), got {v}"),
+                ));
+            }
+        }
+        if pol.slo_classes[..i].iter().any(|o| o.name == c.name) {
+            p.push(Problem::new(
+                format!("policies.slo_classes[{i}].name"),
+                format!("class \"{}\" is defined twice", c.name),
+            ));
+        }
+    }
+    for (k, v) in &s.outputs.fitness {
+        if !FITNESS_KEYS.contains(&k.as_str()) {
+            let hint = match did_you_mean(k, FITNESS_KEYS) {
+                Some(x) => format!("did you mean \"{x}\"?"),
+                None => format!("keys: {}", FITNESS_KEYS.join(", ")),
+            };
+            p.push(Problem::new(format!("outputs.fitness.{k}"), "unknown fitness key").hint(hint));
+        } else if !v.is_finite() {
+            p.push(Problem::new(
+                format!("outputs.fitness.{k}"),
+                format!("weight must be finite, got {v}"),
+            ));
+        }
+    }
+    if s.outputs.decision_top_k == 0 {
+        p.push(Problem::new("outputs.decision_top_k", "must be ≥ 1"));
+    }
+}
+
 /// Checks everything serde could not: ranges, finiteness, names, cross-field rules.
 pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
     let mut p = Vec::new();
@@ -340,29 +481,7 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
             p.extend(problems);
         }
     }
-    let names = |list: Vec<&'static str>| list;
-    name_in_catalog(
-        &mut p,
-        "policies.admission",
-        "admission",
-        &s.policies.admission,
-        &names(catalog.admission_names()),
-    );
-    name_in_catalog(
-        &mut p,
-        "policies.routing",
-        "routing",
-        &s.policies.routing,
-        &names(catalog.routing_names()),
-    );
-    name_in_catalog(
-        &mut p,
-        "policies.autoscale",
-        "autoscale",
-        &s.policies.autoscale,
-        &names(catalog.autoscale_names()),
-    );
-
+    check_policies(&mut p, s, catalog);
     let w = &s.workload;
     if w.clients.is_empty() && w.traces.is_empty() {
         p.push(Problem::new("workload.clients", "the workload has no clients and no traces").hint(

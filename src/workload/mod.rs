@@ -51,6 +51,25 @@ fn intern(list: &mut Vec<String>, name: &str) -> u32 {
 }
 
 impl Labels {
+    /// The labels a scenario's workload will use, in the order requests index them.
+    pub fn of_scenario(s: &Scenario) -> Self {
+        let mut l = Labels::default();
+        for (i, c) in s.workload.clients.iter().enumerate() {
+            let name = if c.name.is_empty() {
+                format!("client{i}")
+            } else {
+                c.name.clone()
+            };
+            l.tenant(c.tenant.as_deref().unwrap_or(&name));
+            l.slo_class(c.slo_class.as_deref().unwrap_or("standard"));
+        }
+        for (i, t) in s.workload.traces.iter().enumerate() {
+            l.tenant(t.tenant.as_deref().unwrap_or(&format!("trace{i}")));
+            l.slo_class(t.slo_class.as_deref().unwrap_or("standard"));
+        }
+        l
+    }
+
     pub fn tenant(&mut self, name: &str) -> u32 {
         intern(&mut self.tenants, name)
     }
