@@ -238,6 +238,10 @@ pub fn record_one(
 }
 
 /// Writes the rows of the requests that ended this tick and despawns them.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "a system's parameters are its signature"
+)]
 pub fn record_finished(
     mut commands: Commands,
     mut due: ResMut<Due>,

@@ -204,6 +204,14 @@ pub trait ScalePolicy: Send + Sync + 'static {
     fn evaluate(&mut self, now: SimTime, instances: &[InstanceSnapshot]) -> ScaleDecision;
 }
 
+/// (family, name, description, parameters) of a registered policy.
+pub type PolicyInfo = (
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static [(&'static str, &'static str)],
+);
+
 /// A named, described policy constructor.
 pub struct Entry<T: ?Sized> {
     pub name: &'static str,
@@ -311,14 +319,7 @@ impl Catalog {
     }
 
     /// (family, name, description, params) of every policy, for `servesim list policies`.
-    pub fn describe(
-        &self,
-    ) -> Vec<(
-        &'static str,
-        &'static str,
-        &'static str,
-        &'static [(&'static str, &'static str)],
-    )> {
+    pub fn describe(&self) -> Vec<PolicyInfo> {
         let mut v = Vec::new();
         v.extend(
             self.admission
@@ -484,9 +485,4 @@ pub(crate) fn any_request() -> RequestSpec {
         priority: 0,
         session: None,
     }
-}
-
-#[cfg(test)]
-pub(crate) fn no_params() -> (BTreeMap<String, f64>, Labels) {
-    (BTreeMap::new(), Labels::default())
 }

@@ -1,6 +1,7 @@
 //! Integration tests: real scenarios end to end, with every invariant checked every tick.
 
 mod cli;
+mod control;
 mod common;
 mod golden;
 mod hand;
