@@ -3,7 +3,9 @@
 use crate::common::{Row, parse, run};
 
 fn cluster(n: u32, blocks: u32, beta: &str) -> String {
-    format!("cluster: (groups: [(count: {n}, kv_blocks: {blocks}, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: {beta}))])")
+    format!(
+        "cluster: (groups: [(count: {n}, kv_blocks: {blocks}, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: {beta}))])"
+    )
 }
 
 #[test]
@@ -27,7 +29,11 @@ fn a_token_bucket_rejects_exactly_the_requests_it_cannot_pay_for() {
     ));
     let (s, rows) = run(&sc);
     assert_eq!((s.requests.completed, s.requests.rejected), (22, 18));
-    let rejected: Vec<u64> = rows.iter().filter(|r| r.str("state") == "rejected").map(|r| r.u64("request_id")).collect();
+    let rejected: Vec<u64> = rows
+        .iter()
+        .filter(|r| r.str("state") == "rejected")
+        .map(|r| r.u64("request_id"))
+        .collect();
     assert_eq!(rejected, (5..40).step_by(2).collect::<Vec<_>>());
 }
 
@@ -37,17 +43,29 @@ fn a_tenant_quota_limits_each_tenant_separately() {
         "(seed: 1, {}, policies: (admission: \"tenant_quota\", admission_params: {{\"rate_per_s\": 0.0, \"burst\": 5.0, \"b\": 1000.0}}),
           workload: (clients: [
             (name: \"a\", arrival: AllAtZero(count: 20), input_tokens: Constant(10), output_tokens: Constant(2)),
-            (name: \"b\", arrival: AllAtZero(count: 20), input_tokens: Constant(10), output_tokens: Constant(2))]))",
+            (name: \"b\", rate_per_s: 10.0, arrival: Constant, input_tokens: Constant(10), output_tokens: Constant(2))], num_requests: 40))",
         cluster(1, 1000, "[100.0, 1.0, 10.0]")
     ));
     let (s, _) = run(&sc);
     let t = |n: &str| s.tenants.iter().find(|t| t.name == n).unwrap().clone();
-    assert_eq!((t("a").completed, t("a").rejected), (5, 15), "burst 5, no refill");
-    assert_eq!((t("b").completed, t("b").rejected), (20, 0), "b has its own rate");
+    assert_eq!(
+        (t("a").completed, t("a").rejected),
+        (5, 15),
+        "burst 5, no refill"
+    );
+    assert_eq!(
+        (t("b").completed, t("b").rejected),
+        (20, 0),
+        "b's own rate refills between its requests"
+    );
 }
 
 fn mean_ttft(rows: &[Row]) -> f64 {
-    let c: Vec<f64> = rows.iter().filter(|r| r.str("state") == "completed").map(|r| r.us("ttft_ms") as f64).collect();
+    let c: Vec<f64> = rows
+        .iter()
+        .filter(|r| r.str("state") == "completed")
+        .map(|r| r.us("ttft_ms") as f64)
+        .collect();
     c.iter().sum::<f64>() / c.len() as f64
 }
 
@@ -62,7 +80,12 @@ fn sjf_lowers_mean_ttft_against_fcfs_on_mixed_lengths() {
     };
     let (_, fcfs) = run(&parse(&src("fcfs")));
     let (_, sjf) = run(&parse(&src("sjf")));
-    assert!(mean_ttft(&sjf) < 0.8 * mean_ttft(&fcfs), "sjf {} vs fcfs {}", mean_ttft(&sjf), mean_ttft(&fcfs));
+    assert!(
+        mean_ttft(&sjf) < 0.8 * mean_ttft(&fcfs),
+        "sjf {} vs fcfs {}",
+        mean_ttft(&sjf),
+        mean_ttft(&fcfs)
+    );
 }
 
 #[test]
@@ -78,13 +101,32 @@ fn priority_scheduling_serves_the_critical_class_first_and_preempts_the_batch_cl
     };
     let (s, rows) = run(&parse(&src("priority_fcfs", "Priority")));
     let class_ttft = |c: &str| {
-        let r: Vec<Row> = rows.iter().filter(|r| r.str("slo_class") == c).cloned().collect();
+        let r: Vec<Row> = rows
+            .iter()
+            .filter(|r| r.str("slo_class") == c)
+            .cloned()
+            .collect();
         mean_ttft(&r)
     };
-    assert!(class_ttft("critical") < 0.5 * class_ttft("batch"), "{} vs {}", class_ttft("critical"), class_ttft("batch"));
-    let preempted = |c: &str| rows.iter().filter(|r| r.str("slo_class") == c).map(|r| r.u64("preemptions")).sum::<u64>();
+    assert!(
+        class_ttft("critical") < 0.5 * class_ttft("batch"),
+        "{} vs {}",
+        class_ttft("critical"),
+        class_ttft("batch")
+    );
+    let preempted = |c: &str| {
+        rows.iter()
+            .filter(|r| r.str("slo_class") == c)
+            .map(|r| r.u64("preemptions"))
+            .sum::<u64>()
+    };
     assert!(s.preemptions > 0, "the small cache forces preemption");
-    assert!(preempted("batch") > 3 * preempted("critical"), "batch {} critical {}", preempted("batch"), preempted("critical"));
+    assert!(
+        preempted("batch") > 3 * preempted("critical"),
+        "batch {} critical {}",
+        preempted("batch"),
+        preempted("critical")
+    );
 }
 
 #[test]
@@ -114,7 +156,10 @@ fn session_affinity_keeps_every_turn_of_a_session_on_one_instance() {
     let (_, rows) = run(&sc);
     let mut by_session = std::collections::BTreeMap::<u64, std::collections::BTreeSet<u64>>::new();
     for r in &rows {
-        by_session.entry(r.u64("session")).or_default().insert(r.u64("instance"));
+        by_session
+            .entry(r.u64("session"))
+            .or_default()
+            .insert(r.u64("instance"));
     }
     assert!(by_session.len() > 40);
     assert!(by_session.values().all(|s| s.len() == 1));
@@ -136,7 +181,12 @@ fn prefix_aware_routing_raises_the_hit_rate_over_round_robin() {
     let (rr, _) = run(&parse(&src("round_robin")));
     for routing in ["prefix_aware", "prefix_overlap", "weighted"] {
         let (pa, _) = run(&parse(&src(routing)));
-        assert!(pa.kv.hit_rate > rr.kv.hit_rate + 0.1, "{routing} {} vs round_robin {}", pa.kv.hit_rate, rr.kv.hit_rate);
+        assert!(
+            pa.kv.hit_rate > rr.kv.hit_rate + 0.1,
+            "{routing} {} vs round_robin {}",
+            pa.kv.hit_rate,
+            rr.kv.hit_rate
+        );
     }
 }
 
@@ -150,7 +200,10 @@ fn stale_snapshots_mislead_least_loaded_until_the_first_refresh() {
         )
     };
     let (_, stale) = run(&parse(&src(10_000_000)));
-    assert!(stale.iter().all(|r| r.u64("instance") == 0), "every snapshot reads empty: ties go to instance 0");
+    assert!(
+        stale.iter().all(|r| r.u64("instance") == 0),
+        "every snapshot reads empty: ties go to instance 0"
+    );
     let (_, live) = run(&parse(&src(0)));
     let used: std::collections::BTreeSet<u64> = live.iter().map(|r| r.u64("instance")).collect();
     assert_eq!(used.len(), 3);
@@ -175,21 +228,44 @@ fn slo_attainment_counts_only_requests_within_every_target() {
     // Fitness = 2·1/(1 + 2.1) + 1·r/(r + 100), r = 1 request / simulated seconds.
     let r = met.throughput.requests_per_s;
     let expected = 2.0 / (1.0 + 2.1) + r / (r + 100.0);
-    assert!((met.fitness.unwrap() - expected).abs() < 1e-9, "{:?} vs {expected}", met.fitness);
+    assert!(
+        (met.fitness.unwrap() - expected).abs() < 1e-9,
+        "{:?} vs {expected}",
+        met.fitness
+    );
 }
 
 #[test]
 fn the_decision_trace_has_a_row_per_routing_decision_with_scores_and_regret() {
     let dir = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_servesim"))
-        .args(["run", "scenarios/routing-comparison.ron", "--trace", "decisions", "--out", dir.path().to_str().unwrap()])
-        .args(["--set", "workload.num_requests=200", "--set", "policies.routing=\"weighted\""])
+        .args([
+            "run",
+            "scenarios/routing-comparison.ron",
+            "--trace",
+            "decisions",
+            "--out",
+            dir.path().to_str().unwrap(),
+        ])
+        .args([
+            "--set",
+            "workload.num_requests=200",
+            "--set",
+            "policies.routing=\"weighted\"",
+        ])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let mut r = csv::Reader::from_path(dir.path().join("decisions.csv")).unwrap();
-    assert_eq!(r.headers().unwrap().iter().collect::<Vec<_>>(), servesim::cluster::DECISION_COLUMNS);
+    assert_eq!(
+        r.headers().unwrap().iter().collect::<Vec<_>>(),
+        servesim::cluster::DECISION_COLUMNS
+    );
     let rows: Vec<csv::StringRecord> = r.records().map(Result::unwrap).collect();
     assert_eq!(rows.len(), 200);
     for row in &rows {
@@ -199,7 +275,8 @@ fn the_decision_trace_has_a_row_per_routing_decision_with_scores_and_regret() {
         assert!(row[7].contains("precise_prefix="), "{:?}", &row[7]);
         assert_eq!(row[7].split('|').count(), 3, "top 3 candidates");
     }
-    let summary: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.path().join("summary.json")).unwrap()).unwrap();
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["routing"]["decisions"], 200);
 }
 
@@ -207,7 +284,8 @@ fn the_decision_trace_has_a_row_per_routing_decision_with_scores_and_regret() {
 fn routing_table() -> String {
     let app = servesim::default_app();
     let catalog = app.world().resource::<servesim::policy::Catalog>();
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/routing-comparison.ron");
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/routing-comparison.ron");
     let mut t = String::from(
         "| routing | KV hit rate | TTFT p50 (ms) | TTFT p99 (ms) | E2E p50 (ms) | E2E p99 (ms) | Jain (instances) | CoV (instances) |\n|---|---|---|---|---|---|---|---|\n",
     );
@@ -243,7 +321,12 @@ fn routing_table() -> String {
 
 #[test]
 fn the_readme_routing_comparison_matches_a_fresh_run() {
-    let readme = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let readme =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+            .unwrap();
     let table = routing_table();
-    assert!(readme.contains(&table), "README is out of date; the table should read:\n{table}");
+    assert!(
+        readme.contains(&table),
+        "README is out of date; the table should read:\n{table}"
+    );
 }

@@ -1,8 +1,8 @@
 //! Integration tests: real scenarios end to end, with every invariant checked every tick.
 
 mod cli;
-mod control;
 mod common;
+mod control;
 mod golden;
 mod hand;
 mod latency;
