@@ -29,7 +29,7 @@ fuzz_target!(|data: &[u8]| {
     }
     sc.workload.num_requests = Some(sc.workload.num_requests.unwrap_or(60).min(60));
     sc.horizon_s = Some(sc.horizon_s.unwrap_or(30.0).min(30.0));
-    if let Ok(sim) = Simulation::from_app(app, &sc, RunOptions { check_invariants: true, out_dir: None }) {
+    if let Ok(sim) = Simulation::from_app(app, &sc, RunOptions { check_invariants: true, ..Default::default() }) {
         let _ = sim.run();
     }
 });
