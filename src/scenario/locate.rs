@@ -95,7 +95,7 @@ impl SourceMap {
     pub fn path_at(&self, offset: usize) -> Option<&str> {
         self.values
             .iter()
-            .filter(|v| v.key_start <= offset && offset <= v.value.1)
+            .filter(|v| v.key_start <= offset && offset < v.value.1.max(v.key_start + 1))
             .max_by_key(|v| v.key_start)
             .map(|v| v.path.as_str())
     }

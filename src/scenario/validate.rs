@@ -92,6 +92,14 @@ pub(super) fn explain_ron_error(code: &ron::Error) -> (String, Option<String>) {
             ),
             Some("add the field; README lists every field and its default".into()),
         ),
+        E::IntegerOutOfBounds | E::ExpectedInteger => (
+            format!("{code}: expected a whole number ≥ 0 in range for this field"),
+            Some("counts and token lengths are non-negative integers, e.g. 16".into()),
+        ),
+        E::ExpectedFloat => (
+            format!("{code}: expected a number"),
+            Some("write numbers like 12.0 or 0.5 (not in quotes)".into()),
+        ),
         other => (
             other.to_string(),
             Some("see README \"Scenario format\" for the expected syntax".into()),
