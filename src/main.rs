@@ -1,9 +1,12 @@
 //! The `servesim` command line. Owns stdout/stderr and exit codes; the library never prints.
 //!
-//! Exit codes: 0 success, 1 run failure (I/O), 2 bad input (scenario or arguments).
+//! Exit codes: 0 success, 1 run failure (I/O, a step outside a measured table, no
+//! progress), 2 bad input (scenario or arguments), 130 interrupted (Ctrl-C).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use clap::{Parser, Subcommand, ValueEnum};
 use servesim::policy::Catalog;
@@ -206,6 +209,10 @@ fn main() -> ExitCode {
                 Err(code) => return code,
             };
             let out_dir = out.unwrap_or_else(|| PathBuf::from(&sc.outputs.dir));
+            // Ctrl-C stops the run at the next tick; temporary files are removed.
+            let interrupt = Arc::new(AtomicBool::new(false));
+            let flag = interrupt.clone();
+            let _ = ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed));
             #[expect(
                 clippy::disallowed_methods,
                 reason = "wall-clock timing goes to stderr only"
@@ -218,6 +225,7 @@ fn main() -> ExitCode {
                     check_invariants,
                     out_dir: Some(out_dir.clone()),
                     trace_decisions: trace.contains(&TraceKind::Decisions),
+                    interrupt: Some(interrupt.clone()),
                 },
             ) {
                 Ok(s) => s,
@@ -228,11 +236,24 @@ fn main() -> ExitCode {
             };
             let summary = match sim.run() {
                 Ok(s) => s,
+                Err(e @ servesim::SimError::Interrupted(_)) => {
+                    eprintln!(
+                        "servesim: {e}; {} is as it was before this run",
+                        out_dir.display()
+                    );
+                    return ExitCode::from(130);
+                }
                 Err(e) => {
-                    eprintln!("error: {e}");
+                    eprintln!(
+                        "error: {e}; {} is as it was before this run",
+                        out_dir.display()
+                    );
                     return ExitCode::from(1);
                 }
             };
+            for w in &summary.warnings {
+                eprintln!("warning: {w}");
+            }
             let wall = started.elapsed().as_secs_f64();
             match format {
                 Format::Text => print!("{}", summary.to_text()),

@@ -23,7 +23,7 @@ use crate::metrics::{
     self, Aggregates, InstanceSummary, KvSummary, RequestCounts, RequestLog, Summary, Throughput,
 };
 use crate::metrics::{Fairness, RoutingSummary, SliceSummary, SloSummary};
-use crate::output::{self, PendingFile};
+use crate::output::PendingFile;
 use crate::policy::{
     ActiveAdmission, ActivePriority, ActiveQueueOrder, ActiveRouting, ActiveScaling, Catalog,
     Entry, PolicyArgs,
@@ -78,6 +78,38 @@ impl Plugin for RecordPlugin {
     }
 }
 
+/// Diagnoses of a run's outcome that a user should not miss.
+fn diagnose(s: &Summary, (blocks, block_size): (u32, u32)) -> Vec<String> {
+    let r = &s.requests;
+    let mut w = Vec::new();
+    if r.dropped > 0 {
+        w.push(format!(
+            "{} of {} requests were dropped as unservable: prompt + output exceeds max_model_len or what their instance's KV cache can hold (the largest holds {} blocks × {} tokens = {} tokens)",
+            r.dropped,
+            r.injected,
+            blocks,
+            block_size,
+            u64::from(blocks) * u64::from(block_size)
+        ));
+    }
+    if r.injected > 0 && r.rejected == r.injected {
+        w.push("every request was rejected by admission".into());
+    }
+    let left = r.queued + r.running + r.in_transit;
+    if left > 0 {
+        w.push(format!(
+            "{left} requests were still in the system when the run stopped (horizon)"
+        ));
+    }
+    if r.timed_out * 10 > r.injected {
+        w.push(format!(
+            "{} of {} requests timed out",
+            r.timed_out, r.injected
+        ));
+    }
+    w
+}
+
 /// An [`App`] with every built-in plugin: read its [`Catalog`] to validate scenarios, add
 /// your own plugins and policies, then hand it to [`Simulation::from_app`].
 pub fn default_app() -> App {
@@ -95,6 +127,8 @@ pub struct RunOptions {
     pub out_dir: Option<PathBuf>,
     /// Write `decisions.csv` (also on with the scenario's `outputs.decisions_csv`).
     pub trace_decisions: bool,
+    /// Set from outside (e.g. a Ctrl-C handler) to stop the run; nothing is committed.
+    pub interrupt: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// A run that could not complete.
@@ -108,6 +142,10 @@ pub enum SimError {
     Invalid(String),
     #[error("the run stopped: {0}")]
     Fault(String),
+    #[error(
+        "interrupted at simulated time {0}; no result file was written (temporary files removed)"
+    )]
+    Interrupted(SimTime),
 }
 
 /// A ready-to-run simulation: the ECS world and the tick schedule.
@@ -121,7 +159,10 @@ pub struct Simulation {
     csv_file: Option<PendingFile>,
     decisions_file: Option<PendingFile>,
     write_summary: bool,
+    interrupt: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
     fitness: std::collections::BTreeMap<String, f64>,
+    /// (blocks, block size) of the largest instance KV cache, for diagnoses.
+    largest_cache: (u32, u32),
 }
 
 impl Simulation {
@@ -215,6 +256,7 @@ impl Simulation {
             }),
         });
 
+        let mut largest_cache = (0u32, 16u32);
         let mut index = Vec::new();
         let mut view = Vec::new();
         let mut group_names = Vec::new();
@@ -235,6 +277,11 @@ impl Simulation {
             for _ in 0..group.count {
                 let i = index.len() as u32;
                 let kv = KvCache::new(resolved.kv_blocks, group.block_size);
+                if u64::from(resolved.kv_blocks) * u64::from(group.block_size)
+                    > u64::from(largest_cache.0) * u64::from(largest_cache.1)
+                {
+                    largest_cache = (resolved.kv_blocks, group.block_size);
+                }
                 view.push(instance::snapshot(i, &Scheduler::default(), &kv, 0));
                 let latency = Latency(resolved.latency.clone());
                 let e = world
@@ -345,6 +392,8 @@ impl Simulation {
             out_dir: options.out_dir,
             csv_file,
             decisions_file,
+            interrupt: options.interrupt.clone(),
+            largest_cache,
             write_summary: scenario.outputs.summary_json,
             fitness: scenario.outputs.fitness.clone(),
         })
@@ -374,7 +423,16 @@ impl Simulation {
 
     /// Runs to the end (no events left, or the horizon reached) and finishes.
     pub fn run(mut self) -> Result<Summary, SimError> {
-        while self.tick() {}
+        let interrupt = self.interrupt.clone();
+        while self.tick() {
+            if interrupt
+                .as_ref()
+                .is_some_and(|f| f.load(std::sync::atomic::Ordering::Relaxed))
+            {
+                self.discard_outputs();
+                return Err(SimError::Interrupted(self.world.resource::<SimClock>().now));
+            }
+        }
         if let Some(msg) = self.world.resource::<SimFault>().0.clone() {
             self.discard_outputs();
             return Err(SimError::Fault(msg));
@@ -570,6 +628,7 @@ impl Simulation {
                 max_regret: stats.regret_max,
             },
             fitness: None,
+            warnings: Vec::new(),
             tenants,
             slo_classes,
             kv: KvSummary {
@@ -585,6 +644,7 @@ impl Simulation {
         };
 
         let mut summary = summary;
+        summary.warnings = diagnose(&summary, self.largest_cache);
         if !self.fitness.is_empty() {
             summary.fitness = Some(
                 self.fitness
@@ -593,7 +653,12 @@ impl Simulation {
                     .sum(),
             );
         }
-        // Commit the decision trace, the CSV, then the summary.
+        // Finish every file under its temporary name first, then move them all into place:
+        // a failure before the renames leaves an earlier run's results untouched.
+        let io = |path: &std::path::Path, e: String| SimError::Output {
+            path: path.to_path_buf(),
+            message: e,
+        };
         let mut dlog = world.resource_mut::<DecisionLog>();
         if let Some(err) = dlog.error.take() {
             return Err(SimError::Output {
@@ -602,48 +667,68 @@ impl Simulation {
             });
         }
         if let (Some(writer), Some(pending)) = (dlog.writer.take(), &self.decisions_file) {
-            let io_err = |e: String| SimError::Output {
-                path: pending.final_path.clone(),
-                message: e,
-            };
-            let buf = writer.into_inner().map_err(|e| io_err(e.to_string()))?;
+            let buf = writer
+                .into_inner()
+                .map_err(|e| io(&pending.temp_path, e.to_string()))?;
             buf.into_inner()
-                .map_err(|e| io_err(e.to_string()))?
+                .map_err(|e| io(&pending.temp_path, e.to_string()))?
                 .sync_all()
-                .map_err(|e| io_err(e.to_string()))?;
-            pending.commit().map_err(|e| io_err(e.to_string()))?;
+                .map_err(|e| io(&pending.temp_path, e.to_string()))?;
         }
         let mut log = world.resource_mut::<RequestLog>();
         if let Some(err) = log.error.take() {
-            return Err(SimError::Output {
-                path: self
-                    .csv_file
-                    .as_ref()
-                    .map(|p| p.temp_path.clone())
-                    .unwrap_or_default(),
-                message: err,
-            });
+            let path = self
+                .csv_file
+                .as_ref()
+                .map(|p| p.temp_path.clone())
+                .unwrap_or_default();
+            return Err(SimError::Output { path, message: err });
         }
         if let (Some(writer), Some(pending)) = (log.writer.take(), &self.csv_file) {
-            let io_err = |e: String| SimError::Output {
-                path: pending.final_path.clone(),
-                message: e,
-            };
-            let buf = writer.into_inner().map_err(|e| io_err(e.to_string()))?;
-            let file = buf.into_inner().map_err(|e| io_err(e.to_string()))?;
-            file.sync_all().map_err(|e| io_err(e.to_string()))?;
-            pending.commit().map_err(|e| io_err(e.to_string()))?;
+            let buf = writer
+                .into_inner()
+                .map_err(|e| io(&pending.temp_path, e.to_string()))?;
+            let file = buf
+                .into_inner()
+                .map_err(|e| io(&pending.temp_path, e.to_string()))?;
+            file.sync_all()
+                .map_err(|e| io(&pending.temp_path, e.to_string()))?;
         }
+        let mut summary_file = None;
         if self.write_summary
             && let Some(dir) = &self.out_dir
         {
             let json = serde_json::to_string_pretty(&summary).expect("summary serialises") + "\n";
-            output::write_atomic(dir, "summary.json", json.as_bytes()).map_err(|e| {
-                SimError::Output {
-                    path: dir.join("summary.json"),
-                    message: e.to_string(),
+            let (pending, mut w) = PendingFile::create(dir, "summary.json")
+                .map_err(|e| io(&dir.join("summary.json"), e.to_string()))?;
+            use std::io::Write as _;
+            w.write_all(json.as_bytes())
+                .map_err(|e| io(&pending.temp_path, e.to_string()))?;
+            w.into_inner()
+                .map_err(|e| io(&pending.temp_path, e.to_string()))?
+                .sync_all()
+                .map_err(|e| io(&pending.temp_path, e.to_string()))?;
+            summary_file = Some(pending);
+        }
+        for pending in [&self.decisions_file, &self.csv_file, &summary_file]
+            .into_iter()
+            .flatten()
+        {
+            pending
+                .commit()
+                .map_err(|e| io(&pending.final_path, e.to_string()))?;
+        }
+        // Results of an earlier run that this run does not replace would be stale beside it.
+        if let Some(dir) = &self.out_dir {
+            for (name, written) in [
+                ("requests.csv", self.csv_file.is_some()),
+                ("decisions.csv", self.decisions_file.is_some()),
+                ("summary.json", summary_file.is_some()),
+            ] {
+                if !written {
+                    let _ = std::fs::remove_file(dir.join(name));
                 }
-            })?;
+            }
         }
         Ok(summary)
     }

@@ -194,6 +194,10 @@ pub struct Scheduler {
     pub leaving: Vec<FinishedRequest>,
     /// Already listed in [`Due::batch`] this tick.
     pub listed: bool,
+    /// Consecutive steps that computed nothing (watchdog).
+    pub stalled_steps: u32,
+    /// Preemptions counted when a request last completed here (watchdog).
+    pub preemptions_at_completion: u64,
     pub counters: InstanceCounters,
 }
 
@@ -212,6 +216,32 @@ impl Scheduler {
     pub fn resident(&self) -> usize {
         self.waiting.len() + self.running.len() + self.leaving.len()
     }
+}
+
+/// Consecutive empty steps after which an instance is declared stuck.
+pub const MAX_STALLED_STEPS: u32 = 100_000;
+/// Preemptions without a single completion after which an instance is declared thrashing.
+pub const MAX_PREEMPTIONS_WITHOUT_COMPLETION: u64 = 1_000_000;
+
+/// The progress watchdog: a diagnosis if instance `i` has stopped making progress.
+pub fn watchdog(i: u32, sched: &Scheduler, kv: &KvCache) -> Option<String> {
+    if sched.stalled_steps >= MAX_STALLED_STEPS {
+        return Some(format!(
+            "instance {i} computed nothing in {} consecutive steps with {} waiting and {} running requests; its KV cache ({} blocks) cannot make room",
+            sched.stalled_steps,
+            sched.waiting.len(),
+            sched.running.len(),
+            kv.total_blocks()
+        ));
+    }
+    let thrash = sched.counters.preemptions - sched.preemptions_at_completion;
+    if thrash >= MAX_PREEMPTIONS_WITHOUT_COMPLETION {
+        return Some(format!(
+            "instance {i} preempted {thrash} times without completing a request: its KV cache ({} blocks) thrashes; give it more kv_blocks or lower max_num_seqs",
+            kv.total_blocks()
+        ));
+    }
+    None
 }
 
 /// The bundle an instance is spawned with.
@@ -431,5 +461,33 @@ impl Plugin for InstancePlugin {
                 step::complete_steps.in_set(SimSystems::Complete),
             ),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_watchdog_names_a_stuck_or_thrashing_instance() {
+        let kv = KvCache::new(10, 16);
+        let mut s = Scheduler::default();
+        assert_eq!(watchdog(3, &s, &kv), None);
+        s.stalled_steps = MAX_STALLED_STEPS;
+        let msg = watchdog(3, &s, &kv).unwrap();
+        assert!(
+            msg.contains("instance 3 computed nothing") && msg.contains("(10 blocks)"),
+            "{msg}"
+        );
+        s.stalled_steps = 0;
+        s.counters.preemptions = MAX_PREEMPTIONS_WITHOUT_COMPLETION + 5;
+        s.preemptions_at_completion = 5;
+        assert!(
+            watchdog(3, &s, &kv)
+                .unwrap()
+                .contains("preempted 1000000 times without completing")
+        );
+        s.preemptions_at_completion = 6;
+        assert_eq!(watchdog(3, &s, &kv), None);
     }
 }

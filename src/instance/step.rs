@@ -55,6 +55,11 @@ pub fn execute_steps(
                 decode_tokens += 1;
             }
         }
+        sched.stalled_steps = if items.is_empty() {
+            sched.stalled_steps + 1
+        } else {
+            0
+        };
         if items.is_empty() && !sched.in_flight.is_empty() {
             // Everything runnable is in the pipeline: wait for a micro-batch to finish.
             continue;
@@ -121,6 +126,7 @@ pub fn complete_steps(
     index: Res<InstanceIndex>,
     mut view: ResMut<ClusterView>,
     mut agg: ResMut<Aggregates>,
+    mut fault: ResMut<SimFault>,
     mut instances: Query<(&mut Scheduler, &mut KvCache, &Latency)>,
 ) {
     let due = &mut *due;
@@ -182,6 +188,7 @@ pub fn complete_steps(
                 running,
                 leaving,
                 counters,
+                preemptions_at_completion: at_completion,
                 ..
             } = sched;
             running.retain(|seq| {
@@ -189,12 +196,16 @@ pub fn complete_steps(
                     return true;
                 }
                 counters.completed += 1;
+                *at_completion = counters.preemptions;
                 let e2e = seq.ttft.map(|t| t + seq.itl_sum + alpha1);
                 leaving.push(seq.finish(FinalState::Completed, i, Some(end), e2e));
                 false
             });
         }
         refresh_view(&mut view, i, sched, &kv);
+        if let Some(msg) = super::watchdog(i, sched, &kv) {
+            fault.0.get_or_insert(format!("no progress: {msg}"));
+        }
     }
     listed.clear();
     due.complete = listed;

@@ -177,6 +177,8 @@ pub struct Summary {
     pub instances: Vec<InstanceSummary>,
     pub tenants: Vec<SliceSummary>,
     pub slo_classes: Vec<SliceSummary>,
+    /// Plain-language diagnoses of outcomes worth a look (also printed on stderr).
+    pub warnings: Vec<String>,
 }
 
 fn f(v: Option<f64>) -> String {

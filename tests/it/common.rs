@@ -60,7 +60,7 @@ pub fn run(sc: &Scenario) -> (Summary, Vec<Row>) {
         RunOptions {
             check_invariants: true,
             out_dir: Some(dir.path().to_path_buf()),
-            trace_decisions: false,
+            ..Default::default()
         },
     )
     .unwrap()

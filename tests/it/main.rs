@@ -6,5 +6,7 @@ mod control;
 mod golden;
 mod hand;
 mod latency;
+mod properties;
+mod reliability;
 mod scenarios;
 mod workload;

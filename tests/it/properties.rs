@@ -1,0 +1,175 @@
+//! Property tests: random valid scenarios — tiny and huge caches, odd limits, every router
+//! and queue order, bursty loads, sessions, timeouts, pipelines — run with every invariant
+//! checked after every tick (`common::run`), and every request ends in exactly one state.
+
+use proptest::prelude::*;
+
+use crate::common::{parse, run};
+
+const ROUTERS: [&str; 11] = [
+    "round_robin",
+    "random",
+    "least_loaded",
+    "least_outstanding",
+    "least_kv",
+    "always_busiest",
+    "session_affinity",
+    "cost_escalation",
+    "prefix_overlap",
+    "prefix_aware",
+    "weighted",
+];
+const ORDERS: [&str; 4] = ["fcfs", "priority_fcfs", "sjf", "reverse_priority"];
+const ARRIVALS: [&str; 6] = [
+    "Poisson",
+    "Constant",
+    "Gamma(cv: 3.0)",
+    "Weibull(cv: 0.5)",
+    "OnOff(on_s: 0.5, off_s: 1.0)",
+    "Staged(stages: [(rate_per_s: 50.0, duration_s: 0.5), (rate_per_s: 5.0, duration_s: 0.5)], exact: true)",
+];
+
+#[derive(Debug, Clone)]
+struct Case {
+    instances: u32,
+    kv_blocks: u32,
+    block_size: u32,
+    max_num_seqs: u32,
+    budget: u32,
+    threshold: u32,
+    pp: u32,
+    router: usize,
+    order: usize,
+    priority_preemption: bool,
+    arrival: usize,
+    rate: f64,
+    input: (u32, u32),
+    output: (u32, u32),
+    prefix: u32,
+    groups: u32,
+    session: bool,
+    timeout_ms: Option<u32>,
+    requests: u32,
+    seed: u64,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    (
+        (
+            1u32..5,
+            4u32..3000,
+            prop::sample::select(vec![1u32, 4, 16, 32]),
+            1u32..64,
+            8u32..4096,
+            0u32..300,
+            1u32..4,
+        ),
+        (
+            0usize..ROUTERS.len(),
+            0usize..ORDERS.len(),
+            any::<bool>(),
+            0usize..ARRIVALS.len(),
+            1.0f64..400.0,
+        ),
+        (
+            (1u32..800, 0u32..800),
+            (1u32..200, 0u32..200),
+            0u32..300,
+            1u32..4,
+            any::<bool>(),
+            prop::option::of(50u32..5000),
+        ),
+        (1u32..80, any::<u64>()),
+    )
+        .prop_map(
+            |(
+                (instances, kv_blocks, block_size, max_num_seqs, budget, threshold, pp),
+                (router, order, pri, arrival, rate),
+                ((i0, i1), (o0, o1), prefix, groups, session, timeout_ms),
+                (requests, seed),
+            )| Case {
+                instances,
+                kv_blocks,
+                block_size,
+                max_num_seqs,
+                budget,
+                threshold,
+                pp,
+                router,
+                order,
+                priority_preemption: pri,
+                arrival,
+                rate,
+                input: (i0, i0 + i1),
+                output: (o0, o0 + o1),
+                prefix,
+                groups,
+                session,
+                timeout_ms,
+                requests,
+                seed,
+            },
+        )
+}
+
+fn scenario(c: &Case) -> String {
+    let session = if c.session {
+        "session: (turns: Uniform(min: 1, max: 4), think_time_s: 0.05, accumulate: true),"
+    } else {
+        ""
+    };
+    let timeout = c
+        .timeout_ms
+        .map(|t| format!("timeout_s: {:?},", f64::from(t) / 1000.0))
+        .unwrap_or_default();
+    format!(
+        "(seed: {seed}, cluster: (groups: [(count: {n}, kv_blocks: {kv}, block_size: {bs}, max_num_seqs: {seqs},
+            max_num_batched_tokens: {budget}, long_prefill_token_threshold: {thr}, pp: {pp},
+            latency: Blackbox(alpha: [100.0, 0.5, 20.0], beta: [500.0, 2.0, 40.0]))]),
+          policies: (routing: \"{router}\", scheduling: \"{order}\", priority: \"slo_based\", preemption: {pre},
+            snapshot_refresh_interval_us: {refresh}),
+          workload: (num_requests: {req}, duration_s: 30.0, clients: [
+            (rate_per_s: {rate:?}, arrival: {arrival}, slo_class: \"critical\",
+             input_tokens: Uniform(min: {i0}, max: {i1}), output_tokens: Uniform(min: {o0}, max: {o1}),
+             shared_prefix_tokens: {prefix}, prefix_groups: {groups}, {session} {timeout}),
+            (rate_per_s: {rate2:?}, slo_class: \"batch\", input_tokens: Constant(64), output_tokens: Constant(16))]))",
+        seed = c.seed,
+        n = c.instances,
+        kv = c.kv_blocks,
+        bs = c.block_size,
+        seqs = c.max_num_seqs,
+        budget = c.budget,
+        thr = c.threshold,
+        pp = c.pp,
+        router = ROUTERS[c.router],
+        order = ORDERS[c.order],
+        pre = if c.priority_preemption { "Priority" } else { "Tail" },
+        refresh = if c.seed % 3 == 0 { 20_000 } else { 0 },
+        req = c.requests,
+        rate = c.rate,
+        rate2 = c.rate / 4.0,
+        arrival = ARRIVALS[c.arrival],
+        i0 = c.input.0,
+        i1 = c.input.1,
+        o0 = c.output.0,
+        o1 = c.output.1,
+        prefix = c.prefix,
+        groups = c.groups,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_scenarios_keep_every_invariant(c in case()) {
+        let (s, rows) = run(&parse(&scenario(&c)));
+        let r = &s.requests;
+        prop_assert_eq!(r.queued + r.running + r.in_transit, 0, "no horizon: everything ends");
+        prop_assert!(rows.iter().all(|row| ["completed", "dropped", "timed_out"].contains(&row.str("state"))));
+        for row in rows.iter().filter(|row| row.str("state") == "completed") {
+            prop_assert_eq!(row.u64("generated_tokens"), row.u64("output_tokens"));
+            prop_assert!(row.u64("completion_us") >= row.u64("arrival_us"));
+        }
+    }
+}
