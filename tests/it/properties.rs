@@ -144,7 +144,7 @@ fn scenario(c: &Case) -> String {
         router = ROUTERS[c.router],
         order = ORDERS[c.order],
         pre = if c.priority_preemption { "Priority" } else { "Tail" },
-        refresh = if c.seed % 3 == 0 { 20_000 } else { 0 },
+        refresh = if c.seed.is_multiple_of(3) { 20_000 } else { 0 },
         req = c.requests,
         rate = c.rate,
         rate2 = c.rate / 4.0,
