@@ -65,3 +65,50 @@ impl RoutingPolicy for PrefixOverlap {
         (!self.last.is_empty()).then_some(&self.last)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{any_request, snapshot};
+    use crate::request::PromptContent;
+
+    fn policy() -> PrefixOverlap {
+        PrefixOverlap {
+            index: PrefixIndex::new(100),
+            max_queue: 10.0,
+            last: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn overlap_attracts_until_the_circuit_breaker_trips() {
+        let mut r = any_request();
+        r.input_tokens = 64; // 4 blocks
+        r.content = PromptContent::Simple {
+            prefix_id: 5,
+            prefix_tokens: 64,
+            unique_id: 1,
+        };
+        let mut p = policy();
+        let mut view = vec![snapshot(0, 0, 0, 0), snapshot(1, 0, 0, 0)];
+        assert_eq!(
+            p.choose(&r, SimTime(0), &RouterView::of(&view)),
+            Some(0),
+            "tie → lowest index"
+        );
+        view[0].queue_depth = 5; // 0.7·1 + 0.3·0.5 = 0.85 beats 0.3
+        assert_eq!(p.choose(&r, SimTime(0), &RouterView::of(&view)), Some(0));
+        let s = p.last_scores().unwrap();
+        assert!((s[0].score - 0.85).abs() < 1e-12 && (s[1].score - 0.3).abs() < 1e-12);
+        view[0].queue_depth = 9; // load 0.9: breaker, 0.3·0.1 = 0.03 < 0.3
+        assert_eq!(p.choose(&r, SimTime(0), &RouterView::of(&view)), Some(1));
+        let mut no_blocks = any_request();
+        no_blocks.input_tokens = 8;
+        view[1].queue_depth = 20;
+        assert_eq!(
+            p.choose(&no_blocks, SimTime(0), &RouterView::of(&view)),
+            Some(0),
+            "no full block: least outstanding"
+        );
+    }
+}

@@ -358,6 +358,14 @@ mod tests {
     }
 
     #[test]
+    fn all_at_zero_emits_exactly_count_arrivals_at_time_zero() {
+        let mut a = Arrivals::new(&ArrivalSpec::AllAtZero { count: 7 }, 0.0);
+        let mut r = rng::stream(14, "t");
+        let ts: Vec<u64> = std::iter::from_fn(|| a.next_us(&mut r)).collect();
+        assert_eq!(ts, vec![0; 7]);
+    }
+
+    #[test]
     fn on_off_arrivals_fall_only_in_on_periods_at_the_on_rate() {
         let mut a = Arrivals::new(
             &ArrivalSpec::OnOff {

@@ -325,3 +325,31 @@ fn the_readme_latency_table_matches_the_models() {
         "README is out of date; the table should read:\n{table}"
     );
 }
+
+#[test]
+fn a_scenario_can_bring_its_own_model_config_and_gpu_profile() {
+    let fixtures = root().join("tests/fixtures");
+    let src = format!(
+        "(cluster: (groups: [(model: \"{}\", gpu: \"{}\", latency: Roofline())]),
+          workload: (num_requests: 20, clients: [(rate_per_s: 50.0, input_tokens: Constant(100), output_tokens: Constant(10))]))",
+        fixtures.join("models/tiny-llama.json").display(),
+        fixtures.join("golden-h100.ron").display()
+    );
+    let (s, rows) = run(&parse(&src));
+    assert_eq!(s.requests.completed, 20);
+    // The tiny model's own numbers reach the KV sizing: per token 4·2·64·4·2 = 4,096 B,
+    // 64 KiB per block, weights (3-matrix FFN) tiny, 72 − 5.5 − 0.15 GiB free ≈ 1.06M blocks.
+    let m = ModelConfig::from_hf_json(
+        "tiny",
+        &std::fs::read_to_string(fixtures.join("models/tiny-llama.json")).unwrap(),
+    )
+    .unwrap();
+    let g: servesim::model::GpuProfile =
+        ron::from_str(&std::fs::read_to_string(fixtures.join("golden-h100.ron")).unwrap()).unwrap();
+    assert_eq!(
+        s.instances[0].kv_total_blocks,
+        kv_capacity(&m, &g, 1, 1, 0.9, 16).unwrap().blocks
+    );
+    assert!(s.instances[0].kv_total_blocks > 1_000_000);
+    assert!(rows.iter().all(|r| r.str("state") == "completed"));
+}
