@@ -75,6 +75,21 @@ pub trait LatencyModel: Send + Sync + 'static {
     }
 }
 
+/// BLIS's alpha overheads [α0 µs, α1 µs per input token, α2 µs per output token] as the
+/// blackbox and roofline models use them: queueing delay α0 + α1·input, α2 per token.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Alpha(pub [f64; 3]);
+
+impl Alpha {
+    pub fn queueing_delay(&self, input_tokens: u32) -> SimDuration {
+        SimDuration::from_us_f64(self.0[0] + self.0[1] * f64::from(input_tokens))
+    }
+
+    pub fn output_token_overhead(&self) -> SimDuration {
+        SimDuration::from_us_f64(self.0[2])
+    }
+}
+
 /// Why a step could not be priced.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]

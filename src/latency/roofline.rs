@@ -90,11 +90,11 @@ impl LatencyModel for Roofline {
     }
 
     fn queueing_delay(&self, input_tokens: u32) -> SimDuration {
-        SimDuration::from_us_f64(self.alpha[0] + self.alpha[1] * f64::from(input_tokens))
+        super::Alpha(self.alpha).queueing_delay(input_tokens)
     }
 
     fn output_token_overhead(&self) -> SimDuration {
-        SimDuration::from_us_f64(self.alpha[2])
+        super::Alpha(self.alpha).output_token_overhead()
     }
 }
 

@@ -55,6 +55,7 @@ fn five_runs_of_a_10k_request_4_instance_scenario_hash_identically() {
     assert!(hashes.windows(2).all(|w| w[0] == w[1]), "{hashes:?}");
 }
 
+/// Writes results of an "earlier run" into `dir` and returns the directory's contents.
 fn old_results(dir: &Path) -> Vec<(String, Vec<u8>)> {
     for (name, text) in [
         ("requests.csv", "old rows\n"),
@@ -62,18 +63,7 @@ fn old_results(dir: &Path) -> Vec<(String, Vec<u8>)> {
     ] {
         std::fs::write(dir.join(name), text).unwrap();
     }
-    let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| {
-            let e = e.unwrap();
-            (
-                e.file_name().to_string_lossy().into_owned(),
-                std::fs::read(e.path()).unwrap(),
-            )
-        })
-        .collect();
-    v.sort();
-    v
+    listing(dir)
 }
 
 fn listing(dir: &Path) -> Vec<(String, Vec<u8>)> {
