@@ -13,18 +13,21 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use super::percentile::Distribution;
 
-const SUB_BITS: u32 = 12;
-const SUB: u64 = 1 << SUB_BITS;
+/// Sub-bucket bits of the run-wide distributions: buckets within 1/4,096 of their values.
+pub const FINE: u32 = 12;
+/// Sub-bucket bits of per-instance / tenant / class distributions: within 1/256.
+pub const COARSE: u32 = 8;
 
-/// Bucket index of a value in µs (monotone in the value).
-fn bucket(v: u64) -> u32 {
-    if v < 2 * SUB {
+/// Bucket index of a value in µs (monotone in the value) with `bits` sub-bucket bits.
+fn bucket(v: u64, bits: u32) -> u32 {
+    let sub = 1u64 << bits;
+    if v < 2 * sub {
         return v as u32;
     }
-    let magnitude = 63 - v.leading_zeros(); // ≥ SUB_BITS + 1
-    let shift = magnitude - SUB_BITS;
-    let sub = (v >> shift) - SUB; // in [0, SUB)
-    (2 * SUB + u64::from(shift - 1) * SUB + sub) as u32
+    let magnitude = 63 - v.leading_zeros(); // ≥ bits + 1
+    let shift = magnitude - bits;
+    let within = (v >> shift) - sub; // in [0, sub)
+    (2 * sub + u64::from(shift - 1) * sub + within) as u32
 }
 
 /// Multiplicative hash for small integer bucket keys (SipHash costs more than the work).
@@ -46,8 +49,9 @@ impl Hasher for BucketHasher {
 }
 
 /// A histogram of µs samples.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Histogram {
+    bits: u32,
     buckets: HashMap<u32, (u64, u64), BuildHasherDefault<BucketHasher>>,
     count: u64,
     sum: u128,
@@ -55,13 +59,31 @@ pub struct Histogram {
     max: u64,
 }
 
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram::with_bits(FINE)
+    }
+}
+
 impl Histogram {
+    /// A histogram exact below 2^(bits+1) µs and within 2^−bits of each value above.
+    pub fn with_bits(bits: u32) -> Self {
+        Histogram {
+            bits,
+            buckets: HashMap::default(),
+            count: 0,
+            sum: 0,
+            min: 0,
+            max: 0,
+        }
+    }
+
     /// Adds `n` samples of value `v` (µs).
     pub fn record_n(&mut self, v: u64, n: u64) {
         if n == 0 {
             return;
         }
-        let b = self.buckets.entry(bucket(v)).or_default();
+        let b = self.buckets.entry(bucket(v, self.bits)).or_default();
         b.0 += n;
         b.1 += v * n;
         if self.count == 0 {
@@ -137,14 +159,20 @@ mod tests {
     fn buckets_are_monotone_and_narrow() {
         let mut prev = 0;
         for v in (0..5_000_000u64).step_by(997) {
-            let b = bucket(v);
+            let b = bucket(v, FINE);
             assert!(b >= prev);
             prev = b;
         }
-        assert_eq!(bucket(8191), 8191);
-        assert_eq!(bucket(8192), 8192);
-        assert_eq!(bucket(8193), 8192, "width 2 from 8192 µs");
-        assert_ne!(bucket(u64::MAX), bucket(u64::MAX / 2));
+        assert_eq!(bucket(8191, FINE), 8191);
+        assert_eq!(bucket(8192, FINE), 8192);
+        assert_eq!(bucket(8193, FINE), 8192, "width 2 from 8192 µs");
+        assert_ne!(bucket(u64::MAX, FINE), bucket(u64::MAX / 2, FINE));
+        assert_eq!(bucket(511, COARSE), 511);
+        assert_eq!(
+            bucket(513, COARSE),
+            bucket(512, COARSE),
+            "width 2 from 512 µs"
+        );
     }
 
     #[test]

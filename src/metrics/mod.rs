@@ -60,8 +60,9 @@ pub struct RequestLog {
     pub error: Option<String>,
 }
 
-/// Totals for one slice of the requests (an instance, a tenant, an SLO class).
-#[derive(Debug, Default, Clone)]
+/// Totals for one slice of the requests (an instance, a tenant, an SLO class). Its
+/// distributions use coarse buckets (within 1/256) to keep memory small.
+#[derive(Debug, Clone)]
 pub struct Breakdown {
     /// Requests recorded in this slice (every request is recorded exactly once).
     pub injected: u64,
@@ -74,6 +75,22 @@ pub struct Breakdown {
     pub output_tokens: u64,
     pub ttft: Histogram,
     pub e2e: Histogram,
+}
+
+impl Default for Breakdown {
+    fn default() -> Self {
+        Breakdown {
+            injected: 0,
+            completed: 0,
+            rejected: 0,
+            dropped: 0,
+            timed_out: 0,
+            good: 0,
+            output_tokens: 0,
+            ttft: Histogram::with_bits(histogram::COARSE),
+            e2e: Histogram::with_bits(histogram::COARSE),
+        }
+    }
 }
 
 impl Breakdown {
