@@ -7,7 +7,9 @@
 //!    preempted (recompute mode: blocks freed, progress reset, generated tokens kept, put back
 //!    at the **front** of the wait queue) until it fits; if the request itself is the tail it
 //!    is preempted and the phase stops. With pipeline parallelism, requests still in flight
-//!    in an earlier micro-batch are skipped and never chosen as victims.
+//!    in an earlier micro-batch are skipped and never chosen as victims; a request that
+//!    could only preempt itself while such requests hold blocks waits for them instead
+//!    (otherwise it can preempt itself forever).
 //! 2. **Then waiting requests**, head first, while fewer than `max_num_seqs` run and budget
 //!    remains, but **not in a step that preempted**: the longest cached prompt prefix is
 //!    claimed, the rest is allocated all-or-nothing; a head that does not fit blocks the
@@ -153,6 +155,15 @@ fn next_chunk(seq: &Seq, limits: &Limits, budget: u32) -> (u32, bool) {
     }
 }
 
+/// What became of a running request's need for more KV blocks.
+enum Grow {
+    Fits,
+    /// Skip it this step: the blocks it needs are held by micro-batches in flight.
+    Wait,
+    /// It was preempted itself: the running phase ends.
+    Stop,
+}
+
 fn preempt(seq: &mut Seq, kv: &mut KvCache) {
     kv.release(&mut seq.kv);
     seq.progress = 0;
@@ -180,9 +191,9 @@ pub fn form_batch(
         }
         let (tokens, prefill) = next_chunk(&sched.running[i], limits, budget);
         let context = sched.running[i].progress;
-        let fits = loop {
+        let outcome = loop {
             if kv.grow(&mut sched.running[i].kv, context + tokens) {
-                break true;
+                break Grow::Fits;
             }
             // The tail-most request not in flight in another micro-batch (without
             // pipelining: the tail), or the least important one.
@@ -201,17 +212,28 @@ pub fn form_batch(
                     }),
             }
             .expect("the requester itself qualifies");
+            if tail == i && sched.running.iter().any(|s| s.busy_until > now) {
+                // Only requests in flight in other micro-batches could make room: wait for
+                // them to come back rather than preempt the requester, which could go on
+                // forever without any request completing.
+                break Grow::Wait;
+            }
             let mut victim = sched.running.remove(tail);
             preempt(&mut victim, kv);
             sched.waiting.push_front(victim);
             sched.counters.preemptions += 1;
             preempted = true;
             if tail == i {
-                break false;
+                break Grow::Stop;
             }
         };
-        if !fits {
-            break;
+        match outcome {
+            Grow::Fits => {}
+            Grow::Wait => {
+                i += 1;
+                continue;
+            }
+            Grow::Stop => break,
         }
         sched.plan.push(Planned {
             slot: i as u32,

@@ -221,7 +221,7 @@ impl Scheduler {
 /// Consecutive empty steps after which an instance is declared stuck.
 pub const MAX_STALLED_STEPS: u32 = 100_000;
 /// Preemptions without a single completion after which an instance is declared thrashing.
-pub const MAX_PREEMPTIONS_WITHOUT_COMPLETION: u64 = 1_000_000;
+pub const MAX_PREEMPTIONS_WITHOUT_COMPLETION: u64 = 100_000;
 
 /// The progress watchdog: a diagnosis if instance `i` has stopped making progress.
 pub fn watchdog(i: u32, sched: &Scheduler, kv: &KvCache) -> Option<String> {
@@ -485,7 +485,7 @@ mod tests {
         assert!(
             watchdog(3, &s, &kv)
                 .unwrap()
-                .contains("preempted 1000000 times without completing")
+                .contains("preempted 100000 times without completing")
         );
         s.preemptions_at_completion = 6;
         assert_eq!(watchdog(3, &s, &kv), None);

@@ -159,7 +159,8 @@ fn scenario(c: &Case) -> String {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    // A fixed seed keeps CI reproducible; change it to explore new cases locally.
+    #![proptest_config(ProptestConfig { cases: 256, rng_seed: proptest::test_runner::RngSeed::Fixed(2026), ..ProptestConfig::default() })]
 
     #[test]
     fn random_scenarios_keep_every_invariant(c in case()) {
@@ -172,4 +173,25 @@ proptest! {
             prop_assert!(row.u64("completion_us") >= row.u64("arrival_us"));
         }
     }
+}
+
+/// Found by random scenarios: with pipeline parallelism and priority preemption, a request
+/// whose blocks were held by micro-batches in flight preempted itself a million times
+/// without any request completing. It must finish, quickly.
+#[test]
+fn a_pipelined_instance_with_a_tight_cache_does_not_livelock() {
+    let sc = parse(
+        "(seed: 6155892283566128633, cluster: (groups: [(count: 4, kv_blocks: 1999, block_size: 1, max_num_seqs: 10,
+            max_num_batched_tokens: 711, long_prefill_token_threshold: 11, pp: 2,
+            latency: Blackbox(alpha: [100.0, 0.5, 20.0], beta: [500.0, 2.0, 40.0]))]),
+          policies: (routing: \"round_robin\", scheduling: \"fcfs\", priority: \"slo_based\", preemption: Priority),
+          workload: (num_requests: 58, duration_s: 30.0, clients: [
+            (rate_per_s: 398.78, arrival: Weibull(cv: 0.5), slo_class: \"critical\", input_tokens: Uniform(min: 95, max: 871),
+             output_tokens: Uniform(min: 178, max: 351), shared_prefix_tokens: 49, prefix_groups: 2,
+             session: (turns: Uniform(min: 1, max: 4), think_time_s: 0.05, accumulate: true)),
+            (rate_per_s: 99.7, slo_class: \"batch\", input_tokens: Constant(64), output_tokens: Constant(16))]))",
+    );
+    let (s, _) = run(&sc);
+    assert_eq!(s.requests.completed, s.requests.injected);
+    assert!(s.preemptions < 10_000, "{} preemptions", s.preemptions);
 }
