@@ -17,6 +17,18 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
     h
 }
 
+/// Mixes words into one well-spread 64-bit id (splitmix64 steps), without allocating.
+pub fn mix(words: &[u64]) -> u64 {
+    let mut h: u64 = 0x9e37_79b9_7f4a_7c15;
+    for &w in words {
+        let mut z = (h ^ w).wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        h = z ^ (z >> 31);
+    }
+    h
+}
+
 /// The random stream of subsystem `name` for a run with master `seed`.
 pub fn stream(seed: u64, name: &str) -> ChaCha8Rng {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);

@@ -344,6 +344,7 @@ impl Simulation {
             world.insert_resource(RequestLog {
                 writer: Some(writer),
                 error: None,
+                scratch: String::new(),
             });
             csv_file = Some(pending);
         }

@@ -58,6 +58,8 @@ pub struct RequestLog {
     pub writer: Option<csv::Writer<BufWriter<File>>>,
     /// First write error; reported when the run ends.
     pub error: Option<String>,
+    /// Reused field buffer.
+    pub scratch: String,
 }
 
 /// Totals for one slice of the requests (an instance, a tenant, an SLO class). Its
@@ -172,38 +174,84 @@ impl Aggregates {
     }
 }
 
-fn ms(d: SimDuration) -> String {
-    format!("{}.{:03}", d.as_us() / 1000, d.as_us() % 1000)
-}
-
-fn opt<T>(v: Option<T>, f: impl FnOnce(T) -> String) -> String {
-    v.map(f).unwrap_or_default()
-}
-
-/// The CSV row of a finished request, in [`CSV_COLUMNS`] order.
-pub fn csv_row(f: &FinishedRequest, labels: &Labels) -> [String; 19] {
-    let name = |list: &[String], i: u32| list.get(i as usize).cloned().unwrap_or_default();
-    [
-        f.spec.id.to_string(),
-        f.spec.client.to_string(),
-        name(&labels.tenants, f.spec.tenant),
-        name(&labels.slo_classes, f.spec.slo_class),
-        opt(f.spec.session, |s| s.id.to_string()),
-        opt(f.spec.session, |s| s.turn.to_string()),
-        opt(f.instance, |i| i.to_string()),
-        f.state.as_str().to_string(),
-        f.lifecycle.arrival.as_us().to_string(),
-        f.spec.input_tokens.to_string(),
-        f.spec.output_tokens.to_string(),
-        f.generated_tokens.to_string(),
-        f.cached_tokens.to_string(),
-        opt(f.scheduling_delay(), ms),
-        opt(f.ttft, ms),
-        opt(f.e2e, ms),
-        opt(f.mean_itl(), |us| format!("{:.3}", us / 1000.0)),
-        f.preemptions.to_string(),
-        opt(f.completed, |t| t.as_us().to_string()),
-    ]
+/// Writes the CSV row of a finished request, in [`CSV_COLUMNS`] order, formatting every
+/// field into `scratch` (no allocation per field).
+pub fn write_row<W: std::io::Write>(
+    w: &mut csv::Writer<W>,
+    f: &FinishedRequest,
+    labels: &Labels,
+    scratch: &mut String,
+) -> csv::Result<()> {
+    use std::fmt::Write as _;
+    let mut field = |w: &mut csv::Writer<W>, fill: &dyn Fn(&mut String)| {
+        scratch.clear();
+        fill(scratch);
+        w.write_field(scratch.as_bytes())
+    };
+    let ms = |s: &mut String, d: Option<SimDuration>| {
+        if let Some(d) = d {
+            let _ = write!(s, "{}.{:03}", d.as_us() / 1000, d.as_us() % 1000);
+        }
+    };
+    fn name(list: &[String], i: u32) -> &str {
+        list.get(i as usize).map_or("", String::as_str)
+    }
+    field(w, &|s| {
+        let _ = write!(s, "{}", f.spec.id);
+    })?;
+    field(w, &|s| {
+        let _ = write!(s, "{}", f.spec.client);
+    })?;
+    w.write_field(name(&labels.tenants, f.spec.tenant))?;
+    w.write_field(name(&labels.slo_classes, f.spec.slo_class))?;
+    field(w, &|s| {
+        if let Some(x) = f.spec.session {
+            let _ = write!(s, "{}", x.id);
+        }
+    })?;
+    field(w, &|s| {
+        if let Some(x) = f.spec.session {
+            let _ = write!(s, "{}", x.turn);
+        }
+    })?;
+    field(w, &|s| {
+        if let Some(i) = f.instance {
+            let _ = write!(s, "{i}");
+        }
+    })?;
+    w.write_field(f.state.as_str())?;
+    field(w, &|s| {
+        let _ = write!(s, "{}", f.lifecycle.arrival.as_us());
+    })?;
+    field(w, &|s| {
+        let _ = write!(s, "{}", f.spec.input_tokens);
+    })?;
+    field(w, &|s| {
+        let _ = write!(s, "{}", f.spec.output_tokens);
+    })?;
+    field(w, &|s| {
+        let _ = write!(s, "{}", f.generated_tokens);
+    })?;
+    field(w, &|s| {
+        let _ = write!(s, "{}", f.cached_tokens);
+    })?;
+    field(w, &|s| ms(s, f.scheduling_delay()))?;
+    field(w, &|s| ms(s, f.ttft))?;
+    field(w, &|s| ms(s, f.e2e))?;
+    field(w, &|s| {
+        if let Some(us) = f.mean_itl() {
+            let _ = write!(s, "{:.3}", us / 1000.0);
+        }
+    })?;
+    field(w, &|s| {
+        let _ = write!(s, "{}", f.preemptions);
+    })?;
+    field(w, &|s| {
+        if let Some(t) = f.completed {
+            let _ = write!(s, "{}", t.as_us());
+        }
+    })?;
+    w.write_record(None::<&[u8]>)
 }
 
 /// Adds a request that ended to the aggregates and the CSV.
@@ -246,11 +294,16 @@ pub fn record_one(
         agg.scheduling_delay.record(d.as_us());
     }
     agg.preemptions += u64::from(f.preemptions);
-    if let Some(w) = log.writer.as_mut()
-        && log.error.is_none()
-        && let Err(e) = w.write_record(csv_row(f, labels))
+    let RequestLog {
+        writer,
+        error,
+        scratch,
+    } = log;
+    if let Some(w) = writer.as_mut()
+        && error.is_none()
+        && let Err(e) = write_row(w, f, labels, scratch)
     {
-        log.error = Some(e.to_string());
+        *error = Some(e.to_string());
     }
 }
 

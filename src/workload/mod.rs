@@ -33,6 +33,11 @@ use crate::rng::{self, fnv1a};
 use crate::scenario::{ClientSpec, Scenario};
 use crate::time::{SimDuration, SimTime};
 
+/// Domain tag of request content ids (so they never equal prefix or pool ids).
+const REQUEST_TAG: u64 = 0x7265_7175_6573_7401;
+/// Domain tag of shared-prefix content ids.
+const PREFIX_TAG: u64 = 0x7072_6566_6978_0002;
+
 /// Names of tenants and SLO classes, by the index requests carry.
 #[derive(Resource, Debug, Clone, Default, PartialEq, Eq)]
 pub struct Labels {
@@ -260,7 +265,7 @@ impl Workload {
     /// The request a source emits now (and opens its session, if any).
     pub fn make_request(&mut self, source: usize, id: u64) -> (RequestSpec, Option<SimDuration>) {
         let seed = self.seed;
-        let unique = fnv1a(format!("request/{seed}/{id}").as_bytes());
+        let unique = rng::mix(&[REQUEST_TAG, seed, id]);
         match &mut self.sources[source] {
             Source::Trace {
                 pending,
@@ -313,13 +318,11 @@ impl Workload {
                     }
                     (question, unique_id, group) = pool[slot];
                 }
-                let prefix_id = fnv1a(
-                    format!(
-                        "prefix/{seed}/{}",
-                        c.prefix_base.wrapping_add(u64::from(group))
-                    )
-                    .as_bytes(),
-                );
+                let prefix_id = rng::mix(&[
+                    PREFIX_TAG,
+                    seed,
+                    c.prefix_base.wrapping_add(u64::from(group)),
+                ]);
                 let input = c.prefix_tokens.saturating_add(question);
                 let content = PromptContent::Simple {
                     prefix_id,
@@ -389,7 +392,7 @@ impl Workload {
             .expect("sessions come from session clients");
         let question = c.input.sample(&mut c.rng).max(1);
         let output = c.output.sample(&mut c.rng).max(1);
-        let unique_id = fnv1a(format!("request/{seed}/{id}").as_bytes());
+        let unique_id = rng::mix(&[REQUEST_TAG, seed, id]);
         let (input, content) = if cfg.accumulate {
             let before = s.history.last().map_or(0, |x| x.end);
             let input = before.saturating_add(question).min(lengths::MAX_TOKENS * 4);
