@@ -1,8 +1,9 @@
 //! Result files written atomically: each goes to a `.partial` name first and is renamed
-//! only when the run succeeds, so a failed run never leaves a file that looks complete.
+//! only when the run succeeds (all of them together, after every one is complete), so a
+//! failed run never leaves a file that looks complete.
 
 use std::fs::{self, File};
-use std::io::{BufWriter, Write};
+use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 
 /// A file being written under a temporary name.
@@ -37,13 +38,4 @@ impl PendingFile {
     pub fn discard(&self) {
         let _ = fs::remove_file(&self.temp_path);
     }
-}
-
-/// Writes `bytes` to `dir/name` atomically.
-pub fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<PathBuf> {
-    let (pending, mut w) = PendingFile::create(dir, name)?;
-    w.write_all(bytes)?;
-    w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-    pending.commit()?;
-    Ok(pending.final_path)
 }
