@@ -236,35 +236,6 @@ fn kv_blocks_and_max_model_len_are_derived_from_model_and_gpu() {
 }
 
 #[test]
-fn a_batch_outside_a_measured_table_stops_the_run_with_a_clear_error() {
-    let out_dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_servesim"))
-        .args([
-            "run",
-            "scenarios/measured-table.ron",
-            "--out",
-            out_dir.path().to_str().unwrap(),
-        ])
-        .args(["--set", "workload.clients[0].input_tokens=Constant(3000)"])
-        .args(["--set", "cluster.groups[0].max_num_batched_tokens=4096"])
-        .current_dir(root())
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains("prefill_tokens = ") && err.contains("outside the measured range 0..=2048"),
-        "{err}"
-    );
-    assert!(err.contains("extrapolation: Clamp or Linear"), "{err}");
-    assert_eq!(
-        std::fs::read_dir(out_dir.path()).unwrap().count(),
-        0,
-        "nothing left behind"
-    );
-}
-
-#[test]
 fn list_models_and_hardware_show_the_library() {
     let run = |what: &str| {
         let out = Command::new(env!("CARGO_BIN_EXE_servesim"))

@@ -137,7 +137,15 @@ fn a_run_that_fails_midway_leaves_the_output_directory_as_it_was() {
         .current_dir(root())
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(1));
+    // A batch outside the measured table stops the run with a clear error …
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("prefill_tokens = ") && err.contains("outside the measured range 0..=2048"),
+        "{err}"
+    );
+    assert!(err.contains("extrapolation: Clamp or Linear"), "{err}");
+    // … and leaves no temporary file and the earlier results untouched.
     assert_eq!(listing(dir.path()), before);
 }
 
