@@ -150,20 +150,36 @@ impl Plugin for EnginePlugin {
 
 /// Runs one tick: pops every event due at the earliest pending time (if it is within the
 /// horizon), advances the clock and runs the schedule. Returns false when nothing is left.
+///
+/// Timeouts of requests that already left (finished, rejected, dropped) are discarded
+/// without a tick: they neither advance the clock nor count as simulated time, so a run's
+/// duration ends with its last real event.
 pub fn tick(world: &mut World, schedule: &mut Schedule) -> bool {
     let horizon = world.resource::<SimClock>().horizon;
-    let Some(t) = world.resource::<EventQueue>().peek_time() else {
-        return false;
-    };
-    if t > horizon {
-        return false;
-    }
-    world.resource_scope(|world, mut queue: Mut<EventQueue>| {
-        let mut due = world.resource_mut::<Due>();
-        while let Some(event) = queue.pop_at(t) {
-            due.push_event(event);
+    let t = loop {
+        let Some(t) = world.resource::<EventQueue>().peek_time() else {
+            return false;
+        };
+        if t > horizon {
+            return false;
         }
-    });
+        let live = world.resource_scope(|world, mut queue: Mut<EventQueue>| {
+            let mut live = false;
+            while let Some(event) = queue.pop_at(t) {
+                if let Event::Timeout { request } = event
+                    && world.get_entity(request).is_err()
+                {
+                    continue;
+                }
+                live = true;
+                world.resource_mut::<Due>().push_event(event);
+            }
+            live
+        });
+        if live {
+            break t;
+        }
+    };
     let ticks = {
         let mut clock = world.resource_mut::<SimClock>();
         assert!(
