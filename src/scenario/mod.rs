@@ -98,6 +98,22 @@ pub struct InstanceGroup {
     /// Tokens per KV block. Default 16.
     #[serde(default = "default_block_size")]
     pub block_size: u32,
+    /// CPU offload tier, in blocks (vLLM CPU offloading): prefix blocks evicted from the GPU
+    /// are copied to host memory (LRU) and reloaded on a later prefix hit. Needs `model`.
+    /// Default 0 (no tier).
+    #[serde(default)]
+    pub cpu_kv_blocks: u32,
+    /// Host link of the CPU tier, GB/s per GPU. Default: the GPU profile's
+    /// `physics.host_link_gb_per_s` (H100: 50).
+    #[serde(default)]
+    pub host_link_gb_per_s: Option<f64>,
+    /// Fixed latency of the transfers of one step, µs. Default: the GPU profile's (10).
+    #[serde(default)]
+    pub host_link_latency_us: Option<f64>,
+    /// A reload of a block offloaded less than this long ago counts as thrashing (s).
+    /// Default 10.
+    #[serde(default = "default_thrash_window")]
+    pub cpu_kv_thrash_window_s: f64,
     /// Most requests in the running batch (vLLM `max_num_seqs`). Default 256.
     #[serde(default = "default_max_num_seqs")]
     pub max_num_seqs: u32,
@@ -131,6 +147,9 @@ fn default_util() -> f64 {
 fn default_block_size() -> u32 {
     16
 }
+fn default_thrash_window() -> f64 {
+    10.0
+}
 fn default_max_num_seqs() -> u32 {
     256
 }
@@ -145,8 +164,37 @@ pub enum LatencySpec {
     /// BLIS alpha/beta: step = β0 + β1·prefill tokens + β2·decode tokens (µs);
     /// queueing = α0 + α1·input tokens; α2 per output token.
     Blackbox { alpha: Vec<f64>, beta: Vec<f64> },
-    /// BLIS roofline from the group's `model` and `gpu`; optional [α0, α1, α2] µs overheads.
+    /// servesim's physics roofline from the group's `model` and `gpu` (per-kernel GEMMs,
+    /// attention, element-wise work, TP all-reduce, LM head, CPU overheads). Every field is
+    /// optional: the efficiencies default to the GPU profile's `physics` block.
     Roofline {
+        /// [α0, α1, α2] µs overheads placed as BLIS places them. Default zeros.
+        #[serde(default)]
+        alpha: Option<Vec<f64>>,
+        /// CPU-side cost of each step, µs. Default 400.
+        #[serde(default)]
+        step_overhead_us: Option<f64>,
+        /// CPU-side cost per scheduled request, µs. Default 5.
+        #[serde(default)]
+        request_overhead_us: Option<f64>,
+        #[serde(default)]
+        gemm_efficiency: Option<f64>,
+        #[serde(default)]
+        attention_efficiency: Option<f64>,
+        #[serde(default)]
+        bandwidth_efficiency: Option<f64>,
+        #[serde(default)]
+        kernel_overhead_us: Option<f64>,
+        #[serde(default)]
+        attention_overhead_us: Option<f64>,
+        #[serde(default)]
+        allreduce_gb_per_s: Option<f64>,
+        #[serde(default)]
+        allreduce_latency_us: Option<f64>,
+    },
+    /// BLIS's roofline (MODELS.md §2.3), for conformance: one max(compute × MFU, memory)
+    /// crossover, 2-matrix FFN, no communication or overheads; optional [α0, α1, α2].
+    BlisRoofline {
         #[serde(default)]
         alpha: Option<Vec<f64>>,
     },
@@ -288,6 +336,61 @@ pub struct WorkloadSpec {
     /// Recorded traces to replay (streamed from disk).
     #[serde(default)]
     pub traces: Vec<TraceSpec>,
+    /// An inference-perf load: staged rates over a shared-prefix user population.
+    #[serde(default)]
+    pub inference_perf: Option<InferencePerfSpec>,
+}
+
+/// inference-perf's staged `shared_prefix` load (the generator behind BLIS's training and
+/// golden data): `num_unique_system_prompts` × `num_users_per_system_prompt` users, each
+/// request = the user's system prompt (`system_prompt_len` tokens, shared by the prompt's
+/// users) + a new question (`question_len` tokens); exactly ⌊rate × duration⌋ requests per
+/// stage.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct InferencePerfSpec {
+    /// Stages run back to back.
+    pub stages: Vec<Stage>,
+    pub shared_prefix: SharedPrefixSpec,
+    /// How the load is read. Default `OpenLoop` (what inference-perf sends).
+    #[serde(default)]
+    pub reading: InferencePerfReading,
+    /// Client timeout of every request (seconds). Default: none (`Blis` reading: 300 s, as
+    /// BLIS gives session clients).
+    #[serde(default)]
+    pub timeout_s: Option<f64>,
+}
+
+/// inference-perf's `data.shared_prefix` block (same field names).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SharedPrefixSpec {
+    pub num_unique_system_prompts: u32,
+    pub num_users_per_system_prompt: u32,
+    pub system_prompt_len: u32,
+    pub question_len: u32,
+    pub output_len: u32,
+    /// Users are multi-turn chat sessions (no context accumulation, as inference-perf).
+    #[serde(default)]
+    pub enable_multi_turn_chat: bool,
+}
+
+/// Two readings of an inference-perf load.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+pub enum InferencePerfReading {
+    /// inference-perf itself: each stage's timer sends exactly ⌊rate × duration⌋ requests
+    /// at the stage rate (`Constant`: normalised-exponential gaps, the last at the stage end;
+    /// `Poisson`: exponential gaps); requests go to the users in turn.
+    #[default]
+    OpenLoop,
+    /// `OpenLoop` with Poisson stage timers.
+    OpenLoopPoisson,
+    /// BLIS's expansion (`sim/workload/inference_perf.go`): with multi-turn chat, every user of
+    /// every stage is a closed-loop session that starts one exponential gap (at rate / users)
+    /// into its stage and sends its share of ⌊rate × duration⌋ requests, each
+    /// ⌊users / rate⌋ s after the previous one completed; without it, each user sends its
+    /// share with normalised-exponential gaps (one stage) or Poisson arrivals (several).
+    Blis,
 }
 
 /// One synthetic traffic source (a client, tenant or user population).
@@ -381,6 +484,10 @@ pub enum ArrivalSpec {
         #[serde(default)]
         exact: bool,
     },
+    /// inference-perf's constant load timer per stage: exactly ⌊rate × duration⌋ arrivals
+    /// whose gaps are exponential draws normalised to sum to the stage duration (the last
+    /// arrival falls on the stage end).
+    ConstantTimer { stages: Vec<Stage> },
 }
 
 /// One stage of a staged load.

@@ -254,7 +254,7 @@ fn check_arrival(p: &mut Vec<Problem>, path: &str, spec: &ArrivalSpec) {
                 p.push(Problem::new(format!("{path}.count"), "must be ≥ 1"));
             }
         }
-        ArrivalSpec::Staged { stages, .. } => {
+        ArrivalSpec::Staged { stages, .. } | ArrivalSpec::ConstantTimer { stages } => {
             if stages.is_empty() {
                 p.push(Problem::new(
                     format!("{path}.stages"),
@@ -491,7 +491,10 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
     }
     check_policies(&mut p, s, catalog);
     let w = &s.workload;
-    if w.clients.is_empty() && w.traces.is_empty() {
+    if let Some(ip) = &w.inference_perf {
+        check_inference_perf(&mut p, ip);
+    }
+    if w.clients.is_empty() && w.traces.is_empty() && w.inference_perf.is_none() {
         p.push(Problem::new("workload.clients", "the workload has no clients and no traces").hint(
             "add one, e.g. (rate_per_s: 10.0, input_tokens: Constant(512), output_tokens: Constant(128))",
         ));
@@ -521,7 +524,9 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
     let bounded = |a: &ArrivalSpec| {
         matches!(
             a,
-            ArrivalSpec::AllAtZero { .. } | ArrivalSpec::Staged { .. }
+            ArrivalSpec::AllAtZero { .. }
+                | ArrivalSpec::Staged { .. }
+                | ArrivalSpec::ConstantTimer { .. }
         )
     };
     let sources_end = w
@@ -635,6 +640,113 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
         p.push(Problem::new(path, msg));
     }
     p
+}
+
+/// Most users (prompts × users per prompt × stages) an inference-perf load may expand into.
+pub const MAX_INFERENCE_PERF_USERS: u64 = 100_000;
+
+fn check_inference_perf(p: &mut Vec<Problem>, ip: &super::InferencePerfSpec) {
+    let at = |f: &str| format!("workload.inference_perf.{f}");
+    if ip.stages.is_empty() {
+        p.push(
+            Problem::new(at("stages"), "needs at least one stage")
+                .hint("e.g. stages: [(rate_per_s: 5.0, duration_s: 600.0)]"),
+        );
+    }
+    let sp = &ip.shared_prefix;
+    let users = u64::from(sp.num_unique_system_prompts) * u64::from(sp.num_users_per_system_prompt);
+    for (k, st) in ip.stages.iter().enumerate() {
+        if !st.rate_per_s.is_finite() || st.rate_per_s <= 0.0 {
+            p.push(Problem::new(
+                at(&format!("stages[{k}].rate_per_s")),
+                format!("must be a finite number > 0, got {}", st.rate_per_s),
+            ));
+        } else if st.duration_s.is_finite() && st.duration_s > 0.0 {
+            let n = (st.rate_per_s * st.duration_s).floor();
+            if n < 1.0 {
+                p.push(
+                    Problem::new(
+                        at(&format!("stages[{k}]")),
+                        format!(
+                            "rate × duration = {} gives no request",
+                            st.rate_per_s * st.duration_s
+                        ),
+                    )
+                    .hint("raise the rate or the duration"),
+                );
+            } else if n > 1e9 {
+                p.push(Problem::new(
+                    at(&format!("stages[{k}]")),
+                    format!("{n} requests in one stage is more than the 10⁹ allowed"),
+                ));
+            }
+        }
+        if !st.duration_s.is_finite() || st.duration_s <= 0.0 || st.duration_s > 1e9 {
+            p.push(Problem::new(
+                at(&format!("stages[{k}].duration_s")),
+                format!(
+                    "must be a number of seconds in (0, 10⁹], got {}",
+                    st.duration_s
+                ),
+            ));
+        }
+    }
+    for (field, v) in [
+        ("num_unique_system_prompts", sp.num_unique_system_prompts),
+        (
+            "num_users_per_system_prompt",
+            sp.num_users_per_system_prompt,
+        ),
+        ("output_len", sp.output_len),
+    ] {
+        if v == 0 {
+            p.push(Problem::new(
+                at(&format!("shared_prefix.{field}")),
+                "must be ≥ 1",
+            ));
+        }
+    }
+    if sp.system_prompt_len == 0 && sp.question_len == 0 {
+        p.push(
+            Problem::new(
+                at("shared_prefix.question_len"),
+                "a prompt needs at least one token",
+            )
+            .hint("set system_prompt_len or question_len above 0"),
+        );
+    }
+    for (field, v) in [
+        ("system_prompt_len", sp.system_prompt_len),
+        ("question_len", sp.question_len),
+        ("output_len", sp.output_len),
+    ] {
+        if v > crate::workload::lengths::MAX_TOKENS {
+            p.push(Problem::new(
+                at(&format!("shared_prefix.{field}")),
+                format!(
+                    "{v} is above the {} tokens allowed",
+                    crate::workload::lengths::MAX_TOKENS
+                ),
+            ));
+        }
+    }
+    if users.saturating_mul(ip.stages.len() as u64) > MAX_INFERENCE_PERF_USERS {
+        p.push(Problem::new(
+            at("shared_prefix"),
+            format!(
+                "{users} users × {} stages is more than the {MAX_INFERENCE_PERF_USERS} allowed",
+                ip.stages.len()
+            ),
+        ));
+    }
+    if let Some(t) = ip.timeout_s
+        && (!t.is_finite() || t <= 0.0)
+    {
+        p.push(Problem::new(
+            at("timeout_s"),
+            format!("must be a finite number > 0, got {t}"),
+        ));
+    }
 }
 
 #[cfg(test)]

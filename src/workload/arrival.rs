@@ -75,7 +75,7 @@ pub enum Arrivals {
     },
     Staged {
         stages: Vec<Stage>,
-        exact: bool,
+        mode: StageMode,
         k: usize,
         start_us: u64,
         t: u64,
@@ -83,6 +83,39 @@ pub enum Arrivals {
         target: u64,
         frac: f64,
     },
+    /// One arrival, one exponential gap after `start_us` (none if it falls at or after
+    /// `end_us`): a session that starts at a random time in its window (BLIS).
+    Once {
+        start_us: u64,
+        end_us: u64,
+        exp: Exp<f64>,
+        done: bool,
+    },
+}
+
+/// How a stage places its arrivals.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StageMode {
+    /// Poisson at the stage rate.
+    Poisson,
+    /// Exactly round(rate × duration), uniform order statistics.
+    Uniform,
+    /// Exactly ⌊rate × duration⌋, normalised exponential gaps (inference-perf's constant
+    /// timer): the partial sums of n exponentials over their total are the order statistics
+    /// of n − 1 uniforms followed by 1, so they can be drawn lazily.
+    NormalizedExp,
+}
+
+impl Arrivals {
+    /// A single arrival one Exp(`rate_per_s`) gap after `start_us`, dropped at `end_us`.
+    pub fn once(start_us: u64, end_us: u64, rate_per_s: f64) -> Self {
+        Arrivals::Once {
+            start_us,
+            end_us,
+            exp: Exp::new(rate_per_s).expect("rate > 0 (validated)"),
+            done: false,
+        }
+    }
 }
 
 /// Inter-arrival distribution of a renewal process (seconds).
@@ -104,6 +137,12 @@ impl Interval {
         };
         ((s * 1e6) as u64).max(1)
     }
+}
+
+/// ⌊rate × duration⌋, the arrivals of a constant-timer stage (inference-perf). A relative
+/// epsilon makes e.g. 0.1 × 30 or (n / d) × d count as written despite rounding.
+pub fn stage_requests(s: &Stage) -> u64 {
+    (s.rate_per_s * s.duration_s * (1.0 + 1e-12)).floor() as u64
 }
 
 fn us(s: f64) -> u64 {
@@ -139,26 +178,38 @@ impl Arrivals {
                 on_time: 0,
             },
             ArrivalSpec::AllAtZero { count } => Arrivals::AllAtZero { remaining: *count },
-            ArrivalSpec::Staged { stages, exact } => {
-                let mut a = Arrivals::Staged {
-                    stages: stages.clone(),
-                    exact: *exact,
-                    k: 0,
-                    start_us: 0,
-                    t: 0,
-                    placed: 0,
-                    target: 0,
-                    frac: 0.0,
-                };
-                a.enter_stage(0, 0);
-                a
-            }
+            ArrivalSpec::Staged { stages, exact } => Self::staged(
+                stages,
+                if *exact {
+                    StageMode::Uniform
+                } else {
+                    StageMode::Poisson
+                },
+            ),
+            ArrivalSpec::ConstantTimer { stages } => Self::staged(stages, StageMode::NormalizedExp),
         }
+    }
+
+    /// Stages run back to back, each placing its arrivals as `mode` says.
+    pub fn staged(stages: &[Stage], mode: StageMode) -> Self {
+        let mut a = Arrivals::Staged {
+            stages: stages.to_vec(),
+            mode,
+            k: 0,
+            start_us: 0,
+            t: 0,
+            placed: 0,
+            target: 0,
+            frac: 0.0,
+        };
+        a.enter_stage(0, 0);
+        a
     }
 
     fn enter_stage(&mut self, k: usize, start: u64) {
         if let Arrivals::Staged {
             stages,
+            mode,
             k: sk,
             start_us,
             t,
@@ -173,9 +224,13 @@ impl Arrivals {
             *t = start;
             *placed = 0;
             *frac = 0.0;
-            *target = stages
-                .get(k)
-                .map_or(0, |s| (s.rate_per_s * s.duration_s).round() as u64);
+            *target = stages.get(k).map_or(0, |s| {
+                if *mode == StageMode::NormalizedExp {
+                    stage_requests(s)
+                } else {
+                    (s.rate_per_s * s.duration_s).round() as u64
+                }
+            });
         }
     }
 
@@ -208,6 +263,19 @@ impl Arrivals {
                 Some(0)
             }
             Arrivals::Staged { .. } => self.next_staged(rng),
+            Arrivals::Once {
+                start_us,
+                end_us,
+                exp,
+                done,
+            } => {
+                if *done {
+                    return None;
+                }
+                *done = true;
+                let at = start_us.saturating_add(((exp.sample(rng) * 1e6) as u64).max(1));
+                (at < *end_us).then_some(at)
+            }
         }
     }
 
@@ -215,7 +283,7 @@ impl Arrivals {
         loop {
             let Arrivals::Staged {
                 stages,
-                exact,
+                mode,
                 k,
                 start_us,
                 t,
@@ -228,7 +296,23 @@ impl Arrivals {
             };
             let stage = *stages.get(*k)?;
             let end = start_us.saturating_add(us(stage.duration_s));
-            if *exact {
+            if *mode == StageMode::NormalizedExp {
+                if *placed + 1 < *target {
+                    // Next order statistic of `target - 1` uniforms on [start, end).
+                    let left = (*target - 1 - *placed) as f64;
+                    let v: f64 = rng.random();
+                    *frac += (1.0 - *frac) * (1.0 - v.powf(1.0 / left));
+                    *placed += 1;
+                    let at = *start_us + (*frac * (end - *start_us) as f64) as u64;
+                    *t = at.max(*t).min(end);
+                    return Some(*t);
+                }
+                if *placed + 1 == *target {
+                    *placed += 1;
+                    *t = end;
+                    return Some(end);
+                }
+            } else if *mode == StageMode::Uniform {
                 if *placed < *target {
                     // Next order statistic of `target` uniforms on [start, end).
                     let left = (*target - *placed) as f64;
@@ -442,5 +526,49 @@ mod tests {
         assert!((first - 10_000.0).abs() < 400.0, "{first}");
         assert!((second - 1_000.0).abs() < 127.0, "{second}");
         assert!(ts.iter().all(|&t| t < 100_000_000));
+    }
+}
+
+#[cfg(test)]
+mod timer_tests {
+    use super::*;
+    use crate::rng;
+
+    #[test]
+    fn the_constant_timer_has_normalised_exponential_gaps() {
+        // n normalised exponentials over duration D: every gap has mean D/n, and the k-th
+        // arrival is at D·Beta(k, n − k) with mean D·k/n. Check over 2,000 draws of a
+        // 10-arrival, 10 s stage: mean of the 5th arrival 5 s (sd of the mean ≈ 0.034 s).
+        let stages = [Stage {
+            rate_per_s: 1.0,
+            duration_s: 10.0,
+        }];
+        let mut rng = rng::stream(9, "timer");
+        let mut fifth = 0.0;
+        let mut first_gap = 0.0;
+        let runs = 2000;
+        for _ in 0..runs {
+            let mut a = Arrivals::staged(&stages, StageMode::NormalizedExp);
+            let t: Vec<u64> = std::iter::from_fn(|| a.next_us(&mut rng)).collect();
+            assert_eq!(t.len(), 10);
+            assert_eq!(*t.last().unwrap(), 10_000_000);
+            assert!(t.windows(2).all(|w| w[0] <= w[1]));
+            fifth += t[4] as f64 / 1e6 / f64::from(runs);
+            first_gap += t[0] as f64 / 1e6 / f64::from(runs);
+        }
+        assert!((fifth - 5.0).abs() < 0.15, "{fifth}");
+        assert!((first_gap - 1.0).abs() < 0.1, "{first_gap}");
+    }
+
+    #[test]
+    fn a_single_session_start_is_one_gap_into_its_window_or_never() {
+        let mut rng = rng::stream(1, "once");
+        let mut a = Arrivals::once(5_000_000, 6_000_000, 1000.0);
+        let t = a.next_us(&mut rng).unwrap();
+        assert!((5_000_001..6_000_000).contains(&t));
+        assert_eq!(a.next_us(&mut rng), None);
+        // A rate so low the gap overshoots the window: no session.
+        let mut late = Arrivals::once(0, 1, 1e-9);
+        assert_eq!(late.next_us(&mut rng), None);
     }
 }

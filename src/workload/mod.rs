@@ -11,6 +11,7 @@
 //! [`SimSystems::Record`]: crate::SimSystems::Record
 
 pub mod arrival;
+pub mod inference_perf;
 pub mod lengths;
 pub mod trace;
 
@@ -72,6 +73,10 @@ impl Labels {
             l.tenant(t.tenant.as_deref().unwrap_or(&format!("trace{i}")));
             l.slo_class(t.slo_class.as_deref().unwrap_or("standard"));
         }
+        if s.workload.inference_perf.is_some() {
+            l.tenant(inference_perf::TENANT);
+            l.slo_class("standard");
+        }
         l
     }
 
@@ -104,6 +109,8 @@ pub struct Client {
     /// Prompt pool: its size and the (question tokens, content id, prefix group) of each slot.
     pool: Option<(u32, Vec<PoolSlot>)>,
     pool_next: u64,
+    /// Users taking turns pick the prefix group (inference-perf open loop), else random.
+    user_cycle: Option<inference_perf::UserCycle>,
     session: Option<SessionCfg>,
     timeout: Option<SimDuration>,
     tenant: u32,
@@ -202,6 +209,7 @@ impl Workload {
                     .map_or(u64::MAX - 1_000_000 * i as u64, u64::from),
                 pool: c.prompt_pool.map(|p| (p.max(1), Vec::new())),
                 pool_next: 0,
+                user_cycle: None,
                 session,
                 timeout: c.timeout_s.map(secs),
                 tenant: labels.tenant(c.tenant.as_deref().unwrap_or(&name)),
@@ -221,6 +229,11 @@ impl Workload {
                 timeout: t.timeout_s.map(secs),
                 client: (w.clients.len() + i) as u32,
             });
+        }
+        if let Some(ip) = &w.inference_perf {
+            for c in inference_perf::sources(ip, scenario.seed, labels) {
+                sources.push(Source::Client(Box::new(c)));
+            }
         }
         Ok(Workload {
             sources,
@@ -299,7 +312,9 @@ impl Workload {
             Source::Client(c) => {
                 let mut question = c.input.sample(&mut c.rng);
                 let output = c.output.sample(&mut c.rng).max(1);
-                let mut group = if c.prefix_groups > 1 {
+                let mut group = if let Some(cycle) = &mut c.user_cycle {
+                    cycle.next_prompt()
+                } else if c.prefix_groups > 1 {
                     c.rng.random_range(0..c.prefix_groups)
                 } else {
                     0
