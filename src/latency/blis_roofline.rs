@@ -1,14 +1,16 @@
-//! BLIS roofline step time (MODELS.md §2.3): FLOPs and bytes of the step from the model
-//! architecture, priced against GPU peak compute (× MFU) and bandwidth; the step takes
-//! max(compute, memory). No communication or per-layer overhead terms (as BLIS).
+//! BLIS roofline step time (MODELS.md §2.3), kept for conformance with BLIS's goldens: FLOPs
+//! and bytes of the step from the model architecture (2-matrix FFN, BLIS's reading of MoE
+//! interleaving), priced against GPU peak compute (× MFU) and bandwidth; the step takes
+//! max(compute, memory). No communication, LM head or overhead terms (as BLIS). Our own
+//! physics model is [`Roofline`](super::Roofline).
 
 use super::{BatchShape, LatencyError, LatencyModel};
 use crate::model::{GpuProfile, ModelConfig};
 use crate::time::SimDuration;
 
-/// Roofline model of one replica.
+/// BLIS's roofline model of one replica.
 #[derive(Clone, Debug)]
-pub struct Roofline {
+pub struct BlisRoofline {
     pub model: ModelConfig,
     pub gpu: GpuProfile,
     pub tp: u32,
@@ -16,7 +18,7 @@ pub struct Roofline {
     pub alpha: [f64; 3],
 }
 
-impl Roofline {
+impl BlisRoofline {
     /// FLOPs of one request computing `n` new tokens after `s` cached ones.
     pub fn request_flops(&self, n: f64, s: f64) -> f64 {
         let m = &self.model;
@@ -25,8 +27,9 @@ impl Roofline {
         let dkv = f64::from(m.kv_heads) * dh;
         let c = if n > 1.0 { s + (n - 1.0) / 2.0 } else { s };
         // 2-matrix FFN, deliberately (BLIS calibration).
-        let mlp = f64::from(m.dense_layers()) * 2.0 * n * (2.0 * d * f64::from(m.ffn_dense))
-            + f64::from(m.moe_layers()) * 2.0 * n * (2.0 * d * f64::from(m.ffn_expert)) * m.k();
+        let (moe, dense) = m.blis_layers();
+        let mlp = f64::from(dense) * 2.0 * n * (2.0 * d * f64::from(m.ffn_dense))
+            + f64::from(moe) * 2.0 * n * (2.0 * d * f64::from(m.ffn_expert)) * m.k();
         let gemm = l * (2.0 * n * (d * d + 2.0 * d * dkv) + 2.0 * n * d * d)
             + l * 4.0 * h * n * c * dh
             + mlp;
@@ -53,14 +56,15 @@ impl Roofline {
         } else {
             0.0
         };
+        let (moe, dense) = m.blis_layers();
         (l * (d * (d + 2.0 * dkv) + d * d)
-            + f64::from(m.dense_layers()) * 2.0 * d * f64::from(m.ffn_dense)
-            + f64::from(m.moe_layers()) * 2.0 * d * f64::from(m.ffn_expert) * n_eff)
+            + f64::from(dense) * 2.0 * d * f64::from(m.ffn_dense)
+            + f64::from(moe) * 2.0 * d * f64::from(m.ffn_expert) * n_eff)
             * m.weight_bytes
     }
 }
 
-impl LatencyModel for Roofline {
+impl LatencyModel for BlisRoofline {
     fn step_time(&self, batch: &BatchShape<'_>) -> Result<SimDuration, LatencyError> {
         if batch.items.is_empty() {
             return Ok(SimDuration(1));
@@ -104,10 +108,10 @@ mod tests {
     use crate::latency::StepItem;
 
     /// A toy dense model small enough to price by hand.
-    fn toy() -> Roofline {
+    fn toy() -> BlisRoofline {
         let json = r#"{"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
             "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 100, "torch_dtype": "float16"}"#;
-        Roofline {
+        BlisRoofline {
             model: ModelConfig::from_hf_json("toy", json).unwrap(),
             gpu: GpuProfile {
                 id: "toy".into(),
@@ -119,6 +123,7 @@ mod tests {
                 mfu_decode: 0.25,
                 memory_gib: 1.0,
                 source: String::new(),
+                physics: Default::default(),
             },
             tp: 1,
             alpha: [0.0; 3],

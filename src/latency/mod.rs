@@ -13,14 +13,18 @@
 //! - [`LatencyModel::post_decode_overhead`] is added once to E2E, without moving the clock.
 
 mod blackbox;
+mod blis_roofline;
 mod piecewise;
 mod roofline;
 mod table;
 mod trained_physics;
 
 pub use blackbox::Blackbox;
+pub use blis_roofline::BlisRoofline;
 pub use piecewise::PiecewiseLinear;
-pub use roofline::Roofline;
+pub use roofline::{
+    DEFAULT_REQUEST_OVERHEAD_US, DEFAULT_STEP_OVERHEAD_US, ELEMENTWISE_PASSES, LayerLoad, Roofline,
+};
 pub use table::{Extrapolation, MeasuredTable};
 pub use trained_physics::{Coefficients, TrainedPhysics};
 

@@ -59,11 +59,13 @@ impl TrainedPhysics {
         let dkv = f64::from(m.kv_heads) * dh;
         let f = self.gpu.peak_flops(m.weight_bytes) / 1e6; // FLOP per µs
         let w = self.gpu.bandwidth_tb_per_s * 1e6; // bytes per µs
-        let (n_moe, n_dense) = (f64::from(m.moe_layers()), f64::from(m.dense_layers()));
+        // The coefficients were fitted on BLIS's reading of the architecture; use it.
+        let (n_moe, n_dense) = m.blis_layers();
+        let (n_moe, n_dense) = (f64::from(n_moe), f64::from(n_dense));
         let g = tp; // MoE group = TP·DP with DP = 1
         let ffn = |x: f64| {
             n_moe * (x * m.k() / g) * 6.0 * d * f64::from(m.ffn_expert)
-                + n_moe * x * 6.0 * d * f64::from(m.ffn_shared) / tp
+                + n_moe * x * 6.0 * d * f64::from(m.ffn_shared_spelled) / tp
                 + n_dense * x * 6.0 * d * f64::from(m.ffn_dense) / tp
         };
         let mut tp_tokens = 0.0;
@@ -88,7 +90,7 @@ impl TrainedPhysics {
         let wb = m.weight_bytes;
         let weight = (l * d * (2.0 * d + 2.0 * dkv) * wb / tp
             + n_moe * (f64::from(m.experts) / g) * 3.0 * d * f64::from(m.ffn_expert) * wb
-            + n_moe * 3.0 * d * f64::from(m.ffn_shared) * wb / tp
+            + n_moe * 3.0 * d * f64::from(m.ffn_shared_spelled) * wb / tp
             + n_dense * 3.0 * d * f64::from(m.ffn_dense) * wb / tp)
             / w;
         let all = tp_tokens + td;
@@ -130,7 +132,7 @@ impl LatencyModel for TrainedPhysics {
         };
         let m = &self.model;
         let interleaved = if m.interleave_moe_step > 0 {
-            f64::from(m.moe_layers())
+            f64::from(m.blis_layers().0)
         } else {
             0.0
         };

@@ -23,6 +23,95 @@ pub struct GpuProfile {
     pub memory_gib: f64,
     #[serde(default)]
     pub source: String,
+    /// Efficiencies and overheads of our [`Roofline`](crate::latency::Roofline), fitted to
+    /// the H100 microbenchmark (README "Fidelity"). Defaults: H100's.
+    #[serde(default)]
+    pub physics: GpuPhysics,
+}
+
+/// What a GPU achieves, as opposed to its datasheet peaks (our roofline's calibration).
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct GpuPhysics {
+    /// Fraction of peak FLOP/s a large GEMM reaches (H100 bf16: 692–797 of 989.5 TFLOP/s
+    /// at m ≥ 1024 in `h100_torch_microbench.csv`). Default 0.76.
+    pub gemm_efficiency: f64,
+    /// Fraction of peak FLOP/s causal prefill attention reaches (H100: 406–537 TFLOP/s at
+    /// 2,048–4,096 tokens). Default 0.55.
+    pub attention_efficiency: f64,
+    /// Fraction of peak bandwidth streaming weights and KV reaches (H100: a 2 GiB copy at
+    /// 3.02 of 3.35 TB/s; weight-streaming GEMMs 2.5–2.9 TB/s). Default 0.9.
+    pub bandwidth_efficiency: f64,
+    /// Fixed cost of one GEMM kernel, µs (H100: 16.8M-parameter GEMMs take ~20 µs for
+    /// ~11 µs of traffic; 6 fits the whole-layer rows best). Default 6.
+    pub kernel_overhead_us: f64,
+    /// Fixed cost of one attention kernel, µs (H100 SDPA on tiny inputs: 27–40 µs; 18 fits
+    /// whole-layer rows best). Default 18.
+    pub attention_overhead_us: f64,
+    /// Achieved all-reduce bus bandwidth between the GPUs of a TP group, GB/s (H100 NVLink 4:
+    /// 450 GB/s per direction; NCCL all-reduce bus bandwidth ~360). Default 360.
+    pub allreduce_gb_per_s: f64,
+    /// Fixed latency of one all-reduce, µs (small-message NCCL / vLLM custom all-reduce).
+    /// Default 8.
+    pub allreduce_latency_us: f64,
+    /// Host link for CPU KV offload, GB/s (PCIe Gen5 x16: 64 GB/s per direction, ~50
+    /// achieved). Default 50.
+    pub host_link_gb_per_s: f64,
+    /// Fixed latency of one host transfer batch, µs. Default 10.
+    pub host_link_latency_us: f64,
+}
+
+impl Default for GpuPhysics {
+    fn default() -> Self {
+        GpuPhysics {
+            gemm_efficiency: 0.76,
+            attention_efficiency: 0.55,
+            bandwidth_efficiency: 0.9,
+            kernel_overhead_us: 6.0,
+            attention_overhead_us: 18.0,
+            allreduce_gb_per_s: 360.0,
+            allreduce_latency_us: 8.0,
+            host_link_gb_per_s: 50.0,
+            host_link_latency_us: 10.0,
+        }
+    }
+}
+
+impl GpuPhysics {
+    /// Every problem with the numbers.
+    pub fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        for (name, v) in [
+            ("gemm_efficiency", self.gemm_efficiency),
+            ("attention_efficiency", self.attention_efficiency),
+            ("bandwidth_efficiency", self.bandwidth_efficiency),
+        ] {
+            if !v.is_finite() || v <= 0.0 || v > 1.0 {
+                p.push(format!("physics.{name} must be in (0, 1], got {v}"));
+            }
+        }
+        for (name, v) in [
+            ("allreduce_gb_per_s", self.allreduce_gb_per_s),
+            ("host_link_gb_per_s", self.host_link_gb_per_s),
+        ] {
+            if !v.is_finite() || v <= 0.0 {
+                p.push(format!(
+                    "physics.{name} must be a finite number > 0, got {v}"
+                ));
+            }
+        }
+        for (name, v) in [
+            ("kernel_overhead_us", self.kernel_overhead_us),
+            ("attention_overhead_us", self.attention_overhead_us),
+            ("allreduce_latency_us", self.allreduce_latency_us),
+            ("host_link_latency_us", self.host_link_latency_us),
+        ] {
+            if !v.is_finite() || !(0.0..=1e6).contains(&v) {
+                p.push(format!("physics.{name} must be in [0, 10⁶] µs, got {v}"));
+            }
+        }
+        p
+    }
 }
 
 impl GpuProfile {
@@ -58,6 +147,7 @@ impl GpuProfile {
         if !self.tflops_fp8.is_finite() || self.tflops_fp8 < 0.0 {
             p.push(format!("tflops_fp8 must be ≥ 0, got {}", self.tflops_fp8));
         }
+        p.extend(self.physics.problems());
         p
     }
 }

@@ -7,8 +7,8 @@
 mod capacity;
 mod gpu;
 
-pub use capacity::{KvCapacity, kv_capacity, params};
-pub use gpu::{GpuProfile, bundled_gpus, find_gpu};
+pub use capacity::{KvCapacity, kv_bytes_per_token, kv_capacity, params};
+pub use gpu::{GpuPhysics, GpuProfile, bundled_gpus, find_gpu};
 
 use serde_json::Value;
 
@@ -97,6 +97,9 @@ pub struct ModelConfig {
     pub experts_per_token: u32,
     /// Width of the always-on shared expert(s), 0 if none.
     pub ffn_shared: u32,
+    /// The shared-expert width the config spells out (BLIS reads only this; `ffn_shared`
+    /// also counts Llama-4's implied shared expert).
+    pub ffn_shared_spelled: u32,
     /// MoE on every s-th layer when > 0 (HuggingFace Llama-4 `interleave_moe_layer_step`).
     pub interleave_moe_step: u32,
     /// Leading dense layers of a MoE model (DeepSeek `first_k_dense_replace`).
@@ -176,6 +179,7 @@ impl ModelConfig {
         // Llama-4 MoE layers always run one shared expert of the routed experts' width
         // (HuggingFace `Llama4TextMoe`), which its config does not spell out.
         let model_type = map.get("model_type").and_then(Value::as_str).unwrap_or("");
+        let ffn_shared_spelled = ffn_shared;
         let ffn_shared = if ffn_shared == 0 && experts >= 2 && model_type.starts_with("llama4") {
             ffn_expert
         } else {
@@ -207,6 +211,7 @@ impl ModelConfig {
             experts,
             experts_per_token: uint("num_experts_per_tok").unwrap_or(0) as u32,
             ffn_shared,
+            ffn_shared_spelled,
             interleave_moe_step: uint("interleave_moe_layer_step").unwrap_or(0) as u32,
             first_dense_layers: uint("first_k_dense_replace").unwrap_or(0) as u32,
             vocab: uint("vocab_size").unwrap_or(0) as u32,
@@ -258,6 +263,20 @@ impl ModelConfig {
 
     pub fn dense_layers(&self) -> u32 {
         self.layers - self.moe_layers()
+    }
+
+    /// MoE and dense layer counts as BLIS reads them (MODELS.md §2.3): with interleaving step
+    /// s > 0, ⌊L/(s+1)⌋ MoE layers. BLIS's trained-physics coefficients were fitted on this
+    /// reading, so its basis functions must use it.
+    pub fn blis_layers(&self) -> (u32, u32) {
+        let moe = if !self.is_moe() {
+            0
+        } else if self.interleave_moe_step > 0 {
+            self.layers / (self.interleave_moe_step + 1)
+        } else {
+            self.layers.saturating_sub(self.first_dense_layers)
+        };
+        (moe, self.layers - moe)
     }
 
     /// Experts per token, at least 1 for MoE models.

@@ -1,0 +1,310 @@
+//! servesim's roofline: a per-kernel physics model of one vLLM step on one TP group.
+//!
+//! Every decoder layer is priced kernel by kernel on one GPU's shard of the weights:
+//! - GEMMs (QKV, O, the gated MLP's gate+up and down — three matrices for SwiGLU models —,
+//!   MoE experts): each takes max(FLOPs / (peak × `gemm_efficiency`), bytes /
+//!   (bandwidth × `bandwidth_efficiency`)) + `kernel_overhead_us`; bytes are the weights plus
+//!   activations in and out. A MoE layer reads only the experts the step's tokens touch,
+//!   N·(1 − (1 − k/N)^T) of them, and computes k experts per token.
+//! - attention: causal prefill FLOPs at `attention_efficiency`, plus every decode's K and V
+//!   reads at the achieved bandwidth, plus `attention_overhead_us`;
+//! - element-wise work (norms, rotary, activation, residuals): `ELEMENTWISE_PASSES` passes
+//!   over activation rows, memory bound;
+//! - with TP > 1, two all-reduces of the step's activations per layer (ring:
+//!   2(TP−1)/TP × bytes / `allreduce_gb_per_s` + `allreduce_latency_us`).
+//!
+//! A step is every layer, plus the LM head (one logits row per scheduled request, vocab
+//! sharded over TP), plus a fixed per-step overhead and a per-request overhead (scheduling,
+//! input preparation, sampling: the CPU side of vLLM). The efficiencies and overheads live in
+//! the GPU profile's `physics` block, fitted to `h100_torch_microbench.csv`; every one can be
+//! overridden in the scenario (`Roofline(gemm_efficiency: 0.7, ...)`) or a GPU file.
+
+use super::{Alpha, BatchShape, LatencyError, LatencyModel};
+use crate::model::{GpuPhysics, GpuProfile, ModelConfig};
+use crate::time::SimDuration;
+
+/// Activation bytes per token per layer for element-wise work, in units of
+/// (`ELEMENTWISE_PASSES.0` × d + `ELEMENTWISE_PASSES.1` × local FFN width) elements: fitted
+/// so that whole-layer prefill rows of the microbenchmark (where GEMMs and attention are
+/// known) are matched; two RMSNorms, rotary, SiLU·mul and residual adds, unfused.
+pub const ELEMENTWISE_PASSES: (f64, f64) = (20.0, 8.0);
+/// Default CPU-side cost of one step (scheduling, input preparation, launch), µs.
+pub const DEFAULT_STEP_OVERHEAD_US: f64 = 400.0;
+/// Default CPU-side cost per scheduled request (its input rows, sampling), µs; the order of
+/// BLIS's fitted per-request term (4.4 µs).
+pub const DEFAULT_REQUEST_OVERHEAD_US: f64 = 5.0;
+
+/// Our roofline model of one replica (one TP group).
+#[derive(Clone, Debug)]
+pub struct Roofline {
+    pub model: ModelConfig,
+    pub gpu: GpuProfile,
+    pub tp: u32,
+    /// [α0, α1, α2] µs overheads as BLIS places them (default zeros).
+    pub alpha: [f64; 3],
+    /// Fixed CPU-side cost of each step, µs.
+    pub step_overhead_us: f64,
+    /// CPU-side cost per scheduled request, µs.
+    pub request_overhead_us: f64,
+}
+
+/// What one layer of a step computes, summed over the batch (whole model, before TP).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct LayerLoad {
+    /// Tokens computed in the step (prefill chunk tokens + one per decode).
+    pub tokens: f64,
+    /// Σ over prefill chunks of n·(s + (n + 1)/2): query × key pairs of causal attention.
+    pub prefill_pairs: f64,
+    /// Σ over decodes of the context read (tokens in the KV cache).
+    pub decode_context: f64,
+}
+
+impl LayerLoad {
+    /// The load of a batch.
+    pub fn of(batch: &BatchShape<'_>) -> Self {
+        let mut l = LayerLoad::default();
+        for it in batch.items {
+            let n = f64::from(it.new_tokens.max(1));
+            let s = f64::from(it.context_tokens);
+            l.tokens += n;
+            if it.prefill {
+                l.prefill_pairs += n * (s + (n + 1.0) / 2.0);
+            } else {
+                l.decode_context += s + 1.0;
+            }
+        }
+        l
+    }
+}
+
+impl Roofline {
+    fn physics(&self) -> &GpuPhysics {
+        &self.gpu.physics
+    }
+
+    fn peak(&self) -> f64 {
+        self.gpu.peak_flops(self.model.weight_bytes)
+    }
+
+    fn bandwidth(&self) -> f64 {
+        self.gpu.bandwidth_tb_per_s * 1e12 * self.physics().bandwidth_efficiency
+    }
+
+    /// One GEMM of `m` rows against a `k × n` weight of `weight_bytes` per element, µs.
+    pub fn gemm_us(&self, m: f64, k: f64, n: f64) -> f64 {
+        if m <= 0.0 {
+            return 0.0;
+        }
+        let ph = self.physics();
+        let flops = 2.0 * m * k * n;
+        let bytes = k * n * self.model.weight_bytes + m * (k + n) * self.model.act_bytes;
+        let compute = flops / (self.peak() * ph.gemm_efficiency);
+        let memory = bytes / self.bandwidth();
+        compute.max(memory) * 1e6 + ph.kernel_overhead_us
+    }
+
+    /// Gated MLPs (SwiGLU and friends) have three matrices; GELU/ReLU MLPs two.
+    fn gated(&self) -> bool {
+        let act = self.model.hidden_act.to_ascii_lowercase();
+        !matches!(
+            act.as_str(),
+            "gelu" | "gelu_new" | "relu" | "gelu_pytorch_tanh"
+        )
+    }
+
+    /// One decoder layer on one GPU, µs. `moe` selects a MoE layer. `kv_tensors` is how
+    /// many tensors attention reads per cached token and head (2 = K and V, as in vLLM;
+    /// the microbenchmark's SDPA passed one tensor as both).
+    pub fn layer_us(&self, moe: bool, load: &LayerLoad, kv_tensors: f64) -> f64 {
+        let m = &self.model;
+        let ph = self.physics();
+        let tp = f64::from(self.tp.max(1));
+        let t = load.tokens;
+        if t <= 0.0 {
+            return 0.0;
+        }
+        let d = f64::from(m.hidden);
+        let hd = f64::from(m.head_dim);
+        let q_dim = f64::from(m.heads) * hd / tp;
+        // KV heads are split over TP, or replicated when there are fewer than TP of them.
+        let kv_heads = (f64::from(m.kv_heads) / tp).max(1.0);
+        let kv_dim = kv_heads * hd;
+        let mut us = self.gemm_us(t, d, q_dim + 2.0 * kv_dim) + self.gemm_us(t, q_dim, d);
+        let mats = if self.gated() { 3.0 } else { 2.0 };
+        let mlp = |width: f64, rows: f64| {
+            if width <= 0.0 || rows <= 0.0 {
+                return 0.0;
+            }
+            self.gemm_us(rows, d, (mats - 1.0) * width / tp) + self.gemm_us(rows, width / tp, d)
+        };
+        let ffn_local = if moe {
+            let n = f64::from(m.experts);
+            let k = m.k();
+            let touched = n * (1.0 - (1.0 - k / n).powf(t));
+            let w = f64::from(m.ffn_expert) / tp;
+            // Fused MoE: every touched expert's weights once, k expert rows per token.
+            let flops = 2.0 * t * k * mats * d * w;
+            let bytes =
+                touched * mats * d * w * m.weight_bytes + t * k * (d + mats * w) * m.act_bytes;
+            let experts =
+                (flops / (self.peak() * ph.gemm_efficiency)).max(bytes / self.bandwidth()) * 1e6
+                    + 2.0 * ph.kernel_overhead_us;
+            let router = self.gemm_us(t, d, n);
+            us += experts + router + mlp(f64::from(m.ffn_shared), t);
+            (k * f64::from(m.ffn_expert) + f64::from(m.ffn_shared)) / tp
+        } else {
+            us += mlp(f64::from(m.ffn_dense), t);
+            f64::from(m.ffn_dense) / tp
+        };
+        // Attention: prefill FLOPs (QK^T and PV), decode K/V reads.
+        let pf_flops = 4.0 * q_dim * load.prefill_pairs;
+        let kv_bytes = kv_tensors * kv_dim * load.decode_context * m.act_bytes;
+        us += (pf_flops / (self.peak_bf16() * ph.attention_efficiency)
+            + kv_bytes / self.bandwidth())
+            * 1e6
+            + ph.attention_overhead_us;
+        // Element-wise passes over the activations.
+        let (a, b) = ELEMENTWISE_PASSES;
+        us += t * (a * d + b * ffn_local) * m.act_bytes / self.bandwidth() * 1e6;
+        us + self.allreduce_us(t) * 2.0
+    }
+
+    /// Attention runs in 16-bit even for fp8 weights.
+    fn peak_bf16(&self) -> f64 {
+        self.gpu.tflops_bf16 * 1e12
+    }
+
+    /// One ring all-reduce of `tokens` activation rows across the TP group, µs.
+    pub fn allreduce_us(&self, tokens: f64) -> f64 {
+        if self.tp <= 1 {
+            return 0.0;
+        }
+        let tp = f64::from(self.tp);
+        let ph = self.physics();
+        let bytes = tokens * f64::from(self.model.hidden) * self.model.act_bytes;
+        2.0 * (tp - 1.0) / tp * bytes / (ph.allreduce_gb_per_s * 1e9) * 1e6
+            + ph.allreduce_latency_us
+    }
+
+    /// Kernel time of one step (every layer and the LM head), µs, without CPU overheads.
+    pub fn kernels_us(&self, load: &LayerLoad, requests: f64, kv_tensors: f64) -> f64 {
+        let m = &self.model;
+        let moe = f64::from(m.moe_layers());
+        let dense = f64::from(m.dense_layers());
+        let mut us = 0.0;
+        if moe > 0.0 {
+            us += moe * self.layer_us(true, load, kv_tensors);
+        }
+        if dense > 0.0 {
+            us += dense * self.layer_us(false, load, kv_tensors);
+        }
+        let vocab = f64::from(m.vocab) / f64::from(self.tp.max(1));
+        us + self.gemm_us(requests, f64::from(m.hidden), vocab)
+    }
+}
+
+impl LatencyModel for Roofline {
+    fn step_time(&self, batch: &BatchShape<'_>) -> Result<SimDuration, LatencyError> {
+        if batch.items.is_empty() {
+            return Ok(SimDuration(1));
+        }
+        let requests = batch.items.len() as f64;
+        let us = self.kernels_us(&LayerLoad::of(batch), requests, 2.0)
+            + self.step_overhead_us
+            + self.request_overhead_us * requests;
+        Ok(SimDuration::from_us_f64(us).max(SimDuration(1)))
+    }
+
+    fn queueing_delay(&self, input_tokens: u32) -> SimDuration {
+        Alpha(self.alpha).queueing_delay(input_tokens)
+    }
+
+    fn output_token_overhead(&self) -> SimDuration {
+        Alpha(self.alpha).output_token_overhead()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::latency::StepItem;
+    use crate::model::{ModelConfig, find_gpu};
+
+    fn llama(tp: u32) -> Roofline {
+        Roofline {
+            model: ModelConfig::bundled("llama-3.1-8b-instruct").unwrap(),
+            gpu: find_gpu("H100").unwrap(),
+            tp,
+            alpha: [0.0; 3],
+            step_overhead_us: 0.0,
+            request_overhead_us: 0.0,
+        }
+    }
+
+    #[test]
+    fn a_weight_streaming_gemm_is_priced_by_hand() {
+        // Llama-3.1-8B gate+up at m = 1: 4096 × 28672 bf16 = 234.9 MB of weights, plus
+        // (4096 + 28672) × 2 B of activations; at 3.35 TB/s × 0.9 = 3.015 TB/s that is
+        // 77.91 µs, + 6 µs kernel overhead.
+        let r = llama(1);
+        let bytes = 4096.0 * 28672.0 * 2.0 + (4096.0 + 28672.0) * 2.0;
+        let expected = bytes / 3.015e12 * 1e6 + 6.0;
+        assert!((r.gemm_us(1.0, 4096.0, 28672.0) - expected).abs() < 1e-6);
+        // At m = 4096 it is compute bound: 2·4096·4096·28672 FLOP at 989.5 × 0.76 TFLOP/s.
+        let flops = 2.0 * 4096.0 * 4096.0 * 28672.0;
+        let expected = flops / (989.5e12 * 0.76) * 1e6 + 6.0;
+        assert!((r.gemm_us(4096.0, 4096.0, 28672.0) - expected).abs() < 1e-6);
+    }
+
+    #[test]
+    fn the_mlp_has_three_matrices_for_silu_models() {
+        let r = llama(1);
+        assert!(r.gated());
+        let mut gelu = llama(1);
+        gelu.model.hidden_act = "gelu".into();
+        let load = LayerLoad {
+            tokens: 1.0,
+            ..Default::default()
+        };
+        // One MLP matrix fewer: 4096 × 14336 × 2 B less weight traffic (~39 µs).
+        let saved = r.layer_us(false, &load, 2.0) - gelu.layer_us(false, &load, 2.0);
+        assert!((35.0..42.0).contains(&saved), "{saved}");
+    }
+
+    #[test]
+    fn tensor_parallelism_adds_two_all_reduces_per_layer() {
+        let r = llama(2);
+        // 512 rows × 4096 × 2 B = 4 MiB: ring all-reduce over 2 GPUs moves 2·(1/2)·4 MiB at
+        // 360 GB/s = 11.65 µs, + 8 µs latency.
+        let bytes = 512.0 * 4096.0 * 2.0;
+        assert!((r.allreduce_us(512.0) - (bytes / 360e9 * 1e6 + 8.0)).abs() < 1e-9);
+        assert_eq!(llama(1).allreduce_us(512.0), 0.0);
+    }
+
+    #[test]
+    fn steps_grow_with_context_and_batch_and_pay_the_overheads() {
+        let mut r = llama(1);
+        let decode = |ctx| StepItem {
+            new_tokens: 1,
+            context_tokens: ctx,
+            input_tokens: 100,
+            prefill: false,
+        };
+        let price = |r: &Roofline, items: &[StepItem]| {
+            r.step_time(&BatchShape {
+                items,
+                prefill_tokens: 0,
+                decode_tokens: items.len() as u32,
+            })
+            .unwrap()
+            .as_us()
+        };
+        let short = price(&r, &[decode(100)]);
+        let long = price(&r, &[decode(8000)]);
+        let wide = price(&r, &[decode(100); 64]);
+        assert!(short < long && short < wide);
+        r.step_overhead_us = 1000.0;
+        r.request_overhead_us = 10.0;
+        assert_eq!(price(&r, &[decode(100)]), short + 1010);
+    }
+}

@@ -1,0 +1,111 @@
+//! Fidelity of our roofline against kernel times measured on a real H100
+//! (`../shared/reference/data/h100_torch_microbench.csv`, see its SOURCES.md entry).
+//!
+//! Every whole-layer CUDA-graph row (`layer_decode_graph`, `layer_prefill_graph`: RMSNorm,
+//! QKV, SDPA against a context, O, SwiGLU MLP of one GPU's shard) is priced by
+//! [`Roofline::layer_us`] with the same shape, and must be within 15 %. The benchmark's SDPA
+//! passed one tensor as both K and V, so the layer is priced reading one KV tensor; a shard
+//! is measured on one GPU, so its all-reduces are left out. Per step (× layers) the relative
+//! error is the same.
+
+use std::path::Path;
+
+use servesim::latency::{LayerLoad, Roofline};
+use servesim::model::{ModelConfig, find_gpu};
+
+fn bench() -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/reference/data/h100_torch_microbench.csv");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (the fidelity data must be beside the project)",
+            path.display()
+        )
+    })
+}
+
+fn roofline(bench_model: &str) -> Roofline {
+    let (id, tp) = match bench_model {
+        "llama-3.1-8b" => ("llama-3.1-8b-instruct", 1),
+        "llama-2-7b" => ("llama-2-7b-hf", 1),
+        "llama-2-70b-tp4" => ("llama-2-70b-hf", 4),
+        "codellama-34b-tp2" => ("codellama-34b-instruct-hf", 2),
+        other => panic!("unknown benchmark model {other}"),
+    };
+    Roofline {
+        model: ModelConfig::bundled(id).unwrap(),
+        gpu: find_gpu("H100").unwrap(),
+        tp,
+        alpha: [0.0; 3],
+        step_overhead_us: 0.0,
+        request_overhead_us: 0.0,
+    }
+}
+
+/// (model, kind, tokens, batch, context, measured µs, predicted µs) for every graph layer row.
+pub fn layer_rows() -> Vec<(String, String, f64, f64, f64, f64, f64)> {
+    let mut out = Vec::new();
+    for line in bench().lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        let kind = f[0];
+        if kind != "layer_decode_graph" && kind != "layer_prefill_graph" {
+            continue;
+        }
+        let num = |i: usize| f[i].parse::<f64>().unwrap();
+        let (m, batch, ctx, measured) = (num(3), num(4), num(5), num(6));
+        let r = roofline(f[1]);
+        let load = if kind == "layer_decode_graph" {
+            LayerLoad {
+                tokens: batch,
+                prefill_pairs: 0.0,
+                decode_context: batch * ctx,
+            }
+        } else {
+            LayerLoad {
+                tokens: m,
+                prefill_pairs: m * (m + 1.0) / 2.0,
+                decode_context: 0.0,
+            }
+        };
+        let predicted = r.layer_us(false, &load, 1.0) - 2.0 * r.allreduce_us(load.tokens);
+        out.push((
+            f[1].to_string(),
+            kind.to_string(),
+            m,
+            batch,
+            ctx,
+            measured,
+            predicted,
+        ));
+    }
+    out
+}
+
+#[test]
+fn every_measured_layer_is_predicted_within_15_percent() {
+    let rows = layer_rows();
+    assert_eq!(rows.len(), 52, "40 decode + 12 prefill graph rows");
+    let mut worst = (0.0f64, String::new());
+    let mut bad = Vec::new();
+    for (model, kind, m, batch, ctx, measured, predicted) in &rows {
+        let err = (predicted - measured) / measured;
+        let label = format!(
+            "{model} {kind} m={m} batch={batch} ctx={ctx}: measured {measured} µs, predicted {predicted:.1} µs ({:+.1} %)",
+            err * 100.0
+        );
+        eprintln!("{label}");
+        if err.abs() > worst.0 {
+            worst = (err.abs(), label.clone());
+        }
+        if err.abs() > 0.15 {
+            bad.push(label);
+        }
+    }
+    eprintln!("worst: {}", worst.1);
+    assert!(
+        bad.is_empty(),
+        "{} rows off by more than 15 %:\n{}",
+        bad.len(),
+        bad.join("\n")
+    );
+}
