@@ -6,8 +6,9 @@
 //!   live requests, and live = queued + running + leaving + in transit, counted three
 //!   independent ways (workload counter, entities, instance queues).
 //! - INV-3 clock monotonicity.
-//! - INV-4 KV conservation per instance: allocated + free = total every tick; a full audit
-//!   of the free list, reference counts and hash index every 1,024 ticks and at the end.
+//! - INV-4 KV conservation per instance, both tiers: GPU allocated + free = total and CPU
+//!   tier held ≤ its capacity every tick; a full audit of the free list, reference counts,
+//!   hash index and CPU LRU list every 1,024 ticks and at the end.
 //! - INV-5 causality per request: arrival ≤ admitted ≤ routed ≤ enqueued ≤ scheduled ≤
 //!   first token ≤ completion ≤ now.
 //! - INV-8 work conservation: an instance with queued or running requests has a step in
@@ -89,6 +90,15 @@ pub fn check_invariants(
             kv.free_blocks(),
             kv.total_blocks()
         );
+        if let Some(c) = &kv.cpu {
+            assert!(
+                c.len() <= c.capacity(),
+                "INV-4 at {now}: instance {} holds {} blocks in a CPU tier of {}",
+                inst.index,
+                c.len(),
+                c.capacity()
+            );
+        }
         if clock.ticks.is_multiple_of(1024)
             && let Err(e) = kv.audit()
         {

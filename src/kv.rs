@@ -121,6 +121,185 @@ pub struct KvCache {
     pub hit_blocks: u64,
     /// Prompt blocks that had to be computed at admission (cumulative).
     pub miss_blocks: u64,
+    /// The CPU offload tier, if the instance has one.
+    pub cpu: Option<CpuTier>,
+}
+
+/// vLLM-style CPU offload tier: a prefix block evicted from the GPU is copied to host memory
+/// (LRU over `capacity` blocks); a later prefix hit on it is reloaded into a fresh GPU block
+/// before the step that needs it. Transfers are counted here and priced by the Execute stage
+/// into the step that caused them ([`KvCache::take_transfers`]).
+#[derive(Debug)]
+pub struct CpuTier {
+    capacity: u32,
+    slots: Vec<CpuSlot>,
+    index: HashIndex,
+    head: u32,
+    tail: u32,
+    /// Free slot ids (capacity not yet used).
+    unused: Vec<u32>,
+    /// Reloads of blocks offloaded less than this long ago count as thrashing (µs).
+    pub thrash_window_us: u64,
+    /// Current time (µs), set by the batch stage before it allocates.
+    pub now_us: u64,
+    /// Blocks copied GPU → CPU (cumulative).
+    pub offloaded: u64,
+    /// Blocks copied CPU → GPU (cumulative); each is a CPU-tier prefix hit.
+    pub reloaded: u64,
+    /// Reloads of a block offloaded within `thrash_window_us`.
+    pub thrashed: u64,
+    /// Transfers since the last [`KvCache::take_transfers`]: (offloaded, reloaded).
+    pending: (u32, u32),
+}
+
+#[derive(Clone, Copy, Debug)]
+struct CpuSlot {
+    hash: u64,
+    offloaded_at: u64,
+    prev: u32,
+    next: u32,
+}
+
+impl CpuTier {
+    /// An empty tier of `capacity` blocks.
+    pub fn new(capacity: u32, thrash_window_us: u64) -> Self {
+        CpuTier {
+            capacity,
+            slots: Vec::new(),
+            index: HashIndex::default(),
+            head: NONE,
+            tail: NONE,
+            unused: Vec::new(),
+            thrash_window_us,
+            now_us: 0,
+            offloaded: 0,
+            reloaded: 0,
+            thrashed: 0,
+            pending: (0, 0),
+        }
+    }
+
+    /// Blocks held.
+    pub fn len(&self) -> u32 {
+        self.index.len() as u32
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    pub fn capacity(&self) -> u32 {
+        self.capacity
+    }
+
+    pub fn contains(&self, hash: u64) -> bool {
+        self.index.contains_key(&hash)
+    }
+
+    fn unlink(&mut self, i: u32) {
+        let CpuSlot { prev, next, .. } = self.slots[i as usize];
+        if prev == NONE {
+            self.head = next;
+        } else {
+            self.slots[prev as usize].next = next;
+        }
+        if next == NONE {
+            self.tail = prev;
+        } else {
+            self.slots[next as usize].prev = prev;
+        }
+    }
+
+    fn push_tail(&mut self, i: u32) {
+        self.slots[i as usize].prev = self.tail;
+        self.slots[i as usize].next = NONE;
+        if self.tail == NONE {
+            self.head = i;
+        } else {
+            self.slots[self.tail as usize].next = i;
+        }
+        self.tail = i;
+    }
+
+    /// Copies a block evicted from the GPU to the tier (the least recently used block makes
+    /// room). A block already held is only refreshed.
+    fn offload(&mut self, hash: u64) {
+        if self.capacity == 0 {
+            return;
+        }
+        if let Some(&i) = self.index.get(&hash) {
+            self.unlink(i);
+            self.push_tail(i);
+            return;
+        }
+        let i = if let Some(i) = self.unused.pop() {
+            i
+        } else if (self.slots.len() as u32) < self.capacity {
+            self.slots.push(CpuSlot {
+                hash: 0,
+                offloaded_at: 0,
+                prev: NONE,
+                next: NONE,
+            });
+            self.slots.len() as u32 - 1
+        } else {
+            let victim = self.head;
+            self.unlink(victim);
+            self.index.remove(&self.slots[victim as usize].hash);
+            victim
+        };
+        self.slots[i as usize].hash = hash;
+        self.slots[i as usize].offloaded_at = self.now_us;
+        self.index.insert(hash, i);
+        self.push_tail(i);
+        self.offloaded += 1;
+        self.pending.0 += 1;
+    }
+
+    /// Copies block `hash` back to the GPU (it stays on the CPU, most recently used).
+    fn reload(&mut self, hash: u64) {
+        let Some(&i) = self.index.get(&hash) else {
+            return;
+        };
+        if self
+            .now_us
+            .saturating_sub(self.slots[i as usize].offloaded_at)
+            < self.thrash_window_us
+        {
+            self.thrashed += 1;
+        }
+        self.unlink(i);
+        self.push_tail(i);
+        self.reloaded += 1;
+        self.pending.1 += 1;
+    }
+
+    /// Checks the LRU list against the index.
+    fn audit(&self) -> Result<(), String> {
+        let mut n = 0u32;
+        let mut prev = NONE;
+        let mut cur = self.head;
+        while cur != NONE {
+            let s = &self.slots[cur as usize];
+            if s.prev != prev || self.index.get(&s.hash) != Some(&cur) {
+                return Err(format!("CPU tier list broken at slot {cur}"));
+            }
+            n += 1;
+            if n > self.capacity {
+                return Err("CPU tier list loops".into());
+            }
+            prev = cur;
+            cur = s.next;
+        }
+        if n != self.len() || n > self.capacity {
+            return Err(format!(
+                "CPU tier holds {n} listed blocks, {} indexed, capacity {}",
+                self.len(),
+                self.capacity
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl KvCache {
@@ -149,7 +328,21 @@ impl KvCache {
             index: HashIndex::default(),
             hit_blocks: 0,
             miss_blocks: 0,
+            cpu: None,
         }
+    }
+
+    /// Adds a CPU offload tier.
+    pub fn with_cpu_tier(mut self, tier: CpuTier) -> Self {
+        self.cpu = Some(tier);
+        self
+    }
+
+    /// Blocks offloaded and reloaded since the last call (to be priced into this step).
+    pub fn take_transfers(&mut self) -> (u32, u32) {
+        self.cpu
+            .as_mut()
+            .map_or((0, 0), |c| std::mem::take(&mut c.pending))
     }
 
     pub fn block_size(&self) -> u32 {
@@ -216,7 +409,7 @@ impl KvCache {
         let mut h = 0;
         for k in 0..cap {
             h = chain_hash(h, block_content(content, k, self.block_size), u64::from(k));
-            if self.lookup(h).is_none() {
+            if self.lookup(h).is_none() && !self.cpu.as_ref().is_some_and(|c| c.contains(h)) {
                 return k;
             }
         }
@@ -238,27 +431,50 @@ impl KvCache {
             seq.blocks.is_empty(),
             "admit on a request that holds blocks"
         );
-        // Check: hashes of the hit blocks, and how many of them sit on the free list.
-        let mut hashes = Vec::with_capacity(cached_blocks as usize);
+        // Check: the hit blocks (on the GPU, or on the CPU tier to reload into fresh blocks),
+        // and how many GPU blocks they take off the free list.
+        let mut hits = Vec::with_capacity(cached_blocks as usize);
         let mut h = 0;
-        let mut cached_free = 0;
+        let mut from_free = 0;
         for k in 0..cached_blocks {
             h = chain_hash(h, block_content(content, k, self.block_size), u64::from(k));
-            let Some(b) = self.lookup(h) else {
-                return false;
-            };
-            if self.blocks[b as usize].ref_count == 0 {
-                cached_free += 1;
+            match self.lookup(h) {
+                Some(b) => {
+                    if self.blocks[b as usize].ref_count == 0 {
+                        from_free += 1;
+                    }
+                    hits.push((h, Some(b)));
+                }
+                None if self.cpu.as_ref().is_some_and(|c| c.contains(h)) => {
+                    from_free += 1;
+                    hits.push((h, None));
+                }
+                None => return false,
             }
-            hashes.push(b);
         }
         let fresh = self.blocks_for(tokens).saturating_sub(cached_blocks);
-        if cached_free + fresh > self.free {
+        if from_free + fresh > self.free {
             return false;
         }
-        // Act.
-        for b in hashes {
-            self.claim(b);
+        // Act: claim GPU hits first, so reloads cannot evict them.
+        for &(_, b) in &hits {
+            if let Some(b) = b {
+                self.claim(b);
+            }
+        }
+        for (h, b) in hits {
+            let b = match b {
+                Some(b) => b,
+                None => {
+                    let b = self.take_fresh();
+                    self.blocks[b as usize].hash = h;
+                    self.index.insert(h, b);
+                    if let Some(c) = self.cpu.as_mut() {
+                        c.reload(h);
+                    }
+                    b
+                }
+            };
             seq.blocks.push(b);
         }
         seq.hashed = cached_blocks;
@@ -402,6 +618,9 @@ impl KvCache {
                 self.blocks.len()
             ));
         }
+        if let Some(c) = &self.cpu {
+            c.audit()?;
+        }
         if !self.conserves_blocks() {
             return Err(format!(
                 "allocated {} + free {} != total {}",
@@ -424,6 +643,12 @@ impl KvCache {
         let b = self.free_head;
         debug_assert!(b != NONE, "take_fresh on an empty free list");
         self.unlink(b);
+        let evicted = self.blocks[b as usize].hash;
+        if evicted != 0
+            && let Some(c) = self.cpu.as_mut()
+        {
+            c.offload(evicted);
+        }
         let block = &mut self.blocks[b as usize];
         // Invalidates its index entry, if any (see the module docs).
         block.hash = 0;
@@ -478,6 +703,71 @@ mod tests {
             prefix_tokens,
             unique_id,
         }
+    }
+
+    /// Traced by hand: a 4-block GPU cache of 4-token blocks with a 2-block CPU tier.
+    #[test]
+    fn evicted_prefix_blocks_go_to_the_cpu_tier_and_come_back_on_a_hit() {
+        let mut kv = KvCache::new(4, 4).with_cpu_tier(CpuTier::new(2, 1_000_000));
+        let a = content(0, 0, 11); // 8-token prompt: blocks a0, a1
+        let b = content(0, 0, 22); // 16-token prompt: four blocks of its own
+        // A computes its prompt in blocks 0 and 1 and leaves; the free list is now
+        // [2, 3, 1, 0] (release walks backwards), a0 and a1 still indexed.
+        let mut sa = SeqBlocks::default();
+        assert!(kv.admit(&mut sa, &a, 8, 0, 8));
+        assert_eq!(sa.blocks, [0, 1]);
+        kv.register_full_blocks(&mut sa, &a, 8, 8);
+        kv.release(&mut sa);
+        assert_eq!(kv.take_transfers(), (0, 0));
+        // B needs all four blocks: taking 1 and 0 evicts a1 then a0 to the CPU tier.
+        let mut sb = SeqBlocks::default();
+        kv.cpu.as_mut().unwrap().now_us = 100;
+        assert!(kv.admit(&mut sb, &b, 16, 0, 16));
+        assert_eq!(sb.blocks, [2, 3, 1, 0]);
+        assert_eq!(kv.take_transfers(), (2, 0));
+        assert_eq!(kv.cpu.as_ref().unwrap().len(), 2);
+        kv.release(&mut sb);
+        // A again: a0 and a1 are on the CPU only; the cap (one token must be computed) stops
+        // at a0. B released its blocks last first, so the free list is [0, 1, 3, 2]: the
+        // reload of a0 takes block 0, A's second block block 1. Offloaded at 100 µs and
+        // reloaded at 500,100 µs, within the 1 s window: one thrashing reload.
+        assert_eq!(kv.cached_prefix_blocks(&a, 8, 8), 1);
+        kv.cpu.as_mut().unwrap().now_us = 500_100;
+        let mut sa = SeqBlocks::default();
+        assert!(kv.admit(&mut sa, &a, 8, 1, 8));
+        assert_eq!(sa.blocks, [0, 1]);
+        assert_eq!(kv.take_transfers(), (0, 1));
+        let cpu = kv.cpu.as_ref().unwrap();
+        assert_eq!((cpu.offloaded, cpu.reloaded, cpu.thrashed), (2, 1, 1));
+        assert_eq!(kv.hit_blocks, 1);
+        // Block 0 carries a0 on the GPU again: a third request sharing it hits the GPU.
+        assert_eq!(kv.lookup(chain_hash(0, a.block_id(0, 4), 0)), Some(0));
+        kv.audit().unwrap();
+        // A computes and registers both blocks and leaves (free list [3, 2, 1, 0]); B evicts
+        // them again, but the CPU tier holds both already: nothing is copied.
+        kv.register_full_blocks(&mut sa, &a, 8, 8);
+        kv.release(&mut sa);
+        let mut sb = SeqBlocks::default();
+        assert!(kv.admit(&mut sb, &b, 16, 0, 16));
+        assert_eq!(
+            kv.take_transfers(),
+            (0, 0),
+            "both blocks were already on the CPU"
+        );
+        assert_eq!(kv.cpu.as_ref().unwrap().len(), 2);
+        kv.audit().unwrap();
+    }
+
+    #[test]
+    fn a_full_cpu_tier_drops_its_least_recently_used_block() {
+        let mut t = CpuTier::new(2, 0);
+        t.offload(1);
+        t.offload(2);
+        t.offload(1); // refresh: 2 is now the oldest
+        t.offload(3);
+        assert!(t.contains(1) && t.contains(3) && !t.contains(2));
+        assert_eq!(t.offloaded, 3);
+        t.audit().unwrap();
     }
 
     #[test]

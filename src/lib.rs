@@ -41,7 +41,8 @@
 //! - **INV-1** request conservation: injected = completed + rejected + dropped + queued +
 //!   running + in transit; each request ends in exactly one state.
 //! - **INV-3** the clock never goes back.
-//! - **INV-4** KV conservation: allocated + free = total blocks, per instance.
+//! - **INV-4** KV conservation: allocated + free = total GPU blocks, and the CPU tier holds
+//!   no more than its capacity, per instance.
 //! - **INV-5** causality: arrival ≤ admitted ≤ routed ≤ enqueued ≤ scheduled ≤ first token ≤
 //!   completion.
 //! - **INV-6** determinism (tested end to end).

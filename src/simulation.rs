@@ -79,6 +79,10 @@ impl Plugin for RecordPlugin {
 }
 
 /// Diagnoses of a run's outcome that a user should not miss.
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 { 0.0 } else { a as f64 / b as f64 }
+}
+
 fn diagnose(s: &Summary, (blocks, block_size): (u32, u32)) -> Vec<String> {
     let r = &s.requests;
     let mut w = Vec::new();
@@ -276,7 +280,13 @@ impl Simulation {
             })?;
             for _ in 0..group.count {
                 let i = index.len() as u32;
-                let kv = KvCache::new(resolved.kv_blocks, group.block_size);
+                let mut kv = KvCache::new(resolved.kv_blocks, group.block_size);
+                if let Some((blocks, _, _)) = resolved.cpu_tier {
+                    kv = kv.with_cpu_tier(crate::kv::CpuTier::new(
+                        blocks,
+                        SimDuration::from_secs_f64(group.cpu_kv_thrash_window_s).as_us(),
+                    ));
+                }
                 if u64::from(resolved.kv_blocks) * u64::from(group.block_size)
                     > u64::from(largest_cache.0) * u64::from(largest_cache.1)
                 {
@@ -298,6 +308,8 @@ impl Simulation {
                             pp: group.pp.max(1),
                             pp_bytes_per_token: resolved.pp_bytes_per_token,
                             pp_link_bytes_per_us: group.pp_link_gb_per_s * 1e3,
+                            host_block_us: resolved.cpu_tier.map_or(0.0, |t| t.1),
+                            host_latency_us: resolved.cpu_tier.map_or(0.0, |t| t.2),
                             pp_link_latency: SimDuration(group.pp_link_latency_us),
                         },
                         scheduler: Scheduler::default(),
@@ -463,6 +475,7 @@ impl Simulation {
         let mut instances = Vec::new();
         let mut hit = 0;
         let mut miss = 0;
+        let (mut offloaded, mut reloaded, mut thrashed) = (0u64, 0u64, 0u64);
         let duration = SimDuration(now.as_us());
         for (i, &e) in index.iter().enumerate() {
             let sched = world.get::<Scheduler>(e).expect("instance has a scheduler");
@@ -488,6 +501,11 @@ impl Simulation {
             }
             hit += kv.hit_blocks;
             miss += kv.miss_blocks;
+            if let Some(c) = &kv.cpu {
+                offloaded += c.offloaded;
+                reloaded += c.reloaded;
+                thrashed += c.thrashed;
+            }
             let c = sched.counters;
             instances.push(InstanceSummary {
                 index: i as u32,
@@ -593,6 +611,8 @@ impl Simulation {
                 requests_per_s: per_s(agg.completed),
                 input_tokens_per_s: per_s(agg.input_tokens),
                 output_tokens_per_s: per_s(agg.output_tokens),
+                input_tokens: agg.input_tokens,
+                output_tokens: agg.output_tokens,
             },
             ttft_ms: agg.ttft.summarize_ms(),
             itl_ms: agg.itl.summarize_ms(),
@@ -640,6 +660,11 @@ impl Simulation {
                 },
                 hit_blocks: hit,
                 miss_blocks: miss,
+                gpu_hit_rate: ratio(hit - reloaded, hit + miss),
+                cpu_hit_rate: ratio(reloaded, hit + miss),
+                offloaded_blocks: offloaded,
+                reloaded_blocks: reloaded,
+                thrashing_rate: ratio(thrashed, reloaded),
             },
             instances,
         };

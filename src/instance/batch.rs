@@ -135,6 +135,9 @@ pub fn form_batches(
         if sched.step_end.is_some() || !sched.has_work() {
             continue;
         }
+        if let Some(c) = kv.cpu.as_mut() {
+            c.now_us = clock.now.as_us();
+        }
         form_batch(&mut sched, &mut kv, limits, clock.now, &ordering);
         due.execute.push(i);
     }

@@ -58,6 +58,9 @@ pub struct Limits {
     /// Stage-to-stage link: bytes per µs and fixed latency.
     pub pp_link_bytes_per_us: f64,
     pub pp_link_latency: SimDuration,
+    /// CPU KV tier transfers: µs per block, and a fixed µs per step that moves any block.
+    pub host_block_us: f64,
+    pub host_latency_us: f64,
 }
 
 /// Instance entities by index.

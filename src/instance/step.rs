@@ -29,13 +29,13 @@ pub fn execute_steps(
     mut queue: ResMut<EventQueue>,
     mut items: Local<Vec<StepItem>>,
     mut fault: ResMut<SimFault>,
-    mut instances: Query<(&mut Scheduler, &Latency, &Limits)>,
+    mut instances: Query<(&mut Scheduler, &mut KvCache, &Latency, &Limits)>,
 ) {
     let now = clock.now;
     let due = &mut *due;
     let mut listed = std::mem::take(&mut due.execute);
     for &i in &listed {
-        let (mut sched, latency, limits) = instances
+        let (mut sched, mut kv, latency, limits) = instances
             .get_mut(index.0[i as usize])
             .expect("instance entity exists for the whole run");
         items.clear();
@@ -66,7 +66,21 @@ pub fn execute_steps(
         }
         // An empty batch (everything preempted this step) still takes 1 µs, so the
         // instance keeps a step pending (INV-8) and retries next tick.
-        let dt = if items.is_empty() {
+        // Blocks moved to or from the CPU tier while this batch was formed. Reloads must land
+        // before the step computes on them (fixed latency + blocks × per-block time, added);
+        // offloads are copied out asynchronously (vLLM's offloading connector) and only
+        // lengthen a step they outlast.
+        let (offloaded, reloaded) = kv.take_transfers();
+        let transfer_us = |blocks: u32| {
+            if blocks == 0 {
+                0.0
+            } else {
+                limits.host_latency_us + f64::from(blocks) * limits.host_block_us
+            }
+        };
+        let reload = SimDuration::from_us_f64(transfer_us(reloaded));
+        let offload = SimDuration::from_us_f64(transfer_us(offloaded));
+        let compute = if items.is_empty() {
             SimDuration(1)
         } else {
             let shape = BatchShape {
@@ -84,6 +98,7 @@ pub fn execute_steps(
                 }
             }
         };
+        let dt = reload + compute.max(offload);
         // Pipeline parallelism (Vidur): each of the pp stages runs 1/pp of the layers and
         // hands its activations to the next; the first stage frees after one stage, the
         // micro-batch finishes after all of them, never before the one ahead of it.

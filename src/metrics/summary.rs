@@ -29,6 +29,10 @@ pub struct Throughput {
     pub requests_per_s: f64,
     pub input_tokens_per_s: f64,
     pub output_tokens_per_s: f64,
+    /// Prompt tokens of the completed requests.
+    pub input_tokens: u64,
+    /// Output tokens of the completed requests.
+    pub output_tokens: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -37,6 +41,16 @@ pub struct KvSummary {
     pub hit_rate: f64,
     pub hit_blocks: u64,
     pub miss_blocks: u64,
+    /// Prompt blocks found on the GPU / all prompt blocks admitted.
+    pub gpu_hit_rate: f64,
+    /// Prompt blocks reloaded from the CPU tier / all prompt blocks admitted.
+    pub cpu_hit_rate: f64,
+    /// Blocks copied GPU → CPU tier.
+    pub offloaded_blocks: u64,
+    /// Blocks copied CPU tier → GPU (CPU-tier hits).
+    pub reloaded_blocks: u64,
+    /// Reloads of a block offloaded within the group's `cpu_kv_thrash_window_s` / reloads.
+    pub thrashing_rate: f64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -242,6 +256,17 @@ impl Summary {
             self.kv.hit_blocks,
             self.kv.hit_blocks + self.kv.miss_blocks
         );
+        if self.kv.offloaded_blocks + self.kv.reloaded_blocks > 0 {
+            let _ = writeln!(
+                s,
+                "CPU KV tier: {} blocks offloaded, {} reloaded; hit rate GPU {:.4}, CPU {:.4}; thrashing {:.4}",
+                self.kv.offloaded_blocks,
+                self.kv.reloaded_blocks,
+                self.kv.gpu_hit_rate,
+                self.kv.cpu_hit_rate,
+                self.kv.thrashing_rate
+            );
+        }
         for (reason, n) in &self.rejections {
             let _ = writeln!(s, "rejected by {reason}: {n}");
         }

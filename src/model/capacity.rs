@@ -50,6 +50,17 @@ pub fn params(m: &ModelConfig) -> f64 {
 }
 
 /// Blocks of `block_size` tokens that fit on one replica of `tp` GPUs.
+/// KV bytes per token on one GPU of a TP × PP group (MLA: the compressed row, not split).
+pub fn kv_bytes_per_token(m: &ModelConfig, tp: u32, pp: u32) -> f64 {
+    let layers = f64::from(m.layers) / f64::from(pp.max(1));
+    if m.kv_lora_rank > 0 {
+        layers * f64::from(m.kv_lora_rank + m.qk_rope_head_dim) * m.act_bytes
+    } else {
+        layers * 2.0 * f64::from(m.head_dim) * f64::from(m.kv_heads) * m.act_bytes
+            / f64::from(tp.max(1))
+    }
+}
+
 pub fn kv_capacity(
     m: &ModelConfig,
     gpu: &GpuProfile,
@@ -58,14 +69,8 @@ pub fn kv_capacity(
     utilization: f64,
     block_size: u32,
 ) -> Result<KvCapacity, String> {
-    let tpf = f64::from(tp.max(1));
-    let gpus = tpf * f64::from(pp.max(1));
-    let layers = f64::from(m.layers) / f64::from(pp.max(1));
-    let per_token = if m.kv_lora_rank > 0 {
-        layers * f64::from(m.kv_lora_rank + m.qk_rope_head_dim) * m.act_bytes
-    } else {
-        layers * 2.0 * f64::from(m.head_dim) * f64::from(m.kv_heads) * m.act_bytes / tpf
-    };
+    let gpus = f64::from(tp.max(1)) * f64::from(pp.max(1));
+    let per_token = kv_bytes_per_token(m, tp, pp);
     let per_block = (per_token * f64::from(block_size)).trunc();
     let available = gpu.memory_gib * utilization * gpus;
     let weights = params(m) * m.weight_bytes / GIB;

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use super::{InstanceGroup, LatencySpec, Problem, did_you_mean};
 use crate::latency::{
-    Blackbox, Coefficients, LatencyModel, MeasuredTable, PiecewiseLinear, Roofline, TrainedPhysics,
+    Blackbox, BlisRoofline, Coefficients, LatencyModel, MeasuredTable, PiecewiseLinear, Roofline,
+    TrainedPhysics,
 };
 use crate::model::{BUNDLED_MODELS, GpuProfile, ModelConfig, bundled_gpus, find_gpu, kv_capacity};
 
@@ -22,6 +23,8 @@ pub struct ResolvedGroup {
     pub latency: Arc<dyn LatencyModel>,
     /// Bytes sent between pipeline stages per token (hidden × activation bytes).
     pub pp_bytes_per_token: f64,
+    /// CPU offload tier: (blocks, µs per block transferred, fixed µs per step with transfers).
+    pub cpu_tier: Option<(u32, f64, f64)>,
 }
 
 fn looks_like_path(s: &str) -> bool {
@@ -193,18 +196,88 @@ pub fn resolve_group(
                 beta: three(beta),
             }))
         }
-        LatencySpec::Roofline { alpha } => {
-            needs(&mut p, "the roofline latency model");
+        LatencySpec::BlisRoofline { alpha } => {
+            needs(&mut p, "the BLIS roofline latency model");
             if let Some(a) = alpha {
                 check_coefficients(&mut p, &at("latency.alpha"), a, 3..=3);
             }
             match (&model, &gpu) {
-                (Some(m), Some(gp)) => Some(Arc::new(Roofline {
+                (Some(m), Some(gp)) => Some(Arc::new(BlisRoofline {
                     model: m.clone(),
                     gpu: gp.clone(),
                     tp: g.tp.max(1),
                     alpha: alpha.as_deref().map_or([0.0; 3], three),
                 })),
+                _ => None,
+            }
+        }
+        LatencySpec::Roofline {
+            alpha,
+            step_overhead_us,
+            request_overhead_us,
+            gemm_efficiency,
+            attention_efficiency,
+            bandwidth_efficiency,
+            kernel_overhead_us,
+            attention_overhead_us,
+            allreduce_gb_per_s,
+            allreduce_latency_us,
+        } => {
+            needs(&mut p, "the roofline latency model");
+            if let Some(a) = alpha {
+                check_coefficients(&mut p, &at("latency.alpha"), a, 3..=3);
+            }
+            for (f, v) in [
+                ("step_overhead_us", step_overhead_us),
+                ("request_overhead_us", request_overhead_us),
+            ] {
+                if let Some(v) = v
+                    && (!v.is_finite() || !(0.0..=1e7).contains(v))
+                {
+                    p.push(Problem::new(
+                        at(&format!("latency.{f}")),
+                        format!("must be in [0, 10⁷] µs, got {v}"),
+                    ));
+                }
+            }
+            match (&model, &gpu) {
+                (Some(m), Some(gp)) => {
+                    let mut gp = gp.clone();
+                    let ph = &mut gp.physics;
+                    for (slot, v) in [
+                        (&mut ph.gemm_efficiency, gemm_efficiency),
+                        (&mut ph.attention_efficiency, attention_efficiency),
+                        (&mut ph.bandwidth_efficiency, bandwidth_efficiency),
+                        (&mut ph.kernel_overhead_us, kernel_overhead_us),
+                        (&mut ph.attention_overhead_us, attention_overhead_us),
+                        (&mut ph.allreduce_gb_per_s, allreduce_gb_per_s),
+                        (&mut ph.allreduce_latency_us, allreduce_latency_us),
+                    ] {
+                        if let Some(v) = v {
+                            *slot = *v;
+                        }
+                    }
+                    for e in ph.problems() {
+                        let (field, msg) = e
+                            .strip_prefix("physics.")
+                            .and_then(|r| r.split_once(' '))
+                            .unwrap_or(("", &e));
+                        p.push(Problem::new(
+                            at(&format!("latency.{field}")),
+                            msg.to_string(),
+                        ));
+                    }
+                    Some(Arc::new(Roofline {
+                        model: m.clone(),
+                        gpu: gp,
+                        tp: g.tp.max(1),
+                        alpha: alpha.as_deref().map_or([0.0; 3], three),
+                        step_overhead_us: step_overhead_us
+                            .unwrap_or(crate::latency::DEFAULT_STEP_OVERHEAD_US),
+                        request_overhead_us: request_overhead_us
+                            .unwrap_or(crate::latency::DEFAULT_REQUEST_OVERHEAD_US),
+                    }))
+                }
                 _ => None,
             }
         }
@@ -311,10 +384,53 @@ pub fn resolve_group(
         };
         Some(len.min(u64::from(u32::MAX)) as u32)
     });
+    let mut cpu_tier = None;
+    if g.cpu_kv_blocks > 0 {
+        for (f, v) in [
+            ("host_link_gb_per_s", g.host_link_gb_per_s),
+            ("host_link_latency_us", g.host_link_latency_us),
+        ] {
+            if let Some(v) = v
+                && (!v.is_finite() || v < 0.0 || (f == "host_link_gb_per_s" && v == 0.0))
+            {
+                p.push(Problem::new(
+                    at(f),
+                    format!("must be a finite number > 0, got {v}"),
+                ));
+            }
+        }
+        if !g.cpu_kv_thrash_window_s.is_finite() || g.cpu_kv_thrash_window_s < 0.0 {
+            p.push(Problem::new(
+                at("cpu_kv_thrash_window_s"),
+                format!(
+                    "must be a finite number ≥ 0, got {}",
+                    g.cpu_kv_thrash_window_s
+                ),
+            ));
+        }
+        match (&model, &gpu) {
+            (Some(m), Some(gp)) => {
+                let per_block =
+                    crate::model::kv_bytes_per_token(m, g.tp, g.pp) * f64::from(g.block_size);
+                let gbps = g
+                    .host_link_gb_per_s
+                    .unwrap_or(gp.physics.host_link_gb_per_s);
+                let lat = g
+                    .host_link_latency_us
+                    .unwrap_or(gp.physics.host_link_latency_us);
+                cpu_tier = Some((g.cpu_kv_blocks, per_block / (gbps * 1e3), lat));
+            }
+            _ => p.push(
+                Problem::new(at("cpu_kv_blocks"), "a CPU KV tier needs `model` and `gpu`")
+                    .hint("they size a block in bytes and give the host link bandwidth"),
+            ),
+        }
+    }
     if !p.is_empty() {
         return Err(p);
     }
     Ok(ResolvedGroup {
+        cpu_tier,
         pp_bytes_per_token: model
             .as_ref()
             .map_or(0.0, |m| f64::from(m.hidden) * m.act_bytes),

@@ -60,7 +60,7 @@ fn golden_cases_match_counts_token_totals_and_mean_latencies() {
             "(seed: 42, cluster: (groups: [(count: 1, kv_blocks: {blocks}, block_size: {bs}, max_num_seqs: {seqs},
                 max_num_batched_tokens: {budget}, max_model_len: {mml}, tp: {tp},
                 model: \"llama-3.1-8b-instruct\", gpu: {gpu:?},
-                latency: Roofline(alpha: [{a0:?}, {a1:?}, {a2:?}]))]),
+                latency: BlisRoofline(alpha: [{a0:?}, {a1:?}, {a2:?}]))]),
               workload: (num_requests: {n}, clients: [(rate_per_s: {rate:?},
                 input_tokens: Normal(mean: {pm:?}, stdev: {ps:?}, min: {pmin}, max: {pmax}),
                 output_tokens: Normal(mean: {om:?}, stdev: {os:?}, min: {omin}, max: {omax}),

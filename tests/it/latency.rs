@@ -6,8 +6,9 @@ use std::process::Command;
 
 use proptest::prelude::*;
 use servesim::latency::{
-    BatchShape, Blackbox, Coefficients, Extrapolation, LatencyModel, MeasuredTable,
-    PiecewiseLinear, Roofline, StepItem, TrainedPhysics,
+    BatchShape, Blackbox, BlisRoofline, Coefficients, DEFAULT_REQUEST_OVERHEAD_US,
+    DEFAULT_STEP_OVERHEAD_US, Extrapolation, LatencyModel, MeasuredTable, PiecewiseLinear,
+    Roofline, StepItem, TrainedPhysics,
 };
 use servesim::model::{BUNDLED_MODELS, ModelConfig, bundled_gpus, find_gpu, kv_capacity};
 
@@ -53,7 +54,7 @@ fn min_tp(m: &ModelConfig, gpu: &str) -> Option<u32> {
     })
 }
 
-fn models_on(gpu: &str, id: &str) -> (Roofline, TrainedPhysics) {
+fn models_on(gpu: &str, id: &str) -> (Roofline, TrainedPhysics, BlisRoofline) {
     let m = ModelConfig::bundled(id).unwrap();
     let tp = min_tp(&m, gpu).unwrap_or(8);
     let g = find_gpu(gpu).unwrap();
@@ -63,12 +64,20 @@ fn models_on(gpu: &str, id: &str) -> (Roofline, TrainedPhysics) {
             gpu: g.clone(),
             tp,
             alpha: [0.0; 3],
+            step_overhead_us: DEFAULT_STEP_OVERHEAD_US,
+            request_overhead_us: DEFAULT_REQUEST_OVERHEAD_US,
         },
         TrainedPhysics {
+            model: m.clone(),
+            gpu: g.clone(),
+            tp,
+            coefficients: Coefficients::bundled(),
+        },
+        BlisRoofline {
             model: m,
             gpu: g,
             tp,
-            coefficients: Coefficients::bundled(),
+            alpha: [0.0; 3],
         },
     )
 }
@@ -78,8 +87,8 @@ fn every_bundled_model_on_every_gpu_prices_steps_and_sizes_its_cache() {
     for (id, _) in BUNDLED_MODELS {
         let m = ModelConfig::bundled(id).unwrap();
         for g in bundled_gpus() {
-            let (r, t) = models_on(&g.id, id);
-            for model in [&r as &dyn LatencyModel, &t] {
+            let (r, t, b) = models_on(&g.id, id);
+            for model in [&r as &dyn LatencyModel, &t, &b] {
                 let p = model.step_time(&shape(&[prefill(512, 0)])).unwrap();
                 let d = model.step_time(&shape(&[decode(512)])).unwrap();
                 assert!(
@@ -115,9 +124,10 @@ fn all_models() -> Vec<Box<dyn LatencyModel>> {
         "qwen3-30b-a3b",
         "llama-3.1-70b-instruct",
     ] {
-        let (r, t) = models_on("H100", id);
+        let (r, t, b) = models_on("H100", id);
         v.push(Box::new(r));
         v.push(Box::new(t));
+        v.push(Box::new(b));
     }
     v
 }
@@ -258,16 +268,18 @@ fn list_models_and_hardware_show_the_library() {
 /// The README's table of single-request latencies, regenerated from the models.
 fn readme_table() -> String {
     let mut t = String::from(
-        "| model | TP | roofline TTFT | roofline ITL | trained-physics TTFT | trained-physics ITL | piecewise TTFT | piecewise ITL |\n|---|---|---|---|---|---|---|---|\n",
+        "| model | TP | roofline TTFT | roofline ITL | BLIS roofline TTFT | BLIS roofline ITL | trained-physics TTFT | trained-physics ITL | piecewise TTFT | piecewise ITL |\n|---|---|---|---|---|---|---|---|---|---|\n",
     );
     let pw = PiecewiseLinear::default();
     for (id, _) in BUNDLED_MODELS {
         let m = ModelConfig::bundled(id).unwrap();
         let Some(tp) = min_tp(&m, "H100") else {
-            t.push_str(&format!("| {id} | does not fit on 8×H100 | | | | | | |\n"));
+            t.push_str(&format!(
+                "| {id} | does not fit on 8×H100 | | | | | | | | |\n"
+            ));
             continue;
         };
-        let (r, tphys) = models_on("H100", id);
+        let (r, tphys, blis) = models_on("H100", id);
         let ms = |us: u64| format!("{:.2}", us as f64 / 1000.0);
         let cells = |m: &dyn LatencyModel| {
             let ttft = m.queueing_delay(512).as_us()
@@ -278,8 +290,9 @@ fn readme_table() -> String {
             format!("{} | {}", ms(ttft), ms(itl))
         };
         t.push_str(&format!(
-            "| {id} | {tp} | {} | {} | {} |\n",
+            "| {id} | {tp} | {} | {} | {} | {} |\n",
             cells(&r),
+            cells(&blis),
             cells(&tphys),
             cells(&pw)
         ));
@@ -323,4 +336,38 @@ fn a_scenario_can_bring_its_own_model_config_and_gpu_profile() {
     );
     assert!(s.instances[0].kv_total_blocks > 1_000_000);
     assert!(rows.iter().all(|r| r.str("state") == "completed"));
+}
+
+#[test]
+fn a_cpu_tier_turns_recomputed_prefixes_into_reloads_that_steps_pay_for() {
+    // Llama-2-7B (512 KiB of KV per token, 8 MiB per 16-token block) with a GPU cache of
+    // 64 blocks: 40 prompts of 512 tokens (32 blocks each) cycle through a pool of 4, so
+    // each prompt is evicted before it comes back. With a CPU tier the repeats reload.
+    let src = |cpu: u32| {
+        format!(
+            "(seed: 3, cluster: (groups: [(model: \"llama-2-7b-hf\", gpu: \"H100\", kv_blocks: 64,
+                cpu_kv_blocks: {cpu}, max_num_seqs: 1, latency: Roofline())]),
+              workload: (num_requests: 40, clients: [(rate_per_s: 2.0, input_tokens: Constant(512),
+                output_tokens: Constant(4), prompt_pool: 4)]))"
+        )
+    };
+    let (without, _) = run(&parse(&src(0)));
+    let (with, rows) = run(&parse(&src(256)));
+    assert_eq!(without.kv.reloaded_blocks, 0);
+    assert_eq!(
+        without.kv.hit_blocks, 0,
+        "every repeat was evicted: nothing to hit"
+    );
+    // 4 first uses compute their prompts; 36 repeats reload 31 of 32 blocks each (the
+    // last block is recomputed: one token must be).
+    assert_eq!(with.kv.reloaded_blocks, 36 * 31);
+    assert_eq!(with.kv.hit_blocks, 36 * 31);
+    assert!((with.kv.cpu_hit_rate - 36.0 * 31.0 / (40.0 * 32.0)).abs() < 1e-12);
+    assert_eq!(with.kv.gpu_hit_rate, 0.0);
+    assert!(with.kv.offloaded_blocks >= 4 * 32);
+    let cached: u64 = rows.iter().map(|r| r.u64("cached_tokens")).sum();
+    assert_eq!(cached, 36 * 31 * 16);
+    // A reload of 31 blocks over the 50 GB/s host link: 10 µs + 31 × 8 MiB / 50 GB/s
+    // = 5.21 ms, less than recomputing 496 tokens (≈ 9 ms on the roofline); TTFT drops.
+    assert!(with.ttft_ms.mean.unwrap() < without.ttft_ms.mean.unwrap());
 }

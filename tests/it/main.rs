@@ -2,7 +2,9 @@
 
 mod cli;
 mod common;
+mod conformance;
 mod control;
+mod fidelity;
 mod golden;
 mod hand;
 mod latency;

@@ -363,3 +363,103 @@ fn generating_ten_million_requests_keeps_memory_flat() {
         "RSS grew from {at_1m} to {after} bytes between 1M and 10M requests"
     );
 }
+
+#[test]
+fn a_run_ends_with_its_last_completion_not_with_timeouts_that_can_no_longer_fire() {
+    // Three requests 0.1 s apart (Constant arrivals: 100 ms, 200 ms, 300 ms), each one step
+    // of 1 ms prefill + 1 ms per decode (β0 = 1000 µs, no per-token terms): done 2 ms after
+    // arrival. Their 300 s timeouts must not stretch the run to 300.3 s.
+    let sc = parse(
+        "(cluster: (groups: [(kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 0.0, 0.0]))]),
+          workload: (num_requests: 3, clients: [(rate_per_s: 10.0, arrival: Constant,
+            input_tokens: Constant(16), output_tokens: Constant(2), timeout_s: 300.0)]))",
+    );
+    let (s, rows) = run(&sc);
+    let last = rows.iter().map(|r| r.u64("completion_us")).max().unwrap();
+    assert_eq!(last, 302_000);
+    assert_eq!(s.sim_duration_s, 0.302);
+    assert!((s.throughput.requests_per_s - 3.0 / 0.302).abs() < 1e-9);
+}
+
+fn inference_perf(reading: &str, stages: &str, multi_turn: bool) -> scenario::Scenario {
+    parse(&format!(
+        "(seed: 5, cluster: (groups: [(kv_blocks: 4000, max_num_seqs: 64,
+            latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [2000.0, 5.0, 50.0]))]),
+          workload: (inference_perf: (reading: {reading}, stages: [{stages}],
+            shared_prefix: (num_unique_system_prompts: 3, num_users_per_system_prompt: 2,
+              system_prompt_len: 64, question_len: 40, output_len: 8,
+              enable_multi_turn_chat: {multi_turn}))))"
+    ))
+}
+
+#[test]
+fn an_inference_perf_load_sends_exactly_rate_times_duration_per_stage() {
+    let stages = "(rate_per_s: 2.5, duration_s: 100.0), (rate_per_s: 0.7, duration_s: 100.0)";
+    for (reading, multi_turn) in [
+        ("OpenLoop", false),
+        ("OpenLoop", true),
+        ("Blis", true),
+        ("Blis", false),
+    ] {
+        let (s, rows) = run(&inference_perf(reading, stages, multi_turn));
+        // ⌊2.5 × 100⌋ + ⌊0.7 × 100⌋ = 250 + 70. BLIS without multi-turn chat sends Poisson
+        // arrivals per user: about 320, not exactly (sd ≈ 18).
+        if reading == "Blis" && !multi_turn {
+            assert!((250..=390).contains(&rows.len()), "{}", rows.len());
+            continue;
+        }
+        assert_eq!(rows.len(), 320, "{reading} multi_turn={multi_turn}");
+        assert_eq!(s.requests.completed, 320);
+        for r in &rows {
+            assert_eq!(r.u64("input_tokens"), 64 + 40);
+            assert_eq!(r.u64("output_tokens"), 8);
+            assert_eq!(r.str("tenant"), "inference_perf");
+        }
+        if reading == "OpenLoop" {
+            // The constant timer: 250 arrivals in [0, 100 s], the 250th exactly at 100 s;
+            // 70 in (100 s, 200 s], the last exactly at 200 s.
+            let mut t: Vec<u64> = rows.iter().map(|r| r.u64("arrival_us")).collect();
+            t.sort();
+            assert_eq!(t[249], 100_000_000);
+            assert!(t[248] < 100_000_000 && t[250] > 100_000_000);
+            assert_eq!(t[319], 200_000_000);
+        }
+    }
+}
+
+#[test]
+fn users_share_their_system_prompt_through_the_prefix_cache() {
+    // Open loop: users take turns, so request k uses prompt (k mod 6) / 2. With 64-token
+    // system prompts (4 blocks of 16), every request after the first of its prompt hits
+    // exactly 4 blocks: 3 misses of 4 prefix blocks, 12 × 4 hits.
+    let (s, rows) = run(&inference_perf(
+        "OpenLoop",
+        "(rate_per_s: 1.5, duration_s: 10.0)",
+        false,
+    ));
+    assert_eq!(rows.len(), 15);
+    let hits: u64 = rows.iter().map(|r| r.u64("cached_tokens")).sum();
+    assert_eq!(hits, 12 * 64);
+    assert!(s.kv.hit_blocks >= 12 * 4);
+}
+
+#[test]
+fn blis_sessions_send_their_share_with_think_time_after_each_completion() {
+    // 6 users, 25 requests in stage 0 → shares 5, 4, 4, 4, 4, 4; think = ⌊6 / 2.5 s⌋ = 2.4 s.
+    let sc = inference_perf("Blis", "(rate_per_s: 2.5, duration_s: 10.0)", true);
+    let (_, rows) = run(&sc);
+    let by_session = sessions(&rows);
+    assert_eq!(by_session.len(), 6);
+    let mut counts: Vec<usize> = by_session.values().map(Vec::len).collect();
+    counts.sort();
+    assert_eq!(counts, [4, 4, 4, 4, 4, 5]);
+    for turns in by_session.values() {
+        for w in turns.windows(2) {
+            assert_eq!(
+                w[1].u64("arrival_us"),
+                w[0].u64("completion_us") + 2_400_000,
+                "closed loop: completion + think"
+            );
+        }
+    }
+}
