@@ -80,6 +80,7 @@
 pub mod autoscale;
 pub mod cluster;
 pub mod engine;
+pub mod fidelity;
 pub mod instance;
 pub mod invariants;
 pub mod kv;

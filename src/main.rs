@@ -60,11 +60,56 @@ enum Command {
         #[arg(long = "set", value_name = "PATH=VALUE")]
         set: Vec<String>,
     },
+    /// Replay a measured benchmark run through the scenario's server and compare TTFT, ITL
+    /// and E2E (mean, p50, p90, p99), overall and per stage; also writes check-real.json.
+    CheckReal {
+        /// Scenario describing the server (its workload is replaced by the measured one).
+        scenario: PathBuf,
+        /// Per-request measurements: a CSV (arrival_s|arrival_ms|arrival_us, input_tokens,
+        /// output_tokens, ttft_ms, e2e_ms[, itl_ms][, stage]) or a vLLM benchmark JSON.
+        measured: PathBuf,
+        /// Where check-real.json goes (default: the scenario's outputs.dir).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        #[arg(long = "set", value_name = "PATH=VALUE")]
+        set: Vec<String>,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
+    /// Fit latency coefficients to a measured benchmark run by simulating it; prints the
+    /// latency line to paste into the scenario and the error on a held-back 20 %.
+    Calibrate {
+        /// Scenario describing the server (model, GPU, TP, limits, KV blocks).
+        scenario: PathBuf,
+        /// Per-request measurements (as for check-real).
+        measured: PathBuf,
+        /// Which coefficients to fit.
+        #[arg(long, value_enum, default_value_t = FitModel::Blackbox)]
+        model: FitModel,
+        /// The instance group whose latency model is fitted.
+        #[arg(long, default_value_t = 0)]
+        group: usize,
+        /// Most simulations to run.
+        #[arg(long, default_value_t = 400)]
+        max_evals: usize,
+        #[arg(long = "set", value_name = "PATH=VALUE")]
+        set: Vec<String>,
+        #[arg(long, value_enum, default_value_t = Format::Text)]
+        format: Format,
+    },
     /// List what a scenario can name.
     List {
         #[arg(value_enum)]
         what: ListWhat,
     },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum FitModel {
+    /// α0 and β0, β1, β2 of the blackbox model.
+    Blackbox,
+    /// Scale factors on the bundled trained-physics coefficients, and α0.
+    TrainedPhysics,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -106,11 +151,129 @@ fn load(
     })
 }
 
+/// Loads the scenario and the measurements for check-real and calibrate.
+fn load_with_measured(
+    scenario: &Path,
+    measured: &Path,
+    set: &[String],
+    catalog: &Catalog,
+) -> Result<(scenario::Scenario, Vec<servesim::fidelity::MeasuredRequest>), ExitCode> {
+    let overrides = parse_overrides(set, None).map_err(|e| {
+        eprintln!("error: {e}");
+        ExitCode::from(2)
+    })?;
+    let sc = load(scenario, &overrides, catalog)?;
+    let rows = servesim::fidelity::measured::load(measured).map_err(|e| {
+        eprintln!("error: {e}");
+        ExitCode::from(2)
+    })?;
+    Ok((sc, rows))
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let app = servesim::default_app();
     let catalog = app.world().resource::<Catalog>();
     match cli.command {
+        Command::CheckReal {
+            scenario,
+            measured,
+            out,
+            set,
+            format,
+        } => {
+            let (sc, rows) = match load_with_measured(&scenario, &measured, &set, catalog) {
+                Ok(x) => x,
+                Err(code) => return code,
+            };
+            let report = match servesim::fidelity::check_real(&sc, &rows) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            let json = serde_json::to_string_pretty(&report).expect("the report serialises");
+            let dir = out.unwrap_or_else(|| PathBuf::from(&sc.outputs.dir));
+            let written = servesim::output::PendingFile::create(&dir, "check-real.json").and_then(
+                |(pending, mut w)| {
+                    use std::io::Write;
+                    w.write_all(json.as_bytes())?;
+                    w.write_all(b"\n")?;
+                    w.flush()?;
+                    drop(w);
+                    pending.commit().inspect_err(|_| pending.discard())
+                },
+            );
+            if let Err(e) = written {
+                eprintln!(
+                    "error: cannot write {}: {e}",
+                    dir.join("check-real.json").display()
+                );
+                return ExitCode::from(1);
+            }
+            match format {
+                Format::Text => print!("{}", report.to_text()),
+                Format::Json => println!("{json}"),
+            }
+            eprintln!(
+                "servesim: report in {}",
+                dir.join("check-real.json").display()
+            );
+            ExitCode::SUCCESS
+        }
+        Command::Calibrate {
+            scenario,
+            measured,
+            model,
+            group,
+            max_evals,
+            set,
+            format,
+        } => {
+            let (sc, rows) = match load_with_measured(&scenario, &measured, &set, catalog) {
+                Ok(x) => x,
+                Err(code) => return code,
+            };
+            let family = match model {
+                FitModel::Blackbox => servesim::fidelity::calibrate::Family::Blackbox,
+                FitModel::TrainedPhysics => servesim::fidelity::calibrate::Family::TrainedPhysics,
+            };
+            let fit = match servesim::fidelity::calibrate::calibrate(
+                &sc,
+                group,
+                &rows,
+                family,
+                max_evals.max(8),
+            ) {
+                Ok(f) => f,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            match format {
+                Format::Text => {
+                    println!(
+                        "fitted on {} requests in {} simulations (loss {:.6})",
+                        rows.len() - fit.holdout.measured_requests,
+                        fit.evaluations,
+                        fit.train_loss
+                    );
+                    for (name, v) in &fit.params {
+                        println!("  {name:<30} {v:.6}");
+                    }
+                    println!("\npaste into cluster.groups[{group}]:\n    {}", fit.ron);
+                    println!("\nerror on the held-back 20 %:");
+                    print!("{}", fit.holdout.to_text());
+                }
+                Format::Json => println!(
+                    "{}",
+                    serde_json::to_string_pretty(&fit).expect("the fit serialises")
+                ),
+            }
+            ExitCode::SUCCESS
+        }
         Command::List {
             what: ListWhat::Models,
         } => {
@@ -226,6 +389,7 @@ fn main() -> ExitCode {
                     out_dir: Some(out_dir.clone()),
                     trace_decisions: trace.contains(&TraceKind::Decisions),
                     interrupt: Some(interrupt.clone()),
+                    ..Default::default()
                 },
             ) {
                 Ok(s) => s,

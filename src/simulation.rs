@@ -133,6 +133,11 @@ pub struct RunOptions {
     pub trace_decisions: bool,
     /// Set from outside (e.g. a Ctrl-C handler) to stop the run; nothing is committed.
     pub interrupt: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// Requests to replay from memory, in addition to the scenario's workload (a measured
+    /// run for `check-real` and `calibrate`).
+    pub replay: Option<std::sync::Arc<[crate::workload::TraceRow]>>,
+    /// Collects one [`RequestSample`](crate::metrics::RequestSample) per request.
+    pub collect: Option<std::sync::Arc<std::sync::Mutex<Vec<crate::metrics::RequestSample>>>>,
 }
 
 /// A run that could not complete.
@@ -326,7 +331,8 @@ impl Simulation {
         world.insert_resource(ClusterView { instances: view });
 
         let mut labels = labels;
-        let mut workload = Workload::new(scenario, &mut labels).map_err(SimError::Invalid)?;
+        let mut workload = Workload::new(scenario, &mut labels, options.replay.clone())
+            .map_err(SimError::Invalid)?;
         {
             let mut queue = world.resource_mut::<EventQueue>();
             workload.prime(&mut queue).map_err(SimError::Invalid)?;
@@ -357,6 +363,7 @@ impl Simulation {
                 writer: Some(writer),
                 error: None,
                 scratch: String::new(),
+                collect: None,
             });
             csv_file = Some(pending);
         }
@@ -385,6 +392,9 @@ impl Simulation {
             decisions_file = Some(pending);
         }
 
+        if let Some(c) = &options.collect {
+            world.resource_mut::<RequestLog>().collect = Some(c.clone());
+        }
         app.finish();
         app.cleanup();
         let mut schedule = app

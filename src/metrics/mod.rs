@@ -60,6 +60,19 @@ pub struct RequestLog {
     pub error: Option<String>,
     /// Reused field buffer.
     pub scratch: String,
+    /// Per-request samples for in-process consumers (`check-real`, `calibrate`).
+    pub collect: Option<std::sync::Arc<std::sync::Mutex<Vec<RequestSample>>>>,
+}
+
+/// What a finished request measured, in µs (for comparing with measurements).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RequestSample {
+    pub id: u64,
+    pub completed: bool,
+    pub ttft_us: Option<u64>,
+    pub e2e_us: Option<u64>,
+    /// Mean inter-token latency (time per output token after the first).
+    pub mean_itl_us: Option<f64>,
 }
 
 /// Totals for one slice of the requests (an instance, a tenant, an SLO class). Its
@@ -264,6 +277,18 @@ pub fn record_one(
 ) {
     let good = meets_slo(f, slo);
     agg.good += u64::from(good);
+    if let Some(c) = &log.collect {
+        c.lock()
+            .expect("no panics while holding it")
+            .push(RequestSample {
+                id: f.spec.id,
+                completed: f.state == FinalState::Completed,
+                ttft_us: f.ttft.map(|d| d.as_us()),
+                e2e_us: f.e2e.map(|d| d.as_us()),
+                mean_itl_us: (f.itl_count > 0)
+                    .then(|| f.itl_sum.as_us() as f64 / f64::from(f.itl_count)),
+            });
+    }
     if let Some(i) = f.instance {
         slot(&mut agg.per_instance, i as usize).add(f, good);
     }
@@ -298,6 +323,7 @@ pub fn record_one(
         writer,
         error,
         scratch,
+        ..
     } = log;
     if let Some(w) = writer.as_mut()
         && error.is_none()

@@ -119,11 +119,32 @@ pub struct Client {
     rng: ChaCha8Rng,
 }
 
+/// Where a trace source's rows come from.
+pub enum TraceInput {
+    /// Streamed from a file.
+    File(Box<TraceReader>),
+    /// Held in memory (replaying a measured run); the index of the next row.
+    Memory(Arc<[TraceRow]>, usize),
+}
+
+impl TraceInput {
+    fn next_row(&mut self) -> Result<Option<TraceRow>, String> {
+        match self {
+            TraceInput::File(r) => r.next_row(),
+            TraceInput::Memory(rows, next) => {
+                let row = rows.get(*next).cloned();
+                *next += 1;
+                Ok(row)
+            }
+        }
+    }
+}
+
 /// A source of requests.
 pub enum Source {
     Client(Box<Client>),
     Trace {
-        reader: Box<TraceReader>,
+        reader: TraceInput,
         pending: Option<TraceRow>,
         tenant: u32,
         slo_class: u32,
@@ -179,7 +200,12 @@ pub fn client_rate(scenario: &Scenario, c: &ClientSpec) -> f64 {
 
 impl Workload {
     /// Builds every source and the labels; errors (unreadable files) name the source.
-    pub fn new(scenario: &Scenario, labels: &mut Labels) -> Result<Self, String> {
+    /// `replay` adds an in-memory trace (tenant `replay`) after the scenario's sources.
+    pub fn new(
+        scenario: &Scenario,
+        labels: &mut Labels,
+        replay: Option<Arc<[TraceRow]>>,
+    ) -> Result<Self, String> {
         let base = scenario.base_dir.as_path();
         let w = &scenario.workload;
         let mut sources = Vec::new();
@@ -222,7 +248,7 @@ impl Workload {
             let reader = TraceReader::open(t, base, scenario.seed)
                 .map_err(|e| format!("workload.traces[{i}]: {e}"))?;
             sources.push(Source::Trace {
-                reader: Box::new(reader),
+                reader: TraceInput::File(Box::new(reader)),
                 pending: None,
                 tenant: labels.tenant(t.tenant.as_deref().unwrap_or(&format!("trace{i}"))),
                 slo_class: labels.slo_class(t.slo_class.as_deref().unwrap_or("standard")),
@@ -234,6 +260,17 @@ impl Workload {
             for c in inference_perf::sources(ip, scenario.seed, labels) {
                 sources.push(Source::Client(Box::new(c)));
             }
+        }
+        if let Some(rows) = replay {
+            let client = sources.len() as u32;
+            sources.push(Source::Trace {
+                reader: TraceInput::Memory(rows, 0),
+                pending: None,
+                tenant: labels.tenant("replay"),
+                slo_class: labels.slo_class("standard"),
+                timeout: None,
+                client,
+            });
         }
         Ok(Workload {
             sources,

@@ -332,7 +332,7 @@ fn generating_ten_million_requests_keeps_memory_flat() {
     use servesim::workload::{Labels, Workload};
     let sc = load("multi-tenant.ron", &[("workload.num_requests", "10000000")]);
     let mut labels = Labels::default();
-    let mut w = Workload::new(&sc, &mut labels).unwrap();
+    let mut w = Workload::new(&sc, &mut labels, None).unwrap();
     let mut q = EventQueue::default();
     w.prime(&mut q).unwrap();
     let rss = || {

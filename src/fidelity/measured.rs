@@ -1,0 +1,293 @@
+//! Per-request measurements of a real serving benchmark: a plain CSV or the per-request
+//! outputs of vLLM's `benchmark_serving` / `vllm bench serve` JSON (`--save-result
+//! --save-detailed`).
+
+use std::path::Path;
+
+use crate::workload::TraceRow;
+
+/// One measured request. Times in µs from the start of the benchmark.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MeasuredRequest {
+    pub arrival_us: u64,
+    pub input_tokens: u32,
+    pub output_tokens: u32,
+    pub ttft_us: f64,
+    pub e2e_us: f64,
+    /// Mean inter-token latency (time per output token after the first), if it has one.
+    pub itl_us: Option<f64>,
+    /// The benchmark stage the request belongs to, if the file says.
+    pub stage: Option<String>,
+}
+
+impl MeasuredRequest {
+    /// The request as a trace row to replay (a prompt of its own: no shared prefix known).
+    pub fn trace_row(&self) -> TraceRow {
+        TraceRow {
+            arrival_us: self.arrival_us,
+            input_tokens: self.input_tokens,
+            output_tokens: self.output_tokens,
+            content: None,
+            tenant: None,
+            slo_class: None,
+        }
+    }
+}
+
+/// Most rows a measured file may hold.
+pub const MAX_ROWS: usize = 10_000_000;
+
+/// Reads a measured run: `.json` as vLLM's benchmark result, anything else as CSV. Rows
+/// come back sorted by arrival; errors name the file (and line for CSV).
+pub fn load(path: &Path) -> Result<Vec<MeasuredRequest>, String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if !meta.is_file() {
+        return Err(format!("{}: not a regular file", path.display()));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut rows = if path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"))
+    {
+        from_vllm_json(&text).map_err(|e| format!("{}: {e}", path.display()))?
+    } else {
+        from_csv(&text, &path.display().to_string())?
+    };
+    if rows.is_empty() {
+        return Err(format!(
+            "{}: no completed request to compare with",
+            path.display()
+        ));
+    }
+    rows.sort_by_key(|r| r.arrival_us);
+    let t0 = rows[0].arrival_us;
+    for r in &mut rows {
+        r.arrival_us -= t0;
+    }
+    Ok(rows)
+}
+
+fn mean_itl(ttft: f64, e2e: f64, output: u32) -> Option<f64> {
+    (output > 1).then(|| (e2e - ttft) / f64::from(output - 1))
+}
+
+/// A plain CSV with a header. Columns (any order, extra columns ignored): an arrival time
+/// `arrival_s`, `arrival_ms` or `arrival_us`; `input_tokens`; `output_tokens`; `ttft_ms`;
+/// `e2e_ms`; optionally `itl_ms` (mean inter-token latency of the request) and `stage`.
+/// A servesim `requests.csv` qualifies (only its completed rows are used).
+pub fn from_csv(text: &str, file: &str) -> Result<Vec<MeasuredRequest>, String> {
+    let mut r = csv::ReaderBuilder::new()
+        .trim(csv::Trim::All)
+        .from_reader(text.as_bytes());
+    let headers = r.headers().map_err(|e| format!("{file}:1: {e}"))?.clone();
+    let col = |name: &str| headers.iter().position(|h| h == name);
+    let (arrival, scale) = if let Some(i) = col("arrival_s") {
+        (i, 1e6)
+    } else if let Some(i) = col("arrival_ms") {
+        (i, 1e3)
+    } else if let Some(i) = col("arrival_us") {
+        (i, 1.0)
+    } else {
+        return Err(format!(
+            "{file}:1: no arrival column (arrival_s, arrival_ms or arrival_us); columns: {}",
+            headers.iter().collect::<Vec<_>>().join(", ")
+        ));
+    };
+    let need = |name: &str| {
+        col(name).ok_or_else(|| {
+            format!(
+                "{file}:1: no `{name}` column (columns: {})",
+                headers.iter().collect::<Vec<_>>().join(", ")
+            )
+        })
+    };
+    let (input, output, ttft, e2e) = (
+        need("input_tokens")?,
+        need("output_tokens")?,
+        need("ttft_ms")?,
+        need("e2e_ms")?,
+    );
+    let (itl, stage, state) = (
+        col("itl_ms").or(col("mean_itl_ms")),
+        col("stage"),
+        col("state"),
+    );
+    let mut out = Vec::new();
+    for (k, rec) in r.records().enumerate() {
+        let line = k + 2;
+        let rec = rec.map_err(|e| format!("{file}:{line}: {e}"))?;
+        if state.is_some_and(|i| rec.get(i).is_some_and(|s| s != "completed")) {
+            continue;
+        }
+        let num = |i: usize, what: &str| -> Result<f64, String> {
+            let s = rec.get(i).unwrap_or("");
+            s.parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite() && *v >= 0.0)
+                .ok_or_else(|| format!("{file}:{line}: {what} = {s:?} is not a number ≥ 0"))
+        };
+        let tokens = |i: usize, what: &str| -> Result<u32, String> {
+            let v = num(i, what)?;
+            if v < 1.0 || v > f64::from(crate::workload::lengths::MAX_TOKENS) || v.fract() != 0.0 {
+                return Err(format!(
+                    "{file}:{line}: {what} = {v} is not a whole number of tokens in [1, {}]",
+                    crate::workload::lengths::MAX_TOKENS
+                ));
+            }
+            Ok(v as u32)
+        };
+        let arrival_us = num(arrival, "arrival")? * scale;
+        if arrival_us > 1e15 {
+            return Err(format!(
+                "{file}:{line}: arrival {arrival_us} µs is out of range"
+            ));
+        }
+        let (input_tokens, output_tokens) = (
+            tokens(input, "input_tokens")?,
+            tokens(output, "output_tokens")?,
+        );
+        let (ttft_us, e2e_us) = (num(ttft, "ttft_ms")? * 1e3, num(e2e, "e2e_ms")? * 1e3);
+        if e2e_us < ttft_us {
+            return Err(format!("{file}:{line}: e2e_ms is below ttft_ms"));
+        }
+        let itl_us = match itl {
+            Some(i) if rec.get(i).is_some_and(|s| !s.is_empty()) => Some(num(i, "itl_ms")? * 1e3),
+            _ => mean_itl(ttft_us, e2e_us, output_tokens),
+        };
+        out.push(MeasuredRequest {
+            arrival_us: arrival_us as u64,
+            input_tokens,
+            output_tokens,
+            ttft_us,
+            e2e_us,
+            itl_us,
+            stage: stage.and_then(|i| rec.get(i)).map(str::to_string),
+        });
+        if out.len() > MAX_ROWS {
+            return Err(format!("{file}: more than {MAX_ROWS} rows"));
+        }
+    }
+    Ok(out)
+}
+
+/// vLLM's benchmark result JSON: parallel arrays `input_lens`, `output_lens`, `ttfts` (s),
+/// `itls` (per request, the gaps between its tokens in s), `start_times` (s, any origin),
+/// optional `e2els` (s) and `errors` (a non-empty string marks a failed request, skipped).
+pub fn from_vllm_json(text: &str) -> Result<Vec<MeasuredRequest>, String> {
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    let array = |key: &str| -> Result<&Vec<serde_json::Value>, String> {
+        v.get(key).and_then(|a| a.as_array()).ok_or_else(|| {
+            format!("no `{key}` array: is this a vLLM benchmark result saved with --save-result --save-detailed?")
+        })
+    };
+    let (inputs, outputs, ttfts, starts) = (
+        array("input_lens")?,
+        array("output_lens")?,
+        array("ttfts")?,
+        array("start_times")?,
+    );
+    let itls = array("itls").ok();
+    let e2els = array("e2els").ok();
+    let errors = array("errors").ok();
+    let n = inputs.len();
+    if [outputs.len(), ttfts.len(), starts.len()]
+        .iter()
+        .any(|&m| m != n)
+    {
+        return Err(format!(
+            "input_lens, output_lens, ttfts and start_times have different lengths ({n}, {}, {}, {})",
+            outputs.len(),
+            ttfts.len(),
+            starts.len()
+        ));
+    }
+    if n > MAX_ROWS {
+        return Err(format!("more than {MAX_ROWS} requests"));
+    }
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        if errors
+            .and_then(|e| e.get(i))
+            .and_then(|e| e.as_str())
+            .is_some_and(|s| !s.is_empty())
+        {
+            continue;
+        }
+        let f = |a: &serde_json::Value, what: &str| {
+            a.as_f64()
+                .filter(|x| x.is_finite() && *x >= 0.0)
+                .ok_or_else(|| format!("request {i}: {what} is not a number ≥ 0"))
+        };
+        let input = f(&inputs[i], "input_lens")?;
+        let output = f(&outputs[i], "output_lens")?;
+        if input < 1.0 || output < 1.0 {
+            continue; // failed or empty request
+        }
+        let ttft_us = f(&ttfts[i], "ttfts")? * 1e6;
+        let gaps: Vec<f64> = itls
+            .and_then(|a| a.get(i))
+            .and_then(|a| a.as_array())
+            .map(|a| a.iter().filter_map(|x| x.as_f64()).collect())
+            .unwrap_or_default();
+        let e2e_us = match e2els.and_then(|a| a.get(i)) {
+            Some(x) => f(x, "e2els")? * 1e6,
+            None => ttft_us + gaps.iter().sum::<f64>() * 1e6,
+        };
+        let output_tokens = output.min(f64::from(crate::workload::lengths::MAX_TOKENS)) as u32;
+        out.push(MeasuredRequest {
+            arrival_us: (f(&starts[i], "start_times")? * 1e6) as u64,
+            input_tokens: input.min(f64::from(crate::workload::lengths::MAX_TOKENS)) as u32,
+            output_tokens,
+            ttft_us,
+            e2e_us,
+            itl_us: if gaps.is_empty() {
+                mean_itl(ttft_us, e2e_us, output_tokens)
+            } else {
+                Some(gaps.iter().sum::<f64>() * 1e6 / gaps.len() as f64)
+            },
+            stage: None,
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plain_csv_is_read_with_mean_itl_derived() {
+        let csv = "arrival_s,input_tokens,output_tokens,ttft_ms,e2e_ms,stage\n\
+                   1.5,100,11,20,120,a\n0.5,50,1,10,10,b\n";
+        let rows = from_csv(csv, "m.csv").unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].arrival_us, 1_500_000);
+        assert_eq!(rows[0].itl_us, Some(10_000.0)); // (120 − 20) / 10 ms
+        assert_eq!(rows[1].itl_us, None);
+        assert_eq!(rows[0].stage.as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn a_bad_csv_row_names_its_line() {
+        let csv = "arrival_s,input_tokens,output_tokens,ttft_ms,e2e_ms\n0,10,5,1,2\n0,10,x,1,2\n";
+        let e = from_csv(csv, "m.csv").unwrap_err();
+        assert!(e.starts_with("m.csv:3: output_tokens"), "{e}");
+        let e = from_csv("arrival,x\n", "m.csv").unwrap_err();
+        assert!(e.contains("no arrival column"), "{e}");
+    }
+
+    #[test]
+    fn vllm_json_is_read_per_request_and_failures_are_skipped() {
+        let json = r#"{"input_lens": [100, 200, 300], "output_lens": [3, 0, 2],
+            "ttfts": [0.05, 0.0, 0.04], "itls": [[0.01, 0.03], [], [0.02]],
+            "start_times": [10.0, 10.5, 11.0], "errors": ["", "timeout", ""]}"#;
+        let rows = from_vllm_json(json).unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].input_tokens, 100);
+        assert!((rows[0].e2e_us - 90_000.0).abs() < 1e-6);
+        assert!((rows[0].itl_us.unwrap() - 20_000.0).abs() < 1e-6);
+        assert_eq!(rows[1].arrival_us, 11_000_000);
+        let e = from_vllm_json(r#"{"input_lens": []}"#).unwrap_err();
+        assert!(e.contains("output_lens"), "{e}");
+    }
+}

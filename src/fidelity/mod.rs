@@ -1,0 +1,235 @@
+//! Fidelity tools: replay a measured benchmark run through a scenario's server and compare
+//! (`servesim check-real`), or fit latency coefficients to it (`servesim calibrate`).
+//!
+//! The measured requests (arrival, prompt and output tokens) replace the scenario's workload;
+//! its cluster, limits, KV cache and policies describe the server. Each request's simulated
+//! TTFT, E2E and mean inter-token latency are paired with the measured ones by request.
+//! Sits on top of the simulation: nothing below imports it.
+
+pub mod calibrate;
+pub mod measured;
+
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+
+pub use measured::MeasuredRequest;
+
+use crate::metrics::RequestSample;
+use crate::scenario::Scenario;
+use crate::simulation::{RunOptions, SimError, Simulation};
+
+/// The scenario with its workload replaced by nothing (the replay is added at run time) and
+/// no output files.
+pub fn replay_scenario(base: &Scenario) -> Scenario {
+    let mut s = base.clone();
+    s.workload.clients.clear();
+    s.workload.traces.clear();
+    s.workload.inference_perf = None;
+    s.workload.num_requests = None;
+    s.workload.duration_s = None;
+    s.horizon_s = None;
+    s.outputs.requests_csv = false;
+    s.outputs.summary_json = false;
+    s.outputs.decisions_csv = false;
+    s
+}
+
+/// Replays `measured` through `scenario`'s server (already made a replay scenario); returns
+/// one sample per measured request, in the same order.
+pub fn simulate(
+    scenario: &Scenario,
+    measured: &[MeasuredRequest],
+) -> Result<Vec<RequestSample>, SimError> {
+    let rows: Arc<[crate::workload::TraceRow]> =
+        measured.iter().map(MeasuredRequest::trace_row).collect();
+    let collect = Arc::new(Mutex::new(Vec::with_capacity(measured.len())));
+    Simulation::new(
+        scenario,
+        RunOptions {
+            replay: Some(rows),
+            collect: Some(collect.clone()),
+            ..Default::default()
+        },
+    )?
+    .run()?;
+    let mut samples = std::mem::take(&mut *collect.lock().expect("the run has ended"));
+    samples.sort_by_key(|s| s.id);
+    Ok(samples)
+}
+
+/// Mean, p50, p90, p99 (linear interpolation between order statistics).
+pub fn stats(values: &mut [f64]) -> [f64; 4] {
+    if values.is_empty() {
+        return [f64::NAN; 4];
+    }
+    values.sort_by(f64::total_cmp);
+    let q = |p: f64| {
+        let x = p * (values.len() - 1) as f64;
+        let (lo, hi) = (x.floor() as usize, x.ceil() as usize);
+        values[lo] + (values[hi] - values[lo]) * (x - lo as f64)
+    };
+    let mean = values.iter().sum::<f64>() / values.len() as f64;
+    [mean, q(0.5), q(0.9), q(0.99)]
+}
+
+/// One metric statistic, measured against simulated, in ms.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Line {
+    pub metric: String,
+    pub stat: String,
+    pub measured_ms: f64,
+    pub simulated_ms: f64,
+    /// |simulated − measured| / measured, in percent.
+    pub ape_pct: f64,
+}
+
+/// The comparison of one slice of requests (all, or one stage).
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Slice {
+    pub name: String,
+    /// Requests compared (completed in both the measurement and the simulation).
+    pub requests: usize,
+    pub lines: Vec<Line>,
+}
+
+/// The `check-real` report.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct Report {
+    pub measured_requests: usize,
+    /// Measured requests the simulation did not complete (dropped, still running…).
+    pub not_completed_in_simulation: usize,
+    pub overall: Slice,
+    pub stages: Vec<Slice>,
+    /// Mean of the APEs of TTFT, ITL and E2E means: one number to track.
+    pub mean_ape_pct: f64,
+}
+
+/// Compares the requests `pick` selects.
+pub fn compare_slice(
+    name: &str,
+    measured: &[MeasuredRequest],
+    simulated: &[RequestSample],
+    pick: impl Fn(usize) -> bool,
+) -> Slice {
+    let mut cols: [(Vec<f64>, Vec<f64>); 3] = Default::default();
+    let mut n = 0;
+    for (i, (m, s)) in measured.iter().zip(simulated).enumerate() {
+        if !pick(i) || !s.completed {
+            continue;
+        }
+        n += 1;
+        let (Some(ttft), Some(e2e)) = (s.ttft_us, s.e2e_us) else {
+            continue;
+        };
+        cols[0].0.push(m.ttft_us / 1e3);
+        cols[0].1.push(ttft as f64 / 1e3);
+        cols[2].0.push(m.e2e_us / 1e3);
+        cols[2].1.push(e2e as f64 / 1e3);
+        if let (Some(a), Some(b)) = (m.itl_us, s.mean_itl_us) {
+            cols[1].0.push(a / 1e3);
+            cols[1].1.push(b / 1e3);
+        }
+    }
+    let mut lines = Vec::new();
+    for ((mut meas, mut sim), metric) in cols.into_iter().zip(["ttft", "itl", "e2e"]) {
+        let (a, b) = (stats(&mut meas), stats(&mut sim));
+        for (k, stat) in ["mean", "p50", "p90", "p99"].iter().enumerate() {
+            lines.push(Line {
+                metric: metric.into(),
+                stat: (*stat).into(),
+                measured_ms: a[k],
+                simulated_ms: b[k],
+                ape_pct: ((b[k] - a[k]) / a[k]).abs() * 100.0,
+            });
+        }
+    }
+    Slice {
+        name: name.into(),
+        requests: n,
+        lines,
+    }
+}
+
+/// Replays and compares, overall and per stage (when the measurement names stages).
+pub fn check_real(scenario: &Scenario, measured: &[MeasuredRequest]) -> Result<Report, SimError> {
+    let sc = replay_scenario(scenario);
+    let simulated = simulate(&sc, measured)?;
+    let overall = compare_slice("all", measured, &simulated, |_| true);
+    let mut names: Vec<&str> = Vec::new();
+    for m in measured {
+        if let Some(s) = m.stage.as_deref()
+            && !names.contains(&s)
+        {
+            names.push(s);
+        }
+    }
+    let stages = names
+        .iter()
+        .map(|name| {
+            compare_slice(name, measured, &simulated, |i| {
+                measured[i].stage.as_deref() == Some(name)
+            })
+        })
+        .collect();
+    let means: Vec<f64> = overall
+        .lines
+        .iter()
+        .filter(|l| l.stat == "mean" && l.ape_pct.is_finite())
+        .map(|l| l.ape_pct)
+        .collect();
+    Ok(Report {
+        measured_requests: measured.len(),
+        not_completed_in_simulation: simulated.iter().filter(|s| !s.completed).count(),
+        overall,
+        stages,
+        mean_ape_pct: means.iter().sum::<f64>() / means.len().max(1) as f64,
+    })
+}
+
+impl Report {
+    /// The deterministic text report.
+    pub fn to_text(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "{} measured requests; {} not completed in the simulation",
+            self.measured_requests, self.not_completed_in_simulation
+        );
+        for slice in std::iter::once(&self.overall).chain(&self.stages) {
+            let _ = writeln!(s, "\n{} ({} requests)", slice.name, slice.requests);
+            let _ = writeln!(
+                s,
+                "{:<8}{:<6}{:>14}{:>14}{:>9}",
+                "metric", "stat", "measured ms", "simulated ms", "APE %"
+            );
+            for l in &slice.lines {
+                let _ = writeln!(
+                    s,
+                    "{:<8}{:<6}{:>14.3}{:>14.3}{:>9.1}",
+                    l.metric, l.stat, l.measured_ms, l.simulated_ms, l.ape_pct
+                );
+            }
+        }
+        let _ = writeln!(
+            s,
+            "\nmean APE of the TTFT, ITL and E2E means: {:.1} %",
+            self.mean_ape_pct
+        );
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_interpolate_between_order_statistics() {
+        let mut v: Vec<f64> = (1..=11).map(f64::from).rev().collect();
+        let [mean, p50, p90, p99] = stats(&mut v);
+        assert_eq!((mean, p50, p90), (6.0, 6.0, 10.0));
+        assert!((p99 - 10.9).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,236 @@
+//! `calibrate` and `check-real` end to end, on measurements servesim made itself.
+
+use std::path::Path;
+
+use rand::RngExt;
+use servesim::fidelity::calibrate::{Family, calibrate};
+use servesim::fidelity::{self, measured};
+use servesim::scenario::LatencySpec;
+use servesim::{RunOptions, Simulation};
+
+use crate::common::{parse, read_rows};
+
+/// A load that sweeps from light to heavy (1, 5, then 12 req/s), so the per-step and
+/// per-request costs show separately, with prompts long enough to be chunked.
+fn truth(latency: &str) -> String {
+    format!(
+        "(seed: 11, cluster: (groups: [(kv_blocks: 8000, max_num_seqs: 64, max_num_batched_tokens: 1024,
+            latency: {latency})]),
+          workload: (clients: [(arrival: Staged(stages: [(rate_per_s: 1.0, duration_s: 400.0),
+              (rate_per_s: 5.0, duration_s: 250.0), (rate_per_s: 12.0, duration_s: 200.0)]),
+            input_tokens: Uniform(min: 64, max: 1500), output_tokens: Uniform(min: 8, max: 300))]))"
+    )
+}
+
+/// Runs `src` and returns its requests.csv as measured rows, with multiplicative Gaussian
+/// noise of `noise` (relative sd) on every TTFT, E2E and ITL.
+fn measure(src: &str, noise: f64, dir: &Path) -> Vec<fidelity::MeasuredRequest> {
+    Simulation::new(
+        &parse(src),
+        RunOptions {
+            out_dir: Some(dir.to_path_buf()),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+    .run()
+    .unwrap();
+    let mut rng = servesim::rng::stream(1, "measurement noise");
+    let mut gauss = move || {
+        // Box–Muller.
+        let (u, v): (f64, f64) = (rng.random(), rng.random());
+        (-2.0 * (1.0 - u).ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
+    };
+    let mut csv = String::from("arrival_us,input_tokens,output_tokens,ttft_ms,e2e_ms,itl_ms\n");
+    for r in read_rows(&dir.join("requests.csv")) {
+        let mut f = |col: &str| r.str(col).parse::<f64>().unwrap() * (1.0 + noise * gauss());
+        let ttft = f("ttft_ms");
+        let e2e = f("e2e_ms").max(ttft);
+        let itl = if r.str("mean_itl_ms").is_empty() {
+            String::new()
+        } else {
+            format!("{:.4}", f("mean_itl_ms"))
+        };
+        csv.push_str(&format!(
+            "{},{},{},{ttft:.4},{e2e:.4},{itl}\n",
+            r.str("arrival_us"),
+            r.str("input_tokens"),
+            r.str("output_tokens")
+        ));
+    }
+    let path = dir.join("measured.csv");
+    std::fs::write(&path, csv).unwrap();
+    measured::load(&path).unwrap()
+}
+
+#[test]
+fn calibrate_recovers_blackbox_coefficients_from_noisy_measurements() {
+    // α0 15 ms, β = 6 ms per step + 25 µs per prompt token + 180 µs per decoding request;
+    // 2 % noise on every measured latency; the fit starts from the measurements alone.
+    let dir = tempfile::tempdir().unwrap();
+    let rows = measure(
+        &truth("Blackbox(alpha: [15000.0, 0.0, 0.0], beta: [6000.0, 25.0, 180.0])"),
+        0.02,
+        dir.path(),
+    );
+    assert!(rows.len() > 4000, "{}", rows.len());
+    let server = parse(&truth(
+        "Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 1.0, 1.0])",
+    ));
+    let fit = calibrate(&server, 0, &rows, Family::Blackbox, 400).unwrap();
+    let truth = [15000.0, 6000.0, 25.0, 180.0];
+    eprintln!(
+        "fit {:?} in {} simulations; held-back mean APE {:.2} %",
+        fit.params, fit.evaluations, fit.holdout.mean_ape_pct
+    );
+    for ((name, got), want) in fit.params.iter().zip(truth) {
+        let err = (got - want) / want;
+        assert!(
+            err.abs() < 0.02,
+            "{name}: {got} vs {want} ({:+.2} %)",
+            err * 100.0
+        );
+    }
+    assert!(fit.evaluations <= 400);
+    // The held-back fifth: means within a few percent.
+    assert_eq!(fit.holdout.measured_requests, rows.len() / 5);
+    assert!(fit.holdout.mean_ape_pct < 3.0, "{}", fit.holdout.to_text());
+    // The snippet is a scenario latency line that parses back to the fitted model.
+    let line = fit
+        .ron
+        .trim_start_matches("latency: ")
+        .trim_end_matches(',');
+    let spec: LatencySpec = ron::from_str(line).unwrap();
+    let LatencySpec::Blackbox { alpha, beta } = spec else {
+        panic!("{}", fit.ron)
+    };
+    assert!((beta[0] - fit.params[1].1).abs() < 1e-5 && alpha[1] == 0.0);
+}
+
+#[test]
+fn check_real_of_a_run_against_itself_is_exact_and_splits_stages() {
+    // Replaying a servesim run through the scenario that made it reproduces every request:
+    // a zero error on every line. A stage column splits the report.
+    let dir = tempfile::tempdir().unwrap();
+    let src = "(seed: 4, cluster: (groups: [(kv_blocks: 2000, max_num_seqs: 16,
+            latency: Blackbox(alpha: [2000.0, 0.0, 0.0], beta: [4000.0, 12.0, 90.0]))]),
+          workload: (num_requests: 300, clients: [(rate_per_s: 8.0,
+            input_tokens: Uniform(min: 32, max: 900), output_tokens: Uniform(min: 2, max: 120))]))";
+    let mut rows = measure(src, 0.0, dir.path());
+    for (i, r) in rows.iter_mut().enumerate() {
+        r.stage = Some(if i < 150 { "first" } else { "second" }.into());
+    }
+    let report = fidelity::check_real(&parse(src), &rows).unwrap();
+    assert_eq!(report.measured_requests, 300);
+    assert_eq!(report.not_completed_in_simulation, 0);
+    assert_eq!(report.overall.requests, 300);
+    assert_eq!(report.overall.lines.len(), 12);
+    for l in &report.overall.lines {
+        // The CSV rounds to 1 µs (3 decimals of ms).
+        assert!(l.ape_pct < 0.01, "{l:?}");
+    }
+    let names: Vec<&str> = report.stages.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["first", "second"]);
+    assert_eq!(report.stages[0].requests + report.stages[1].requests, 300);
+    // A slower model shows up as positive errors of the right size: every step 2 ms longer.
+    let mut slow = parse(src);
+    slow.cluster.groups[0].latency = LatencySpec::Blackbox {
+        alpha: vec![2000.0, 0.0, 0.0],
+        beta: vec![6000.0, 12.0, 90.0],
+    };
+    let off = fidelity::check_real(&slow, &rows).unwrap();
+    let itl = off
+        .overall
+        .lines
+        .iter()
+        .find(|l| l.metric == "itl" && l.stat == "mean")
+        .unwrap();
+    assert!(itl.simulated_ms > itl.measured_ms + 1.5, "{itl:?}");
+}
+
+#[test]
+fn trained_physics_scales_can_be_fitted() {
+    // A smoke test of the second family (its recovery is measured in README): a short fit
+    // on Llama-3.1-8B measurements lowers the loss and returns coefficients that run.
+    let dir = tempfile::tempdir().unwrap();
+    let src = "(seed: 2, cluster: (groups: [(model: \"llama-3.1-8b-instruct\", gpu: \"H100\", kv_blocks: 4000,
+            max_num_seqs: 32, latency: TrainedPhysics(beta: [0.2, 0.0, 1.5, 0.75, 32.0, 4.4, 126.0, 481.0, 0.0, 1.5]))]),
+          workload: (num_requests: 400, clients: [(rate_per_s: 6.0,
+            input_tokens: Uniform(min: 32, max: 900), output_tokens: Uniform(min: 2, max: 120))]))";
+    let rows = measure(src, 0.0, dir.path());
+    let mut server = parse(src);
+    server.cluster.groups[0].latency = LatencySpec::TrainedPhysics {
+        alpha: None,
+        beta: None,
+    };
+    let fit = calibrate(&server, 0, &rows, Family::TrainedPhysics, 40).unwrap();
+    assert_eq!(fit.params.len(), 5);
+    assert!(fit.train_loss < 0.01, "{}", fit.train_loss);
+    assert!(fit.ron.starts_with("latency: TrainedPhysics(alpha: ["));
+}
+
+#[test]
+fn calibrate_and_check_real_run_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = truth("Blackbox(alpha: [15000.0, 0.0, 0.0], beta: [6000.0, 25.0, 180.0])")
+        .replace("duration_s: 400.0", "duration_s: 40.0")
+        .replace("duration_s: 250.0", "duration_s: 25.0")
+        .replace("duration_s: 200.0", "duration_s: 20.0");
+    let scenario = dir.path().join("server.ron");
+    std::fs::write(&scenario, &src).unwrap();
+    measure(&src, 0.0, dir.path());
+    let measured = dir.path().join("measured.csv");
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_servesim"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out_dir = dir.path().join("report");
+    let out = run(&[
+        "check-real",
+        scenario.to_str().unwrap(),
+        measured.to_str().unwrap(),
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("ttft    mean"), "{text}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("check-real.json")).unwrap())
+            .unwrap();
+    assert_eq!(json["overall"]["lines"].as_array().unwrap().len(), 12);
+    let out = run(&[
+        "calibrate",
+        scenario.to_str().unwrap(),
+        measured.to_str().unwrap(),
+        "--max-evals",
+        "30",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("latency: Blackbox(alpha: ["), "{text}");
+    assert!(text.contains("held-back 20 %"), "{text}");
+    // A measured file that is not one: exit 2 with the file and line.
+    std::fs::write(dir.path().join("bad.csv"), "arrival_s,input_tokens\n1,2\n").unwrap();
+    let out = run(&[
+        "check-real",
+        scenario.to_str().unwrap(),
+        dir.path().join("bad.csv").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("bad.csv:1: no `output_tokens` column"),
+        "{err}"
+    );
+}
