@@ -406,12 +406,6 @@ pub fn calibrate(
     sc.cluster.groups[group].latency = latency.clone();
     let sim = simulate(&sc, measured)?;
     let holdout_slice = compare_slice("held-back 20 %", measured, &sim, is_holdout);
-    let means: Vec<f64> = holdout_slice
-        .lines
-        .iter()
-        .filter(|l| l.stat == "mean" && l.ape_pct.is_finite())
-        .map(|l| l.ape_pct)
-        .collect();
     let holdout = Report {
         measured_requests: measured
             .iter()
@@ -423,9 +417,9 @@ pub fn calibrate(
             .enumerate()
             .filter(|(i, s)| is_holdout(*i) && !s.completed)
             .count(),
+        mean_ape_pct: holdout_slice.mean_ape_pct(),
         overall: holdout_slice,
         stages: Vec::new(),
-        mean_ape_pct: means.iter().sum::<f64>() / means.len().max(1) as f64,
     };
     Ok(Fit {
         params: sp

@@ -93,6 +93,19 @@ pub struct Slice {
     pub lines: Vec<Line>,
 }
 
+impl Slice {
+    /// Mean of the APEs of the TTFT, ITL and E2E means (those that could be computed).
+    pub fn mean_ape_pct(&self) -> f64 {
+        let means: Vec<f64> = self
+            .lines
+            .iter()
+            .filter(|l| l.stat == "mean" && l.ape_pct.is_finite())
+            .map(|l| l.ape_pct)
+            .collect();
+        means.iter().sum::<f64>() / means.len().max(1) as f64
+    }
+}
+
 /// The `check-real` report.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct Report {
@@ -172,18 +185,12 @@ pub fn check_real(scenario: &Scenario, measured: &[MeasuredRequest]) -> Result<R
             })
         })
         .collect();
-    let means: Vec<f64> = overall
-        .lines
-        .iter()
-        .filter(|l| l.stat == "mean" && l.ape_pct.is_finite())
-        .map(|l| l.ape_pct)
-        .collect();
     Ok(Report {
         measured_requests: measured.len(),
         not_completed_in_simulation: simulated.iter().filter(|s| !s.completed).count(),
+        mean_ape_pct: overall.mean_ape_pct(),
         overall,
         stages,
-        mean_ape_pct: means.iter().sum::<f64>() / means.len().max(1) as f64,
     })
 }
 
