@@ -22,9 +22,7 @@ mod trained_physics;
 pub use blackbox::Blackbox;
 pub use blis_roofline::BlisRoofline;
 pub use piecewise::PiecewiseLinear;
-pub use roofline::{
-    DEFAULT_REQUEST_OVERHEAD_US, DEFAULT_STEP_OVERHEAD_US, ELEMENTWISE_PASSES, LayerLoad, Roofline,
-};
+pub use roofline::{DEFAULT_REQUEST_OVERHEAD_US, DEFAULT_STEP_OVERHEAD_US, LayerLoad, Roofline};
 pub use table::{Extrapolation, MeasuredTable};
 pub use trained_physics::{Coefficients, TrainedPhysics};
 

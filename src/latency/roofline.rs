@@ -8,8 +8,9 @@
 //!   N·(1 − (1 − k/N)^T) of them, and computes k experts per token.
 //! - attention: causal prefill FLOPs at `attention_efficiency`, plus every decode's K and V
 //!   reads at the achieved bandwidth, plus `attention_overhead_us`;
-//! - element-wise work (norms, rotary, activation, residuals): `ELEMENTWISE_PASSES` passes
-//!   over activation rows, memory bound;
+//! - element-wise work (norms, rotary, activation, residuals): `elementwise_hidden_passes`
+//!   passes over each token's hidden row and `elementwise_ffn_passes` over its FFN row,
+//!   memory bound;
 //! - with TP > 1, two all-reduces of the step's activations per layer (ring:
 //!   2(TP−1)/TP × bytes / `allreduce_gb_per_s` + `allreduce_latency_us`).
 //!
@@ -23,11 +24,6 @@ use super::{Alpha, BatchShape, LatencyError, LatencyModel};
 use crate::model::{GpuPhysics, GpuProfile, ModelConfig};
 use crate::time::SimDuration;
 
-/// Activation bytes per token per layer for element-wise work, in units of
-/// (`ELEMENTWISE_PASSES.0` × d + `ELEMENTWISE_PASSES.1` × local FFN width) elements: fitted
-/// so that whole-layer prefill rows of the microbenchmark (where GEMMs and attention are
-/// known) are matched; two RMSNorms, rotary, SiLU·mul and residual adds, unfused.
-pub const ELEMENTWISE_PASSES: (f64, f64) = (20.0, 8.0);
 /// Default CPU-side cost of one step (scheduling, input preparation, launch), µs.
 pub const DEFAULT_STEP_OVERHEAD_US: f64 = 400.0;
 /// Default CPU-side cost per scheduled request (its input rows, sampling), µs; the order of
@@ -164,7 +160,7 @@ impl Roofline {
             * 1e6
             + ph.attention_overhead_us;
         // Element-wise passes over the activations.
-        let (a, b) = ELEMENTWISE_PASSES;
+        let (a, b) = (ph.elementwise_hidden_passes, ph.elementwise_ffn_passes);
         us += t * (a * d + b * ffn_local) * m.act_bytes / self.bandwidth() * 1e6;
         us + self.allreduce_us(t) * 2.0
     }

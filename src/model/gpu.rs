@@ -48,6 +48,14 @@ pub struct GpuPhysics {
     /// Fixed cost of one attention kernel, µs (H100 SDPA on tiny inputs: 27–40 µs; 18 fits
     /// whole-layer rows best). Default 18.
     pub attention_overhead_us: f64,
+    /// Element-wise passes (reads + writes) over each token's hidden-size activation row per
+    /// layer: two RMSNorms, rotary, residual adds, unfused; fitted with the next one so the
+    /// microbenchmark's whole-layer prefill rows match once GEMMs and attention are priced.
+    /// Default 20.
+    pub elementwise_hidden_passes: f64,
+    /// Element-wise passes over each token's (per-GPU) FFN-width row per layer (SiLU · mul).
+    /// Default 8.
+    pub elementwise_ffn_passes: f64,
     /// Achieved all-reduce bus bandwidth between the GPUs of a TP group, GB/s (H100 NVLink 4:
     /// 450 GB/s per direction; NCCL all-reduce bus bandwidth ~360). Default 360.
     pub allreduce_gb_per_s: f64,
@@ -69,6 +77,8 @@ impl Default for GpuPhysics {
             bandwidth_efficiency: 0.9,
             kernel_overhead_us: 6.0,
             attention_overhead_us: 18.0,
+            elementwise_hidden_passes: 20.0,
+            elementwise_ffn_passes: 8.0,
             allreduce_gb_per_s: 360.0,
             allreduce_latency_us: 8.0,
             host_link_gb_per_s: 50.0,
@@ -105,9 +115,12 @@ impl GpuPhysics {
             ("attention_overhead_us", self.attention_overhead_us),
             ("allreduce_latency_us", self.allreduce_latency_us),
             ("host_link_latency_us", self.host_link_latency_us),
+            ("elementwise_hidden_passes", self.elementwise_hidden_passes),
+            ("elementwise_ffn_passes", self.elementwise_ffn_passes),
         ] {
             if !v.is_finite() || !(0.0..=1e6).contains(&v) {
-                p.push(format!("physics.{name} must be in [0, 10⁶] µs, got {v}"));
+                let unit = if name.ends_with("_us") { " µs" } else { "" };
+                p.push(format!("physics.{name} must be in [0, 10⁶]{unit}, got {v}"));
             }
         }
         p

@@ -191,6 +191,10 @@ pub enum LatencySpec {
         allreduce_gb_per_s: Option<f64>,
         #[serde(default)]
         allreduce_latency_us: Option<f64>,
+        #[serde(default)]
+        elementwise_hidden_passes: Option<f64>,
+        #[serde(default)]
+        elementwise_ffn_passes: Option<f64>,
     },
     /// BLIS's roofline (MODELS.md §2.3), for conformance: one max(compute × MFU, memory)
     /// crossover, 2-matrix FFN, no communication or overheads; optional [α0, α1, α2].

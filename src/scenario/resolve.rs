@@ -222,6 +222,8 @@ pub fn resolve_group(
             attention_overhead_us,
             allreduce_gb_per_s,
             allreduce_latency_us,
+            elementwise_hidden_passes,
+            elementwise_ffn_passes,
         } => {
             needs(&mut p, "the roofline latency model");
             if let Some(a) = alpha {
@@ -252,6 +254,8 @@ pub fn resolve_group(
                         (&mut ph.attention_overhead_us, attention_overhead_us),
                         (&mut ph.allreduce_gb_per_s, allreduce_gb_per_s),
                         (&mut ph.allreduce_latency_us, allreduce_latency_us),
+                        (&mut ph.elementwise_hidden_passes, elementwise_hidden_passes),
+                        (&mut ph.elementwise_ffn_passes, elementwise_ffn_passes),
                     ] {
                         if let Some(v) = v {
                             *slot = *v;

@@ -371,3 +371,27 @@ fn a_cpu_tier_turns_recomputed_prefixes_into_reloads_that_steps_pay_for() {
     // = 5.21 ms, less than recomputing 496 tokens (≈ 9 ms on the roofline); TTFT drops.
     assert!(with.ttft_ms.mean.unwrap() < without.ttft_ms.mean.unwrap());
 }
+
+#[test]
+fn roofline_defaults_can_be_overridden_in_the_scenario() {
+    // Halving the GEMM efficiency slows a compute-bound prefill; a 1 ms step overhead adds
+    // exactly 600 µs over the default 400 µs to a lone request's every step.
+    let src = |latency: &str| {
+        format!(
+            "(cluster: (groups: [(model: \"llama-3.1-8b-instruct\", gpu: \"H100\", kv_blocks: 2000,
+                latency: {latency})]),
+              workload: (num_requests: 1, clients: [(rate_per_s: 1.0, input_tokens: Constant(2000),
+                output_tokens: Constant(3))]))"
+        )
+    };
+    let (base, base_rows) = run(&parse(&src("Roofline()")));
+    let (slow, _) = run(&parse(&src("Roofline(gemm_efficiency: 0.38)")));
+    assert!(slow.ttft_ms.mean.unwrap() > 1.5 * base.ttft_ms.mean.unwrap());
+    let (over, over_rows) = run(&parse(&src("Roofline(step_overhead_us: 1000.0)")));
+    // Three steps (prefill + two decodes), each 600 µs longer.
+    assert_eq!(
+        over_rows[0].u64("completion_us") - base_rows[0].u64("completion_us"),
+        1800
+    );
+    assert!(over.itl_ms.mean.unwrap() > base.itl_ms.mean.unwrap());
+}
