@@ -81,6 +81,7 @@ pub mod autoscale;
 pub mod cluster;
 pub mod engine;
 pub mod fidelity;
+pub mod input;
 pub mod instance;
 pub mod invariants;
 pub mod kv;

@@ -40,11 +40,7 @@ pub const MAX_ROWS: usize = 10_000_000;
 /// Reads a measured run: `.json` as vLLM's benchmark result, anything else as CSV. Rows
 /// come back sorted by arrival; errors name the file (and line for CSV).
 pub fn load(path: &Path) -> Result<Vec<MeasuredRequest>, String> {
-    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    if !meta.is_file() {
-        return Err(format!("{}: not a regular file", path.display()));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = crate::input::read_text(path)?;
     let mut rows = if path
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("json"))

@@ -54,8 +54,7 @@ const KEYS: [&str; 3] = ["prefill_tokens", "decode_tokens", "context_tokens"];
 impl MeasuredTable {
     /// Reads a table; errors name the file and line.
     pub fn load(path: &Path, extrapolation: Extrapolation) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+        let text = crate::input::read_text(path)?;
         Self::parse(&text, &path.display().to_string(), extrapolation)
     }
 

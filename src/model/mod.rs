@@ -73,6 +73,9 @@ pub const BUNDLED_MODELS: &[(&str, &str)] = &[
     ("yi-34b", include_str!("../../assets/models/yi-34b.json")),
 ];
 
+/// Largest layer count, width, head count or vocabulary a model config may give (2²⁴).
+pub const MAX_DIMENSION: u64 = 1 << 24;
+
 /// The architecture numbers every latency model and the KV sizing need.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelConfig {
@@ -138,6 +141,42 @@ impl ModelConfig {
                 map.insert(k.clone(), v.clone());
             }
         }
+        // Every architecture number is narrowed to 32 bits below: check the range first, so a
+        // hostile config is an error naming its field instead of a value wrapped to 0.
+        for k in [
+            "num_hidden_layers",
+            "hidden_size",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "num_kv_heads",
+            "multi_query_group_num",
+            "head_dim",
+            "intermediate_size",
+            "ffn_hidden_size",
+            "intermediate_size_mlp",
+            "moe_intermediate_size",
+            "shared_expert_intermediate_size",
+            "n_shared_experts",
+            "num_experts",
+            "moe_num_experts",
+            "n_routed_experts",
+            "num_local_experts",
+            "num_routed_experts",
+            "num_experts_per_tok",
+            "interleave_moe_layer_step",
+            "first_k_dense_replace",
+            "vocab_size",
+            "kv_lora_rank",
+            "qk_rope_head_dim",
+        ] {
+            if let Some(v) = map.get(k).and_then(Value::as_u64)
+                && v > MAX_DIMENSION
+            {
+                return Err(format!(
+                    "`{k}` = {v} is larger than the {MAX_DIMENSION} a model dimension may be"
+                ));
+            }
+        }
         let uint = |k: &str| map.get(k).and_then(Value::as_u64);
         let req = |k: &str| {
             uint(k)
@@ -155,6 +194,11 @@ impl ModelConfig {
         .iter()
         .find_map(|k| uint(k).filter(|&v| v > 0))
         .unwrap_or(u64::from(heads)) as u32;
+        if heads > hidden && uint("head_dim").filter(|&v| v > 0).is_none() {
+            return Err(format!(
+                "`num_attention_heads` = {heads} is larger than `hidden_size` = {hidden}"
+            ));
+        }
         let head_dim = uint("head_dim")
             .filter(|&v| v > 0)
             .unwrap_or(u64::from(hidden / heads)) as u32;
@@ -174,7 +218,7 @@ impl ModelConfig {
         let ffn_expert = uint("moe_intermediate_size").map_or(ffn, |v| v as u32);
         let ffn_shared = uint("shared_expert_intermediate_size")
             .map(|v| v as u32)
-            .or_else(|| uint("n_shared_experts").map(|n| n as u32 * ffn_expert))
+            .or_else(|| uint("n_shared_experts").map(|n| (n as u32).saturating_mul(ffn_expert)))
             .unwrap_or(0);
         // Llama-4 MoE layers always run one shared expert of the routed experts' width
         // (HuggingFace `Llama4TextMoe`), which its config does not spell out.

@@ -677,10 +677,10 @@ pub fn load(
     catalog: &Catalog,
 ) -> Result<Scenario, ScenarioError> {
     let file = path.display().to_string();
-    let src = std::fs::read_to_string(path).map_err(|e| ScenarioError {
+    let src = crate::input::read_text(path).map_err(|e| ScenarioError {
         file: file.clone(),
         problems: vec![
-            Problem::new("", format!("cannot read the file: {e}"))
+            Problem::new("", e)
                 .hint("check the path; scenarios are RON files such as scenarios/quickstart.ron"),
         ],
     })?;

@@ -34,8 +34,7 @@ fn looks_like_path(s: &str) -> bool {
 fn load_model(name: &str, base: &Path) -> Result<ModelConfig, String> {
     if looks_like_path(name) {
         let path = base.join(name);
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let text = crate::input::read_text(&path)?;
         let id = path
             .file_stem()
             .map_or(name.to_string(), |s| s.to_string_lossy().into_owned());
@@ -54,8 +53,7 @@ fn load_model(name: &str, base: &Path) -> Result<ModelConfig, String> {
 fn load_gpu(name: &str, base: &Path) -> Result<GpuProfile, String> {
     if looks_like_path(name) {
         let path = base.join(name);
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let text = crate::input::read_text(&path)?;
         let gpu: GpuProfile = ron::from_str(&text)
             .map_err(|e| format!("{}:{}: {}", path.display(), e.span.start, e.code))?;
         let p = gpu.problems();

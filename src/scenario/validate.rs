@@ -239,6 +239,17 @@ fn check_arrival(p: &mut Vec<Problem>, path: &str, spec: &ArrivalSpec) {
                     format!("{cv} is too large (at most 20)"),
                 ));
             }
+            // Below 0.01 the shape parameter leaves the range where sampling is sound (a
+            // gamma shape of 1/cv², a Weibull shape solved up to 500).
+            if cv.is_finite() && *cv > 0.0 && *cv < 0.01 {
+                p.push(
+                    Problem::new(
+                        format!("{path}.cv"),
+                        format!("{cv:e} is too small (at least 0.01)"),
+                    )
+                    .hint("for (nearly) evenly spaced arrivals use `arrival: Constant`"),
+                );
+            }
         }
         ArrivalSpec::OnOff { on_s, off_s } => {
             positive(p, "on_s", *on_s);

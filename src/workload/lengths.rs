@@ -109,8 +109,7 @@ impl Lengths {
 pub fn load_column(path: &Path, column: &str) -> Result<Arc<[u32]>, String> {
     let mut rdr = csv::ReaderBuilder::new()
         .trim(csv::Trim::All)
-        .from_path(path)
-        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        .from_reader(crate::input::open_lines(path)?);
     let headers = rdr
         .headers()
         .map_err(|e| format!("{}: {e}", path.display()))?

@@ -31,12 +31,11 @@ pub struct TraceRow {
     pub slo_class: Option<String>,
 }
 
+type Input = BufReader<crate::input::LineCapped<BufReader<File>>>;
+
 enum Rows {
-    Csv(
-        csv::StringRecordsIntoIter<BufReader<File>>,
-        csv::StringRecord,
-    ),
-    Lines(std::io::Lines<BufReader<File>>),
+    Csv(csv::StringRecordsIntoIter<Input>, csv::StringRecord),
+    Lines(std::io::Lines<Input>),
 }
 
 /// A trace being read.
@@ -65,8 +64,7 @@ impl TraceReader {
     /// Opens a trace (relative paths against `base`).
     pub fn open(spec: &TraceSpec, base: &Path, seed: u64) -> Result<Self, String> {
         let path = base.join(&spec.file);
-        let file = File::open(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let reader = BufReader::with_capacity(1 << 16, file);
+        let reader = crate::input::open_lines(&path)?;
         let rows = match spec.format {
             TraceFormat::Mooncake => Rows::Lines(reader.lines()),
             TraceFormat::VidurCsv | TraceFormat::ServesimCsv => {

@@ -205,3 +205,83 @@ fn a_cache_too_small_for_any_prompt_ends_with_a_diagnosis_not_a_hang() {
         "{err}"
     );
 }
+
+/// Runs the binary with a time limit, so a hang fails the test instead of the suite.
+fn servesim_within(args: &[&str], secs: u64) -> std::process::Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_servesim"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    for _ in 0..secs * 10 {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    child.kill().unwrap();
+    panic!("servesim {args:?} did not finish within {secs} s");
+}
+
+#[test]
+fn pipes_and_devices_named_as_inputs_are_refused_without_blocking_or_reading() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("trace.fifo");
+    let made = Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .is_ok_and(|s| s.success());
+    let mut cases: Vec<(String, String)> = Vec::new();
+    let group =
+        "(kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [100.0, 1.0, 1.0]))";
+    for special in [
+        made.then(|| fifo.display().to_string()),
+        Path::new("/dev/zero")
+            .exists()
+            .then(|| "/dev/zero".to_string()),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        cases.push((
+            format!(
+                "(cluster: (groups: [{group}]), workload: (traces: [(format: VidurCsv, file: {special:?})]))"
+            ),
+            "workload.traces[0].file".into(),
+        ));
+        cases.push((
+            format!(
+                "(cluster: (groups: [{group}]), workload: (num_requests: 3, clients: [(rate_per_s: 1.0,
+                  input_tokens: Empirical(file: {special:?}, column: \"n\"), output_tokens: Constant(4))]))"
+            ),
+            "workload.clients[0].input_tokens".into(),
+        ));
+        cases.push((
+            format!(
+                "(cluster: (groups: [(kv_blocks: 100, model: {special:?}, gpu: \"H100\", latency: Roofline())]),
+                  workload: (num_requests: 1, clients: [(rate_per_s: 1.0, input_tokens: Constant(4), output_tokens: Constant(4))]))"
+            ),
+            "cluster.groups[0].model".into(),
+        ));
+    }
+    assert!(
+        !cases.is_empty(),
+        "neither mkfifo nor /dev/zero is available"
+    );
+    for (k, (src, field)) in cases.iter().enumerate() {
+        let path = dir.path().join(format!("s{k}.ron"));
+        std::fs::write(&path, src).unwrap();
+        let out = servesim_within(&["validate", path.to_str().unwrap()], 20);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(field.as_str()), "{field} not in {err}");
+        assert!(err.contains("not a regular file"), "{err}");
+    }
+    // The scenario itself, and a measured run for check-real.
+    if made {
+        let out = servesim_within(&["validate", fifo.to_str().unwrap()], 20);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("not a regular file"));
+    }
+}

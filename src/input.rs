@@ -1,0 +1,121 @@
+//! Reading the files a scenario names (model configs, GPU profiles, traces, length columns,
+//! measured tables, measured runs): regular files only, with bounded sizes and line lengths.
+//!
+//! A named pipe would block the reader forever and a character device such as `/dev/zero`
+//! never ends: both are refused before a byte is read. Whole-file reads are capped, and
+//! streamed files fail on a line longer than [`MAX_LINE_BYTES`] instead of buffering it.
+
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read};
+use std::path::Path;
+
+/// Longest line a streamed input file may have.
+pub const MAX_LINE_BYTES: usize = 1 << 20;
+/// Largest file read whole (configs, profiles, tables, measured runs).
+pub const MAX_WHOLE_FILE_BYTES: u64 = 1 << 30;
+
+/// Opens `path` if it is a regular file; the error says what it is otherwise.
+pub fn open_regular(path: &Path) -> Result<File, String> {
+    let meta =
+        std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if !meta.is_file() {
+        let what = if meta.is_dir() {
+            "a directory"
+        } else {
+            "not a regular file (a pipe, device or socket)"
+        };
+        return Err(format!("cannot read {}: it is {what}", path.display()));
+    }
+    File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+}
+
+/// Reads a whole regular file of at most [`MAX_WHOLE_FILE_BYTES`] as UTF-8 text.
+pub fn read_text(path: &Path) -> Result<String, String> {
+    let file = open_regular(path)?;
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    if len > MAX_WHOLE_FILE_BYTES {
+        return Err(format!(
+            "cannot read {}: {len} bytes is more than the {MAX_WHOLE_FILE_BYTES} allowed",
+            path.display()
+        ));
+    }
+    let mut text = String::new();
+    file.take(MAX_WHOLE_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    Ok(text)
+}
+
+/// Opens a regular file for streaming, failing on any line over [`MAX_LINE_BYTES`].
+pub fn open_lines(path: &Path) -> Result<BufReader<LineCapped<BufReader<File>>>, String> {
+    let file = open_regular(path)?;
+    Ok(BufReader::with_capacity(
+        1 << 16,
+        LineCapped {
+            inner: BufReader::with_capacity(1 << 16, file),
+            run: 0,
+        },
+    ))
+}
+
+/// A reader that fails once a line runs past [`MAX_LINE_BYTES`].
+pub struct LineCapped<R> {
+    inner: R,
+    /// Bytes since the last newline.
+    run: usize,
+}
+
+impl<R: BufRead> Read for LineCapped<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        for &b in &buf[..n] {
+            if b == b'\n' {
+                self.run = 0;
+            } else {
+                self.run += 1;
+                if self.run > MAX_LINE_BYTES {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("a line is longer than {MAX_LINE_BYTES} bytes"),
+                    ));
+                }
+            }
+        }
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn directories_and_devices_are_refused_before_reading() {
+        let e = read_text(Path::new(".")).unwrap_err();
+        assert!(e.contains("is a directory"), "{e}");
+        if Path::new("/dev/zero").exists() {
+            let e = open_lines(Path::new("/dev/zero")).err().unwrap();
+            assert!(e.contains("not a regular file"), "{e}");
+        }
+    }
+
+    #[test]
+    fn an_overlong_line_is_an_error_not_an_allocation() {
+        let long = vec![b'x'; MAX_LINE_BYTES + 10];
+        let mut r = LineCapped {
+            inner: io::BufReader::new(&long[..]),
+            run: 0,
+        };
+        let mut sink = Vec::new();
+        let e = r.read_to_end(&mut sink).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+        let ok = b"a,b\n1,2\n".to_vec();
+        let mut r = LineCapped {
+            inner: io::BufReader::new(&ok[..]),
+            run: 0,
+        };
+        let mut sink = Vec::new();
+        r.read_to_end(&mut sink).unwrap();
+        assert_eq!(sink, ok);
+    }
+}
