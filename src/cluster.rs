@@ -29,9 +29,7 @@ pub struct ClusterDelays {
     pub routing: SimDuration,
 }
 
-/// Rejections by reason (sorted for output).
-#[derive(Resource, Debug, Default, Clone)]
-pub struct Rejections(pub std::collections::BTreeMap<&'static str, u64>);
+pub use crate::engine::Rejections;
 
 /// Applies the admission policy to the requests due for it.
 pub fn admit_requests(

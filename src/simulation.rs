@@ -172,6 +172,9 @@ pub struct Simulation {
     fitness: std::collections::BTreeMap<String, f64>,
     /// (blocks, block size) of the largest instance KV cache, for diagnoses.
     largest_cache: (u32, u32),
+    /// `limits.max_in_flight` and `limits.max_waiting_per_instance`.
+    max_in_flight: u64,
+    max_waiting_per_instance: Option<u32>,
 }
 
 impl Simulation {
@@ -315,6 +318,7 @@ impl Simulation {
                             pp_link_bytes_per_us: group.pp_link_gb_per_s * 1e3,
                             host_block_us: resolved.cpu_tier.map_or(0.0, |t| t.1),
                             host_latency_us: resolved.cpu_tier.map_or(0.0, |t| t.2),
+                            max_waiting: scenario.limits.max_waiting_per_instance,
                             pp_link_latency: SimDuration(group.pp_link_latency_us),
                         },
                         scheduler: Scheduler::default(),
@@ -419,6 +423,8 @@ impl Simulation {
             largest_cache,
             write_summary: scenario.outputs.summary_json,
             fitness: scenario.outputs.fitness.clone(),
+            max_in_flight: scenario.limits.max_in_flight,
+            max_waiting_per_instance: scenario.limits.max_waiting_per_instance,
         })
     }
 
@@ -447,6 +453,7 @@ impl Simulation {
     /// Runs to the end (no events left, or the horizon reached) and finishes.
     pub fn run(mut self) -> Result<Summary, SimError> {
         let interrupt = self.interrupt.clone();
+        let mut ticks = 0u32;
         while self.tick() {
             if interrupt
                 .as_ref()
@@ -455,12 +462,42 @@ impl Simulation {
                 self.discard_outputs();
                 return Err(SimError::Interrupted(self.world.resource::<SimClock>().now));
             }
+            ticks = ticks.wrapping_add(1);
+            if ticks.is_multiple_of(256)
+                && let Some(msg) = self.overloaded()
+            {
+                self.discard_outputs();
+                return Err(SimError::Fault(msg));
+            }
         }
         if let Some(msg) = self.world.resource::<SimFault>().0.clone() {
             self.discard_outputs();
             return Err(SimError::Fault(msg));
         }
         self.finish()
+    }
+
+    /// A diagnosis when more requests are in the system than `limits.max_in_flight`.
+    fn overloaded(&self) -> Option<String> {
+        let injected = self.world.resource::<Injected>().0;
+        let agg = self.world.resource::<Aggregates>();
+        let in_flight = injected.saturating_sub(agg.ended());
+        if in_flight <= self.max_in_flight {
+            return None;
+        }
+        let now = self.world.resource::<SimClock>().now;
+        let secs = now.as_us() as f64 / 1e6;
+        let rate = |n: u64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
+        Some(format!(
+            "{in_flight} requests in the system at t = {secs:.1} s, above limits.max_in_flight = {}: \
+             arrivals outpace the cluster ({injected} arrived, {:.1} req/s; {} completed, {:.1} req/s); \
+             add instances, lower the load, cap queues with limits.max_waiting_per_instance, \
+             or raise limits.max_in_flight",
+            self.max_in_flight,
+            rate(injected),
+            agg.completed,
+            rate(agg.completed),
+        ))
     }
 
     /// Records every request still in the system, computes the summary and commits the
@@ -681,6 +718,23 @@ impl Simulation {
 
         let mut summary = summary;
         summary.warnings = diagnose(&summary, self.largest_cache);
+        if self.max_waiting_per_instance.is_none() {
+            let peak = index
+                .iter()
+                .enumerate()
+                .map(|(i, &e)| {
+                    let c = world.get::<Scheduler>(e).expect("instance").counters;
+                    (c.peak_waiting, i)
+                })
+                .max();
+            if let Some((n, i)) = peak.filter(|p| p.0 > 10_000) {
+                summary.warnings.push(format!(
+                    "instance {i}'s wait queue reached {n} requests: the load exceeds what it serves; \
+                     vLLM has no queue cap either, but limits.max_waiting_per_instance sheds the excess \
+                     (rejected as queue_full) and keeps memory bounded"
+                ));
+            }
+        }
         if !self.fitness.is_empty() {
             summary.fitness = Some(
                 self.fitness

@@ -109,6 +109,11 @@ pub struct ClusterView {
 #[derive(Resource, Debug, Default, Clone)]
 pub struct SimFault(pub Option<String>);
 
+/// Rejections by reason (sorted for output): admission policies, no routable instance, a
+/// full instance wait queue.
+#[derive(Resource, Debug, Default, Clone)]
+pub struct Rejections(pub std::collections::BTreeMap<&'static str, u64>);
+
 /// Requests injected so far, by the workload (INV-1's left-hand side).
 #[derive(Resource, Debug, Default, Clone, Copy)]
 pub struct Injected(pub u64);

@@ -61,6 +61,8 @@ pub struct Limits {
     /// CPU KV tier transfers: µs per block, and a fixed µs per step that moves any block.
     pub host_block_us: f64,
     pub host_latency_us: f64,
+    /// Wait-queue cap (`limits.max_waiting_per_instance`); `None` = unbounded.
+    pub max_waiting: Option<u32>,
 }
 
 /// Instance entities by index.
@@ -175,6 +177,10 @@ pub struct InstanceCounters {
     pub timed_out: u64,
     pub prefill_tokens: u64,
     pub decode_tokens: u64,
+    /// Longest the wait queue has been.
+    pub peak_waiting: u64,
+    /// Requests rejected because the wait queue was full.
+    pub queue_full: u64,
 }
 
 /// The scheduler state of an instance.
@@ -326,6 +332,7 @@ pub fn enqueue_requests(
     mut view: ResMut<ClusterView>,
     mut requests: Query<(&RequestSpec, &mut Lifecycle)>,
     mut instances: Query<(&mut Scheduler, &KvCache, &Limits)>,
+    mut rejections: ResMut<crate::engine::Rejections>,
 ) {
     let now = clock.now;
     let due = &mut *due;
@@ -351,9 +358,26 @@ pub fn enqueue_requests(
             ));
             continue;
         }
+        if limits
+            .max_waiting
+            .is_some_and(|cap| sched.waiting.len() >= cap as usize)
+        {
+            sched.counters.queue_full += 1;
+            *rejections.0.entry("queue_full").or_default() += 1;
+            due.finished.push(FinishedRequest::unserved(
+                entity,
+                spec.clone(),
+                *lifecycle,
+                FinalState::Rejected,
+                Some(i),
+            ));
+            continue;
+        }
         sched
             .waiting
             .push_back(Seq::new(entity, spec.clone(), *lifecycle));
+        let waiting = sched.waiting.len() as u64;
+        sched.counters.peak_waiting = sched.counters.peak_waiting.max(waiting);
         list_for_batch(due, i, &mut sched);
         refresh_view(&mut view, i, &sched, kv);
     }

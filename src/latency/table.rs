@@ -51,6 +51,9 @@ pub struct MeasuredTable {
 
 const KEYS: [&str; 3] = ["prefill_tokens", "decode_tokens", "context_tokens"];
 
+/// Most rows (grid cells) a measured table may have.
+pub const MAX_CELLS: usize = 1 << 22;
+
 impl MeasuredTable {
     /// Reads a table; errors name the file and line.
     pub fn load(path: &Path, extrapolation: Extrapolation) -> Result<Self, String> {
@@ -118,35 +121,61 @@ impl MeasuredTable {
             a.sort_by(f64::total_cmp);
             a.dedup();
         }
-        let size: usize = axes.iter().map(Vec::len).product();
-        let mut values = vec![f64::NAN; size];
-        for (key, step) in &rows {
-            let mut idx = 0;
-            for (a, v) in axes.iter().zip(key) {
-                idx = idx * a.len()
-                    + a.binary_search_by(|x| x.total_cmp(v))
-                        .expect("value is on its axis");
-            }
-            if !values[idx].is_nan() {
-                return Err(format!("{source}: the shape {key:?} appears twice"));
-            }
-            values[idx] = *step;
+        // Check that the rows form a full grid before any dense array exists: each row is one
+        // cell, so a grid has exactly as many cells as rows (a few distinct values per key can
+        // otherwise imply billions of cells).
+        if rows.len() > MAX_CELLS {
+            return Err(format!(
+                "{source}: {} rows is more than the {MAX_CELLS} a table may have",
+                rows.len()
+            ));
         }
-        if let Some(missing) = values.iter().position(|v| v.is_nan()) {
+        let index_of = |key: &[f64]| -> u128 {
+            axes.iter().zip(key).fold(0u128, |idx, (a, v)| {
+                idx * a.len() as u128
+                    + a.binary_search_by(|x| x.total_cmp(v))
+                        .expect("value is on its axis") as u128
+            })
+        };
+        let cells: u128 = axes.iter().map(|a| a.len() as u128).product();
+        let mut order: Vec<(u128, usize)> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, (key, _))| (index_of(key), i))
+            .collect();
+        order.sort_unstable();
+        if let Some(w) = order.windows(2).find(|w| w[0].0 == w[1].0) {
+            return Err(format!(
+                "{source}: the shape {:?} appears twice",
+                rows[w[1].1].0
+            ));
+        }
+        if cells != rows.len() as u128 {
+            // The first cell no row fills.
+            let missing = order
+                .iter()
+                .enumerate()
+                .find(|(k, (idx, _))| *idx != *k as u128)
+                .map_or(order.len() as u128, |(k, _)| k as u128);
             let mut rest = missing;
             let mut point = vec![0.0; axes.len()];
             for (i, a) in axes.iter().enumerate().rev() {
-                point[i] = a[rest % a.len()];
-                rest /= a.len();
+                point[i] = a[(rest % a.len() as u128) as usize];
+                rest /= a.len() as u128;
             }
             return Err(format!(
-                "{source}: not a full grid: no row for {} (every combination of the key values must be measured)",
+                "{source}: not a full grid: no row for {} (every combination of the key values must be measured; the key values imply {cells} rows, the file has {})",
                 keys.iter()
                     .zip(&point)
                     .map(|(k, v)| format!("{k}={v}"))
                     .collect::<Vec<_>>()
-                    .join(", ")
+                    .join(", "),
+                rows.len()
             ));
+        }
+        let mut values = vec![0.0; rows.len()];
+        for (idx, i) in order {
+            values[idx as usize] = rows[i].1;
         }
         Ok(MeasuredTable {
             keys: keys.iter().map(|k| k.to_string()).collect(),
@@ -290,10 +319,33 @@ mod tests {
                 .starts_with("b.csv:3: decode_tokens")
         );
         let holey = "prefill_tokens,decode_tokens,step_us\n0,1,100\n10,2,200\n";
+        let e = MeasuredTable::parse(holey, "h.csv", Extrapolation::Error).unwrap_err();
+        // Cells in order (0,1) (0,2) (10,1) (10,2): the first one missing is (0, 2).
         assert!(
-            MeasuredTable::parse(holey, "h.csv", Extrapolation::Error)
-                .unwrap_err()
-                .contains("not a full grid")
+            e.contains("not a full grid: no row for prefill_tokens=0, decode_tokens=2"),
+            "{e}"
+        );
+        let twice = "prefill_tokens,decode_tokens,step_us\n0,1,100\n0,1,200\n";
+        let e = MeasuredTable::parse(twice, "t.csv", Extrapolation::Error).unwrap_err();
+        assert!(e.contains("appears twice"), "{e}");
+    }
+
+    #[test]
+    fn a_diagonal_that_implies_a_huge_grid_is_rejected_without_allocating_it() {
+        // 3,000 rows on a diagonal of three keys imply 2.7·10¹⁰ cells: an error naming the
+        // first missing cell, computed from the rows alone.
+        let mut t = String::from("prefill_tokens,decode_tokens,context_tokens,step_us\n");
+        for i in 0..3000 {
+            t.push_str(&format!("{i},{i},{i},{}\n", 100 + i));
+        }
+        let e = MeasuredTable::parse(&t, "d.csv", Extrapolation::Error).unwrap_err();
+        assert!(
+            e.contains("imply 27000000000 rows, the file has 3000"),
+            "{e}"
+        );
+        assert!(
+            e.contains("no row for prefill_tokens=0, decode_tokens=0, context_tokens=1"),
+            "{e}"
         );
         assert!(
             MeasuredTable::parse("a,b\n1,2\n", "n.csv", Extrapolation::Error)

@@ -41,6 +41,9 @@ pub struct Scenario {
     pub workload: WorkloadSpec,
     #[serde(default)]
     pub outputs: OutputSpec,
+    /// Guards that keep a run's memory bounded.
+    #[serde(default)]
+    pub limits: LimitsSpec,
     /// Directory that relative paths in the scenario are resolved against (the scenario
     /// file's directory; not a RON field).
     #[serde(skip)]
@@ -49,6 +52,33 @@ pub struct Scenario {
 
 fn default_seed() -> u64 {
     42
+}
+
+/// Guards that keep a run's memory bounded whatever the scenario asks for.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsSpec {
+    /// Largest estimated memory of the KV block tables (GPU and CPU tiers, all instances),
+    /// GiB; a scenario above it is rejected up front. Default 16.
+    pub max_memory_gib: f64,
+    /// Requests in the system at once (arrived, not yet finished) at which the run stops
+    /// with a diagnosis (exit 1): an overloaded cluster otherwise grows its queues until
+    /// memory runs out. Default 2,000,000.
+    pub max_in_flight: u64,
+    /// Requests an instance's wait queue may hold; one arriving at a full queue is
+    /// rejected (reason `queue_full`). Default: unbounded, as vLLM (the summary warns when a
+    /// queue passes 10,000).
+    pub max_waiting_per_instance: Option<u32>,
+}
+
+impl Default for LimitsSpec {
+    fn default() -> Self {
+        LimitsSpec {
+            max_memory_gib: 16.0,
+            max_in_flight: 2_000_000,
+            max_waiting_per_instance: None,
+        }
+    }
 }
 
 /// The model-server instances, as groups of identical instances.

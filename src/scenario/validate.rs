@@ -214,6 +214,7 @@ fn check_length(problems: &mut Vec<Problem>, path: &str, spec: &LengthSpec, min_
             if *max == 0 {
                 problems.push(Problem::new(format!("{path}.max"), "must be ≥ 1"));
             }
+            too_big(problems, ".max", *max);
             finite(problems, "exponent", *exponent, true);
         }
         LengthSpec::Empirical { .. } => {} // the file is checked with the other files
@@ -253,10 +254,17 @@ fn check_arrival(p: &mut Vec<Problem>, path: &str, spec: &ArrivalSpec) {
         }
         ArrivalSpec::OnOff { on_s, off_s } => {
             positive(p, "on_s", *on_s);
-            if !off_s.is_finite() || *off_s < 0.0 {
+            // Periods are whole µs on a 64-bit clock: keep them in [1 µs, 10⁹ s].
+            if on_s.is_finite() && !(1e-6..=1e9).contains(on_s) {
+                p.push(Problem::new(
+                    format!("{path}.on_s"),
+                    format!("must be between 1 µs (1e-6) and 10⁹ s, got {on_s:e}"),
+                ));
+            }
+            if !off_s.is_finite() || !(0.0..=1e9).contains(off_s) {
                 p.push(Problem::new(
                     format!("{path}.off_s"),
-                    format!("must be a finite number ≥ 0, got {off_s}"),
+                    format!("must be a finite number in [0, 10⁹] s, got {off_s:e}"),
                 ));
             }
         }
@@ -454,6 +462,7 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
             .hint("simulate a representative slice of the cluster"),
         );
     }
+    let mut table_bytes = 0.0;
     for (i, g) in s.cluster.groups.iter().enumerate() {
         let at = |f: &str| format!("cluster.groups[{i}].{f}");
         if g.kv_blocks.is_some_and(|b| b > 1 << 24) {
@@ -496,10 +505,16 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
         if g.max_model_len == Some(0) {
             p.push(Problem::new(at("max_model_len"), "must be > 0").hint("omit it for no limit"));
         }
-        if let Err(problems) = super::resolve_group(g, i, &s.base_dir) {
-            p.extend(problems);
+        match super::resolve_group(g, i, &s.base_dir) {
+            Ok(r) => {
+                table_bytes += f64::from(g.count)
+                    * (f64::from(r.kv_blocks) * GPU_BLOCK_BYTES
+                        + f64::from(g.cpu_kv_blocks) * CPU_BLOCK_BYTES);
+            }
+            Err(problems) => p.extend(problems),
         }
     }
+    check_limits(&mut p, s, table_bytes);
     check_policies(&mut p, s, catalog);
     let w = &s.workload;
     if let Some(ip) = &w.inference_perf {
@@ -651,6 +666,61 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
         p.push(Problem::new(path, msg));
     }
     p
+}
+
+/// Memory one GPU KV block costs the simulator once used (block row, prefix-index entry and
+/// its share of the index's slack), bytes; measured ~120.
+pub const GPU_BLOCK_BYTES: f64 = 128.0;
+/// Memory one CPU-tier block costs (LRU slot and index entry), bytes.
+pub const CPU_BLOCK_BYTES: f64 = 64.0;
+
+fn check_limits(p: &mut Vec<Problem>, s: &super::Scenario, table_bytes: f64) {
+    let l = &s.limits;
+    if !l.max_memory_gib.is_finite() || l.max_memory_gib <= 0.0 {
+        p.push(Problem::new(
+            "limits.max_memory_gib",
+            format!("must be a finite number > 0, got {}", l.max_memory_gib),
+        ));
+    } else {
+        let gib = table_bytes / f64::from(1u32 << 30);
+        if gib > l.max_memory_gib {
+            p.push(
+                Problem::new(
+                    "cluster.groups",
+                    format!(
+                        "the KV block tables need about {gib:.1} GiB ({GPU_BLOCK_BYTES} bytes per GPU block, {CPU_BLOCK_BYTES} per CPU-tier block, every instance), above limits.max_memory_gib = {}",
+                        l.max_memory_gib
+                    ),
+                )
+                .hint("simulate fewer instances or blocks, or raise limits.max_memory_gib if the machine has the memory"),
+            );
+        }
+    }
+    if l.max_in_flight == 0 {
+        p.push(Problem::new("limits.max_in_flight", "must be ≥ 1"));
+    }
+    if l.max_waiting_per_instance == Some(0) {
+        p.push(
+            Problem::new("limits.max_waiting_per_instance", "must be ≥ 1")
+                .hint("omit it for an unbounded queue"),
+        );
+    }
+    for (i, c) in s.workload.clients.iter().enumerate() {
+        if let ArrivalSpec::AllAtZero { count } = c.arrival
+            && count > l.max_in_flight
+        {
+            p.push(
+                Problem::new(
+                    format!("workload.clients[{i}].arrival.count"),
+                    format!(
+                        "{count} requests all in the system at t = 0 is more than limits.max_in_flight = {}",
+                        l.max_in_flight
+                    ),
+                )
+                .hint("split the batch over time (Staged or ConstantTimer arrivals), or raise limits.max_in_flight if the machine has the memory (~1 KB per waiting request)"),
+            );
+        }
+    }
 }
 
 /// Most users (prompts × users per prompt × stages) an inference-perf load may expand into.

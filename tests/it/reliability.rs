@@ -285,3 +285,85 @@ fn pipes_and_devices_named_as_inputs_are_refused_without_blocking_or_reading() {
         assert!(String::from_utf8_lossy(&out.stderr).contains("not a regular file"));
     }
 }
+
+#[test]
+fn a_full_wait_queue_rejects_arrivals_as_queue_full() {
+    // 20 requests at t = 0 to one instance that runs one at a time and queues 5. A source
+    // schedules its next arrival when it emits one, so each t = 0 arrival is its own tick:
+    // request 0 starts running at once, 1–5 fill the queue, 6–19 are rejected.
+    let sc = crate::common::parse(
+        "(limits: (max_waiting_per_instance: 5),
+          cluster: (groups: [(kv_blocks: 100, max_num_seqs: 1,
+            latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 0.0, 0.0]))]),
+          workload: (clients: [(arrival: AllAtZero(count: 20), input_tokens: Constant(8), output_tokens: Constant(2))]))",
+    );
+    let (s, rows) = crate::common::run(&sc);
+    assert_eq!((s.requests.completed, s.requests.rejected), (6, 14));
+    assert_eq!(s.rejections.get("queue_full"), Some(&14));
+    let rejected: Vec<u64> = rows
+        .iter()
+        .filter(|r| r.str("state") == "rejected")
+        .map(|r| r.u64("request_id"))
+        .collect();
+    assert_eq!(
+        rejected,
+        (6..20).collect::<Vec<_>>(),
+        "first come, first queued"
+    );
+}
+
+#[test]
+fn an_overloaded_cluster_stops_with_a_diagnosis_before_memory_runs_out() {
+    // 1,000 req/s into an instance that serves ~10/s: the guard trips at 300 in flight.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("overload.ron");
+    std::fs::write(
+        &path,
+        "(limits: (max_in_flight: 300),
+          cluster: (groups: [(kv_blocks: 1000, max_num_seqs: 4,
+            latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [20000.0, 0.0, 0.0]))]),
+          workload: (num_requests: 100000, clients: [(rate_per_s: 1000.0, input_tokens: Constant(8), output_tokens: Constant(8))]))",
+    )
+    .unwrap();
+    let out_dir = dir.path().join("out");
+    let out = servesim_within(
+        &[
+            "run",
+            path.to_str().unwrap(),
+            "--out",
+            out_dir.to_str().unwrap(),
+        ],
+        60,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("above limits.max_in_flight = 300"), "{err}");
+    assert!(err.contains("arrivals outpace the cluster"), "{err}");
+    assert!(
+        !out_dir.exists() || std::fs::read_dir(&out_dir).unwrap().count() == 0,
+        "nothing is left half-written"
+    );
+}
+
+#[test]
+fn an_unbounded_queue_that_grows_past_ten_thousand_is_a_warning() {
+    let sc = crate::common::parse(
+        "(cluster: (groups: [(kv_blocks: 100000, max_num_seqs: 256,
+            latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 0.0, 0.0]))]),
+          workload: (clients: [(arrival: AllAtZero(count: 12000), input_tokens: Constant(8), output_tokens: Constant(1))]),
+          outputs: (requests_csv: false))",
+    );
+    let s = Simulation::new(&sc, RunOptions::default())
+        .unwrap()
+        .run()
+        .unwrap();
+    assert_eq!(s.requests.completed, 12_000);
+    assert!(
+        s.warnings
+            .iter()
+            // Request 0 is running when the others arrive (one tick per t = 0 arrival).
+            .any(|w| w.contains("instance 0's wait queue reached 11999 requests")),
+        "{:?}",
+        s.warnings
+    );
+}
