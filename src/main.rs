@@ -53,6 +53,10 @@ enum Command {
         /// Extra traces: `decisions` writes decisions.csv (one row per routing decision).
         #[arg(long, value_enum)]
         trace: Vec<TraceKind>,
+        /// Stop the run after this many seconds of wall time (exit 1; nothing is written,
+        /// as for Ctrl-C).
+        #[arg(long, value_name = "SECONDS")]
+        max_wall_s: Option<f64>,
     },
     /// Parse and validate a scenario without running it.
     Validate {
@@ -149,6 +153,13 @@ fn load(
         eprint!("error: {e}");
         ExitCode::from(2)
     })
+}
+
+/// Says on stderr when a scenario will take minutes.
+fn announce(sc: &scenario::Scenario) {
+    if let Some(a) = scenario::estimate::estimate(sc).announcement() {
+        eprintln!("warning: {a}");
+    }
 }
 
 /// Loads the scenario and the measurements for check-real and calibrate.
@@ -344,8 +355,9 @@ fn main() -> ExitCode {
                 }
             };
             match load(&scenario, &overrides, catalog) {
-                Ok(_) => {
+                Ok(sc) => {
                     println!("{}: ok", scenario.display());
+                    announce(&sc);
                     ExitCode::SUCCESS
                 }
                 Err(code) => code,
@@ -359,6 +371,7 @@ fn main() -> ExitCode {
             format,
             check_invariants,
             trace,
+            max_wall_s,
         } => {
             let overrides = match parse_overrides(&set, seed) {
                 Ok(o) => o,
@@ -372,10 +385,25 @@ fn main() -> ExitCode {
                 Err(code) => return code,
             };
             let out_dir = out.unwrap_or_else(|| PathBuf::from(&sc.outputs.dir));
+            announce(&sc);
             // Ctrl-C stops the run at the next tick; temporary files are removed.
             let interrupt = Arc::new(AtomicBool::new(false));
             let flag = interrupt.clone();
             let _ = ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed));
+            // --max-wall-s stops it the same way, from a timer thread.
+            let wall_limit_hit = Arc::new(AtomicBool::new(false));
+            if let Some(limit) = max_wall_s {
+                if !limit.is_finite() || limit <= 0.0 {
+                    eprintln!("error: --max-wall-s must be a number of seconds > 0, got {limit}");
+                    return ExitCode::from(2);
+                }
+                let (flag, hit) = (interrupt.clone(), wall_limit_hit.clone());
+                std::thread::spawn(move || {
+                    std::thread::sleep(std::time::Duration::from_secs_f64(limit.min(1e9)));
+                    hit.store(true, Ordering::Relaxed);
+                    flag.store(true, Ordering::Relaxed);
+                });
+            }
             #[expect(
                 clippy::disallowed_methods,
                 reason = "wall-clock timing goes to stderr only"
@@ -400,6 +428,15 @@ fn main() -> ExitCode {
             };
             let summary = match sim.run() {
                 Ok(s) => s,
+                Err(servesim::SimError::Interrupted(t))
+                    if wall_limit_hit.load(Ordering::Relaxed) =>
+                {
+                    eprintln!(
+                        "error: stopped by --max-wall-s at simulated time {t}; {} is as it was before this run",
+                        out_dir.display()
+                    );
+                    return ExitCode::from(1);
+                }
                 Err(e @ servesim::SimError::Interrupted(_)) => {
                     eprintln!(
                         "servesim: {e}; {} is as it was before this run",

@@ -5,6 +5,7 @@
 //! scenario and reports every problem at once, each with the file, the field path and the
 //! line:column where RON gives it.
 
+pub mod estimate;
 mod locate;
 mod resolve;
 mod validate;

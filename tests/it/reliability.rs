@@ -367,3 +367,108 @@ fn an_unbounded_queue_that_grows_past_ten_thousand_is_a_warning() {
         s.warnings
     );
 }
+
+#[test]
+fn a_long_run_announces_itself_and_max_wall_s_stops_it_cleanly() {
+    // 50 M requests × 512 output tokens ≈ 2.6·10¹⁰ tokens: about an hour.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("long.ron");
+    std::fs::write(
+        &path,
+        "(cluster: (groups: [(count: 64, kv_blocks: 20000,
+            latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [5000.0, 1.0, 10.0]))]),
+          workload: (num_requests: 50000000, clients: [(rate_per_s: 500.0,
+            input_tokens: Constant(128), output_tokens: Constant(512))]))",
+    )
+    .unwrap();
+    let out = servesim_within(&["validate", path.to_str().unwrap()], 20);
+    assert_eq!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("5.000e7 requests and 2.560e10 output tokens: expect roughly"),
+        "{err}"
+    );
+    let out_dir = dir.path().join("out");
+    let out = servesim_within(
+        &[
+            "run",
+            path.to_str().unwrap(),
+            "--out",
+            out_dir.to_str().unwrap(),
+            "--max-wall-s",
+            "1",
+        ],
+        30,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("stopped by --max-wall-s"), "{err}");
+    assert!(out.stdout.is_empty());
+    assert!(
+        !out_dir.exists() || std::fs::read_dir(&out_dir).unwrap().count() == 0,
+        "nothing is left behind"
+    );
+}
+
+/// Mounts a tmpfs with `options` at a fresh directory; `None` (with a message) where this
+/// process may not mount.
+fn tmpfs(options: &str) -> Option<(tempfile::TempDir, PathBuf)> {
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let ok = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", options, "tmpfs"])
+        .arg(&mnt)
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+        return None;
+    }
+    Some((dir, mnt))
+}
+
+fn unmount(mnt: &Path) {
+    let _ = Command::new("umount").arg(mnt).status();
+}
+
+#[test]
+fn a_full_or_read_only_output_filesystem_is_a_clean_exit_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.ron");
+    // ~5,000 CSV rows: far more than 64 KiB.
+    std::fs::write(
+        &path,
+        "(cluster: (groups: [(kv_blocks: 10000, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 1.0, 10.0]))]),
+          workload: (num_requests: 5000, clients: [(rate_per_s: 50.0, input_tokens: Constant(64), output_tokens: Constant(4))]))",
+    )
+    .unwrap();
+    for (options, expect) in [
+        ("size=64k", "No space left on device"),
+        ("size=1m,ro", "Read-only file system"),
+    ] {
+        let Some((_keep, mnt)) = tmpfs(options) else {
+            return;
+        };
+        let out_dir = mnt.join("out");
+        let out = servesim_within(
+            &[
+                "run",
+                path.to_str().unwrap(),
+                "--out",
+                out_dir.to_str().unwrap(),
+            ],
+            60,
+        );
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        let leftovers: Vec<_> = std::fs::read_dir(&out_dir)
+            .map(|d| d.map(|e| e.unwrap().file_name()).collect())
+            .unwrap_or_default();
+        unmount(&mnt);
+        assert_eq!(out.status.code(), Some(1), "{options}: {err}");
+        assert!(err.contains(expect), "{options}: {err}");
+        assert!(out.stdout.is_empty(), "{options}");
+        assert!(leftovers.is_empty(), "{options}: left {leftovers:?}");
+    }
+}
