@@ -31,7 +31,7 @@ use crate::policy::{
 use crate::request::{FinalState, FinishedRequest, Lifecycle, RequestSpec};
 use crate::scenario::{Scenario, resolve_group};
 use crate::time::{SimDuration, SimTime};
-use crate::workload::{Labels, Workload, continue_sessions, spawn_arrivals};
+use crate::workload::{Labels, Workload, continue_sessions, release_held, spawn_arrivals};
 
 /// Arrival, admission, routing and autoscaling stages.
 pub struct ClusterPlugin;
@@ -50,6 +50,9 @@ impl Plugin for ClusterPlugin {
                     continue_sessions
                         .in_set(SimSystems::Record)
                         .after(metrics::record_finished),
+                    release_held
+                        .in_set(SimSystems::Record)
+                        .after(continue_sessions),
                     admit_requests.in_set(SimSystems::Admit),
                     route_requests.in_set(SimSystems::Route),
                     evaluate_scaling.in_set(SimSystems::Autoscale),
@@ -344,6 +347,7 @@ impl Simulation {
                 queue.push(t, Event::AutoscaleTick);
             }
         }
+        world.insert_resource(crate::engine::HeldBatches(workload.held_sources()));
         world.insert_resource(workload);
         world.insert_resource(labels);
 

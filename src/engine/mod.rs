@@ -82,7 +82,16 @@ pub struct Due {
     pub timeouts: Vec<Entity>,
     /// Session turns that ended this tick: (session, how, completion time).
     pub ended_turns: Vec<(u64, crate::request::FinalState, Option<SimTime>)>,
+    /// Sources releasing one more request of an offline batch now.
+    pub releases: Vec<u32>,
+    /// Sources (of [`HeldBatches`]) whose requests finished this tick.
+    pub ended_held: Vec<u32>,
 }
+
+/// Which sources hold part of an offline batch back (by source index), so the Record stage
+/// can tell them when one of their requests finishes.
+#[derive(Resource, Debug, Default, Clone)]
+pub struct HeldBatches(pub Vec<bool>);
 
 impl Due {
     fn push_event(&mut self, event: Event) {
@@ -94,6 +103,7 @@ impl Due {
             Event::AutoscaleTick => self.autoscale = true,
             Event::SessionTurn { session } => self.session_turns.push(session),
             Event::Timeout { request } => self.timeouts.push(request),
+            Event::Release { source } => self.releases.push(source),
         }
     }
 }
@@ -129,13 +139,16 @@ impl Plugin for EnginePlugin {
             .init_resource::<ClusterView>()
             .init_resource::<Injected>()
             .init_resource::<SimFault>()
+            .init_resource::<HeldBatches>()
             .init_schedule(SimStep)
             .configure_sets(
                 SimStep,
                 (
                     SimSystems::Advance.run_if(|d: Res<Due>| !d.step_finished.is_empty()),
                     SimSystems::Arrive.run_if(|d: Res<Due>| {
-                        !d.arrivals.is_empty() || !d.session_turns.is_empty()
+                        !d.arrivals.is_empty()
+                            || !d.session_turns.is_empty()
+                            || !d.releases.is_empty()
                     }),
                     SimSystems::Admit.run_if(|d: Res<Due>| !d.admit.is_empty()),
                     SimSystems::Route.run_if(|d: Res<Due>| !d.route.is_empty()),

@@ -38,6 +38,8 @@ pub enum Event {
     SessionTurn { session: u64 },
     /// A request's client gives up if it has not finished.
     Timeout { request: Entity },
+    /// Source `source` lets one more request of its offline batch into the cluster.
+    Release { source: u32 },
 }
 
 impl Event {
@@ -48,7 +50,7 @@ impl Event {
             Event::Enqueue { .. } => EventClass::Enqueue,
             Event::StepFinished { .. } => EventClass::InstanceStep,
             Event::AutoscaleTick => EventClass::AutoscaleTick,
-            Event::SessionTurn { .. } => EventClass::Arrival,
+            Event::SessionTurn { .. } | Event::Release { .. } => EventClass::Arrival,
             Event::Timeout { .. } => EventClass::Timeout,
         }
     }

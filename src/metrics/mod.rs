@@ -347,6 +347,7 @@ pub fn record_finished(
     slo: Res<SloTable>,
     mut agg: ResMut<Aggregates>,
     mut log: ResMut<RequestLog>,
+    held: Res<crate::engine::HeldBatches>,
 ) {
     let due = &mut *due;
     let mut finished = std::mem::take(&mut due.finished);
@@ -357,6 +358,9 @@ pub fn record_finished(
         record_one(f, &mut agg, &mut log, &labels, &slo);
         if let Some(s) = f.spec.session {
             due.ended_turns.push((s.id, f.state, f.completed));
+        }
+        if held.0.get(f.spec.client as usize).copied().unwrap_or(false) {
+            due.ended_held.push(f.spec.client);
         }
         commands.entity(f.entity).despawn();
     }

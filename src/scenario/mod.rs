@@ -70,6 +70,11 @@ pub struct LimitsSpec {
     /// rejected (reason `queue_full`). Default: unbounded, as vLLM (the summary warns when a
     /// queue passes 10,000).
     pub max_waiting_per_instance: Option<u32>,
+    /// An `AllAtZero` batch enters the cluster at most this many requests at a time; the
+    /// rest wait at the client (their arrival is still t = 0) and enter one by one as the
+    /// batch's requests finish, so a batch of any size costs memory for this many.
+    /// Default 65,536.
+    pub offline_batch_window: u64,
 }
 
 impl Default for LimitsSpec {
@@ -78,6 +83,7 @@ impl Default for LimitsSpec {
             max_memory_gib: 16.0,
             max_in_flight: 2_000_000,
             max_waiting_per_instance: None,
+            offline_batch_window: 65_536,
         }
     }
 }

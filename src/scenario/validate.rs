@@ -705,21 +705,8 @@ fn check_limits(p: &mut Vec<Problem>, s: &super::Scenario, table_bytes: f64) {
                 .hint("omit it for an unbounded queue"),
         );
     }
-    for (i, c) in s.workload.clients.iter().enumerate() {
-        if let ArrivalSpec::AllAtZero { count } = c.arrival
-            && count > l.max_in_flight
-        {
-            p.push(
-                Problem::new(
-                    format!("workload.clients[{i}].arrival.count"),
-                    format!(
-                        "{count} requests all in the system at t = 0 is more than limits.max_in_flight = {}",
-                        l.max_in_flight
-                    ),
-                )
-                .hint("split the batch over time (Staged or ConstantTimer arrivals), or raise limits.max_in_flight if the machine has the memory (~1 KB per waiting request)"),
-            );
-        }
+    if l.offline_batch_window == 0 {
+        p.push(Problem::new("limits.offline_batch_window", "must be ≥ 1"));
     }
 }
 

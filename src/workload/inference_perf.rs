@@ -54,6 +54,7 @@ pub fn sources(ip: &InferencePerfSpec, seed: u64, labels: &mut Labels) -> Vec<Cl
         user_cycle: None,
         session,
         timeout,
+        held: 0,
         tenant,
         slo_class,
         priority: 0,

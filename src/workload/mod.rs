@@ -113,6 +113,8 @@ pub struct Client {
     user_cycle: Option<inference_perf::UserCycle>,
     session: Option<SessionCfg>,
     timeout: Option<SimDuration>,
+    /// Requests of an offline (`AllAtZero`) batch not yet let into the cluster.
+    held: u64,
     tenant: u32,
     slo_class: u32,
     priority: i32,
@@ -224,8 +226,20 @@ impl Workload {
                 }),
                 None => None,
             };
+            // An offline batch enters at most `offline_batch_window` requests at a time.
+            let (arrival, held) = match c.arrival {
+                crate::scenario::ArrivalSpec::AllAtZero { count } => {
+                    let now = count.min(scenario.limits.offline_batch_window.max(1));
+                    (
+                        crate::scenario::ArrivalSpec::AllAtZero { count: now },
+                        count - now,
+                    )
+                }
+                ref other => (other.clone(), 0),
+            };
             sources.push(Source::Client(Box::new(Client {
-                arrivals: Arrivals::new(&c.arrival, client_rate(scenario, c)),
+                arrivals: Arrivals::new(&arrival, client_rate(scenario, c)),
+                held,
                 input: Lengths::new(&c.input_tokens, base).map_err(at)?,
                 output: Lengths::new(&c.output_tokens, base).map_err(at)?,
                 prefix_tokens: c.shared_prefix_tokens,
@@ -489,18 +503,32 @@ impl Workload {
         Some((spec, timeout))
     }
 
+    /// Which sources hold part of an offline batch back.
+    pub fn held_sources(&self) -> Vec<bool> {
+        self.sources
+            .iter()
+            .map(|s| matches!(s, Source::Client(c) if c.held > 0))
+            .collect()
+    }
+
     /// Open sessions (bounded by concurrent conversations, not by requests).
     pub fn open_sessions(&self) -> usize {
         self.sessions.len()
     }
 }
 
+/// Spawns a request that arrived at `arrival` (now, or t = 0 for a held offline batch).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the request, where it goes and when"
+)]
 fn spawn(
     commands: &mut Commands,
     due: &mut Due,
     queue: &mut EventQueue,
     delays: &ClusterDelays,
     now: SimTime,
+    arrival: SimTime,
     spec: RequestSpec,
     timeout: Option<SimDuration>,
 ) {
@@ -508,13 +536,13 @@ fn spawn(
         .spawn((
             spec,
             Lifecycle {
-                arrival: now,
+                arrival,
                 ..Default::default()
             },
         ))
         .id();
     if let Some(t) = timeout {
-        queue.push(now + t, Event::Timeout { request: entity });
+        queue.push((arrival + t).max(now), Event::Timeout { request: entity });
     }
     if delays.admission.as_us() == 0 {
         due.admit.push(entity);
@@ -550,7 +578,16 @@ pub fn spawn_arrivals(
         let id = injected.0;
         injected.0 += 1;
         let (spec, timeout) = workload.make_request(source as usize, id);
-        spawn(&mut commands, due, &mut queue, &delays, now, spec, timeout);
+        spawn(
+            &mut commands,
+            due,
+            &mut queue,
+            &delays,
+            now,
+            now,
+            spec,
+            timeout,
+        );
         if workload.under_limit(injected.0) {
             match workload.next_time(source as usize) {
                 Ok(Some(t)) => queue.push(t, Event::Arrival { source }),
@@ -563,6 +600,28 @@ pub fn spawn_arrivals(
     }
     sources.clear();
     due.arrivals = sources;
+    // Requests of held offline batches: they arrived with the batch, at t = 0.
+    let mut releases = std::mem::take(&mut due.releases);
+    for &source in &releases {
+        if !workload.under_limit(injected.0) {
+            continue;
+        }
+        let id = injected.0;
+        injected.0 += 1;
+        let (spec, timeout) = workload.make_request(source as usize, id);
+        spawn(
+            &mut commands,
+            due,
+            &mut queue,
+            &delays,
+            now,
+            SimTime::ZERO,
+            spec,
+            timeout,
+        );
+    }
+    releases.clear();
+    due.releases = releases;
     let mut turns = std::mem::take(&mut due.session_turns);
     for &sid in &turns {
         if !workload.under_limit(injected.0) {
@@ -572,7 +631,16 @@ pub fn spawn_arrivals(
         let id = injected.0;
         if let Some((spec, timeout)) = workload.make_turn(sid, id) {
             injected.0 += 1;
-            spawn(&mut commands, due, &mut queue, &delays, now, spec, timeout);
+            spawn(
+                &mut commands,
+                due,
+                &mut queue,
+                &delays,
+                now,
+                now,
+                spec,
+                timeout,
+            );
         }
     }
     turns.clear();
@@ -611,6 +679,27 @@ pub fn continue_sessions(
     }
     ended.clear();
     due.ended_turns = ended;
+}
+
+/// Lets one more request of a held offline batch in for each of the batch's requests that
+/// finished this tick.
+pub fn release_held(
+    mut due: ResMut<Due>,
+    clock: Res<SimClock>,
+    mut workload: ResMut<Workload>,
+    mut queue: ResMut<EventQueue>,
+) {
+    let mut ended = std::mem::take(&mut due.ended_held);
+    for &source in &ended {
+        if let Source::Client(c) = &mut workload.sources[source as usize]
+            && c.held > 0
+        {
+            c.held -= 1;
+            queue.push(clock.now, Event::Release { source });
+        }
+    }
+    ended.clear();
+    due.ended_held = ended;
 }
 
 /// Checks that every file a workload names can be read (streamed once); problems by path.

@@ -472,3 +472,39 @@ fn a_full_or_read_only_output_filesystem_is_a_clean_exit_1() {
         assert!(leftovers.is_empty(), "{options}: left {leftovers:?}");
     }
 }
+
+#[test]
+fn an_offline_batch_enters_the_cluster_a_window_at_a_time_with_the_same_results() {
+    // 20,000 requests at t = 0 on one instance: let in all at once, or 500 at a time (the
+    // rest held at the client, still arrived at t = 0). The instance always has a full
+    // queue either way, so every request is served identically; with the window, no more
+    // than ~500 are ever in the system (a max_in_flight of 600 is never passed).
+    let src = |limits: &str| {
+        format!(
+            "(limits: ({limits}), cluster: (groups: [(kv_blocks: 4000, max_num_seqs: 64,
+                latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [2000.0, 2.0, 20.0]))]),
+              workload: (clients: [(arrival: AllAtZero(count: 20000),
+                input_tokens: Uniform(min: 16, max: 400), output_tokens: Uniform(min: 1, max: 40))]))"
+        )
+    };
+    let (all, all_rows) = crate::common::run(&crate::common::parse(&src("")));
+    let (win, win_rows) = crate::common::run(&crate::common::parse(&src(
+        "offline_batch_window: 500, max_in_flight: 600",
+    )));
+    assert_eq!(win.requests.completed, 20_000);
+    assert_eq!(all.ttft_ms, win.ttft_ms);
+    assert_eq!(all.e2e_ms, win.e2e_ms);
+    let key = |rows: &[crate::common::Row]| -> Vec<(u64, u64, u64)> {
+        rows.iter()
+            .map(|r| {
+                (
+                    r.u64("arrival_us"),
+                    r.u64("input_tokens"),
+                    r.u64("completion_us"),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(key(&all_rows), key(&win_rows));
+    assert!(win_rows.iter().all(|r| r.u64("arrival_us") == 0));
+}
