@@ -54,6 +54,7 @@ pub fn open_lines(path: &Path) -> Result<BufReader<LineCapped<BufReader<File>>>,
         LineCapped {
             inner: BufReader::with_capacity(1 << 16, file),
             run: 0,
+            lines: 0,
         },
     ))
 }
@@ -63,6 +64,8 @@ pub struct LineCapped<R> {
     inner: R,
     /// Bytes since the last newline.
     run: usize,
+    /// Lines completed so far.
+    lines: u64,
 }
 
 impl<R: BufRead> Read for LineCapped<R> {
@@ -71,12 +74,16 @@ impl<R: BufRead> Read for LineCapped<R> {
         for &b in &buf[..n] {
             if b == b'\n' {
                 self.run = 0;
+                self.lines += 1;
             } else {
                 self.run += 1;
                 if self.run > MAX_LINE_BYTES {
                     return Err(io::Error::new(
                         io::ErrorKind::InvalidData,
-                        format!("a line is longer than {MAX_LINE_BYTES} bytes"),
+                        format!(
+                            "line {} is longer than {MAX_LINE_BYTES} bytes",
+                            self.lines + 1
+                        ),
                     ));
                 }
             }
@@ -105,6 +112,7 @@ mod tests {
         let mut r = LineCapped {
             inner: io::BufReader::new(&long[..]),
             run: 0,
+            lines: 0,
         };
         let mut sink = Vec::new();
         let e = r.read_to_end(&mut sink).unwrap_err();
@@ -113,6 +121,7 @@ mod tests {
         let mut r = LineCapped {
             inner: io::BufReader::new(&ok[..]),
             run: 0,
+            lines: 0,
         };
         let mut sink = Vec::new();
         r.read_to_end(&mut sink).unwrap();

@@ -508,3 +508,38 @@ fn an_offline_batch_enters_the_cluster_a_window_at_a_time_with_the_same_results(
     assert_eq!(key(&all_rows), key(&win_rows));
     assert!(win_rows.iter().all(|r| r.u64("arrival_us") == 0));
 }
+
+#[test]
+fn an_overlong_line_in_a_trace_or_length_file_is_a_located_error() {
+    // A 1 MiB + 10 byte second line: refused with file and line, not buffered.
+    let dir = tempfile::tempdir().unwrap();
+    let long = format!(
+        "arrived_at,num_prefill_tokens,num_decode_tokens\n0.1,10,{}\n",
+        "9".repeat((1 << 20) + 10)
+    );
+    std::fs::write(dir.path().join("long.csv"), long).unwrap();
+    let group =
+        "(kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [100.0, 1.0, 1.0]))";
+    for (src, field) in [
+        (
+            format!("(cluster: (groups: [{group}]), workload: (traces: [(format: VidurCsv, file: \"long.csv\")]))"),
+            "workload.traces[0].file",
+        ),
+        (
+            format!(
+                "(cluster: (groups: [{group}]), workload: (num_requests: 2, clients: [(rate_per_s: 1.0,
+                  input_tokens: Empirical(file: \"long.csv\", column: \"num_prefill_tokens\"), output_tokens: Constant(4))]))"
+            ),
+            "workload.clients[0].input_tokens",
+        ),
+    ] {
+        let path = dir.path().join("s.ron");
+        std::fs::write(&path, src).unwrap();
+        let out = servesim_within(&["validate", path.to_str().unwrap()], 20);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(field), "{err}");
+        assert!(err.contains("long.csv"), "{err}");
+        assert!(err.contains("line 2 is longer than 1048576 bytes"), "{err}");
+    }
+}
