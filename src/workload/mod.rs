@@ -570,25 +570,33 @@ pub fn spawn_arrivals(
     let now = clock.now;
     let due = &mut *due;
     let workload = &mut *workload;
-    let mut sources = std::mem::take(&mut due.arrivals);
-    for &source in &sources {
+    // New arrivals, then requests of held offline batches (they arrived with the batch, at
+    // t = 0, and are not followed by another arrival of their own).
+    let mut arrivals = std::mem::take(&mut due.arrivals);
+    let mut releases = std::mem::take(&mut due.releases);
+    let emitted = arrivals
+        .iter()
+        .map(|&s| (s, false))
+        .chain(releases.iter().map(|&s| (s, true)));
+    for (source, released) in emitted {
         if !workload.under_limit(injected.0) {
             continue;
         }
         let id = injected.0;
         injected.0 += 1;
         let (spec, timeout) = workload.make_request(source as usize, id);
+        let arrival = if released { SimTime::ZERO } else { now };
         spawn(
             &mut commands,
             due,
             &mut queue,
             &delays,
             now,
-            now,
+            arrival,
             spec,
             timeout,
         );
-        if workload.under_limit(injected.0) {
+        if !released && workload.under_limit(injected.0) {
             match workload.next_time(source as usize) {
                 Ok(Some(t)) => queue.push(t, Event::Arrival { source }),
                 Ok(None) => {}
@@ -598,28 +606,8 @@ pub fn spawn_arrivals(
             }
         }
     }
-    sources.clear();
-    due.arrivals = sources;
-    // Requests of held offline batches: they arrived with the batch, at t = 0.
-    let mut releases = std::mem::take(&mut due.releases);
-    for &source in &releases {
-        if !workload.under_limit(injected.0) {
-            continue;
-        }
-        let id = injected.0;
-        injected.0 += 1;
-        let (spec, timeout) = workload.make_request(source as usize, id);
-        spawn(
-            &mut commands,
-            due,
-            &mut queue,
-            &delays,
-            now,
-            SimTime::ZERO,
-            spec,
-            timeout,
-        );
-    }
+    arrivals.clear();
+    due.arrivals = arrivals;
     releases.clear();
     due.releases = releases;
     let mut turns = std::mem::take(&mut due.session_turns);
