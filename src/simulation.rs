@@ -114,6 +114,12 @@ fn diagnose(s: &Summary, (blocks, block_size): (u32, u32)) -> Vec<String> {
             r.timed_out, r.injected
         ));
     }
+    if r.injected == 0 {
+        w.push(
+            "no request arrived: the workload's first arrival falls after workload.duration_s or horizon_s (a source's first arrival comes one inter-arrival gap after t = 0); lengthen them or raise the rate"
+                .into(),
+        );
+    }
     w
 }
 

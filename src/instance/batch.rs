@@ -70,12 +70,13 @@ impl SloTable {
         SloTable { classes }
     }
 
-    /// The class priority of a request plus its workload priority.
+    /// The class priority of a request plus its workload priority (saturating: a client
+    /// priority near i32::MAX in a high class stays on top instead of wrapping to the bottom).
     pub fn class_priority(&self, seq: &Seq) -> i32 {
         self.classes
             .get(seq.spec.slo_class as usize)
             .map_or(3, |c| c.priority)
-            + seq.spec.priority
+            .saturating_add(seq.spec.priority)
     }
 }
 

@@ -49,14 +49,25 @@ pub(super) const ENTRY: RoutingEntry = RoutingEntry {
                 w[i] = a.at_least(name, 0.0, 0.0)?;
             }
         }
-        let total: f64 = w.iter().sum();
-        if total <= 0.0 {
-            return Err("give at least one scorer a weight > 0".into());
-        }
-        w.iter_mut().for_each(|x| *x /= total);
-        Ok(Box::new(Weighted::new(w)))
+        Ok(Box::new(Weighted::new(normalise(w)?)))
     },
 };
+
+/// Weights scaled to sum 1. Scaling by the largest first keeps huge weights (say 1e308 each)
+/// from summing to infinity and turning every weight, and so every score, into 0.
+fn normalise(mut w: [f64; 6]) -> Result<[f64; 6], String> {
+    if w.iter().any(|x| !x.is_finite()) {
+        return Err("weights must be finite".into());
+    }
+    let max = w.iter().copied().fold(0.0, f64::max);
+    if max <= 0.0 {
+        return Err("give at least one scorer a weight > 0".into());
+    }
+    w.iter_mut().for_each(|x| *x /= max);
+    let total: f64 = w.iter().sum();
+    w.iter_mut().for_each(|x| *x /= total);
+    Ok(w)
+}
 
 pub struct Weighted {
     weights: [f64; 6],
@@ -199,6 +210,16 @@ impl RoutingPolicy for Weighted {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn huge_weights_normalise_like_small_ones() {
+        let small = normalise([2.0, 0.0, 1.0, 1.0, 0.0, 0.0]).unwrap();
+        let huge = normalise([1e308, 0.0, 5e307, 5e307, 0.0, 0.0]).unwrap();
+        assert_eq!(small, [0.5, 0.0, 0.25, 0.25, 0.0, 0.0]);
+        assert_eq!(huge, small);
+        assert!(normalise([0.0; 6]).is_err());
+        assert!(normalise([f64::INFINITY, 0.0, 0.0, 0.0, 0.0, 0.0]).is_err());
+    }
     use crate::policy::{PrefixProbe, any_request, snapshot};
     use crate::request::PromptContent;
 

@@ -415,6 +415,40 @@ fn check_policies(p: &mut Vec<Problem>, s: &Scenario, catalog: &Catalog) {
             ));
         }
     }
+    // A class a source names must exist once any are declared: a typo would otherwise
+    // create a class without targets whose attainment is always 1.
+    if !pol.slo_classes.is_empty() {
+        let declared: Vec<&str> = pol.slo_classes.iter().map(|c| c.name.as_str()).collect();
+        let named = s
+            .workload
+            .clients
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (format!("workload.clients[{i}].slo_class"), &c.slo_class))
+            .chain(
+                s.workload
+                    .traces
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| (format!("workload.traces[{i}].slo_class"), &t.slo_class)),
+            );
+        for (path, name) in named {
+            if let Some(name) = name
+                && !declared.contains(&name.as_str())
+            {
+                let hint = match did_you_mean(name, declared.iter().copied()) {
+                    Some(x) => format!("did you mean \"{x}\"?"),
+                    None => format!(
+                        "declare it in policies.slo_classes (declared: {})",
+                        declared.join(", ")
+                    ),
+                };
+                p.push(
+                    Problem::new(path, format!("SLO class \"{name}\" is not declared")).hint(hint),
+                );
+            }
+        }
+    }
     for (k, v) in &s.outputs.fitness {
         if !FITNESS_KEYS.contains(&k.as_str()) {
             let hint = match did_you_mean(k, FITNESS_KEYS) {
@@ -538,6 +572,26 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
             d,
             "simulated seconds of arrivals",
         );
+    }
+    // Times are whole µs and every arrival process's first arrival is at least 1 µs in:
+    // below that nothing can arrive at all.
+    for (path, v) in [
+        ("workload.duration_s", w.duration_s),
+        ("horizon_s", s.horizon_s),
+    ] {
+        if let Some(v) = v
+            && v.is_finite()
+            && v > 0.0
+            && v < 1e-6
+        {
+            p.push(
+                Problem::new(
+                    path,
+                    format!("{v:e} s is shorter than 1 µs: no request can arrive"),
+                )
+                .hint("simulated time is counted in whole microseconds"),
+            );
+        }
     }
     if let Some(r) = w.aggregate_rate_per_s {
         finite_positive(

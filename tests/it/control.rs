@@ -330,3 +330,33 @@ fn the_readme_routing_comparison_matches_a_fresh_run() {
         "README is out of date; the table should read:\n{table}"
     );
 }
+
+#[test]
+fn a_priority_near_the_largest_integer_stays_on_top() {
+    // Client priority 2,147,483,646 in the critical class (+4): the sum used to wrap to a
+    // large negative number and serve the VIP last.
+    let src = format!(
+        "(seed: 4, {}, policies: (priority: \"slo_based\", scheduling: \"priority_fcfs\"),
+          workload: (num_requests: 400, clients: [
+            (name: \"vip\", slo_class: \"critical\", priority: 2147483646, rate_per_s: 15.0,
+             input_tokens: Uniform(min: 100, max: 600), output_tokens: Uniform(min: 20, max: 200)),
+            (name: \"rest\", rate_per_s: 15.0, input_tokens: Uniform(min: 100, max: 600),
+             output_tokens: Uniform(min: 20, max: 200))]))",
+        cluster(1, 400, "[3000.0, 10.0, 100.0]")
+    );
+    let (_, rows) = run(&parse(&src));
+    let ttft = |tenant: &str| {
+        let r: Vec<Row> = rows
+            .iter()
+            .filter(|r| r.str("tenant") == tenant)
+            .cloned()
+            .collect();
+        mean_ttft(&r)
+    };
+    assert!(
+        ttft("vip") < 0.5 * ttft("rest"),
+        "vip {} rest {}",
+        ttft("vip"),
+        ttft("rest")
+    );
+}

@@ -543,3 +543,26 @@ fn an_overlong_line_in_a_trace_or_length_file_is_a_located_error() {
         assert!(err.contains("line 2 is longer than 1048576 bytes"), "{err}");
     }
 }
+
+#[test]
+fn a_run_in_which_no_request_can_arrive_says_so() {
+    // Evenly spaced arrivals at 0.001 req/s: the first would come at 1,000 s, after the
+    // workload's 1 ms.
+    let sc = crate::common::parse(
+        "(cluster: (groups: [(kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [100.0, 1.0, 1.0]))]),
+          workload: (duration_s: 0.001, clients: [(rate_per_s: 0.001, arrival: Constant,
+            input_tokens: Constant(8), output_tokens: Constant(8))]))",
+    );
+    let s = Simulation::new(&sc, RunOptions::default())
+        .unwrap()
+        .run()
+        .unwrap();
+    assert_eq!(s.requests.injected, 0);
+    assert!(
+        s.warnings
+            .iter()
+            .any(|w| w.starts_with("no request arrived")),
+        "{:?}",
+        s.warnings
+    );
+}
