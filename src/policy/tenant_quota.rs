@@ -1,6 +1,7 @@
 //! `tenant_quota`: a request-rate limit per tenant. Each tenant has a bucket of `burst`
-//! requests refilled at `rate_per_s` (a parameter named after a tenant overrides its rate);
-//! a request over its tenant's quota is rejected.
+//! requests refilled at `rate_per_s` (`tenant.<name>` overrides one tenant's rate: tenant
+//! names live in their own namespace, so a tenant may be called `burst`); a request over
+//! its tenant's quota is rejected.
 
 use std::collections::BTreeMap;
 
@@ -15,7 +16,10 @@ pub(super) const ENTRY: AdmissionEntry = AdmissionEntry {
     params: &[
         ("rate_per_s", "requests per second per tenant [10]"),
         ("burst", "requests a tenant may send at once [rate_per_s]"),
-        ("<tenant>", "rate for that tenant, overriding rate_per_s"),
+        (
+            "tenant.<name>",
+            "rate for that tenant, overriding rate_per_s",
+        ),
     ],
     free_params: true,
     build: |a| {
@@ -23,17 +27,35 @@ pub(super) const ENTRY: AdmissionEntry = AdmissionEntry {
         let burst = a.at_least("burst", rate.max(1.0), 1.0)?;
         let mut buckets = Vec::new();
         for name in &a.labels.tenants {
-            let r = a.params.get(name).copied().unwrap_or(rate);
+            let key = format!("{TENANT}{name}");
+            let r = a.params.get(&key).copied().unwrap_or(rate);
             if !r.is_finite() || r < 0.0 {
-                return Err(format!("{name} must be a finite rate ≥ 0, got {r}"));
+                return Err(format!("{key} must be a finite rate ≥ 0, got {r}"));
             }
             buckets.push(TokenBucket::new(burst, r));
         }
         for k in a.params.keys() {
-            if !["rate_per_s", "burst"].contains(&k.as_str()) && !a.labels.tenants.contains(k) {
-                return Err(format!(
-                    "`{k}` is neither a parameter nor a tenant of this workload"
-                ));
+            if ["rate_per_s", "burst"].contains(&k.as_str()) {
+                continue;
+            }
+            match k.strip_prefix(TENANT) {
+                Some(t) if a.labels.tenants.iter().any(|x| x == t) => {}
+                Some(t) => {
+                    return Err(format!(
+                        "`{k}`: this workload has no tenant `{t}` (tenants: {})",
+                        a.labels.tenants.join(", ")
+                    ));
+                }
+                None if a.labels.tenants.contains(k) => {
+                    return Err(format!(
+                        "`{k}` is a tenant: write `{TENANT}{k}` for its rate"
+                    ));
+                }
+                None => {
+                    return Err(format!(
+                        "`{k}` is neither a parameter nor `{TENANT}<tenant>`"
+                    ));
+                }
             }
         }
         Ok(Box::new(TenantQuota {
@@ -42,6 +64,9 @@ pub(super) const ENTRY: AdmissionEntry = AdmissionEntry {
         }))
     },
 };
+
+/// Prefix of per-tenant rate parameters.
+const TENANT: &str = "tenant.";
 
 pub struct TenantQuota {
     buckets: Vec<TokenBucket>,

@@ -40,7 +40,7 @@ fn a_token_bucket_rejects_exactly_the_requests_it_cannot_pay_for() {
 #[test]
 fn a_tenant_quota_limits_each_tenant_separately() {
     let sc = parse(&format!(
-        "(seed: 1, {}, policies: (admission: \"tenant_quota\", admission_params: {{\"rate_per_s\": 0.0, \"burst\": 5.0, \"b\": 1000.0}}),
+        "(seed: 1, {}, policies: (admission: \"tenant_quota\", admission_params: {{\"rate_per_s\": 0.0, \"burst\": 5.0, \"tenant.b\": 1000.0}}),
           workload: (clients: [
             (name: \"a\", arrival: AllAtZero(count: 20), input_tokens: Constant(10), output_tokens: Constant(2)),
             (name: \"b\", rate_per_s: 10.0, arrival: Constant, input_tokens: Constant(10), output_tokens: Constant(2))], num_requests: 40))",
@@ -58,6 +58,40 @@ fn a_tenant_quota_limits_each_tenant_separately() {
         (20, 0),
         "b's own rate refills between its requests"
     );
+}
+
+#[test]
+fn a_tenant_may_be_called_like_a_parameter() {
+    // Tenant "burst" gets its own rate through `tenant.burst`; the bare `burst` stays the
+    // bucket size (3): tenant "other", refilled at 0, admits exactly 3 of its 10.
+    let sc = parse(&format!(
+        "(seed: 1, {}, policies: (admission: \"tenant_quota\",
+            admission_params: {{\"rate_per_s\": 0.0, \"burst\": 3.0, \"tenant.burst\": 1000.0}}),
+          workload: (clients: [
+            (name: \"other\", arrival: AllAtZero(count: 10), input_tokens: Constant(10), output_tokens: Constant(2)),
+            (name: \"burst\", rate_per_s: 10.0, arrival: Constant, input_tokens: Constant(10), output_tokens: Constant(2))],
+            num_requests: 20))",
+        cluster(1, 1000, "[100.0, 1.0, 10.0]")
+    ));
+    let (s, _) = run(&sc);
+    let t = |n: &str| s.tenants.iter().find(|t| t.name == n).unwrap().clone();
+    assert_eq!((t("other").completed, t("other").rejected), (3, 7));
+    assert_eq!((t("burst").completed, t("burst").rejected), (10, 0));
+    // A bare tenant name is an error that says how to write it.
+    let app = servesim::default_app();
+    let e = servesim::scenario::parse(
+        &format!(
+            "(seed: 1, {}, policies: (admission: \"tenant_quota\", admission_params: {{\"other\": 1.0}}),
+              workload: (num_requests: 1, clients: [(name: \"other\", rate_per_s: 1.0, input_tokens: Constant(10), output_tokens: Constant(2))]))",
+            cluster(1, 1000, "[100.0, 1.0, 10.0]")
+        ),
+        "q.ron",
+        &[],
+        app.world().resource::<servesim::policy::Catalog>(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("write `tenant.other` for its rate"), "{e}");
 }
 
 fn mean_ttft(rows: &[Row]) -> f64 {
