@@ -715,6 +715,12 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
         if let Some(x) = t.timeout_s {
             finite_positive(&mut p, &at("timeout_s"), x, "seconds a client waits");
         }
+        if t.hash_block_tokens == 0 {
+            p.push(
+                Problem::new(at("hash_block_tokens"), "must be ≥ 1")
+                    .hint("the tokens each Mooncake hash id covers (16 for RouteSim's sample, 512 for Mooncake's traces)"),
+            );
+        }
     }
     for (path, msg) in crate::workload::check_files(s) {
         p.push(Problem::new(path, msg));

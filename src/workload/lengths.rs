@@ -82,7 +82,7 @@ impl Lengths {
                 Lengths::Zipf(Zipf::new(f64::from(*max), *exponent).map_err(|e| e.to_string())?)
             }
             LengthSpec::Empirical { file, column } => {
-                Lengths::Empirical(load_column(&base.join(file), column)?)
+                Lengths::Empirical(load_column(&base.join(file), column, 0)?)
             }
         })
     }
@@ -105,8 +105,9 @@ impl Lengths {
     }
 }
 
-/// Reads one integer column of a CSV file (errors name the file and line).
-pub fn load_column(path: &Path, column: &str) -> Result<Arc<[u32]>, String> {
+/// Reads one integer column of a CSV file, every value (rounded) at least `min` (errors name
+/// the file and line).
+pub fn load_column(path: &Path, column: &str, min: u32) -> Result<Arc<[u32]>, String> {
     let mut rdr = csv::ReaderBuilder::new()
         .trim(csv::Trim::All)
         .from_reader(crate::input::open_lines(path)?);
@@ -138,7 +139,13 @@ pub fn load_column(path: &Path, column: &str) -> Result<Arc<[u32]>, String> {
                 path.display()
             ));
         }
-        values.push(v.round() as u32);
+        if v.round() < f64::from(min) {
+            return Err(format!(
+                "{}:{line}: {column} = {s:?} is below {min} (every request generates at least one token)",
+                path.display()
+            ));
+        }
+        values.push(v.round().min(f64::from(MAX_TOKENS)) as u32);
     }
     if values.is_empty() {
         return Err(format!(
@@ -261,7 +268,7 @@ mod tests {
         .unwrap_err();
         assert!(err.contains("no column `nope`"), "{err}");
         std::fs::write(&path, "len\n5\nfive\n").unwrap();
-        let err = load_column(&path, "len").unwrap_err();
+        let err = load_column(&path, "len", 0).unwrap_err();
         assert!(err.ends_with(":3: len = \"five\" is not a number"), "{err}");
     }
 

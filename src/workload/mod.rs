@@ -704,10 +704,12 @@ pub fn check_files(scenario: &Scenario) -> Vec<(String, String)> {
             ("input_tokens", &c.input_tokens),
             ("output_tokens", &c.output_tokens),
         ] {
-            if let crate::scenario::LengthSpec::Empirical { .. } = spec
-                && let Err(e) = Lengths::new(spec, base)
-            {
-                problems.push((format!("workload.clients[{i}].{field}"), e));
+            if let crate::scenario::LengthSpec::Empirical { file, column } = spec {
+                // Output lengths must be ≥ 1: a zero would otherwise silently become 1.
+                let min = u32::from(field == "output_tokens");
+                if let Err(e) = lengths::load_column(&base.join(file), column, min) {
+                    problems.push((format!("workload.clients[{i}].{field}"), e));
+                }
             }
         }
     }

@@ -135,6 +135,25 @@ impl TraceReader {
                 };
                 let row: MooncakeRow = serde_json::from_str(&text)
                     .map_err(|e| self.err(format!("not a Mooncake row: {e}")))?;
+                if row.input_length == 0 || row.output_length == 0 {
+                    return Err(self.err(format!(
+                        "input_length {} and output_length {} must both be ≥ 1",
+                        row.input_length, row.output_length
+                    )));
+                }
+                // hash_ids name the prompt's blocks: ⌊L/B⌋ (full blocks) or ⌈L/B⌉ of them.
+                if !row.hash_ids.is_empty() {
+                    let b = u64::from(self.hash_block);
+                    let (lo, hi) = (row.input_length / b, row.input_length.div_ceil(b));
+                    let n = row.hash_ids.len() as u64;
+                    if n < lo || n > hi {
+                        return Err(self.err(format!(
+                            "{n} hash_ids for input_length {} with hash_block_tokens {b}: expected {lo}{}; set hash_block_tokens to the trace's block size",
+                            row.input_length,
+                            if hi > lo { format!(" or {hi}") } else { String::new() }
+                        )));
+                    }
+                }
                 let input = self.tokens(row.input_length as f64, "input_length", 1)?;
                 let content = (!row.hash_ids.is_empty()).then(|| {
                     // Block i of the trace covers tokens [i·B, (i+1)·B) of the prompt.
@@ -196,6 +215,11 @@ impl TraceReader {
                     )
                 };
                 let at = |e: String| format!("{}:{}: {e}", self.path.display(), self.line);
+                if i == 0.0 || o == 0.0 {
+                    return Err(at(format!(
+                        "input tokens {i} and output tokens {o} must both be ≥ 1"
+                    )));
+                }
                 let input = scaled(i, self.token_scale, "input tokens", 1).map_err(at)?;
                 let output = scaled(o, self.token_scale, "output tokens", 1).map_err(at)?;
                 let opt = |name: &str| get(name).filter(|s| !s.is_empty()).map(str::to_string);
@@ -211,6 +235,13 @@ impl TraceReader {
                                 self.line
                             )
                         })?;
+                        if f64::from(p) > i {
+                            return Err(format!(
+                                "{}:{}: prefix_tokens {p} is more than the {i} input tokens",
+                                self.path.display(),
+                                self.line
+                            ));
+                        }
                         Some(PromptContent::Simple {
                             prefix_id: fnv1a(format!("trace-prefix/{g}").as_bytes()),
                             prefix_tokens: p.min(input),
