@@ -155,6 +155,25 @@ fn load(
     })
 }
 
+/// An output directory that exists must be a directory (following links); say what is
+/// wrong otherwise instead of an OS error about creating it.
+fn check_out_dir(dir: &Path) -> Result<(), String> {
+    if std::fs::symlink_metadata(dir).is_err() {
+        return Ok(()); // nothing there yet: it will be created
+    }
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(format!(
+            "output directory {} exists and is not a directory; give --out a directory",
+            dir.display()
+        )),
+        Err(e) => Err(format!(
+            "output directory {} cannot be used: {e} (a broken or looping symbolic link?)",
+            dir.display()
+        )),
+    }
+}
+
 /// Says on stderr when a scenario will take minutes.
 fn announce(sc: &scenario::Scenario) {
     if let Some(a) = scenario::estimate::estimate(sc).announcement() {
@@ -206,6 +225,10 @@ fn main() -> ExitCode {
             };
             let json = serde_json::to_string_pretty(&report).expect("the report serialises");
             let dir = out.unwrap_or_else(|| PathBuf::from(&sc.outputs.dir));
+            if let Err(e) = check_out_dir(&dir) {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
             let written = servesim::output::PendingFile::create(&dir, "check-real.json").and_then(
                 |(pending, mut w)| {
                     use std::io::Write;
@@ -385,6 +408,10 @@ fn main() -> ExitCode {
                 Err(code) => return code,
             };
             let out_dir = out.unwrap_or_else(|| PathBuf::from(&sc.outputs.dir));
+            if let Err(e) = check_out_dir(&out_dir) {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
             announce(&sc);
             // Ctrl-C stops the run at the next tick; temporary files are removed.
             let interrupt = Arc::new(AtomicBool::new(false));

@@ -206,3 +206,30 @@ fn list_policies_names_every_built_in() {
         assert!(s.contains(name), "{name} missing from:\n{s}");
     }
 }
+
+#[test]
+fn an_out_path_that_is_a_file_or_a_symlink_loop_is_explained() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("plain");
+    std::fs::write(&file, "x").unwrap();
+    let looped = dir.path().join("loop");
+    std::os::unix::fs::symlink(&looped, &looped).unwrap();
+    for (out, expect) in [
+        (&file, "exists and is not a directory"),
+        (&looped, "cannot be used"),
+    ] {
+        let o = servesim(
+            &[
+                "run",
+                "scenarios/quickstart.ron",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            &root(),
+        );
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert!(err.contains(expect), "{err}");
+    }
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "x");
+}
