@@ -1,6 +1,7 @@
-//! Property tests: random valid scenarios — tiny and huge caches, odd limits, every router
-//! and queue order, bursty loads, sessions, timeouts, pipelines — run with every invariant
-//! checked after every tick (`common::run`), and every request ends in exactly one state.
+//! Property tests: random valid scenarios — tiny and huge caches, CPU KV tiers, odd limits,
+//! wait-queue caps, every router and queue order, bursty loads, offline batches released a
+//! window at a time, sessions, timeouts, pipelines — run with every invariant checked after
+//! every tick (`common::run`), and every request ends in exactly one state.
 
 use proptest::prelude::*;
 
@@ -20,13 +21,15 @@ const ROUTERS: [&str; 11] = [
     "weighted",
 ];
 const ORDERS: [&str; 4] = ["fcfs", "priority_fcfs", "sjf", "reverse_priority"];
-const ARRIVALS: [&str; 6] = [
+const ARRIVALS: [&str; 8] = [
     "Poisson",
     "Constant",
     "Gamma(cv: 3.0)",
     "Weibull(cv: 0.5)",
     "OnOff(on_s: 0.5, off_s: 1.0)",
     "Staged(stages: [(rate_per_s: 50.0, duration_s: 0.5), (rate_per_s: 5.0, duration_s: 0.5)], exact: true)",
+    "ConstantTimer(stages: [(rate_per_s: 50.0, duration_s: 0.5), (rate_per_s: 5.0, duration_s: 0.6)])",
+    "AllAtZero(count: 40)",
 ];
 
 #[derive(Debug, Clone)]
@@ -51,6 +54,9 @@ struct Case {
     timeout_ms: Option<u32>,
     requests: u32,
     seed: u64,
+    cpu_blocks: Option<u32>,
+    queue_cap: Option<u32>,
+    window: u64,
 }
 
 fn case() -> impl Strategy<Value = Case> {
@@ -79,14 +85,20 @@ fn case() -> impl Strategy<Value = Case> {
             any::<bool>(),
             prop::option::of(50u32..5000),
         ),
-        (1u32..80, any::<u64>()),
+        (
+            1u32..80,
+            any::<u64>(),
+            prop::option::of(1u32..400),
+            prop::option::of(1u32..40),
+            1u64..30,
+        ),
     )
         .prop_map(
             |(
                 (instances, kv_blocks, block_size, max_num_seqs, budget, threshold, pp),
                 (router, order, pri, arrival, rate),
                 ((i0, i1), (o0, o1), prefix, groups, session, timeout_ms),
-                (requests, seed),
+                (requests, seed, cpu_blocks, queue_cap, window),
             )| Case {
                 instances,
                 kv_blocks,
@@ -108,6 +120,9 @@ fn case() -> impl Strategy<Value = Case> {
                 timeout_ms,
                 requests,
                 seed,
+                cpu_blocks,
+                queue_cap,
+                window,
             },
         )
 }
@@ -122,8 +137,18 @@ fn scenario(c: &Case) -> String {
         .timeout_ms
         .map(|t| format!("timeout_s: {:?},", f64::from(t) / 1000.0))
         .unwrap_or_default();
+    // A CPU tier needs a model and a GPU to size its blocks; the latency stays blackbox.
+    let tier = c
+        .cpu_blocks
+        .map(|b| format!("model: \"llama-2-7b-hf\", gpu: \"H100\", cpu_kv_blocks: {b},"))
+        .unwrap_or_default();
+    let cap = c
+        .queue_cap
+        .map(|q| format!("max_waiting_per_instance: {q},"))
+        .unwrap_or_default();
     format!(
-        "(seed: {seed}, cluster: (groups: [(count: {n}, kv_blocks: {kv}, block_size: {bs}, max_num_seqs: {seqs},
+        "(seed: {seed}, limits: ({cap} offline_batch_window: {window}),
+          cluster: (groups: [({tier} count: {n}, kv_blocks: {kv}, block_size: {bs}, max_num_seqs: {seqs},
             max_num_batched_tokens: {budget}, long_prefill_token_threshold: {thr}, pp: {pp},
             latency: Blackbox(alpha: [100.0, 0.5, 20.0], beta: [500.0, 2.0, 40.0]))]),
           policies: (routing: \"{router}\", scheduling: \"{order}\", priority: \"slo_based\", preemption: {pre},
@@ -134,6 +159,7 @@ fn scenario(c: &Case) -> String {
              shared_prefix_tokens: {prefix}, prefix_groups: {groups}, {session} {timeout}),
             (rate_per_s: {rate2:?}, slo_class: \"batch\", input_tokens: Constant(64), output_tokens: Constant(16))]))",
         seed = c.seed,
+        window = c.window,
         n = c.instances,
         kv = c.kv_blocks,
         bs = c.block_size,
@@ -167,7 +193,10 @@ proptest! {
         let (s, rows) = run(&parse(&scenario(&c)));
         let r = &s.requests;
         prop_assert_eq!(r.queued + r.running + r.in_transit, 0, "no horizon: everything ends");
-        prop_assert!(rows.iter().all(|row| ["completed", "dropped", "timed_out"].contains(&row.str("state"))));
+        prop_assert!(rows.iter().all(|row| ["completed", "dropped", "timed_out", "rejected"].contains(&row.str("state"))));
+        if c.queue_cap.is_none() {
+            prop_assert_eq!(r.rejected, 0, "only a full queue rejects here");
+        }
         for row in rows.iter().filter(|row| row.str("state") == "completed") {
             prop_assert_eq!(row.u64("generated_tokens"), row.u64("output_tokens"));
             prop_assert!(row.u64("completion_us") >= row.u64("arrival_us"));
