@@ -60,6 +60,13 @@ pub fn check_causality(f: &FinishedRequest, now: SimTime) {
             f.spec.id
         );
     }
+    if let Some(t) = f.first_token {
+        assert!(
+            t <= crate::engine::MAX_SIM_TIME,
+            "INV-5 at {now}: request {} has a first token at {t}, past the clock's range",
+            f.spec.id
+        );
+    }
 }
 
 /// Checks INV-1, INV-3, INV-4 and INV-8 after every tick.

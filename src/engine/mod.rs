@@ -166,6 +166,11 @@ impl Plugin for EnginePlugin {
     }
 }
 
+/// Latest simulated time a run may reach: 10¹⁵ µs (10⁹ s, ~32 years). Inputs that push
+/// events further (huge timestamps or scales, tiny rates, huge latencies) would otherwise
+/// saturate the 64-bit µs clock and stamp requests with nonsense times.
+pub const MAX_SIM_TIME: SimTime = SimTime(1_000_000_000_000_000);
+
 /// Runs one tick: pops every event due at the earliest pending time (if it is within the
 /// horizon), advances the clock and runs the schedule. Returns false when nothing is left.
 ///
@@ -179,6 +184,18 @@ pub fn tick(world: &mut World, schedule: &mut Schedule) -> bool {
             return false;
         };
         if t > horizon {
+            return false;
+        }
+        if t > MAX_SIM_TIME {
+            world.resource_mut::<SimFault>().0.get_or_insert_with(|| {
+                format!(
+                    "the next event is at {:.3e} s of simulated time, past the 10⁹ s a run may reach: \
+                     an input makes times that large (trace timestamps × time_scale, a tiny arrival \
+                     rate, huge latency coefficients, delays or think times); the run stops rather \
+                     than saturate the clock",
+                    t.as_us() as f64 / 1e6
+                )
+            });
             return false;
         }
         let live = world.resource_scope(|world, mut queue: Mut<EventQueue>| {

@@ -147,6 +147,9 @@ impl GpuProfile {
         ] {
             if !v.is_finite() || v <= 0.0 {
                 p.push(format!("{name} must be a finite number > 0, got {v}"));
+            } else if v < 1e-3 {
+                // A GPU of ~0 TFLOPS or TB/s makes steps so long the clock overflows.
+                p.push(format!("{name} must be at least 0.001, got {v:e}"));
             }
         }
         for (name, v) in [

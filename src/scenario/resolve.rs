@@ -98,6 +98,11 @@ fn check_coefficients(
                 format!("{at}[{k}]"),
                 format!("must be a finite number ≥ 0 (µs), got {v}"),
             ));
+        } else if *v > 1e12 {
+            p.push(Problem::new(
+                format!("{at}[{k}]"),
+                format!("{v:e} is more than 10¹² (µs: ~12 days per step or token)"),
+            ));
         }
     }
 }

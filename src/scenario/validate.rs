@@ -347,6 +347,21 @@ fn check_policy<T: ?Sized>(
 
 fn check_policies(p: &mut Vec<Problem>, s: &Scenario, catalog: &Catalog) {
     let pol = &s.policies;
+    for (f, v) in [
+        ("admission_latency_us", pol.admission_latency_us),
+        ("routing_latency_us", pol.routing_latency_us),
+        (
+            "snapshot_refresh_interval_us",
+            pol.snapshot_refresh_interval_us,
+        ),
+    ] {
+        if v > 1_000_000_000_000 {
+            p.push(Problem::new(
+                format!("policies.{f}"),
+                format!("{v} µs is more than 10¹² µs (~12 days)"),
+            ));
+        }
+    }
     let labels = crate::workload::Labels::of_scenario(s);
     check_policy(
         p,
@@ -633,7 +648,16 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
                 "give rate_per_s or rate_share, not both",
             )),
             (Some(r), None) => {
-                finite_positive(&mut p, &at("rate_per_s"), r, "mean requests per second")
+                finite_positive(&mut p, &at("rate_per_s"), r, "mean requests per second");
+                if r.is_finite() && r > 0.0 && r < 1e-6 {
+                    p.push(
+                        Problem::new(
+                            at("rate_per_s"),
+                            format!("{r:e} req/s is less than one request in 11 days (10⁻⁶)"),
+                        )
+                        .hint("simulated time is bounded at 10⁹ s"),
+                    );
+                }
             }
             (None, Some(sh)) => {
                 finite_positive(&mut p, &at("rate_share"), sh, "a positive weight");
@@ -677,10 +701,14 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
         }
         if let Some(sess) = &c.session {
             check_length(&mut p, &at("session.turns"), &sess.turns, 1);
-            if !sess.think_time_s.is_finite() || sess.think_time_s < 0.0 {
+            if !sess.think_time_s.is_finite() || sess.think_time_s < 0.0 || sess.think_time_s > 1e9
+            {
                 p.push(Problem::new(
                     at("session.think_time_s"),
-                    format!("must be a finite number ≥ 0, got {}", sess.think_time_s),
+                    format!(
+                        "must be a finite number in [0, 10⁹] s, got {}",
+                        sess.think_time_s
+                    ),
                 ));
             }
         }

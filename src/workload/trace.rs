@@ -264,7 +264,13 @@ impl TraceReader {
         if !time_s.is_finite() || time_s < 0.0 {
             return Err(self.err(format!("timestamp {time_s} s must be a finite number ≥ 0")));
         }
-        let arrival_us = (time_s * self.time_factor * 1e6).round() as u64;
+        let scaled_s = time_s * self.time_factor;
+        if scaled_s > 1e9 {
+            return Err(self.err(format!(
+                "timestamp {time_s} s × time_scale / rate_scale = {scaled_s:e} s is past the 10⁹ s a run may reach"
+            )));
+        }
+        let arrival_us = (scaled_s * 1e6).round() as u64;
         if arrival_us < self.last_us {
             return Err(self.err(format!(
                 "rows go back in time ({} µs after {} µs); sort the trace by time",

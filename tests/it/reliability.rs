@@ -566,3 +566,56 @@ fn a_run_in_which_no_request_can_arrive_says_so() {
         s.warnings
     );
 }
+
+#[test]
+fn a_run_that_would_pass_the_clock_s_range_stops_with_a_diagnosis() {
+    // A first stage of 10¹² s with no arrivals: the first request would come after the
+    // 10⁹ s a run may reach. The run stops (exit 1) instead of saturating the clock.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("far.ron");
+    std::fs::write(
+        &path,
+        "(cluster: (groups: [(kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [100.0, 1.0, 1.0]))]),
+          workload: (clients: [(arrival: Staged(stages: [(rate_per_s: 0.0, duration_s: 1e12), (rate_per_s: 1.0, duration_s: 5.0)]),
+            input_tokens: Constant(8), output_tokens: Constant(8))]))",
+    )
+    .unwrap();
+    let out_dir = dir.path().join("out");
+    let out = servesim_within(
+        &[
+            "run",
+            path.to_str().unwrap(),
+            "--out",
+            out_dir.to_str().unwrap(),
+        ],
+        30,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("past the 10⁹ s a run may reach"), "{err}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn a_trace_timestamp_scaled_past_the_clock_is_a_located_error() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("t.csv"),
+        "arrived_at,num_prefill_tokens,num_decode_tokens\n1.0,10,5\n2000.0,10,5\n",
+    )
+    .unwrap();
+    let path = dir.path().join("s.ron");
+    std::fs::write(
+        &path,
+        "(cluster: (groups: [(kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [100.0, 1.0, 1.0]))]),
+          workload: (traces: [(format: VidurCsv, file: \"t.csv\", time_scale: 1e7)]))",
+    )
+    .unwrap();
+    let out = servesim_within(&["validate", path.to_str().unwrap()], 20);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("t.csv:3: timestamp 2000 s × time_scale"),
+        "{err}"
+    );
+}
