@@ -174,6 +174,66 @@ fn check_out_dir(dir: &Path) -> Result<(), String> {
     }
 }
 
+/// The resolved set-up `validate` prints: each group's instances, GPUs and KV cache (with
+/// the GPU memory it takes when the model is known), and the expected work.
+fn setup(sc: &scenario::Scenario) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    for (i, g) in sc.cluster.groups.iter().enumerate() {
+        let name = if g.name.is_empty() {
+            format!("group{i}")
+        } else {
+            g.name.clone()
+        };
+        let Ok(r) = scenario::resolve_group(g, i, &sc.base_dir) else {
+            continue; // validation already reported it
+        };
+        let model = r.model.as_ref().map_or("-".to_string(), |m| m.id.clone());
+        let gpu = r.gpu.as_ref().map_or("-".to_string(), |x| x.id.clone());
+        let memory = r.model.as_ref().map_or(String::new(), |m| {
+            let bytes = servesim::model::kv_bytes_per_token(m, g.tp, g.pp)
+                * f64::from(g.block_size)
+                * f64::from(r.kv_blocks);
+            format!(" ({:.1} GiB per GPU)", bytes / f64::from(1u32 << 30))
+        });
+        let derived = if g.kv_blocks.is_some() {
+            ""
+        } else {
+            ", derived"
+        };
+        let _ = write!(
+            s,
+            "  {name}: {} × {model} on {} × {gpu} (tp {}, pp {}); {} KV blocks of {} tokens{derived}{memory}",
+            g.count,
+            g.tp * g.pp,
+            g.tp,
+            g.pp,
+            r.kv_blocks,
+            g.block_size
+        );
+        if g.cpu_kv_blocks > 0 {
+            let _ = write!(s, " + {} CPU-tier blocks", g.cpu_kv_blocks);
+        }
+        let _ = writeln!(s);
+    }
+    let w = scenario::estimate::estimate(sc);
+    if w.requests > 0.0 {
+        let _ = writeln!(
+            s,
+            "  workload: about {:.0} requests and {:.0} output tokens (~{:.1} s of wall time in a release build){}",
+            w.requests,
+            w.output_tokens,
+            w.wall_s,
+            if sc.workload.traces.is_empty() {
+                ""
+            } else {
+                ", plus the traces"
+            }
+        );
+    }
+    s
+}
+
 /// Says on stderr when a scenario will take minutes.
 fn announce(sc: &scenario::Scenario) {
     if let Some(a) = scenario::estimate::estimate(sc).announcement() {
@@ -380,6 +440,7 @@ fn main() -> ExitCode {
             match load(&scenario, &overrides, catalog) {
                 Ok(sc) => {
                     println!("{}: ok", scenario.display());
+                    print!("{}", setup(&sc));
                     announce(&sc);
                     ExitCode::SUCCESS
                 }

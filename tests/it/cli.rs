@@ -233,3 +233,21 @@ fn an_out_path_that_is_a_file_or_a_symlink_loop_is_explained() {
     }
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "x");
 }
+
+#[test]
+fn validate_prints_the_resolved_set_up() {
+    // Llama-3.1-8B on one H100: 26,312 derived blocks × 16 tokens × 128 KiB per token
+    // = 51.39 GiB; 600 requests of 200 output tokens.
+    let o = servesim(&["validate", "scenarios/model-zoo.ron"], &root());
+    assert!(o.status.success());
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("8b-tp1: 1 × llama-3.1-8b-instruct on 1 × H100 (tp 1, pp 1); 26312 KV blocks of 16 tokens, derived (51.4 GiB per GPU)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("70b-tp4: 1 × llama-3.1-70b-instruct on 4 × H100 (tp 4, pp 1)"),
+        "{out}"
+    );
+    assert!(out.contains("workload: about 600 requests"), "{out}");
+}
