@@ -353,19 +353,10 @@ fn an_unbounded_queue_that_grows_past_ten_thousand_is_a_warning() {
           workload: (clients: [(arrival: AllAtZero(count: 12000), input_tokens: Constant(8), output_tokens: Constant(1))]),
           outputs: (requests_csv: false))",
     );
-    let s = Simulation::new(&sc, RunOptions::default())
-        .unwrap()
-        .run()
-        .unwrap();
+    let s = summary_of(&sc);
     assert_eq!(s.requests.completed, 12_000);
-    assert!(
-        s.warnings
-            .iter()
-            // Request 0 is running when the others arrive (one tick per t = 0 arrival).
-            .any(|w| w.contains("instance 0's wait queue reached 11999 requests")),
-        "{:?}",
-        s.warnings
-    );
+    // Request 0 is running when the others arrive (one tick per t = 0 arrival).
+    assert_warns(&s, "instance 0's wait queue reached 11999 requests");
 }
 
 #[test]
@@ -553,18 +544,9 @@ fn a_run_in_which_no_request_can_arrive_says_so() {
           workload: (duration_s: 0.001, clients: [(rate_per_s: 0.001, arrival: Constant,
             input_tokens: Constant(8), output_tokens: Constant(8))]))",
     );
-    let s = Simulation::new(&sc, RunOptions::default())
-        .unwrap()
-        .run()
-        .unwrap();
+    let s = summary_of(&sc);
     assert_eq!(s.requests.injected, 0);
-    assert!(
-        s.warnings
-            .iter()
-            .any(|w| w.starts_with("no request arrived")),
-        "{:?}",
-        s.warnings
-    );
+    assert_warns(&s, "no request arrived");
 }
 
 #[test]
@@ -617,5 +599,21 @@ fn a_trace_timestamp_scaled_past_the_clock_is_a_located_error() {
     assert!(
         err.contains("t.csv:3: timestamp 2000 s × time_scale"),
         "{err}"
+    );
+}
+
+/// Runs a scenario without output files.
+fn summary_of(sc: &servesim::scenario::Scenario) -> servesim::metrics::Summary {
+    Simulation::new(sc, RunOptions::default())
+        .unwrap()
+        .run()
+        .unwrap()
+}
+
+fn assert_warns(s: &servesim::metrics::Summary, text: &str) {
+    assert!(
+        s.warnings.iter().any(|w| w.contains(text)),
+        "no warning with `{text}` in {:?}",
+        s.warnings
     );
 }
