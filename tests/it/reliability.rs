@@ -315,34 +315,16 @@ fn a_full_wait_queue_rejects_arrivals_as_queue_full() {
 #[test]
 fn an_overloaded_cluster_stops_with_a_diagnosis_before_memory_runs_out() {
     // 1,000 req/s into an instance that serves ~10/s: the guard trips at 300 in flight.
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("overload.ron");
-    std::fs::write(
-        &path,
+    let err = run_fails_cleanly(
         "(limits: (max_in_flight: 300),
           cluster: (groups: [(kv_blocks: 1000, max_num_seqs: 4,
             latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [20000.0, 0.0, 0.0]))]),
           workload: (num_requests: 100000, clients: [(rate_per_s: 1000.0, input_tokens: Constant(8), output_tokens: Constant(8))]))",
-    )
-    .unwrap();
-    let out_dir = dir.path().join("out");
-    let out = servesim_within(
-        &[
-            "run",
-            path.to_str().unwrap(),
-            "--out",
-            out_dir.to_str().unwrap(),
-        ],
+        &[],
         60,
     );
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("above limits.max_in_flight = 300"), "{err}");
     assert!(err.contains("arrivals outpace the cluster"), "{err}");
-    assert!(
-        !out_dir.exists() || std::fs::read_dir(&out_dir).unwrap().count() == 0,
-        "nothing is left half-written"
-    );
 }
 
 #[test]
@@ -379,26 +361,9 @@ fn a_long_run_announces_itself_and_max_wall_s_stops_it_cleanly() {
         err.contains("5.000e7 requests and 2.560e10 output tokens: expect roughly"),
         "{err}"
     );
-    let out_dir = dir.path().join("out");
-    let out = servesim_within(
-        &[
-            "run",
-            path.to_str().unwrap(),
-            "--out",
-            out_dir.to_str().unwrap(),
-            "--max-wall-s",
-            "1",
-        ],
-        30,
-    );
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    let src = std::fs::read_to_string(&path).unwrap();
+    let err = run_fails_cleanly(&src, &["--max-wall-s", "1"], 30);
     assert!(err.contains("stopped by --max-wall-s"), "{err}");
-    assert!(out.stdout.is_empty());
-    assert!(
-        !out_dir.exists() || std::fs::read_dir(&out_dir).unwrap().count() == 0,
-        "nothing is left behind"
-    );
 }
 
 /// Mounts a tmpfs with `options` at a fresh directory; `None` (with a message) where this
@@ -553,29 +518,14 @@ fn a_run_in_which_no_request_can_arrive_says_so() {
 fn a_run_that_would_pass_the_clock_s_range_stops_with_a_diagnosis() {
     // A first stage of 10¹² s with no arrivals: the first request would come after the
     // 10⁹ s a run may reach. The run stops (exit 1) instead of saturating the clock.
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("far.ron");
-    std::fs::write(
-        &path,
+    let err = run_fails_cleanly(
         "(cluster: (groups: [(kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [100.0, 1.0, 1.0]))]),
           workload: (clients: [(arrival: Staged(stages: [(rate_per_s: 0.0, duration_s: 1e12), (rate_per_s: 1.0, duration_s: 5.0)]),
             input_tokens: Constant(8), output_tokens: Constant(8))]))",
-    )
-    .unwrap();
-    let out_dir = dir.path().join("out");
-    let out = servesim_within(
-        &[
-            "run",
-            path.to_str().unwrap(),
-            "--out",
-            out_dir.to_str().unwrap(),
-        ],
+        &[],
         30,
     );
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("past the 10⁹ s a run may reach"), "{err}");
-    assert!(out.stdout.is_empty());
 }
 
 #[test]
@@ -616,4 +566,30 @@ fn assert_warns(s: &servesim::metrics::Summary, text: &str) {
         "no warning with `{text}` in {:?}",
         s.warnings
     );
+}
+
+/// Runs scenario text with `servesim run` (plus `extra` arguments) under a time limit and
+/// checks it failed cleanly: exit 1, nothing on stdout, nothing left in the output
+/// directory. Returns stderr.
+fn run_fails_cleanly(src: &str, extra: &[&str], secs: u64) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.ron");
+    std::fs::write(&path, src).unwrap();
+    let out_dir = dir.path().join("out");
+    let mut args = vec![
+        "run",
+        path.to_str().unwrap(),
+        "--out",
+        out_dir.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let out = servesim_within(&args, secs);
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(out.stdout.is_empty(), "{err}");
+    assert!(
+        !out_dir.exists() || std::fs::read_dir(&out_dir).unwrap().count() == 0,
+        "nothing is left behind"
+    );
+    err
 }
