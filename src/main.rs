@@ -155,25 +155,6 @@ fn load(
     })
 }
 
-/// An output directory that exists must be a directory (following links); say what is
-/// wrong otherwise instead of an OS error about creating it.
-fn check_out_dir(dir: &Path) -> Result<(), String> {
-    if std::fs::symlink_metadata(dir).is_err() {
-        return Ok(()); // nothing there yet: it will be created
-    }
-    match std::fs::metadata(dir) {
-        Ok(m) if m.is_dir() => Ok(()),
-        Ok(_) => Err(format!(
-            "output directory {} exists and is not a directory; give --out a directory",
-            dir.display()
-        )),
-        Err(e) => Err(format!(
-            "output directory {} cannot be used: {e} (a broken or looping symbolic link?)",
-            dir.display()
-        )),
-    }
-}
-
 /// The resolved set-up `validate` prints: each group's instances, GPUs and KV cache (with
 /// the GPU memory it takes when the model is known), and the expected work.
 fn setup(sc: &scenario::Scenario) -> String {
@@ -285,25 +266,25 @@ fn main() -> ExitCode {
             };
             let json = serde_json::to_string_pretty(&report).expect("the report serialises");
             let dir = out.unwrap_or_else(|| PathBuf::from(&sc.outputs.dir));
-            if let Err(e) = check_out_dir(&dir) {
+            let mut out_dir = match servesim::output::OutputDir::open(&dir) {
+                Ok(d) => d,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let written = out_dir.create("check-real.json").and_then(|mut w| {
+                use std::io::Write;
+                w.write_all(json.as_bytes())
+                    .and_then(|()| w.write_all(b"\n"))
+                    .and_then(|()| w.flush())
+                    .map_err(|e| servesim::output::OutputError::Write {
+                        path: out_dir.staged_path("check-real.json"),
+                        message: e.to_string(),
+                    })
+            });
+            if let Err(e) = written.and_then(|()| out_dir.commit()) {
                 eprintln!("error: {e}");
-                return ExitCode::from(2);
-            }
-            let written = servesim::output::PendingFile::create(&dir, "check-real.json").and_then(
-                |(pending, mut w)| {
-                    use std::io::Write;
-                    w.write_all(json.as_bytes())?;
-                    w.write_all(b"\n")?;
-                    w.flush()?;
-                    drop(w);
-                    pending.commit().inspect_err(|_| pending.discard())
-                },
-            );
-            if let Err(e) = written {
-                eprintln!(
-                    "error: cannot write {}: {e}",
-                    dir.join("check-real.json").display()
-                );
                 return ExitCode::from(1);
             }
             match format {
@@ -469,12 +450,13 @@ fn main() -> ExitCode {
                 Err(code) => return code,
             };
             let out_dir = out.unwrap_or_else(|| PathBuf::from(&sc.outputs.dir));
-            if let Err(e) = check_out_dir(&out_dir) {
+            if let Err(e) = servesim::output::check_dir(&out_dir) {
                 eprintln!("error: {e}");
                 return ExitCode::from(2);
             }
             announce(&sc);
-            // Ctrl-C stops the run at the next tick; temporary files are removed.
+            // Ctrl-C, SIGTERM and SIGHUP stop the run at the next tick; staged files are
+            // removed and the output directory is left as it was.
             let interrupt = Arc::new(AtomicBool::new(false));
             let flag = interrupt.clone();
             let _ = ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed));
@@ -509,37 +491,53 @@ fn main() -> ExitCode {
                 },
             ) {
                 Ok(s) => s,
+                // An unusable output directory (another run holds it, a result would
+                // replace an input) is found before anything is simulated.
+                Err(servesim::SimError::Outputs(
+                    e @ servesim::output::OutputError::Unusable(_),
+                )) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
                 Err(e) => {
                     eprintln!("error: {e}");
                     return ExitCode::from(1);
                 }
             };
-            let summary = match sim.run() {
+            let as_it_was = |e: &servesim::SimError| {
+                if e.outputs_unchanged() {
+                    format!("; {} is as it was before this run", out_dir.display())
+                } else {
+                    String::new()
+                }
+            };
+            let (summary, report) = match sim.run_reporting() {
                 Ok(s) => s,
-                Err(servesim::SimError::Interrupted(t))
+                Err(e @ servesim::SimError::Interrupted(t))
                     if wall_limit_hit.load(Ordering::Relaxed) =>
                 {
                     eprintln!(
-                        "error: stopped by --max-wall-s at simulated time {t}; {} is as it was before this run",
-                        out_dir.display()
+                        "error: stopped by --max-wall-s at simulated time {t}{}",
+                        as_it_was(&e)
                     );
                     return ExitCode::from(1);
                 }
                 Err(e @ servesim::SimError::Interrupted(_)) => {
-                    eprintln!(
-                        "servesim: {e}; {} is as it was before this run",
-                        out_dir.display()
-                    );
+                    eprintln!("servesim: {e}{}", as_it_was(&e));
                     return ExitCode::from(130);
                 }
                 Err(e) => {
-                    eprintln!(
-                        "error: {e}; {} is as it was before this run",
-                        out_dir.display()
-                    );
+                    eprintln!("error: {e}{}", as_it_was(&e));
                     return ExitCode::from(1);
                 }
             };
+            if !report.cleaned.is_empty() {
+                eprintln!(
+                    "servesim: removed what killed runs left in {}: {}",
+                    out_dir.display(),
+                    report.cleaned.join(", ")
+                );
+            }
             for w in &summary.warnings {
                 eprintln!("warning: {w}");
             }
@@ -551,13 +549,33 @@ fn main() -> ExitCode {
                     serde_json::to_string_pretty(&summary).expect("summary serialises")
                 ),
             }
+            let results = if report.written.is_empty() {
+                "no result file written (every output is off)".to_string()
+            } else {
+                format!(
+                    "wrote {} in {}",
+                    report.written.join(", "),
+                    out_dir.display()
+                )
+            };
             eprintln!(
-                "servesim: {} requests, {} ticks in {wall:.3} s wall ({:.0} requests/s); results in {}",
+                "servesim: {} requests, {} ticks in {wall:.3} s wall ({:.0} requests/s); {results}",
                 summary.requests.injected,
                 summary.ticks,
                 summary.requests.injected as f64 / wall.max(1e-9),
-                out_dir.display()
             );
+            if !report.earlier.is_empty() {
+                eprintln!(
+                    "servesim: left alone in {}: {} (from an earlier run; this run does not write {})",
+                    out_dir.display(),
+                    report.earlier.join(", "),
+                    if report.earlier.len() == 1 {
+                        "it"
+                    } else {
+                        "them"
+                    }
+                );
+            }
             ExitCode::SUCCESS
         }
     }

@@ -1,41 +1,405 @@
-//! Result files written atomically: each goes to a `.partial` name first and is renamed
-//! only when the run succeeds (all of them together, after every one is complete), so a
-//! failed run never leaves a file that looks complete.
+//! Result files, all or nothing.
+//!
+//! A run writes its results into a staging directory of its own inside the output directory
+//! (a fresh, unpredictable name created with create-new semantics, so two runs never share a
+//! temporary file and no symbolic link is ever followed). Only when the run succeeds are the
+//! staged files moved into place, each by an atomic rename; an earlier file of the same name
+//! is kept aside as a hard link first, so if any rename fails every file already moved is put
+//! back and the directory is as it was. While a run holds an output directory it holds an
+//! exclusive lock on it: a second run into the same directory is refused with a clear error,
+//! and a run that finds staging directories there knows they belong to runs that were killed,
+//! and removes them.
+//!
+//! Files this run does not write are never touched: an earlier `requests.csv` stays when this
+//! run has `requests_csv: false` (the caller is told, see [`OutputDir::earlier_files`]).
 
-use std::fs::{self, File};
+use std::fs::{self, File, OpenOptions};
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 
-/// A file being written under a temporary name.
-#[derive(Debug)]
-pub struct PendingFile {
-    pub final_path: PathBuf,
-    pub temp_path: PathBuf,
+/// Names of the staging directories (followed by a random suffix).
+const STAGING_PREFIX: &str = ".servesim-run-";
+
+/// Every result file name a servesim command writes (`run`'s three first).
+pub const RESULT_FILES: [&str; 4] = [
+    "requests.csv",
+    "decisions.csv",
+    "summary.json",
+    "check-real.json",
+];
+
+/// Why an output directory cannot be used or its results could not be committed.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    /// The directory cannot be used (checked before anything is simulated).
+    #[error("{0}")]
+    Unusable(String),
+    /// Writing a file failed; nothing in the directory was changed.
+    #[error("cannot write {path}: {message}")]
+    Write { path: PathBuf, message: String },
+    /// Moving the results into place failed and every change was undone.
+    #[error(
+        "cannot move the results into place ({path}: {message}); every result file was put back as it was"
+    )]
+    RolledBack { path: PathBuf, message: String },
+    /// Moving the results into place failed and not every change could be undone.
+    #[error(
+        "cannot move the results into place ({path}: {message}), and putting back the earlier files failed too: {unrestored}"
+    )]
+    Mixed {
+        path: PathBuf,
+        message: String,
+        unrestored: String,
+    },
 }
 
-impl PendingFile {
-    /// Creates `dir/.name.partial` for writing (and `dir` if needed).
-    pub fn create(dir: &Path, name: &str) -> std::io::Result<(Self, BufWriter<File>)> {
-        fs::create_dir_all(dir)?;
-        let final_path = dir.join(name);
-        let temp_path = dir.join(format!(".{name}.partial"));
-        let file = File::create(&temp_path)?;
-        Ok((
-            PendingFile {
-                final_path,
-                temp_path,
-            },
-            BufWriter::with_capacity(1 << 16, file),
-        ))
+impl OutputError {
+    /// True when the output directory holds exactly what it held before the run.
+    pub fn directory_unchanged(&self) -> bool {
+        !matches!(self, OutputError::Mixed { .. })
+    }
+}
+
+/// An output directory held by one run: locked, with a private staging directory.
+#[derive(Debug)]
+pub struct OutputDir {
+    dir: PathBuf,
+    /// The directory opened for reading, holding the exclusive lock until dropped.
+    lock: File,
+    staging: Option<tempfile::TempDir>,
+    /// Files staged so far, in creation order.
+    staged: Vec<String>,
+    /// Leftovers of killed runs removed when the directory was opened.
+    cleaned: Vec<String>,
+}
+
+impl OutputDir {
+    /// Creates `dir` if needed, locks it and removes what killed runs left in it.
+    pub fn open(dir: &Path) -> Result<Self, OutputError> {
+        check_dir(dir)?;
+        fs::create_dir_all(dir).map_err(|e| {
+            OutputError::Unusable(format!(
+                "cannot create output directory {}: {e}",
+                dir.display()
+            ))
+        })?;
+        let unusable = |e: std::io::Error| {
+            OutputError::Unusable(format!(
+                "cannot use output directory {}: {e}",
+                dir.display()
+            ))
+        };
+        let lock = File::open(dir).map_err(unusable)?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => {
+                return Err(OutputError::Unusable(format!(
+                    "another servesim run is writing its results to {} right now; wait for it \
+                     to finish or give this run another --out",
+                    dir.display()
+                )));
+            }
+            Err(fs::TryLockError::Error(e)) => return Err(unusable(e)),
+        }
+        let cleaned = remove_leftovers(dir);
+        Ok(OutputDir {
+            dir: dir.to_path_buf(),
+            lock,
+            staging: None,
+            staged: Vec::new(),
+            cleaned,
+        })
     }
 
-    /// Moves the finished file into place.
-    pub fn commit(&self) -> std::io::Result<()> {
-        fs::rename(&self.temp_path, &self.final_path)
+    /// The directory results go to.
+    pub fn path(&self) -> &Path {
+        &self.dir
     }
 
-    /// Removes the temporary file (after a failure).
-    pub fn discard(&self) {
-        let _ = fs::remove_file(&self.temp_path);
+    /// Leftovers of killed runs (staging directories, old `.partial` files) removed on open.
+    pub fn cleaned(&self) -> &[String] {
+        &self.cleaned
+    }
+
+    /// Result files already in the directory that this run has not written (so far): after
+    /// a commit they are from an earlier run.
+    pub fn earlier_files(&self) -> Vec<String> {
+        RESULT_FILES[..3]
+            .iter()
+            .filter(|n| !self.staged.iter().any(|s| s == *n))
+            .filter(|n| fs::symlink_metadata(self.dir.join(n)).is_ok())
+            .map(|n| n.to_string())
+            .collect()
+    }
+
+    /// Where `name` goes when committed.
+    pub fn final_path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// Where `name` is written until it is committed.
+    pub fn staged_path(&self, name: &str) -> PathBuf {
+        match &self.staging {
+            Some(s) => s.path().join(name),
+            None => self.dir.join(format!("{STAGING_PREFIX}…")).join(name),
+        }
+    }
+
+    /// Creates the staged file `name` for writing (a new file: never an existing one or a link).
+    pub fn create(&mut self, name: &str) -> Result<BufWriter<File>, OutputError> {
+        let write = |path: PathBuf, e: std::io::Error| OutputError::Write {
+            path,
+            message: e.to_string(),
+        };
+        if self.staging.is_none() {
+            let staging = tempfile::Builder::new()
+                .prefix(STAGING_PREFIX)
+                .tempdir_in(&self.dir)
+                .map_err(|e| write(self.dir.join(name), e))?;
+            self.staging = Some(staging);
+        }
+        let path = self.staged_path(name);
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(|e| write(path.clone(), e))?;
+        self.staged.push(name.to_string());
+        Ok(BufWriter::with_capacity(1 << 16, file))
+    }
+
+    /// Moves every staged file into place, all or nothing; returns their names. Dropping an
+    /// `OutputDir` without committing removes the staged files.
+    pub fn commit(mut self) -> Result<Vec<String>, OutputError> {
+        let Some(staging) = self.staging.take() else {
+            return Ok(Vec::new());
+        };
+        // (name, an earlier file kept aside) for each file moved so far.
+        let mut moved: Vec<(&str, Option<PathBuf>)> = Vec::new();
+        let mut failure = None;
+        for name in &self.staged {
+            let target = self.dir.join(name);
+            let backup = staging.path().join(format!("{name}.earlier"));
+            let kept = match fs::symlink_metadata(&target) {
+                Err(_) => None,
+                Ok(m) if m.is_dir() => {
+                    let e = std::io::Error::other("a directory of that name is in the way");
+                    failure = Some((target, e));
+                    break;
+                }
+                Ok(_) => match fs::hard_link(&target, &backup) {
+                    Ok(()) => Some(backup),
+                    // A file system without hard links: move it aside instead.
+                    Err(_) => match fs::rename(&target, &backup) {
+                        Ok(()) => Some(backup),
+                        Err(e) => {
+                            failure = Some((target, e));
+                            break;
+                        }
+                    },
+                },
+            };
+            if let Err(e) = fs::rename(staging.path().join(name), &target) {
+                if let Some(b) = &kept {
+                    // Undo a move aside (a hard link left the target where it was).
+                    let _ = fs::rename(b, &target).or_else(|_| fs::hard_link(b, &target));
+                }
+                failure = Some((target, e));
+                break;
+            }
+            moved.push((name, kept));
+        }
+        let _ = self.lock.sync_all();
+        let Some((path, e)) = failure else {
+            return Ok(std::mem::take(&mut self.staged));
+        };
+        let mut unrestored = Vec::new();
+        for (name, kept) in moved.iter().rev() {
+            let target = self.dir.join(name);
+            let undone = match kept {
+                Some(b) => fs::rename(b, &target),
+                None => fs::remove_file(&target),
+            };
+            if let Err(e) = undone {
+                unrestored.push(format!("{}: {e}", target.display()));
+            }
+        }
+        let _ = self.lock.sync_all();
+        let message = e.to_string();
+        if unrestored.is_empty() {
+            Err(OutputError::RolledBack { path, message })
+        } else {
+            Err(OutputError::Mixed {
+                path,
+                message,
+                unrestored: unrestored.join("; "),
+            })
+        }
+    }
+}
+
+/// An output directory that exists must be a directory (following links); say what is
+/// wrong otherwise instead of an OS error about creating it.
+pub fn check_dir(dir: &Path) -> Result<(), OutputError> {
+    if fs::symlink_metadata(dir).is_err() {
+        return Ok(()); // nothing there yet: it will be created
+    }
+    match fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(OutputError::Unusable(format!(
+            "output directory {} exists and is not a directory; give --out a directory",
+            dir.display()
+        ))),
+        Err(e) => Err(OutputError::Unusable(format!(
+            "output directory {} cannot be used: {e} (a broken or looping symbolic link?)",
+            dir.display()
+        ))),
+    }
+}
+
+/// Removes staging directories of killed runs (the caller holds the lock, so no live run
+/// owns one) and `.NAME.partial` files of versions before staging directories.
+fn remove_leftovers(dir: &Path) -> Vec<String> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let partials: Vec<String> = RESULT_FILES
+        .iter()
+        .map(|n| format!(".{n}.partial"))
+        .collect();
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let is_staging = name.starts_with(STAGING_PREFIX);
+        if !is_staging && !partials.contains(&name) {
+            continue;
+        }
+        let path = entry.path();
+        // Never follows a link: a link is removed itself.
+        let gone = match fs::symlink_metadata(&path) {
+            Ok(m) if m.is_dir() => fs::remove_dir_all(&path),
+            Ok(_) => fs::remove_file(&path),
+            Err(e) => Err(e),
+        };
+        if gone.is_ok() {
+            removed.push(name);
+        }
+    }
+    removed.sort();
+    removed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn write(out: &mut OutputDir, name: &str, text: &str) {
+        let mut w = out.create(name).unwrap();
+        w.write_all(text.as_bytes()).unwrap();
+        w.flush().unwrap();
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn a_commit_replaces_written_files_and_leaves_the_others() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::write(tmp.path().join("requests.csv"), "old rows").unwrap();
+        fs::write(tmp.path().join("summary.json"), "old summary").unwrap();
+        let mut out = OutputDir::open(tmp.path()).unwrap();
+        write(&mut out, "summary.json", "new summary");
+        assert_eq!(out.earlier_files(), vec!["requests.csv".to_string()]);
+        assert_eq!(out.commit().unwrap(), vec!["summary.json".to_string()]);
+        let read = |n: &str| fs::read_to_string(tmp.path().join(n)).unwrap();
+        assert_eq!(read("summary.json"), "new summary");
+        assert_eq!(read("requests.csv"), "old rows");
+        assert_eq!(names(tmp.path()), ["requests.csv", "summary.json"]);
+    }
+
+    #[test]
+    fn a_second_holder_of_the_directory_is_refused_until_the_first_is_done() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut first = OutputDir::open(tmp.path()).unwrap();
+        write(&mut first, "summary.json", "first");
+        let err = OutputDir::open(tmp.path()).unwrap_err().to_string();
+        assert!(err.contains("another servesim run is writing"), "{err}");
+        first.commit().unwrap();
+        let second = OutputDir::open(tmp.path()).unwrap();
+        assert!(second.cleaned().is_empty());
+    }
+
+    #[test]
+    fn an_uncommitted_run_leaves_nothing_and_a_killed_runs_staging_is_removed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut out = OutputDir::open(tmp.path()).unwrap();
+        write(&mut out, "requests.csv", "rows");
+        drop(out);
+        assert!(names(tmp.path()).is_empty());
+        // What a killed run leaves: a staging directory and an old-style partial.
+        fs::create_dir(tmp.path().join(".servesim-run-abc123")).unwrap();
+        fs::write(tmp.path().join(".servesim-run-abc123/requests.csv"), "x").unwrap();
+        fs::write(tmp.path().join(".requests.csv.partial"), "x").unwrap();
+        fs::write(tmp.path().join("notes.txt"), "mine").unwrap();
+        let out = OutputDir::open(tmp.path()).unwrap();
+        assert_eq!(
+            out.cleaned(),
+            [".requests.csv.partial", ".servesim-run-abc123"]
+        );
+        assert_eq!(names(tmp.path()), ["notes.txt"]);
+    }
+
+    #[test]
+    fn a_failed_rename_puts_every_earlier_file_back() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::write(tmp.path().join("requests.csv"), "old rows").unwrap();
+        // summary.json is a non-empty directory: renaming a file over it fails.
+        fs::create_dir(tmp.path().join("summary.json")).unwrap();
+        fs::write(tmp.path().join("summary.json/keep"), "k").unwrap();
+        let mut out = OutputDir::open(tmp.path()).unwrap();
+        write(&mut out, "decisions.csv", "new decisions");
+        write(&mut out, "requests.csv", "new rows");
+        write(&mut out, "summary.json", "new summary");
+        let err = out.commit().unwrap_err();
+        assert!(err.directory_unchanged(), "{err}");
+        assert!(err.to_string().contains("summary.json"), "{err}");
+        assert_eq!(
+            fs::read_to_string(tmp.path().join("requests.csv")).unwrap(),
+            "old rows"
+        );
+        assert_eq!(names(tmp.path()), ["requests.csv", "summary.json"]);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn links_are_replaced_never_followed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let victim = tmp.path().join("victim");
+        fs::write(&victim, "precious").unwrap();
+        let dir = tmp.path().join("out");
+        fs::create_dir(&dir).unwrap();
+        std::os::unix::fs::symlink(&victim, dir.join("requests.csv")).unwrap();
+        std::os::unix::fs::symlink(&victim, dir.join(".requests.csv.partial")).unwrap();
+        let mut out = OutputDir::open(&dir).unwrap();
+        write(&mut out, "requests.csv", "rows");
+        out.commit().unwrap();
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "precious");
+        assert_eq!(
+            fs::read_to_string(dir.join("requests.csv")).unwrap(),
+            "rows"
+        );
+        assert!(
+            !fs::symlink_metadata(dir.join("requests.csv"))
+                .unwrap()
+                .is_symlink()
+        );
+        assert_eq!(names(&dir), ["requests.csv"]);
     }
 }

@@ -23,7 +23,7 @@ use crate::metrics::{
     self, Aggregates, InstanceSummary, KvSummary, RequestCounts, RequestLog, Summary, Throughput,
 };
 use crate::metrics::{Fairness, RoutingSummary, SliceSummary, SloSummary};
-use crate::output::PendingFile;
+use crate::output::{OutputDir, OutputError};
 use crate::policy::{
     ActiveAdmission, ActivePriority, ActiveQueueOrder, ActiveRouting, ActiveScaling, Catalog,
     Entry, PolicyArgs,
@@ -73,11 +73,68 @@ impl Plugin for RecordPlugin {
                 SimStep,
                 (
                     metrics::record_finished.in_set(SimSystems::Record),
+                    stop_on_write_error
+                        .in_set(SimSystems::Record)
+                        .after(metrics::record_finished),
                     check_invariants
                         .in_set(SimSystems::Check)
                         .run_if(|c: Res<CheckInvariants>| c.0),
                 ),
             );
+    }
+}
+
+/// Refuses to run when a result file would replace a file the scenario reads (a trace in
+/// the output directory, say): results never overwrite an input.
+fn refuse_overwriting_inputs(
+    scenario: &Scenario,
+    dir: &std::path::Path,
+    written: &[&str],
+) -> Result<(), SimError> {
+    let inputs: Vec<(String, PathBuf)> = scenario
+        .input_files()
+        .into_iter()
+        .filter_map(|(field, p)| Some((field, std::fs::canonicalize(p).ok()?)))
+        .collect();
+    for name in written {
+        let Ok(target) = std::fs::canonicalize(dir.join(name)) else {
+            continue; // not there yet: replaces nothing
+        };
+        if let Some((field, _)) = inputs.iter().find(|(_, p)| *p == target) {
+            return Err(SimError::Outputs(OutputError::Unusable(format!(
+                "{} is an input of this run ({field}) and would be replaced by its {name}; \
+                 give --out another directory (or move the input)",
+                dir.join(name).display()
+            ))));
+        }
+    }
+    Ok(())
+}
+
+/// Stops the run at the first failed write of a result file (a full disk, say): simulating
+/// on would only produce results that cannot be kept.
+fn stop_on_write_error(
+    log: Res<RequestLog>,
+    decisions: Option<Res<DecisionLog>>,
+    clock: Res<SimClock>,
+    mut fault: ResMut<SimFault>,
+) {
+    let failed = [
+        ("requests.csv", log.error.as_ref()),
+        (
+            "decisions.csv",
+            decisions.as_ref().and_then(|d| d.error.as_ref()),
+        ),
+    ];
+    for (name, error) in failed {
+        if let Some(e) = error {
+            fault.0.get_or_insert_with(|| {
+                format!(
+                    "cannot write {name} at simulated time {:.3} s: {e}",
+                    clock.now.as_us() as f64 / 1e6
+                )
+            });
+        }
     }
 }
 
@@ -154,6 +211,8 @@ pub struct RunOptions {
 pub enum SimError {
     #[error("cannot write {path}: {message}")]
     Output { path: PathBuf, message: String },
+    #[error(transparent)]
+    Outputs(#[from] OutputError),
     #[error("unknown {family} policy `{name}` (validate the scenario first)")]
     UnknownPolicy { family: &'static str, name: String },
     #[error("invalid scenario (validate it first): {0}")]
@@ -166,6 +225,30 @@ pub enum SimError {
     Interrupted(SimTime),
 }
 
+impl SimError {
+    /// True when the output directory holds exactly what it held before the run (every
+    /// failure except a commit whose undo failed too).
+    pub fn outputs_unchanged(&self) -> bool {
+        match self {
+            SimError::Outputs(e) => e.directory_unchanged(),
+            _ => true,
+        }
+    }
+}
+
+/// What a successful run did with its output directory.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OutputReport {
+    /// The directory, when the run had one and wrote to it.
+    pub dir: Option<PathBuf>,
+    /// Result files this run wrote (replacing any of the same name).
+    pub written: Vec<String>,
+    /// Result files already there that this run did not write (from an earlier run).
+    pub earlier: Vec<String>,
+    /// Leftovers of killed runs removed before this run wrote anything.
+    pub cleaned: Vec<String>,
+}
+
 /// A ready-to-run simulation: the ECS world and the tick schedule.
 pub struct Simulation {
     world: World,
@@ -173,9 +256,8 @@ pub struct Simulation {
     scenario_name: String,
     seed: u64,
     group_names: Vec<String>,
-    out_dir: Option<PathBuf>,
-    csv_file: Option<PendingFile>,
-    decisions_file: Option<PendingFile>,
+    /// The output directory, locked, with this run's staged files.
+    out: Option<OutputDir>,
     write_summary: bool,
     interrupt: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
     fitness: std::collections::BTreeMap<String, f64>,
@@ -357,20 +439,29 @@ impl Simulation {
         world.insert_resource(workload);
         world.insert_resource(labels);
 
-        let mut csv_file = None;
-        if let Some(dir) = &options.out_dir
-            && scenario.outputs.requests_csv
+        let outputs = &scenario.outputs;
+        let decisions = options.trace_decisions || outputs.decisions_csv;
+        let mut out = match &options.out_dir {
+            Some(dir) if outputs.requests_csv || outputs.summary_json || decisions => {
+                let names = [
+                    ("requests.csv", outputs.requests_csv),
+                    ("decisions.csv", decisions),
+                    ("summary.json", outputs.summary_json),
+                ];
+                let written: Vec<&str> = names.iter().filter(|n| n.1).map(|n| n.0).collect();
+                refuse_overwriting_inputs(scenario, dir, &written)?;
+                Some(OutputDir::open(dir)?)
+            }
+            _ => None,
+        };
+        if let Some(out) = &mut out
+            && outputs.requests_csv
         {
-            let (pending, writer) =
-                PendingFile::create(dir, "requests.csv").map_err(|e| SimError::Output {
-                    path: dir.join("requests.csv"),
-                    message: e.to_string(),
-                })?;
-            let mut writer = csv::Writer::from_writer(writer);
+            let mut writer = csv::Writer::from_writer(out.create("requests.csv")?);
             writer
                 .write_record(metrics::CSV_COLUMNS)
                 .map_err(|e| SimError::Output {
-                    path: pending.temp_path.clone(),
+                    path: out.staged_path("requests.csv"),
                     message: e.to_string(),
                 })?;
             world.insert_resource(RequestLog {
@@ -379,31 +470,22 @@ impl Simulation {
                 scratch: String::new(),
                 collect: None,
             });
-            csv_file = Some(pending);
         }
-
-        let mut decisions_file = None;
-        if let Some(dir) = &options.out_dir
-            && (options.trace_decisions || scenario.outputs.decisions_csv)
+        if let Some(out) = &mut out
+            && decisions
         {
-            let (pending, writer) =
-                PendingFile::create(dir, "decisions.csv").map_err(|e| SimError::Output {
-                    path: dir.join("decisions.csv"),
-                    message: e.to_string(),
-                })?;
-            let mut writer = csv::Writer::from_writer(writer);
+            let mut writer = csv::Writer::from_writer(out.create("decisions.csv")?);
             writer
                 .write_record(crate::cluster::DECISION_COLUMNS)
                 .map_err(|e| SimError::Output {
-                    path: pending.temp_path.clone(),
+                    path: out.staged_path("decisions.csv"),
                     message: e.to_string(),
                 })?;
             world.insert_resource(DecisionLog {
                 writer: Some(writer),
-                top_k: scenario.outputs.decision_top_k as usize,
+                top_k: outputs.decision_top_k as usize,
                 error: None,
             });
-            decisions_file = Some(pending);
         }
 
         if let Some(c) = &options.collect {
@@ -426,9 +508,7 @@ impl Simulation {
             scenario_name: scenario.name.clone(),
             seed: scenario.seed,
             group_names,
-            out_dir: options.out_dir,
-            csv_file,
-            decisions_file,
+            out,
             interrupt: options.interrupt.clone(),
             largest_cache,
             write_summary: scenario.outputs.summary_json,
@@ -438,11 +518,12 @@ impl Simulation {
         })
     }
 
-    /// Removes the temporary output files (after a failure).
-    pub fn discard_outputs(&self) {
-        for p in [&self.csv_file, &self.decisions_file].into_iter().flatten() {
-            p.discard();
-        }
+    /// Removes the staged output files and releases the output directory (after a failure).
+    pub fn discard_outputs(&mut self) {
+        // Writers hold the staged files open; dropping the directory removes them.
+        self.world.resource_mut::<RequestLog>().writer = None;
+        self.world.resource_mut::<DecisionLog>().writer = None;
+        self.out = None;
     }
 
     /// Runs one tick; false when no event is left within the horizon.
@@ -461,7 +542,12 @@ impl Simulation {
     }
 
     /// Runs to the end (no events left, or the horizon reached) and finishes.
-    pub fn run(mut self) -> Result<Summary, SimError> {
+    pub fn run(self) -> Result<Summary, SimError> {
+        self.run_reporting().map(|(summary, _)| summary)
+    }
+
+    /// [`run`](Self::run), also saying which result files were written.
+    pub fn run_reporting(mut self) -> Result<(Summary, OutputReport), SimError> {
         let interrupt = self.interrupt.clone();
         let mut ticks = 0u32;
         while self.tick() {
@@ -484,7 +570,7 @@ impl Simulation {
             self.discard_outputs();
             return Err(SimError::Fault(msg));
         }
-        self.finish()
+        self.finish_reporting()
     }
 
     /// A diagnosis when more requests are in the system than `limits.max_in_flight`.
@@ -512,12 +598,29 @@ impl Simulation {
 
     /// Records every request still in the system, computes the summary and commits the
     /// output files.
-    pub fn finish(mut self) -> Result<Summary, SimError> {
-        let result = self.finish_inner();
-        if result.is_err() {
-            self.discard_outputs();
-        }
-        result
+    pub fn finish(self) -> Result<Summary, SimError> {
+        self.finish_reporting().map(|(summary, _)| summary)
+    }
+
+    /// [`finish`](Self::finish), also saying which result files were written.
+    pub fn finish_reporting(mut self) -> Result<(Summary, OutputReport), SimError> {
+        let summary = match self.finish_inner() {
+            Ok(s) => s,
+            Err(e) => {
+                self.discard_outputs();
+                return Err(e);
+            }
+        };
+        let Some(out) = self.out.take() else {
+            return Ok((summary, OutputReport::default()));
+        };
+        let report = OutputReport {
+            dir: Some(out.path().to_path_buf()),
+            earlier: out.earlier_files(),
+            cleaned: out.cleaned().to_vec(),
+            written: out.commit()?,
+        };
+        Ok((summary, report))
     }
 
     fn finish_inner(&mut self) -> Result<Summary, SimError> {
@@ -753,82 +856,53 @@ impl Simulation {
                     .sum(),
             );
         }
-        // Finish every file under its temporary name first, then move them all into place:
-        // a failure before the renames leaves an earlier run's results untouched.
-        let io = |path: &std::path::Path, e: String| SimError::Output {
-            path: path.to_path_buf(),
+        // Finish every staged file; the caller then moves them all into place together.
+        let Some(out) = &mut self.out else {
+            return Ok(summary);
+        };
+        let io = |name: &str, e: String| SimError::Output {
+            path: out.staged_path(name),
             message: e,
         };
         let mut dlog = world.resource_mut::<DecisionLog>();
         if let Some(err) = dlog.error.take() {
-            return Err(SimError::Output {
-                path: PathBuf::from("decisions.csv"),
-                message: err,
-            });
+            return Err(io("decisions.csv", err));
         }
-        if let (Some(writer), Some(pending)) = (dlog.writer.take(), &self.decisions_file) {
+        if let Some(writer) = dlog.writer.take() {
             let buf = writer
                 .into_inner()
-                .map_err(|e| io(&pending.temp_path, e.to_string()))?;
+                .map_err(|e| io("decisions.csv", e.to_string()))?;
             buf.into_inner()
-                .map_err(|e| io(&pending.temp_path, e.to_string()))?
+                .map_err(|e| io("decisions.csv", e.to_string()))?
                 .sync_all()
-                .map_err(|e| io(&pending.temp_path, e.to_string()))?;
+                .map_err(|e| io("decisions.csv", e.to_string()))?;
         }
         let mut log = world.resource_mut::<RequestLog>();
         if let Some(err) = log.error.take() {
-            let path = self
-                .csv_file
-                .as_ref()
-                .map(|p| p.temp_path.clone())
-                .unwrap_or_default();
-            return Err(SimError::Output { path, message: err });
+            return Err(io("requests.csv", err));
         }
-        if let (Some(writer), Some(pending)) = (log.writer.take(), &self.csv_file) {
+        if let Some(writer) = log.writer.take() {
             let buf = writer
                 .into_inner()
-                .map_err(|e| io(&pending.temp_path, e.to_string()))?;
-            let file = buf
-                .into_inner()
-                .map_err(|e| io(&pending.temp_path, e.to_string()))?;
-            file.sync_all()
-                .map_err(|e| io(&pending.temp_path, e.to_string()))?;
-        }
-        let mut summary_file = None;
-        if self.write_summary
-            && let Some(dir) = &self.out_dir
-        {
-            let json = serde_json::to_string_pretty(&summary).expect("summary serialises") + "\n";
-            let (pending, mut w) = PendingFile::create(dir, "summary.json")
-                .map_err(|e| io(&dir.join("summary.json"), e.to_string()))?;
-            use std::io::Write as _;
-            w.write_all(json.as_bytes())
-                .map_err(|e| io(&pending.temp_path, e.to_string()))?;
-            w.into_inner()
-                .map_err(|e| io(&pending.temp_path, e.to_string()))?
+                .map_err(|e| io("requests.csv", e.to_string()))?;
+            buf.into_inner()
+                .map_err(|e| io("requests.csv", e.to_string()))?
                 .sync_all()
-                .map_err(|e| io(&pending.temp_path, e.to_string()))?;
-            summary_file = Some(pending);
+                .map_err(|e| io("requests.csv", e.to_string()))?;
         }
-        for pending in [&self.decisions_file, &self.csv_file, &summary_file]
-            .into_iter()
-            .flatten()
-        {
-            pending
-                .commit()
-                .map_err(|e| io(&pending.final_path, e.to_string()))?;
-        }
-        // Results of an earlier run that this run does not replace would be stale beside it.
-        if let Some(dir) = &self.out_dir {
-            for (name, written) in [
-                ("requests.csv", self.csv_file.is_some()),
-                ("decisions.csv", self.decisions_file.is_some()),
-                ("summary.json", summary_file.is_some()),
-            ] {
-                if !written {
-                    let _ = std::fs::remove_file(dir.join(name));
-                }
-            }
+        if self.write_summary {
+            let json = serde_json::to_string_pretty(&summary).expect("summary serialises") + "\n";
+            let mut w = out.create("summary.json")?;
+            let io = |e: std::io::Error| SimError::Output {
+                path: out.staged_path("summary.json"),
+                message: e.to_string(),
+            };
+            use std::io::Write as _;
+            w.write_all(json.as_bytes()).map_err(io)?;
+            w.into_inner()
+                .map_err(|e| io(e.into_error()))?
+                .sync_all()
+                .map_err(io)?;
         }
         Ok(summary)
     }

@@ -16,14 +16,26 @@ pub struct Located {
     pub value: (usize, usize),
 }
 
-/// A struct-like group `( ... )` that can receive inserted fields.
+/// A struct-like group `( ... )` or a map `{ ... }` that can receive inserted fields.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Group {
     pub path: String,
-    /// Byte offset just after the opening parenthesis.
+    /// Byte offset just after the opening parenthesis or brace.
     pub open: usize,
     pub has_fields: bool,
+    /// A map `{ "key": value }` rather than a struct.
+    pub map: bool,
 }
+
+/// Scenario fields that are maps from names to numbers (`--set` reaches their keys:
+/// `policies.admission_params.capacity=10`).
+const MAP_FIELDS: [&str; 5] = [
+    "admission_params",
+    "priority_params",
+    "routing_params",
+    "autoscale_params",
+    "fitness",
+];
 
 #[derive(Debug, Default)]
 pub struct SourceMap {
@@ -238,6 +250,12 @@ impl Scanner<'_> {
 
     fn map_(&mut self, path: &str, depth: usize) {
         self.pos += 1;
+        self.map.groups.push(Group {
+            path: path.to_string(),
+            open: self.pos,
+            has_fields: false,
+            map: true,
+        });
         loop {
             self.skip_trivia();
             match self.peek() {
@@ -281,6 +299,7 @@ impl Scanner<'_> {
             path: path.to_string(),
             open: self.pos,
             has_fields: false,
+            map: false,
         });
         loop {
             self.skip_trivia();
@@ -327,10 +346,100 @@ impl Scanner<'_> {
     }
 }
 
+/// Checks that a `--set` value is one RON value and nothing else: no field after it, no
+/// comment or unbalanced bracket that would swallow the scenario text after it.
+pub fn check_single_value(value: &str) -> Result<(), String> {
+    let one = "a --set value is one RON value; set each field with its own --set";
+    let bytes = value.as_bytes();
+    if value.trim().is_empty() {
+        return Err("the value is empty (write PATH=VALUE)".into());
+    }
+    let mut open: Vec<u8> = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            q @ (b'"' | b'\'') => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != q {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+                if i >= bytes.len() {
+                    return Err("the value has an unterminated string".into());
+                }
+            }
+            b'/' if matches!(bytes.get(i + 1), Some(b'/' | b'*')) => {
+                return Err("comments are not allowed in a --set value".into());
+            }
+            b'(' => open.push(b')'),
+            b'[' => open.push(b']'),
+            b'{' => open.push(b'}'),
+            c @ (b')' | b']' | b'}') if open.pop() != Some(c) => {
+                return Err(format!("unbalanced `{}` in the value; {one}", c as char));
+            }
+            b',' | b':' if open.is_empty() => {
+                return Err(format!(
+                    "`{}` outside brackets: {one}",
+                    String::from_utf8_lossy(&bytes[i..]).trim()
+                ));
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    if let Some(c) = open.pop() {
+        return Err(format!("the value lacks a closing `{}`", c as char));
+    }
+    let mut map = SourceMap::default();
+    let mut s = Scanner {
+        src: bytes,
+        pos: 0,
+        map: &mut map,
+    };
+    s.value("", 0);
+    s.skip_trivia();
+    if s.pos < bytes.len() {
+        return Err(format!(
+            "`{}` follows the value: {one}",
+            String::from_utf8_lossy(&bytes[s.pos..]).trim()
+        ));
+    }
+    Ok(())
+}
+
 /// Applies `path=value` to RON source text: replaces the value if the field is written,
 /// else inserts it (creating missing parent structs) into the nearest written struct.
+/// Keys of map fields (`policies.admission_params.capacity`) are set or inserted as keys.
 pub fn apply_override(src: &str, path: &str, value: &str) -> Result<String, String> {
+    check_single_value(value)?;
     let map = SourceMap::new(src);
+    let parts: Vec<&str> = path.split('.').collect();
+    let map_at = parts
+        .iter()
+        .position(|p| MAP_FIELDS.contains(p))
+        .filter(|&i| i + 1 < parts.len());
+    let splice = |at: usize, text: &str| {
+        let mut out = String::with_capacity(src.len() + text.len());
+        out.push_str(&src[..at]);
+        out.push_str(text);
+        out.push_str(&src[at..]);
+        out
+    };
+    if let Some(i) = map_at.filter(|_| map.find(path).is_none()) {
+        let key = parts[i + 1..].join(".");
+        if key.contains(['"', '\\']) {
+            return Err(format!(
+                "a map key cannot contain quotes or backslashes: `{key}`"
+            ));
+        }
+        let map_path = parts[..=i].join(".");
+        if let Some(g) = map.groups.iter().rev().find(|g| g.path == map_path) {
+            if !g.map {
+                return Err(format!("`{map_path}` is written but is not a map {{...}}"));
+            }
+            return Ok(splice(g.open, &format!("\"{key}\": {value}, ")));
+        }
+        return apply_override(src, &map_path, &format!("{{\"{key}\": {value}}}"));
+    }
     if let Some(v) = map.find(path) {
         let mut out = String::with_capacity(src.len() + value.len());
         out.push_str(&src[..v.value.0]);
@@ -339,14 +448,13 @@ pub fn apply_override(src: &str, path: &str, value: &str) -> Result<String, Stri
         return Ok(out);
     }
     // Walk up to the nearest struct group that exists.
-    let parts: Vec<&str> = path.split('.').collect();
     for cut in (0..parts.len()).rev() {
         let parent = parts[..cut].join(".");
         let missing = &parts[cut..];
         if missing.iter().any(|p| p.contains('[')) {
             continue;
         }
-        let Some(group) = map.groups.iter().rev().find(|g| g.path == parent) else {
+        let Some(group) = map.groups.iter().rev().find(|g| g.path == parent && !g.map) else {
             continue;
         };
         let mut text = value.to_string();
@@ -405,6 +513,77 @@ mod tests {
         let out = apply_override(SRC, "policies.routing", "\"least_loaded\"").unwrap();
         assert!(out.contains("policies: (routing: \"least_loaded\")"));
         assert!(apply_override(SRC, "cluster.groups[5].count", "1").is_err());
+    }
+
+    #[test]
+    fn overrides_reach_map_keys_written_or_not() {
+        let parsed = |src: &str| {
+            let m = SourceMap::new(src);
+            let v = m.find("policies.admission_params.capacity").unwrap();
+            src[v.value.0..v.value.1].to_string()
+        };
+        // No policies at all: the struct and the map are created.
+        let out = apply_override(SRC, "policies.admission_params.capacity", "5.0").unwrap();
+        assert!(
+            out.contains("policies: (admission_params: {\"capacity\": 5.0})"),
+            "{out}"
+        );
+        assert_eq!(parsed(&out), "5.0");
+        // The map is written: the key is added, then replaced.
+        let src = "(policies: (admission_params: {\"refill_per_s\": 2.0}))";
+        let out = apply_override(src, "policies.admission_params.capacity", "7.0").unwrap();
+        assert_eq!(
+            out,
+            "(policies: (admission_params: {\"capacity\": 7.0, \"refill_per_s\": 2.0}))"
+        );
+        let out = apply_override(&out, "policies.admission_params.capacity", "9").unwrap();
+        assert_eq!(parsed(&out), "9");
+        // Keys may hold dots (tenant_quota's `tenant.<name>`).
+        let out = apply_override(src, "policies.admission_params.tenant.a.b", "3.0").unwrap();
+        assert!(out.contains("{\"tenant.a.b\": 3.0, "), "{out}");
+        // The policies struct is written without the map.
+        let src = "(policies: (routing: \"x\"))";
+        let out = apply_override(src, "policies.routing_params.w", "1.0").unwrap();
+        assert_eq!(
+            out,
+            "(policies: (routing_params: {\"w\": 1.0}, routing: \"x\"))"
+        );
+    }
+
+    #[test]
+    fn a_value_that_smuggles_in_other_fields_or_text_is_refused() {
+        for bad in [
+            "1, horizon_s: 0.001",
+            "1) , (x: 2",
+            "5 // the rest of the line",
+            "5 /* */",
+            "(a: 1",
+            "[1, 2]]",
+            "\"unterminated",
+            "1 2",
+            "",
+            "Poisson(rate: 1.0), extra: 3",
+        ] {
+            assert!(
+                apply_override(SRC, "seed", bad).is_err(),
+                "accepted {bad:?}"
+            );
+        }
+        for good in [
+            "1",
+            "-2.5e3",
+            "\"a, b: // c\"",
+            "Poisson(rate: 1.0)",
+            "Some(3)",
+            "[1, 2]",
+            "{\"k\": 1.0}",
+            "Normal(mean: 5.0, stdev: 1.0, min: 1, max: 9)",
+        ] {
+            assert!(
+                apply_override(SRC, "seed", good).is_ok(),
+                "refused {good:?}"
+            );
+        }
     }
 
     #[test]

@@ -49,6 +49,46 @@ pub struct Scenario {
     /// file's directory; not a RON field).
     #[serde(skip)]
     pub base_dir: std::path::PathBuf,
+    /// The scenario file itself, when loaded from one (not a RON field).
+    #[serde(skip)]
+    pub source: Option<std::path::PathBuf>,
+}
+
+impl Scenario {
+    /// Every file the scenario reads (itself included), by field path, as opened.
+    pub fn input_files(&self) -> Vec<(String, std::path::PathBuf)> {
+        let base = &self.base_dir;
+        let mut files = Vec::new();
+        if let Some(s) = &self.source {
+            files.push(("the scenario".to_string(), s.clone()));
+        }
+        for (i, g) in self.cluster.groups.iter().enumerate() {
+            if let LatencySpec::MeasuredTable { file, .. } = &g.latency {
+                files.push((format!("cluster.groups[{i}].latency.file"), base.join(file)));
+            }
+        }
+        for (i, t) in self.workload.traces.iter().enumerate() {
+            files.push((format!("workload.traces[{i}].file"), base.join(&t.file)));
+        }
+        for (i, c) in self.workload.clients.iter().enumerate() {
+            let turns = c.session.as_ref().map(|s| ("session.turns", &s.turns));
+            for (field, spec) in [
+                ("input_tokens", &c.input_tokens),
+                ("output_tokens", &c.output_tokens),
+            ]
+            .into_iter()
+            .chain(turns)
+            {
+                if let LengthSpec::Empirical { file, .. } = spec {
+                    files.push((
+                        format!("workload.clients[{i}].{field}.file"),
+                        base.join(file),
+                    ));
+                }
+            }
+        }
+        files
+    }
 }
 
 fn default_seed() -> u64 {
@@ -723,6 +763,7 @@ pub fn load(
     })?;
     let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
     let mut scenario = parse_in(&src, &file, overrides, catalog, &base_dir)?;
+    scenario.source = Some(path.to_path_buf());
     if scenario.name.is_empty() {
         scenario.name = path
             .file_stem()
@@ -753,6 +794,13 @@ fn parse_in(
     let mut text = src.to_string();
     let mut file = file.to_string();
     for (path, value) in overrides {
+        locate::check_single_value(value).map_err(|e| ScenarioError {
+            file: file.clone(),
+            problems: vec![Problem::new(path.as_str(), e).hint(
+                "a value is written as in the scenario file: --set 'policies.routing=\"least_loaded\"', \
+                 --set 'workload.clients[0].input_tokens=Constant(64)'",
+            )],
+        })?;
         text = apply_override(&text, path, value).map_err(|e| ScenarioError {
             file: file.clone(),
             problems: vec![

@@ -132,6 +132,64 @@ fn a_missing_file_and_a_bad_override_are_input_errors() {
     );
 }
 
+#[test]
+fn set_reaches_map_keys_and_refuses_values_that_smuggle_in_fields() {
+    // 60 requests at t = 0 of 100 prompt tokens; a bucket of 1,000 tokens admits 10. The
+    // scenario names no admission parameters: --set writes the map and its keys.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.ron");
+    std::fs::write(
+        &path,
+        "(cluster: (groups: [(kv_blocks: 1000, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [100.0, 1.0, 10.0]))]),
+          policies: (admission: \"token_bucket\"),
+          workload: (clients: [(arrival: AllAtZero(count: 60), input_tokens: Constant(100), output_tokens: Constant(2))]),
+          outputs: (requests_csv: false, summary_json: false))",
+    )
+    .unwrap();
+    let p = path.to_str().unwrap();
+    let out = servesim(
+        &[
+            "run",
+            p,
+            "--format",
+            "json",
+            "--set",
+            "policies.admission_params.capacity=1000.0",
+            "--set",
+            "policies.admission_params.refill_per_s=0.0",
+        ],
+        dir.path(),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s["requests"]["rejected"], 50, "{s}");
+    assert_eq!(s["rejections"]["token_bucket"], 50);
+
+    // A value that carries another field along is refused, not spliced in.
+    let out = servesim(
+        &["validate", p, "--set", "seed=1, horizon_s: 0.001"],
+        dir.path(),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("seed: `, horizon_s: 0.001` outside brackets: a --set value is one RON value"),
+        "{err}"
+    );
+    let out = servesim(
+        &[
+            "validate",
+            p,
+            "--set",
+            "policies.admission_params.capacity=1.0}, routing: \"x\", a: {",
+        ],
+        dir.path(),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unbalanced `}`"));
+}
+
 fn run_to(dir: &Path, extra: &[&str]) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
     let mut args = vec![
         "run",

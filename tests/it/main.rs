@@ -9,6 +9,7 @@ mod fidelity;
 mod golden;
 mod hand;
 mod latency;
+mod outputs;
 mod properties;
 mod reliability;
 mod scenarios;
