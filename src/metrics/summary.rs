@@ -272,6 +272,55 @@ impl Summary {
         }
         let _ = writeln!(
             s,
+            "SLO: {} of {} requests good (attainment {:.4}), goodput {:.3} req/s; Jain fairness: tenants {:.4}, instances {:.4}",
+            self.slo.good,
+            r.injected,
+            self.slo.attainment,
+            self.slo.goodput_per_s,
+            self.fairness.jain_tenant_output_tokens,
+            self.fairness.jain_instance_completed
+        );
+        if let Some(fitness) = self.fitness {
+            let _ = writeln!(s, "fitness: {fitness:.6}");
+        }
+        // Per-tenant and per-class rows when there is more than the one implicit slice.
+        let slices = self
+            .tenants
+            .iter()
+            .map(|t| ("tenant", t))
+            .chain(self.slo_classes.iter().map(|c| ("class", c)));
+        if self.tenants.len() + self.slo_classes.len() > 2 {
+            let _ = writeln!(
+                s,
+                "{:<22}{:>10}{:>10}{:>10}{:>10}{:>10}{:>11}{:>10}{:>10}",
+                "tenant / SLO class",
+                "injected",
+                "completed",
+                "rejected",
+                "timed out",
+                "good",
+                "attainment",
+                "ttft p90",
+                "e2e p90"
+            );
+            for (kind, x) in slices {
+                let _ = writeln!(
+                    s,
+                    "{:<22}{:>10}{:>10}{:>10}{:>10}{:>10}{:>11.4}{:>10}{:>10}",
+                    format!("{kind} {}", x.name),
+                    x.injected,
+                    x.completed,
+                    x.rejected,
+                    x.timed_out,
+                    x.good,
+                    x.slo_attainment,
+                    f(x.ttft_ms.p90),
+                    f(x.e2e_ms.p90)
+                );
+            }
+        }
+        let _ = writeln!(
+            s,
             "{:<10}{:<12}{:>10}{:>10}{:>12}{:>8}",
             "instance", "group", "completed", "steps", "preemptions", "busy"
         );

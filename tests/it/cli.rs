@@ -309,3 +309,53 @@ fn validate_prints_the_resolved_set_up() {
     );
     assert!(out.contains("workload: about 600 requests"), "{out}");
 }
+
+#[test]
+fn the_text_summary_shows_slo_attainment_goodput_and_each_tenant_and_class() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let run = |format: &str| {
+        let out = servesim(
+            &[
+                "run",
+                "scenarios/multi-tenant.ron",
+                "--out",
+                d,
+                "--format",
+                format,
+                "--set",
+                "workload.num_requests=600",
+            ],
+            &root(),
+        );
+        assert!(out.status.success());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let text = run("text");
+    let json: serde_json::Value = serde_json::from_str(&run("json")).unwrap();
+    let slo = &json["slo"];
+    let line = format!(
+        "SLO: {} of {} requests good (attainment {:.4}), goodput {:.3} req/s",
+        slo["good"],
+        json["requests"]["injected"],
+        slo["attainment"].as_f64().unwrap(),
+        slo["goodput_per_s"].as_f64().unwrap()
+    );
+    assert!(text.contains(&line), "{line}\n{text}");
+    for (kind, list) in [("tenant", "tenants"), ("class", "slo_classes")] {
+        let slices = json[list].as_array().unwrap();
+        assert!(!slices.is_empty());
+        for x in slices {
+            let row = text
+                .lines()
+                .find(|l| l.starts_with(&format!("{kind} {} ", x["name"].as_str().unwrap())))
+                .unwrap_or_else(|| panic!("no {kind} row for {}\n{text}", x["name"]));
+            let cols: Vec<&str> = row.split_whitespace().collect();
+            assert_eq!(cols[2], x["injected"].to_string(), "{row}");
+            assert_eq!(cols[3], x["completed"].to_string(), "{row}");
+            assert_eq!(cols[6], x["good"].to_string(), "{row}");
+            let ttft_p90: f64 = cols[8].parse().unwrap();
+            assert!((ttft_p90 - x["ttft_ms"]["p90"].as_f64().unwrap()).abs() < 1e-3);
+        }
+    }
+}
