@@ -1,29 +1,757 @@
-//! Autoscaling stage ([`SimSystems::Autoscale`]): on each periodic tick the scaling policy
-//! looks at the cluster view and may change its size. The default `static` policy never
-//! ticks, so the stage costs nothing.
+//! Autoscaling: the life of an instance and the scaling stage.
 //!
-//! [`SimSystems::Autoscale`]: crate::SimSystems::Autoscale
+//! An autoscaled group (one with `scaling`) is spawned with `max` instances, of which
+//! `count` serve from t = 0 and the rest are off (with an empty KV cache, so an off
+//! instance costs no memory). Life of an instance:
+//!
+//! ```text
+//! off → provisioning (provision_s) → loading (load_s) → warming up (warmup_s) → serving
+//!                                                                   ↓ scale down
+//!                                                 off ← draining (until its work is done)
+//! ```
+//!
+//! A scale-down first cancels instances that are still starting (newest first), then
+//! drains the serving instances with the least work: a draining instance is not routable,
+//! finishes every request already on or headed to it, then turns off and drops its KV
+//! cache. A scale-up first takes back draining instances (they still hold the model), then
+//! provisions off ones (lowest index first). While no instance anywhere is routable, the
+//! router parks requests instead of rejecting them ([`Parked`]) and a cold start begins in
+//! the cheapest autoscaled group that has room; parked requests are routed the moment an
+//! instance becomes routable.
+//!
+//! GPU time accrues from provisioning until off (you pay for a node while it boots and
+//! drains). Every transition is a row of `scale_events.csv`.
+
+use std::fs::File;
+use std::io::BufWriter;
 
 use bevy_ecs::prelude::*;
 
-use crate::engine::{ClusterView, Due, Event, EventQueue, SimClock};
-use crate::policy::{ActiveScaling, ScaleDecision};
+use crate::cluster::Parked;
+use crate::engine::{ClusterView, Due, Event, EventQueue, SimClock, SimFault};
+use crate::instance::{Instance, InstanceIndex, Scheduler, refresh_view};
+use crate::kv::{CpuTier, KvCache};
+use crate::policy::{ActiveScaling, GroupSignals, ScaleTarget};
+use crate::time::{SimDuration, SimTime};
 
-/// Evaluates the scaling policy and schedules its next tick.
+/// Where an instance is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Phase {
+    Off,
+    Provisioning,
+    Loading,
+    WarmingUp,
+    Serving,
+    Draining,
+}
+
+impl Phase {
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Off => "off",
+            Phase::Provisioning => "provisioning",
+            Phase::Loading => "loading",
+            Phase::WarmingUp => "warming_up",
+            Phase::Serving => "serving",
+            Phase::Draining => "draining",
+        }
+    }
+
+    /// Counted in the group's size (starting or serving).
+    pub fn counted(self) -> bool {
+        !matches!(self, Phase::Off | Phase::Draining)
+    }
+
+    /// Has its model loaded and serves (or warms up).
+    pub fn ready(self) -> bool {
+        matches!(self, Phase::WarmingUp | Phase::Serving)
+    }
+
+    fn starting(self) -> bool {
+        matches!(
+            self,
+            Phase::Provisioning | Phase::Loading | Phase::WarmingUp
+        )
+    }
+}
+
+/// How to rebuild an instance's KV cache when it is provisioned.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KvRecipe {
+    pub blocks: u32,
+    pub block_size: u32,
+    /// (CPU tier blocks, thrash window µs).
+    pub cpu: Option<(u32, u64)>,
+}
+
+impl KvRecipe {
+    pub fn build(&self) -> KvCache {
+        let kv = KvCache::new(self.blocks, self.block_size);
+        match self.cpu {
+            Some((blocks, window)) => kv.with_cpu_tier(CpuTier::new(blocks, window)),
+            None => kv,
+        }
+    }
+}
+
+/// An instance's life-cycle state.
+#[derive(Component, Clone, Debug)]
+pub struct Power {
+    pub phase: Phase,
+    /// End of the current timed phase (provisioning, loading, warming up).
+    pub phase_end: Option<SimTime>,
+    /// Since when it has been on (not off), for GPU time.
+    pub on_since: Option<SimTime>,
+    pub kv: KvRecipe,
+}
+
+/// Life-cycle timings and bounds of an autoscaled group.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Timing {
+    pub min: u32,
+    pub max: u32,
+    pub provision: SimDuration,
+    pub load: SimDuration,
+    pub warmup: SimDuration,
+    pub warmup_speed: f64,
+    pub routable_during_warmup: bool,
+    pub up_cooldown: SimDuration,
+    pub down_cooldown: SimDuration,
+}
+
+/// One instance group's scaling state and accounting.
+#[derive(Clone, Debug, Default)]
+pub struct GroupScaling {
+    pub name: String,
+    /// `None` for a fixed-size group.
+    pub timing: Option<Timing>,
+    /// Instance indices of the group.
+    pub instances: Vec<u32>,
+    pub gpus_per_instance: u32,
+    pub cost_per_gpu_hour: f64,
+    /// Instances on (any phase but off), and since when that number holds.
+    pub on: u32,
+    pub since: SimTime,
+    /// ∫ instances on dt, time at `max`, most on at once.
+    pub instance_time: SimDuration,
+    pub time_at_max: SimDuration,
+    pub peak: u32,
+    pub scale_ups: u64,
+    pub scale_downs: u64,
+    pub cold_starts: u64,
+    pub last_up: Option<SimTime>,
+    pub last_action: Option<SimTime>,
+    /// Σ busy time of the group's instances at the previous evaluation.
+    pub busy_mark: SimDuration,
+    /// TTFT (µs) and mean ITL (µs) of requests that finished since the previous evaluation.
+    pub ttft_window: Vec<u64>,
+    pub itl_window: Vec<f64>,
+}
+
+impl GroupScaling {
+    fn max(&self) -> u32 {
+        self.timing.map_or(self.instances.len() as u32, |t| t.max)
+    }
+
+    /// Moves the on-count step function to `now`, then sets it to `on`.
+    fn set_on(&mut self, now: SimTime, on: u32) {
+        self.advance(now);
+        self.on = on;
+        self.peak = self.peak.max(on);
+    }
+
+    fn advance(&mut self, now: SimTime) {
+        let dt = now.since(self.since);
+        self.instance_time += SimDuration(dt.as_us() * u64::from(self.on));
+        if self.on >= self.max() {
+            self.time_at_max += dt;
+        }
+        self.since = now;
+    }
+}
+
+/// The scaling state of the cluster.
+#[derive(Resource, Default)]
+pub struct Autoscaler {
+    pub groups: Vec<GroupScaling>,
+    /// Instances draining now.
+    pub draining: Vec<u32>,
+    /// Start of the current evaluation window.
+    pub window_start: SimTime,
+    /// `scale_events.csv`, when written.
+    pub events: Option<csv::Writer<BufWriter<File>>>,
+    pub write_error: Option<String>,
+    /// True when some group autoscales (collect latency samples, park requests).
+    pub active: bool,
+}
+
+/// Column names of `scale_events.csv`.
+pub const SCALE_EVENT_COLUMNS: [&str; 8] = [
+    "time_s",
+    "group",
+    "instance",
+    "event",
+    "reason",
+    "signal",
+    "group_instances",
+    "group_serving",
+];
+
+struct Ctx<'a> {
+    now: SimTime,
+    power: &'a mut Power,
+    sched: &'a mut Scheduler,
+    kv: &'a mut KvCache,
+}
+
+impl Autoscaler {
+    #[expect(clippy::too_many_arguments, reason = "one row of scale_events.csv")]
+    fn log(
+        &mut self,
+        now: SimTime,
+        g: usize,
+        instance: u32,
+        event: &str,
+        reason: &str,
+        signal: f64,
+        serving: u32,
+    ) {
+        let on = self.groups[g].on;
+        let name = self.groups[g].name.clone();
+        if let Some(w) = self.events.as_mut()
+            && self.write_error.is_none()
+        {
+            let row = [
+                format!("{:.6}", now.as_us() as f64 / 1e6),
+                name,
+                instance.to_string(),
+                event.to_string(),
+                reason.to_string(),
+                if signal.is_finite() {
+                    format!("{signal:.6}")
+                } else {
+                    String::new()
+                },
+                on.to_string(),
+                serving.to_string(),
+            ];
+            if let Err(e) = w.write_record(row) {
+                self.write_error = Some(e.to_string());
+            }
+        }
+    }
+}
+
+/// Moves an instance to `phase` (timed phases schedule their end) and keeps the view.
+fn enter(c: &mut Ctx<'_>, t: &Timing, phase: Phase, queue: &mut EventQueue, i: u32) {
+    let now = c.now;
+    if c.power.phase == Phase::Off && phase != Phase::Off {
+        c.power.on_since = Some(now);
+        *c.kv = c.power.kv.build();
+    }
+    c.power.phase = phase;
+    c.power.phase_end = None;
+    let timer = match phase {
+        Phase::Provisioning => Some(t.provision),
+        Phase::Loading => Some(t.load),
+        Phase::WarmingUp => Some(t.warmup),
+        _ => None,
+    };
+    if let Some(d) = timer {
+        c.power.phase_end = Some(now + d);
+        queue.push(now + d, Event::PhaseEnd { instance: i });
+    }
+    c.sched.unroutable =
+        !(phase == Phase::Serving || (phase == Phase::WarmingUp && t.routable_during_warmup));
+    c.sched.warmup_speed =
+        (phase == Phase::WarmingUp && t.warmup_speed < 1.0).then_some(t.warmup_speed);
+    if phase == Phase::Off {
+        c.power.on_since = None;
+        // Its KV cache is dropped (and its memory freed).
+        *c.kv = KvCache::new(0, c.power.kv.block_size);
+    }
+}
+
+fn serving(
+    world_sched: &Query<(&mut Power, &mut Scheduler, &mut KvCache)>,
+    index: &InstanceIndex,
+    group: &GroupScaling,
+) -> u32 {
+    group
+        .instances
+        .iter()
+        .filter(|&&i| {
+            world_sched
+                .get(index.0[i as usize])
+                .is_ok_and(|(p, s, _)| p.phase.ready() && !s.unroutable)
+        })
+        .count() as u32
+}
+
+/// Ends timed phases: loaded, warm. An instance that becomes routable releases the parked
+/// requests to routing in this same tick.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "a system's parameters are its signature"
+)]
+pub fn advance_phases(
+    mut due: ResMut<Due>,
+    clock: Res<SimClock>,
+    index: Res<InstanceIndex>,
+    mut scaler: ResMut<Autoscaler>,
+    mut parked: ResMut<Parked>,
+    mut view: ResMut<ClusterView>,
+    mut queue: ResMut<EventQueue>,
+    mut instances: Query<(&mut Power, &mut Scheduler, &mut KvCache)>,
+    groups: Query<&Instance>,
+) {
+    let now = clock.now;
+    if std::mem::take(&mut due.unpark) {
+        due.route.append(&mut parked.requests);
+    }
+    let ends = std::mem::take(&mut due.phase_ends);
+    for &i in &ends {
+        let e = index.0[i as usize];
+        let g = groups.get(e).map_or(0, |x| x.group as usize);
+        let Some(t) = scaler.groups[g].timing else {
+            continue;
+        };
+        let (next, was_routable) = {
+            let (power, sched, _) = instances.get(e).expect("instance exists");
+            if power.phase_end != Some(now) {
+                continue; // cancelled or superseded
+            }
+            let next = match power.phase {
+                Phase::Provisioning => Phase::Loading,
+                Phase::Loading if t.warmup.as_us() > 0 => Phase::WarmingUp,
+                Phase::Loading | Phase::WarmingUp => Phase::Serving,
+                _ => continue,
+            };
+            (next, !sched.unroutable)
+        };
+        {
+            let (mut power, mut sched, mut kv) = instances.get_mut(e).expect("instance exists");
+            let mut c = Ctx {
+                now,
+                power: &mut power,
+                sched: &mut sched,
+                kv: &mut kv,
+            };
+            enter(&mut c, &t, next, &mut queue, i);
+            refresh_view(&mut view, i, &sched, &kv);
+        }
+        let serving_now = serving(&instances, &index, &scaler.groups[g]);
+        scaler.log(now, g, i, next.name(), "", f64::NAN, serving_now);
+        let routable = !instances.get(e).expect("instance exists").1.unroutable;
+        if routable && !was_routable && !parked.requests.is_empty() {
+            due.route.append(&mut parked.requests);
+        }
+    }
+    let mut ends = ends;
+    ends.clear();
+    due.phase_ends = ends;
+    finish_drains(now, &index, &mut scaler, &view, &mut instances, &groups);
+}
+
+/// Turns off draining instances with nothing left on them or headed to them.
+fn finish_drains(
+    now: SimTime,
+    index: &InstanceIndex,
+    scaler: &mut Autoscaler,
+    view: &ClusterView,
+    instances: &mut Query<(&mut Power, &mut Scheduler, &mut KvCache)>,
+    groups: &Query<&Instance>,
+) {
+    if scaler.draining.is_empty() {
+        return;
+    }
+    let mut k = 0;
+    while k < scaler.draining.len() {
+        let i = scaler.draining[k];
+        let e = index.0[i as usize];
+        let done = {
+            let (_, s, _) = instances.get(e).expect("instance exists");
+            s.resident() == 0
+                && s.in_flight.is_empty()
+                && s.step_end.is_none()
+                && view.instances[i as usize].in_flight == 0
+        };
+        if !done {
+            k += 1;
+            continue;
+        }
+        scaler.draining.swap_remove(k);
+        let g = groups.get(e).map_or(0, |x| x.group as usize);
+        let t = scaler.groups[g]
+            .timing
+            .expect("only autoscaled groups drain");
+        {
+            let (mut power, mut sched, mut kv) = instances.get_mut(e).expect("instance exists");
+            let mut c = Ctx {
+                now,
+                power: &mut power,
+                sched: &mut sched,
+                kv: &mut kv,
+            };
+            let mut q = EventQueue::default();
+            enter(&mut c, &t, Phase::Off, &mut q, i);
+        }
+        let on = scaler.groups[g].on - 1;
+        scaler.groups[g].set_on(now, on);
+        let serving_now = serving(instances, index, &scaler.groups[g]);
+        scaler.log(now, g, i, "off", "drained", f64::NAN, serving_now);
+    }
+}
+
+/// Collects the windowed latency samples of autoscaled groups (before Record despawns).
+pub fn sample_latencies(
+    due: Res<Due>,
+    mut scaler: ResMut<Autoscaler>,
+    groups: Query<&Instance>,
+    index: Res<InstanceIndex>,
+) {
+    if !scaler.active {
+        return;
+    }
+    for f in &due.finished {
+        let (Some(i), Some(ttft)) = (f.instance, f.ttft) else {
+            continue;
+        };
+        let g = groups
+            .get(index.0[i as usize])
+            .map_or(0, |x| x.group as usize);
+        let group = &mut scaler.groups[g];
+        if group.timing.is_none() {
+            continue;
+        }
+        group.ttft_window.push(ttft.as_us());
+        if f.itl_count > 0 {
+            group
+                .itl_window
+                .push(f.itl_sum.as_us() as f64 / f64::from(f.itl_count));
+        }
+    }
+}
+
+fn p90_ms(samples: &mut [f64]) -> Option<f64> {
+    if samples.is_empty() {
+        return None;
+    }
+    samples.sort_by(f64::total_cmp);
+    // Nearest rank.
+    let rank = ((0.9 * samples.len() as f64).ceil() as usize).clamp(1, samples.len());
+    Some(samples[rank - 1] / 1e3)
+}
+
+/// Evaluates the scaling policy (at its times) and starts cold starts for parked requests.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "a system's parameters are its signature"
+)]
 pub fn evaluate_scaling(
     mut due: ResMut<Due>,
     clock: Res<SimClock>,
-    view: Res<ClusterView>,
+    index: Res<InstanceIndex>,
     mut policy: ResMut<ActiveScaling>,
+    mut scaler: ResMut<Autoscaler>,
+    parked: Res<Parked>,
+    mut view: ResMut<ClusterView>,
     mut queue: ResMut<EventQueue>,
+    mut instances: Query<(&mut Power, &mut Scheduler, &mut KvCache)>,
+    groups: Query<&Instance>,
 ) {
-    due.autoscale = false;
-    match policy.0.evaluate(clock.now, &view.instances) {
-        ScaleDecision::Hold => {}
+    let now = clock.now;
+    let scaler = &mut *scaler;
+    if std::mem::take(&mut due.autoscale) {
+        let signals = signals(now, scaler, &parked, &view, &index, &instances);
+        scaler.window_start = now;
+        let targets = policy.0.evaluate(now, &signals);
+        for t in targets {
+            apply(
+                now,
+                t,
+                scaler,
+                &index,
+                &mut view,
+                &mut queue,
+                &mut instances,
+                false,
+            );
+        }
+        if let Some(next) = policy.0.next_evaluation(now, false)
+            && !queue.is_empty()
+            && next > now
+        {
+            queue.push(next, Event::AutoscaleTick);
+        }
     }
-    if let Some(interval) = policy.0.interval()
-        && !queue.is_empty()
-    {
-        queue.push(clock.now + interval, Event::AutoscaleTick);
+    if std::mem::take(&mut due.cold_start) && !parked.requests.is_empty() {
+        cold_start(now, scaler, &index, &mut view, &mut queue, &mut instances);
+    }
+    finish_drains(now, &index, scaler, &view, &mut instances, &groups);
+}
+
+/// What the policy sees of each autoscaled group.
+fn signals(
+    now: SimTime,
+    scaler: &mut Autoscaler,
+    parked: &Parked,
+    view: &ClusterView,
+    index: &InstanceIndex,
+    instances: &Query<(&mut Power, &mut Scheduler, &mut KvCache)>,
+) -> Vec<GroupSignals> {
+    let window = now.since(scaler.window_start).as_us() as f64;
+    let parked_n = parked.requests.len() as f64;
+    let mut out = Vec::new();
+    for (g, group) in scaler.groups.iter_mut().enumerate() {
+        let Some(t) = group.timing else { continue };
+        let (mut current, mut ready, mut busy) = (0u32, 0u32, SimDuration::ZERO);
+        let (mut queued, mut resident, mut used, mut total) = (0u64, 0u64, 0u64, 0u64);
+        for &i in &group.instances {
+            let (p, s, kv) = instances.get(index.0[i as usize]).expect("instance exists");
+            busy += s.counters.busy;
+            current += u32::from(p.phase.counted());
+            if p.phase.ready() {
+                ready += 1;
+                let transit = u64::from(view.instances[i as usize].in_flight);
+                queued += s.waiting.len() as u64 + transit;
+                resident += s.resident() as u64 + transit;
+                used += u64::from(kv.allocated_blocks());
+                total += u64::from(kv.total_blocks());
+            }
+        }
+        let per = |x: f64| x / f64::from(ready.max(1));
+        let utilization = if ready == 0 || window == 0.0 {
+            0.0
+        } else {
+            busy.as_us().saturating_sub(group.busy_mark.as_us()) as f64
+                / (f64::from(ready) * window)
+        };
+        group.busy_mark = busy;
+        let mut ttft: Vec<f64> = group.ttft_window.drain(..).map(|x| x as f64).collect();
+        let mut itl = std::mem::take(&mut group.itl_window);
+        out.push(GroupSignals {
+            group: g as u32,
+            current,
+            ready,
+            min: t.min,
+            max: t.max,
+            instance_cost_per_hour: f64::from(group.gpus_per_instance) * group.cost_per_gpu_hour,
+            utilization,
+            queue_per_instance: per(queued as f64 + parked_n),
+            kv_usage: if total == 0 {
+                0.0
+            } else {
+                used as f64 / total as f64
+            },
+            in_flight_per_instance: per(resident as f64 + parked_n),
+            ttft_p90_ms: p90_ms(&mut ttft),
+            itl_p90_ms: p90_ms(&mut itl),
+        });
+    }
+    out
+}
+
+/// Moves group `t.group` toward `t.desired` (clamped to its bounds, within cooldowns).
+#[expect(clippy::too_many_arguments, reason = "the scaling state it changes")]
+fn apply(
+    now: SimTime,
+    target: ScaleTarget,
+    scaler: &mut Autoscaler,
+    index: &InstanceIndex,
+    view: &mut ClusterView,
+    queue: &mut EventQueue,
+    instances: &mut Query<(&mut Power, &mut Scheduler, &mut KvCache)>,
+    cold: bool,
+) {
+    let g = target.group as usize;
+    let Some(t) = scaler.groups.get(g).and_then(|x| x.timing) else {
+        return;
+    };
+    let desired = target.desired.clamp(t.min, t.max);
+    let phase_of = |instances: &Query<(&mut Power, &mut Scheduler, &mut KvCache)>, i: u32| {
+        instances
+            .get(index.0[i as usize])
+            .map(|(p, _, _)| p.phase)
+            .expect("instance exists")
+    };
+    let members = scaler.groups[g].instances.clone();
+    let current = members
+        .iter()
+        .filter(|&&i| phase_of(instances, i).counted())
+        .count() as u32;
+    let group = &scaler.groups[g];
+    if desired > current {
+        if !cold && group.last_up.is_some_and(|u| now < u + t.up_cooldown) {
+            return;
+        }
+        let mut need = desired - current;
+        // Take back draining instances first (the model is still loaded), then start off ones.
+        for pass in [Phase::Draining, Phase::Off] {
+            for &i in &members {
+                if need == 0 || phase_of(instances, i) != pass {
+                    continue;
+                }
+                let e = index.0[i as usize];
+                let (mut power, mut sched, mut kv) = instances.get_mut(e).expect("instance exists");
+                let mut c = Ctx {
+                    now,
+                    power: &mut power,
+                    sched: &mut sched,
+                    kv: &mut kv,
+                };
+                let (phase, event) = if pass == Phase::Draining {
+                    scaler.draining.retain(|&d| d != i);
+                    // Routable again at once: parked requests may go to it.
+                    queue.push(now, Event::Unpark);
+                    (Phase::Serving, "undrain")
+                } else {
+                    (Phase::Provisioning, "provisioning")
+                };
+                enter(&mut c, &t, phase, queue, i);
+                refresh_view(view, i, &sched, &kv);
+                need -= 1;
+                let group = &mut scaler.groups[g];
+                if pass == Phase::Off {
+                    let on = group.on + 1;
+                    group.set_on(now, on);
+                }
+                group.scale_ups += 1;
+                group.cold_starts += u64::from(cold);
+                let serving_now = serving(instances, index, &scaler.groups[g]);
+                scaler.log(now, g, i, event, target.reason, target.signal, serving_now);
+            }
+        }
+        let group = &mut scaler.groups[g];
+        group.last_up = Some(now);
+        group.last_action = Some(now);
+    } else if desired < current {
+        if group.last_action.is_some_and(|a| now < a + t.down_cooldown) {
+            return;
+        }
+        let mut cut = current - desired;
+        // Cancel starting instances first (newest start first), then drain the serving
+        // ones with the least work (ties: highest index).
+        let mut order: Vec<(u8, u64, u32)> = members
+            .iter()
+            .filter_map(|&i| {
+                let (p, s, _) = instances.get(index.0[i as usize]).ok()?;
+                let load = s.resident() as u64 + u64::from(view.instances[i as usize].in_flight);
+                match p.phase {
+                    ph if ph.starting() && load == 0 => {
+                        Some((0, u64::MAX - p.on_since.map_or(0, |x| x.as_us()), i))
+                    }
+                    ph if ph.counted() => Some((1, load, i)),
+                    _ => None,
+                }
+            })
+            .collect();
+        order.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)).then(b.2.cmp(&a.2)));
+        for (kind, load, i) in order {
+            if cut == 0 {
+                break;
+            }
+            let e = index.0[i as usize];
+            let (mut power, mut sched, mut kv) = instances.get_mut(e).expect("instance exists");
+            let mut c = Ctx {
+                now,
+                power: &mut power,
+                sched: &mut sched,
+                kv: &mut kv,
+            };
+            let (phase, event) = if kind == 0 || load == 0 {
+                (Phase::Off, if kind == 0 { "cancelled" } else { "off" })
+            } else {
+                (Phase::Draining, "draining")
+            };
+            enter(&mut c, &t, phase, queue, i);
+            refresh_view(view, i, &sched, &kv);
+            cut -= 1;
+            if phase == Phase::Draining {
+                scaler.draining.push(i);
+            }
+            let group = &mut scaler.groups[g];
+            if phase == Phase::Off {
+                let on = group.on - 1;
+                group.set_on(now, on);
+            }
+            group.scale_downs += 1;
+            let serving_now = serving(instances, index, &scaler.groups[g]);
+            scaler.log(now, g, i, event, target.reason, target.signal, serving_now);
+        }
+        scaler.groups[g].last_action = Some(now);
+    }
+}
+
+/// Parked requests and nothing on its way: start one instance in the cheapest autoscaled
+/// group with room.
+fn cold_start(
+    now: SimTime,
+    scaler: &mut Autoscaler,
+    index: &InstanceIndex,
+    view: &mut ClusterView,
+    queue: &mut EventQueue,
+    instances: &mut Query<(&mut Power, &mut Scheduler, &mut KvCache)>,
+) {
+    let coming = scaler.groups.iter().any(|g| {
+        g.timing.is_some()
+            && g.instances.iter().any(|&i| {
+                instances
+                    .get(index.0[i as usize])
+                    .is_ok_and(|(p, s, _)| p.phase.starting() || (p.phase.ready() && !s.unroutable))
+            })
+    });
+    if coming {
+        return;
+    }
+    let pick = scaler
+        .groups
+        .iter()
+        .enumerate()
+        .filter_map(|(g, x)| {
+            let t = x.timing?;
+            let on = x
+                .instances
+                .iter()
+                .filter(|&&i| {
+                    instances
+                        .get(index.0[i as usize])
+                        .is_ok_and(|(p, _, _)| p.phase.counted())
+                })
+                .count() as u32;
+            (on < t.max).then_some((f64::from(x.gpus_per_instance) * x.cost_per_gpu_hour, g, on))
+        })
+        .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    if let Some((_, g, on)) = pick {
+        let target = ScaleTarget {
+            group: g as u32,
+            desired: on + 1,
+            reason: "cold_start",
+            signal: f64::NAN,
+        };
+        apply(now, target, scaler, index, view, queue, instances, true);
+    }
+}
+
+/// Stops the run at the first failed write of `scale_events.csv`.
+pub fn stop_on_event_write_error(
+    scaler: Res<Autoscaler>,
+    clock: Res<SimClock>,
+    mut fault: ResMut<SimFault>,
+) {
+    if let Some(e) = &scaler.write_error {
+        fault.0.get_or_insert_with(|| {
+            format!(
+                "cannot write scale_events.csv at simulated time {:.3} s: {e}",
+                clock.now.as_us() as f64 / 1e6
+            )
+        });
+    }
+}
+
+/// Closes the accounting at `end` (the end of the run).
+pub fn close_accounts(scaler: &mut Autoscaler, end: SimTime) {
+    for g in &mut scaler.groups {
+        g.advance(end);
     }
 }

@@ -11,6 +11,7 @@
 //! [`SimSystems::Route`]: crate::SimSystems::Route
 
 use bevy_ecs::prelude::*;
+use bevy_ecs::system::SystemParam;
 
 use crate::engine::{ClusterView, Due, Event, EventQueue, SimClock};
 use crate::instance::InstanceIndex;
@@ -77,6 +78,25 @@ pub struct RouterSnapshots {
     pub stale: Vec<crate::policy::InstanceSnapshot>,
 }
 
+/// Requests waiting at the router because no instance is routable while autoscaling can
+/// bring one up (scale to zero, cold starts). They count as in transit; when an instance
+/// becomes routable they are routed again, oldest first.
+#[derive(Resource, Debug, Default, Clone)]
+pub struct Parked {
+    /// True when some group autoscales: requests wait instead of being rejected.
+    pub enabled: bool,
+    pub requests: Vec<Entity>,
+}
+
+/// What routing writes besides the request itself.
+#[derive(SystemParam)]
+pub struct RouteBook<'w> {
+    stats: ResMut<'w, RoutingStats>,
+    log: ResMut<'w, DecisionLog>,
+    rejections: ResMut<'w, Rejections>,
+    parked: ResMut<'w, Parked>,
+}
+
 /// Regret statistics of routing decisions (BLIS counterfactual regret).
 #[derive(Resource, Debug, Default, Clone)]
 pub struct RoutingStats {
@@ -140,9 +160,7 @@ pub fn route_requests(
     mut policy: ResMut<ActiveRouting>,
     mut queue: ResMut<EventQueue>,
     mut snapshots: ResMut<RouterSnapshots>,
-    mut stats: ResMut<RoutingStats>,
-    mut log: ResMut<DecisionLog>,
-    mut rejections: ResMut<Rejections>,
+    mut book: RouteBook,
     mut seen: Local<Vec<crate::policy::InstanceSnapshot>>,
     mut requests: Query<(&RequestSpec, &mut Lifecycle)>,
     latencies: Query<&Latency>,
@@ -189,7 +207,12 @@ pub fn route_requests(
             block_size,
         };
         let Some(i) = policy.0.choose(spec, now, &rv) else {
-            *rejections.0.entry("no_routable_instance").or_default() += 1;
+            if book.parked.enabled {
+                book.parked.requests.push(entity);
+                due.cold_start = true;
+                continue;
+            }
+            *book.rejections.0.entry("no_routable_instance").or_default() += 1;
             due.finished.push(FinishedRequest::unserved(
                 entity,
                 spec.clone(),
@@ -200,8 +223,8 @@ pub fn route_requests(
             continue;
         };
         trace_decision(
-            &mut stats,
-            &mut log,
+            &mut book.stats,
+            &mut book.log,
             policy.0.last_scores(),
             instances,
             now,

@@ -13,12 +13,16 @@
 //!   first token ≤ completion ≤ now.
 //! - INV-8 work conservation: an instance with queued or running requests has a step in
 //!   flight; waiting requests hold no KV blocks.
+//! - INV-9 instance life cycle (autoscaling): an off instance holds no request, no step,
+//!   no KV cache and nothing headed to it; only serving (or warming-up, when allowed)
+//!   instances are routable.
 //!
 //! [`SimSystems::Check`]: crate::SimSystems::Check
 
 use bevy_ecs::prelude::*;
 
-use crate::engine::{Injected, SimClock};
+use crate::autoscale::{Phase, Power};
+use crate::engine::{ClusterView, Injected, SimClock};
 use crate::instance::{Instance, Scheduler};
 use crate::kv::KvCache;
 use crate::metrics::Aggregates;
@@ -76,7 +80,8 @@ pub fn check_invariants(
     agg: Res<Aggregates>,
     mut last: Local<SimTime>,
     requests: Query<&Lifecycle>,
-    instances: Query<(&Instance, &Scheduler, &KvCache)>,
+    instances: Query<(&Instance, &Scheduler, &KvCache, Option<&Power>)>,
+    view: Res<ClusterView>,
 ) {
     let now = clock.now;
     assert!(
@@ -87,8 +92,33 @@ pub fn check_invariants(
     *last = now;
 
     let mut resident = 0u64;
-    for (inst, sched, kv) in &instances {
+    for (inst, sched, kv, power) in &instances {
         resident += sched.resident() as u64;
+        if let Some(p) = power {
+            let i = inst.index;
+            if p.phase == Phase::Off {
+                assert!(
+                    sched.resident() == 0
+                        && sched.in_flight.is_empty()
+                        && kv.total_blocks() == 0
+                        && view.instances[i as usize].in_flight == 0,
+                    "INV-9 at {now}: instance {i} is off but holds {} requests, {} steps, {} KV blocks, {} headed to it",
+                    sched.resident(),
+                    sched.in_flight.len(),
+                    kv.total_blocks(),
+                    view.instances[i as usize].in_flight
+                );
+            }
+            assert!(
+                sched.unroutable || matches!(p.phase, Phase::Serving | Phase::WarmingUp),
+                "INV-9 at {now}: instance {i} is routable while {}",
+                p.phase.name()
+            );
+            assert_eq!(
+                view.instances[i as usize].routable, !sched.unroutable,
+                "INV-9 at {now}: the view of instance {i} disagrees on routability"
+            );
+        }
         assert!(
             kv.conserves_blocks(),
             "INV-4 at {now}: instance {} has {} allocated + {} free != {} blocks",

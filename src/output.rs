@@ -20,11 +20,12 @@ use std::path::{Path, PathBuf};
 /// Names of the staging directories (followed by a random suffix).
 const STAGING_PREFIX: &str = ".servesim-run-";
 
-/// Every result file name a servesim command writes (`run`'s three first).
-pub const RESULT_FILES: [&str; 4] = [
+/// Every result file name a servesim command writes (`run`'s four first).
+pub const RESULT_FILES: [&str; 5] = [
     "requests.csv",
     "decisions.csv",
     "summary.json",
+    "scale_events.csv",
     "check-real.json",
 ];
 
@@ -124,7 +125,7 @@ impl OutputDir {
     /// Result files already in the directory that this run has not written (so far): after
     /// a commit they are from an earlier run.
     pub fn earlier_files(&self) -> Vec<String> {
-        RESULT_FILES[..3]
+        RESULT_FILES[..4]
             .iter()
             .filter(|n| !self.staged.iter().any(|s| s == *n))
             .filter(|n| fs::symlink_metadata(self.dir.join(n)).is_ok())

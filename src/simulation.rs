@@ -6,7 +6,10 @@ use bevy_app::{App, Plugin};
 use bevy_ecs::prelude::*;
 use bevy_ecs::schedule::Schedules;
 
-use crate::autoscale::evaluate_scaling;
+use crate::autoscale::{
+    Autoscaler, GroupScaling, KvRecipe, Phase, Power, Timing, advance_phases, evaluate_scaling,
+    sample_latencies, stop_on_event_write_error,
+};
 use crate::cluster::{
     ClusterDelays, DecisionLog, Rejections, RouterSnapshots, RoutingStats, admit_requests,
     route_requests,
@@ -43,6 +46,8 @@ impl Plugin for ClusterPlugin {
             .init_resource::<RouterSnapshots>()
             .init_resource::<RoutingStats>()
             .init_resource::<DecisionLog>()
+            .init_resource::<crate::cluster::Parked>()
+            .init_resource::<Autoscaler>()
             .add_systems(
                 SimStep,
                 (
@@ -56,6 +61,15 @@ impl Plugin for ClusterPlugin {
                     admit_requests.in_set(SimSystems::Admit),
                     route_requests.in_set(SimSystems::Route),
                     evaluate_scaling.in_set(SimSystems::Autoscale),
+                    advance_phases
+                        .in_set(SimSystems::Advance)
+                        .after(instance::retire_steps),
+                    sample_latencies
+                        .in_set(SimSystems::Record)
+                        .before(metrics::record_finished),
+                    stop_on_event_write_error
+                        .in_set(SimSystems::Record)
+                        .after(metrics::record_finished),
                 ),
             );
     }
@@ -332,7 +346,12 @@ impl Simulation {
             &p.scheduling,
             &args(&no_params),
         )?;
-        let first_scale_tick = scaling.interval().map(|_| SimTime::ZERO);
+        let autoscaled = scenario.cluster.groups.iter().any(|g| g.scaling.is_some());
+        let first_scale_tick = if autoscaled {
+            scaling.next_evaluation(SimTime::ZERO, true)
+        } else {
+            None
+        };
         world.insert_resource(ActiveAdmission(admission));
         world.insert_resource(ActiveRouting(routing));
         world.insert_resource(ActiveScaling(scaling));
@@ -363,6 +382,10 @@ impl Simulation {
         let mut index = Vec::new();
         let mut view = Vec::new();
         let mut group_names = Vec::new();
+        let mut scaler = Autoscaler {
+            active: autoscaled,
+            ..Default::default()
+        };
         for (g, group) in scenario.cluster.groups.iter().enumerate() {
             let name = if group.name.is_empty() {
                 format!("group{g}")
@@ -377,21 +400,65 @@ impl Simulation {
                         .join("; "),
                 )
             })?;
-            for _ in 0..group.count {
-                let i = index.len() as u32;
-                let mut kv = KvCache::new(resolved.kv_blocks, group.block_size);
-                if let Some((blocks, _, _)) = resolved.cpu_tier {
-                    kv = kv.with_cpu_tier(crate::kv::CpuTier::new(
+            let timing = group.scaling.as_ref().map(|s| {
+                // One GPU's share of the weights over the load bandwidth.
+                let derived = resolved.model.as_ref().map_or(0.0, |m| {
+                    crate::model::params(m) * m.weight_bytes
+                        / f64::from(group.tp.max(1) * group.pp.max(1))
+                        / (s.load_gb_per_s * 1e9)
+                });
+                Timing {
+                    min: s.min,
+                    max: s.max,
+                    provision: SimDuration::from_secs_f64(s.provision_s),
+                    load: SimDuration::from_secs_f64(s.load_s.unwrap_or(derived)),
+                    warmup: SimDuration::from_secs_f64(s.warmup_s),
+                    warmup_speed: s.warmup_speed,
+                    routable_during_warmup: s.routable_during_warmup,
+                    up_cooldown: SimDuration::from_secs_f64(s.scale_up_cooldown_s),
+                    down_cooldown: SimDuration::from_secs_f64(s.scale_down_cooldown_s),
+                }
+            });
+            let recipe = KvRecipe {
+                blocks: resolved.kv_blocks,
+                block_size: group.block_size,
+                cpu: resolved.cpu_tier.map(|(blocks, _, _)| {
+                    (
                         blocks,
                         SimDuration::from_secs_f64(group.cpu_kv_thrash_window_s).as_us(),
-                    ));
-                }
+                    )
+                }),
+            };
+            let mut accounts = GroupScaling {
+                name: name.clone(),
+                timing,
+                gpus_per_instance: group.tp.max(1) * group.pp.max(1),
+                cost_per_gpu_hour: group.cost_per_gpu_hour,
+                on: group.count,
+                peak: group.count,
+                ..Default::default()
+            };
+            let spawned = timing.map_or(group.count, |t| t.max);
+            for k in 0..spawned {
+                let i = index.len() as u32;
+                accounts.instances.push(i);
+                let on = k < group.count;
+                // An instance that is off holds no KV cache until it is provisioned.
+                let kv = if on {
+                    recipe.build()
+                } else {
+                    KvCache::new(0, group.block_size)
+                };
+                let scheduler = Scheduler {
+                    unroutable: !on,
+                    ..Default::default()
+                };
                 if u64::from(resolved.kv_blocks) * u64::from(group.block_size)
                     > u64::from(largest_cache.0) * u64::from(largest_cache.1)
                 {
                     largest_cache = (resolved.kv_blocks, group.block_size);
                 }
-                view.push(instance::snapshot(i, &Scheduler::default(), &kv, 0));
+                view.push(instance::snapshot(i, &scheduler, &kv, 0));
                 let latency = Latency(resolved.latency.clone());
                 let e = world
                     .spawn(InstanceBundle {
@@ -412,15 +479,23 @@ impl Simulation {
                             max_waiting: scenario.limits.max_waiting_per_instance,
                             pp_link_latency: SimDuration(group.pp_link_latency_us),
                         },
-                        scheduler: Scheduler::default(),
+                        scheduler,
                         kv,
                         latency,
+                    })
+                    .insert(Power {
+                        phase: if on { Phase::Serving } else { Phase::Off },
+                        phase_end: None,
+                        on_since: on.then_some(SimTime::ZERO),
+                        kv: recipe,
                     })
                     .id();
                 index.push(e);
                 group_names.push(name.clone());
             }
+            scaler.groups.push(accounts);
         }
+        world.resource_mut::<crate::cluster::Parked>().enabled = autoscaled;
         world.insert_resource(InstanceIndex(index));
         world.resource_mut::<RouterSnapshots>().stale = view.clone();
         world.insert_resource(ClusterView { instances: view });
@@ -441,12 +516,16 @@ impl Simulation {
 
         let outputs = &scenario.outputs;
         let decisions = options.trace_decisions || outputs.decisions_csv;
+        let scale_events = autoscaled && outputs.scale_events_csv;
         let mut out = match &options.out_dir {
-            Some(dir) if outputs.requests_csv || outputs.summary_json || decisions => {
+            Some(dir)
+                if outputs.requests_csv || outputs.summary_json || decisions || scale_events =>
+            {
                 let names = [
                     ("requests.csv", outputs.requests_csv),
                     ("decisions.csv", decisions),
                     ("summary.json", outputs.summary_json),
+                    ("scale_events.csv", scale_events),
                 ];
                 let written: Vec<&str> = names.iter().filter(|n| n.1).map(|n| n.0).collect();
                 refuse_overwriting_inputs(scenario, dir, &written)?;
@@ -488,6 +567,20 @@ impl Simulation {
             });
         }
 
+        if let Some(out) = &mut out
+            && scale_events
+        {
+            let mut writer = csv::Writer::from_writer(out.create("scale_events.csv")?);
+            writer
+                .write_record(crate::autoscale::SCALE_EVENT_COLUMNS)
+                .map_err(|e| SimError::Output {
+                    path: out.staged_path("scale_events.csv"),
+                    message: e.to_string(),
+                })?;
+            scaler.events = Some(writer);
+        }
+        world.insert_resource(scaler);
+
         if let Some(c) = &options.collect {
             world.resource_mut::<RequestLog>().collect = Some(c.clone());
         }
@@ -523,6 +616,7 @@ impl Simulation {
         // Writers hold the staged files open; dropping the directory removes them.
         self.world.resource_mut::<RequestLog>().writer = None;
         self.world.resource_mut::<DecisionLog>().writer = None;
+        self.world.resource_mut::<Autoscaler>().events = None;
         self.out = None;
     }
 
@@ -827,9 +921,64 @@ impl Simulation {
                 thrashing_rate: ratio(thrashed, reloaded),
             },
             instances,
+            groups: Vec::new(),
+            cost: Default::default(),
         };
 
         let mut summary = summary;
+        {
+            let mut scaler = world.resource_mut::<Autoscaler>();
+            crate::autoscale::close_accounts(&mut scaler, now);
+            let end = now.as_us() as f64;
+            for g in &scaler.groups {
+                let instance_hours = g.instance_time.as_us() as f64 / 3.6e9;
+                let gpu_hours = instance_hours * f64::from(g.gpus_per_instance);
+                summary.groups.push(metrics::GroupUsage {
+                    group: g.name.clone(),
+                    autoscaled: g.timing.is_some(),
+                    gpus_per_instance: g.gpus_per_instance,
+                    gpu_hours,
+                    cost: gpu_hours * g.cost_per_gpu_hour,
+                    mean_instances: if end > 0.0 {
+                        g.instance_time.as_us() as f64 / end
+                    } else {
+                        f64::from(g.on)
+                    },
+                    max_instances: g.peak,
+                    time_at_max_s: g.time_at_max.as_secs_f64(),
+                    scale_ups: g.scale_ups,
+                    cold_starts: g.cold_starts,
+                    scale_downs: g.scale_downs,
+                });
+            }
+            let c = &mut summary.cost;
+            c.gpu_hours = summary.groups.iter().map(|g| g.gpu_hours).sum();
+            c.total = summary.groups.iter().map(|g| g.cost).sum();
+            let mtok = summary.throughput.output_tokens as f64 / 1e6;
+            c.per_million_output_tokens = if mtok > 0.0 { c.total / mtok } else { 0.0 };
+            if let Some(err) = scaler.write_error.take() {
+                return Err(SimError::Output {
+                    path: PathBuf::from("scale_events.csv"),
+                    message: err,
+                });
+            }
+            if let Some(out) = &self.out
+                && let Some(writer) = scaler.events.take()
+            {
+                let path = out.staged_path("scale_events.csv");
+                let io = |e: String| SimError::Output {
+                    path: path.clone(),
+                    message: e,
+                };
+                writer
+                    .into_inner()
+                    .map_err(|e| io(e.to_string()))?
+                    .into_inner()
+                    .map_err(|e| io(e.to_string()))?
+                    .sync_all()
+                    .map_err(|e| io(e.to_string()))?;
+            }
+        }
         summary.warnings = diagnose(&summary, self.largest_cache);
         if self.max_waiting_per_instance.is_none() {
             let peak = index

@@ -26,7 +26,8 @@ pub struct SimStep;
 #[derive(SystemSet, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SimSystems {
     /// Instances whose step ended now become free; requests that finished in that step are
-    /// handed to Record. Reads [`Due::step_finished`].
+    /// handed to Record; instances end life-cycle phases (loaded, warm) and finish drains.
+    /// Reads [`Due::step_finished`] and [`Due::phase_ends`].
     Advance,
     /// Workload sources spawn the requests arriving now. Reads [`Due::arrivals`].
     Arrive,
@@ -43,7 +44,8 @@ pub enum SimSystems {
     /// Token progress of each new batch is applied; finished requests release their KV
     /// blocks and leave at the step end. Reads [`Due::complete`].
     Complete,
-    /// Periodic autoscaling. Reads [`Due::autoscale`].
+    /// Autoscaling evaluations and cold starts. Reads [`Due::autoscale`] and
+    /// [`Due::cold_start`].
     Autoscale,
     /// Per-request rows, aggregates; finished requests are despawned. Reads [`Due::finished`].
     Record,
@@ -75,6 +77,12 @@ pub struct Due {
     pub execute: Vec<u32>,
     pub complete: Vec<u32>,
     pub autoscale: bool,
+    /// Set by routing when it parked a request for want of any routable instance.
+    pub cold_start: bool,
+    /// Instances whose timed life-cycle phase ends now.
+    pub phase_ends: Vec<u32>,
+    /// Parked requests are to be routed again now.
+    pub unpark: bool,
     pub finished: Vec<FinishedRequest>,
     /// Sessions whose next turn is due now.
     pub session_turns: Vec<u64>,
@@ -104,6 +112,8 @@ impl Due {
             Event::SessionTurn { session } => self.session_turns.push(session),
             Event::Timeout { request } => self.timeouts.push(request),
             Event::Release { source } => self.releases.push(source),
+            Event::PhaseEnd { instance } => self.phase_ends.push(instance),
+            Event::Unpark => self.unpark = true,
         }
     }
 }
@@ -144,7 +154,9 @@ impl Plugin for EnginePlugin {
             .configure_sets(
                 SimStep,
                 (
-                    SimSystems::Advance.run_if(|d: Res<Due>| !d.step_finished.is_empty()),
+                    SimSystems::Advance.run_if(|d: Res<Due>| {
+                        !d.step_finished.is_empty() || !d.phase_ends.is_empty() || d.unpark
+                    }),
                     SimSystems::Arrive.run_if(|d: Res<Due>| {
                         !d.arrivals.is_empty()
                             || !d.session_turns.is_empty()
@@ -157,7 +169,7 @@ impl Plugin for EnginePlugin {
                     SimSystems::Batch.run_if(|d: Res<Due>| !d.batch.is_empty()),
                     SimSystems::Execute.run_if(|d: Res<Due>| !d.execute.is_empty()),
                     SimSystems::Complete.run_if(|d: Res<Due>| !d.complete.is_empty()),
-                    SimSystems::Autoscale.run_if(|d: Res<Due>| d.autoscale),
+                    SimSystems::Autoscale.run_if(|d: Res<Due>| d.autoscale || d.cold_start),
                     SimSystems::Record.run_if(|d: Res<Due>| !d.finished.is_empty()),
                     SimSystems::Check,
                 )

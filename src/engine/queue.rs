@@ -40,6 +40,10 @@ pub enum Event {
     Timeout { request: Entity },
     /// Source `source` lets one more request of its offline batch into the cluster.
     Release { source: u32 },
+    /// Instance `instance` ends a timed life-cycle phase (provisioning, loading, warm-up).
+    PhaseEnd { instance: u32 },
+    /// An instance became routable outside the Advance stage: parked requests are routed.
+    Unpark,
 }
 
 impl Event {
@@ -50,6 +54,7 @@ impl Event {
             Event::Enqueue { .. } => EventClass::Enqueue,
             Event::StepFinished { .. } => EventClass::InstanceStep,
             Event::AutoscaleTick => EventClass::AutoscaleTick,
+            Event::PhaseEnd { .. } | Event::Unpark => EventClass::InstanceStep,
             Event::SessionTurn { .. } | Event::Release { .. } => EventClass::Arrival,
             Event::Timeout { .. } => EventClass::Timeout,
         }

@@ -208,6 +208,10 @@ pub struct Scheduler {
     /// Preemptions counted when a request last completed here (watchdog).
     pub preemptions_at_completion: u64,
     pub counters: InstanceCounters,
+    /// Not routable (starting, draining or off; see `crate::autoscale`).
+    pub unroutable: bool,
+    /// Speed as a fraction of normal while warming up (steps take 1/x as long).
+    pub warmup_speed: Option<f64>,
 }
 
 impl Scheduler {
@@ -272,11 +276,11 @@ pub fn snapshot(index: u32, sched: &Scheduler, kv: &KvCache, in_flight: u32) -> 
         in_flight,
         kv_used_blocks: kv.allocated_blocks(),
         kv_total_blocks: kv.total_blocks(),
-        routable: true,
+        routable: !sched.unroutable,
     }
 }
 
-fn refresh_view(view: &mut ClusterView, i: u32, sched: &Scheduler, kv: &KvCache) {
+pub(crate) fn refresh_view(view: &mut ClusterView, i: u32, sched: &Scheduler, kv: &KvCache) {
     let slot = &mut view.instances[i as usize];
     *slot = snapshot(i, sched, kv, slot.in_flight);
 }

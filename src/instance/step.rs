@@ -98,6 +98,10 @@ pub fn execute_steps(
                 }
             }
         };
+        let compute = match sched.warmup_speed {
+            Some(speed) => SimDuration::from_us_f64(compute.as_us() as f64 / speed),
+            None => compute,
+        };
         let dt = reload + compute.max(offload);
         // Pipeline parallelism (Vidur): each of the pp stages runs 1/pp of the layers and
         // hands its activations to the next; the first stage frees after one stage, the

@@ -13,8 +13,8 @@ mod summary;
 pub use histogram::Histogram;
 pub use percentile::Distribution;
 pub use summary::{
-    Fairness, InstanceSummary, KvSummary, RequestCounts, RoutingSummary, SliceSummary, SloSummary,
-    Summary, Throughput, cov, fitness_term, jain,
+    CostSummary, Fairness, GroupUsage, InstanceSummary, KvSummary, RequestCounts, RoutingSummary,
+    SliceSummary, SloSummary, Summary, Throughput, cov, fitness_term, jain,
 };
 
 use std::fs::File;

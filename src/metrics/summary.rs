@@ -160,8 +160,44 @@ pub fn fitness_term(key: &str, s: &Summary) -> f64 {
         "output_tokens_per_s" => {
             s.throughput.output_tokens_per_s / (s.throughput.output_tokens_per_s + 10_000.0)
         }
+        // Cheaper is better: 1 / (1 + cost).
+        "cost" => 1.0 / (1.0 + s.cost.total),
+        "cost_per_mtok" => 1.0 / (1.0 + s.cost.per_million_output_tokens),
         _ => 0.0,
     }
+}
+
+/// GPU use and cost of one instance group over the run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct GroupUsage {
+    pub group: String,
+    /// Has `scaling`.
+    pub autoscaled: bool,
+    pub gpus_per_instance: u32,
+    /// GPU time from provisioning to off, summed over the group's instances.
+    pub gpu_hours: f64,
+    /// gpu_hours × cost_per_gpu_hour.
+    pub cost: f64,
+    /// Time-weighted mean of instances on (any phase but off).
+    pub mean_instances: f64,
+    /// Most instances on at once.
+    pub max_instances: u32,
+    /// Time the group spent at its `max` (or fixed size), seconds.
+    pub time_at_max_s: f64,
+    /// Instances added (started or taken back from draining), cold starts among them.
+    pub scale_ups: u64,
+    pub cold_starts: u64,
+    /// Instances removed (cancelled, drained or turned off).
+    pub scale_downs: u64,
+}
+
+/// What the run cost, all groups together.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct CostSummary {
+    pub gpu_hours: f64,
+    pub total: f64,
+    /// total / (completed output tokens / 10⁶); 0 without output.
+    pub per_million_output_tokens: f64,
 }
 
 /// Aggregates of a run (every latency in milliseconds).
@@ -189,6 +225,9 @@ pub struct Summary {
     /// Σ weight · normalised metric, for the scenario's `outputs.fitness` weights.
     pub fitness: Option<f64>,
     pub instances: Vec<InstanceSummary>,
+    /// Per instance group: GPU-hours, cost, instance counts, scaling actions.
+    pub groups: Vec<GroupUsage>,
+    pub cost: CostSummary,
     pub tenants: Vec<SliceSummary>,
     pub slo_classes: Vec<SliceSummary>,
     /// Plain-language diagnoses of outcomes worth a look (also printed on stderr).
@@ -316,6 +355,41 @@ impl Summary {
                     x.slo_attainment,
                     f(x.ttft_ms.p90),
                     f(x.e2e_ms.p90)
+                );
+            }
+        }
+        if self.groups.iter().any(|g| g.autoscaled || g.cost > 0.0) {
+            let _ = writeln!(
+                s,
+                "cost: {:.3} over {:.3} GPU-hours, {:.4} per 1M output tokens",
+                self.cost.total, self.cost.gpu_hours, self.cost.per_million_output_tokens
+            );
+            let _ = writeln!(
+                s,
+                "{:<12}{:>10}{:>10}{:>10}{:>10}{:>12}{:>6}{:>6}{:>6}",
+                "group",
+                "gpu-hours",
+                "cost",
+                "mean inst",
+                "max inst",
+                "at max (s)",
+                "ups",
+                "downs",
+                "cold"
+            );
+            for g in &self.groups {
+                let _ = writeln!(
+                    s,
+                    "{:<12}{:>10.3}{:>10.3}{:>10.3}{:>10}{:>12.1}{:>6}{:>6}{:>6}",
+                    g.group,
+                    g.gpu_hours,
+                    g.cost,
+                    g.mean_instances,
+                    g.max_instances,
+                    g.time_at_max_s,
+                    g.scale_ups,
+                    g.scale_downs,
+                    g.cold_starts
                 );
             }
         }

@@ -22,6 +22,7 @@ mod queue_order;
 mod random;
 mod reject_all;
 mod round_robin;
+pub mod scaling;
 mod session_affinity;
 mod static_scale;
 mod tenant_quota;
@@ -191,17 +192,61 @@ pub trait QueueOrder: Send + Sync + 'static {
     fn key(&self, request: &RequestSpec, arrival: SimTime, priority: f64) -> (f64, f64);
 }
 
-/// A change to the cluster's size asked for by a scaling policy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ScaleDecision {
-    Hold,
+/// What a scaling policy sees of one autoscaled group when it evaluates. Windowed signals
+/// cover the time since the previous evaluation; the others are read at the evaluation.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GroupSignals {
+    /// Index of the group in `cluster.groups`.
+    pub group: u32,
+    /// Instances counted in the group's size: starting (provisioning, loading, warming up)
+    /// or serving. Draining instances are not.
+    pub current: u32,
+    /// Of those, instances that have loaded their model (warming up or serving).
+    pub ready: u32,
+    pub min: u32,
+    pub max: u32,
+    /// Price of one instance-hour: GPUs per instance × `cost_per_gpu_hour`.
+    pub instance_cost_per_hour: f64,
+    /// Windowed: busy time of the group's instances / (ready instances × window).
+    pub utilization: f64,
+    /// Waiting and in-transit requests per ready instance (requests parked for want of
+    /// any routable instance count here, as if on one instance when none is ready).
+    pub queue_per_instance: f64,
+    /// KV blocks in use / total over the ready instances.
+    pub kv_usage: f64,
+    /// Requests waiting, running or headed to the group per ready instance (parked too).
+    pub in_flight_per_instance: f64,
+    /// Windowed: p90 TTFT and p90 of per-request mean ITL of the group's requests that
+    /// finished (ms); `None` if none finished.
+    pub ttft_p90_ms: Option<f64>,
+    pub itl_p90_ms: Option<f64>,
 }
 
-/// Adds and drains instances on a periodic tick.
+/// A scaling policy's wish for one group: the engine clamps it to [min, max] and applies
+/// the group's cooldowns.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ScaleTarget {
+    pub group: u32,
+    pub desired: u32,
+    /// Why (the signal's name), for `scale_events.csv`.
+    pub reason: &'static str,
+    /// The signal's value.
+    pub signal: f64,
+}
+
+/// Sizes autoscaled groups (those with `scaling`) at evaluation times it chooses.
 pub trait ScalePolicy: Send + Sync + 'static {
-    /// How often to evaluate; `None` never ticks.
-    fn interval(&self) -> Option<SimDuration>;
-    fn evaluate(&mut self, now: SimTime, instances: &[InstanceSnapshot]) -> ScaleDecision;
+    /// The first evaluation after `now` (or at `now` for the first call, at t = 0);
+    /// `None` never evaluates again.
+    fn next_evaluation(&self, now: SimTime, first: bool) -> Option<SimTime>;
+    /// Desired sizes; groups left out keep their size.
+    fn evaluate(&mut self, now: SimTime, groups: &[GroupSignals]) -> Vec<ScaleTarget>;
+}
+
+/// Evaluation every `interval`, the first one interval after t = 0 (when there is a window
+/// of signals to look at): the usual `next_evaluation`.
+pub fn every(interval: SimDuration, now: SimTime, _first: bool) -> Option<SimTime> {
+    Some(now + interval)
 }
 
 /// (family, name, description, parameters) of a registered policy.
@@ -420,7 +465,11 @@ impl Plugin for PoliciesPlugin {
             .add_routing_policy(prefix_overlap::ENTRY)
             .add_routing_policy(prefix_aware::ENTRY)
             .add_routing_policy(weighted::ENTRY)
-            .add_autoscale_policy(static_scale::ENTRY);
+            .add_autoscale_policy(static_scale::ENTRY)
+            .add_autoscale_policy(scaling::THRESHOLD)
+            .add_autoscale_policy(scaling::TARGET_TRACKING)
+            .add_autoscale_policy(scaling::SLO_AWARE)
+            .add_autoscale_policy(scaling::SCHEDULED);
     }
 }
 

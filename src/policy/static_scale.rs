@@ -1,7 +1,7 @@
 //! `static`: the cluster keeps the size the scenario gives it; the autoscaler never ticks.
 
-use super::{InstanceSnapshot, ScaleDecision, ScaleEntry, ScalePolicy};
-use crate::time::{SimDuration, SimTime};
+use super::{GroupSignals, ScaleEntry, ScalePolicy, ScaleTarget};
+use crate::time::SimTime;
 
 pub(super) const ENTRY: ScaleEntry = ScaleEntry {
     name: "static",
@@ -15,10 +15,10 @@ pub(super) const ENTRY: ScaleEntry = ScaleEntry {
 pub struct StaticScale;
 
 impl ScalePolicy for StaticScale {
-    fn interval(&self) -> Option<SimDuration> {
+    fn next_evaluation(&self, _: SimTime, _: bool) -> Option<SimTime> {
         None
     }
-    fn evaluate(&mut self, _: SimTime, _: &[InstanceSnapshot]) -> ScaleDecision {
-        ScaleDecision::Hold
+    fn evaluate(&mut self, _: SimTime, _: &[GroupSignals]) -> Vec<ScaleTarget> {
+        Vec::new()
     }
 }

@@ -207,6 +207,62 @@ pub struct InstanceGroup {
     pub max_model_len: Option<u32>,
     /// How steps are priced.
     pub latency: LatencySpec,
+    /// Price of one GPU-hour (any currency), for the cost outputs. Default 0.
+    #[serde(default)]
+    pub cost_per_gpu_hour: f64,
+    /// Autoscaling bounds and instance life cycle; absent, the group keeps `count`
+    /// instances for the whole run.
+    #[serde(default)]
+    pub scaling: Option<ScalingSpec>,
+}
+
+/// How an autoscaled group grows and shrinks. `count` is the number serving at t = 0.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ScalingSpec {
+    /// Fewest instances (0 = scale to zero, with cold starts). Default 0.
+    #[serde(default)]
+    pub min: u32,
+    /// Most instances.
+    pub max: u32,
+    /// Node start before the model loads (s). Default 30.
+    #[serde(default = "default_provision_s")]
+    pub provision_s: f64,
+    /// Model load time (s). Default: one GPU's share of the weights / `load_gb_per_s`
+    /// (0 without a model).
+    #[serde(default)]
+    pub load_s: Option<f64>,
+    /// Weight-load bandwidth per GPU (GB/s) for the derived load time. Default 2.
+    #[serde(default = "default_load_gb_per_s")]
+    pub load_gb_per_s: f64,
+    /// Warm-up after loading (s): CUDA graphs, caches. Default 0.
+    #[serde(default)]
+    pub warmup_s: f64,
+    /// Speed during warm-up as a fraction of normal (steps take 1/x as long). Default 1.
+    #[serde(default = "default_one_f64")]
+    pub warmup_speed: f64,
+    /// Whether the router may send requests during warm-up. Default true.
+    #[serde(default = "default_true")]
+    pub routable_during_warmup: bool,
+    /// No scale-up within this long of the previous scale-up (s). Default 0.
+    #[serde(default)]
+    pub scale_up_cooldown_s: f64,
+    /// No scale-down within this long of the previous scaling action (s). Default 0.
+    #[serde(default)]
+    pub scale_down_cooldown_s: f64,
+}
+
+fn default_provision_s() -> f64 {
+    30.0
+}
+fn default_load_gb_per_s() -> f64 {
+    2.0
+}
+fn default_one_f64() -> f64 {
+    1.0
+}
+fn default_true() -> bool {
+    true
 }
 
 fn one() -> u32 {
@@ -695,8 +751,12 @@ pub struct OutputSpec {
     /// Candidates listed per decision in `decisions.csv`. Default 3.
     pub decision_top_k: u32,
     /// Weights of a fitness score (keys: `ttft_mean`, `ttft_p50`, `ttft_p99`, `e2e_mean`,
-    /// `e2e_p50`, `e2e_p99`, `requests_per_s`, `output_tokens_per_s`). Default: none.
+    /// `e2e_p50`, `e2e_p99`, `requests_per_s`, `output_tokens_per_s`, `cost`,
+    /// `cost_per_mtok`). Default: none.
     pub fitness: BTreeMap<String, f64>,
+    /// Write `scale_events.csv` (instance life-cycle events). Default true; written only
+    /// when a group has `scaling`.
+    pub scale_events_csv: bool,
 }
 
 impl Default for OutputSpec {
@@ -708,6 +768,7 @@ impl Default for OutputSpec {
             decisions_csv: false,
             decision_top_k: 3,
             fitness: BTreeMap::new(),
+            scale_events_csv: true,
         }
     }
 }

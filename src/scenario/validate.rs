@@ -293,8 +293,67 @@ fn check_arrival(p: &mut Vec<Problem>, path: &str, spec: &ArrivalSpec) {
     }
 }
 
+/// An autoscaled group's bounds and life-cycle times.
+fn check_scaling(p: &mut Vec<Problem>, i: usize, count: u32, sc: &super::ScalingSpec) {
+    let at = |f: &str| format!("cluster.groups[{i}].scaling.{f}");
+    if sc.max == 0 || sc.max > 10_000 {
+        p.push(Problem::new(
+            at("max"),
+            format!("must be within 1..=10,000, got {}", sc.max),
+        ));
+    }
+    if sc.min > sc.max {
+        p.push(Problem::new(
+            at("min"),
+            format!("min ({}) is above max ({})", sc.min, sc.max),
+        ));
+    }
+    if count < sc.min || count > sc.max {
+        p.push(
+            Problem::new(
+                format!("cluster.groups[{i}].count"),
+                format!(
+                    "an autoscaled group starts with count instances, which must be within min..=max ({}..={}), got {count}",
+                    sc.min, sc.max
+                ),
+            )
+            .hint("count is the number serving at t = 0"),
+        );
+    }
+    let mut seconds = |f: &str, v: Option<f64>| {
+        if let Some(v) = v
+            && !(v.is_finite() && (0.0..=1e9).contains(&v))
+        {
+            p.push(Problem::new(
+                at(f),
+                format!("must be seconds within 0..=10⁹, got {v}"),
+            ));
+        }
+    };
+    seconds("provision_s", Some(sc.provision_s));
+    seconds("load_s", sc.load_s);
+    seconds("warmup_s", Some(sc.warmup_s));
+    seconds("scale_up_cooldown_s", Some(sc.scale_up_cooldown_s));
+    seconds("scale_down_cooldown_s", Some(sc.scale_down_cooldown_s));
+    if !(sc.load_gb_per_s.is_finite() && sc.load_gb_per_s >= 1e-3 && sc.load_gb_per_s <= 1e6) {
+        p.push(Problem::new(
+            at("load_gb_per_s"),
+            format!("must be within 0.001..=10⁶ GB/s, got {}", sc.load_gb_per_s),
+        ));
+    }
+    if !(sc.warmup_speed.is_finite() && sc.warmup_speed > 0.0 && sc.warmup_speed <= 1.0) {
+        p.push(
+            Problem::new(
+                at("warmup_speed"),
+                format!("must be within (0, 1], got {}", sc.warmup_speed),
+            )
+            .hint("0.5 = steps take twice as long while warming up"),
+        );
+    }
+}
+
 /// Fitness keys (MODELS.md §5.2 normalisation).
-pub const FITNESS_KEYS: [&str; 8] = [
+pub const FITNESS_KEYS: [&str; 10] = [
     "ttft_mean",
     "ttft_p50",
     "ttft_p99",
@@ -303,6 +362,8 @@ pub const FITNESS_KEYS: [&str; 8] = [
     "e2e_p99",
     "requests_per_s",
     "output_tokens_per_s",
+    "cost",
+    "cost_per_mtok",
 ];
 
 fn check_policy<T: ?Sized>(
@@ -501,7 +562,9 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
             ),
         );
     }
-    let instances: u64 = s.cluster.groups.iter().map(|g| u64::from(g.count)).sum();
+    // Autoscaled groups are spawned at their max.
+    let spawned = |g: &super::InstanceGroup| g.scaling.as_ref().map_or(g.count, |x| x.max);
+    let instances: u64 = s.cluster.groups.iter().map(|g| u64::from(spawned(g))).sum();
     if instances > 10_000 {
         p.push(
             Problem::new(
@@ -531,11 +594,23 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
                 p.push(Problem::new(at(f), format!("at most 1,024, got {v}")));
             }
         }
-        if g.count == 0 {
+        if g.count == 0 && g.scaling.is_none() {
             p.push(
                 Problem::new(at("count"), "must be ≥ 1")
-                    .hint("remove the group instead of giving it 0 instances"),
+                    .hint("remove the group instead of giving it 0 instances (an autoscaled group may start at 0)"),
             );
+        }
+        if !(g.cost_per_gpu_hour.is_finite() && (0.0..=1e6).contains(&g.cost_per_gpu_hour)) {
+            p.push(Problem::new(
+                at("cost_per_gpu_hour"),
+                format!(
+                    "must be a number within 0..=10⁶, got {}",
+                    g.cost_per_gpu_hour
+                ),
+            ));
+        }
+        if let Some(sc) = &g.scaling {
+            check_scaling(&mut p, i, g.count, sc);
         }
         if g.block_size == 0 {
             p.push(
@@ -556,7 +631,7 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
         }
         match super::resolve_group(g, i, &s.base_dir) {
             Ok(r) => {
-                table_bytes += f64::from(g.count)
+                table_bytes += f64::from(spawned(g))
                     * (f64::from(r.kv_blocks) * GPU_BLOCK_BYTES
                         + f64::from(g.cpu_kv_blocks) * CPU_BLOCK_BYTES);
             }
@@ -565,6 +640,18 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
     }
     check_limits(&mut p, s, table_bytes);
     check_policies(&mut p, s, catalog);
+    if s.policies.autoscale != "static" && s.cluster.groups.iter().all(|g| g.scaling.is_none()) {
+        p.push(
+            Problem::new(
+                "policies.autoscale",
+                format!(
+                    "`{}` scales groups with `scaling`, and no group has it",
+                    s.policies.autoscale
+                ),
+            )
+            .hint("give a group scaling: (min: 1, max: 8), or use \"static\""),
+        );
+    }
     let w = &s.workload;
     if let Some(ip) = &w.inference_perf {
         check_inference_perf(&mut p, ip);

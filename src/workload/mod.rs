@@ -44,6 +44,8 @@ const PREFIX_TAG: u64 = 0x7072_6566_6978_0002;
 pub struct Labels {
     pub tenants: Vec<String>,
     pub slo_classes: Vec<String>,
+    /// Instance group names (`group<i>` when unnamed), by index.
+    pub groups: Vec<String>,
 }
 
 fn intern(list: &mut Vec<String>, name: &str) -> u32 {
@@ -59,7 +61,22 @@ fn intern(list: &mut Vec<String>, name: &str) -> u32 {
 impl Labels {
     /// The labels a scenario's workload will use, in the order requests index them.
     pub fn of_scenario(s: &Scenario) -> Self {
-        let mut l = Labels::default();
+        let mut l = Labels {
+            groups: s
+                .cluster
+                .groups
+                .iter()
+                .enumerate()
+                .map(|(i, g)| {
+                    if g.name.is_empty() {
+                        format!("group{i}")
+                    } else {
+                        g.name.clone()
+                    }
+                })
+                .collect(),
+            ..Default::default()
+        };
         for (i, c) in s.workload.clients.iter().enumerate() {
             let name = if c.name.is_empty() {
                 format!("client{i}")
