@@ -195,6 +195,13 @@ fn setup(sc: &scenario::Scenario) -> String {
         if g.cpu_kv_blocks > 0 {
             let _ = write!(s, " + {} CPU-tier blocks", g.cpu_kv_blocks);
         }
+        if let Some(sc) = &g.scaling {
+            let _ = write!(
+                s,
+                "; autoscaled {}..={} instances ({} at start)",
+                sc.min, sc.max, g.count
+            );
+        }
         let _ = writeln!(s);
     }
     let w = scenario::estimate::estimate(sc);

@@ -367,3 +367,59 @@ proptest! {
         prop_assert!(s.groups[0].max_instances <= max);
     }
 }
+
+/// The README's autoscaling table is what the bundled scenario gives: two of its rows are
+/// rerun here and compared with the numbers printed there.
+#[test]
+fn the_readme_cost_table_matches_the_bundled_scenario() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let row = |prefix: &str| -> Vec<String> {
+        let line = readme
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("README has no row {prefix}"));
+        line.split('|').map(|c| c.trim().to_string()).collect()
+    };
+    let app = servesim::default_app();
+    let catalog = app.world().resource::<servesim::policy::Catalog>();
+    for (prefix, sets) in [
+        (
+            "| `target_tracking`, `target_in_flight` 24 (the file)",
+            vec![],
+        ),
+        (
+            "| `scheduled` `{",
+            vec![
+                ("policies.autoscale", "\"scheduled\""),
+                (
+                    "policies.autoscale_params",
+                    "{\"0\": 2, \"540\": 5, \"1500\": 3, \"2100\": 1}",
+                ),
+            ],
+        ),
+    ] {
+        let sets: Vec<(String, String)> = sets
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let sc = servesim::scenario::load(&root.join("scenarios/autoscaling.ron"), &sets, catalog)
+            .unwrap();
+        let s = Simulation::new(&sc, RunOptions::default())
+            .unwrap()
+            .run()
+            .unwrap();
+        let cols = row(prefix);
+        let g = &s.groups[0];
+        assert_eq!(cols[2], format!("{:.3}", s.slo.attainment), "{prefix}");
+        assert_eq!(cols[5], format!("{:.2}", g.gpu_hours), "{prefix}");
+        assert_eq!(cols[6], format!("{:.2}", s.cost.total), "{prefix}");
+        assert_eq!(
+            cols[8],
+            format!("{:.2} / {}", g.mean_instances, g.max_instances),
+            "{prefix}"
+        );
+        // Cost is GPU-hours at $4.
+        assert!((s.cost.total - 4.0 * g.gpu_hours).abs() < 1e-9);
+    }
+}
