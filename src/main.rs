@@ -124,6 +124,8 @@ enum TraceKind {
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum ListWhat {
     Policies,
+    /// Batch schedulers only (also under `policies`, family `scheduler`).
+    Schedulers,
     Models,
     Hardware,
 }
@@ -402,10 +404,14 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::List {
-            what: ListWhat::Policies,
+            what: what @ (ListWhat::Policies | ListWhat::Schedulers),
         } => {
             let mut family = "";
+            let only = (what == ListWhat::Schedulers).then_some("scheduler");
             for (fam, name, description, params) in catalog.describe() {
+                if only.is_some_and(|f| f != fam) {
+                    continue;
+                }
                 if fam != family {
                     println!("{fam}:");
                     family = fam;

@@ -386,6 +386,24 @@ impl Simulation {
             active: autoscaled,
             ..Default::default()
         };
+        let batchers = world
+            .remove_resource::<crate::instance::schedulers::Batchers>()
+            .unwrap_or_default();
+        let batcher_for = |g: usize| {
+            let group = &scenario.cluster.groups[g];
+            let entry = batchers
+                .find(&group.scheduler)
+                .ok_or_else(|| SimError::UnknownPolicy {
+                    family: "scheduler",
+                    name: group.scheduler.clone(),
+                })?;
+            (entry.build)(&PolicyArgs {
+                seed: scenario.seed,
+                params: &group.scheduler_params,
+                labels: &labels,
+            })
+            .map_err(|m| SimError::Invalid(format!("cluster.groups[{g}].scheduler: {m}")))
+        };
         for (g, group) in scenario.cluster.groups.iter().enumerate() {
             let name = if group.name.is_empty() {
                 format!("group{g}")
@@ -483,6 +501,7 @@ impl Simulation {
                         kv,
                         latency,
                     })
+                    .insert(crate::instance::schedulers::Batcher(batcher_for(g)?))
                     .insert(Power {
                         phase: if on { Phase::Serving } else { Phase::Off },
                         phase_end: None,
@@ -496,6 +515,7 @@ impl Simulation {
             scaler.groups.push(accounts);
         }
         world.resource_mut::<crate::cluster::Parked>().enabled = autoscaled;
+        world.insert_resource(batchers);
         world.insert_resource(InstanceIndex(index));
         world.resource_mut::<RouterSnapshots>().stale = view.clone();
         world.insert_resource(ClusterView { instances: view });

@@ -117,7 +117,12 @@ pub fn form_batches(
     priority: Res<ActivePriority>,
     table: Res<SloTable>,
     config: Res<SchedulingConfig>,
-    mut instances: Query<(&mut Scheduler, &mut KvCache, &Limits)>,
+    mut instances: Query<(
+        &mut Scheduler,
+        &mut KvCache,
+        &Limits,
+        &mut super::schedulers::Batcher,
+    )>,
 ) {
     let ordering = Ordering {
         order: &*order.0,
@@ -129,7 +134,7 @@ pub fn form_batches(
     let mut listed = std::mem::take(&mut due.batch);
     listed.sort_unstable();
     for &i in &listed {
-        let (mut sched, mut kv, limits) = instances
+        let (mut sched, mut kv, limits, mut batcher) = instances
             .get_mut(index.0[i as usize])
             .expect("instance entity exists for the whole run");
         sched.listed = false;
@@ -139,7 +144,20 @@ pub fn form_batches(
         if let Some(c) = kv.cpu.as_mut() {
             c.now_us = clock.now.as_us();
         }
-        form_batch(&mut sched, &mut kv, limits, clock.now, &ordering);
+        batcher
+            .0
+            .form(&mut sched, &mut kv, limits, clock.now, &ordering);
+        debug_assert!(
+            {
+                let mut slots: Vec<u32> = sched.plan.iter().map(|p| p.slot).collect();
+                slots.sort_unstable();
+                slots.windows(2).all(|w| w[0] < w[1])
+                    && slots
+                        .last()
+                        .is_none_or(|&s| (s as usize) < sched.running.len())
+            },
+            "a batch scheduler planned a slot twice or past the running batch"
+        );
         due.execute.push(i);
     }
     listed.clear();
@@ -160,7 +178,7 @@ fn next_chunk(seq: &Seq, limits: &Limits, budget: u32) -> (u32, bool) {
 }
 
 /// What became of a running request's need for more KV blocks.
-enum Grow {
+pub(super) enum Grow {
     Fits,
     /// Skip it this step: the blocks it needs are held by micro-batches in flight.
     Wait,
@@ -168,10 +186,74 @@ enum Grow {
     Stop,
 }
 
-fn preempt(seq: &mut Seq, kv: &mut KvCache) {
+pub(super) fn preempt(seq: &mut Seq, kv: &mut KvCache) {
     kv.release(&mut seq.kv);
     seq.progress = 0;
     seq.preemptions += 1;
+}
+
+/// Grows running request `i` to hold `tokens` tokens, preempting (recompute mode) the tail
+/// of the running batch, or by `ordering.preemption`, until it fits; sets `preempted`.
+pub(super) fn grow_or_preempt(
+    sched: &mut Scheduler,
+    kv: &mut KvCache,
+    i: usize,
+    tokens: u32,
+    now: SimTime,
+    ordering: &Ordering<'_>,
+    preempted: &mut bool,
+) -> Grow {
+    loop {
+        if kv.grow(&mut sched.running[i].kv, tokens) {
+            return Grow::Fits;
+        }
+        // The tail-most request not in flight in another micro-batch (without
+        // pipelining: the tail), or the least important one.
+        let eligible = |j: usize| j == i || sched.running[j].busy_until <= now;
+        let tail =
+            match ordering.preemption {
+                PreemptionOrder::Tail => (i..sched.running.len()).rev().find(|&j| eligible(j)),
+                PreemptionOrder::Priority => (i..sched.running.len())
+                    .filter(|&j| eligible(j))
+                    .min_by(|&a, &b| {
+                        let (sa, sb) = (&sched.running[a], &sched.running[b]);
+                        ordering
+                            .priority_of(sa, now)
+                            .total_cmp(&ordering.priority_of(sb, now))
+                            .then(sb.lifecycle.arrival.cmp(&sa.lifecycle.arrival))
+                            .then(sb.spec.id.cmp(&sa.spec.id))
+                    }),
+            }
+            .expect("the requester itself qualifies");
+        if tail == i && sched.running.iter().any(|s| s.busy_until > now) {
+            // Only requests in flight in other micro-batches could make room: wait for
+            // them to come back rather than preempt the requester, which could go on
+            // forever without any request completing.
+            return Grow::Wait;
+        }
+        let mut victim = sched.running.remove(tail);
+        preempt(&mut victim, kv);
+        sched.waiting.push_front(victim);
+        sched.counters.preemptions += 1;
+        *preempted = true;
+        if tail == i {
+            return Grow::Stop;
+        }
+    }
+}
+
+/// Sorts the wait queue by the queue-order policy (FCFS leaves it as it is).
+pub(super) fn order_waiting(sched: &mut Scheduler, now: SimTime, ordering: &Ordering<'_>) {
+    if !ordering.order.is_fifo() && sched.waiting.len() > 1 {
+        sched.waiting.make_contiguous().sort_by_cached_key(|seq| {
+            let (a, b) = ordering.order.key(
+                &seq.spec,
+                seq.lifecycle.arrival,
+                ordering.priority_of(seq, now),
+            );
+            (ordered(a), ordered(b), seq.spec.id)
+        });
+    }
 }
 
 /// Fills `sched.plan` with the next step's batch (see the module docs).
@@ -195,42 +277,15 @@ pub fn form_batch(
         }
         let (tokens, prefill) = next_chunk(&sched.running[i], limits, budget);
         let context = sched.running[i].progress;
-        let outcome = loop {
-            if kv.grow(&mut sched.running[i].kv, context + tokens) {
-                break Grow::Fits;
-            }
-            // The tail-most request not in flight in another micro-batch (without
-            // pipelining: the tail), or the least important one.
-            let eligible = |j: usize| j == i || sched.running[j].busy_until <= now;
-            let tail = match ordering.preemption {
-                PreemptionOrder::Tail => (i..sched.running.len()).rev().find(|&j| eligible(j)),
-                PreemptionOrder::Priority => (i..sched.running.len())
-                    .filter(|&j| eligible(j))
-                    .min_by(|&a, &b| {
-                        let (sa, sb) = (&sched.running[a], &sched.running[b]);
-                        ordering
-                            .priority_of(sa, now)
-                            .total_cmp(&ordering.priority_of(sb, now))
-                            .then(sb.lifecycle.arrival.cmp(&sa.lifecycle.arrival))
-                            .then(sb.spec.id.cmp(&sa.spec.id))
-                    }),
-            }
-            .expect("the requester itself qualifies");
-            if tail == i && sched.running.iter().any(|s| s.busy_until > now) {
-                // Only requests in flight in other micro-batches could make room: wait for
-                // them to come back rather than preempt the requester, which could go on
-                // forever without any request completing.
-                break Grow::Wait;
-            }
-            let mut victim = sched.running.remove(tail);
-            preempt(&mut victim, kv);
-            sched.waiting.push_front(victim);
-            sched.counters.preemptions += 1;
-            preempted = true;
-            if tail == i {
-                break Grow::Stop;
-            }
-        };
+        let outcome = grow_or_preempt(
+            sched,
+            kv,
+            i,
+            context + tokens,
+            now,
+            ordering,
+            &mut preempted,
+        );
         match outcome {
             Grow::Fits => {}
             Grow::Wait => {
@@ -252,16 +307,7 @@ pub fn form_batch(
     if preempted {
         return;
     }
-    if !ordering.order.is_fifo() && sched.waiting.len() > 1 {
-        sched.waiting.make_contiguous().sort_by_cached_key(|seq| {
-            let (a, b) = ordering.order.key(
-                &seq.spec,
-                seq.lifecycle.arrival,
-                ordering.priority_of(seq, now),
-            );
-            (ordered(a), ordered(b), seq.spec.id)
-        });
-    }
+    order_waiting(sched, now, ordering);
     let block_size = kv.block_size();
     while (sched.running.len() as u32) < limits.max_num_seqs && budget > 0 {
         let Some(head) = sched.waiting.front_mut() else {

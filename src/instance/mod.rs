@@ -21,6 +21,7 @@
 //! running requests always has a step in flight).
 
 pub mod batch;
+pub mod schedulers;
 pub mod step;
 
 use std::collections::VecDeque;
@@ -479,6 +480,7 @@ pub struct InstancePlugin;
 
 impl Plugin for InstancePlugin {
     fn build(&self, app: &mut App) {
+        schedulers::register_builtins(app);
         app.init_resource::<InstanceIndex>().add_systems(
             SimStep,
             (

@@ -31,7 +31,8 @@ pub mod weighted;
 
 pub use always_admit::AlwaysAdmit;
 pub use least_loaded::LeastLoaded;
-pub use priority::default_class_priority;
+pub use priority::{Constant as ConstantPriority, default_class_priority};
+pub use queue_order::Fcfs;
 pub use reject_all::RejectAll;
 pub use round_robin::RoundRobin;
 pub use static_scale::StaticScale;
@@ -281,6 +282,19 @@ pub type ScaleEntry = Entry<dyn ScalePolicy>;
 pub type PriorityEntry = Entry<dyn PriorityPolicy>;
 pub type QueueOrderEntry = Entry<dyn QueueOrder>;
 
+/// Checks a policy's parameters by building it.
+pub type ParamCheck = Box<dyn Fn(&PolicyArgs<'_>) -> Result<(), String> + Send + Sync>;
+
+/// What validation and `servesim list` know of a batch scheduler (the constructor itself
+/// lives with the instance stages, `crate::instance::schedulers`).
+pub struct SchedulerInfo {
+    pub name: &'static str,
+    pub description: &'static str,
+    pub params: &'static [(&'static str, &'static str)],
+    /// Builds the scheduler from its parameters and throws it away: the parameter check.
+    pub check: ParamCheck,
+}
+
 /// Every policy the simulation can instantiate, by family and name.
 #[derive(Resource, Default)]
 pub struct Catalog {
@@ -289,6 +303,7 @@ pub struct Catalog {
     autoscale: Vec<ScaleEntry>,
     priority: Vec<PriorityEntry>,
     scheduling: Vec<QueueOrderEntry>,
+    schedulers: Vec<SchedulerInfo>,
 }
 
 fn insert<T: ?Sized>(list: &mut Vec<Entry<T>>, family: &str, entry: Entry<T>) {
@@ -362,6 +377,22 @@ impl Catalog {
     pub fn find_scheduling(&self, name: &str) -> Option<&QueueOrderEntry> {
         self.scheduling.iter().find(|e| e.name == name)
     }
+    /// Registers a batch scheduler's description (see `BatcherAppExt`).
+    pub fn add_scheduler_info(&mut self, info: SchedulerInfo) {
+        assert!(
+            self.schedulers.iter().all(|e| e.name != info.name),
+            "batch scheduler `{}` registered twice",
+            info.name
+        );
+        self.schedulers.push(info);
+        self.schedulers.sort_by_key(|e| e.name);
+    }
+    pub fn schedulers(&self) -> &[SchedulerInfo] {
+        &self.schedulers
+    }
+    pub fn find_scheduler(&self, name: &str) -> Option<&SchedulerInfo> {
+        self.schedulers.iter().find(|e| e.name == name)
+    }
 
     /// (family, name, description, params) of every policy, for `servesim list policies`.
     pub fn describe(&self) -> Vec<PolicyInfo> {
@@ -390,6 +421,11 @@ impl Catalog {
             self.autoscale
                 .iter()
                 .map(|e| ("autoscale", e.name, e.description, e.params)),
+        );
+        v.extend(
+            self.schedulers
+                .iter()
+                .map(|e| ("scheduler", e.name, e.description, e.params)),
         );
         v
     }

@@ -29,7 +29,8 @@ pub struct Group {
 
 /// Scenario fields that are maps from names to numbers (`--set` reaches their keys:
 /// `policies.admission_params.capacity=10`).
-const MAP_FIELDS: [&str; 5] = [
+const MAP_FIELDS: [&str; 6] = [
+    "scheduler_params",
     "admission_params",
     "priority_params",
     "routing_params",

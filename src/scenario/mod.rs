@@ -207,6 +207,12 @@ pub struct InstanceGroup {
     pub max_model_len: Option<u32>,
     /// How steps are priced.
     pub latency: LatencySpec,
+    /// Batch scheduler (`servesim list policies`, family `scheduler`). Default `vllm_v1`.
+    #[serde(default = "default_scheduler")]
+    pub scheduler: String,
+    /// Its parameters.
+    #[serde(default)]
+    pub scheduler_params: BTreeMap<String, f64>,
     /// Price of one GPU-hour (any currency), for the cost outputs. Default 0.
     #[serde(default)]
     pub cost_per_gpu_hour: f64,
@@ -252,6 +258,9 @@ pub struct ScalingSpec {
     pub scale_down_cooldown_s: f64,
 }
 
+fn default_scheduler() -> String {
+    "vllm_v1".into()
+}
 fn default_provision_s() -> f64 {
     30.0
 }

@@ -293,6 +293,50 @@ fn check_arrival(p: &mut Vec<Problem>, path: &str, spec: &ArrivalSpec) {
     }
 }
 
+/// A group's batch scheduler: a known name, known parameters that build.
+fn check_scheduler(
+    p: &mut Vec<Problem>,
+    i: usize,
+    g: &super::InstanceGroup,
+    catalog: &Catalog,
+    seed: u64,
+) {
+    let at = format!("cluster.groups[{i}].scheduler");
+    let Some(info) = catalog.find_scheduler(&g.scheduler) else {
+        let names: Vec<&str> = catalog.schedulers().iter().map(|e| e.name).collect();
+        name_in_catalog(p, &at, "scheduler", &g.scheduler, &names);
+        return;
+    };
+    for k in g.scheduler_params.keys() {
+        if !info.params.iter().any(|(n, _)| n == k) {
+            let known: Vec<&str> = info.params.iter().map(|(n, _)| *n).collect();
+            let hint = match did_you_mean(k, known.iter().copied()) {
+                Some(s) => format!("did you mean \"{s}\"?"),
+                None if known.is_empty() => format!("{} takes no parameters", info.name),
+                None => format!("{} takes: {}", info.name, known.join(", ")),
+            };
+            p.push(
+                Problem::new(
+                    format!("cluster.groups[{i}].scheduler_params.{k}"),
+                    format!("unknown parameter of {}", info.name),
+                )
+                .hint(hint),
+            );
+        }
+    }
+    let labels = crate::workload::Labels::default();
+    if let Err(msg) = (info.check)(&crate::policy::PolicyArgs {
+        seed,
+        params: &g.scheduler_params,
+        labels: &labels,
+    }) {
+        p.push(Problem::new(
+            format!("cluster.groups[{i}].scheduler_params"),
+            msg,
+        ));
+    }
+}
+
 /// An autoscaled group's bounds and life-cycle times.
 fn check_scaling(p: &mut Vec<Problem>, i: usize, count: u32, sc: &super::ScalingSpec) {
     let at = |f: &str| format!("cluster.groups[{i}].scaling.{f}");
@@ -612,6 +656,7 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
         if let Some(sc) = &g.scaling {
             check_scaling(&mut p, i, g.count, sc);
         }
+        check_scheduler(&mut p, i, g, catalog, s.seed);
         if g.block_size == 0 {
             p.push(
                 Problem::new(at("block_size"), "must be > 0").hint("vLLM's default is 16 tokens"),

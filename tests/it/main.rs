@@ -14,4 +14,5 @@ mod outputs;
 mod properties;
 mod reliability;
 mod scenarios;
+mod schedulers;
 mod workload;
