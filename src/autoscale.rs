@@ -110,6 +110,8 @@ pub struct Power {
 pub struct Timing {
     pub min: u32,
     pub max: u32,
+    /// The group's own evaluation interval (`None`: the policy's schedule).
+    pub interval: Option<SimDuration>,
     pub provision: SimDuration,
     pub load: SimDuration,
     pub warmup: SimDuration,
@@ -143,6 +145,9 @@ pub struct GroupScaling {
     pub last_action: Option<SimTime>,
     /// Σ busy time of the group's instances at the previous evaluation.
     pub busy_mark: SimDuration,
+    /// The group's next evaluation, and the start of its current window.
+    pub next_eval: Option<SimTime>,
+    pub window_start: SimTime,
     /// TTFT (µs) and mean ITL (µs) of requests that finished since the previous evaluation.
     pub ttft_window: Vec<u64>,
     pub itl_window: Vec<f64>,
@@ -176,8 +181,6 @@ pub struct Autoscaler {
     pub groups: Vec<GroupScaling>,
     /// Instances draining now.
     pub draining: Vec<u32>,
-    /// Start of the current evaluation window.
-    pub window_start: SimTime,
     /// `scale_events.csv`, when written.
     pub events: Option<csv::Writer<BufWriter<File>>>,
     pub write_error: Option<String>,
@@ -463,9 +466,16 @@ pub fn evaluate_scaling(
     let now = clock.now;
     let scaler = &mut *scaler;
     if std::mem::take(&mut due.autoscale) {
-        let signals = signals(now, scaler, &parked, &view, &index, &instances);
-        scaler.window_start = now;
-        let targets = policy.0.evaluate(now, &signals);
+        // The groups due now (each has its own schedule: its interval or the policy's).
+        let due_groups: Vec<usize> = (0..scaler.groups.len())
+            .filter(|&g| scaler.groups[g].next_eval.is_some_and(|t| t <= now))
+            .collect();
+        let signals = signals(now, scaler, &due_groups, &parked, &view, &index, &instances);
+        let targets = if signals.is_empty() {
+            Vec::new()
+        } else {
+            policy.0.evaluate(now, &signals)
+        };
         for t in targets {
             apply(
                 now,
@@ -478,11 +488,18 @@ pub fn evaluate_scaling(
                 false,
             );
         }
-        if let Some(next) = policy.0.next_evaluation(now, false)
-            && !queue.is_empty()
-            && next > now
-        {
-            queue.push(next, Event::AutoscaleTick);
+        let more = !queue.is_empty();
+        for &g in &due_groups {
+            let group = &mut scaler.groups[g];
+            group.window_start = now;
+            let next = match group.timing.and_then(|t| t.interval) {
+                Some(i) => Some(now + i),
+                None => policy.0.next_evaluation(now, false),
+            };
+            group.next_eval = next.filter(|&t| t > now && more);
+            if let Some(t) = group.next_eval {
+                queue.push(t, Event::AutoscaleTick);
+            }
         }
     }
     if std::mem::take(&mut due.cold_start) && !parked.requests.is_empty() {
@@ -495,16 +512,18 @@ pub fn evaluate_scaling(
 fn signals(
     now: SimTime,
     scaler: &mut Autoscaler,
+    due: &[usize],
     parked: &Parked,
     view: &ClusterView,
     index: &InstanceIndex,
     instances: &Query<(&mut Power, &mut Scheduler, &mut KvCache)>,
 ) -> Vec<GroupSignals> {
-    let window = now.since(scaler.window_start).as_us() as f64;
     let parked_n = parked.requests.len() as f64;
     let mut out = Vec::new();
-    for (g, group) in scaler.groups.iter_mut().enumerate() {
+    for &g in due {
+        let group = &mut scaler.groups[g];
         let Some(t) = group.timing else { continue };
+        let window = now.since(group.window_start).as_us() as f64;
         let (mut current, mut ready, mut busy) = (0u32, 0u32, SimDuration::ZERO);
         let (mut queued, mut resident, mut used, mut total) = (0u64, 0u64, 0u64, 0u64);
         for &i in &group.instances {

@@ -347,11 +347,7 @@ impl Simulation {
             &args(&no_params),
         )?;
         let autoscaled = scenario.cluster.groups.iter().any(|g| g.scaling.is_some());
-        let first_scale_tick = if autoscaled {
-            scaling.next_evaluation(SimTime::ZERO, true)
-        } else {
-            None
-        };
+        let first_policy_tick = scaling.next_evaluation(SimTime::ZERO, true);
         world.insert_resource(ActiveAdmission(admission));
         world.insert_resource(ActiveRouting(routing));
         world.insert_resource(ActiveScaling(scaling));
@@ -428,6 +424,7 @@ impl Simulation {
                 Timing {
                     min: s.min,
                     max: s.max,
+                    interval: s.interval_s.map(SimDuration::from_secs_f64),
                     provision: SimDuration::from_secs_f64(s.provision_s),
                     load: SimDuration::from_secs_f64(s.load_s.unwrap_or(derived)),
                     warmup: SimDuration::from_secs_f64(s.warmup_s),
@@ -450,6 +447,10 @@ impl Simulation {
             let mut accounts = GroupScaling {
                 name: name.clone(),
                 timing,
+                next_eval: timing.and_then(|t| match t.interval {
+                    Some(i) => Some(SimTime::ZERO + i),
+                    None => first_policy_tick,
+                }),
                 gpus_per_instance: group.tp.max(1) * group.pp.max(1),
                 cost_per_gpu_hour: group.cost_per_gpu_hour,
                 on: group.count,
@@ -526,7 +527,11 @@ impl Simulation {
         {
             let mut queue = world.resource_mut::<EventQueue>();
             workload.prime(&mut queue).map_err(SimError::Invalid)?;
-            if let Some(t) = first_scale_tick {
+            let mut firsts: Vec<SimTime> =
+                scaler.groups.iter().filter_map(|g| g.next_eval).collect();
+            firsts.sort_unstable();
+            firsts.dedup();
+            for t in firsts {
                 queue.push(t, Event::AutoscaleTick);
             }
         }

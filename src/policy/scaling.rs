@@ -390,7 +390,7 @@ pub(super) const TARGET_TRACKING: ScaleEntry = ScaleEntry {
             down_window: window("scale_down_stabilization_s", 300.0)?,
             interval: interval(args, 15.0)?,
             cheapest_first: flag(args, "cheapest_first")?,
-            history: Vec::new(),
+            history: Default::default(),
         }))
     },
 };
@@ -403,8 +403,8 @@ struct TargetTracking {
     down_window: SimDuration,
     interval: SimDuration,
     cheapest_first: bool,
-    /// Recommendations (time, size) per group (or one for the pool), newest last.
-    history: Vec<VecDeque<(SimTime, u32)>>,
+    /// Recommendations (time, size) by group (`u32::MAX`: the pool), newest last.
+    history: std::collections::BTreeMap<u32, VecDeque<(SimTime, u32)>>,
 }
 
 /// HPA's raw recommendation: ceil(ready × signal / target) outside the tolerance band.
@@ -433,16 +433,14 @@ impl ScalePolicy for TargetTracking {
     }
 
     fn evaluate(&mut self, now: SimTime, groups: &[GroupSignals]) -> Vec<ScaleTarget> {
-        let n = if self.cheapest_first { 1 } else { groups.len() };
-        self.history.resize_with(n, VecDeque::new);
         let (signal, target, tolerance) = (self.signal, self.target, self.tolerance);
         let (up, down) = (self.up_window, self.down_window);
         let keep = up.max(down);
         let history = &mut self.history;
-        decide_all(groups, self.cheapest_first, |k, g| {
+        decide_all(groups, self.cheapest_first, |_, g| {
             let v = signal.of(g);
             let raw = hpa_recommendation(g.current, g.ready, v, target, tolerance);
-            let h = &mut history[k];
+            let h = history.entry(g.group).or_default();
             h.push_back((now, raw));
             while h.front().is_some_and(|&(t, _)| now.since(t) > keep) {
                 h.pop_front();

@@ -250,6 +250,9 @@ pub struct ScalingSpec {
     /// Whether the router may send requests during warm-up. Default true.
     #[serde(default = "default_true")]
     pub routable_during_warmup: bool,
+    /// This group's evaluation interval (s). Default: the policy's (`interval_s`).
+    #[serde(default)]
+    pub interval_s: Option<f64>,
     /// No scale-up within this long of the previous scale-up (s). Default 0.
     #[serde(default)]
     pub scale_up_cooldown_s: f64,

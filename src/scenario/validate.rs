@@ -379,6 +379,14 @@ fn check_scaling(p: &mut Vec<Problem>, i: usize, count: u32, sc: &super::Scaling
     seconds("warmup_s", Some(sc.warmup_s));
     seconds("scale_up_cooldown_s", Some(sc.scale_up_cooldown_s));
     seconds("scale_down_cooldown_s", Some(sc.scale_down_cooldown_s));
+    if let Some(v) = sc.interval_s
+        && !(v.is_finite() && (0.001..=1e9).contains(&v))
+    {
+        p.push(Problem::new(
+            at("interval_s"),
+            format!("must be seconds within 0.001..=10⁹, got {v}"),
+        ));
+    }
     if !(sc.load_gb_per_s.is_finite() && sc.load_gb_per_s >= 1e-3 && sc.load_gb_per_s <= 1e6) {
         p.push(Problem::new(
             at("load_gb_per_s"),

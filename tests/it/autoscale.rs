@@ -423,3 +423,33 @@ fn the_readme_cost_table_matches_the_bundled_scenario() {
         assert!((s.cost.total - 4.0 * g.gpu_hours).abs() < 1e-9);
     }
 }
+
+#[test]
+fn each_group_may_evaluate_on_its_own_interval() {
+    // Queues that never drain; group "fast" evaluates every 5 s, "slow" on the policy's 20 s.
+    let (_, _, events) = run(&format!(
+        "(horizon_s: 45.0,
+          cluster: (groups: [
+            (name: \"fast\", count: 1, kv_blocks: 100000, max_num_seqs: 1, {ONE_MS},
+              scaling: (min: 1, max: 3, provision_s: 0.0, load_s: 0.0, interval_s: 5.0)),
+            (name: \"slow\", count: 1, kv_blocks: 100000, max_num_seqs: 1, {ONE_MS},
+              scaling: (min: 1, max: 3, provision_s: 0.0, load_s: 0.0)),
+          ]),
+          policies: (autoscale: \"threshold\", autoscale_params: {{\"queue_high\": 1.0, \"interval_s\": 20.0}}),
+          workload: (clients: [(arrival: AllAtZero(count: 60), input_tokens: Constant(8), output_tokens: Constant(1000000))]))"
+    ));
+    let ups: Vec<String> = events
+        .iter()
+        .filter(|e| e.str("event") == "provisioning")
+        .map(|e| format!("{}@{}", e.str("group"), e.str("time_s")))
+        .collect();
+    assert_eq!(
+        ups,
+        [
+            "fast@5.000000",
+            "fast@10.000000",
+            "slow@20.000000",
+            "slow@40.000000"
+        ]
+    );
+}
