@@ -218,6 +218,8 @@ pub struct RunOptions {
     pub replay: Option<std::sync::Arc<[crate::workload::TraceRow]>>,
     /// Collects one [`RequestSample`](crate::metrics::RequestSample) per request.
     pub collect: Option<std::sync::Arc<std::sync::Mutex<Vec<crate::metrics::RequestSample>>>>,
+    /// Writes the bytes `requests.csv` would hold into this buffer (no file needed).
+    pub requests_csv_memory: Option<crate::metrics::SharedBuffer>,
 }
 
 /// A run that could not complete.
@@ -573,6 +575,7 @@ impl Simulation {
                 error: None,
                 scratch: String::new(),
                 collect: None,
+                memory: None,
             });
         }
         if let Some(out) = &mut out
@@ -608,6 +611,12 @@ impl Simulation {
 
         if let Some(c) = &options.collect {
             world.resource_mut::<RequestLog>().collect = Some(c.clone());
+        }
+        if let Some(buffer) = &options.requests_csv_memory {
+            let mut w = csv::Writer::from_writer(buffer.clone());
+            w.write_record(metrics::CSV_COLUMNS)
+                .map_err(|e| SimError::Invalid(format!("requests in memory: {e}")))?;
+            world.resource_mut::<RequestLog>().memory = Some(w);
         }
         app.finish();
         app.cleanup();
@@ -1030,6 +1039,10 @@ impl Simulation {
                     .sum(),
             );
         }
+        if let Some(mut m) = world.resource_mut::<RequestLog>().memory.take() {
+            m.flush()
+                .map_err(|e| SimError::Invalid(format!("requests in memory: {e}")))?;
+        }
         // Finish every staged file; the caller then moves them all into place together.
         let Some(out) = &mut self.out else {
             return Ok(summary);
@@ -1065,7 +1078,7 @@ impl Simulation {
                 .map_err(|e| io("requests.csv", e.to_string()))?;
         }
         if self.write_summary {
-            let json = serde_json::to_string_pretty(&summary).expect("summary serialises") + "\n";
+            let json = summary.to_json_file();
             let mut w = out.create("summary.json")?;
             let io = |e: std::io::Error| SimError::Output {
                 path: out.staged_path("summary.json"),

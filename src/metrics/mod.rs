@@ -62,6 +62,25 @@ pub struct RequestLog {
     pub scratch: String,
     /// Per-request samples for in-process consumers (`check-real`, `calibrate`).
     pub collect: Option<std::sync::Arc<std::sync::Mutex<Vec<RequestSample>>>>,
+    /// The same rows as `requests.csv`, into memory (the Python package).
+    pub memory: Option<csv::Writer<SharedBuffer>>,
+}
+
+/// A byte buffer several owners can read after the run.
+#[derive(Clone, Debug, Default)]
+pub struct SharedBuffer(pub std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for SharedBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .map_err(|_| std::io::Error::other("buffer poisoned"))?
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// What a finished request measured, in µs (for comparing with measurements).
@@ -323,11 +342,18 @@ pub fn record_one(
         writer,
         error,
         scratch,
+        memory,
         ..
     } = log;
     if let Some(w) = writer.as_mut()
         && error.is_none()
         && let Err(e) = write_row(w, f, labels, scratch)
+    {
+        *error = Some(e.to_string());
+    }
+    if let Some(m) = memory.as_mut()
+        && error.is_none()
+        && let Err(e) = write_row(m, f, labels, scratch)
     {
         *error = Some(e.to_string());
     }

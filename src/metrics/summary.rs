@@ -239,6 +239,11 @@ fn f(v: Option<f64>) -> String {
 }
 
 impl Summary {
+    /// The exact text of `summary.json` (pretty JSON and a final newline).
+    pub fn to_json_file(&self) -> String {
+        serde_json::to_string_pretty(self).expect("the summary serialises") + "\n"
+    }
+
     /// The deterministic human summary printed on stdout.
     pub fn to_text(&self) -> String {
         let mut s = String::new();

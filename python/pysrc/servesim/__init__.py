@@ -1,0 +1,176 @@
+"""servesim from Python: run scenarios at native speed, read results as DataFrames, route
+requests with a Python function, evaluate policies for search, and sweep in parallel.
+
+    import servesim
+    r = servesim.run("scenarios/quickstart.ron", overrides={"workload.num_requests": 500}, seed=7)
+    print(r.summary["ttft_ms"]["p99"])
+    r.requests.groupby("instance")["e2e_ms"].mean()
+
+Overrides are ``--set`` paths with values written as in the scenario file (RON): numbers and
+booleans may be given as Python values, strings are RON text (so a policy name is
+``'"least_loaded"'`` and a length distribution ``"Constant(64)"``).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ._native import RunError, ScenarioError
+from . import _native
+
+__all__ = [
+    "run",
+    "load",
+    "validate",
+    "Scenario",
+    "evaluate",
+    "Result",
+    "Request",
+    "Instance",
+    "ScenarioError",
+    "RunError",
+]
+
+Request = Tuple[int, int, int, int, int, int, int]
+"""What a Python router sees of a request: (id, input_tokens, output_tokens, tenant,
+slo_class, priority, now_us)."""
+
+Instance = Tuple[int, int, int, int, int, int, bool]
+"""What a Python router sees of an instance (the same snapshot Rust policies see):
+(index, queue_depth, batch_size, in_flight, kv_used_blocks, kv_total_blocks, routable)."""
+
+
+def _ron(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        text = repr(value)
+        return text if any(c in text for c in ".eEn") else text + ".0"
+    if isinstance(value, str):
+        return value
+    raise TypeError(f"override values are RON text, numbers or booleans, not {type(value).__name__}")
+
+
+def _overrides(overrides: Optional[Mapping[str, Any]], seed: Optional[int]) -> List[Tuple[str, str]]:
+    out = [(str(k), _ron(v)) for k, v in (overrides or {}).items()]
+    if seed is not None:
+        out.append(("seed", str(int(seed))))
+    return out
+
+
+def _source(scenario: str) -> Tuple[str, bool]:
+    """A path to a scenario file, or RON text (anything that starts with '(')."""
+    if os.path.exists(scenario):
+        return scenario, False
+    if scenario.lstrip().startswith("("):
+        return scenario, True
+    return scenario, False  # a missing file: the error names it
+
+
+class Result:
+    """What a run produced: ``summary`` (the summary.json object) and ``requests`` (the
+    requests.csv rows as a pandas DataFrame)."""
+
+    def __init__(self, summary_json: str, requests_csv: Optional[str]):
+        self.summary_json = summary_json
+        """summary.json's exact text."""
+        self.requests_csv = requests_csv
+        """requests.csv's exact text (None when not collected)."""
+        self.summary: Dict[str, Any] = json.loads(summary_json)
+
+    @property
+    def requests(self):
+        """The per-request rows as a pandas DataFrame (requires pandas)."""
+        if self.requests_csv is None:
+            raise ValueError("this run did not collect requests (requests=False)")
+        import pandas
+
+        return pandas.read_csv(io.StringIO(self.requests_csv))
+
+    def __repr__(self) -> str:
+        r = self.summary["requests"]
+        return f"<servesim.Result {self.summary['scenario']}: {r['completed']} of {r['injected']} completed>"
+
+
+class Scenario:
+    """A scenario that loaded and validated (``servesim.load``), with its overrides; pass it
+    to ``run`` or ``evaluate`` like a path."""
+
+    def __init__(self, source: str, is_text: bool, overrides: List[Tuple[str, str]]):
+        self.source = source
+        self.is_text = is_text
+        self.overrides = overrides
+
+    def __repr__(self) -> str:
+        what = "RON text" if self.is_text else self.source
+        return f"<servesim.Scenario {what}, {len(self.overrides)} overrides>"
+
+
+def load(
+    scenario: str, overrides: Optional[Mapping[str, Any]] = None, seed: Optional[int] = None
+) -> Scenario:
+    """Loads and validates a scenario (path or RON text) with overrides; raises
+    ScenarioError with every problem located."""
+    source, is_text = _source(scenario)
+    ov = _overrides(overrides, seed)
+    _native.validate(source, is_text, ov)
+    return Scenario(source, is_text, ov)
+
+
+def _resolve(scenario: Any, overrides: Optional[Mapping[str, Any]], seed: Optional[int]):
+    if isinstance(scenario, Scenario):
+        return scenario.source, scenario.is_text, scenario.overrides + _overrides(overrides, seed)
+    source, is_text = _source(scenario)
+    return source, is_text, _overrides(overrides, seed)
+
+
+def validate(scenario: str, overrides: Optional[Mapping[str, Any]] = None) -> None:
+    """Checks a scenario (path or RON text) as ``servesim validate`` does; raises
+    ScenarioError with every problem located (file:line:column, field, hint)."""
+    source, is_text = _source(scenario)
+    _native.validate(source, is_text, _overrides(overrides, None))
+
+
+def run(
+    scenario: Any,
+    overrides: Optional[Mapping[str, Any]] = None,
+    seed: Optional[int] = None,
+    out: Optional[str] = None,
+    routing: Optional[Callable[[Request, Sequence[Instance]], Optional[int]]] = None,
+    requests: bool = True,
+) -> Result:
+    """Runs a scenario (a path, RON text, or a ``Scenario`` from ``load``).
+
+    ``out`` also writes the result files there, as ``servesim run --out`` does.
+    ``routing(request, instances) -> index`` replaces the scenario's routing policy: it must
+    return the index of a routable instance (or None to reject the request); an exception
+    it raises stops the run and is re-raised here. ``requests=False`` skips collecting the
+    per-request rows (less memory for very large runs).
+    """
+    source, is_text, ov = _resolve(scenario, overrides, seed)
+    summary, rows = _native.run(source, is_text, ov, out=out, router=routing, requests=requests)
+    return Result(summary, rows)
+
+
+def evaluate(
+    scenario: str,
+    params: Optional[Mapping[str, Any]] = None,
+    fitness: Optional[Mapping[str, float]] = None,
+    seed: Optional[int] = None,
+) -> float:
+    """The scenario's fitness with ``params`` (overrides) applied: Σ weight · normalised
+    metric, the summary's own ``fitness`` (keys as in ``outputs.fitness``: ttft_p99,
+    e2e_mean, requests_per_s, cost, ...). An evaluator for policy search."""
+    overrides = dict(params or {})
+    for key, weight in (fitness or {}).items():
+        overrides[f"outputs.fitness.{key}"] = float(weight)
+    result = run(scenario, overrides, seed=seed, requests=False)
+    value = result.summary.get("fitness")
+    if value is None:
+        raise ValueError("no fitness weights: give fitness={...} or outputs.fitness in the scenario")
+    return float(value)

@@ -1,0 +1,155 @@
+"""The Python package: results equal the CLI's byte for byte, located exceptions, Python
+routers, the evaluator, and sweeps. Run: pytest python/tests (after `maturin develop`)."""
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import servesim
+from servesim.sweep import METRICS, run_point, sweep
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICK = str(ROOT / "scenarios" / "quickstart.ron")
+
+
+def cli():
+    """The release CLI (`cargo build --release`), or SERVESIM_BIN."""
+    path = Path(os.environ.get("SERVESIM_BIN", ROOT / "target" / "release" / "servesim"))
+    assert path.exists(), f"build the CLI first (cargo build --release): {path}"
+    return str(path)
+
+
+def small(src_requests=300):
+    return {"workload.num_requests": src_requests}
+
+
+def test_results_equal_the_cli_byte_for_byte(tmp_path):
+    out = tmp_path / "cli"
+    subprocess.run(
+        [cli(), "run", QUICK, "--out", str(out), "--seed", "7", "--set", "workload.num_requests=300"],
+        check=True,
+        capture_output=True,
+    )
+    r = servesim.run(QUICK, overrides=small(), seed=7)
+    assert r.summary_json == (out / "summary.json").read_text()
+    assert r.requests_csv == (out / "requests.csv").read_text()
+    # out= writes the same files as the CLI.
+    mine = tmp_path / "py"
+    servesim.run(QUICK, overrides=small(), seed=7, out=str(mine))
+    assert (mine / "summary.json").read_bytes() == (out / "summary.json").read_bytes()
+    assert (mine / "requests.csv").read_bytes() == (out / "requests.csv").read_bytes()
+
+
+def test_requests_are_a_dataframe_with_the_csv_columns():
+    r = servesim.run(QUICK, overrides=small(200), seed=3)
+    df = r.requests
+    assert len(df) == 200
+    header = r.requests_csv.splitlines()[0].split(",")
+    assert list(df.columns) == header
+    assert (df["state"] == "completed").sum() == r.summary["requests"]["completed"]
+    assert abs(df["ttft_ms"].max() - r.summary["ttft_ms"]["max"]) < 1e-3
+
+
+def test_a_bad_scenario_raises_with_every_problem_located():
+    with pytest.raises(servesim.ScenarioError) as e:
+        servesim.validate(QUICK, overrides={"cluster.groups[0].kv_blocks": 0, "workload.num_requests": 0})
+    text = str(e.value)
+    assert "2 problems" in text
+    assert "cluster.groups[0].kv_blocks: must be > 0" in text
+    assert "workload.num_requests: must be ≥ 1" in text
+    assert "quickstart.ron (after --set):" in text
+    with pytest.raises(servesim.ScenarioError, match="no/such.ron: 1 problem"):
+        servesim.run("no/such.ron")
+    with pytest.raises(servesim.ScenarioError, match="workload.num_requests: must be ≥ 1"):
+        servesim.load(QUICK, {"workload.num_requests": 0})
+    # A loaded scenario runs like its path, with further overrides.
+    sc = servesim.load(QUICK, small(50), seed=4)
+    assert servesim.run(sc).summary_json == servesim.run(QUICK, small(50), seed=4).summary_json
+    assert servesim.run(sc, {"workload.num_requests": 20}).summary["requests"]["injected"] == 20
+    with pytest.raises(TypeError):
+        servesim.run(QUICK, overrides={"seed": [1]})
+
+
+def round_robin():
+    """round_robin in Python: the next routable index after the last one, wrapping."""
+    last = [None]
+
+    def choose(request, instances):
+        routable = [i[0] for i in instances if i[6]]
+        if not routable:
+            return None
+        pick = next((i for i in routable if last[0] is not None and i > last[0]), routable[0])
+        last[0] = pick
+        return pick
+
+    return choose
+
+
+def test_a_python_router_reproduces_round_robin_exactly():
+    ov = {"workload.num_requests": 400, "cluster.groups[0].count": 3, "policies.routing": '"round_robin"'}
+    rust = servesim.run(QUICK, overrides=ov, seed=5)
+    py = servesim.run(QUICK, overrides=ov, seed=5, routing=round_robin())
+    assert py.requests_csv == rust.requests_csv
+    assert py.summary_json == rust.summary_json
+    # And it differs from another policy on the same load.
+    other = servesim.run(QUICK, overrides={**ov, "policies.routing": '"least_loaded"'}, seed=5)
+    assert other.requests_csv != rust.requests_csv
+
+
+def test_the_router_sees_the_request_and_the_instances():
+    seen = []
+
+    def spy(request, instances):
+        seen.append((request, instances))
+        return 1
+
+    servesim.run(QUICK, overrides={"workload.num_requests": 3}, routing=spy)
+    request, instances = seen[0]
+    assert request[0] == 0  # id
+    assert request[1] > 0 and request[2] > 0  # input and output tokens
+    assert [i[0] for i in instances] == [0, 1]
+    assert all(i[6] for i in instances)  # routable
+    assert instances[0][5] == 26312  # KV blocks of the quickstart instances
+    # The requests sent to instance 1 show up in its snapshot at the next decision.
+    later = [instances[1] for _, instances in seen[1:]]
+    assert any(i[1] + i[2] + i[3] > 0 for i in later)
+
+
+def test_router_errors_stop_the_run():
+    def boom(request, instances):
+        raise ValueError("no idea")
+
+    with pytest.raises(ValueError, match="no idea"):
+        servesim.run(QUICK, overrides=small(10), routing=boom)
+    with pytest.raises(servesim.RunError, match="returned 7, which is not a routable instance"):
+        servesim.run(QUICK, overrides=small(10), routing=lambda r, i: 7)
+
+
+def test_evaluate_returns_the_summary_fitness():
+    fitness = {"ttft_p99": 1.0, "requests_per_s": 2.0}
+    value = servesim.evaluate(QUICK, small(200), fitness=fitness, seed=2)
+    s = servesim.run(
+        QUICK,
+        {**small(200), "outputs.fitness.ttft_p99": 1.0, "outputs.fitness.requests_per_s": 2.0},
+        seed=2,
+        requests=False,
+    ).summary
+    assert value == s["fitness"]
+    p99 = s["ttft_ms"]["p99"]
+    rps = s["throughput"]["requests_per_s"]
+    assert abs(value - (1.0 / (1.0 + p99) + 2.0 * rps / (rps + 100.0))) < 1e-12
+    with pytest.raises(ValueError):
+        servesim.evaluate(QUICK, small(20))
+
+
+def test_a_sweep_gives_the_rows_of_the_points_run_one_by_one():
+    points = [
+        {"workload.num_requests": 100, "policies.routing": f'"{p}"'}
+        for p in ("round_robin", "least_loaded", "random")
+    ]
+    rows = sweep(QUICK, points, jobs=2, seed=1)
+    assert rows == [run_point(QUICK, p, seed=1) for p in points]
+    assert set(METRICS) <= set(rows[0])
+    assert rows[0]["policies.routing"] == '"round_robin"'
