@@ -95,6 +95,7 @@ pub struct RouteBook<'w> {
     log: ResMut<'w, DecisionLog>,
     rejections: ResMut<'w, Rejections>,
     parked: ResMut<'w, Parked>,
+    fault: ResMut<'w, crate::engine::SimFault>,
 }
 
 /// Regret statistics of routing decisions (BLIS counterfactual regret).
@@ -252,6 +253,15 @@ pub fn route_requests(
     }
     work.clear();
     due.route = work;
+    // The first failed write of decisions.csv stops the run.
+    if let Some(e) = &book.log.error {
+        book.fault.0.get_or_insert_with(|| {
+            format!(
+                "cannot write decisions.csv at simulated time {:.3} s: {e}",
+                now.as_us() as f64 / 1e6
+            )
+        });
+    }
 }
 
 /// Regret = best candidate score − chosen score (scored policies), else with

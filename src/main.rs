@@ -157,6 +157,14 @@ fn load(
     })
 }
 
+/// The process's peak resident memory (Linux `VmHWM`), in MB.
+fn peak_rss_mb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
 /// The resolved set-up `validate` prints: each group's instances, GPUs and KV cache (with
 /// the GPU memory it takes when the model is known), and the expected work.
 fn setup(sc: &scenario::Scenario) -> String {
@@ -572,10 +580,12 @@ fn main() -> ExitCode {
                 )
             };
             eprintln!(
-                "servesim: {} requests, {} ticks in {wall:.3} s wall ({:.0} requests/s); {results}",
+                "servesim: {} requests, {} ticks in {wall:.3} s wall ({:.0} requests/s, {:.0} ns per tick{}); {results}",
                 summary.requests.injected,
                 summary.ticks,
                 summary.requests.injected as f64 / wall.max(1e-9),
+                wall * 1e9 / summary.ticks.max(1) as f64,
+                peak_rss_mb().map_or(String::new(), |mb| format!(", peak RSS {mb:.0} MB")),
             );
             if !report.earlier.is_empty() {
                 eprintln!(

@@ -61,15 +61,6 @@ impl Plugin for ClusterPlugin {
                     admit_requests.in_set(SimSystems::Admit),
                     route_requests.in_set(SimSystems::Route),
                     evaluate_scaling.in_set(SimSystems::Autoscale),
-                    advance_phases
-                        .in_set(SimSystems::Advance)
-                        .after(instance::retire_steps),
-                    sample_latencies
-                        .in_set(SimSystems::Record)
-                        .before(metrics::record_finished),
-                    stop_on_event_write_error
-                        .in_set(SimSystems::Record)
-                        .after(metrics::record_finished),
                 ),
             );
     }
@@ -87,9 +78,6 @@ impl Plugin for RecordPlugin {
                 SimStep,
                 (
                     metrics::record_finished.in_set(SimSystems::Record),
-                    stop_on_write_error
-                        .in_set(SimSystems::Record)
-                        .after(metrics::record_finished),
                     check_invariants
                         .in_set(SimSystems::Check)
                         .run_if(|c: Res<CheckInvariants>| c.0),
@@ -123,33 +111,6 @@ fn refuse_overwriting_inputs(
         }
     }
     Ok(())
-}
-
-/// Stops the run at the first failed write of a result file (a full disk, say): simulating
-/// on would only produce results that cannot be kept.
-fn stop_on_write_error(
-    log: Res<RequestLog>,
-    decisions: Option<Res<DecisionLog>>,
-    clock: Res<SimClock>,
-    mut fault: ResMut<SimFault>,
-) {
-    let failed = [
-        ("requests.csv", log.error.as_ref()),
-        (
-            "decisions.csv",
-            decisions.as_ref().and_then(|d| d.error.as_ref()),
-        ),
-    ];
-    for (name, error) in failed {
-        if let Some(e) = error {
-            fault.0.get_or_insert_with(|| {
-                format!(
-                    "cannot write {name} at simulated time {:.3} s: {e}",
-                    clock.now.as_us() as f64 / 1e6
-                )
-            });
-        }
-    }
 }
 
 /// Diagnoses of a run's outcome that a user should not miss.
@@ -617,6 +578,23 @@ impl Simulation {
             w.write_record(metrics::CSV_COLUMNS)
                 .map_err(|e| SimError::Invalid(format!("requests in memory: {e}")))?;
             world.resource_mut::<RequestLog>().memory = Some(w);
+        }
+        if autoscaled {
+            // The life-cycle systems cost a little every tick: only runs that scale pay it.
+            app.add_systems(
+                SimStep,
+                (
+                    advance_phases
+                        .in_set(SimSystems::Advance)
+                        .after(instance::retire_steps),
+                    sample_latencies
+                        .in_set(SimSystems::Record)
+                        .before(metrics::record_finished),
+                    stop_on_event_write_error
+                        .in_set(SimSystems::Record)
+                        .after(metrics::record_finished),
+                ),
+            );
         }
         app.finish();
         app.cleanup();

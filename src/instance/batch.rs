@@ -194,7 +194,25 @@ pub(super) fn preempt(seq: &mut Seq, kv: &mut KvCache) {
 
 /// Grows running request `i` to hold `tokens` tokens, preempting (recompute mode) the tail
 /// of the running batch, or by `ordering.preemption`, until it fits; sets `preempted`.
+#[inline(always)]
 pub(super) fn grow_or_preempt(
+    sched: &mut Scheduler,
+    kv: &mut KvCache,
+    i: usize,
+    tokens: u32,
+    now: SimTime,
+    ordering: &Ordering<'_>,
+    preempted: &mut bool,
+) -> Grow {
+    // The common case (the blocks are there) stays inline in the batch loop.
+    if kv.grow(&mut sched.running[i].kv, tokens) {
+        return Grow::Fits;
+    }
+    make_room(sched, kv, i, tokens, now, ordering, preempted)
+}
+
+#[inline(never)]
+fn make_room(
     sched: &mut Scheduler,
     kv: &mut KvCache,
     i: usize,

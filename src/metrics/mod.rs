@@ -374,6 +374,7 @@ pub fn record_finished(
     mut agg: ResMut<Aggregates>,
     mut log: ResMut<RequestLog>,
     held: Res<crate::engine::HeldBatches>,
+    mut fault: ResMut<crate::engine::SimFault>,
 ) {
     let due = &mut *due;
     let mut finished = std::mem::take(&mut due.finished);
@@ -392,4 +393,14 @@ pub fn record_finished(
     }
     finished.clear();
     due.finished = finished;
+    // The first failed write stops the run (a full disk, say): simulating on would only
+    // produce results that cannot be kept.
+    if let Some(e) = &log.error {
+        fault.0.get_or_insert_with(|| {
+            format!(
+                "cannot write requests.csv at simulated time {:.3} s: {e}",
+                clock.now.as_us() as f64 / 1e6
+            )
+        });
+    }
 }

@@ -35,6 +35,24 @@ fn every_bundled_scenario_validates_and_runs_with_invariants_checked() {
 }
 
 #[test]
+fn the_benchmark_scenarios_validate() {
+    let app = servesim::default_app();
+    let catalog = app.world().resource::<Catalog>();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/bench");
+    for w in ["w1", "w2", "w3", "w4", "w5"] {
+        let sc = scenario::load(&dir.join(format!("{w}.ron")), &[], catalog)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let instances: u32 = sc.cluster.groups.iter().map(|g| g.count).sum();
+        let rate = sc.workload.clients[0].rate_per_s;
+        assert_eq!(
+            rate,
+            Some(8.0 * f64::from(instances)),
+            "{w}: 8 req/s per instance"
+        );
+    }
+}
+
+#[test]
 fn the_same_seed_gives_the_same_summary_and_a_different_seed_does_not() {
     let app = servesim::default_app();
     let catalog = app.world().resource::<Catalog>();
