@@ -70,7 +70,7 @@ use bevy_app::App;
 use bevy_ecs::prelude::*;
 
 use super::batch::{Grow, Ordering, form_batch, grow_or_preempt, order_waiting};
-use super::{Limits, Planned, Scheduler};
+use super::{Limits, Planned, Scheduler, Seq};
 use crate::kv::KvCache;
 use crate::policy::{Catalog, Entry, PolicyArgs, SchedulerInfo};
 use crate::time::SimTime;
@@ -151,6 +151,62 @@ fn count(args: &PolicyArgs<'_>, name: &str, default: f64) -> Result<u32, String>
         return Err(format!("{name} must be a whole number, got {v}"));
     }
     Ok(v as u32)
+}
+
+/// A prefill-only step (vLLM v0, LightLLM): waiting requests' whole prompts (a preempted
+/// request recomputes all it knows), admitted head first while they fit the token budget,
+/// `max_num_seqs`, `may_admit` and the KV cache; a prompt longer than the budget runs alone.
+/// False if nothing was admitted.
+fn prefill_step(
+    s: &mut Scheduler,
+    kv: &mut KvCache,
+    l: &Limits,
+    now: SimTime,
+    o: &Ordering<'_>,
+    use_cache: bool,
+    mut may_admit: impl FnMut(&Seq, &Scheduler) -> bool,
+) -> bool {
+    order_waiting(s, now, o);
+    let mut budget = l.max_num_batched_tokens;
+    while (s.running.len() as u32) < l.max_num_seqs {
+        let Some(head) = s.waiting.front() else { break };
+        let need = head.known_tokens();
+        if need > budget && !(s.plan.is_empty() && budget == l.max_num_batched_tokens) {
+            break;
+        }
+        if !may_admit(head, s) || !admit_head(s, kv, |known, _| known, use_cache, now) {
+            break;
+        }
+        let slot = s.running.len() - 1;
+        let tokens = s.running[slot].known_tokens() - s.running[slot].progress;
+        plan(s, slot, tokens, true);
+        budget = budget.saturating_sub(tokens);
+    }
+    !s.plan.is_empty()
+}
+
+/// A decode-only step: one token for every running request, preempting the tail
+/// (recompute) when the KV cache cannot grow (vLLM v0, LightLLM).
+fn decode_step(s: &mut Scheduler, kv: &mut KvCache, l: &Limits, now: SimTime, o: &Ordering<'_>) {
+    let mut preempted = false;
+    let mut i = 0;
+    while i < s.running.len() {
+        if l.pp > 1 && s.running[i].busy_until > now {
+            i += 1;
+            continue;
+        }
+        let target = s.running[i].progress + 1;
+        match grow_or_preempt(s, kv, i, target, now, o, &mut preempted) {
+            Grow::Fits => {}
+            Grow::Wait => {
+                i += 1;
+                continue;
+            }
+            Grow::Stop => break,
+        }
+        plan(s, i, 1, false);
+        i += 1;
+    }
 }
 
 fn plan(sched: &mut Scheduler, slot: usize, tokens: u32, prefill: bool) {
@@ -243,48 +299,8 @@ impl BatchScheduler for VllmV0 {
         o: &Ordering<'_>,
     ) {
         s.plan.clear();
-        // Prefills first: whole prompts (a preempted request recomputes all it knows) while
-        // they fit the token budget, max_num_seqs and the KV cache. A prompt longer than the
-        // budget runs alone.
-        order_waiting(s, now, o);
-        let mut budget = l.max_num_batched_tokens;
-        while (s.running.len() as u32) < l.max_num_seqs {
-            let Some(head) = s.waiting.front() else { break };
-            let need = head.known_tokens();
-            if need > budget && !(s.plan.is_empty() && budget == l.max_num_batched_tokens) {
-                break;
-            }
-            if !admit_head(s, kv, |known, _| known, true, now) {
-                break;
-            }
-            let slot = s.running.len() - 1;
-            let tokens = s.running[slot].known_tokens() - s.running[slot].progress;
-            plan(s, slot, tokens, true);
-            budget = budget.saturating_sub(tokens);
-        }
-        if !s.plan.is_empty() {
-            return;
-        }
-        // A decode step: one token for every running request, preempting the tail
-        // (recompute) when the KV cache cannot grow.
-        let mut preempted = false;
-        let mut i = 0;
-        while i < s.running.len() {
-            if l.pp > 1 && s.running[i].busy_until > now {
-                i += 1;
-                continue;
-            }
-            let target = s.running[i].progress + 1;
-            match grow_or_preempt(s, kv, i, target, now, o, &mut preempted) {
-                Grow::Fits => {}
-                Grow::Wait => {
-                    i += 1;
-                    continue;
-                }
-                Grow::Stop => break,
-            }
-            plan(s, i, 1, false);
-            i += 1;
+        if !prefill_step(s, kv, l, now, o, true, |_, _| true) {
+            decode_step(s, kv, l, now, o);
         }
     }
 }
@@ -537,55 +553,24 @@ impl BatchScheduler for LightLlm {
         o: &Ordering<'_>,
     ) {
         s.plan.clear();
-        let bs = kv.block_size();
+        let (bs, total) = (kv.block_size(), u64::from(kv.total_blocks()));
         // (tokens held, steps left) of every running request.
+        let steps_left = |q: &Seq| q.spec.output_tokens.saturating_sub(q.generated);
         let mut load: Vec<(u32, u32)> = s
             .running
             .iter()
-            .map(|q| (q.progress, q.spec.output_tokens.saturating_sub(q.generated)))
+            .map(|q| (q.progress, steps_left(q)))
             .collect();
-        order_waiting(s, now, o);
-        let mut budget = l.max_num_batched_tokens;
-        while (s.running.len() as u32) < l.max_num_seqs {
-            let Some(head) = s.waiting.front() else { break };
-            let need = head.known_tokens();
-            if need > budget && !(s.plan.is_empty() && budget == l.max_num_batched_tokens) {
-                break;
-            }
-            load.push((need, head.spec.output_tokens.saturating_sub(head.generated)));
-            let peak = future_peak_blocks(&mut load.clone(), bs);
-            if peak > u64::from(kv.total_blocks())
-                || !admit_head(s, kv, |known, _| known, false, now)
-            {
+        let fits = |head: &Seq, _: &Scheduler| {
+            load.push((head.known_tokens(), steps_left(head)));
+            let fits = future_peak_blocks(&mut load.clone(), bs) <= total;
+            if !fits {
                 load.pop();
-                break;
             }
-            let slot = s.running.len() - 1;
-            let tokens = s.running[slot].known_tokens() - s.running[slot].progress;
-            plan(s, slot, tokens, true);
-            budget = budget.saturating_sub(tokens);
-        }
-        if !s.plan.is_empty() {
-            return;
-        }
-        let mut preempted = false;
-        let mut i = 0;
-        while i < s.running.len() {
-            if l.pp > 1 && s.running[i].busy_until > now {
-                i += 1;
-                continue;
-            }
-            let target = s.running[i].progress + 1;
-            match grow_or_preempt(s, kv, i, target, now, o, &mut preempted) {
-                Grow::Fits => {}
-                Grow::Wait => {
-                    i += 1;
-                    continue;
-                }
-                Grow::Stop => break,
-            }
-            plan(s, i, 1, false);
-            i += 1;
+            fits
+        };
+        if !prefill_step(s, kv, l, now, o, false, fits) {
+            decode_step(s, kv, l, now, o);
         }
     }
 }
