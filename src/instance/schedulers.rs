@@ -153,6 +153,34 @@ fn count(args: &PolicyArgs<'_>, name: &str, default: f64) -> Result<u32, String>
     Ok(v as u32)
 }
 
+/// Admits waiting requests, head first, up to `cap` running (0: `max_num_seqs`), each with KV
+/// for its whole prompt + output reserved and no prefix-cache hits (Orca, FasterTransformer).
+fn admit_whole_requests(
+    s: &mut Scheduler,
+    kv: &mut KvCache,
+    l: &Limits,
+    cap: u32,
+    now: SimTime,
+    o: &Ordering<'_>,
+) {
+    let cap = if cap == 0 { l.max_num_seqs } else { cap };
+    order_waiting(s, now, o);
+    while (s.running.len() as u32) < cap && admit_head(s, kv, |_, whole| whole, false, now) {}
+}
+
+/// Plans every running request (not in a pipeline micro-batch) for all it has left to
+/// compute: a whole prompt, or one decode token.
+fn plan_every_running(s: &mut Scheduler, l: &Limits, now: SimTime) {
+    for i in 0..s.running.len() {
+        let seq = &s.running[i];
+        if l.pp > 1 && seq.busy_until > now {
+            continue;
+        }
+        let (tokens, prefill) = (seq.known_tokens() - seq.progress, seq.in_prefill());
+        plan(s, i, tokens.max(1), prefill);
+    }
+}
+
 /// A prefill-only step (vLLM v0, LightLLM): waiting requests' whole prompts (a preempted
 /// request recomputes all it knows), admitted head first while they fit the token budget,
 /// `max_num_seqs`, `may_admit` and the KV cache; a prompt longer than the budget runs alone.
@@ -433,28 +461,8 @@ impl BatchScheduler for Orca {
         o: &Ordering<'_>,
     ) {
         s.plan.clear();
-        for i in 0..s.running.len() {
-            if l.pp > 1 && s.running[i].busy_until > now {
-                continue;
-            }
-            let seq = &s.running[i];
-            let tokens = seq.known_tokens() - seq.progress;
-            plan(s, i, tokens.max(1), seq.in_prefill());
-        }
-        let cap = if self.cap == 0 {
-            l.max_num_seqs
-        } else {
-            self.cap
-        };
-        order_waiting(s, now, o);
-        while (s.running.len() as u32) < cap {
-            if !admit_head(s, kv, |_, whole| whole, false, now) {
-                break;
-            }
-            let slot = s.running.len() - 1;
-            let tokens = s.running[slot].known_tokens();
-            plan(s, slot, tokens, true);
-        }
+        admit_whole_requests(s, kv, l, self.cap, now, o);
+        plan_every_running(s, l, now);
     }
 }
 
@@ -489,27 +497,11 @@ impl BatchScheduler for FasterTransformer {
         o: &Ordering<'_>,
     ) {
         s.plan.clear();
+        // A new batch only when the last one has finished.
         if s.running.is_empty() {
-            let cap = if self.cap == 0 {
-                l.max_num_seqs
-            } else {
-                self.cap
-            };
-            order_waiting(s, now, o);
-            while (s.running.len() as u32) < cap {
-                if !admit_head(s, kv, |_, whole| whole, false, now) {
-                    break;
-                }
-            }
+            admit_whole_requests(s, kv, l, self.cap, now, o);
         }
-        for i in 0..s.running.len() {
-            if l.pp > 1 && s.running[i].busy_until > now {
-                continue;
-            }
-            let seq = &s.running[i];
-            let tokens = seq.known_tokens() - seq.progress;
-            plan(s, i, tokens.max(1), seq.in_prefill());
-        }
+        plan_every_running(s, l, now);
     }
 }
 

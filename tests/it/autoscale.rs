@@ -7,26 +7,12 @@ use proptest::prelude::*;
 use servesim::metrics::Summary;
 use servesim::{RunOptions, Simulation};
 
-use crate::common::{Row, assert_conserved, parse, read_rows};
+use crate::common::{Row, parse, read_rows, run_keeping};
 
 /// Runs with invariant checks; returns the summary, requests.csv rows (by id) and
 /// scale_events.csv rows.
 fn run(src: &str) -> (Summary, Vec<Row>, Vec<Row>) {
-    let dir = tempfile::tempdir().unwrap();
-    let summary = Simulation::new(
-        &parse(src),
-        RunOptions {
-            check_invariants: true,
-            out_dir: Some(dir.path().to_path_buf()),
-            ..Default::default()
-        },
-    )
-    .unwrap()
-    .run()
-    .unwrap();
-    let mut rows = read_rows(&dir.path().join("requests.csv"));
-    rows.sort_by_key(|r| r.u64("request_id"));
-    assert_conserved(&summary, &rows);
+    let (summary, rows, dir) = run_keeping(&parse(src));
     let events = events(dir.path());
     (summary, rows, events)
 }

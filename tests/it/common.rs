@@ -54,6 +54,12 @@ pub fn read_rows(path: &Path) -> Vec<Row> {
 /// Runs a scenario with invariant checks on every tick; returns the summary and CSV rows
 /// sorted by request id.
 pub fn run(sc: &Scenario) -> (Summary, Vec<Row>) {
+    let (summary, rows, _dir) = run_keeping(sc);
+    (summary, rows)
+}
+
+/// [`run`], also handing back the output directory (for the run's other files).
+pub fn run_keeping(sc: &Scenario) -> (Summary, Vec<Row>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let summary = Simulation::new(
         sc,
@@ -69,7 +75,7 @@ pub fn run(sc: &Scenario) -> (Summary, Vec<Row>) {
     let mut rows = read_rows(&dir.path().join("requests.csv"));
     rows.sort_by_key(|r| r.u64("request_id"));
     assert_conserved(&summary, &rows);
-    (summary, rows)
+    (summary, rows, dir)
 }
 
 /// INV-1 on the outputs: one row per injected request, buckets add up.
