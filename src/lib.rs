@@ -88,10 +88,13 @@ pub mod kv;
 pub mod latency;
 pub mod metrics;
 pub mod model;
+pub mod observe;
 pub mod output;
 pub mod policy;
+pub mod report;
 pub mod request;
 pub mod rng;
+pub mod sweep;
 pub mod scenario;
 pub mod time;
 pub mod workload;
@@ -101,7 +104,9 @@ mod simulation;
 pub use bevy_app;
 pub use bevy_ecs;
 pub use engine::{EventQueue, SimClock, SimStep, SimSystems};
-pub use simulation::{RunOptions, SimError, Simulation, default_app};
+pub use simulation::{
+    PROGRESS_EVERY, Progress, ProgressHook, RunOptions, SimError, Simulation, default_app,
+};
 pub use time::{SimDuration, SimTime};
 
 use bevy_app::{PluginGroup, PluginGroupBuilder};

@@ -8,6 +8,8 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+mod progress;
+
 use clap::{Parser, Subcommand, ValueEnum};
 use servesim::policy::Catalog;
 use servesim::{RunOptions, Simulation, scenario};
@@ -57,6 +59,76 @@ enum Command {
         /// as for Ctrl-C).
         #[arg(long, value_name = "SECONDS")]
         max_wall_s: Option<f64>,
+        /// Also write report.html into the output directory (as `servesim report` would).
+        #[arg(long)]
+        report: bool,
+        /// Only steps and requests overlapping START..END (simulated seconds) go into
+        /// timeline.json.
+        #[arg(long, value_name = "START..END")]
+        trace_window: Option<String>,
+        /// Fraction of requests drawn in timeline.json (by request id).
+        #[arg(long, value_name = "FRACTION")]
+        trace_sample: Option<f64>,
+        /// Progress bar on stderr.
+        #[arg(long, value_enum, default_value_t = progress::Mode::Auto)]
+        progress: progress::Mode,
+        /// No progress bar and no run statistics on stderr (warnings and errors still).
+        #[arg(long, short)]
+        quiet: bool,
+    },
+    /// Run the cartesian product of --vary lists in parallel; writes sweep.csv (one row per
+    /// point: the varied values and every summary metric) and sweep.json, and prints a
+    /// comparison table.
+    Sweep {
+        scenario: PathBuf,
+        /// A field and its values: --vary 'policies.routing=["round_robin","least_loaded"]'
+        /// (repeat for more axes; the last varies fastest).
+        #[arg(long = "vary", value_name = "PATH=[V1,V2,...]", required = true)]
+        vary: Vec<String>,
+        /// Override a field in every point (as for `run`).
+        #[arg(long = "set", value_name = "PATH=VALUE")]
+        set: Vec<String>,
+        /// Runs per point, with seeds seed, seed+1, ….
+        #[arg(long, default_value_t = 1)]
+        replicas: u32,
+        /// Parallel runs (default: every core).
+        #[arg(long)]
+        jobs: Option<usize>,
+        /// Run only the points whose number is I modulo N (a Slurm array task or a
+        /// Kubernetes Indexed Job pod); join the parts with `servesim merge`.
+        #[arg(long, value_name = "I/N")]
+        shard: Option<String>,
+        /// Where sweep.csv and sweep.json go (default: ./sweep).
+        #[arg(long, default_value = "sweep")]
+        out: PathBuf,
+        /// Also keep every point's result files in OUT/point-NNNN.
+        #[arg(long)]
+        keep_outputs: bool,
+        #[arg(long, value_enum, default_value_t = progress::Mode::Auto)]
+        progress: progress::Mode,
+        #[arg(long, short)]
+        quiet: bool,
+    },
+    /// Join the sweep.csv of every shard of a sweep (`sweep --shard I/N`) into the
+    /// sweep.csv one unsharded run gives.
+    Merge {
+        /// The shards' output directories.
+        #[arg(required = true)]
+        shards: Vec<PathBuf>,
+        /// Where the merged sweep.csv and sweep.json go.
+        #[arg(long, default_value = "sweep")]
+        out: PathBuf,
+    },
+    /// Write one self-contained report.html from one or more output directories (several
+    /// are overlaid and put side by side).
+    Report {
+        /// Output directories of earlier runs.
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+        /// Where the page goes (default: DIR/report.html for one directory, ./report.html
+        /// for several).
+        #[arg(long)]
+        out: Option<PathBuf>,
     },
     /// Parse and validate a scenario without running it.
     Validate {
@@ -118,7 +190,10 @@ enum FitModel {
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum TraceKind {
+    /// decisions.csv: one row per routing decision.
     Decisions,
+    /// timeline.json: steps, requests and counters for Perfetto UI / chrome://tracing.
+    Timeline,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -230,6 +305,176 @@ fn setup(sc: &scenario::Scenario) -> String {
         );
     }
     s
+}
+
+/// Renders the report of `dirs` and writes it to `out` (staged, then moved into place).
+fn write_report(dirs: &[PathBuf], out: &Path) -> Result<(), String> {
+    let page = servesim::report::report(dirs).map_err(|e| e.to_string())?;
+    let name = out
+        .file_name()
+        .ok_or_else(|| format!("--out {}: expected a file name", out.display()))?
+        .to_string_lossy()
+        .into_owned();
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let mut dir = servesim::output::OutputDir::open(&parent).map_err(|e| e.to_string())?;
+    let mut w = dir.create(&name).map_err(|e| e.to_string())?;
+    use std::io::Write;
+    w.write_all(page.as_bytes())
+        .and_then(|()| w.flush())
+        .map_err(|e| format!("cannot write {}: {e}", out.display()))?;
+    drop(w);
+    dir.commit().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// Writes sweep.csv and sweep.json into `out`, together (staged, then moved into place).
+fn write_sweep(
+    out: &Path,
+    plan: &servesim::sweep::Plan,
+    rows: &std::collections::BTreeMap<usize, Vec<String>>,
+) -> Result<(), String> {
+    use std::io::Write;
+    let csv = servesim::sweep::to_csv(plan, rows)?;
+    let json = serde_json::to_string_pretty(plan).map_err(|e| e.to_string())? + "\n";
+    let mut dir = servesim::output::OutputDir::open(out).map_err(|e| e.to_string())?;
+    for (name, bytes) in [("sweep.csv", csv.as_slice()), ("sweep.json", json.as_bytes())] {
+        let mut w = dir.create(name).map_err(|e| e.to_string())?;
+        w.write_all(bytes)
+            .and_then(|()| w.flush())
+            .map_err(|e| format!("cannot write {}: {e}", out.join(name).display()))?;
+    }
+    dir.commit().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+struct SweepArgs<'a> {
+    scenario: PathBuf,
+    vary: Vec<String>,
+    set: Vec<String>,
+    replicas: u32,
+    jobs: Option<usize>,
+    shard: Option<String>,
+    out: PathBuf,
+    keep_outputs: bool,
+    progress: progress::Mode,
+    catalog: &'a Catalog,
+}
+
+/// `servesim sweep`: checks every point before running any.
+fn sweep(a: SweepArgs<'_>) -> ExitCode {
+    use servesim::sweep::{Plan, parse_axis, parse_shard};
+    let fail = |e: String| {
+        eprintln!("error: {e}");
+        ExitCode::from(2)
+    };
+    let axes = match a.vary.iter().map(|v| parse_axis(v)).collect::<Result<Vec<_>, _>>() {
+        Ok(x) => x,
+        Err(e) => return fail(e),
+    };
+    let shard = match a.shard.as_deref().map(parse_shard).transpose() {
+        Ok(s) => s.unwrap_or((0, 1)),
+        Err(e) => return fail(e),
+    };
+    if a.replicas == 0 {
+        return fail("--replicas must be at least 1".into());
+    }
+    let set = match parse_overrides(&a.set, None) {
+        Ok(o) => o,
+        Err(e) => return fail(e),
+    };
+    let plan = Plan {
+        scenario: a.scenario.display().to_string(),
+        set,
+        axes,
+        replicas: a.replicas,
+        shard,
+    };
+    if let Err(e) = servesim::output::check_dir(&a.out) {
+        return fail(e.to_string());
+    }
+    // Every point is loaded and validated first; all problems are reported at once.
+    let mut points = Vec::new();
+    let mut problems: Vec<String> = Vec::new();
+    for point in plan.points() {
+        match scenario::load(&a.scenario, &plan.overrides(&point), a.catalog) {
+            Ok(mut sc) => {
+                sc.seed = sc.seed.wrapping_add(u64::from(point.replica));
+                points.push((point, sc));
+            }
+            Err(e) => {
+                let text = e.to_string();
+                if !problems.contains(&text) {
+                    problems.push(text);
+                }
+            }
+        }
+    }
+    if !problems.is_empty() {
+        for p in &problems {
+            eprint!("error: {p}");
+        }
+        return ExitCode::from(2);
+    }
+    let jobs = a
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from))
+        .max(1);
+    let interrupt = Arc::new(AtomicBool::new(false));
+    let flag = interrupt.clone();
+    let _ = ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed));
+    let keep = a.keep_outputs.then(|| a.out.clone());
+    let bar = progress::Bar::new(
+        a.progress,
+        Some(points.len() as u64),
+        "{elapsed_precise} [{bar:30}] {pos}/{len} points, {msg} (ETA {eta})",
+    );
+    let finished = std::sync::atomic::AtomicU64::new(0);
+    let total = points.len();
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "wall-clock timing goes to stderr only"
+    )]
+    let started = std::time::Instant::now();
+    let rows = servesim::sweep::run(
+        &plan,
+        points,
+        jobs,
+        keep.as_deref(),
+        Some(interrupt),
+        &|point, outcome| {
+            let n = finished.fetch_add(1, Ordering::Relaxed) + 1;
+            let what = match outcome {
+                Ok(_) => "ok",
+                Err(_) => "failed",
+            };
+            bar.update(n, format!("point {} {what}", point.index));
+        },
+    );
+    bar.clear();
+    let Some(rows) = rows else {
+        eprintln!("servesim: interrupted; no sweep result was written");
+        return ExitCode::from(130);
+    };
+    if let Err(e) = write_sweep(&a.out, &plan, &rows) {
+        eprintln!("error: {e}");
+        return ExitCode::from(1);
+    }
+    print!("{}", servesim::sweep::table(&plan.header(), &rows));
+    let failed = rows.values().filter(|r| r.iter().any(|c| c.starts_with("error: "))).count();
+    eprintln!(
+        "servesim: {total} runs on {jobs} threads in {:.2} s wall{}; wrote sweep.csv, sweep.json in {}",
+        started.elapsed().as_secs_f64(),
+        if failed > 0 {
+            format!(" ({failed} failed: see their status column)")
+        } else {
+            String::new()
+        },
+        a.out.display()
+    );
+    ExitCode::SUCCESS
 }
 
 /// Says on stderr when a scenario will take minutes.
@@ -431,6 +676,81 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
+        Command::Sweep {
+            scenario,
+            vary,
+            set,
+            replicas,
+            jobs,
+            shard,
+            out,
+            keep_outputs,
+            progress: progress_mode,
+            quiet,
+        } => sweep(SweepArgs {
+            scenario,
+            vary,
+            set,
+            replicas,
+            jobs,
+            shard,
+            out,
+            keep_outputs,
+            progress: if quiet {
+                progress::Mode::Never
+            } else {
+                progress_mode
+            },
+            catalog,
+        }),
+        Command::Merge { shards, out } => {
+            let parts = match shards
+                .iter()
+                .map(|d| servesim::sweep::Part::read(d))
+                .collect::<Result<Vec<_>, _>>()
+            {
+                Ok(p) => p,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let (plan, rows) = match servesim::sweep::merge(parts) {
+                Ok(m) => m,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            if let Err(e) = write_sweep(&out, &plan, &rows) {
+                eprintln!("error: {e}");
+                return ExitCode::from(1);
+            }
+            print!("{}", servesim::sweep::table(&plan.header(), &rows));
+            eprintln!(
+                "servesim: merged {} shards, {} points, into {}",
+                shards.len(),
+                rows.len(),
+                out.join("sweep.csv").display()
+            );
+            ExitCode::SUCCESS
+        }
+        Command::Report { dirs, out } => {
+            let out = out.unwrap_or_else(|| match dirs.as_slice() {
+                [one] => one.join("report.html"),
+                _ => PathBuf::from("report.html"),
+            });
+            match write_report(&dirs, &out) {
+                Ok(()) => {
+                    eprintln!("servesim: report in {}", out.display());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(1)
+                }
+            }
+        }
         Command::Validate { scenario, set } => {
             let overrides = match parse_overrides(&set, None) {
                 Ok(o) => o,
@@ -458,7 +778,30 @@ fn main() -> ExitCode {
             check_invariants,
             trace,
             max_wall_s,
+            report: want_report,
+            trace_window,
+            trace_sample,
+            progress: progress_mode,
+            quiet,
         } => {
+            let mut set = set;
+            if trace.contains(&TraceKind::Timeline) {
+                set.push("outputs.timeline_json=true".into());
+            }
+            if let Some(w) = &trace_window {
+                let Some((a, b)) = w.split_once("..") else {
+                    eprintln!("error: --trace-window {w}: expected START..END in simulated seconds, e.g. --trace-window 100..160");
+                    return ExitCode::from(2);
+                };
+                let (Ok(a), Ok(b)) = (a.trim().parse::<f64>(), b.trim().parse::<f64>()) else {
+                    eprintln!("error: --trace-window {w}: START and END must be numbers of simulated seconds, e.g. --trace-window 100..160");
+                    return ExitCode::from(2);
+                };
+                set.push(format!("outputs.timeline_window_s=({a:?},{b:?})"));
+            }
+            if let Some(r) = trace_sample {
+                set.push(format!("outputs.timeline_request_sample={r:?}"));
+            }
             let overrides = match parse_overrides(&set, seed) {
                 Ok(o) => o,
                 Err(e) => {
@@ -500,6 +843,23 @@ fn main() -> ExitCode {
                 reason = "wall-clock timing goes to stderr only"
             )]
             let started = std::time::Instant::now();
+            let estimate = scenario::estimate::estimate(&sc);
+            let total = (sc.workload.traces.is_empty() && estimate.requests >= 1.0)
+                .then_some(estimate.requests.round() as u64);
+            let bar = progress::Bar::new(
+                if quiet {
+                    progress::Mode::Never
+                } else {
+                    progress_mode
+                },
+                total,
+                if total.is_some() {
+                    "{elapsed_precise} [{bar:30}] {pos}/~{len} requests done, {msg} ({per_sec}, ETA {eta})"
+                } else {
+                    "{elapsed_precise} {spinner} {pos} requests done, {msg} ({per_sec})"
+                },
+            );
+            let hook_bar = bar.clone();
             let sim = match Simulation::from_app(
                 app,
                 &sc,
@@ -508,6 +868,12 @@ fn main() -> ExitCode {
                     out_dir: Some(out_dir.clone()),
                     trace_decisions: trace.contains(&TraceKind::Decisions),
                     interrupt: Some(interrupt.clone()),
+                    progress: Some(servesim::ProgressHook(Arc::new(move |p| {
+                        hook_bar.update(
+                            p.ended,
+                            format!("simulated {:.1} s", p.now.as_us() as f64 / 1e6),
+                        );
+                    }))),
                     ..Default::default()
                 },
             ) {
@@ -532,7 +898,9 @@ fn main() -> ExitCode {
                     String::new()
                 }
             };
-            let (summary, report) = match sim.run_reporting() {
+            let outcome = sim.run_reporting();
+            bar.clear();
+            let (summary, report) = match outcome {
                 Ok(s) => s,
                 Err(e @ servesim::SimError::Interrupted(t))
                     if wall_limit_hit.load(Ordering::Relaxed) =>
@@ -579,15 +947,31 @@ fn main() -> ExitCode {
                     out_dir.display()
                 )
             };
-            eprintln!(
-                "servesim: {} requests, {} ticks in {wall:.3} s wall ({:.0} requests/s, {:.0} ns per tick{}); {results}",
-                summary.requests.injected,
-                summary.ticks,
-                summary.requests.injected as f64 / wall.max(1e-9),
-                wall * 1e9 / summary.ticks.max(1) as f64,
-                peak_rss_mb().map_or(String::new(), |mb| format!(", peak RSS {mb:.0} MB")),
-            );
-            if !report.earlier.is_empty() {
+            if !quiet {
+                eprintln!(
+                    "servesim: {} requests, {} ticks in {wall:.3} s wall ({:.0} requests/s, {:.0} ns per tick{}); {results}",
+                    summary.requests.injected,
+                    summary.ticks,
+                    summary.requests.injected as f64 / wall.max(1e-9),
+                    wall * 1e9 / summary.ticks.max(1) as f64,
+                    peak_rss_mb().map_or(String::new(), |mb| format!(", peak RSS {mb:.0} MB")),
+                );
+            }
+            if want_report || sc.outputs.report_html {
+                let page = out_dir.join("report.html");
+                if let Err(e) = write_report(std::slice::from_ref(&out_dir), &page) {
+                    eprintln!("error: the run's results are written, but not its report: {e}");
+                    return ExitCode::from(1);
+                }
+                if !quiet {
+                    eprintln!("servesim: report in {}", page.display());
+                }
+            }
+            let mut report = report;
+            if want_report || sc.outputs.report_html {
+                report.earlier.retain(|n| n != "report.html");
+            }
+            if !report.earlier.is_empty() && !quiet {
                 eprintln!(
                     "servesim: left alone in {}: {} (from an earlier run; this run does not write {})",
                     out_dir.display(),

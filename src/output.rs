@@ -20,14 +20,20 @@ use std::path::{Path, PathBuf};
 /// Names of the staging directories (followed by a random suffix).
 const STAGING_PREFIX: &str = ".servesim-run-";
 
-/// Every result file name a servesim command writes (`run`'s four first).
-pub const RESULT_FILES: [&str; 5] = [
+/// Every result file name a servesim command writes (`run`'s first).
+pub const RESULT_FILES: [&str; 8] = [
     "requests.csv",
     "decisions.csv",
     "summary.json",
     "scale_events.csv",
+    "timeseries.csv",
+    "timeline.json",
+    "report.html",
     "check-real.json",
 ];
+
+/// How many of [`RESULT_FILES`] `servesim run` may write.
+const RUN_FILES: usize = 7;
 
 /// Why an output directory cannot be used or its results could not be committed.
 #[derive(Debug, thiserror::Error)]
@@ -125,7 +131,7 @@ impl OutputDir {
     /// Result files already in the directory that this run has not written (so far): after
     /// a commit they are from an earlier run.
     pub fn earlier_files(&self) -> Vec<String> {
-        RESULT_FILES[..4]
+        RESULT_FILES[..RUN_FILES]
             .iter()
             .filter(|n| !self.staged.iter().any(|s| s == *n))
             .filter(|n| fs::symlink_metadata(self.dir.join(n)).is_ok())

@@ -181,6 +181,34 @@ pub struct RunOptions {
     pub collect: Option<std::sync::Arc<std::sync::Mutex<Vec<crate::metrics::RequestSample>>>>,
     /// Writes the bytes `requests.csv` would hold into this buffer (no file needed).
     pub requests_csv_memory: Option<crate::metrics::SharedBuffer>,
+    /// Told how far the run has got every [`PROGRESS_EVERY`] ticks (a progress bar).
+    pub progress: Option<ProgressHook>,
+}
+
+/// Ticks between two calls of a [`ProgressHook`].
+pub const PROGRESS_EVERY: u64 = 4096;
+
+/// How far a run has got.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Progress {
+    /// Simulated time.
+    pub now: SimTime,
+    pub ticks: u64,
+    /// Requests that arrived so far, and those that left (completed, rejected, dropped,
+    /// timed out).
+    pub injected: u64,
+    pub ended: u64,
+}
+
+/// Receives [`Progress`] during a run; it must not take long (it runs on the simulation
+/// thread).
+#[derive(Clone)]
+pub struct ProgressHook(pub std::sync::Arc<dyn Fn(&Progress) + Send + Sync>);
+
+impl std::fmt::Debug for ProgressHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProgressHook")
+    }
 }
 
 /// A run that could not complete.
@@ -237,12 +265,15 @@ pub struct Simulation {
     out: Option<OutputDir>,
     write_summary: bool,
     interrupt: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    progress: Option<ProgressHook>,
     fitness: std::collections::BTreeMap<String, f64>,
     /// (blocks, block size) of the largest instance KV cache, for diagnoses.
     largest_cache: (u32, u32),
     /// `limits.max_in_flight` and `limits.max_waiting_per_instance`.
     max_in_flight: u64,
     max_waiting_per_instance: Option<u32>,
+    /// Samples `timeseries.csv` before each tick.
+    timeseries: Option<crate::observe::timeseries::TimeSeries>,
 }
 
 impl Simulation {
@@ -507,13 +538,18 @@ impl Simulation {
         let scale_events = autoscaled && outputs.scale_events_csv;
         let mut out = match &options.out_dir {
             Some(dir)
-                if outputs.requests_csv || outputs.summary_json || decisions || scale_events =>
+                if outputs.requests_csv
+                    || outputs.summary_json
+                    || decisions
+                    || scale_events
+                    || outputs.timeseries_csv =>
             {
                 let names = [
                     ("requests.csv", outputs.requests_csv),
                     ("decisions.csv", decisions),
                     ("summary.json", outputs.summary_json),
                     ("scale_events.csv", scale_events),
+                    ("timeseries.csv", outputs.timeseries_csv),
                 ];
                 let written: Vec<&str> = names.iter().filter(|n| n.1).map(|n| n.0).collect();
                 refuse_overwriting_inputs(scenario, dir, &written)?;
@@ -570,6 +606,29 @@ impl Simulation {
         }
         world.insert_resource(scaler);
 
+        let timeseries = match &mut out {
+            Some(out) if outputs.timeseries_csv => {
+                let file =
+                    out.create("timeseries.csv")?
+                        .into_inner()
+                        .map_err(|e| SimError::Output {
+                            path: out.staged_path("timeseries.csv"),
+                            message: e.into_error().to_string(),
+                        })?;
+                Some(
+                    crate::observe::timeseries::TimeSeries::new(
+                        file,
+                        crate::observe::timeseries::interval(scenario),
+                        group_names.clone(),
+                    )
+                    .map_err(|e| SimError::Output {
+                        path: out.staged_path("timeseries.csv"),
+                        message: e.to_string(),
+                    })?,
+                )
+            }
+            _ => None,
+        };
         if let Some(c) = &options.collect {
             world.resource_mut::<RequestLog>().collect = Some(c.clone());
         }
@@ -615,11 +674,13 @@ impl Simulation {
             group_names,
             out,
             interrupt: options.interrupt.clone(),
+            progress: options.progress.clone(),
             largest_cache,
             write_summary: scenario.outputs.summary_json,
             fitness: scenario.outputs.fitness.clone(),
             max_in_flight: scenario.limits.max_in_flight,
             max_waiting_per_instance: scenario.limits.max_waiting_per_instance,
+            timeseries,
         })
     }
 
@@ -629,12 +690,33 @@ impl Simulation {
         self.world.resource_mut::<RequestLog>().writer = None;
         self.world.resource_mut::<DecisionLog>().writer = None;
         self.world.resource_mut::<Autoscaler>().events = None;
+        self.timeseries = None;
         self.out = None;
     }
 
     /// Runs one tick; false when no event is left within the horizon.
     pub fn tick(&mut self) -> bool {
-        engine::tick(&mut self.world, &mut self.schedule)
+        let Some(ts) = &mut self.timeseries else {
+            return engine::tick(&mut self.world, &mut self.schedule);
+        };
+        let more = engine::tick_observed(&mut self.world, &mut self.schedule, |world, t| {
+            ts.before_tick(world, t)
+        });
+        if let Some(e) = &ts.error {
+            // The first failed write stops the run, as for every result file.
+            let now = self.world.resource::<SimClock>().now;
+            self.world
+                .resource_mut::<SimFault>()
+                .0
+                .get_or_insert_with(|| {
+                    format!(
+                        "cannot write timeseries.csv at simulated time {:.3} s: {e}",
+                        now.as_us() as f64 / 1e6
+                    )
+                });
+            return false;
+        }
+        more
     }
 
     /// The ECS world (for inspection in tests and tools).
@@ -671,12 +753,28 @@ impl Simulation {
                 self.discard_outputs();
                 return Err(SimError::Fault(msg));
             }
+            if u64::from(ticks).is_multiple_of(PROGRESS_EVERY)
+                && let Some(hook) = &self.progress
+            {
+                (hook.0)(&self.progress_now());
+            }
         }
         if let Some(msg) = self.world.resource::<SimFault>().0.clone() {
             self.discard_outputs();
             return Err(SimError::Fault(msg));
         }
         self.finish_reporting()
+    }
+
+    /// How far the run has got.
+    pub fn progress_now(&self) -> Progress {
+        let clock = self.world.resource::<SimClock>();
+        Progress {
+            now: clock.now,
+            ticks: clock.ticks,
+            injected: self.world.resource::<Injected>().0,
+            ended: self.world.resource::<Aggregates>().ended(),
+        }
     }
 
     /// A diagnosis when more requests are in the system than `limits.max_in_flight`.
@@ -1029,6 +1127,11 @@ impl Simulation {
             path: out.staged_path(name),
             message: e,
         };
+        if let Some(ts) = self.timeseries.take() {
+            ts.finish(world, now)
+                .and_then(|f| f.sync_all().map_err(|e| e.to_string()))
+                .map_err(|e| io("timeseries.csv", e))?;
+        }
         let mut dlog = world.resource_mut::<DecisionLog>();
         if let Some(err) = dlog.error.take() {
             return Err(io("decisions.csv", err));

@@ -190,6 +190,17 @@ pub const MAX_SIM_TIME: SimTime = SimTime(1_000_000_000_000_000);
 /// without a tick: they neither advance the clock nor count as simulated time, so a run's
 /// duration ends with its last real event.
 pub fn tick(world: &mut World, schedule: &mut Schedule) -> bool {
+    tick_observed(world, schedule, |_, _| {})
+}
+
+/// [`tick`], calling `before` with the world as the previous tick left it and the time of
+/// the tick about to run (observers that sample state use it; they must not change it).
+#[inline]
+pub fn tick_observed(
+    world: &mut World,
+    schedule: &mut Schedule,
+    before: impl FnOnce(&World, SimTime),
+) -> bool {
     let horizon = world.resource::<SimClock>().horizon;
     let t = loop {
         let Some(t) = world.resource::<EventQueue>().peek_time() else {
@@ -227,6 +238,7 @@ pub fn tick(world: &mut World, schedule: &mut Schedule) -> bool {
             break t;
         }
     };
+    before(world, t);
     let ticks = {
         let mut clock = world.resource_mut::<SimClock>();
         assert!(

@@ -769,6 +769,24 @@ pub struct OutputSpec {
     /// Write `scale_events.csv` (instance life-cycle events). Default true; written only
     /// when a group has `scaling`.
     pub scale_events_csv: bool,
+    /// Write `timeseries.csv`: per instance and cluster-wide state sampled every
+    /// `sample_interval_s` of simulated time. Default true.
+    pub timeseries_csv: bool,
+    /// Simulated seconds between `timeseries.csv` samples. Default: about a thousandth of
+    /// the run (`workload.duration_s` or `horizon_s`), rounded to 1, 2 or 5 × 10ⁿ; 1 s when
+    /// neither is set.
+    pub sample_interval_s: Option<f64>,
+    /// Write `timeline.json`, a Chrome trace-event file for Perfetto UI or
+    /// chrome://tracing (also `--trace timeline`). Default false.
+    pub timeline_json: bool,
+    /// Only steps and requests overlapping this simulated-time window (start, end), in
+    /// seconds, go into `timeline.json` (also `--trace-window START..END`). Default: all.
+    pub timeline_window_s: Option<(f64, f64)>,
+    /// Fraction of requests drawn as spans in `timeline.json` (chosen by request id, so the
+    /// same requests at every run; also `--trace-sample`). Default 1.
+    pub timeline_request_sample: f64,
+    /// Write `report.html` after the run (also `servesim run --report`). Default false.
+    pub report_html: bool,
 }
 
 impl Default for OutputSpec {
@@ -781,6 +799,12 @@ impl Default for OutputSpec {
             decision_top_k: 3,
             fitness: BTreeMap::new(),
             scale_events_csv: true,
+            timeseries_csv: true,
+            sample_interval_s: None,
+            timeline_json: false,
+            timeline_window_s: None,
+            timeline_request_sample: 1.0,
+            report_html: false,
         }
     }
 }

@@ -594,6 +594,38 @@ fn check_policies(p: &mut Vec<Problem>, s: &Scenario, catalog: &Catalog) {
     if s.outputs.decision_top_k == 0 {
         p.push(Problem::new("outputs.decision_top_k", "must be ≥ 1"));
     }
+    if let Some(dt) = s.outputs.sample_interval_s
+        && !(dt.is_finite() && dt >= 1e-6)
+    {
+        p.push(
+            Problem::new(
+                "outputs.sample_interval_s",
+                format!("must be a number of seconds ≥ 0.000001, got {dt}"),
+            )
+            .hint("leave it out for about 1,000 samples per run"),
+        );
+    }
+    if let Some((a, b)) = s.outputs.timeline_window_s
+        && !(a.is_finite() && b.is_finite() && 0.0 <= a && a < b)
+    {
+        p.push(
+            Problem::new(
+                "outputs.timeline_window_s",
+                format!("must be (start, end) with 0 ≤ start < end, got ({a}, {b})"),
+            )
+            .hint("e.g. (100.0, 160.0) for one minute from 100 s"),
+        );
+    }
+    let r = s.outputs.timeline_request_sample;
+    if !(r.is_finite() && r > 0.0 && r <= 1.0) {
+        p.push(
+            Problem::new(
+                "outputs.timeline_request_sample",
+                format!("must be a fraction in (0, 1], got {r}"),
+            )
+            .hint("0.01 draws one request in a hundred"),
+        );
+    }
 }
 
 /// Checks everything serde could not: ranges, finiteness, names, cross-field rules.

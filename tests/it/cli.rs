@@ -190,7 +190,7 @@ fn set_reaches_map_keys_and_refuses_values_that_smuggle_in_fields() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("unbalanced `}`"));
 }
 
-fn run_to(dir: &Path, extra: &[&str]) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+fn run_to(dir: &Path, extra: &[&str]) -> (Vec<u8>, Vec<u8>, Vec<u8>, Vec<u8>) {
     let mut args = vec![
         "run",
         "scenarios/quickstart.ron",
@@ -210,6 +210,7 @@ fn run_to(dir: &Path, extra: &[&str]) -> (Vec<u8>, Vec<u8>, Vec<u8>) {
         out.stdout,
         std::fs::read(dir.join("requests.csv")).unwrap(),
         std::fs::read(dir.join("summary.json")).unwrap(),
+        std::fs::read(dir.join("timeseries.csv")).unwrap(),
     )
 }
 
@@ -224,25 +225,26 @@ fn two_runs_are_byte_identical_and_another_seed_differs() {
     let second = run_to(b.path(), &[]);
     assert_eq!(
         first, second,
-        "stdout, requests.csv and summary.json are byte-identical"
+        "stdout, requests.csv, summary.json and timeseries.csv are byte-identical"
     );
     let other = run_to(c.path(), &["--seed", "43"]);
     assert_ne!(first.0, other.0);
     assert_ne!(first.1, other.1);
     assert_ne!(first.2, other.2);
-    // Only the two result files, no temporaries left behind.
+    assert_ne!(first.3, other.3);
+    // Only the three result files, no temporaries left behind.
     let mut names: Vec<String> = std::fs::read_dir(a.path())
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
-    assert_eq!(names, ["requests.csv", "summary.json"]);
+    assert_eq!(names, ["requests.csv", "summary.json", "timeseries.csv"]);
 }
 
 #[test]
 fn json_format_prints_the_summary_file_contents() {
     let d = tempfile::tempdir().unwrap();
-    let (stdout, _, json) = run_to(d.path(), &["--format", "json", "--check-invariants"]);
+    let (stdout, _, json, _) = run_to(d.path(), &["--format", "json", "--check-invariants"]);
     assert_eq!(stdout, json);
     let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
     assert_eq!(v["requests"]["injected"], 400);

@@ -180,7 +180,10 @@ fn what_a_killed_run_leaves_is_removed_by_the_next_run() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(err.contains("removed what killed runs left in"), "{err}");
-    assert_eq!(names(dir.path()), ["requests.csv", "summary.json"]);
+    assert_eq!(
+        names(dir.path()),
+        ["requests.csv", "summary.json", "timeseries.csv"]
+    );
     assert_ne!(
         listing(dir.path()),
         before,
@@ -211,7 +214,10 @@ fn files_a_run_does_not_write_are_left_alone_and_it_says_what_it_wrote() {
     let out = run(&["run", scenario.to_str().unwrap(), "--out", out_dir]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
-    assert!(err.contains("wrote summary.json in"), "{err}");
+    assert!(
+        err.contains("wrote timeseries.csv, summary.json in"),
+        "{err}"
+    );
     assert!(
         err.contains("left alone in")
             && err.contains("requests.csv, decisions.csv (from an earlier run"),
@@ -327,7 +333,10 @@ fn a_link_at_a_temporary_or_result_name_is_never_followed() {
     ]);
     assert!(out.status.success());
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
-    assert_eq!(names(&out_dir), ["requests.csv", "summary.json"]);
+    assert_eq!(
+        names(&out_dir),
+        ["requests.csv", "summary.json", "timeseries.csv"]
+    );
     assert!(
         !std::fs::symlink_metadata(out_dir.join("summary.json"))
             .unwrap()

@@ -1,0 +1,286 @@
+//! `timeseries.csv`: the state of every instance and of the cluster, sampled every
+//! `outputs.sample_interval_s` of simulated time and streamed to disk (memory stays flat).
+//!
+//! Sampling needs no events of its own: the state of a discrete-event simulation only
+//! changes at ticks, so before each tick the driver writes every sample time that falls
+//! before it, with the state as the previous tick left it. A row at time `t` therefore shows
+//! the state after every event at or before `t`; its rates and counts cover `(t − Δ, t]`.
+
+use std::fs::File;
+use std::io::BufWriter;
+
+use bevy_ecs::prelude::*;
+
+use crate::autoscale::{Phase, Power};
+use crate::engine::Injected;
+use crate::instance::{InstanceIndex, Scheduler};
+use crate::kv::KvCache;
+use crate::metrics::Aggregates;
+use crate::scenario::Scenario;
+use crate::time::{SimDuration, SimTime};
+
+/// Columns of `timeseries.csv`. Rows with `instance` = `all` are cluster-wide sums.
+pub const COLUMNS: [&str; 15] = [
+    "time_s",
+    "instance",
+    "group",
+    "phase",
+    "waiting",
+    "running",
+    "in_flight",
+    "kv_used_blocks",
+    "kv_total_blocks",
+    "cpu_kv_used_blocks",
+    "prefill_tokens_per_s",
+    "decode_tokens_per_s",
+    "completed",
+    "arrivals",
+    "instances_up",
+];
+
+/// Rows a run gets when `sample_interval_s` is left out.
+pub const TARGET_SAMPLES: f64 = 1000.0;
+
+/// The sample interval of a scenario: the one given, else about a thousandth of the run
+/// rounded to 1, 2 or 5 × 10ⁿ seconds (1 s when the run's length is not set).
+pub fn interval(scenario: &Scenario) -> SimDuration {
+    interval_of(
+        scenario.outputs.sample_interval_s,
+        scenario.workload.duration_s,
+        scenario.horizon_s,
+    )
+}
+
+fn interval_of(given: Option<f64>, duration_s: Option<f64>, horizon_s: Option<f64>) -> SimDuration {
+    if let Some(dt) = given {
+        return SimDuration::from_secs_f64(dt).max(SimDuration(1));
+    }
+    let length = [duration_s, horizon_s]
+        .into_iter()
+        .flatten()
+        .filter(|x| x.is_finite() && *x > 0.0)
+        .fold(f64::INFINITY, f64::min);
+    if !length.is_finite() {
+        return SimDuration::from_secs_f64(1.0);
+    }
+    SimDuration::from_secs_f64(nice(length / TARGET_SAMPLES)).max(SimDuration(1))
+}
+
+/// The smallest of 1, 2, 5 × 10ⁿ at or above `x` (x > 0).
+pub fn nice(x: f64) -> f64 {
+    let decade = 10f64.powf(x.log10().floor());
+    [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .map(|m| m * decade)
+        .find(|v| *v >= x * (1.0 - 1e-12))
+        .unwrap_or(10.0 * decade)
+}
+
+/// Counters at the previous sample, to turn totals into per-interval figures.
+#[derive(Clone, Copy, Default)]
+struct Seen {
+    prefill: u64,
+    decode: u64,
+    completed: u64,
+}
+
+/// The sampler: the open file and what the previous sample saw.
+pub struct TimeSeries {
+    interval: SimDuration,
+    /// The next sample time.
+    next: SimTime,
+    /// The previous sample time (rates are per second since then).
+    last: SimTime,
+    writer: csv::Writer<BufWriter<File>>,
+    groups: Vec<String>,
+    seen: Vec<Seen>,
+    cluster: (u64, u64),
+    /// The first write error; the run stops on it.
+    pub error: Option<String>,
+}
+
+impl TimeSeries {
+    /// A sampler writing to `file` (header included) for instances in `groups` order.
+    pub fn new(file: File, interval: SimDuration, groups: Vec<String>) -> csv::Result<Self> {
+        let mut writer = csv::Writer::from_writer(BufWriter::with_capacity(1 << 16, file));
+        writer.write_record(COLUMNS)?;
+        Ok(TimeSeries {
+            interval,
+            next: SimTime::ZERO + interval,
+            last: SimTime::ZERO,
+            writer,
+            seen: vec![Seen::default(); groups.len()],
+            groups,
+            cluster: (0, 0),
+            error: None,
+        })
+    }
+
+    /// Writes every sample time before `t` (the time of the tick about to run).
+    #[inline]
+    pub fn before_tick(&mut self, world: &World, t: SimTime) {
+        if t > self.next && self.error.is_none() {
+            while self.next < t {
+                let at = self.next;
+                self.write(world, at);
+                self.next = self.next + self.interval;
+            }
+        }
+    }
+
+    /// At the end of a run at `end`: every sample time up to `end`, then one last row at
+    /// `end` itself when it falls between two sample times. Returns the file, flushed.
+    pub fn finish(mut self, world: &World, end: SimTime) -> Result<File, String> {
+        while self.error.is_none() && self.next <= end {
+            let at = self.next;
+            self.write(world, at);
+            self.next = self.next + self.interval;
+        }
+        if self.error.is_none() && self.last < end {
+            self.write(world, end);
+        }
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        let buf = self.writer.into_inner().map_err(|e| e.to_string())?;
+        buf.into_inner().map_err(|e| e.to_string())
+    }
+
+    fn write(&mut self, world: &World, at: SimTime) {
+        if let Err(e) = self.write_rows(world, at) {
+            self.error = Some(e.to_string());
+        }
+        self.last = at;
+    }
+
+    fn write_rows(&mut self, world: &World, at: SimTime) -> csv::Result<()> {
+        let span = (at.as_us().saturating_sub(self.last.as_us())) as f64 / 1e6;
+        let rate = |n: u64| if span > 0.0 { n as f64 / span } else { 0.0 };
+        let time = format!("{:.6}", at.as_us() as f64 / 1e6);
+        let index = &world.resource::<InstanceIndex>().0;
+        let mut total = Row::default();
+        for (i, &e) in index.iter().enumerate() {
+            let (Some(sched), Some(kv)) = (world.get::<Scheduler>(e), world.get::<KvCache>(e))
+            else {
+                continue;
+            };
+            let phase = world.get::<Power>(e).map_or(Phase::Serving, |p| p.phase);
+            let c = sched.counters;
+            let seen = std::mem::replace(
+                &mut self.seen[i],
+                Seen {
+                    prefill: c.prefill_tokens,
+                    decode: c.decode_tokens,
+                    completed: c.completed,
+                },
+            );
+            let up = matches!(phase, Phase::Serving | Phase::WarmingUp);
+            let row = Row {
+                waiting: sched.waiting.len() as u64,
+                running: sched.running.len() as u64,
+                in_flight: sched.resident() as u64,
+                kv_used: u64::from(kv.allocated_blocks()),
+                kv_total: u64::from(kv.total_blocks()),
+                cpu_used: kv.cpu.as_ref().map_or(0, |c| u64::from(c.len())),
+                prefill: c.prefill_tokens - seen.prefill,
+                decode: c.decode_tokens - seen.decode,
+                completed: c.completed - seen.completed,
+                up: u64::from(up),
+            };
+            total.add(&row);
+            self.writer.write_record([
+                time.as_str(),
+                &i.to_string(),
+                &self.groups[i],
+                phase.name(),
+                &row.waiting.to_string(),
+                &row.running.to_string(),
+                &row.in_flight.to_string(),
+                &row.kv_used.to_string(),
+                &row.kv_total.to_string(),
+                &row.cpu_used.to_string(),
+                &format!("{:.1}", rate(row.prefill)),
+                &format!("{:.1}", rate(row.decode)),
+                &row.completed.to_string(),
+                "",
+                &row.up.to_string(),
+            ])?;
+        }
+        let injected = world.resource::<Injected>().0;
+        let agg = world.resource::<Aggregates>();
+        let (seen_injected, seen_completed) =
+            std::mem::replace(&mut self.cluster, (injected, agg.completed));
+        self.writer.write_record([
+            time.as_str(),
+            "all",
+            "",
+            "",
+            &total.waiting.to_string(),
+            &total.running.to_string(),
+            &injected.saturating_sub(agg.ended()).to_string(),
+            &total.kv_used.to_string(),
+            &total.kv_total.to_string(),
+            &total.cpu_used.to_string(),
+            &format!("{:.1}", rate(total.prefill)),
+            &format!("{:.1}", rate(total.decode)),
+            &(agg.completed - seen_completed).to_string(),
+            &(injected - seen_injected).to_string(),
+            &total.up.to_string(),
+        ])
+    }
+}
+
+#[derive(Default)]
+struct Row {
+    waiting: u64,
+    running: u64,
+    in_flight: u64,
+    kv_used: u64,
+    kv_total: u64,
+    cpu_used: u64,
+    prefill: u64,
+    decode: u64,
+    completed: u64,
+    up: u64,
+}
+
+impl Row {
+    fn add(&mut self, r: &Row) {
+        self.waiting += r.waiting;
+        self.running += r.running;
+        self.in_flight += r.in_flight;
+        self.kv_used += r.kv_used;
+        self.kv_total += r.kv_total;
+        self.cpu_used += r.cpu_used;
+        self.prefill += r.prefill;
+        self.decode += r.decode;
+        self.completed += r.completed;
+        self.up += r.up;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nice_rounds_up_to_one_two_five() {
+        assert_eq!(nice(0.3), 0.5);
+        assert_eq!(nice(0.6), 1.0);
+        assert_eq!(nice(1.0), 1.0);
+        assert_eq!(nice(1.2), 2.0);
+        assert_eq!(nice(3.0), 5.0);
+        assert_eq!(nice(0.012), 0.02);
+        assert_eq!(nice(120.0), 200.0);
+    }
+
+    #[test]
+    fn default_interval_is_a_thousandth_of_the_run() {
+        let s = |x: f64| SimDuration::from_secs_f64(x);
+        assert_eq!(interval_of(None, Some(600.0), None), s(1.0));
+        assert_eq!(interval_of(None, Some(600.0), Some(60.0)), s(0.1));
+        assert_eq!(interval_of(Some(0.25), Some(600.0), None), s(0.25));
+        assert_eq!(interval_of(None, None, None), s(1.0));
+        assert_eq!(interval_of(None, Some(0.0001), None), SimDuration(1));
+    }
+}

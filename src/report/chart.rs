@@ -1,0 +1,412 @@
+//! Small inline-SVG charts for `report.html`: lines (time series, CDFs) and grouped bars.
+//! No chart library and no network: the page carries its own drawings.
+
+use std::fmt::Write;
+
+/// Colours of runs (or instances), in order; colour-blind-safe (Okabe–Ito, then Tableau).
+pub const PALETTE: [&str; 12] = [
+    "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#8c564b",
+    "#7f7f7f", "#bcbd22", "#17becf", "#9467bd",
+];
+
+pub fn colour(i: usize) -> &'static str {
+    PALETTE[i % PALETTE.len()]
+}
+
+/// One line of a chart.
+#[derive(Clone, Debug)]
+pub struct Series {
+    pub name: String,
+    pub colour: &'static str,
+    pub points: Vec<(f64, f64)>,
+    pub dashed: bool,
+}
+
+/// A line chart: x and y axes with ticks, one polyline per series, a legend.
+#[derive(Clone, Debug, Default)]
+pub struct LineChart {
+    pub title: String,
+    pub x_label: String,
+    pub y_label: String,
+    pub series: Vec<Series>,
+    /// Draw as steps (CDFs, sampled state) rather than straight segments.
+    pub step: bool,
+    /// Fix the y range (e.g. 0..1 for a CDF or a fraction).
+    pub y_range: Option<(f64, f64)>,
+}
+
+const W: f64 = 560.0;
+const H: f64 = 300.0;
+const LEFT: f64 = 64.0;
+const RIGHT: f64 = 16.0;
+const TOP: f64 = 34.0;
+const BOTTOM: f64 = 44.0;
+
+/// Escapes text for HTML and SVG.
+pub fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// About `n` round tick values covering `lo..=hi`.
+pub fn ticks(lo: f64, hi: f64, n: usize) -> Vec<f64> {
+    if !(lo.is_finite() && hi.is_finite()) || hi <= lo {
+        return vec![lo];
+    }
+    let raw = (hi - lo) / n.max(1) as f64;
+    let step = crate::observe::timeseries::nice(raw);
+    let first = (lo / step).ceil() * step;
+    let mut out = Vec::new();
+    let mut k = 0.0;
+    while first + k * step <= hi + step * 1e-9 && out.len() < 50 {
+        // Rounding keeps 0.30000000000000004 off the axis.
+        let v = first + k * step;
+        out.push(if v.abs() < step * 1e-9 { 0.0 } else { v });
+        k += 1.0;
+    }
+    out
+}
+
+/// A tick label: short, no trailing zeros.
+pub fn label(v: f64) -> String {
+    let a = v.abs();
+    if a >= 1e6 {
+        let m = format!("{:.3}", v / 1e6);
+        format!("{}M", m.trim_end_matches('0').trim_end_matches('.'))
+    } else if a >= 1e4 {
+        format!("{:.1}k", v / 1e3).replace(".0k", "k")
+    } else if a == 0.0 || a >= 1.0 {
+        let s = format!("{v:.2}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        let s = format!("{v:.4}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    }
+}
+
+/// Keeps at most `n` points of a line, evenly spaced (the first and the last kept).
+pub fn thin(points: &[(f64, f64)], n: usize) -> Vec<(f64, f64)> {
+    if points.len() <= n || n < 2 {
+        return points.to_vec();
+    }
+    (0..n)
+        .map(|i| points[i * (points.len() - 1) / (n - 1)])
+        .collect()
+}
+
+impl LineChart {
+    /// The chart as an `<svg>` element (class `chart`, one `<path class="series">` per
+    /// series with its name in `data-name`).
+    pub fn svg(&self) -> String {
+        let pts = self.series.iter().flat_map(|s| s.points.iter());
+        let (mut x0, mut x1, mut y0, mut y1) = (
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+        );
+        for &(x, y) in pts {
+            if x.is_finite() && y.is_finite() {
+                x0 = x0.min(x);
+                x1 = x1.max(x);
+                y0 = y0.min(y);
+                y1 = y1.max(y);
+            }
+        }
+        let mut s = String::new();
+        let head = |s: &mut String, data: &str| {
+            let _ = write!(
+                s,
+                r#"<svg class="chart" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" aria-label="{t}"{data}><title>{t}</title><text class="title" x="{}" y="18" text-anchor="middle">{t}</text>"#,
+                W / 2.0,
+                t = esc(&self.title)
+            );
+        };
+        if !x0.is_finite() {
+            head(&mut s, "");
+            let _ = write!(
+                s,
+                r#"<text class="empty" x="{}" y="{}" text-anchor="middle">no data</text></svg>"#,
+                W / 2.0,
+                H / 2.0
+            );
+            return s;
+        }
+        if let Some((a, b)) = self.y_range {
+            y0 = a;
+            y1 = b;
+        } else {
+            y0 = y0.min(0.0);
+            if y1 <= y0 {
+                y1 = y0 + 1.0;
+            }
+            y1 += (y1 - y0) * 0.05;
+        }
+        if x1 <= x0 {
+            x1 = x0 + 1.0;
+        }
+        head(
+            &mut s,
+            &format!(r#" data-x0="{x0}" data-x1="{x1}" data-y0="{y0}" data-y1="{y1}""#),
+        );
+        let px = |x: f64| LEFT + (x - x0) / (x1 - x0) * (W - LEFT - RIGHT);
+        let py = |y: f64| H - BOTTOM - (y - y0) / (y1 - y0) * (H - TOP - BOTTOM);
+        // Grid, ticks and labels.
+        s.push_str(r#"<g class="axes">"#);
+        for v in ticks(y0, y1, 5) {
+            let y = py(v);
+            let _ = write!(
+                s,
+                r#"<line class="grid" x1="{LEFT}" x2="{}" y1="{y:.1}" y2="{y:.1}"/><text x="{}" y="{:.1}" text-anchor="end">{}</text>"#,
+                W - RIGHT,
+                LEFT - 6.0,
+                y + 4.0,
+                label(v)
+            );
+        }
+        for v in ticks(x0, x1, 6) {
+            let x = px(v);
+            let _ = write!(
+                s,
+                r#"<line class="grid" x1="{x:.1}" x2="{x:.1}" y1="{TOP}" y2="{}"/><text x="{x:.1}" y="{}" text-anchor="middle">{}</text>"#,
+                H - BOTTOM,
+                H - BOTTOM + 16.0,
+                label(v)
+            );
+        }
+        let _ = write!(
+            s,
+            r#"<rect class="frame" x="{LEFT}" y="{TOP}" width="{}" height="{}"/>"#,
+            W - LEFT - RIGHT,
+            H - TOP - BOTTOM
+        );
+        let _ = write!(
+            s,
+            r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
+            LEFT + (W - LEFT - RIGHT) / 2.0,
+            H - 8.0,
+            esc(&self.x_label)
+        );
+        let _ = write!(
+            s,
+            r#"<text x="14" y="{}" text-anchor="middle" transform="rotate(-90 14 {})">{}</text>"#,
+            TOP + (H - TOP - BOTTOM) / 2.0,
+            TOP + (H - TOP - BOTTOM) / 2.0,
+            esc(&self.y_label)
+        );
+        s.push_str("</g>");
+        // Lines.
+        for series in &self.series {
+            let mut d = String::new();
+            let mut last: Option<(f64, f64)> = None;
+            for &(x, y) in &series.points {
+                if !(x.is_finite() && y.is_finite()) {
+                    continue;
+                }
+                let (cx, cy) = (px(x), py(y.clamp(y0, y1)));
+                match last {
+                    None => {
+                        let _ = write!(d, "M{cx:.1},{cy:.1}");
+                    }
+                    Some(_) if self.step => {
+                        let _ = write!(d, "H{cx:.1}V{cy:.1}");
+                    }
+                    Some(_) => {
+                        let _ = write!(d, "L{cx:.1},{cy:.1}");
+                    }
+                }
+                last = Some((cx, cy));
+            }
+            let _ = write!(
+                s,
+                r#"<path class="series" data-name="{}" d="{d}" stroke="{}"{}/>"#,
+                esc(&series.name),
+                series.colour,
+                if series.dashed {
+                    r#" stroke-dasharray="5 3""#
+                } else {
+                    ""
+                }
+            );
+        }
+        // Legend (top right, inside the frame).
+        for (i, series) in self.series.iter().enumerate().take(12) {
+            let y = TOP + 12.0 + i as f64 * 14.0;
+            let _ = write!(
+                s,
+                r#"<g class="legend" data-name="{n}"><line x1="{}" x2="{}" y1="{y}" y2="{y}" stroke="{}" stroke-width="2"{}/><text x="{}" y="{}" text-anchor="end">{n}</text></g>"#,
+                W - RIGHT - 22.0,
+                W - RIGHT - 6.0,
+                series.colour,
+                if series.dashed {
+                    r#" stroke-dasharray="5 3""#
+                } else {
+                    ""
+                },
+                W - RIGHT - 26.0,
+                y + 4.0,
+                n = esc(&series.name)
+            );
+        }
+        s.push_str("</svg>");
+        s
+    }
+}
+
+/// Grouped bars: one group per category (e.g. p50, p90, p99), one bar per run.
+#[derive(Clone, Debug, Default)]
+pub struct BarChart {
+    pub title: String,
+    pub y_label: String,
+    pub categories: Vec<String>,
+    /// (run name, colour, one value per category).
+    pub bars: Vec<(String, &'static str, Vec<f64>)>,
+}
+
+impl BarChart {
+    pub fn svg(&self) -> String {
+        let max = self
+            .bars
+            .iter()
+            .flat_map(|b| b.2.iter().copied())
+            .filter(|v| v.is_finite())
+            .fold(0.0f64, f64::max);
+        let top = if max > 0.0 { max * 1.08 } else { 1.0 };
+        let py = |y: f64| H - BOTTOM - y / top * (H - TOP - BOTTOM);
+        let mut s = String::new();
+        let _ = write!(
+            s,
+            r#"<svg class="chart bars" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" aria-label="{t}"><title>{t}</title><text class="title" x="{}" y="18" text-anchor="middle">{t}</text><g class="axes">"#,
+            W / 2.0,
+            t = esc(&self.title)
+        );
+        for v in ticks(0.0, top, 5) {
+            let y = py(v);
+            let _ = write!(
+                s,
+                r#"<line class="grid" x1="{LEFT}" x2="{}" y1="{y:.1}" y2="{y:.1}"/><text x="{}" y="{:.1}" text-anchor="end">{}</text>"#,
+                W - RIGHT,
+                LEFT - 6.0,
+                y + 4.0,
+                label(v)
+            );
+        }
+        let _ = write!(
+            s,
+            r#"<text x="14" y="{c}" text-anchor="middle" transform="rotate(-90 14 {c})">{}</text></g>"#,
+            esc(&self.y_label),
+            c = TOP + (H - TOP - BOTTOM) / 2.0
+        );
+        let groups = self.categories.len().max(1) as f64;
+        let slot = (W - LEFT - RIGHT) / groups;
+        let n = self.bars.len().max(1) as f64;
+        let bar = (slot * 0.8 / n).min(40.0);
+        for (c, cat) in self.categories.iter().enumerate() {
+            let x0 = LEFT + slot * c as f64 + (slot - bar * n) / 2.0;
+            for (b, (name, colour, values)) in self.bars.iter().enumerate() {
+                let v = values.get(c).copied().unwrap_or(0.0);
+                let v = if v.is_finite() { v.max(0.0) } else { 0.0 };
+                let x = x0 + bar * b as f64;
+                let _ = write!(
+                    s,
+                    r#"<rect class="bar" data-name="{}" x="{x:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{colour}"><title>{}: {} = {}</title></rect>"#,
+                    esc(name),
+                    py(v),
+                    (bar - 2.0).max(1.0),
+                    H - BOTTOM - py(v),
+                    esc(name),
+                    esc(cat),
+                    label(v)
+                );
+            }
+            let _ = write!(
+                s,
+                r#"<text x="{:.1}" y="{}" text-anchor="middle">{}</text>"#,
+                LEFT + slot * (c as f64 + 0.5),
+                H - BOTTOM + 16.0,
+                esc(cat)
+            );
+        }
+        s.push_str("</svg>");
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_are_round_and_cover_the_range() {
+        assert_eq!(ticks(0.0, 10.0, 5), vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0]);
+        assert_eq!(
+            ticks(0.0, 1.0, 5),
+            vec![0.0, 0.2, 0.4, 0.6000000000000001, 0.8, 1.0]
+        );
+        let t = ticks(13.0, 87.0, 4);
+        assert_eq!(t, vec![20.0, 40.0, 60.0, 80.0]);
+    }
+
+    #[test]
+    fn labels_are_short() {
+        assert_eq!(label(0.0), "0");
+        assert_eq!(label(2.5), "2.5");
+        assert_eq!(label(20000.0), "20k");
+        assert_eq!(label(0.05), "0.05");
+        assert_eq!(label(1_500_000.0), "1.5M");
+    }
+
+    #[test]
+    fn a_line_chart_draws_one_path_per_series_inside_the_frame() {
+        let chart = LineChart {
+            title: "t <1>".into(),
+            series: vec![
+                Series {
+                    name: "a".into(),
+                    colour: colour(0),
+                    points: vec![(0.0, 0.0), (1.0, 2.0), (2.0, 1.0)],
+                    dashed: false,
+                },
+                Series {
+                    name: "b".into(),
+                    colour: colour(1),
+                    points: vec![(0.0, 1.0), (2.0, 3.0)],
+                    dashed: true,
+                },
+            ],
+            ..Default::default()
+        };
+        let svg = chart.svg();
+        assert_eq!(svg.matches(r#"<path class="series""#).count(), 2);
+        assert!(svg.contains("t &lt;1&gt;"));
+        // Every path coordinate lies inside the plotting frame.
+        for path in svg.split(r#" d=""#).skip(1) {
+            let d = path.split('"').next().unwrap();
+            for pair in d.split(|c| c == 'M' || c == 'L').filter(|p| !p.is_empty()) {
+                let (x, y) = pair.split_once(',').unwrap();
+                let (x, y): (f64, f64) = (x.parse().unwrap(), y.parse().unwrap());
+                assert!((LEFT..=W - RIGHT).contains(&x), "{x}");
+                assert!((TOP..=H - BOTTOM).contains(&y), "{y}");
+            }
+        }
+    }
+
+    #[test]
+    fn thinning_keeps_ends() {
+        let pts: Vec<(f64, f64)> = (0..1000).map(|i| (i as f64, 0.0)).collect();
+        let t = thin(&pts, 11);
+        assert_eq!(t.len(), 11);
+        assert_eq!(t[0].0, 0.0);
+        assert_eq!(t[10].0, 999.0);
+    }
+}

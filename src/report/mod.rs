@@ -1,0 +1,804 @@
+//! `servesim report`: one self-contained `report.html` from one or more output directories
+//! (their `summary.json`, `requests.csv` and `timeseries.csv`). The page needs no network:
+//! charts are inline SVG drawn here, and a few lines of script add legend toggles and a
+//! cursor read-out. Several directories are overlaid (distributions, time series) and put
+//! side by side (tables, per-instance charts).
+
+pub mod chart;
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use chart::{BarChart, LineChart, Series, colour, esc, thin};
+
+/// A report that could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error(
+        "{0} holds no results (summary.json, requests.csv or timeseries.csv); run `servesim run SCENARIO --out {0}` first"
+    )]
+    NoResults(String),
+    #[error("cannot read {path}: {message}")]
+    Read { path: PathBuf, message: String },
+}
+
+/// Points per CDF line and per time-series line: enough for a 560-pixel-wide chart.
+const CDF_POINTS: usize = 400;
+const SERIES_POINTS: usize = 1200;
+/// Time buckets of the latency-over-time chart.
+const TIME_BUCKETS: usize = 100;
+/// Per-instance lines drawn per chart (the rest are summarised by the cluster charts).
+const MAX_INSTANCE_LINES: usize = 16;
+
+/// One output directory's results.
+#[derive(Debug, Default)]
+pub struct Run {
+    pub name: String,
+    pub summary: Option<Value>,
+    pub requests: Option<Requests>,
+    pub samples: Option<Samples>,
+}
+
+/// What `requests.csv` says about completed requests.
+#[derive(Debug, Default)]
+pub struct Requests {
+    /// Sorted, ms.
+    pub ttft: Vec<f64>,
+    pub itl: Vec<f64>,
+    pub e2e: Vec<f64>,
+    /// (completion s, TTFT ms, output tokens) of every completed request, by completion.
+    pub done: Vec<(f64, f64, f64)>,
+}
+
+/// What `timeseries.csv` says: cluster rows and per-instance rows.
+#[derive(Debug, Default)]
+pub struct Samples {
+    /// (time s, waiting, in flight, KV used fraction, decode tokens/s, completions/s, up).
+    pub cluster: Vec<[f64; 7]>,
+    /// Per instance (label): (time s, waiting, KV used fraction).
+    pub instances: BTreeMap<u32, (String, Vec<[f64; 3]>)>,
+}
+
+fn read_err(path: &Path, e: impl std::fmt::Display) -> ReportError {
+    ReportError::Read {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    }
+}
+
+/// Column positions by name, so files with extra or reordered columns still read.
+fn columns(
+    path: &Path,
+    headers: &csv::StringRecord,
+    want: &[&str],
+) -> Result<Vec<usize>, ReportError> {
+    want.iter()
+        .map(|w| {
+            headers.iter().position(|h| h == *w).ok_or_else(|| {
+                read_err(
+                    path,
+                    format!("no `{w}` column (is it a servesim result file?)"),
+                )
+            })
+        })
+        .collect()
+}
+
+fn num(record: &csv::StringRecord, i: usize) -> f64 {
+    record
+        .get(i)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(f64::NAN)
+}
+
+fn read_requests(path: &Path) -> Result<Requests, ReportError> {
+    let mut reader = csv::Reader::from_path(path).map_err(|e| read_err(path, e))?;
+    let headers = reader.headers().map_err(|e| read_err(path, e))?.clone();
+    let c = columns(
+        path,
+        &headers,
+        &[
+            "state",
+            "ttft_ms",
+            "e2e_ms",
+            "mean_itl_ms",
+            "completion_us",
+            "generated_tokens",
+        ],
+    )?;
+    let mut r = Requests::default();
+    let mut record = csv::StringRecord::new();
+    while reader
+        .read_record(&mut record)
+        .map_err(|e| read_err(path, e))?
+    {
+        if record.get(c[0]) != Some("completed") {
+            continue;
+        }
+        let (ttft, e2e, itl) = (num(&record, c[1]), num(&record, c[2]), num(&record, c[3]));
+        if ttft.is_finite() {
+            r.ttft.push(ttft);
+        }
+        if e2e.is_finite() {
+            r.e2e.push(e2e);
+        }
+        if itl.is_finite() {
+            r.itl.push(itl);
+        }
+        let done = num(&record, c[4]) / 1e6;
+        if done.is_finite() {
+            r.done.push((done, ttft, num(&record, c[5])));
+        }
+    }
+    for v in [&mut r.ttft, &mut r.itl, &mut r.e2e] {
+        v.sort_by(f64::total_cmp);
+    }
+    r.done.sort_by(|a, b| a.0.total_cmp(&b.0));
+    Ok(r)
+}
+
+fn read_samples(path: &Path) -> Result<Samples, ReportError> {
+    let mut reader = csv::Reader::from_path(path).map_err(|e| read_err(path, e))?;
+    let headers = reader.headers().map_err(|e| read_err(path, e))?.clone();
+    let c = columns(
+        path,
+        &headers,
+        &[
+            "time_s",
+            "instance",
+            "group",
+            "waiting",
+            "in_flight",
+            "kv_used_blocks",
+            "kv_total_blocks",
+            "decode_tokens_per_s",
+            "completed",
+            "instances_up",
+        ],
+    )?;
+    let mut s = Samples::default();
+    let mut record = csv::StringRecord::new();
+    let mut last_t = 0.0;
+    while reader
+        .read_record(&mut record)
+        .map_err(|e| read_err(path, e))?
+    {
+        let t = num(&record, c[0]);
+        let kv_total = num(&record, c[6]);
+        let kv = if kv_total > 0.0 {
+            num(&record, c[5]) / kv_total
+        } else {
+            0.0
+        };
+        match record.get(c[1]) {
+            Some("all") => {
+                let span = t - last_t;
+                let done_per_s = if span > 0.0 {
+                    num(&record, c[8]) / span
+                } else {
+                    0.0
+                };
+                last_t = t;
+                s.cluster.push([
+                    t,
+                    num(&record, c[3]),
+                    num(&record, c[4]),
+                    kv,
+                    num(&record, c[7]),
+                    done_per_s,
+                    num(&record, c[9]),
+                ]);
+            }
+            Some(i) => {
+                let Ok(i) = i.parse::<u32>() else { continue };
+                let group = record.get(c[2]).unwrap_or("");
+                s.instances
+                    .entry(i)
+                    .or_insert_with(|| (format!("{i} {group}"), Vec::new()))
+                    .1
+                    .push([t, num(&record, c[3]), kv]);
+            }
+            None => {}
+        }
+    }
+    Ok(s)
+}
+
+impl Run {
+    /// Reads what `dir` holds; an error when it holds no result file or one is unreadable.
+    pub fn load(dir: &Path, name: String) -> Result<Run, ReportError> {
+        let mut run = Run {
+            name,
+            ..Default::default()
+        };
+        let summary = dir.join("summary.json");
+        if summary.exists() {
+            let text = std::fs::read_to_string(&summary).map_err(|e| read_err(&summary, e))?;
+            run.summary = Some(serde_json::from_str(&text).map_err(|e| read_err(&summary, e))?);
+        }
+        let requests = dir.join("requests.csv");
+        if requests.exists() {
+            run.requests = Some(read_requests(&requests)?);
+        }
+        let samples = dir.join("timeseries.csv");
+        if samples.exists() {
+            run.samples = Some(read_samples(&samples)?);
+        }
+        if run.summary.is_none() && run.requests.is_none() && run.samples.is_none() {
+            return Err(ReportError::NoResults(dir.display().to_string()));
+        }
+        Ok(run)
+    }
+
+    fn get(&self, pointer: &str) -> Option<&Value> {
+        self.summary.as_ref()?.pointer(pointer)
+    }
+
+    fn percentile(&self, metric: &str, p: &str) -> f64 {
+        if let Some(v) = self
+            .get(&format!("/{metric}_ms/{p}"))
+            .and_then(Value::as_f64)
+        {
+            return v;
+        }
+        let Some(r) = &self.requests else {
+            return f64::NAN;
+        };
+        let sorted = match metric {
+            "ttft" => &r.ttft,
+            "itl" => &r.itl,
+            _ => &r.e2e,
+        };
+        let q: f64 = p.trim_start_matches('p').parse().unwrap_or(50.0) / 100.0;
+        nearest_rank(sorted, q)
+    }
+}
+
+/// The nearest-rank quantile of sorted values (NaN when empty).
+pub fn nearest_rank(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (q * sorted.len() as f64).ceil().max(1.0) as usize;
+    sorted[rank.min(sorted.len()) - 1]
+}
+
+/// Names for the runs: directory names, or whole paths where two names would be the same.
+pub fn run_names(dirs: &[PathBuf]) -> Vec<String> {
+    let short: Vec<String> = dirs
+        .iter()
+        .map(|d| {
+            d.file_name().map_or_else(
+                || d.display().to_string(),
+                |n| n.to_string_lossy().into_owned(),
+            )
+        })
+        .collect();
+    short
+        .iter()
+        .zip(dirs)
+        .map(|(s, d)| {
+            if short.iter().filter(|x| *x == s).count() > 1 {
+                d.display().to_string()
+            } else {
+                s.clone()
+            }
+        })
+        .collect()
+}
+
+/// Loads every directory and renders the page.
+pub fn report(dirs: &[PathBuf]) -> Result<String, ReportError> {
+    let runs = dirs
+        .iter()
+        .zip(run_names(dirs))
+        .map(|(d, n)| Run::load(d, n))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(render(&runs))
+}
+
+/// CDF points of sorted values: `CDF_POINTS` quantiles.
+fn cdf(sorted: &[f64]) -> Vec<(f64, f64)> {
+    if sorted.is_empty() {
+        return Vec::new();
+    }
+    let n = sorted.len();
+    let k = CDF_POINTS.min(n);
+    (0..=k)
+        .map(|i| {
+            let q = i as f64 / k as f64;
+            let idx = ((q * n as f64).ceil() as usize).clamp(1, n) - 1;
+            (sorted[idx], q)
+        })
+        .collect()
+}
+
+/// Value formatting for tables: integers as is, others with 3 significant decimals.
+fn fmt_value(v: &Value) -> String {
+    match v {
+        Value::Number(n) if n.is_u64() || n.is_i64() => n.to_string(),
+        Value::Number(n) => {
+            let x = n.as_f64().unwrap_or(f64::NAN);
+            if x.abs() >= 100.0 {
+                format!("{x:.1}")
+            } else {
+                format!("{x:.3}")
+            }
+        }
+        Value::String(s) => esc(s),
+        Value::Null => "–".into(),
+        other => esc(&other.to_string()),
+    }
+}
+
+const SUMMARY_ROWS: [(&str, &str); 24] = [
+    ("scenario", "/scenario"),
+    ("seed", "/seed"),
+    ("requests injected", "/requests/injected"),
+    ("completed", "/requests/completed"),
+    ("rejected", "/requests/rejected"),
+    ("timed out", "/requests/timed_out"),
+    ("dropped", "/requests/dropped"),
+    ("simulated time (s)", "/sim_duration_s"),
+    ("requests/s", "/throughput/requests_per_s"),
+    ("output tokens/s", "/throughput/output_tokens_per_s"),
+    ("TTFT mean (ms)", "/ttft_ms/mean"),
+    ("TTFT p50 (ms)", "/ttft_ms/p50"),
+    ("TTFT p99 (ms)", "/ttft_ms/p99"),
+    ("ITL p50 (ms)", "/itl_ms/p50"),
+    ("ITL p99 (ms)", "/itl_ms/p99"),
+    ("E2E p50 (ms)", "/e2e_ms/p50"),
+    ("E2E p99 (ms)", "/e2e_ms/p99"),
+    ("SLO attainment", "/slo/attainment"),
+    ("goodput (req/s)", "/slo/goodput_per_s"),
+    ("preemptions", "/preemptions"),
+    ("KV hit rate", "/kv/hit_rate"),
+    ("GPU-hours", "/cost/gpu_hours"),
+    ("cost", "/cost/total"),
+    ("fitness", "/fitness"),
+];
+
+fn summary_table(runs: &[Run]) -> String {
+    let mut s = String::from(r#"<table class="summary"><thead><tr><th></th>"#);
+    for (i, r) in runs.iter().enumerate() {
+        let _ = write!(
+            s,
+            r#"<th><span class="swatch" style="background:{}"></span>{}</th>"#,
+            colour(i),
+            esc(&r.name)
+        );
+    }
+    s.push_str("</tr></thead><tbody>");
+    for (label, pointer) in SUMMARY_ROWS {
+        if runs.iter().all(|r| r.get(pointer).is_none()) {
+            continue;
+        }
+        let _ = write!(s, "<tr><th>{label}</th>");
+        for r in runs {
+            let _ = write!(
+                s,
+                "<td>{}</td>",
+                r.get(pointer).map_or("–".into(), fmt_value)
+            );
+        }
+        s.push_str("</tr>");
+    }
+    s.push_str("</tbody></table>");
+    s
+}
+
+fn slice_tables(runs: &[Run], key: &str, title: &str) -> String {
+    let mut s = String::new();
+    for r in runs {
+        let Some(rows) = r.get(&format!("/{key}")).and_then(Value::as_array) else {
+            continue;
+        };
+        if rows.is_empty() {
+            continue;
+        }
+        let _ = write!(
+            s,
+            r#"<table class="slices"><caption>{} — {}</caption><thead><tr><th>{}</th><th>injected</th><th>completed</th><th>rejected</th><th>timed out</th><th>good</th><th>attainment</th><th>TTFT p90 (ms)</th><th>E2E p90 (ms)</th></tr></thead><tbody>"#,
+            esc(&r.name),
+            title,
+            title.trim_end_matches('s')
+        );
+        for row in rows {
+            let f = |p: &str| row.pointer(p).map_or("–".into(), fmt_value);
+            let _ = write!(
+                s,
+                "<tr><th>{}</th><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                f("/name"),
+                f("/injected"),
+                f("/completed"),
+                f("/rejected"),
+                f("/timed_out"),
+                f("/good"),
+                f("/slo_attainment"),
+                f("/ttft_ms/p90"),
+                f("/e2e_ms/p90")
+            );
+        }
+        s.push_str("</tbody></table>");
+    }
+    s
+}
+
+fn series(name: &str, i: usize, points: Vec<(f64, f64)>) -> Series {
+    Series {
+        name: name.to_string(),
+        colour: colour(i),
+        points: thin(&points, SERIES_POINTS),
+        dashed: false,
+    }
+}
+
+/// p50 and p99 TTFT of requests completing in each of `TIME_BUCKETS` windows.
+fn ttft_over_time(r: &Requests) -> (Vec<(f64, f64)>, Vec<(f64, f64)>) {
+    let Some(end) = r.done.last().map(|d| d.0) else {
+        return Default::default();
+    };
+    let width = (end / TIME_BUCKETS as f64).max(1e-6);
+    let (mut p50, mut p99) = (Vec::new(), Vec::new());
+    let mut i = 0;
+    let mut bucket = Vec::new();
+    for b in 0..TIME_BUCKETS {
+        let hi = width * (b + 1) as f64;
+        bucket.clear();
+        while i < r.done.len() && (r.done[i].0 <= hi || b + 1 == TIME_BUCKETS) {
+            if r.done[i].1.is_finite() {
+                bucket.push(r.done[i].1);
+            }
+            i += 1;
+        }
+        if bucket.is_empty() {
+            continue;
+        }
+        bucket.sort_by(f64::total_cmp);
+        let mid = hi - width / 2.0;
+        p50.push((mid, nearest_rank(&bucket, 0.5)));
+        p99.push((mid, nearest_rank(&bucket, 0.99)));
+    }
+    (p50, p99)
+}
+
+fn charts(runs: &[Run]) -> (String, String, String) {
+    let mut dist = String::new();
+    for (metric, title) in [
+        ("ttft", "TTFT"),
+        ("itl", "ITL (mean per request)"),
+        ("e2e", "E2E latency"),
+    ] {
+        let lines: Vec<Series> = runs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| {
+                let req = r.requests.as_ref()?;
+                let v = match metric {
+                    "ttft" => &req.ttft,
+                    "itl" => &req.itl,
+                    _ => &req.e2e,
+                };
+                Some(series(&r.name, i, cdf(v)))
+            })
+            .collect();
+        dist.push_str(
+            &LineChart {
+                title: format!("{title}: CDF"),
+                x_label: "ms".into(),
+                y_label: "fraction of completed requests".into(),
+                series: lines,
+                step: true,
+                y_range: Some((0.0, 1.0)),
+            }
+            .svg(),
+        );
+    }
+    for (metric, title) in [("ttft", "TTFT"), ("itl", "ITL"), ("e2e", "E2E")] {
+        let categories = ["p50", "p90", "p99"];
+        dist.push_str(
+            &BarChart {
+                title: format!("{title} percentiles"),
+                y_label: "ms".into(),
+                categories: categories.iter().map(|c| c.to_string()).collect(),
+                bars: runs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| {
+                        (
+                            r.name.clone(),
+                            colour(i),
+                            categories.iter().map(|p| r.percentile(metric, p)).collect(),
+                        )
+                    })
+                    .collect(),
+            }
+            .svg(),
+        );
+    }
+
+    let mut time = String::new();
+    let mut lat = Vec::new();
+    for (i, r) in runs.iter().enumerate() {
+        if let Some(req) = &r.requests {
+            let (p50, p99) = ttft_over_time(req);
+            lat.push(series(&format!("{} p50", r.name), i, p50));
+            let mut s = series(&format!("{} p99", r.name), i, p99);
+            s.dashed = true;
+            lat.push(s);
+        }
+    }
+    time.push_str(
+        &LineChart {
+            title: "TTFT over time (by completion)".into(),
+            x_label: "simulated time (s)".into(),
+            y_label: "ms".into(),
+            series: lat,
+            ..Default::default()
+        }
+        .svg(),
+    );
+    let cluster = |col: usize| -> Vec<Series> {
+        runs.iter()
+            .enumerate()
+            .filter_map(|(i, r)| {
+                let s = r.samples.as_ref()?;
+                Some(series(
+                    &r.name,
+                    i,
+                    s.cluster.iter().map(|row| (row[0], row[col])).collect(),
+                ))
+            })
+            .collect()
+    };
+    for (col, title, y, step, range) in [
+        (4, "Output tokens/s", "tokens/s", false, None),
+        (5, "Completions/s", "requests/s", false, None),
+        (
+            1,
+            "Queued requests (cluster)",
+            "requests waiting",
+            true,
+            None,
+        ),
+        (
+            3,
+            "KV cache used (cluster)",
+            "fraction of blocks",
+            true,
+            Some((0.0, 1.0)),
+        ),
+        (6, "Instances up", "instances", true, None),
+    ] {
+        time.push_str(
+            &LineChart {
+                title: title.into(),
+                x_label: "simulated time (s)".into(),
+                y_label: y.into(),
+                series: cluster(col),
+                step,
+                y_range: range,
+            }
+            .svg(),
+        );
+    }
+
+    let mut per_instance = String::new();
+    for r in runs {
+        let Some(s) = &r.samples else { continue };
+        let _ = write!(
+            per_instance,
+            r#"<div class="run"><h3>{}</h3>"#,
+            esc(&r.name)
+        );
+        let shown = s.instances.len().min(MAX_INSTANCE_LINES);
+        for (col, title, y, range) in [
+            (1, "Queue depth per instance", "requests waiting", None),
+            (
+                2,
+                "KV usage per instance",
+                "fraction of blocks",
+                Some((0.0, 1.0)),
+            ),
+        ] {
+            per_instance.push_str(
+                &LineChart {
+                    title: title.into(),
+                    x_label: "simulated time (s)".into(),
+                    y_label: y.into(),
+                    series: s
+                        .instances
+                        .values()
+                        .take(shown)
+                        .enumerate()
+                        .map(|(k, (label, rows))| {
+                            series(
+                                label,
+                                k,
+                                rows.iter().map(|row| (row[0], row[col])).collect(),
+                            )
+                        })
+                        .collect(),
+                    step: true,
+                    y_range: range,
+                }
+                .svg(),
+            );
+        }
+        if s.instances.len() > shown {
+            let _ = write!(
+                per_instance,
+                r#"<p class="note">The first {shown} of {} instances are drawn; the cluster charts above cover all of them.</p>"#,
+                s.instances.len()
+            );
+        }
+        per_instance.push_str("</div>");
+    }
+    (dist, time, per_instance)
+}
+
+const STYLE: &str = r#"
+body{font:14px/1.4 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px;color:#222;background:#fff}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd}
+h3{font-size:15px;margin:12px 0 4px}
+table{border-collapse:collapse;margin:8px 16px 8px 0;display:inline-table;vertical-align:top}
+th,td{padding:3px 10px;border-bottom:1px solid #eee;text-align:right}thead th{border-bottom:2px solid #ccc}
+tbody th{text-align:left;font-weight:500}caption{text-align:left;font-weight:600;padding:4px 0}
+.swatch{display:inline-block;width:10px;height:10px;margin-right:6px;border-radius:2px}
+.grid{display:flex;flex-wrap:wrap;gap:12px}.run{display:inline-block;vertical-align:top;margin-right:16px}
+svg.chart{background:#fff;border:1px solid #e4e4e4;border-radius:4px;font-size:11px}
+svg.chart .title{font-size:13px;font-weight:600}svg.chart .grid{stroke:#eee}
+svg.chart .frame{fill:none;stroke:#999}svg.chart .series{fill:none;stroke-width:1.6}
+svg.chart .legend{cursor:pointer}svg.chart .legend.off{opacity:.35}
+svg.chart .series.off,svg.chart .bar.off{display:none}
+#tip{position:fixed;pointer-events:none;background:#222;color:#fff;padding:2px 6px;border-radius:3px;font-size:12px;display:none}
+.note{color:#666;font-size:12px}
+"#;
+
+/// Legend clicks hide or show a run's lines in every chart; the cursor shows the chart's
+/// coordinates. Errors are counted on the root element (the browser test reads them).
+const SCRIPT: &str = r#"
+(function(){
+  var root=document.documentElement;
+  var tip=document.getElementById('tip');
+  document.querySelectorAll('svg.chart .legend').forEach(function(g){
+    g.addEventListener('click',function(){
+      var name=g.getAttribute('data-name'),off=!g.classList.contains('off');
+      document.querySelectorAll('svg.chart [data-name]').forEach(function(el){
+        if(el.getAttribute('data-name')===name){el.classList.toggle('off',off);}
+      });
+    });
+  });
+  document.querySelectorAll('svg.chart[data-x0]').forEach(function(svg){
+    var d=svg.dataset,x0=+d.x0,x1=+d.x1,y0=+d.y0,y1=+d.y1;
+    svg.addEventListener('mousemove',function(e){
+      var r=svg.getBoundingClientRect(),sx=560/r.width,sy=300/r.height;
+      var px=(e.clientX-r.left)*sx,py=(e.clientY-r.top)*sy;
+      if(px<64||px>544||py<34||py>256){tip.style.display='none';return;}
+      var x=x0+(px-64)/480*(x1-x0),y=y0+(256-py)/222*(y1-y0);
+      tip.textContent='x '+x.toPrecision(4)+'  y '+y.toPrecision(4);
+      tip.style.left=(e.clientX+12)+'px';tip.style.top=(e.clientY+12)+'px';tip.style.display='block';
+    });
+    svg.addEventListener('mouseleave',function(){tip.style.display='none';});
+  });
+  root.setAttribute('data-charts',String(document.querySelectorAll('svg.chart').length));
+  root.setAttribute('data-ready','1');
+})();
+"#;
+
+/// The whole page.
+pub fn render(runs: &[Run]) -> String {
+    let names: Vec<&str> = runs.iter().map(|r| r.name.as_str()).collect();
+    let (dist, time, per_instance) = charts(runs);
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width"><title>servesim report: {}</title><style>{STYLE}</style>"#,
+        esc(&names.join(", "))
+    );
+    // Installed first, so an error anywhere later on the page is counted.
+    s.push_str(
+        r#"<script>window.addEventListener('error',function(e){var r=document.documentElement;r.setAttribute('data-script-errors',String((+r.getAttribute('data-script-errors')||0)+1));r.setAttribute('data-last-error',String(e.message));});</script>"#,
+    );
+    let _ = write!(
+        s,
+        r#"</head><body><header><h1>servesim report</h1><p>{} run{}: {}</p></header>"#,
+        runs.len(),
+        if runs.len() == 1 { "" } else { "s" },
+        runs.iter()
+            .enumerate()
+            .map(|(i, r)| format!(
+                r#"<span class="swatch" style="background:{}"></span>{}"#,
+                colour(i),
+                esc(&r.name)
+            ))
+            .collect::<Vec<_>>()
+            .join(" &nbsp; ")
+    );
+    let _ = write!(
+        s,
+        r#"<section id="summary"><h2>Summary</h2>{}</section>"#,
+        summary_table(runs)
+    );
+    let _ = write!(
+        s,
+        r#"<section id="latency"><h2>Latency</h2><div class="grid">{dist}</div></section>"#
+    );
+    let _ = write!(
+        s,
+        r#"<section id="over-time"><h2>Over time</h2><div class="grid">{time}</div></section>"#
+    );
+    if !per_instance.is_empty() {
+        let _ = write!(
+            s,
+            r#"<section id="instances"><h2>Per instance</h2>{per_instance}</section>"#
+        );
+    }
+    let tenants = slice_tables(runs, "tenants", "tenants");
+    let classes = slice_tables(runs, "slo_classes", "SLO classes");
+    if !(tenants.is_empty() && classes.is_empty()) {
+        let _ = write!(
+            s,
+            r#"<section id="slices"><h2>Tenants and SLO classes</h2>{tenants}{classes}</section>"#
+        );
+    }
+    let _ = write!(
+        s,
+        r#"<div id="tip"></div><footer class="note">servesim {} — charts are inline SVG; click a legend entry to hide or show that line.</footer><script>{SCRIPT}</script></body></html>"#,
+        env!("CARGO_PKG_VERSION")
+    );
+    s.push('\n');
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_matches_hand_counts() {
+        let v: Vec<f64> = (1..=10).map(f64::from).collect();
+        assert_eq!(nearest_rank(&v, 0.5), 5.0);
+        assert_eq!(nearest_rank(&v, 0.9), 9.0);
+        assert_eq!(nearest_rank(&v, 0.99), 10.0);
+        assert_eq!(nearest_rank(&v, 0.0), 1.0);
+        assert!(nearest_rank(&[], 0.5).is_nan());
+    }
+
+    #[test]
+    fn cdf_runs_from_the_minimum_to_the_maximum() {
+        let v: Vec<f64> = (1..=1000).map(f64::from).collect();
+        let c = cdf(&v);
+        assert_eq!(c.first(), Some(&(1.0, 0.0)));
+        assert_eq!(c.last(), Some(&(1000.0, 1.0)));
+        assert!(c.windows(2).all(|w| w[0].0 <= w[1].0 && w[0].1 <= w[1].1));
+        assert_eq!(c.len(), CDF_POINTS + 1);
+    }
+
+    #[test]
+    fn run_names_are_unique() {
+        let dirs = [
+            PathBuf::from("a/out"),
+            PathBuf::from("b/out"),
+            PathBuf::from("c"),
+        ];
+        assert_eq!(run_names(&dirs), vec!["a/out", "b/out", "c"]);
+    }
+
+    #[test]
+    fn ttft_over_time_buckets_by_completion() {
+        let r = Requests {
+            done: (0..200)
+                .map(|i| (f64::from(i) / 2.0, if i < 100 { 10.0 } else { 50.0 }, 1.0))
+                .collect(),
+            ..Default::default()
+        };
+        let (p50, p99) = ttft_over_time(&r);
+        assert_eq!(p50.first().unwrap().1, 10.0);
+        assert_eq!(p50.last().unwrap().1, 50.0);
+        assert!(p99.iter().all(|p| p.1 == 10.0 || p.1 == 50.0));
+    }
+}
