@@ -94,8 +94,8 @@ pub mod policy;
 pub mod report;
 pub mod request;
 pub mod rng;
-pub mod sweep;
 pub mod scenario;
+pub mod sweep;
 pub mod time;
 pub mod workload;
 

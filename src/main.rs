@@ -340,7 +340,10 @@ fn write_sweep(
     let csv = servesim::sweep::to_csv(plan, rows)?;
     let json = serde_json::to_string_pretty(plan).map_err(|e| e.to_string())? + "\n";
     let mut dir = servesim::output::OutputDir::open(out).map_err(|e| e.to_string())?;
-    for (name, bytes) in [("sweep.csv", csv.as_slice()), ("sweep.json", json.as_bytes())] {
+    for (name, bytes) in [
+        ("sweep.csv", csv.as_slice()),
+        ("sweep.json", json.as_bytes()),
+    ] {
         let mut w = dir.create(name).map_err(|e| e.to_string())?;
         w.write_all(bytes)
             .and_then(|()| w.flush())
@@ -370,7 +373,12 @@ fn sweep(a: SweepArgs<'_>) -> ExitCode {
         eprintln!("error: {e}");
         ExitCode::from(2)
     };
-    let axes = match a.vary.iter().map(|v| parse_axis(v)).collect::<Result<Vec<_>, _>>() {
+    let axes = match a
+        .vary
+        .iter()
+        .map(|v| parse_axis(v))
+        .collect::<Result<Vec<_>, _>>()
+    {
         Ok(x) => x,
         Err(e) => return fail(e),
     };
@@ -463,7 +471,10 @@ fn sweep(a: SweepArgs<'_>) -> ExitCode {
         return ExitCode::from(1);
     }
     print!("{}", servesim::sweep::table(&plan.header(), &rows));
-    let failed = rows.values().filter(|r| r.iter().any(|c| c.starts_with("error: "))).count();
+    let failed = rows
+        .values()
+        .filter(|r| r.iter().any(|c| c.starts_with("error: ")))
+        .count();
     eprintln!(
         "servesim: {total} runs on {jobs} threads in {:.2} s wall{}; wrote sweep.csv, sweep.json in {}",
         started.elapsed().as_secs_f64(),
@@ -790,11 +801,15 @@ fn main() -> ExitCode {
             }
             if let Some(w) = &trace_window {
                 let Some((a, b)) = w.split_once("..") else {
-                    eprintln!("error: --trace-window {w}: expected START..END in simulated seconds, e.g. --trace-window 100..160");
+                    eprintln!(
+                        "error: --trace-window {w}: expected START..END in simulated seconds, e.g. --trace-window 100..160"
+                    );
                     return ExitCode::from(2);
                 };
                 let (Ok(a), Ok(b)) = (a.trim().parse::<f64>(), b.trim().parse::<f64>()) else {
-                    eprintln!("error: --trace-window {w}: START and END must be numbers of simulated seconds, e.g. --trace-window 100..160");
+                    eprintln!(
+                        "error: --trace-window {w}: START and END must be numbers of simulated seconds, e.g. --trace-window 100..160"
+                    );
                     return ExitCode::from(2);
                 };
                 set.push(format!("outputs.timeline_window_s=({a:?},{b:?})"));

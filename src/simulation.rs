@@ -542,7 +542,8 @@ impl Simulation {
                     || outputs.summary_json
                     || decisions
                     || scale_events
-                    || outputs.timeseries_csv =>
+                    || outputs.timeseries_csv
+                    || outputs.timeline_json =>
             {
                 let names = [
                     ("requests.csv", outputs.requests_csv),
@@ -550,6 +551,7 @@ impl Simulation {
                     ("summary.json", outputs.summary_json),
                     ("scale_events.csv", scale_events),
                     ("timeseries.csv", outputs.timeseries_csv),
+                    ("timeline.json", outputs.timeline_json),
                 ];
                 let written: Vec<&str> = names.iter().filter(|n| n.1).map(|n| n.0).collect();
                 refuse_overwriting_inputs(scenario, dir, &written)?;
@@ -629,6 +631,38 @@ impl Simulation {
             }
             _ => None,
         };
+        if let Some(out) = &mut out
+            && outputs.timeline_json
+        {
+            let created = out.create("timeline.json")?;
+            let io = |e: String| SimError::Output {
+                path: out.staged_path("timeline.json"),
+                message: e,
+            };
+            let file = created
+                .into_inner()
+                .map_err(|e| io(e.into_error().to_string()))?;
+            let timeline = crate::observe::timeline::Timeline::new(
+                file,
+                outputs.timeline_window_s,
+                outputs.timeline_request_sample,
+                &group_names,
+            )
+            .map_err(|e| io(e.to_string()))?;
+            world.insert_resource(timeline);
+            app.add_systems(
+                SimStep,
+                (
+                    crate::observe::timeline::draw_steps
+                        .in_set(SimSystems::Complete)
+                        .before(instance::step::complete_steps),
+                    crate::observe::timeline::draw_requests
+                        .in_set(SimSystems::Record)
+                        .before(metrics::record_finished),
+                ),
+            );
+        }
+        let world = app.world_mut();
         if let Some(c) = &options.collect {
             world.resource_mut::<RequestLog>().collect = Some(c.clone());
         }
@@ -691,6 +725,8 @@ impl Simulation {
         self.world.resource_mut::<DecisionLog>().writer = None;
         self.world.resource_mut::<Autoscaler>().events = None;
         self.timeseries = None;
+        self.world
+            .remove_resource::<crate::observe::timeline::Timeline>();
         self.out = None;
     }
 
@@ -1127,6 +1163,20 @@ impl Simulation {
             path: out.staged_path(name),
             message: e,
         };
+        if let Some(mut timeline) = world.remove_resource::<crate::observe::timeline::Timeline>() {
+            crate::observe::timeline::draw_unfinished(&mut timeline, &left, now);
+            let mb = timeline.bytes as f64 / 1e6;
+            if mb > 300.0 {
+                summary.warnings.push(format!(
+                    "timeline.json is {mb:.0} MB: chrome://tracing struggles past ~300 MB and Perfetto UI past ~1 GB; \
+                     narrow it with --trace-window START..END or --trace-sample FRACTION"
+                ));
+            }
+            timeline
+                .finish()
+                .and_then(|f| f.sync_all().map_err(|e| e.to_string()))
+                .map_err(|e| io("timeline.json", e))?;
+        }
         if let Some(ts) = self.timeseries.take() {
             ts.finish(world, now)
                 .and_then(|f| f.sync_all().map_err(|e| e.to_string()))

@@ -53,7 +53,9 @@ pub struct Point {
 pub fn parse_axis(arg: &str) -> Result<Axis, String> {
     let example = "e.g. --vary 'policies.routing=[\"round_robin\",\"least_loaded\"]' or --vary cluster.groups[0].count=[2,4,8]";
     let Some((path, list)) = arg.split_once('=') else {
-        return Err(format!("--vary {arg}: expected PATH=[v1,v2,...], {example}"));
+        return Err(format!(
+            "--vary {arg}: expected PATH=[v1,v2,...], {example}"
+        ));
     };
     let list = list.trim();
     let Some(inner) = list.strip_prefix('[').and_then(|l| l.strip_suffix(']')) else {
@@ -257,7 +259,12 @@ pub fn metric_values(summary: &Summary) -> Vec<String> {
 }
 
 /// One finished row of `sweep.csv`.
-pub fn row(plan: &Plan, point: &Point, seed: u64, outcome: &Result<Summary, String>) -> Vec<String> {
+pub fn row(
+    plan: &Plan,
+    point: &Point,
+    seed: u64,
+    outcome: &Result<Summary, String>,
+) -> Vec<String> {
     let mut r = vec![point.index.to_string()];
     r.extend(point.values.iter().map(|v| display_value(v).to_string()));
     r.push(point.replica.to_string());
@@ -408,7 +415,9 @@ pub fn run(
                     }
                     done(point, &outcome);
                     let r = row(plan, point, scenario.seed, &outcome);
-                    rows.lock().expect("no thread panics holding it").insert(point.index, r);
+                    rows.lock()
+                        .expect("no thread panics holding it")
+                        .insert(point.index, r);
                 }
             });
         }
@@ -469,10 +478,7 @@ impl Part {
                 )
             })?;
             if rows.insert(index, row).is_some() {
-                return Err(format!(
-                    "{}: point {index} appears twice",
-                    path.display()
-                ));
+                return Err(format!("{}: point {index} appears twice", path.display()));
             }
         }
         Ok(Part {
@@ -575,7 +581,10 @@ mod tests {
         assert_eq!(a.path, "policies.routing");
         assert_eq!(a.values, vec![r#""round_robin""#, r#""a,b""#]);
         let a = parse_axis("x=[Constant(64), Uniform(min: 1, max: 9), [1,2]]").unwrap();
-        assert_eq!(a.values, vec!["Constant(64)", "Uniform(min: 1, max: 9)", "[1,2]"]);
+        assert_eq!(
+            a.values,
+            vec!["Constant(64)", "Uniform(min: 1, max: 9)", "[1,2]"]
+        );
         assert!(parse_axis("x=1,2").is_err());
         assert!(parse_axis("x=[]").is_err());
         assert!(parse_axis("x=[1,,2]").is_err());
@@ -600,7 +609,9 @@ mod tests {
         let r = plan(&[("a", &["1", "2"])], 3, (0, 1)).points();
         assert_eq!(r.len(), 6);
         assert_eq!(
-            r.iter().map(|p| (p.values[0].as_str(), p.replica)).collect::<Vec<_>>(),
+            r.iter()
+                .map(|p| (p.values[0].as_str(), p.replica))
+                .collect::<Vec<_>>(),
             [("1", 0), ("1", 1), ("1", 2), ("2", 0), ("2", 1), ("2", 2)]
         );
     }
@@ -639,13 +650,29 @@ mod tests {
         let (whole, rows) = merge(vec![part(1, 2), part(0, 2)]).unwrap();
         assert_eq!(whole.shard, (0, 1));
         assert_eq!(rows.keys().copied().collect::<Vec<_>>(), [0, 1, 2]);
-        assert!(merge(vec![part(0, 2)]).unwrap_err().contains("missing shards: 1/2"));
-        assert!(merge(vec![part(0, 2), part(0, 2)]).unwrap_err().contains("same shard"));
+        assert!(
+            merge(vec![part(0, 2)])
+                .unwrap_err()
+                .contains("missing shards: 1/2")
+        );
+        assert!(
+            merge(vec![part(0, 2), part(0, 2)])
+                .unwrap_err()
+                .contains("same shard")
+        );
         let mut short = part(1, 2);
         short.rows.clear();
-        assert!(merge(vec![part(0, 2), short]).unwrap_err().contains("did not finish"));
+        assert!(
+            merge(vec![part(0, 2), short])
+                .unwrap_err()
+                .contains("did not finish")
+        );
         let mut other = part(1, 2);
         other.plan.replicas = 2;
-        assert!(merge(vec![part(0, 2), other]).unwrap_err().contains("another sweep"));
+        assert!(
+            merge(vec![part(0, 2), other])
+                .unwrap_err()
+                .contains("another sweep")
+        );
     }
 }

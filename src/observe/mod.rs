@@ -2,4 +2,5 @@
 //! (a Chrome trace-event file for Perfetto) and progress for the command line. Nothing here
 //! feeds back into the simulation; results are byte-identical with every observer on or off.
 
+pub mod timeline;
 pub mod timeseries;

@@ -123,7 +123,7 @@ impl TimeSeries {
             while self.next < t {
                 let at = self.next;
                 self.write(world, at);
-                self.next = self.next + self.interval;
+                self.next += self.interval;
             }
         }
     }
@@ -134,7 +134,7 @@ impl TimeSeries {
         while self.error.is_none() && self.next <= end {
             let at = self.next;
             self.write(world, at);
-            self.next = self.next + self.interval;
+            self.next += self.interval;
         }
         if self.error.is_none() && self.last < end {
             self.write(world, end);

@@ -392,7 +392,7 @@ mod tests {
         // Every path coordinate lies inside the plotting frame.
         for path in svg.split(r#" d=""#).skip(1) {
             let d = path.split('"').next().unwrap();
-            for pair in d.split(|c| c == 'M' || c == 'L').filter(|p| !p.is_empty()) {
+            for pair in d.split(['M', 'L']).filter(|p| !p.is_empty()) {
                 let (x, y) = pair.split_once(',').unwrap();
                 let (x, y): (f64, f64) = (x.parse().unwrap(), y.parse().unwrap());
                 assert!((LEFT..=W - RIGHT).contains(&x), "{x}");

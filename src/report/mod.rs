@@ -437,7 +437,10 @@ fn series(name: &str, i: usize, points: Vec<(f64, f64)>) -> Series {
 }
 
 /// p50 and p99 TTFT of requests completing in each of `TIME_BUCKETS` windows.
-fn ttft_over_time(r: &Requests) -> (Vec<(f64, f64)>, Vec<(f64, f64)>) {
+/// Points of a line: (x, y).
+type Line = Vec<(f64, f64)>;
+
+fn ttft_over_time(r: &Requests) -> (Line, Line) {
     let Some(end) = r.done.last().map(|d| d.0) else {
         return Default::default();
     };

@@ -11,6 +11,7 @@ mod fidelity;
 mod golden;
 mod hand;
 mod latency;
+mod observe;
 mod outputs;
 mod properties;
 mod reliability;

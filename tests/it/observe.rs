@@ -1,0 +1,579 @@
+//! Watching runs (issue 12): timeseries.csv checked against requests.csv, the HTML report
+//! (also opened in a real headless Chromium), timeline.json, progress bars, and sweeps that
+//! shard and merge.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use super::common::{Row, read_rows};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn servesim(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_servesim"))
+        .args(args)
+        .current_dir(root())
+        .output()
+        .expect("the binary runs")
+}
+
+fn ok(args: &[&str]) -> Output {
+    let out = servesim(args);
+    assert!(
+        out.status.success(),
+        "servesim {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// The quickstart scenario, shortened; `extra` are more `run` arguments.
+fn quickstart(dir: &Path, requests: u32, extra: &[&str]) -> Output {
+    let n = format!("workload.num_requests={requests}");
+    let mut args = vec![
+        "run",
+        "scenarios/quickstart.ron",
+        "--out",
+        dir.to_str().unwrap(),
+        "--set",
+        &n,
+    ];
+    args.extend_from_slice(extra);
+    ok(&args)
+}
+
+fn us_of_seconds(s: &str) -> u64 {
+    let (a, b) = s.split_once('.').unwrap();
+    a.parse::<u64>().unwrap() * 1_000_000 + format!("{b:0<6}")[..6].parse::<u64>().unwrap()
+}
+
+#[test]
+fn timeseries_counts_match_requests_csv_counted_independently() {
+    let dir = tempfile::tempdir().unwrap();
+    quickstart(dir.path(), 300, &["--set", "outputs.sample_interval_s=0.5"]);
+    let requests = read_rows(&dir.path().join("requests.csv"));
+    let samples = read_rows(&dir.path().join("timeseries.csv"));
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("summary.json")).unwrap()).unwrap();
+    let end_us = (summary["sim_duration_s"].as_f64().unwrap() * 1e6).round() as u64;
+    let cluster: Vec<&Row> = samples
+        .iter()
+        .filter(|r| r.str("instance") == "all")
+        .collect();
+    // Every 0.5 s, then one last row at the end of the run.
+    let times: Vec<u64> = cluster
+        .iter()
+        .map(|r| us_of_seconds(r.str("time_s")))
+        .collect();
+    let expected: Vec<u64> = (1..)
+        .map(|k| k * 500_000)
+        .take_while(|&t| t <= end_us)
+        .chain((!end_us.is_multiple_of(500_000)).then_some(end_us))
+        .collect();
+    assert_eq!(times, expected);
+    // Two instance rows per sample time, then the cluster row.
+    assert_eq!(samples.len(), times.len() * 3);
+
+    let arrivals: Vec<u64> = requests.iter().map(|r| r.u64("arrival_us")).collect();
+    let completions: Vec<u64> = requests.iter().map(|r| r.u64("completion_us")).collect();
+    let mut previous = 0;
+    for (row, &t) in cluster.iter().zip(&times) {
+        let arrived = arrivals.iter().filter(|&&a| a <= t).count() as u64;
+        let done = completions.iter().filter(|&&c| c <= t).count() as u64;
+        assert_eq!(row.u64("in_flight"), arrived - done, "in flight at {t} µs");
+        let new = |v: &[u64]| v.iter().filter(|&&x| previous < x && x <= t).count() as u64;
+        assert_eq!(row.u64("arrivals"), new(&arrivals), "arrivals in (.., {t}]");
+        assert_eq!(
+            row.u64("completed"),
+            new(&completions),
+            "completions in (.., {t}]"
+        );
+        assert_eq!(row.u64("instances_up"), 2);
+        previous = t;
+    }
+    // Per instance: completions add up to what the summary says each instance did.
+    for (i, inst) in summary["instances"].as_array().unwrap().iter().enumerate() {
+        let total: u64 = samples
+            .iter()
+            .filter(|r| r.str("instance") == i.to_string())
+            .map(|r| r.u64("completed"))
+            .sum();
+        assert_eq!(total, inst["completed"].as_u64().unwrap());
+    }
+    // The run ends empty.
+    let last = cluster.last().unwrap();
+    assert_eq!(
+        (
+            last.u64("in_flight"),
+            last.u64("waiting"),
+            last.u64("kv_used_blocks")
+        ),
+        (0, 0, 0)
+    );
+}
+
+#[test]
+fn a_zero_sample_interval_is_refused_with_the_field_named() {
+    let out = servesim(&[
+        "validate",
+        "scenarios/quickstart.ron",
+        "--set",
+        "outputs.sample_interval_s=0.0",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("outputs.sample_interval_s"), "{err}");
+}
+
+#[test]
+fn observers_do_not_change_results_and_runs_are_byte_identical() {
+    let (a, b, c) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let plain = quickstart(
+        a.path(),
+        300,
+        &[
+            "--set",
+            "outputs.timeseries_csv=false",
+            "--progress",
+            "never",
+        ],
+    );
+    let watched = quickstart(
+        b.path(),
+        300,
+        &["--trace", "timeline", "--report", "--progress", "always"],
+    );
+    quickstart(
+        c.path(),
+        300,
+        &["--trace", "timeline", "--report", "--progress", "always"],
+    );
+    assert_eq!(plain.stdout, watched.stdout);
+    for f in ["requests.csv", "summary.json"] {
+        assert_eq!(
+            std::fs::read(a.path().join(f)).unwrap(),
+            std::fs::read(b.path().join(f)).unwrap(),
+            "{f}"
+        );
+    }
+    for f in [
+        "requests.csv",
+        "summary.json",
+        "timeseries.csv",
+        "timeline.json",
+        "report.html",
+    ] {
+        // The report names the run by its directory.
+        let read = |d: &Path| {
+            let name = d.file_name().unwrap().to_string_lossy().into_owned();
+            String::from_utf8(std::fs::read(d.join(f)).unwrap())
+                .unwrap()
+                .replace(&name, "RUN")
+        };
+        assert!(
+            read(b.path()) == read(c.path()),
+            "{f} differs between two runs"
+        );
+    }
+    assert!(!a.path().join("timeseries.csv").exists());
+}
+
+#[test]
+fn progress_goes_to_stderr_only_and_quiet_silences_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let shown = quickstart(dir.path(), 2000, &["--progress", "always"]);
+    let err = String::from_utf8_lossy(&shown.stderr);
+    assert!(err.contains("requests done"), "{err}");
+    assert!(!String::from_utf8_lossy(&shown.stdout).contains("requests done"));
+    // Not a terminal: auto shows nothing.
+    let auto = quickstart(dir.path(), 2000, &[]);
+    let err = String::from_utf8_lossy(&auto.stderr);
+    assert!(!err.contains("requests done"), "{err}");
+    assert!(err.contains("ticks in"), "{err}");
+    let quiet = quickstart(dir.path(), 2000, &["--quiet", "--progress", "always"]);
+    assert_eq!(String::from_utf8_lossy(&quiet.stderr), "");
+    assert_eq!(shown.stdout, quiet.stdout);
+}
+
+#[test]
+fn the_timeline_holds_every_step_and_request_and_respects_its_bounds() {
+    let dir = tempfile::tempdir().unwrap();
+    quickstart(dir.path(), 200, &["--trace", "timeline"]);
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("timeline.json")).unwrap())
+            .expect("timeline.json is JSON");
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("summary.json")).unwrap()).unwrap();
+    let events = json["traceEvents"].as_array().unwrap();
+    let of = |ph: &'static str| events.iter().filter(move |e| e["ph"] == ph);
+    let steps: u64 = summary["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["steps"].as_u64().unwrap())
+        .sum();
+    assert_eq!(of("X").count() as u64, steps, "one slice per step");
+    assert_eq!(of("C").count() as u64, steps, "one counter sample per step");
+    // Slices on one instance track never overlap (one step at a time without pipelining).
+    for tid in 0..2 {
+        let mut spans: Vec<(u64, u64)> = of("X")
+            .filter(|e| e["tid"] == tid)
+            .map(|e| (e["ts"].as_u64().unwrap(), e["dur"].as_u64().unwrap()))
+            .collect();
+        spans.sort_unstable();
+        assert!(spans.windows(2).all(|w| w[0].0 + w[0].1 <= w[1].0));
+    }
+    // Every request: one span from arrival to completion, matching requests.csv.
+    let rows = read_rows(&dir.path().join("requests.csv"));
+    let begins: Vec<_> = of("b")
+        .filter(|e| e["name"].as_str().unwrap().starts_with("request "))
+        .collect();
+    assert_eq!(begins.len(), rows.len());
+    for r in &rows {
+        let id = r.u64("request_id");
+        let b = begins.iter().find(|e| e["id"] == id).unwrap();
+        assert_eq!(b["ts"].as_u64().unwrap(), r.u64("arrival_us"));
+        let end = of("e")
+            .find(|e| e["id"] == id && e["name"] == format!("request {id}"))
+            .unwrap();
+        assert_eq!(end["ts"].as_u64().unwrap(), r.u64("completion_us"));
+    }
+
+    // A window and a sample rate bound the file.
+    let small = tempfile::tempdir().unwrap();
+    quickstart(
+        small.path(),
+        200,
+        &[
+            "--trace",
+            "timeline",
+            "--trace-window",
+            "2..4",
+            "--trace-sample",
+            "0.25",
+        ],
+    );
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(small.path().join("timeline.json")).unwrap())
+            .unwrap();
+    let events = json["traceEvents"].as_array().unwrap();
+    let xs: Vec<_> = events.iter().filter(|e| e["ph"] == "X").collect();
+    assert!(!xs.is_empty());
+    for e in &xs {
+        let (ts, dur) = (e["ts"].as_u64().unwrap(), e["dur"].as_u64().unwrap());
+        assert!(ts <= 4_000_000 && ts + dur >= 2_000_000, "{e}");
+    }
+    let requests = events
+        .iter()
+        .filter(|e| e["ph"] == "b" && e["name"].as_str().unwrap().starts_with("request "))
+        .count();
+    assert!(
+        requests > 0 && requests < 20,
+        "{requests} of ~24 in the window, a quarter kept"
+    );
+    let bad = servesim(&[
+        "run",
+        "scenarios/quickstart.ron",
+        "--trace-window",
+        "5..2",
+        "--out",
+        small.path().to_str().unwrap(),
+    ]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("outputs.timeline_window_s"));
+}
+
+/// Runs `servesim sweep` with `extra` arguments into `out`.
+fn sweep(out: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "sweep",
+        "scenarios/quickstart.ron",
+        "--set",
+        "workload.num_requests=150",
+        "--vary",
+        r#"policies.routing=["round_robin","least_loaded"]"#,
+        "--vary",
+        "workload.clients[0].rate_per_s=[6.0,18.0]",
+        "--out",
+        out.to_str().unwrap(),
+        "--progress",
+        "never",
+    ];
+    args.extend_from_slice(extra);
+    ok(&args)
+}
+
+#[test]
+fn a_sweep_row_is_what_a_single_run_of_that_point_gives() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = sweep(dir.path(), &["--jobs", "2"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(table.lines().count(), 5, "{table}");
+    let rows = read_rows(&dir.path().join("sweep.csv"));
+    assert_eq!(rows.len(), 4);
+    let point = &rows[3];
+    assert_eq!(point.str("policies.routing"), "least_loaded");
+    assert_eq!(point.str("workload.clients[0].rate_per_s"), "18.0");
+    assert_eq!(point.str("status"), "ok");
+    // The same point run on its own.
+    let single = tempfile::tempdir().unwrap();
+    quickstart(
+        single.path(),
+        150,
+        &[
+            "--set",
+            r#"policies.routing="least_loaded""#,
+            "--set",
+            "workload.clients[0].rate_per_s=18.0",
+        ],
+    );
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(single.path().join("summary.json")).unwrap())
+            .unwrap();
+    for (col, pointer) in [
+        ("requests.completed", "/requests/completed"),
+        ("ttft_ms.p99", "/ttft_ms/p99"),
+        ("e2e_ms.mean", "/e2e_ms/mean"),
+        (
+            "throughput.output_tokens_per_s",
+            "/throughput/output_tokens_per_s",
+        ),
+        ("ticks", "/ticks"),
+    ] {
+        // serde_json reads floats to within an ulp, so compare numbers, not text.
+        let (swept, single): (f64, f64) = (
+            point.str(col).parse().unwrap(),
+            summary.pointer(pointer).unwrap().as_f64().unwrap(),
+        );
+        assert!(
+            (swept - single).abs() <= single.abs() * 1e-14,
+            "{col}: {swept} vs {single}"
+        );
+    }
+    // Every metric column is filled for a good point.
+    assert!(
+        point.0.iter().all(|(k, v)| !v.is_empty() || k == "fitness"),
+        "{point:?}"
+    );
+}
+
+#[test]
+fn sweeps_are_deterministic_and_shards_merge_into_the_whole() {
+    let (whole, one_job, s0, s1, merged) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let full = sweep(whole.path(), &["--jobs", "2"]);
+    sweep(one_job.path(), &["--jobs", "1"]);
+    let csv = |d: &Path| std::fs::read(d.join("sweep.csv")).unwrap();
+    assert_eq!(csv(whole.path()), csv(one_job.path()));
+    sweep(s0.path(), &["--shard", "0/2"]);
+    sweep(s1.path(), &["--shard", "1/2"]);
+    assert_eq!(read_rows(&s0.path().join("sweep.csv")).len(), 2);
+    // A missing shard is refused.
+    let lone = servesim(&[
+        "merge",
+        s0.path().to_str().unwrap(),
+        "--out",
+        merged.path().to_str().unwrap(),
+    ]);
+    assert_eq!(lone.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&lone.stderr).contains("missing shards: 1/2"));
+    let m = ok(&[
+        "merge",
+        s1.path().to_str().unwrap(),
+        s0.path().to_str().unwrap(),
+        "--out",
+        merged.path().to_str().unwrap(),
+    ]);
+    assert_eq!(csv(merged.path()), csv(whole.path()));
+    assert_eq!(
+        std::fs::read(merged.path().join("sweep.json")).unwrap(),
+        std::fs::read(whole.path().join("sweep.json")).unwrap()
+    );
+    assert_eq!(m.stdout, full.stdout, "the same comparison table");
+}
+
+#[test]
+fn a_sweep_with_a_bad_value_reports_every_problem_before_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = servesim(&[
+        "sweep",
+        "scenarios/quickstart.ron",
+        "--vary",
+        r#"policies.routing=["round_robin","no_such_router"]"#,
+        "--vary",
+        "workload.clients[0].rate_per_s=[6.0,-1.0]",
+        "--out",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no_such_router"), "{err}");
+    assert!(err.contains("rate_per_s"), "{err}");
+    assert!(!dir.path().join("sweep.csv").exists());
+}
+
+#[test]
+fn the_report_is_self_contained_and_overlays_several_runs() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    quickstart(a.path(), 300, &[]);
+    quickstart(
+        b.path(),
+        300,
+        &["--set", r#"policies.routing="round_robin""#],
+    );
+    let page = a.path().join("both.html");
+    ok(&[
+        "report",
+        a.path().to_str().unwrap(),
+        b.path().to_str().unwrap(),
+        "--out",
+        page.to_str().unwrap(),
+    ]);
+    let html = std::fs::read_to_string(&page).unwrap();
+    // Nothing to fetch: no external scripts, styles, images or fonts.
+    for needle in ["<link", " src=", "http://", "https://", "@import", "url("] {
+        assert!(!html.contains(needle), "the page references {needle}");
+    }
+    // 6 latency + 6 over-time charts, and 2 per-instance charts for each run.
+    assert_eq!(html.matches(r#"<svg class="chart"#).count(), 16);
+    // Each CDF has one line per run.
+    let ttft_cdf = html
+        .split("TTFT: CDF")
+        .last()
+        .unwrap()
+        .split("</svg>")
+        .next()
+        .unwrap();
+    assert_eq!(ttft_cdf.matches(r#"class="series""#).count(), 2);
+    // The summary table shows both runs' numbers as summary.json has them.
+    for d in [a.path(), b.path()] {
+        let s: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(d.join("summary.json")).unwrap()).unwrap();
+        let p99 = format!("{:.3}", s["ttft_ms"]["p99"].as_f64().unwrap());
+        assert!(html.contains(&format!("<td>{p99}</td>")), "TTFT p99 {p99}");
+    }
+    // A directory without results is an error that says so.
+    let empty = tempfile::tempdir().unwrap();
+    let out = servesim(&["report", empty.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("holds no results"));
+    assert!(!empty.path().join("report.html").exists());
+}
+
+/// Chromium from the distribution's packages (`apt-get install chromium`), or
+/// `SERVESIM_CHROMIUM`.
+fn chromium() -> Option<PathBuf> {
+    std::env::var_os("SERVESIM_CHROMIUM")
+        .map(PathBuf::from)
+        .or_else(|| {
+            [
+                "/usr/bin/chromium",
+                "/usr/bin/chromium-browser",
+                "/usr/bin/google-chrome",
+            ]
+            .into_iter()
+            .map(PathBuf::from)
+            .find(|p| p.exists())
+        })
+}
+
+fn headless(browser: &Path, profile: &Path, args: &[&str]) -> Output {
+    Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--hide-scrollbars",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .args(args)
+        .output()
+        .expect("chromium starts")
+}
+
+#[test]
+fn the_report_renders_in_a_real_browser_without_script_errors() {
+    let Some(browser) = chromium() else {
+        // .ci/run installs Chromium and sets SERVESIM_REQUIRE_BROWSER, so CI cannot skip.
+        assert!(
+            std::env::var_os("SERVESIM_REQUIRE_BROWSER").is_none(),
+            "no Chromium found: apt-get install chromium (or set SERVESIM_CHROMIUM)"
+        );
+        eprintln!("skipped: no Chromium (apt-get install chromium to run this test)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    quickstart(dir.path(), 400, &["--report"]);
+    let page = format!("file://{}", dir.path().join("report.html").display());
+    let profile = tempfile::tempdir().unwrap();
+    // The DOM after the page's scripts ran.
+    let dom = headless(
+        &browser,
+        profile.path(),
+        &["--virtual-time-budget=2000", "--dump-dom", &page],
+    );
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    let root_tag = dom.split("<head>").next().unwrap_or("");
+    assert!(
+        root_tag.contains(r#"data-ready="1""#),
+        "script did not finish: {root_tag}"
+    );
+    assert!(
+        !root_tag.contains("data-script-errors"),
+        "script errors: {root_tag}"
+    );
+    assert!(root_tag.contains(r#"data-charts="14""#), "{root_tag}");
+    assert!(dom.matches(r#"class="series""#).count() >= 12);
+    // A screenshot that is not blank: many colours, a good share of non-white pixels.
+    let shot = profile.path().join("shot.png");
+    let out = headless(
+        &browser,
+        profile.path(),
+        &[
+            "--window-size=1280,1600",
+            &format!("--screenshot={}", shot.display()),
+            &page,
+        ],
+    );
+    assert!(shot.exists(), "{}", String::from_utf8_lossy(&out.stderr));
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&shot).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let px = info.color_type.samples();
+    let pixels: Vec<&[u8]> = buf[..info.buffer_size()].chunks(px).collect();
+    let mut colours: Vec<[u8; 3]> = pixels.iter().map(|p| [p[0], p[1], p[2]]).collect();
+    let inked = colours
+        .iter()
+        .filter(|c| c.iter().any(|&v| v < 200))
+        .count();
+    colours.sort_unstable();
+    colours.dedup();
+    assert!(colours.len() > 50, "{} colours", colours.len());
+    assert!(
+        inked * 100 > pixels.len() * 2,
+        "{inked} of {} pixels drawn",
+        pixels.len()
+    );
+    // The chart colour of the first run is on screen.
+    assert!(
+        pixels.iter().any(|p| p[..3] == [0x00, 0x72, 0xB2]),
+        "no run-coloured pixel"
+    );
+}
