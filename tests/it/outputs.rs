@@ -229,7 +229,13 @@ fn files_a_run_does_not_write_are_left_alone_and_it_says_what_it_wrote() {
     );
     assert_eq!(
         names(dir.path()),
-        ["decisions.csv", "requests.csv", "s.ron", "summary.json"]
+        [
+            "decisions.csv",
+            "requests.csv",
+            "s.ron",
+            "summary.json",
+            "timeseries.csv"
+        ]
     );
 
     // With every output off, nothing is written and nothing is claimed.
@@ -240,6 +246,8 @@ fn files_a_run_does_not_write_are_left_alone_and_it_says_what_it_wrote() {
         out_dir,
         "--set",
         "outputs.summary_json=false",
+        "--set",
+        "outputs.timeseries_csv=false",
     ]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
