@@ -363,6 +363,7 @@ struct SweepArgs<'a> {
     out: PathBuf,
     keep_outputs: bool,
     progress: progress::Mode,
+    quiet: bool,
     catalog: &'a Catalog,
 }
 
@@ -712,6 +713,7 @@ fn main() -> ExitCode {
             } else {
                 progress_mode
             },
+            quiet,
             catalog,
         }),
         Command::Merge { shards, out } => {

@@ -33,6 +33,8 @@ pub struct LineChart {
     pub step: bool,
     /// Fix the y range (e.g. 0..1 for a CDF or a fraction).
     pub y_range: Option<(f64, f64)>,
+    /// Logarithmic x axis (points with x ≤ 0 are left out).
+    pub x_log: bool,
 }
 
 const W: f64 = 560.0;
@@ -77,6 +79,28 @@ pub fn ticks(lo: f64, hi: f64, n: usize) -> Vec<f64> {
     out
 }
 
+/// Ticks of a log axis over log10 values `lo..=hi`: 1, 2 and 5 × 10ⁿ (only the powers of
+/// ten when the axis spans more than three decades).
+pub fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let mantissas: &[f64] = if hi - lo > 3.0 {
+        &[1.0]
+    } else {
+        &[1.0, 2.0, 5.0]
+    };
+    let mut out = Vec::new();
+    let mut d = lo.floor();
+    while d <= hi.ceil() && out.len() < 40 {
+        for m in mantissas {
+            let v = (m * 10f64.powf(d)).log10();
+            if v >= lo - 1e-9 && v <= hi + 1e-9 {
+                out.push(v);
+            }
+        }
+        d += 1.0;
+    }
+    out
+}
+
 /// A tick label: short, no trailing zeros.
 pub fn label(v: f64) -> String {
     let a = v.abs();
@@ -108,14 +132,20 @@ impl LineChart {
     /// The chart as an `<svg>` element (class `chart`, one `<path class="series">` per
     /// series with its name in `data-name`).
     pub fn svg(&self) -> String {
-        let pts = self.series.iter().flat_map(|s| s.points.iter());
+        let log = self.x_log;
+        let tx = |x: f64| if log { x.log10() } else { x };
+        let pts = self
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter())
+            .map(|&(x, y)| (tx(x), y));
         let (mut x0, mut x1, mut y0, mut y1) = (
             f64::INFINITY,
             f64::NEG_INFINITY,
             f64::INFINITY,
             f64::NEG_INFINITY,
         );
-        for &(x, y) in pts {
+        for (x, y) in pts {
             if x.is_finite() && y.is_finite() {
                 x0 = x0.min(x);
                 x1 = x1.max(x);
@@ -157,7 +187,10 @@ impl LineChart {
         }
         head(
             &mut s,
-            &format!(r#" data-x0="{x0}" data-x1="{x1}" data-y0="{y0}" data-y1="{y1}""#),
+            &format!(
+                r#" data-x0="{x0}" data-x1="{x1}" data-y0="{y0}" data-y1="{y1}"{}"#,
+                if log { r#" data-xlog="1""# } else { "" }
+            ),
         );
         let px = |x: f64| LEFT + (x - x0) / (x1 - x0) * (W - LEFT - RIGHT);
         let py = |y: f64| H - BOTTOM - (y - y0) / (y1 - y0) * (H - TOP - BOTTOM);
@@ -174,14 +207,19 @@ impl LineChart {
                 label(v)
             );
         }
-        for v in ticks(x0, x1, 6) {
+        let x_ticks = if log {
+            log_ticks(x0, x1)
+        } else {
+            ticks(x0, x1, 6)
+        };
+        for v in x_ticks {
             let x = px(v);
             let _ = write!(
                 s,
                 r#"<line class="grid" x1="{x:.1}" x2="{x:.1}" y1="{TOP}" y2="{}"/><text x="{x:.1}" y="{}" text-anchor="middle">{}</text>"#,
                 H - BOTTOM,
                 H - BOTTOM + 16.0,
-                label(v)
+                label(if log { 10f64.powf(v) } else { v })
             );
         }
         let _ = write!(
@@ -210,6 +248,7 @@ impl LineChart {
             let mut d = String::new();
             let mut last: Option<(f64, f64)> = None;
             for &(x, y) in &series.points {
+                let x = tx(x);
                 if !(x.is_finite() && y.is_finite()) {
                     continue;
                 }
@@ -239,7 +278,25 @@ impl LineChart {
                 }
             );
         }
-        // Legend (top right, inside the frame).
+        // Legend (top right, inside the frame, over a veil so lines do not hide it).
+        let entries = self.series.len().min(12);
+        if entries > 0 {
+            let longest = self
+                .series
+                .iter()
+                .take(entries)
+                .map(|s| s.name.chars().count())
+                .max()
+                .unwrap_or(0) as f64;
+            let width = longest * 6.2 + 34.0;
+            let _ = write!(
+                s,
+                r##"<rect class="veil" x="{:.1}" y="{}" width="{width:.1}" height="{}" fill="#fff" fill-opacity="0.85"/>"##,
+                W - RIGHT - 2.0 - width,
+                TOP + 3.0,
+                entries as f64 * 14.0 + 4.0
+            );
+        }
         for (i, series) in self.series.iter().enumerate().take(12) {
             let y = TOP + 12.0 + i as f64 * 14.0;
             let _ = write!(
@@ -355,6 +412,16 @@ mod tests {
         );
         let t = ticks(13.0, 87.0, 4);
         assert_eq!(t, vec![20.0, 40.0, 60.0, 80.0]);
+    }
+
+    #[test]
+    fn log_ticks_are_one_two_five_per_decade() {
+        let t: Vec<f64> = log_ticks(1.0, 2.5)
+            .into_iter()
+            .map(|v| (10f64.powf(v) * 1000.0).round() / 1000.0)
+            .collect();
+        assert_eq!(t, vec![10.0, 20.0, 50.0, 100.0, 200.0]);
+        assert_eq!(log_ticks(0.0, 5.0).len(), 6);
     }
 
     #[test]

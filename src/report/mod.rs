@@ -390,7 +390,7 @@ fn summary_table(runs: &[Run]) -> String {
     s
 }
 
-fn slice_tables(runs: &[Run], key: &str, title: &str) -> String {
+fn slice_tables(runs: &[Run], key: &str, title: &str, one: &str) -> String {
     let mut s = String::new();
     for r in runs {
         let Some(rows) = r.get(&format!("/{key}")).and_then(Value::as_array) else {
@@ -404,7 +404,7 @@ fn slice_tables(runs: &[Run], key: &str, title: &str) -> String {
             r#"<table class="slices"><caption>{} — {}</caption><thead><tr><th>{}</th><th>injected</th><th>completed</th><th>rejected</th><th>timed out</th><th>good</th><th>attainment</th><th>TTFT p90 (ms)</th><th>E2E p90 (ms)</th></tr></thead><tbody>"#,
             esc(&r.name),
             title,
-            title.trim_end_matches('s')
+            one
         );
         for row in rows {
             let f = |p: &str| row.pointer(p).map_or("–".into(), fmt_value);
@@ -488,14 +488,24 @@ fn charts(runs: &[Run]) -> (String, String, String) {
                 Some(series(&r.name, i, cdf(v)))
             })
             .collect();
+        // A log axis when the tail is long (p99.9 over 20 × the minimum).
+        let spread = lines
+            .iter()
+            .flat_map(|l| l.points.iter().map(|p| p.0))
+            .filter(|x| *x > 0.0)
+            .fold((f64::INFINITY, 0.0f64), |(lo, hi), x| {
+                (lo.min(x), hi.max(x))
+            });
+        let x_log = spread.1 > 20.0 * spread.0;
         dist.push_str(
             &LineChart {
                 title: format!("{title}: CDF"),
-                x_label: "ms".into(),
+                x_label: if x_log { "ms (log scale)" } else { "ms" }.into(),
                 y_label: "fraction of completed requests".into(),
                 series: lines,
                 step: true,
                 y_range: Some((0.0, 1.0)),
+                x_log,
             }
             .svg(),
         );
@@ -584,6 +594,7 @@ fn charts(runs: &[Run]) -> (String, String, String) {
                 series: cluster(col),
                 step,
                 y_range: range,
+                x_log: false,
             }
             .svg(),
         );
@@ -627,6 +638,7 @@ fn charts(runs: &[Run]) -> (String, String, String) {
                         .collect(),
                     step: true,
                     y_range: range,
+                    x_log: false,
                 }
                 .svg(),
             );
@@ -676,12 +688,13 @@ const SCRIPT: &str = r#"
     });
   });
   document.querySelectorAll('svg.chart[data-x0]').forEach(function(svg){
-    var d=svg.dataset,x0=+d.x0,x1=+d.x1,y0=+d.y0,y1=+d.y1;
+    var d=svg.dataset,x0=+d.x0,x1=+d.x1,y0=+d.y0,y1=+d.y1,xlog=d.xlog==='1';
     svg.addEventListener('mousemove',function(e){
       var r=svg.getBoundingClientRect(),sx=560/r.width,sy=300/r.height;
       var px=(e.clientX-r.left)*sx,py=(e.clientY-r.top)*sy;
       if(px<64||px>544||py<34||py>256){tip.style.display='none';return;}
       var x=x0+(px-64)/480*(x1-x0),y=y0+(256-py)/222*(y1-y0);
+      if(xlog){x=Math.pow(10,x);}
       tip.textContent='x '+x.toPrecision(4)+'  y '+y.toPrecision(4);
       tip.style.left=(e.clientX+12)+'px';tip.style.top=(e.clientY+12)+'px';tip.style.display='block';
     });
@@ -740,8 +753,8 @@ pub fn render(runs: &[Run]) -> String {
             r#"<section id="instances"><h2>Per instance</h2>{per_instance}</section>"#
         );
     }
-    let tenants = slice_tables(runs, "tenants", "tenants");
-    let classes = slice_tables(runs, "slo_classes", "SLO classes");
+    let tenants = slice_tables(runs, "tenants", "tenants", "tenant");
+    let classes = slice_tables(runs, "slo_classes", "SLO classes", "SLO class");
     if !(tenants.is_empty() && classes.is_empty()) {
         let _ = write!(
             s,
