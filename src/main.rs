@@ -476,6 +476,12 @@ fn sweep(a: SweepArgs<'_>) -> ExitCode {
         .values()
         .filter(|r| r.iter().any(|c| c.starts_with("error: ")))
         .count();
+    if a.quiet {
+        if failed > 0 {
+            eprintln!("warning: {failed} of {total} runs failed: see their status column");
+        }
+        return ExitCode::SUCCESS;
+    }
     eprintln!(
         "servesim: {total} runs on {jobs} threads in {:.2} s wall{}; wrote sweep.csv, sweep.json in {}",
         started.elapsed().as_secs_f64(),
