@@ -23,14 +23,7 @@ use crate::policy::{
 use crate::request::{AssignedTo, FinalState, FinishedRequest, Lifecycle, RequestSpec};
 use crate::time::{SimDuration, SimTime};
 
-/// Fixed delays of the control plane.
-#[derive(Resource, Debug, Default, Clone, Copy)]
-pub struct ClusterDelays {
-    pub admission: SimDuration,
-    pub routing: SimDuration,
-}
-
-pub use crate::engine::Rejections;
+pub use crate::engine::{ClusterDelays, Rejections};
 
 /// Applies the admission policy to the requests due for it.
 pub fn admit_requests(

@@ -26,52 +26,11 @@ use crate::engine::{ClusterView, Injected, SimClock};
 use crate::instance::{Instance, Scheduler};
 use crate::kv::KvCache;
 use crate::metrics::Aggregates;
-use crate::request::{FinishedRequest, Lifecycle};
+use crate::request::Lifecycle;
 use crate::time::SimTime;
 
-/// Whether the Check stage runs.
-#[derive(Resource, Debug, Default, Clone, Copy)]
-pub struct CheckInvariants(pub bool);
-
-/// INV-5 for one request that ended at `now`.
-pub fn check_causality(f: &FinishedRequest, now: SimTime) {
-    let l = &f.lifecycle;
-    let chain = [
-        ("arrival", Some(l.arrival)),
-        ("admitted", l.admitted),
-        ("routed", l.routed),
-        ("enqueued", l.enqueued),
-        ("scheduled", f.scheduled),
-        ("first token", f.first_token),
-        ("completed", f.completed),
-    ];
-    let mut prev: Option<(&str, SimTime)> = None;
-    for (name, t) in chain {
-        let Some(t) = t else { continue };
-        if let Some((pname, pt)) = prev {
-            assert!(
-                pt <= t,
-                "INV-5 at {now}: request {} has {pname} {pt} after {name} {t}",
-                f.spec.id
-            );
-        }
-        prev = Some((name, t));
-    }
-    if let Some(c) = f.completed {
-        assert!(
-            c <= now,
-            "INV-5 at {now}: request {} recorded before its completion {c}",
-            f.spec.id
-        );
-    }
-    if let Some(t) = f.first_token {
-        assert!(
-            t <= crate::engine::MAX_SIM_TIME,
-            "INV-5 at {now}: request {} has a first token at {t}, past the clock's range",
-            f.spec.id
-        );
-    }
-}
+pub use crate::engine::CheckInvariants;
+pub use crate::metrics::check_causality;
 
 /// Checks INV-1, INV-3, INV-4 and INV-8 after every tick.
 pub fn check_invariants(

@@ -24,9 +24,9 @@ pub struct RequestSpec {
     pub output_tokens: u32,
     /// Identity of the content of the prompt, block by block (drives prefix caching).
     pub content: PromptContent,
-    /// Tenant index (names in [`crate::workload::Labels`]).
+    /// Tenant index (names in [`crate::labels::Labels`]).
     pub tenant: u32,
-    /// SLO class index (names in [`crate::workload::Labels`]).
+    /// SLO class index (names in [`crate::labels::Labels`]).
     pub slo_class: u32,
     /// Priority from the workload (higher = more important).
     pub priority: i32,

@@ -17,10 +17,11 @@ use crate::cluster::{
 use crate::engine::{
     self, ClusterView, Event, EventQueue, Injected, SimClock, SimFault, SimStep, SimSystems,
 };
-use crate::instance::batch::{SchedulingConfig, SloTable};
+use crate::instance::batch::SchedulingConfig;
 use crate::instance::{self, Instance, InstanceBundle, InstanceIndex, Limits, Scheduler};
 use crate::invariants::{CheckInvariants, check_invariants};
 use crate::kv::KvCache;
+use crate::labels::Labels;
 use crate::latency::Latency;
 use crate::metrics::{
     self, Aggregates, InstanceSummary, KvSummary, RequestCounts, RequestLog, Summary, Throughput,
@@ -33,8 +34,9 @@ use crate::policy::{
 };
 use crate::request::{FinalState, FinishedRequest, Lifecycle, RequestSpec};
 use crate::scenario::{Scenario, resolve_group};
+use crate::slo::SloTable;
 use crate::time::{SimDuration, SimTime};
-use crate::workload::{Labels, Workload, continue_sessions, release_held, spawn_arrivals};
+use crate::workload::{Workload, continue_sessions, release_held, spawn_arrivals};
 
 /// Arrival, admission, routing and autoscaling stages.
 pub struct ClusterPlugin;

@@ -13,7 +13,6 @@ use bevy_app::{App, Plugin};
 use bevy_ecs::prelude::*;
 use bevy_ecs::schedule::ScheduleLabel;
 
-use crate::policy::InstanceSnapshot;
 use crate::request::FinishedRequest;
 use crate::time::SimTime;
 
@@ -118,6 +117,29 @@ impl Due {
     }
 }
 
+/// What a router or admission controller can see of one instance.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct InstanceSnapshot {
+    pub index: u32,
+    /// Requests in the instance's wait queue.
+    pub queue_depth: u32,
+    /// Requests in the instance's running batch.
+    pub batch_size: u32,
+    /// Requests routed to the instance that have not reached its queue yet (router-owned).
+    pub in_flight: u32,
+    pub kv_used_blocks: u32,
+    pub kv_total_blocks: u32,
+    /// False while provisioning, warming up or draining.
+    pub routable: bool,
+}
+
+impl InstanceSnapshot {
+    /// queue + batch + in-flight requests.
+    pub fn effective_load(&self) -> u32 {
+        self.queue_depth + self.batch_size + self.in_flight
+    }
+}
+
 /// What every policy may observe of every instance, kept current by the instance stages.
 #[derive(Resource, Debug, Default, Clone)]
 pub struct ClusterView {
@@ -133,6 +155,17 @@ pub struct SimFault(pub Option<String>);
 /// full instance wait queue.
 #[derive(Resource, Debug, Default, Clone)]
 pub struct Rejections(pub std::collections::BTreeMap<&'static str, u64>);
+
+/// Fixed delays of the control plane.
+#[derive(Resource, Debug, Default, Clone, Copy)]
+pub struct ClusterDelays {
+    pub admission: crate::time::SimDuration,
+    pub routing: crate::time::SimDuration,
+}
+
+/// Whether the Check stage (and the per-request causality check) runs.
+#[derive(Resource, Debug, Default, Clone, Copy)]
+pub struct CheckInvariants(pub bool);
 
 /// Requests injected so far, by the workload (INV-1's left-hand side).
 #[derive(Resource, Debug, Default, Clone, Copy)]

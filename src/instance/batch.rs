@@ -20,12 +20,9 @@ use bevy_ecs::prelude::*;
 use super::{InstanceIndex, Limits, Planned, Scheduler, Seq};
 use crate::engine::{Due, SimClock};
 use crate::kv::KvCache;
-use crate::policy::{
-    ActivePriority, ActiveQueueOrder, PriorityPolicy, QueueOrder, default_class_priority,
-};
-use crate::scenario::{PreemptionOrder, SloClassSpec};
-use crate::time::{SimDuration, SimTime};
-use crate::workload::Labels;
+use crate::policy::{ActivePriority, ActiveQueueOrder, PriorityPolicy, QueueOrder};
+use crate::scenario::PreemptionOrder;
+use crate::time::SimTime;
 
 /// How preemption victims are chosen.
 #[derive(Resource, Debug, Clone, Copy, Default)]
@@ -33,52 +30,7 @@ pub struct SchedulingConfig {
     pub preemption: PreemptionOrder,
 }
 
-/// Per SLO class (by label index): priority and latency targets (µs).
-#[derive(Resource, Debug, Clone, Default, PartialEq)]
-pub struct SloTable {
-    pub classes: Vec<SloClass>,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-pub struct SloClass {
-    pub name: String,
-    pub priority: i32,
-    pub ttft: Option<SimDuration>,
-    pub itl: Option<SimDuration>,
-    pub e2e: Option<SimDuration>,
-}
-
-impl SloTable {
-    pub fn new(labels: &Labels, specs: &[SloClassSpec]) -> Self {
-        let ms = |v: Option<f64>| v.map(|x| SimDuration::from_us_f64(x * 1000.0));
-        let classes = labels
-            .slo_classes
-            .iter()
-            .map(|name| {
-                let spec = specs.iter().find(|s| &s.name == name);
-                SloClass {
-                    name: name.clone(),
-                    priority: spec
-                        .and_then(|s| s.priority)
-                        .unwrap_or_else(|| default_class_priority(name)),
-                    ttft: ms(spec.and_then(|s| s.ttft_ms)),
-                    itl: ms(spec.and_then(|s| s.itl_ms)),
-                    e2e: ms(spec.and_then(|s| s.e2e_ms)),
-                }
-            })
-            .collect();
-        SloTable { classes }
-    }
-
-    /// The class priority of a request plus its workload priority (saturating: a client
-    /// priority near i32::MAX in a high class stays on top instead of wrapping to the bottom).
-    pub fn class_priority(&self, seq: &Seq) -> i32 {
-        self.classes
-            .get(seq.spec.slo_class as usize)
-            .map_or(3, |c| c.priority)
-            .saturating_add(seq.spec.priority)
-    }
-}
+pub use crate::slo::{SloClass, SloTable};
 
 /// The priority and queue order policies, as batch formation uses them.
 pub struct Ordering<'a> {
@@ -92,7 +44,7 @@ impl Ordering<'_> {
     fn priority_of(&self, seq: &Seq, now: SimTime) -> f64 {
         self.priority.priority(
             &seq.spec,
-            self.table.class_priority(seq),
+            self.table.class_priority(&seq.spec),
             now.since(seq.lifecycle.arrival),
         )
     }

@@ -606,7 +606,7 @@ mod tests {
     ) -> Steps {
         let params: std::collections::BTreeMap<String, f64> =
             params.iter().map(|(k, v)| (k.to_string(), *v)).collect();
-        let labels = crate::workload::Labels::default();
+        let labels = crate::labels::Labels::default();
         let entry = [
             VLLM_V1,
             VLLM_V0,

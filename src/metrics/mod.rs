@@ -22,12 +22,12 @@ use std::io::BufWriter;
 
 use bevy_ecs::prelude::*;
 
+use crate::engine::CheckInvariants;
 use crate::engine::{Due, SimClock};
-use crate::instance::batch::SloTable;
-use crate::invariants::{CheckInvariants, check_causality};
+use crate::labels::Labels;
 use crate::request::{FinalState, FinishedRequest};
+use crate::slo::SloTable;
 use crate::time::{SimDuration, SimTime};
-use crate::workload::Labels;
 
 /// Column names of `requests.csv`, in order.
 pub const CSV_COLUMNS: [&str; 19] = [
@@ -51,6 +51,46 @@ pub const CSV_COLUMNS: [&str; 19] = [
     "preemptions",
     "completion_us",
 ];
+
+/// INV-5 for one request that ended at `now`.
+pub fn check_causality(f: &FinishedRequest, now: SimTime) {
+    let l = &f.lifecycle;
+    let chain = [
+        ("arrival", Some(l.arrival)),
+        ("admitted", l.admitted),
+        ("routed", l.routed),
+        ("enqueued", l.enqueued),
+        ("scheduled", f.scheduled),
+        ("first token", f.first_token),
+        ("completed", f.completed),
+    ];
+    let mut prev: Option<(&str, SimTime)> = None;
+    for (name, t) in chain {
+        let Some(t) = t else { continue };
+        if let Some((pname, pt)) = prev {
+            assert!(
+                pt <= t,
+                "INV-5 at {now}: request {} has {pname} {pt} after {name} {t}",
+                f.spec.id
+            );
+        }
+        prev = Some((name, t));
+    }
+    if let Some(c) = f.completed {
+        assert!(
+            c <= now,
+            "INV-5 at {now}: request {} recorded before its completion {c}",
+            f.spec.id
+        );
+    }
+    if let Some(t) = f.first_token {
+        assert!(
+            t <= crate::engine::MAX_SIM_TIME,
+            "INV-5 at {now}: request {} has a first token at {t}, past the clock's range",
+            f.spec.id
+        );
+    }
+}
 
 /// Streaming writer of `requests.csv` (absent when the scenario turns it off).
 #[derive(Resource, Default)]

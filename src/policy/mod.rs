@@ -42,32 +42,11 @@ use std::collections::BTreeMap;
 use bevy_app::{App, Plugin};
 use bevy_ecs::prelude::*;
 
+use crate::labels::Labels;
 use crate::request::{PromptContent, RequestSpec};
 use crate::time::{SimDuration, SimTime};
-use crate::workload::Labels;
 
-/// What a router or admission controller can see of one instance.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct InstanceSnapshot {
-    pub index: u32,
-    /// Requests in the instance's wait queue.
-    pub queue_depth: u32,
-    /// Requests in the instance's running batch.
-    pub batch_size: u32,
-    /// Requests routed to the instance that have not reached its queue yet (router-owned).
-    pub in_flight: u32,
-    pub kv_used_blocks: u32,
-    pub kv_total_blocks: u32,
-    /// False while provisioning, warming up or draining.
-    pub routable: bool,
-}
-
-impl InstanceSnapshot {
-    /// queue + batch + in-flight requests.
-    pub fn effective_load(&self) -> u32 {
-        self.queue_depth + self.batch_size + self.in_flight
-    }
-}
+pub use crate::engine::InstanceSnapshot;
 
 /// Everything a policy may need at construction.
 #[derive(Clone, Copy, Debug)]

@@ -62,16 +62,7 @@ impl PriorityPolicy for SloBased {
     }
 }
 
-/// Default priority of well-known SLO class names (BLIS); others are `standard` (3).
-pub fn default_class_priority(name: &str) -> i32 {
-    match name {
-        "critical" => 4,
-        "batch" => -1,
-        "sheddable" => -2,
-        "background" => -3,
-        _ => 3,
-    }
-}
+pub use crate::slo::default_class_priority;
 
 #[cfg(test)]
 mod tests {

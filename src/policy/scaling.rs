@@ -704,7 +704,7 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), *v))
                 .collect::<std::collections::BTreeMap<_, _>>()
         };
-        let labels = crate::workload::Labels::default();
+        let labels = crate::labels::Labels::default();
         let params = args(&[
             ("target_utilization", 0.5),
             ("scale_down_stabilization_s", 60.0),

@@ -324,7 +324,7 @@ fn check_scheduler(
             );
         }
     }
-    let labels = crate::workload::Labels::default();
+    let labels = crate::labels::Labels::default();
     if let Err(msg) = (info.check)(&crate::policy::PolicyArgs {
         seed,
         params: &g.scheduler_params,
@@ -424,7 +424,7 @@ fn check_policy<T: ?Sized>(
     name: &str,
     params: &std::collections::BTreeMap<String, f64>,
     entries: &[crate::policy::Entry<T>],
-    labels: &crate::workload::Labels,
+    labels: &crate::labels::Labels,
     seed: u64,
 ) {
     let names: Vec<&str> = entries.iter().map(|e| e.name).collect();
@@ -475,7 +475,7 @@ fn check_policies(p: &mut Vec<Problem>, s: &Scenario, catalog: &Catalog) {
             ));
         }
     }
-    let labels = crate::workload::Labels::of_scenario(s);
+    let labels = crate::labels::Labels::of_scenario(s);
     check_policy(
         p,
         "admission",

@@ -20,7 +20,7 @@ use crate::scenario::{InferencePerfReading, InferencePerfSpec, Stage};
 use crate::time::SimDuration;
 
 /// Tenant label of every inference-perf request.
-pub const TENANT: &str = "inference_perf";
+pub const TENANT: &str = crate::labels::INFERENCE_PERF_TENANT;
 /// Base of the prefix-group ids of the system prompts (disjoint from client groups).
 const PROMPT_BASE: u64 = 0x6970_0000_0000_0000;
 /// BLIS's default timeout of session requests (µs).

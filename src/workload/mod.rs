@@ -27,7 +27,7 @@ pub use arrival::Arrivals;
 pub use lengths::Lengths;
 pub use trace::{TraceReader, TraceRow};
 
-use crate::cluster::ClusterDelays;
+use crate::engine::ClusterDelays;
 use crate::engine::{Due, Event, EventQueue, Injected, SimClock, SimFault};
 use crate::request::{FinalState, Lifecycle, PromptContent, RequestSpec, Segment, SessionRef};
 use crate::rng::{self, fnv1a};
@@ -39,71 +39,7 @@ const REQUEST_TAG: u64 = 0x7265_7175_6573_7401;
 /// Domain tag of shared-prefix content ids.
 const PREFIX_TAG: u64 = 0x7072_6566_6978_0002;
 
-/// Names of tenants and SLO classes, by the index requests carry.
-#[derive(Resource, Debug, Clone, Default, PartialEq, Eq)]
-pub struct Labels {
-    pub tenants: Vec<String>,
-    pub slo_classes: Vec<String>,
-    /// Instance group names (`group<i>` when unnamed), by index.
-    pub groups: Vec<String>,
-}
-
-fn intern(list: &mut Vec<String>, name: &str) -> u32 {
-    match list.iter().position(|n| n == name) {
-        Some(i) => i as u32,
-        None => {
-            list.push(name.to_string());
-            list.len() as u32 - 1
-        }
-    }
-}
-
-impl Labels {
-    /// The labels a scenario's workload will use, in the order requests index them.
-    pub fn of_scenario(s: &Scenario) -> Self {
-        let mut l = Labels {
-            groups: s
-                .cluster
-                .groups
-                .iter()
-                .enumerate()
-                .map(|(i, g)| {
-                    if g.name.is_empty() {
-                        format!("group{i}")
-                    } else {
-                        g.name.clone()
-                    }
-                })
-                .collect(),
-            ..Default::default()
-        };
-        for (i, c) in s.workload.clients.iter().enumerate() {
-            let name = if c.name.is_empty() {
-                format!("client{i}")
-            } else {
-                c.name.clone()
-            };
-            l.tenant(c.tenant.as_deref().unwrap_or(&name));
-            l.slo_class(c.slo_class.as_deref().unwrap_or("standard"));
-        }
-        for (i, t) in s.workload.traces.iter().enumerate() {
-            l.tenant(t.tenant.as_deref().unwrap_or(&format!("trace{i}")));
-            l.slo_class(t.slo_class.as_deref().unwrap_or("standard"));
-        }
-        if s.workload.inference_perf.is_some() {
-            l.tenant(inference_perf::TENANT);
-            l.slo_class("standard");
-        }
-        l
-    }
-
-    pub fn tenant(&mut self, name: &str) -> u32 {
-        intern(&mut self.tenants, name)
-    }
-    pub fn slo_class(&mut self, name: &str) -> u32 {
-        intern(&mut self.slo_classes, name)
-    }
-}
+pub use crate::labels::Labels;
 
 #[derive(Debug, Clone)]
 struct SessionCfg {

@@ -577,3 +577,67 @@ fn the_report_renders_in_a_real_browser_without_script_errors() {
         "no run-coloured pixel"
     );
 }
+
+#[test]
+fn a_point_that_fails_at_run_time_is_a_row_with_its_error_and_the_sweep_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = ok(&[
+        "sweep",
+        "scenarios/quickstart.ron",
+        "--set",
+        "workload.num_requests=3000",
+        "--vary",
+        "limits.max_in_flight=[2,100000]",
+        "--out",
+        dir.path().to_str().unwrap(),
+        "--keep-outputs",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("1 failed"), "{err}");
+    let rows = read_rows(&dir.path().join("sweep.csv"));
+    assert!(
+        rows[0]
+            .str("status")
+            .contains("above limits.max_in_flight = 2")
+    );
+    assert_eq!(rows[0].str("requests.completed"), "");
+    assert_eq!(rows[1].str("status"), "ok");
+    assert_eq!(rows[1].str("requests.completed"), "3000");
+    // --keep-outputs: the good point's results, nothing of the failed one.
+    assert!(dir.path().join("point-0001/requests.csv").exists());
+    assert!(!dir.path().join("point-0000/requests.csv").exists());
+}
+
+#[test]
+fn the_scenario_file_turns_on_the_report_and_a_bounded_timeline() {
+    let dir = tempfile::tempdir().unwrap();
+    quickstart(
+        dir.path(),
+        200,
+        &[
+            "--set",
+            "outputs.report_html=true",
+            "--set",
+            "outputs.timeline_json=true",
+            "--set",
+            "outputs.timeline_window_s=(1.0,2.0)",
+            "--set",
+            "outputs.timeseries_csv=false",
+        ],
+    );
+    assert!(dir.path().join("report.html").exists());
+    assert!(!dir.path().join("timeseries.csv").exists());
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("timeline.json")).unwrap()).unwrap();
+    let xs: Vec<_> = json["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .collect();
+    assert!(!xs.is_empty());
+    assert!(xs.iter().all(|e| {
+        let ts = e["ts"].as_u64().unwrap();
+        ts <= 2_000_000 && ts + e["dur"].as_u64().unwrap() >= 1_000_000
+    }));
+}

@@ -1,0 +1,109 @@
+//! Loading a scenario: reading the file, applying `--set` overrides, parsing RON and
+//! validating against the policy catalog. Kept apart from the scenario types so that
+//! runtime modules read plain data and only loading depends on the policy catalog.
+
+use std::path::Path;
+
+use super::locate::{self, SourceMap, apply_override};
+use super::validate;
+use super::{Problem, Scenario, ScenarioError};
+use crate::policy::Catalog;
+
+/// Reads, overrides, parses and validates a scenario file.
+pub fn load(
+    path: &Path,
+    overrides: &[(String, String)],
+    catalog: &Catalog,
+) -> Result<Scenario, ScenarioError> {
+    let file = path.display().to_string();
+    let src = crate::input::read_text(path).map_err(|e| ScenarioError {
+        file: file.clone(),
+        problems: vec![
+            Problem::new("", e)
+                .hint("check the path; scenarios are RON files such as scenarios/quickstart.ron"),
+        ],
+    })?;
+    let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let mut scenario = parse_in(&src, &file, overrides, catalog, &base_dir)?;
+    scenario.source = Some(path.to_path_buf());
+    if scenario.name.is_empty() {
+        scenario.name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+    }
+    Ok(scenario)
+}
+
+/// Parses and validates scenario text (`file` names it in errors; relative paths are
+/// resolved against the current directory).
+pub fn parse(
+    src: &str,
+    file: &str,
+    overrides: &[(String, String)],
+    catalog: &Catalog,
+) -> Result<Scenario, ScenarioError> {
+    parse_in(src, file, overrides, catalog, Path::new(""))
+}
+
+fn parse_in(
+    src: &str,
+    file: &str,
+    overrides: &[(String, String)],
+    catalog: &Catalog,
+    base_dir: &Path,
+) -> Result<Scenario, ScenarioError> {
+    let mut text = src.to_string();
+    let mut file = file.to_string();
+    for (path, value) in overrides {
+        locate::check_single_value(value).map_err(|e| ScenarioError {
+            file: file.clone(),
+            problems: vec![Problem::new(path.as_str(), e).hint(
+                "a value is written as in the scenario file: --set 'policies.routing=\"least_loaded\"', \
+                 --set 'workload.clients[0].input_tokens=Constant(64)'",
+            )],
+        })?;
+        text = apply_override(&text, path, value).map_err(|e| ScenarioError {
+            file: file.clone(),
+            problems: vec![
+                Problem::new(path.as_str(), e)
+                    .hint("use a field path such as cluster.groups[0].count"),
+            ],
+        })?;
+    }
+    if !overrides.is_empty() {
+        file.push_str(" (after --set)");
+    }
+    let options =
+        ron::Options::default().with_default_extension(ron::extensions::Extensions::IMPLICIT_SOME);
+    let map = SourceMap::new(&text);
+    let mut scenario: Scenario = options.from_str(&text).map_err(|e| {
+        // RON may point at the whitespace before the offending token; point at the token.
+        let mut offset = map.offset_of(&text, e.span.start.line, e.span.start.col);
+        offset += text[offset..].len() - text[offset..].trim_start().len();
+        let (line, col) = map.line_col(&text, offset);
+        let path = map.path_at(offset).unwrap_or("").to_string();
+        let (message, hint) = validate::explain_ron_error(&e.code);
+        ScenarioError {
+            file: file.clone(),
+            problems: vec![Problem {
+                location: Some((line, col)),
+                path,
+                message,
+                hint,
+            }],
+        }
+    })?;
+    scenario.base_dir = base_dir.to_path_buf();
+    let mut problems = validate::validate(&scenario, catalog);
+    if problems.is_empty() {
+        return Ok(scenario);
+    }
+    for p in &mut problems {
+        if let Some(v) = map.nearest(&p.path) {
+            p.location = Some(map.line_col(&text, v.key_start));
+        }
+    }
+    problems.sort_by_key(|p| p.location.unwrap_or((usize::MAX, 0)));
+    Err(ScenarioError { file, problems })
+}
