@@ -4,6 +4,12 @@
 //!   `scenarios/cluster-16.ron` workload (Poisson, ~512 input / ~256 output tokens, ~8 req/s
 //!   per instance), throughput in simulated requests per second. The tick count of each run
 //!   is printed once so ticks/s = ticks / time.
+//! - `peers/w1_1k_requests_1_instance`, `peers/w2_10k_requests_4_instances`,
+//!   `peers/w3_100k_requests_16_instances`: `scenarios/bench/w1.ron` … `w3.ron`, the family
+//!   the peers are compared on (Poisson at 8 req/s per instance, exactly 512 / 256 tokens,
+//!   round robin, trained physics). Throughput in simulated requests per second; the tick count
+//!   of each run is printed once (ns per tick = time / ticks). W4 and W5 are run by hand
+//!   (README "Performance").
 //! - `kv/admit_register_release_48_blocks`: one request's worth of block operations.
 
 use std::hint::black_box;
@@ -17,8 +23,12 @@ use servesim::request::PromptContent;
 use servesim::{RunOptions, Simulation, scenario};
 
 fn load(overrides: &[(&str, &str)]) -> scenario::Scenario {
+    load_file("scenarios/cluster-16.ron", overrides)
+}
+
+fn load_file(file: &str, overrides: &[(&str, &str)]) -> scenario::Scenario {
     let app = servesim::default_app();
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/cluster-16.ron");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
     let o: Vec<(String, String)> = overrides
         .iter()
         .map(|(a, b)| (a.to_string(), b.to_string()))
@@ -53,6 +63,34 @@ fn e2e(c: &mut Criterion) {
     g.finish();
 }
 
+fn peers(c: &mut Criterion) {
+    let mut g = c.benchmark_group("peers");
+    g.sample_size(10).measurement_time(Duration::from_secs(30));
+    for (name, file, n) in [
+        (
+            "w1_1k_requests_1_instance",
+            "scenarios/bench/w1.ron",
+            1_000u64,
+        ),
+        (
+            "w2_10k_requests_4_instances",
+            "scenarios/bench/w2.ron",
+            10_000,
+        ),
+        (
+            "w3_100k_requests_16_instances",
+            "scenarios/bench/w3.ron",
+            100_000,
+        ),
+    ] {
+        let sc = load_file(file, &[]);
+        eprintln!("{name}: {} ticks per run", run(&sc));
+        g.throughput(Throughput::Elements(n));
+        g.bench_function(name, |b| b.iter(|| black_box(run(&sc))));
+    }
+    g.finish();
+}
+
 fn kv(c: &mut Criterion) {
     let mut g = c.benchmark_group("kv");
     g.throughput(Throughput::Elements(48));
@@ -78,5 +116,5 @@ fn kv(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, e2e, kv);
+criterion_group!(benches, e2e, peers, kv);
 criterion_main!(benches);

@@ -15,7 +15,8 @@ use crate::cluster::{
     route_requests,
 };
 use crate::engine::{
-    self, ClusterView, Event, EventQueue, Injected, SimClock, SimFault, SimStep, SimSystems,
+    self, ClusterView, Event, EventQueue, Injected, SimClock, SimFault, SimStep, SimStepFast,
+    SimSystems,
 };
 use crate::instance::batch::SchedulingConfig;
 use crate::instance::{self, Instance, InstanceBundle, InstanceIndex, Limits, Scheduler};
@@ -64,6 +65,17 @@ impl Plugin for ClusterPlugin {
                     route_requests.in_set(SimSystems::Route),
                     evaluate_scaling.in_set(SimSystems::Autoscale),
                 ),
+            )
+            .add_systems(
+                SimStepFast,
+                (
+                    continue_sessions
+                        .in_set(SimSystems::Record)
+                        .after(metrics::record_finished),
+                    release_held
+                        .in_set(SimSystems::Record)
+                        .after(continue_sessions),
+                ),
             );
     }
 }
@@ -78,6 +90,15 @@ impl Plugin for RecordPlugin {
             .init_resource::<CheckInvariants>()
             .add_systems(
                 SimStep,
+                (
+                    metrics::record_finished.in_set(SimSystems::Record),
+                    check_invariants
+                        .in_set(SimSystems::Check)
+                        .run_if(|c: Res<CheckInvariants>| c.0),
+                ),
+            )
+            .add_systems(
+                SimStepFast,
                 (
                     metrics::record_finished.in_set(SimSystems::Record),
                     check_invariants
@@ -155,6 +176,22 @@ fn diagnose(s: &Summary, (blocks, block_size): (u32, u32)) -> Vec<String> {
         );
     }
     w
+}
+
+/// The built-in systems of stages that have no work on a tick of step ends only (Arrive,
+/// Admit, Route, Enqueue, Autoscale).
+fn control_plane_systems() -> Vec<std::any::TypeId> {
+    fn id<M>(s: impl IntoSystem<(), (), M>) -> std::any::TypeId {
+        IntoSystem::into_system(s).system_type()
+    }
+    vec![
+        id(spawn_arrivals),
+        id(admit_requests),
+        id(route_requests),
+        id(instance::enqueue_requests),
+        id(instance::expire_requests),
+        id(evaluate_scaling),
+    ]
 }
 
 /// An [`App`] with every built-in plugin: read its [`Catalog`] to validate scenarios, add
@@ -276,6 +313,9 @@ pub struct Simulation {
     max_waiting_per_instance: Option<u32>,
     /// Samples `timeseries.csv` before each tick.
     timeseries: Option<crate::observe::timeseries::TimeSeries>,
+    /// The instance pipeline alone, for ticks of step ends only (`None` when SimStep holds
+    /// systems other than the built-in ones).
+    fast: Option<Schedule>,
 }
 
 impl Simulation {
@@ -701,6 +741,17 @@ impl Simulation {
         schedule
             .initialize(app.world_mut())
             .expect("the SimStep schedule builds");
+        // The fast schedule serves only apps whose SimStep holds built-in systems alone.
+        let fast = app
+            .world_mut()
+            .resource_mut::<Schedules>()
+            .remove(SimStepFast)
+            .and_then(|mut fast| {
+                fast.initialize(app.world_mut())
+                    .expect("the SimStepFast schedule builds");
+                engine::fast_ticks_allowed(&schedule, &fast, &control_plane_systems())
+                    .then_some(fast)
+            });
         let world = std::mem::take(app.world_mut());
         Ok(Simulation {
             world,
@@ -717,6 +768,7 @@ impl Simulation {
             max_in_flight: scenario.limits.max_in_flight,
             max_waiting_per_instance: scenario.limits.max_waiting_per_instance,
             timeseries,
+            fast,
         })
     }
 
@@ -734,10 +786,11 @@ impl Simulation {
 
     /// Runs one tick; false when no event is left within the horizon.
     pub fn tick(&mut self) -> bool {
+        let fast = self.fast.as_mut();
         let Some(ts) = &mut self.timeseries else {
-            return engine::tick(&mut self.world, &mut self.schedule);
+            return engine::tick_observed(&mut self.world, &mut self.schedule, fast, |_, _| {});
         };
-        let more = engine::tick_observed(&mut self.world, &mut self.schedule, |world, t| {
+        let more = engine::tick_observed(&mut self.world, &mut self.schedule, fast, |world, t| {
             ts.before_tick(world, t)
         });
         if let Some(e) = &ts.error {
@@ -755,6 +808,12 @@ impl Simulation {
             return false;
         }
         more
+    }
+
+    /// Whether ticks of step ends only run the instance pipeline alone ([`SimStepFast`]):
+    /// true unless systems other than the built-in ones are in [`SimStep`].
+    pub fn uses_fast_ticks(&self) -> bool {
+        self.fast.is_some()
     }
 
     /// The ECS world (for inspection in tests and tools).

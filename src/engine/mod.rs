@@ -20,6 +20,33 @@ use crate::time::SimTime;
 #[derive(ScheduleLabel, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct SimStep;
 
+/// The instance pipeline alone (Advance, Batch, Execute, Complete, Record, Check), run
+/// instead of [`SimStep`] on ticks whose only events are step ends: the other stages would
+/// have nothing to do, so skipping their run conditions changes nothing but the cost.
+/// Built-in plugins add their instance-pipeline systems to both schedules; a run uses this
+/// one only while every system of [`SimStep`] is either in it or a built-in control-plane
+/// system that cannot have work on such ticks (see [`fast_ticks_allowed`]), so a system of
+/// your own always runs.
+#[derive(ScheduleLabel, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SimStepFast;
+
+/// True when `fast` may stand in for `full` on ticks of step ends only: every system of
+/// `full` is in `fast`, is one of `control_plane` (systems whose sets have no work on such
+/// ticks), or is a sync point Bevy inserted. Both schedules must be initialized.
+pub fn fast_ticks_allowed(
+    full: &Schedule,
+    fast: &Schedule,
+    control_plane: &[std::any::TypeId],
+) -> bool {
+    let sync = std::any::TypeId::of::<bevy_ecs::schedule::ApplyDeferred>();
+    let (Ok(full), Ok(fast)) = (full.systems(), fast.systems()) else {
+        return false;
+    };
+    let in_fast: Vec<std::any::TypeId> = fast.map(|(_, s)| s.system_type()).collect();
+    full.map(|(_, s)| s.system_type())
+        .all(|t| t == sync || in_fast.contains(&t) || control_plane.contains(&t))
+}
+
 /// The ordered stages of a tick. This order is the public contract for "where does my
 /// system go"; each set's work list is in [`Due`].
 #[derive(SystemSet, Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -93,6 +120,8 @@ pub struct Due {
     pub releases: Vec<u32>,
     /// Sources (of [`HeldBatches`]) whose requests finished this tick.
     pub ended_held: Vec<u32>,
+    /// The driver's buffer of events popped for this tick (empty between ticks).
+    pub popped: Vec<Event>,
 }
 
 /// Which sources hold part of an offline batch back (by source index), so the Record stage
@@ -101,6 +130,21 @@ pub struct Due {
 pub struct HeldBatches(pub Vec<bool>);
 
 impl Due {
+    /// True when nothing but step ends is due: only the instance pipeline can have work.
+    pub fn only_step_ends(&self) -> bool {
+        self.arrivals.is_empty()
+            && self.admit.is_empty()
+            && self.route.is_empty()
+            && self.enqueue.is_empty()
+            && !self.autoscale
+            && !self.cold_start
+            && self.phase_ends.is_empty()
+            && !self.unpark
+            && self.session_turns.is_empty()
+            && self.timeouts.is_empty()
+            && self.releases.is_empty()
+    }
+
     fn push_event(&mut self, event: Event) {
         match event {
             Event::Arrival { source } => self.arrivals.push(source),
@@ -183,6 +227,19 @@ impl Plugin for EnginePlugin {
             .init_resource::<Injected>()
             .init_resource::<SimFault>()
             .init_resource::<HeldBatches>()
+            .init_schedule(SimStepFast)
+            .configure_sets(
+                SimStepFast,
+                (
+                    SimSystems::Advance,
+                    SimSystems::Batch,
+                    SimSystems::Execute,
+                    SimSystems::Complete,
+                    SimSystems::Record.run_if(|d: Res<Due>| !d.finished.is_empty()),
+                    SimSystems::Check,
+                )
+                    .chain(),
+            )
             .init_schedule(SimStep)
             .configure_sets(
                 SimStep,
@@ -223,15 +280,19 @@ pub const MAX_SIM_TIME: SimTime = SimTime(1_000_000_000_000_000);
 /// without a tick: they neither advance the clock nor count as simulated time, so a run's
 /// duration ends with its last real event.
 pub fn tick(world: &mut World, schedule: &mut Schedule) -> bool {
-    tick_observed(world, schedule, |_, _| {})
+    tick_observed(world, schedule, None, |_, _| {})
 }
 
 /// [`tick`], calling `before` with the world as the previous tick left it and the time of
 /// the tick about to run (observers that sample state use it; they must not change it).
 #[inline]
+///
+/// With `fast` ([`SimStepFast`], for apps whose [`SimStep`] holds only built-in systems), a
+/// tick whose only events are step ends runs `fast` instead of `schedule`.
 pub fn tick_observed(
     world: &mut World,
     schedule: &mut Schedule,
+    fast: Option<&mut Schedule>,
     before: impl FnOnce(&World, SimTime),
 ) -> bool {
     let horizon = world.resource::<SimClock>().horizon;
@@ -254,19 +315,24 @@ pub fn tick_observed(
             });
             return false;
         }
-        let live = world.resource_scope(|world, mut queue: Mut<EventQueue>| {
-            let mut live = false;
+        // Pop into a reused buffer (no resource_scope: taking a resource out of the world
+        // and putting it back costs more than the rest of a small tick).
+        let mut popped = std::mem::take(&mut world.resource_mut::<Due>().popped);
+        {
+            let mut queue = world.resource_mut::<EventQueue>();
             while let Some(event) = queue.pop_at(t) {
-                if let Event::Timeout { request } = event
-                    && world.get_entity(request).is_err()
-                {
-                    continue;
-                }
-                live = true;
-                world.resource_mut::<Due>().push_event(event);
+                popped.push(event);
             }
-            live
-        });
+        }
+        popped.retain(
+            |e| !matches!(e, Event::Timeout { request } if world.get_entity(*request).is_err()),
+        );
+        let live = !popped.is_empty();
+        let mut due = world.resource_mut::<Due>();
+        for event in popped.drain(..) {
+            due.push_event(event);
+        }
+        due.popped = popped;
         if live {
             break t;
         }
@@ -287,6 +353,9 @@ pub fn tick_observed(
     if ticks.is_multiple_of(1024) {
         world.clear_trackers();
     }
-    schedule.run(world);
+    match fast {
+        Some(fast) if world.resource::<Due>().only_step_ends() => fast.run(world),
+        _ => schedule.run(world),
+    }
     world.resource::<SimFault>().0.is_none()
 }

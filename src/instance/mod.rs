@@ -29,7 +29,7 @@ use std::collections::VecDeque;
 use bevy_app::{App, Plugin};
 use bevy_ecs::prelude::*;
 
-use crate::engine::{ClusterView, Due, SimClock, SimStep, SimSystems};
+use crate::engine::{ClusterView, Due, SimClock, SimStep, SimStepFast, SimSystems};
 use crate::kv::{KvCache, SeqBlocks};
 use crate::policy::InstanceSnapshot;
 use crate::request::{AssignedTo, FinalState, FinishedRequest, Lifecycle, RequestSpec};
@@ -489,6 +489,16 @@ impl Plugin for InstancePlugin {
                 expire_requests
                     .in_set(SimSystems::Enqueue)
                     .after(enqueue_requests),
+                batch::form_batches.in_set(SimSystems::Batch),
+                step::execute_steps.in_set(SimSystems::Execute),
+                step::complete_steps.in_set(SimSystems::Complete),
+            ),
+        );
+        // The instance pipeline again, for ticks that hold only step ends.
+        app.add_systems(
+            SimStepFast,
+            (
+                retire_steps.in_set(SimSystems::Advance),
                 batch::form_batches.in_set(SimSystems::Batch),
                 step::execute_steps.in_set(SimSystems::Execute),
                 step::complete_steps.in_set(SimSystems::Complete),

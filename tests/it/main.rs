@@ -17,4 +17,5 @@ mod properties;
 mod reliability;
 mod scenarios;
 mod schedulers;
+mod ticks;
 mod workload;

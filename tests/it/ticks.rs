@@ -1,0 +1,77 @@
+//! The fast tick (issue 10): ticks whose only events are step ends run the instance pipeline
+//! alone. It must change nothing but the cost, and step aside whenever SimStep holds a system
+//! it does not know (a user's), so that system always runs.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use servesim::bevy_ecs::prelude::*;
+use servesim::{RunOptions, SimStep, SimSystems, Simulation};
+
+use super::common::parse;
+
+const SCENARIO: &str = r#"(
+    cluster: (groups: [(count: 3, kv_blocks: 2000, max_num_seqs: 16,
+        latency: Blackbox(alpha: [1000.0, 0.0, 0.0], beta: [2000.0, 10.0, 100.0]))]),
+    policies: (routing: "round_robin"),
+    workload: (num_requests: 600, clients: [
+        (rate_per_s: 30.0, input_tokens: Uniform(min: 16, max: 600), output_tokens: Uniform(min: 1, max: 200),
+         shared_prefix_tokens: 64, prefix_groups: 4),
+        (name: "chat", rate_per_s: 5.0, input_tokens: Constant(100), output_tokens: Constant(20),
+         session: (turns: Constant(3), think_time_s: 0.5)),
+    ]),
+)"#;
+
+/// Counts the ticks on which a system in the Complete stage ran.
+#[derive(Resource, Clone, Default)]
+struct Seen(Arc<AtomicU64>);
+
+fn count_completes(seen: Res<Seen>) {
+    seen.0.fetch_add(1, Ordering::Relaxed);
+}
+
+fn run(with_user_system: bool, dir: &std::path::Path) -> (servesim::metrics::Summary, bool, u64) {
+    let sc = parse(SCENARIO);
+    let mut app = servesim::default_app();
+    let seen = Seen::default();
+    if with_user_system {
+        app.insert_resource(seen.clone());
+        app.add_systems(SimStep, count_completes.in_set(SimSystems::Complete));
+    }
+    let sim = Simulation::from_app(
+        app,
+        &sc,
+        RunOptions {
+            check_invariants: true,
+            out_dir: Some(dir.to_path_buf()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let fast = sim.uses_fast_ticks();
+    let summary = sim.run().unwrap();
+    (summary, fast, seen.0.load(Ordering::Relaxed))
+}
+
+#[test]
+fn fast_ticks_change_nothing_and_step_aside_for_a_user_system() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (built_in, fast, _) = run(false, a.path());
+    assert!(fast, "the built-in app uses fast ticks");
+    let (with_user, fast, completes) = run(true, b.path());
+    assert!(!fast, "a user system in SimStep turns fast ticks off");
+    // The user's system ran on every tick whose Complete stage had work: at least once per
+    // step-end tick, which is most ticks.
+    assert!(
+        completes * 2 > with_user.ticks,
+        "{completes} of {} ticks",
+        with_user.ticks
+    );
+    assert_eq!(built_in, with_user);
+    for f in ["requests.csv", "summary.json", "timeseries.csv"] {
+        assert!(
+            std::fs::read(a.path().join(f)).unwrap() == std::fs::read(b.path().join(f)).unwrap(),
+            "{f} differs with fast ticks"
+        );
+    }
+}
