@@ -31,6 +31,12 @@
 //!   Zero-delay hand-offs (e.g. admission with no latency) go straight to the next stage's
 //!   list within the same tick.
 //! - Ties are broken on stable ids (request id, instance index), never on query order.
+//! - Two systems of a tick that touch the same data must be ordered (by set or by
+//!   `.before`/`.after`): an ambiguity is an error when the schedule is built
+//!   ([`SimError::Schedule`]), never a silent order-dependent result.
+//! - A tick whose only events are step ends runs [`SimStepFast`] (the instance pipeline
+//!   alone) while [`SimStep`] holds built-in systems only; the other stages could have no work
+//!   on it, so results are the same.
 //!
 //! ## Determinism
 //! Same scenario + seed ⇒ byte-identical stdout, CSV and JSON. Each subsystem draws from its

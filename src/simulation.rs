@@ -264,6 +264,11 @@ pub enum SimError {
     #[error("the run stopped: {0}")]
     Fault(String),
     #[error(
+        "the tick schedule does not build: {0}\nA system added to SimStep must be ordered against every built-in system of its stage that \
+         touches the same data: add .before(...) or .after(...) (README \"Extending servesim\" lists what each stage's built-in system reads and empties)"
+    )]
+    Schedule(String),
+    #[error(
         "interrupted at simulated time {0}; no result file was written (temporary files removed)"
     )]
     Interrupted(SimTime),
@@ -738,17 +743,18 @@ impl Simulation {
             .resource_mut::<Schedules>()
             .remove(SimStep)
             .expect("EnginePlugin creates the SimStep schedule");
-        schedule
-            .initialize(app.world_mut())
-            .expect("the SimStep schedule builds");
+        if let Err(e) = schedule.initialize(app.world_mut()) {
+            return Err(SimError::Schedule(
+                e.to_string(schedule.graph(), app.world()),
+            ));
+        }
         // The fast schedule serves only apps whose SimStep holds built-in systems alone.
         let fast = app
             .world_mut()
             .resource_mut::<Schedules>()
             .remove(SimStepFast)
             .and_then(|mut fast| {
-                fast.initialize(app.world_mut())
-                    .expect("the SimStepFast schedule builds");
+                fast.initialize(app.world_mut()).ok()?;
                 engine::fast_ticks_allowed(&schedule, &fast, &control_plane_systems())
                     .then_some(fast)
             });

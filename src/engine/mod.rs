@@ -215,6 +215,16 @@ pub struct CheckInvariants(pub bool);
 #[derive(Resource, Debug, Default, Clone, Copy)]
 pub struct Injected(pub u64);
 
+/// The tick contract checks itself: two systems of a tick that touch the same data in no
+/// set order are an error when the schedule is built (not a silent, order-dependent result;
+/// e.g. a system reading a stage's work list after the built-in system emptied it).
+fn strict(schedule: &mut Schedule) {
+    schedule.set_build_settings(bevy_ecs::schedule::ScheduleBuildSettings {
+        ambiguity_detection: bevy_ecs::schedule::LogLevel::Error,
+        ..Default::default()
+    });
+}
+
 /// Registers the clock, queue, work lists and the stage order with run conditions.
 pub struct EnginePlugin;
 
@@ -228,6 +238,7 @@ impl Plugin for EnginePlugin {
             .init_resource::<SimFault>()
             .init_resource::<HeldBatches>()
             .init_schedule(SimStepFast)
+            .edit_schedule(SimStepFast, strict)
             .configure_sets(
                 SimStepFast,
                 (
@@ -241,6 +252,7 @@ impl Plugin for EnginePlugin {
                     .chain(),
             )
             .init_schedule(SimStep)
+            .edit_schedule(SimStep, strict)
             .configure_sets(
                 SimStep,
                 (

@@ -75,3 +75,44 @@ fn fast_ticks_change_nothing_and_step_aside_for_a_user_system() {
         );
     }
 }
+
+/// An energy meter as a user would write it: busy steps counted in the Execute stage.
+#[derive(Resource, Clone, Default)]
+struct Meter(Arc<AtomicU64>);
+
+fn meter(due: Res<servesim::engine::Due>, meter: Res<Meter>) {
+    meter
+        .0
+        .fetch_add(due.execute.len() as u64, Ordering::Relaxed);
+}
+
+#[test]
+fn an_unordered_system_that_shares_a_stages_data_is_refused_and_an_ordered_one_sees_the_work() {
+    let sc = parse(SCENARIO);
+    // Unordered against execute_steps, which empties the list it reads: refused.
+    let mut app = servesim::default_app();
+    app.insert_resource(Meter::default());
+    app.add_systems(SimStep, meter.in_set(SimSystems::Execute));
+    let err = match Simulation::from_app(app, &sc, RunOptions::default()) {
+        Err(e) => e.to_string(),
+        Ok(_) => panic!("an ambiguous system was accepted"),
+    };
+    assert!(err.contains("does not build"), "{err}");
+    assert!(err.contains(".before(...) or .after(...)"), "{err}");
+    // Ordered before it: every step is seen.
+    let mut app = servesim::default_app();
+    let m = Meter::default();
+    app.insert_resource(m.clone());
+    app.add_systems(
+        SimStep,
+        meter
+            .in_set(SimSystems::Execute)
+            .before(servesim::instance::step::execute_steps),
+    );
+    let summary = Simulation::from_app(app, &sc, RunOptions::default())
+        .unwrap()
+        .run()
+        .unwrap();
+    let steps: u64 = summary.instances.iter().map(|i| i.steps).sum();
+    assert_eq!(m.0.load(Ordering::Relaxed), steps);
+}
