@@ -178,9 +178,10 @@ fn diagnose(s: &Summary, (blocks, block_size): (u32, u32)) -> Vec<String> {
     w
 }
 
-/// The built-in systems of stages that have no work on a tick of step ends only (Arrive,
-/// Admit, Route, Enqueue, Autoscale).
-fn control_plane_systems() -> Vec<std::any::TypeId> {
+/// The built-in SimStep systems that SimStepFast may stand in for without running them
+/// itself: those of stages that have no work on a tick of step ends only (Arrive, Admit,
+/// Route, Enqueue, Autoscale), and the four instance systems it runs as one.
+fn covered_systems() -> Vec<std::any::TypeId> {
     fn id<M>(s: impl IntoSystem<(), (), M>) -> std::any::TypeId {
         IntoSystem::into_system(s).system_type()
     }
@@ -191,6 +192,10 @@ fn control_plane_systems() -> Vec<std::any::TypeId> {
         id(instance::enqueue_requests),
         id(instance::expire_requests),
         id(evaluate_scaling),
+        id(instance::retire_steps),
+        id(instance::batch::form_batches),
+        id(instance::step::execute_steps),
+        id(instance::step::complete_steps),
     ]
 }
 
@@ -755,8 +760,7 @@ impl Simulation {
             .remove(SimStepFast)
             .and_then(|mut fast| {
                 fast.initialize(app.world_mut()).ok()?;
-                engine::fast_ticks_allowed(&schedule, &fast, &control_plane_systems())
-                    .then_some(fast)
+                engine::fast_ticks_allowed(&schedule, &fast, &covered_systems()).then_some(fast)
             });
         let world = std::mem::take(app.world_mut());
         Ok(Simulation {

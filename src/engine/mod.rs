@@ -31,20 +31,17 @@ pub struct SimStep;
 pub struct SimStepFast;
 
 /// True when `fast` may stand in for `full` on ticks of step ends only: every system of
-/// `full` is in `fast`, is one of `control_plane` (systems whose sets have no work on such
-/// ticks), or is a sync point Bevy inserted. Both schedules must be initialized.
-pub fn fast_ticks_allowed(
-    full: &Schedule,
-    fast: &Schedule,
-    control_plane: &[std::any::TypeId],
-) -> bool {
+/// `full` is in `fast`, is one of `covered` (systems whose sets have no work on such ticks,
+/// or whose work `fast` does in a system of its own), or is a sync point Bevy inserted.
+/// Both schedules must be initialized.
+pub fn fast_ticks_allowed(full: &Schedule, fast: &Schedule, covered: &[std::any::TypeId]) -> bool {
     let sync = std::any::TypeId::of::<bevy_ecs::schedule::ApplyDeferred>();
     let (Ok(full), Ok(fast)) = (full.systems(), fast.systems()) else {
         return false;
     };
     let in_fast: Vec<std::any::TypeId> = fast.map(|(_, s)| s.system_type()).collect();
     full.map(|(_, s)| s.system_type())
-        .all(|t| t == sync || in_fast.contains(&t) || control_plane.contains(&t))
+        .all(|t| t == sync || in_fast.contains(&t) || covered.contains(&t))
 }
 
 /// The ordered stages of a tick. This order is the public contract for "where does my

@@ -69,12 +69,7 @@ pub fn form_batches(
     priority: Res<ActivePriority>,
     table: Res<SloTable>,
     config: Res<SchedulingConfig>,
-    mut instances: Query<(
-        &mut Scheduler,
-        &mut KvCache,
-        &Limits,
-        &mut super::schedulers::Batcher,
-    )>,
+    mut instances: super::Instances,
 ) {
     let ordering = Ordering {
         order: &*order.0,
@@ -82,11 +77,20 @@ pub fn form_batches(
         table: &table,
         preemption: config.preemption,
     };
-    let due = &mut *due;
+    form(&mut due, clock.now, &index, &ordering, &mut instances);
+}
+
+pub(crate) fn form(
+    due: &mut Due,
+    now: SimTime,
+    index: &InstanceIndex,
+    ordering: &Ordering<'_>,
+    instances: &mut super::Instances,
+) {
     let mut listed = std::mem::take(&mut due.batch);
     listed.sort_unstable();
     for &i in &listed {
-        let (mut sched, mut kv, limits, mut batcher) = instances
+        let (mut sched, mut kv, _, limits, mut batcher) = instances
             .get_mut(index.0[i as usize])
             .expect("instance entity exists for the whole run");
         sched.listed = false;
@@ -94,11 +98,9 @@ pub fn form_batches(
             continue;
         }
         if let Some(c) = kv.cpu.as_mut() {
-            c.now_us = clock.now.as_us();
+            c.now_us = now.as_us();
         }
-        batcher
-            .0
-            .form(&mut sched, &mut kv, limits, clock.now, &ordering);
+        batcher.0.form(&mut sched, &mut kv, limits, now, ordering);
         debug_assert!(
             {
                 let mut slots: Vec<u32> = sched.plan.iter().map(|p| p.slot).collect();

@@ -13,10 +13,9 @@
 
 use bevy_ecs::prelude::*;
 
-use super::{InstanceIndex, Limits, Scheduler, refresh_view};
+use super::{InstanceIndex, Instances, Scheduler, refresh_view};
 use crate::engine::{ClusterView, Due, Event, EventQueue, SimClock, SimFault};
-use crate::kv::KvCache;
-use crate::latency::{BatchShape, Latency, StepItem};
+use crate::latency::{BatchShape, StepItem};
 use crate::metrics::Aggregates;
 use crate::request::FinalState;
 use crate::time::{SimDuration, SimTime};
@@ -29,13 +28,31 @@ pub fn execute_steps(
     mut queue: ResMut<EventQueue>,
     mut items: Local<Vec<StepItem>>,
     mut fault: ResMut<SimFault>,
-    mut instances: Query<(&mut Scheduler, &mut KvCache, &Latency, &Limits)>,
+    mut instances: Instances,
 ) {
-    let now = clock.now;
-    let due = &mut *due;
+    execute(
+        &mut due,
+        clock.now,
+        &index,
+        &mut queue,
+        &mut items,
+        &mut fault,
+        &mut instances,
+    );
+}
+
+pub(crate) fn execute(
+    due: &mut Due,
+    now: SimTime,
+    index: &InstanceIndex,
+    queue: &mut EventQueue,
+    items: &mut Vec<StepItem>,
+    fault: &mut SimFault,
+    instances: &mut Instances,
+) {
     let mut listed = std::mem::take(&mut due.execute);
     for &i in &listed {
-        let (mut sched, mut kv, latency, limits) = instances
+        let (mut sched, mut kv, latency, limits, _) = instances
             .get_mut(index.0[i as usize])
             .expect("instance entity exists for the whole run");
         items.clear();
@@ -84,7 +101,7 @@ pub fn execute_steps(
             SimDuration(1)
         } else {
             let shape = BatchShape {
-                items: &items,
+                items,
                 prefill_tokens,
                 decode_tokens,
             };
@@ -146,12 +163,29 @@ pub fn complete_steps(
     mut view: ResMut<ClusterView>,
     mut agg: ResMut<Aggregates>,
     mut fault: ResMut<SimFault>,
-    mut instances: Query<(&mut Scheduler, &mut KvCache, &Latency)>,
+    mut instances: Instances,
 ) {
-    let due = &mut *due;
+    complete(
+        &mut due,
+        &index,
+        &mut view,
+        &mut agg,
+        &mut fault,
+        &mut instances,
+    );
+}
+
+pub(crate) fn complete(
+    due: &mut Due,
+    index: &InstanceIndex,
+    view: &mut ClusterView,
+    agg: &mut Aggregates,
+    fault: &mut SimFault,
+    instances: &mut Instances,
+) {
     let mut listed = std::mem::take(&mut due.complete);
     for &i in &listed {
-        let (mut sched, mut kv, latency) = instances
+        let (mut sched, mut kv, latency, _, _) = instances
             .get_mut(index.0[i as usize])
             .expect("instance entity exists for the whole run");
         let end = sched.step_done;
@@ -221,7 +255,7 @@ pub fn complete_steps(
                 false
             });
         }
-        refresh_view(&mut view, i, sched, &kv);
+        refresh_view(view, i, sched, &kv);
         if let Some(msg) = super::watchdog(i, sched, &kv) {
             fault.0.get_or_insert(format!("no progress: {msg}"));
         }
