@@ -34,6 +34,21 @@ use crate::kv::{CpuTier, KvCache};
 use crate::policy::{ActiveScaling, GroupSignals, ScaleTarget};
 use crate::time::{SimDuration, SimTime};
 
+/// Autoscaling: [`evaluate_scaling`] in [`SimSystems::Autoscale`] (empties `Due::autoscale`
+/// and `cold_start`). The life-cycle systems ([`advance_phases`], [`sample_latencies`],
+/// [`stop_on_event_write_error`]) are added by the simulation builder only when a group
+/// scales, so runs that do not scale do not pay for them. Owns [`Autoscaler`].
+pub struct AutoscalePlugin;
+
+impl bevy_app::Plugin for AutoscalePlugin {
+    fn build(&self, app: &mut bevy_app::App) {
+        app.init_resource::<Autoscaler>().add_systems(
+            crate::engine::SimStep,
+            evaluate_scaling.in_set(crate::engine::SimSystems::Autoscale),
+        );
+    }
+}
+
 /// Where an instance is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Phase {

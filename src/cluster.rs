@@ -25,6 +25,41 @@ use crate::time::{SimDuration, SimTime};
 
 pub use crate::engine::{ClusterDelays, Rejections};
 
+/// Admission: [`admit_requests`] in [`SimSystems::Admit`] applies the admission policy
+/// (`policy::ActiveAdmission`, built from the scenario); empties `Due::admit`, fills `route`
+/// and, for rejected requests, `finished`. Owns [`ClusterDelays`] and [`Rejections`].
+pub struct AdmissionPlugin;
+
+impl bevy_app::Plugin for AdmissionPlugin {
+    fn build(&self, app: &mut bevy_app::App) {
+        app.init_resource::<ClusterDelays>()
+            .init_resource::<Rejections>()
+            .add_systems(
+                crate::engine::SimStep,
+                admit_requests.in_set(crate::engine::SimSystems::Admit),
+            );
+    }
+}
+
+/// Routing: [`route_requests`] in [`SimSystems::Route`] applies the routing policy
+/// (`policy::ActiveRouting`); empties `Due::route`, sends requests on as `Enqueue` events,
+/// parks them when nothing is routable and a group scales (`Due::cold_start`). Owns
+/// [`RouterSnapshots`], [`RoutingStats`], [`DecisionLog`] and [`Parked`].
+pub struct RoutingPlugin;
+
+impl bevy_app::Plugin for RoutingPlugin {
+    fn build(&self, app: &mut bevy_app::App) {
+        app.init_resource::<RouterSnapshots>()
+            .init_resource::<RoutingStats>()
+            .init_resource::<DecisionLog>()
+            .init_resource::<Parked>()
+            .add_systems(
+                crate::engine::SimStep,
+                route_requests.in_set(crate::engine::SimSystems::Route),
+            );
+    }
+}
+
 /// Applies the admission policy to the requests due for it.
 pub fn admit_requests(
     mut due: ResMut<Due>,

@@ -32,6 +32,27 @@ use crate::time::SimTime;
 pub use crate::engine::CheckInvariants;
 pub use crate::metrics::check_causality;
 
+/// Invariant checks: [`check_invariants`] in [`SimSystems::Check`], in both tick schedules,
+/// when [`CheckInvariants`] is on (`--check-invariants`, and in tests). Reads everything,
+/// writes nothing.
+pub struct InvariantsPlugin;
+
+impl bevy_app::Plugin for InvariantsPlugin {
+    fn build(&self, app: &mut bevy_app::App) {
+        use crate::engine::{SimStep, SimStepFast, SimSystems};
+        use bevy_ecs::schedule::ScheduleLabel;
+        app.init_resource::<CheckInvariants>();
+        for label in [SimStep.intern(), SimStepFast.intern()] {
+            app.add_systems(
+                label,
+                check_invariants
+                    .in_set(SimSystems::Check)
+                    .run_if(|c: Res<CheckInvariants>| c.0),
+            );
+        }
+    }
+}
+
 /// Checks INV-1, INV-3, INV-4 and INV-8 after every tick.
 pub fn check_invariants(
     clock: Res<SimClock>,

@@ -119,7 +119,55 @@ pub use time::{SimDuration, SimTime};
 
 use bevy_app::{PluginGroup, PluginGroupBuilder};
 
-/// Every built-in plugin. Disable one and add your own to replace a built-in stage.
+/// Every built-in plugin, one per concern, each in its concern's file (its doc lists its
+/// systems, their sets and the work lists they empty and fill): [`engine::EnginePlugin`]
+/// (clock, queue, work lists, stage order), [`policy::PoliciesPlugin`] (the policy catalog),
+/// [`workload::WorkloadPlugin`], [`cluster::AdmissionPlugin`], [`cluster::RoutingPlugin`],
+/// [`instance::InstancePlugin`], [`autoscale::AutoscalePlugin`], [`metrics::MetricsPlugin`]
+/// and [`invariants::InvariantsPlugin`].
+///
+/// Disable one and add your own to replace a built-in stage:
+/// ```
+/// use servesim::bevy_app::{App, Plugin, PluginGroup};
+/// use servesim::bevy_ecs::prelude::*;
+/// use servesim::{SimStep, SimSystems};
+///
+/// /// Instead of the built-in checks: only that the clock never passes an hour.
+/// struct HourCap;
+/// impl Plugin for HourCap {
+///     fn build(&self, app: &mut App) {
+///         app.add_systems(
+///             SimStep,
+///             (|clock: Res<servesim::SimClock>| {
+///                 assert!(clock.now.as_us() <= 3_600_000_000, "past an hour");
+///             })
+///             .in_set(SimSystems::Check),
+///         );
+///     }
+/// }
+///
+/// let mut app = App::empty();
+/// app.add_plugins(
+///     servesim::SimPlugins
+///         .build()
+///         .disable::<servesim::invariants::InvariantsPlugin>(),
+/// );
+/// app.add_plugins(HourCap);
+/// let catalog = app.world().resource::<servesim::policy::Catalog>();
+/// let scenario = servesim::scenario::parse(
+///     "(cluster: (groups: [(kv_blocks: 2000, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [5000.0, 1.0, 10.0]))]),
+///       workload: (num_requests: 20, clients: [(rate_per_s: 5.0, input_tokens: Constant(64),
+///                                                output_tokens: Constant(8))]))",
+///     "doc.ron",
+///     &[],
+///     catalog,
+/// )
+/// .unwrap();
+/// let sim = servesim::Simulation::from_app(app, &scenario, Default::default()).unwrap();
+/// // A system of your own in SimStep: every tick runs the full schedule, so it always runs.
+/// assert!(!sim.uses_fast_ticks());
+/// assert_eq!(sim.run().unwrap().requests.completed, 20);
+/// ```
 pub struct SimPlugins;
 
 impl PluginGroup for SimPlugins {
@@ -127,8 +175,12 @@ impl PluginGroup for SimPlugins {
         PluginGroupBuilder::start::<Self>()
             .add(engine::EnginePlugin)
             .add(policy::PoliciesPlugin)
-            .add(simulation::ClusterPlugin)
+            .add(workload::WorkloadPlugin)
+            .add(cluster::AdmissionPlugin)
+            .add(cluster::RoutingPlugin)
             .add(instance::InstancePlugin)
-            .add(simulation::RecordPlugin)
+            .add(autoscale::AutoscalePlugin)
+            .add(metrics::MetricsPlugin)
+            .add(invariants::InvariantsPlugin)
     }
 }

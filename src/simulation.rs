@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use bevy_app::{App, Plugin};
+use bevy_app::App;
 use bevy_ecs::prelude::*;
 use bevy_ecs::schedule::Schedules;
 
@@ -20,7 +20,7 @@ use crate::engine::{
 };
 use crate::instance::batch::SchedulingConfig;
 use crate::instance::{self, Instance, InstanceBundle, InstanceIndex, Limits, Scheduler};
-use crate::invariants::{CheckInvariants, check_invariants};
+use crate::invariants::CheckInvariants;
 use crate::kv::KvCache;
 use crate::labels::Labels;
 use crate::latency::Latency;
@@ -37,77 +37,7 @@ use crate::request::{FinalState, FinishedRequest, Lifecycle, RequestSpec};
 use crate::scenario::{Scenario, resolve_group};
 use crate::slo::SloTable;
 use crate::time::{SimDuration, SimTime};
-use crate::workload::{Workload, continue_sessions, release_held, spawn_arrivals};
-
-/// Arrival, admission, routing and autoscaling stages.
-pub struct ClusterPlugin;
-
-impl Plugin for ClusterPlugin {
-    fn build(&self, app: &mut App) {
-        app.init_resource::<ClusterDelays>()
-            .init_resource::<Rejections>()
-            .init_resource::<RouterSnapshots>()
-            .init_resource::<RoutingStats>()
-            .init_resource::<DecisionLog>()
-            .init_resource::<crate::cluster::Parked>()
-            .init_resource::<Autoscaler>()
-            .add_systems(
-                SimStep,
-                (
-                    spawn_arrivals.in_set(SimSystems::Arrive),
-                    continue_sessions
-                        .in_set(SimSystems::Record)
-                        .after(metrics::record_finished),
-                    release_held
-                        .in_set(SimSystems::Record)
-                        .after(continue_sessions),
-                    admit_requests.in_set(SimSystems::Admit),
-                    route_requests.in_set(SimSystems::Route),
-                    evaluate_scaling.in_set(SimSystems::Autoscale),
-                ),
-            )
-            .add_systems(
-                SimStepFast,
-                (
-                    continue_sessions
-                        .in_set(SimSystems::Record)
-                        .after(metrics::record_finished),
-                    release_held
-                        .in_set(SimSystems::Record)
-                        .after(continue_sessions),
-                ),
-            );
-    }
-}
-
-/// Per-request rows, aggregates and invariant checks.
-pub struct RecordPlugin;
-
-impl Plugin for RecordPlugin {
-    fn build(&self, app: &mut App) {
-        app.init_resource::<Aggregates>()
-            .init_resource::<RequestLog>()
-            .init_resource::<CheckInvariants>()
-            .add_systems(
-                SimStep,
-                (
-                    metrics::record_finished.in_set(SimSystems::Record),
-                    check_invariants
-                        .in_set(SimSystems::Check)
-                        .run_if(|c: Res<CheckInvariants>| c.0),
-                ),
-            )
-            .add_systems(
-                SimStepFast,
-                (
-                    metrics::record_finished.in_set(SimSystems::Record),
-                    check_invariants
-                        .in_set(SimSystems::Check)
-                        .run_if(|c: Res<CheckInvariants>| c.0),
-                ),
-            );
-    }
-}
+use crate::workload::{Workload, spawn_arrivals};
 
 /// Refuses to run when a result file would replace a file the scenario reads (a trace in
 /// the output directory, say): results never overwrite an input.

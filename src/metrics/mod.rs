@@ -29,6 +29,24 @@ use crate::request::{FinalState, FinishedRequest};
 use crate::slo::SloTable;
 use crate::time::{SimDuration, SimTime};
 
+/// Per-request rows and aggregates: [`record_finished`] in [`SimSystems::Record`] (empties
+/// `Due::finished`, fills `ended_turns` and `ended_held`, despawns recorded requests), in
+/// both tick schedules. Owns [`Aggregates`] and [`RequestLog`] (the simulation builder opens
+/// `requests.csv` into it).
+pub struct MetricsPlugin;
+
+impl bevy_app::Plugin for MetricsPlugin {
+    fn build(&self, app: &mut bevy_app::App) {
+        use crate::engine::{SimStep, SimStepFast, SimSystems};
+        use bevy_ecs::schedule::ScheduleLabel;
+        app.init_resource::<Aggregates>()
+            .init_resource::<RequestLog>();
+        for label in [SimStep.intern(), SimStepFast.intern()] {
+            app.add_systems(label, record_finished.in_set(SimSystems::Record));
+        }
+    }
+}
+
 /// Column names of `requests.csv`, in order.
 pub const CSV_COLUMNS: [&str; 19] = [
     "request_id",

@@ -20,6 +20,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bevy_ecs::prelude::*;
+use bevy_ecs::schedule::ScheduleLabel;
 use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
 
@@ -40,6 +41,33 @@ const REQUEST_TAG: u64 = 0x7265_7175_6573_7401;
 const PREFIX_TAG: u64 = 0x7072_6566_6978_0002;
 
 pub use crate::labels::Labels;
+
+/// The workload: requests arrive ([`spawn_arrivals`] in [`SimSystems::Arrive`]; empties
+/// `Due::arrivals`, `session_turns`, `releases`, fills `admit`) and sessions and offline
+/// batches go on when a request ends ([`continue_sessions`] then [`release_held`] in
+/// [`SimSystems::Record`], after `metrics::record_finished`; empty `Due::ended_turns` and
+/// `ended_held`). The [`Workload`] resource itself is inserted by the simulation builder.
+pub struct WorkloadPlugin;
+
+impl bevy_app::Plugin for WorkloadPlugin {
+    fn build(&self, app: &mut bevy_app::App) {
+        use crate::engine::{SimStep, SimStepFast, SimSystems};
+        app.add_systems(SimStep, spawn_arrivals.in_set(SimSystems::Arrive));
+        for label in [SimStep.intern(), SimStepFast.intern()] {
+            app.add_systems(
+                label,
+                (
+                    continue_sessions
+                        .in_set(SimSystems::Record)
+                        .after(crate::metrics::record_finished),
+                    release_held
+                        .in_set(SimSystems::Record)
+                        .after(continue_sessions),
+                ),
+            );
+        }
+    }
+}
 
 #[derive(Debug, Clone)]
 struct SessionCfg {

@@ -361,3 +361,36 @@ fn the_text_summary_shows_slo_attainment_goodput_and_each_tenant_and_class() {
         }
     }
 }
+
+/// The stored fingerprints (FNV-1a of each file's bytes).
+const STDOUT_FNV: u64 = 0xa7a2_876a_cbe1_1cac;
+const REQUESTS_FNV: u64 = 0x47bb_baf9_c7b1_d536;
+const SUMMARY_FNV: u64 = 0x383c_9434_4412_1258;
+const TIMESERIES_FNV: u64 = 0x3a33_2b69_8c7c_3ae1;
+
+/// FNV-1a, 64 bits (stable across Rust versions, unlike `DefaultHasher`).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// Determinism against a stored fingerprint, not only run against run: the bytes of the
+/// quickstart (400 requests) as of this commit. A change to any of them must be deliberate:
+/// say which in the commit and update these numbers.
+#[test]
+fn the_quickstart_outputs_match_their_stored_fingerprint() {
+    let d = tempfile::tempdir().unwrap();
+    let (stdout, requests, summary, timeseries) = run_to(d.path(), &[]);
+    let got = [
+        fnv1a(&stdout),
+        fnv1a(&requests),
+        fnv1a(&summary),
+        fnv1a(&timeseries),
+    ];
+    assert_eq!(
+        got,
+        [STDOUT_FNV, REQUESTS_FNV, SUMMARY_FNV, TIMESERIES_FNV],
+        "stdout, requests.csv, summary.json, timeseries.csv"
+    );
+}

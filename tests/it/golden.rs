@@ -29,11 +29,18 @@ use serde_json::Value;
 
 use crate::common::{parse, run};
 
-fn golden() -> Option<Value> {
+/// The dataset; a missing file fails the test (as the conformance tests do) rather than
+/// skipping it: CI runs beside `../shared`.
+fn golden() -> Value {
     let path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/reference/data/goldendataset.json");
-    let text = std::fs::read_to_string(path).ok()?;
-    Some(serde_json::from_str(&text).expect("golden dataset is JSON"))
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; the golden test needs ../shared/reference beside the project",
+            path.display()
+        )
+    });
+    serde_json::from_str(&text).expect("golden dataset is JSON")
 }
 
 fn sd(xs: &[f64]) -> f64 {
@@ -44,10 +51,7 @@ fn sd(xs: &[f64]) -> f64 {
 
 #[test]
 fn golden_cases_match_counts_token_totals_and_mean_latencies() {
-    let Some(g) = golden() else {
-        eprintln!("skipped: ../shared/reference/data/goldendataset.json is not beside the project");
-        return;
-    };
+    let g = golden();
     let cases = g["tests"].as_array().unwrap();
     assert_eq!(cases.len(), 5);
     let gpu = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/golden-h100.ron");
