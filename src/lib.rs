@@ -22,8 +22,9 @@
 //!
 //! ## Time and ordering (the contract)
 //! - Time is [`SimTime`]: integer microseconds. No float time anywhere.
-//! - The [`EventQueue`] orders events by `(time, class, seq)`: same-time events run cluster
-//!   first, in pipeline order ([`engine::EventClass`]), then first-in first-out.
+//! - The [`EventQueue`] orders events by `(time, seq)`: every event due at a time is popped
+//!   into its kind's work list in insertion order, and the stages then run in their fixed
+//!   order, so the order between kinds never matters.
 //! - One tick = one distinct event time: every event due at that time is popped into the
 //!   [`engine::Due`] work lists, then the [`SimStep`] schedule runs once, in the fixed
 //!   [`SimSystems`] order: `Advance → Arrive → Admit → Route → Enqueue → Batch → Execute →

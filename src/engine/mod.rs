@@ -7,7 +7,7 @@
 
 mod queue;
 
-pub use queue::{Event, EventClass, EventQueue};
+pub use queue::{Event, EventQueue};
 
 use bevy_app::{App, Plugin};
 use bevy_ecs::prelude::*;

@@ -1,4 +1,9 @@
-//! The future-event list: a min-heap ordered by `(time, class, seq)`.
+//! The future-event list: a min-heap ordered by `(time, seq)`.
+//!
+//! Events due at the same time are all popped into the tick's work lists, one list per kind
+//! (`engine::Due`), and the stages run in their fixed order; so only the order among events
+//! of one kind can matter, and that is insertion order (`seq`). (A per-kind priority class
+//! used to be part of the key; it could not change anything and was removed.)
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -6,20 +11,6 @@ use std::collections::BinaryHeap;
 use bevy_ecs::prelude::*;
 
 use crate::time::SimTime;
-
-/// Same-time priority of an event: cluster events run before instance events, in pipeline
-/// order. Lower runs first.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum EventClass {
-    Arrival,
-    Admission,
-    Routing,
-    Enqueue,
-    Timeout,
-    InstanceStep,
-    AutoscaleTick,
-    MetricsSample,
-}
 
 /// Something that will happen at a future simulated time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,32 +37,16 @@ pub enum Event {
     Unpark,
 }
 
-impl Event {
-    pub fn class(&self) -> EventClass {
-        match self {
-            Event::Arrival { .. } => EventClass::Arrival,
-            Event::Admit(_) => EventClass::Admission,
-            Event::Enqueue { .. } => EventClass::Enqueue,
-            Event::StepFinished { .. } => EventClass::InstanceStep,
-            Event::AutoscaleTick => EventClass::AutoscaleTick,
-            Event::PhaseEnd { .. } | Event::Unpark => EventClass::InstanceStep,
-            Event::SessionTurn { .. } | Event::Release { .. } => EventClass::Arrival,
-            Event::Timeout { .. } => EventClass::Timeout,
-        }
-    }
-}
-
 #[derive(Debug)]
 struct Scheduled {
     time: SimTime,
-    class: EventClass,
     seq: u64,
     event: Event,
 }
 
 impl Scheduled {
-    fn key(&self) -> (SimTime, EventClass, u64) {
-        (self.time, self.class, self.seq)
+    fn key(&self) -> (SimTime, u64) {
+        (self.time, self.seq)
     }
 }
 
@@ -93,8 +68,8 @@ impl Ord for Scheduled {
     }
 }
 
-/// Pending events. `seq` is a global insertion counter, so same-time same-class events
-/// run first-in first-out.
+/// Pending events. `seq` is a global insertion counter, so same-time events pop first-in
+/// first-out.
 #[derive(Resource, Debug, Default)]
 pub struct EventQueue {
     heap: BinaryHeap<Scheduled>,
@@ -106,12 +81,7 @@ impl EventQueue {
     pub fn push(&mut self, time: SimTime, event: Event) {
         let seq = self.next_seq;
         self.next_seq += 1;
-        self.heap.push(Scheduled {
-            time,
-            class: event.class(),
-            seq,
-            event,
-        });
+        self.heap.push(Scheduled { time, seq, event });
     }
 
     /// Time of the earliest pending event.
@@ -142,7 +112,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn events_pop_by_time_then_class_then_insertion_order() {
+    fn events_pop_by_time_then_insertion_order() {
         let mut q = EventQueue::default();
         q.push(SimTime(10), Event::StepFinished { instance: 1 });
         q.push(SimTime(10), Event::Arrival { source: 7 });
@@ -164,10 +134,10 @@ mod tests {
         assert_eq!(
             at_10,
             vec![
-                Event::Arrival { source: 7 },
-                Event::Arrival { source: 3 },
                 Event::StepFinished { instance: 1 },
+                Event::Arrival { source: 7 },
                 Event::StepFinished { instance: 0 },
+                Event::Arrival { source: 3 },
             ]
         );
         assert!(q.is_empty());
