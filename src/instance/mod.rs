@@ -595,4 +595,111 @@ mod tests {
         s.preemptions_at_completion = 6;
         assert_eq!(watchdog(3, &s, &kv), None);
     }
+
+    /// Bevy's own pattern: one system run on a bare world holding only what it needs.
+    fn bare_world(step_end: SimTime, leaving: &[SimTime]) -> (World, Entity) {
+        let mut world = World::new();
+        world.insert_resource(Due::default());
+        let mut sched = Scheduler {
+            step_end: Some(step_end),
+            ..Default::default()
+        };
+        sched.in_flight.push_back(step_end);
+        for (k, &t) in leaving.iter().enumerate() {
+            let mut f = FinishedRequest::unserved(
+                Entity::PLACEHOLDER,
+                crate::policy::any_request(),
+                Lifecycle::default(),
+                FinalState::Completed,
+                Some(0),
+            );
+            f.spec.id = k as u64;
+            f.completed = Some(t);
+            sched.leaving.push(f);
+        }
+        sched.waiting.push_back(Seq::new(
+            Entity::PLACEHOLDER,
+            crate::policy::any_request(),
+            Lifecycle::default(),
+        ));
+        let e = world
+            .spawn((
+                sched,
+                KvCache::new(16, 16),
+                crate::latency::Latency(std::sync::Arc::new(crate::latency::Blackbox {
+                    alpha: [0.0; 3],
+                    beta: [1.0, 0.0, 0.0],
+                })),
+                Limits {
+                    max_num_seqs: 4,
+                    max_num_batched_tokens: 64,
+                    long_prefill_token_threshold: 0,
+                    max_model_len: None,
+                    pp: 1,
+                    pp_bytes_per_token: 0.0,
+                    pp_link_bytes_per_us: 1.0,
+                    pp_link_latency: SimDuration::ZERO,
+                    host_block_us: 0.0,
+                    host_latency_us: 0.0,
+                    max_waiting: None,
+                },
+                schedulers::Batcher(Box::new(NoBatches)),
+            ))
+            .id();
+        world.insert_resource(InstanceIndex(vec![e]));
+        (world, e)
+    }
+
+    struct NoBatches;
+    impl schedulers::BatchScheduler for NoBatches {
+        fn form(
+            &mut self,
+            _: &mut Scheduler,
+            _: &mut KvCache,
+            _: &Limits,
+            _: SimTime,
+            _: &batch::Ordering<'_>,
+        ) {
+        }
+    }
+
+    #[test]
+    fn retire_steps_frees_the_instance_hands_over_leavers_due_now_and_lists_it_for_a_batch() {
+        use bevy_ecs::system::RunSystemOnce;
+        let (mut world, e) = bare_world(SimTime(100), &[SimTime(100), SimTime(150)]);
+        world.insert_resource(SimClock {
+            now: SimTime(100),
+            ..Default::default()
+        });
+        world.resource_mut::<Due>().step_finished.push(0);
+        world.run_system_once(retire_steps).unwrap();
+        let due = world.resource::<Due>();
+        assert!(due.step_finished.is_empty(), "its work list is emptied");
+        assert_eq!(due.finished.len(), 1, "only the leaver due now");
+        assert_eq!(due.finished[0].completed, Some(SimTime(100)));
+        assert_eq!(due.batch, vec![0], "free with work waiting: listed once");
+        let sched = world.get::<Scheduler>(e).unwrap();
+        assert_eq!(sched.step_end, None);
+        assert!(sched.in_flight.is_empty());
+        assert_eq!(sched.leaving.len(), 1);
+        assert!(sched.listed);
+    }
+
+    #[test]
+    fn retire_steps_leaves_an_instance_whose_step_ends_later_busy() {
+        use bevy_ecs::system::RunSystemOnce;
+        let (mut world, e) = bare_world(SimTime(200), &[SimTime(200)]);
+        world.insert_resource(SimClock {
+            now: SimTime(100),
+            ..Default::default()
+        });
+        world.resource_mut::<Due>().step_finished.push(0);
+        world.run_system_once(retire_steps).unwrap();
+        let due = world.resource::<Due>();
+        assert!(due.finished.is_empty() && due.batch.is_empty());
+        assert_eq!(
+            world.get::<Scheduler>(e).unwrap().step_end,
+            Some(SimTime(200))
+        );
+    }
 }
