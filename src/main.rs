@@ -33,7 +33,8 @@ enum Format {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run a scenario and write requests.csv and summary.json.
+    /// Run a scenario and write requests.csv, timeseries.csv and summary.json (and, when
+    /// asked, report.html, timeline.json, decisions.csv).
     Run {
         /// Scenario file (RON).
         scenario: PathBuf,
@@ -80,6 +81,7 @@ enum Command {
     /// point: the varied values and every summary metric) and sweep.json, and prints a
     /// comparison table.
     Sweep {
+        /// Scenario file (RON) every point starts from.
         scenario: PathBuf,
         /// A field and its values: --vary 'policies.routing=["round_robin","least_loaded"]'
         /// (repeat for more axes; the last varies fastest).
