@@ -774,11 +774,10 @@ pub fn stop_on_event_write_error(
     mut fault: ResMut<SimFault>,
 ) {
     if let Some(e) = &scaler.write_error {
-        fault.0.get_or_insert_with(|| {
-            format!(
-                "cannot write scale_events.csv at simulated time {:.3} s: {e}",
-                clock.now.as_us() as f64 / 1e6
-            )
+        fault.0.get_or_insert_with(|| crate::engine::Fault::Write {
+            file: "scale_events.csv",
+            at: clock.now,
+            error: e.clone(),
         });
     }
 }

@@ -283,12 +283,13 @@ pub fn route_requests(
     due.route = work;
     // The first failed write of decisions.csv stops the run.
     if let Some(e) = &book.log.error {
-        book.fault.0.get_or_insert_with(|| {
-            format!(
-                "cannot write decisions.csv at simulated time {:.3} s: {e}",
-                now.as_us() as f64 / 1e6
-            )
-        });
+        book.fault
+            .0
+            .get_or_insert_with(|| crate::engine::Fault::Write {
+                file: "decisions.csv",
+                at: now,
+                error: e.clone(),
+            });
     }
 }
 

@@ -15,8 +15,8 @@ use crate::cluster::{
     route_requests,
 };
 use crate::engine::{
-    self, ClusterView, Event, EventQueue, Injected, SimClock, SimFault, SimStep, SimStepFast,
-    SimSystems,
+    self, ClusterView, Event, EventQueue, Fault, Injected, SimClock, SimFault, SimStep,
+    SimStepFast, SimSystems,
 };
 use crate::instance::batch::SchedulingConfig;
 use crate::instance::{self, Instance, InstanceBundle, InstanceIndex, Limits, Scheduler};
@@ -197,7 +197,7 @@ pub enum SimError {
     #[error("invalid scenario (validate it first): {0}")]
     Invalid(String),
     #[error("the run stopped: {0}")]
-    Fault(String),
+    Fault(Fault),
     #[error(
         "the tick schedule does not build: {0}\nA system added to SimStep must be ordered against every built-in system of its stage that \
          touches the same data: add .before(...) or .after(...) (README \"Extending servesim\" lists what each stage's built-in system reads and empties)"
@@ -739,11 +739,10 @@ impl Simulation {
             self.world
                 .resource_mut::<SimFault>()
                 .0
-                .get_or_insert_with(|| {
-                    format!(
-                        "cannot write timeseries.csv at simulated time {:.3} s: {e}",
-                        now.as_us() as f64 / 1e6
-                    )
+                .get_or_insert_with(|| Fault::Write {
+                    file: "timeseries.csv",
+                    at: now,
+                    error: e.clone(),
                 });
             return false;
         }
@@ -815,26 +814,20 @@ impl Simulation {
     }
 
     /// A diagnosis when more requests are in the system than `limits.max_in_flight`.
-    fn overloaded(&self) -> Option<String> {
+    fn overloaded(&self) -> Option<Fault> {
         let injected = self.world.resource::<Injected>().0;
         let agg = self.world.resource::<Aggregates>();
         let in_flight = injected.saturating_sub(agg.ended());
         if in_flight <= self.max_in_flight {
             return None;
         }
-        let now = self.world.resource::<SimClock>().now;
-        let secs = now.as_us() as f64 / 1e6;
-        let rate = |n: u64| if secs > 0.0 { n as f64 / secs } else { 0.0 };
-        Some(format!(
-            "{in_flight} requests in the system at t = {secs:.1} s, above limits.max_in_flight = {}: \
-             arrivals outpace the cluster ({injected} arrived, {:.1} req/s; {} completed, {:.1} req/s); \
-             add instances, lower the load, cap queues with limits.max_waiting_per_instance, \
-             or raise limits.max_in_flight",
-            self.max_in_flight,
-            rate(injected),
-            agg.completed,
-            rate(agg.completed),
-        ))
+        Some(Fault::Overloaded {
+            in_flight,
+            limit: self.max_in_flight,
+            at: self.world.resource::<SimClock>().now,
+            injected,
+            completed: agg.completed,
+        })
     }
 
     /// Records every request still in the system, computes the summary and commits the

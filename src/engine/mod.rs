@@ -190,7 +190,66 @@ pub struct ClusterView {
 /// A run-stopping problem found while simulating (e.g. a batch outside a measured
 /// latency table). The driver stops at the end of the tick that set it.
 #[derive(Resource, Debug, Default, Clone)]
-pub struct SimFault(pub Option<String>);
+pub struct SimFault(pub Option<Fault>);
+
+/// Why a run stopped before its end. Each variant says what happened and, where the input is
+/// to blame, what to change.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Fault {
+    /// A result file could not be written (a full disk, say): simulating on would only produce
+    /// results that cannot be kept.
+    #[error("cannot write {file} at simulated time {:.3} s: {error}", .at.as_us() as f64 / 1e6)]
+    Write {
+        file: &'static str,
+        at: SimTime,
+        error: String,
+    },
+    /// The latency model could not price a batch (e.g. outside a measured table).
+    #[error("instance {instance} at {at}: cannot price a step: {error}")]
+    Pricing {
+        instance: u32,
+        at: SimTime,
+        error: String,
+    },
+    /// An instance stopped making progress (the watchdog's diagnosis).
+    #[error("no progress: {0}")]
+    NoProgress(String),
+    /// An input pushes the next event past [`MAX_SIM_TIME`].
+    #[error(
+        "the next event is at {:.3e} s of simulated time, past the 10⁹ s a run may reach: \
+         an input makes times that large (trace timestamps × time_scale, a tiny arrival \
+         rate, huge latency coefficients, delays or think times); the run stops rather \
+         than saturate the clock",
+        .at.as_us() as f64 / 1e6
+    )]
+    ClockLimit { at: SimTime },
+    /// A workload source failed (a trace row that cannot be read, say).
+    #[error("{0}")]
+    Workload(String),
+    /// More requests in the system than `limits.max_in_flight`.
+    #[error(
+        "{in_flight} requests in the system at t = {:.1} s, above limits.max_in_flight = {limit}: \
+         arrivals outpace the cluster ({injected} arrived, {:.1} req/s; {completed} completed, {:.1} req/s); \
+         add instances, lower the load, cap queues with limits.max_waiting_per_instance, \
+         or raise limits.max_in_flight",
+        .at.as_us() as f64 / 1e6,
+        rate(*.injected, *.at),
+        rate(*.completed, *.at)
+    )]
+    Overloaded {
+        in_flight: u64,
+        limit: u64,
+        at: SimTime,
+        injected: u64,
+        completed: u64,
+    },
+}
+
+/// Events per simulated second up to `at` (0 at the start).
+fn rate(n: u64, at: SimTime) -> f64 {
+    let secs = at.as_us() as f64 / 1e6;
+    if secs > 0.0 { n as f64 / secs } else { 0.0 }
+}
 
 /// Rejections by reason (sorted for output): admission policies, no routable instance, a
 /// full instance wait queue.
@@ -313,15 +372,10 @@ pub fn tick_observed(
             return false;
         }
         if t > MAX_SIM_TIME {
-            world.resource_mut::<SimFault>().0.get_or_insert_with(|| {
-                format!(
-                    "the next event is at {:.3e} s of simulated time, past the 10⁹ s a run may reach: \
-                     an input makes times that large (trace timestamps × time_scale, a tiny arrival \
-                     rate, huge latency coefficients, delays or think times); the run stops rather \
-                     than saturate the clock",
-                    t.as_us() as f64 / 1e6
-                )
-            });
+            world
+                .resource_mut::<SimFault>()
+                .0
+                .get_or_insert(Fault::ClockLimit { at: t });
             return false;
         }
         // Pop into a reused buffer (no resource_scope: taking a resource out of the world

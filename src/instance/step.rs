@@ -108,9 +108,13 @@ pub(crate) fn execute(
             match latency.0.step_time(&shape) {
                 Ok(dt) => dt.max(SimDuration(1)),
                 Err(e) => {
-                    fault.0.get_or_insert_with(|| {
-                        format!("instance {i} at {now}: cannot price a step: {e}")
-                    });
+                    fault
+                        .0
+                        .get_or_insert_with(|| crate::engine::Fault::Pricing {
+                            instance: i,
+                            at: now,
+                            error: e.to_string(),
+                        });
                     SimDuration(1)
                 }
             }
@@ -257,7 +261,7 @@ pub(crate) fn complete(
         }
         refresh_view(view, i, sched, &kv);
         if let Some(msg) = super::watchdog(i, sched, &kv) {
-            fault.0.get_or_insert(format!("no progress: {msg}"));
+            fault.0.get_or_insert(crate::engine::Fault::NoProgress(msg));
         }
     }
     listed.clear();

@@ -454,11 +454,10 @@ pub fn record_finished(
     // The first failed write stops the run (a full disk, say): simulating on would only
     // produce results that cannot be kept.
     if let Some(e) = &log.error {
-        fault.0.get_or_insert_with(|| {
-            format!(
-                "cannot write requests.csv at simulated time {:.3} s: {e}",
-                clock.now.as_us() as f64 / 1e6
-            )
+        fault.0.get_or_insert_with(|| crate::engine::Fault::Write {
+            file: "requests.csv",
+            at: clock.now,
+            error: e.clone(),
         });
     }
 }

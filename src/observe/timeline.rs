@@ -243,11 +243,10 @@ pub fn draw_unfinished(timeline: &mut Timeline, left: &[FinishedRequest], now: S
 
 fn stop_on_error(timeline: &Timeline, clock: &SimClock, fault: &mut SimFault) {
     if let Some(e) = &timeline.error {
-        fault.0.get_or_insert_with(|| {
-            format!(
-                "cannot write timeline.json at simulated time {:.3} s: {e}",
-                clock.now.as_us() as f64 / 1e6
-            )
+        fault.0.get_or_insert_with(|| crate::engine::Fault::Write {
+            file: "timeline.json",
+            at: clock.now,
+            error: e.clone(),
         });
     }
 }

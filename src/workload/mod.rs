@@ -582,7 +582,7 @@ pub fn spawn_arrivals(
                 Ok(Some(t)) => queue.push(t, Event::Arrival { source }),
                 Ok(None) => {}
                 Err(e) => {
-                    fault.0.get_or_insert(e);
+                    fault.0.get_or_insert(crate::engine::Fault::Workload(e));
                 }
             }
         }

@@ -116,3 +116,18 @@ fn an_unordered_system_that_shares_a_stages_data_is_refused_and_an_ordered_one_s
     let steps: u64 = summary.instances.iter().map(|i| i.steps).sum();
     assert_eq!(m.0.load(Ordering::Relaxed), steps);
 }
+
+#[test]
+fn a_run_that_stops_says_why_in_a_typed_fault() {
+    let mut sc = parse(SCENARIO);
+    sc.limits.max_in_flight = 2;
+    match Simulation::new(&sc, RunOptions::default()).unwrap().run() {
+        Err(servesim::SimError::Fault(servesim::Fault::Overloaded {
+            in_flight, limit, ..
+        })) => {
+            assert_eq!(limit, 2);
+            assert!(in_flight > 2);
+        }
+        other => panic!("expected an overload, got {other:?}"),
+    }
+}
