@@ -933,16 +933,18 @@ impl Simulation {
         counts.in_transit = transit.len() as u64;
         left.extend(transit);
 
-        world.resource_scope(|world, mut log: Mut<RequestLog>| {
-            world.resource_scope(|world, labels: Mut<Labels>| {
-                world.resource_scope(|world, slo: Mut<SloTable>| {
-                    let mut agg = world.resource_mut::<Aggregates>();
-                    for f in &left {
-                        metrics::record_one(f, &mut agg, &mut log, &labels, &slo);
-                    }
-                });
-            });
-        });
+        // A final pass of the Record system over the requests still in the system, as for
+        // every request that ended during the run (rows, aggregates, despawn).
+        {
+            use bevy_ecs::system::RunSystemOnce;
+            world.resource_mut::<engine::Due>().finished = left.clone();
+            world
+                .run_system_once(metrics::record_finished)
+                .map_err(|e| SimError::Invalid(format!("the final Record pass: {e}")))?;
+            let mut due = world.resource_mut::<engine::Due>();
+            due.ended_turns.clear();
+            due.ended_held.clear();
+        }
 
         let agg = world.resource::<Aggregates>().clone();
         counts.injected = world.resource::<Injected>().0;
