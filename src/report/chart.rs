@@ -118,6 +118,21 @@ pub fn label(v: f64) -> String {
     }
 }
 
+/// Horizontal grid lines with their labels at the left edge, one per tick.
+fn y_grid(s: &mut String, ticks: Vec<f64>, py: impl Fn(f64) -> f64) {
+    for v in ticks {
+        let y = py(v);
+        let _ = write!(
+            s,
+            r#"<line class="grid" x1="{LEFT}" x2="{}" y1="{y:.1}" y2="{y:.1}"/><text x="{}" y="{:.1}" text-anchor="end">{}</text>"#,
+            W - RIGHT,
+            LEFT - 6.0,
+            y + 4.0,
+            label(v)
+        );
+    }
+}
+
 /// Keeps at most `n` points of a line, evenly spaced (the first and the last kept).
 pub fn thin(points: &[(f64, f64)], n: usize) -> Vec<(f64, f64)> {
     if points.len() <= n || n < 2 {
@@ -196,17 +211,7 @@ impl LineChart {
         let py = |y: f64| H - BOTTOM - (y - y0) / (y1 - y0) * (H - TOP - BOTTOM);
         // Grid, ticks and labels.
         s.push_str(r#"<g class="axes">"#);
-        for v in ticks(y0, y1, 5) {
-            let y = py(v);
-            let _ = write!(
-                s,
-                r#"<line class="grid" x1="{LEFT}" x2="{}" y1="{y:.1}" y2="{y:.1}"/><text x="{}" y="{:.1}" text-anchor="end">{}</text>"#,
-                W - RIGHT,
-                LEFT - 6.0,
-                y + 4.0,
-                label(v)
-            );
-        }
+        y_grid(&mut s, ticks(y0, y1, 5), py);
         let x_ticks = if log {
             log_ticks(x0, x1)
         } else {
@@ -347,17 +352,7 @@ impl BarChart {
             W / 2.0,
             t = esc(&self.title)
         );
-        for v in ticks(0.0, top, 5) {
-            let y = py(v);
-            let _ = write!(
-                s,
-                r#"<line class="grid" x1="{LEFT}" x2="{}" y1="{y:.1}" y2="{y:.1}"/><text x="{}" y="{:.1}" text-anchor="end">{}</text>"#,
-                W - RIGHT,
-                LEFT - 6.0,
-                y + 4.0,
-                label(v)
-            );
-        }
+        y_grid(&mut s, ticks(0.0, top, 5), py);
         let _ = write!(
             s,
             r#"<text x="14" y="{c}" text-anchor="middle" transform="rotate(-90 14 {c})">{}</text></g>"#,
