@@ -80,37 +80,7 @@ enum Command {
     /// Run the cartesian product of --vary lists in parallel; writes sweep.csv (one row per
     /// point: the varied values and every summary metric) and sweep.json, and prints a
     /// comparison table.
-    Sweep {
-        /// Scenario file (RON) every point starts from.
-        scenario: PathBuf,
-        /// A field and its values: --vary 'policies.routing=["round_robin","least_loaded"]'
-        /// (repeat for more axes; the last varies fastest).
-        #[arg(long = "vary", value_name = "PATH=[V1,V2,...]", required = true)]
-        vary: Vec<String>,
-        /// Override a field in every point (as for `run`).
-        #[arg(long = "set", value_name = "PATH=VALUE")]
-        set: Vec<String>,
-        /// Runs per point, with seeds seed, seed+1, ….
-        #[arg(long, default_value_t = 1)]
-        replicas: u32,
-        /// Parallel runs (default: every core).
-        #[arg(long)]
-        jobs: Option<usize>,
-        /// Run only the points whose number is I modulo N (a Slurm array task or a
-        /// Kubernetes Indexed Job pod); join the parts with `servesim merge`.
-        #[arg(long, value_name = "I/N")]
-        shard: Option<String>,
-        /// Where sweep.csv and sweep.json go (default: ./sweep).
-        #[arg(long, default_value = "sweep")]
-        out: PathBuf,
-        /// Also keep every point's result files in OUT/point-NNNN.
-        #[arg(long)]
-        keep_outputs: bool,
-        #[arg(long, value_enum, default_value_t = progress::Mode::Auto)]
-        progress: progress::Mode,
-        #[arg(long, short)]
-        quiet: bool,
-    },
+    Sweep(SweepArgs),
     /// Join the sweep.csv of every shard of a sweep (`sweep --shard I/N`) into the
     /// sweep.csv one unsharded run gives.
     Merge {
@@ -355,22 +325,41 @@ fn write_sweep(
     Ok(())
 }
 
-struct SweepArgs<'a> {
+#[derive(clap::Args)]
+struct SweepArgs {
+    /// Scenario file (RON) every point starts from.
     scenario: PathBuf,
+    /// A field and its values: --vary 'policies.routing=["round_robin","least_loaded"]'
+    /// (repeat for more axes; the last varies fastest).
+    #[arg(long = "vary", value_name = "PATH=[V1,V2,...]", required = true)]
     vary: Vec<String>,
+    /// Override a field in every point (as for `run`).
+    #[arg(long = "set", value_name = "PATH=VALUE")]
     set: Vec<String>,
+    /// Runs per point, with seeds seed, seed+1, ….
+    #[arg(long, default_value_t = 1)]
     replicas: u32,
+    /// Parallel runs (default: every core).
+    #[arg(long)]
     jobs: Option<usize>,
+    /// Run only the points whose number is I modulo N (a Slurm array task or a
+    /// Kubernetes Indexed Job pod); join the parts with `servesim merge`.
+    #[arg(long, value_name = "I/N")]
     shard: Option<String>,
+    /// Where sweep.csv and sweep.json go (default: ./sweep).
+    #[arg(long, default_value = "sweep")]
     out: PathBuf,
+    /// Also keep every point's result files in OUT/point-NNNN.
+    #[arg(long)]
     keep_outputs: bool,
+    #[arg(long, value_enum, default_value_t = progress::Mode::Auto)]
     progress: progress::Mode,
+    #[arg(long, short)]
     quiet: bool,
-    catalog: &'a Catalog,
 }
 
 /// `servesim sweep`: checks every point before running any.
-fn sweep(a: SweepArgs<'_>) -> ExitCode {
+fn sweep(a: SweepArgs, catalog: &Catalog) -> ExitCode {
     use servesim::sweep::{Plan, parse_axis, parse_shard};
     let fail = |e: String| {
         eprintln!("error: {e}");
@@ -410,7 +399,7 @@ fn sweep(a: SweepArgs<'_>) -> ExitCode {
     let mut points = Vec::new();
     let mut problems: Vec<String> = Vec::new();
     for point in plan.points() {
-        match scenario::load(&a.scenario, &plan.overrides(&point), a.catalog) {
+        match scenario::load(&a.scenario, &plan.overrides(&point), catalog) {
             Ok(mut sc) => {
                 sc.seed = sc.seed.wrapping_add(u64::from(point.replica));
                 points.push((point, sc));
@@ -438,7 +427,11 @@ fn sweep(a: SweepArgs<'_>) -> ExitCode {
     let _ = ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed));
     let keep = a.keep_outputs.then(|| a.out.clone());
     let bar = progress::Bar::new(
-        a.progress,
+        if a.quiet {
+            progress::Mode::Never
+        } else {
+            a.progress
+        },
         Some(points.len() as u64),
         "{elapsed_precise} [{bar:30}] {pos}/{len} points, {msg} (ETA {eta})",
     );
@@ -696,34 +689,7 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Command::Sweep {
-            scenario,
-            vary,
-            set,
-            replicas,
-            jobs,
-            shard,
-            out,
-            keep_outputs,
-            progress: progress_mode,
-            quiet,
-        } => sweep(SweepArgs {
-            scenario,
-            vary,
-            set,
-            replicas,
-            jobs,
-            shard,
-            out,
-            keep_outputs,
-            progress: if quiet {
-                progress::Mode::Never
-            } else {
-                progress_mode
-            },
-            quiet,
-            catalog,
-        }),
+        Command::Sweep(args) => sweep(args, catalog),
         Command::Merge { shards, out } => {
             let parts = match shards
                 .iter()
