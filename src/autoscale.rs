@@ -390,6 +390,7 @@ fn finish_drains(
         let done = {
             let (_, s, _) = instances.get(e).expect("instance exists");
             s.resident() == 0
+                && s.outbound == 0
                 && s.in_flight.is_empty()
                 && s.step_end.is_none()
                 && view.instances[i as usize].in_flight == 0

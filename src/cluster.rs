@@ -191,6 +191,8 @@ pub fn route_requests(
     mut snapshots: ResMut<RouterSnapshots>,
     mut book: RouteBook,
     mut seen: Local<Vec<crate::policy::InstanceSnapshot>>,
+    mut front: Local<Vec<crate::policy::InstanceSnapshot>>,
+    disagg: Res<crate::disagg::Disagg>,
     mut requests: Query<(&RequestSpec, &mut Lifecycle)>,
     latencies: Query<&Latency>,
     caches: Query<&'static KvCache>,
@@ -225,6 +227,17 @@ pub fn route_requests(
                 }
             }));
             &seen
+        };
+        // P/D: decode instances take requests only from prefill instances.
+        let instances: &[crate::policy::InstanceSnapshot] = if disagg.enabled {
+            front.clear();
+            front.extend(instances.iter().map(|s| crate::policy::InstanceSnapshot {
+                routable: s.routable && disagg.role(s.index) != crate::scenario::Role::Decode,
+                ..*s
+            }));
+            &front
+        } else {
+            instances
         };
         let probe = KvProbe {
             index: &index,

@@ -7,7 +7,8 @@
 //!   independent ways (workload counter, entities, instance queues).
 //! - INV-3 clock monotonicity.
 //! - INV-4 KV conservation per instance, both tiers: GPU allocated + free = total and CPU
-//!   tier held ≤ its capacity every tick; a full audit of the free list, reference counts,
+//!   tier held ≤ its capacity every tick; every reference accounted for by a request holding
+//!   it (running, or with P/D handed off, in transfer on both ends, or arrived) every tick; a full audit of the free list, reference counts,
 //!   hash index and CPU LRU list every 1,024 ticks and at the end.
 //! - INV-5 causality per request: arrival ≤ admitted ≤ routed ≤ enqueued ≤ scheduled ≤
 //!   first token ≤ completion ≤ now.
@@ -54,11 +55,16 @@ impl bevy_app::Plugin for InvariantsPlugin {
 }
 
 /// Checks INV-1, INV-3, INV-4 and INV-8 after every tick.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "a system's parameters are its signature"
+)]
 pub fn check_invariants(
     clock: Res<SimClock>,
     injected: Res<Injected>,
     agg: Res<Aggregates>,
     mut last: Local<SimTime>,
+    mut seen: Local<std::collections::HashMap<u32, u32>>,
     requests: Query<&Lifecycle>,
     instances: Query<(&Instance, &Scheduler, &KvCache, Option<&Power>)>,
     view: Res<ClusterView>,
@@ -119,6 +125,25 @@ pub fn check_invariants(
         if clock.ticks.is_multiple_of(1024)
             && let Err(e) = kv.audit()
         {
+            panic!("INV-4 at {now}: instance {}: {e}", inst.index);
+        }
+        // Every reference is held by a request here: running, handed off (P/D, until its
+        // transfer ends), arrived, or on its way to a decode instance (its reservation there,
+        // its prompt's blocks here).
+        let outbound = instances
+            .iter()
+            .flat_map(|(_, s, ..)| &s.incoming)
+            .filter(|t| t.from == inst.index)
+            .map(|t| &t.handoff.seq.kv);
+        let holders = sched
+            .running
+            .iter()
+            .map(|s| &s.kv)
+            .chain(sched.handoff.iter().map(|h| &h.seq.kv))
+            .chain(sched.arrived.iter().map(|s| &s.kv))
+            .chain(sched.incoming.iter().map(|t| &t.reserved))
+            .chain(outbound);
+        if let Err(e) = kv.check_holders(holders, &mut seen) {
             panic!("INV-4 at {now}: instance {}: {e}", inst.index);
         }
         assert!(

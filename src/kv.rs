@@ -637,6 +637,42 @@ impl KvCache {
         self.allocated + self.free == self.total_blocks()
     }
 
+    /// Checks that the requests holding blocks here account for every reference: each block
+    /// in a holder's list is in use, its reference count equals the number of lists naming
+    /// it, and the blocks named are exactly the allocated ones. O(references held); `seen`
+    /// is scratch space.
+    pub fn check_holders<'a>(
+        &self,
+        holders: impl Iterator<Item = &'a SeqBlocks>,
+        seen: &mut std::collections::HashMap<u32, u32>,
+    ) -> Result<(), String> {
+        seen.clear();
+        for h in holders {
+            for &b in &h.blocks {
+                *seen.entry(b).or_default() += 1;
+            }
+        }
+        for (&b, &n) in seen.iter() {
+            let Some(block) = self.blocks.get(b as usize) else {
+                return Err(format!("a request holds block {b}, past the cache's end"));
+            };
+            if block.ref_count != n {
+                return Err(format!(
+                    "block {b} has reference count {} but {n} requests hold it",
+                    block.ref_count
+                ));
+            }
+        }
+        if seen.len() != self.allocated as usize {
+            return Err(format!(
+                "{} blocks are allocated but requests hold {}",
+                self.allocated,
+                seen.len()
+            ));
+        }
+        Ok(())
+    }
+
     /// Full O(blocks) audit of the free list, reference counts and hash index.
     pub fn audit(&self) -> Result<(), String> {
         let mut on_list = vec![false; self.blocks.len()];

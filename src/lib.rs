@@ -86,6 +86,7 @@
 
 pub mod autoscale;
 pub mod cluster;
+pub mod disagg;
 pub mod engine;
 pub mod fidelity;
 pub mod input;
@@ -180,6 +181,7 @@ impl PluginGroup for SimPlugins {
             .add(cluster::AdmissionPlugin)
             .add(cluster::RoutingPlugin)
             .add(instance::InstancePlugin)
+            .add(disagg::DisaggPlugin)
             .add(autoscale::AutoscalePlugin)
             .add(metrics::MetricsPlugin)
             .add(invariants::InvariantsPlugin)

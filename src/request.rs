@@ -168,6 +168,13 @@ pub struct FinishedRequest {
     pub itl_sum: SimDuration,
     pub itl_count: u32,
     pub preemptions: u32,
+    /// Instance that produced the first output token.
+    pub prefill_instance: Option<u32>,
+    /// Instance that produced the later output tokens (none when there were none).
+    pub decode_instance: Option<u32>,
+    /// First token to KV ready on the decode instance (P/D disaggregation): waiting for
+    /// decode-side KV room, for the link, and the transfer itself.
+    pub kv_transfer: Option<SimDuration>,
 }
 
 impl FinishedRequest {
@@ -195,6 +202,9 @@ impl FinishedRequest {
             itl_sum: SimDuration::ZERO,
             itl_count: 0,
             preemptions: 0,
+            prefill_instance: None,
+            decode_instance: None,
+            kv_transfer: None,
         }
     }
 

@@ -108,6 +108,57 @@ fn diagnose(s: &Summary, (blocks, block_size): (u32, u32)) -> Vec<String> {
     w
 }
 
+/// Pools and KV transfers of a disaggregated cluster (`None` without decode instances).
+fn disaggregation_summary(
+    d: &crate::disagg::Disagg,
+    instances: &[InstanceSummary],
+    counters: &[crate::instance::InstanceCounters],
+) -> Option<metrics::DisaggSummary> {
+    if !d.enabled {
+        return None;
+    }
+    let mut pools: Vec<metrics::PoolSummary> = Vec::new();
+    for role in [
+        crate::scenario::Role::Prefill,
+        crate::scenario::Role::Decode,
+        crate::scenario::Role::Mixed,
+    ] {
+        let mut pool = metrics::PoolSummary {
+            role: role.name().into(),
+            ..Default::default()
+        };
+        for (k, inst) in instances.iter().enumerate() {
+            if d.role(k as u32) != role {
+                continue;
+            }
+            let c = &counters[k];
+            pool.instances += 1;
+            pool.busy_fraction += inst.busy_fraction;
+            pool.prefill_tokens += c.prefill_tokens;
+            pool.decode_tokens += c.decode_tokens;
+            pool.completed += c.completed;
+            pool.handed_off += c.handed_off;
+        }
+        if pool.instances > 0 {
+            pool.busy_fraction /= f64::from(pool.instances);
+            pools.push(pool);
+        }
+    }
+    let s = &d.stats;
+    Some(metrics::DisaggSummary {
+        pools,
+        transfers: s.transfers,
+        transfer_gb: s.bytes / 1e9,
+        blocks_sent: s.blocks,
+        blocks_cached_on_decode: s.blocks_cached,
+        transfer_ms: s.time.summarize_ms(),
+        link_ms: s.link_time.summarize_ms(),
+        decode_kv_wait_ms: s.kv_wait.summarize_ms(),
+        waited_for_kv: s.waited,
+        dropped: s.dropped,
+    })
+}
+
 /// The built-in SimStep systems that SimStepFast may stand in for without running them
 /// itself: those of stages that have no work on a tick of step ends only (Arrive, Admit,
 /// Route, Enqueue, Autoscale), and the four instance systems it runs as one.
@@ -322,6 +373,20 @@ impl Simulation {
             &p.scheduling,
             &args(&no_params),
         )?;
+        let disaggregated = scenario
+            .cluster
+            .groups
+            .iter()
+            .any(|g| g.role == crate::scenario::Role::Decode);
+        if disaggregated {
+            let decode_routing = build(
+                catalog.find_routing(&p.decode_routing),
+                "decode_routing",
+                &p.decode_routing,
+                &args(&p.decode_routing_params),
+            )?;
+            world.insert_resource(crate::disagg::ActiveDecodeRouting(decode_routing));
+        }
         let autoscaled = scenario.cluster.groups.iter().any(|g| g.scaling.is_some());
         let first_policy_tick = scaling.next_evaluation(SimTime::ZERO, true);
         world.insert_resource(ActiveAdmission(admission));
@@ -350,6 +415,7 @@ impl Simulation {
             }),
         });
 
+        let mut links = Vec::new();
         let mut largest_cache = (0u32, 16u32);
         let mut index = Vec::new();
         let mut view = Vec::new();
@@ -473,6 +539,7 @@ impl Simulation {
                             host_latency_us: resolved.cpu_tier.map_or(0.0, |t| t.2),
                             max_waiting: scenario.limits.max_waiting_per_instance,
                             pp_link_latency: SimDuration(group.pp_link_latency_us),
+                            role: group.role,
                         },
                         scheduler,
                         kv,
@@ -488,11 +555,27 @@ impl Simulation {
                     .id();
                 index.push(e);
                 group_names.push(name.clone());
+                let gpus = f64::from(group.tp.max(1) * group.pp.max(1));
+                links.push(crate::disagg::KvLink {
+                    role: group.role,
+                    bytes_per_us: group.kv_link_gb_per_s * 1e3 * gpus,
+                    latency: SimDuration::from_us_f64(group.kv_link_latency_us),
+                    bytes_per_token: resolved.kv_bytes_per_token,
+                    layers: resolved.layers,
+                });
             }
             scaler.groups.push(accounts);
         }
         world.resource_mut::<crate::cluster::Parked>().enabled = autoscaled;
         world.insert_resource(batchers);
+        world.insert_resource(crate::disagg::Disagg {
+            enabled: disaggregated,
+            layerwise: scenario.cluster.kv_transfer_layerwise,
+            send_free: vec![SimTime::ZERO; links.len()],
+            recv_free: vec![SimTime::ZERO; links.len()],
+            links,
+            ..Default::default()
+        });
         world.insert_resource(InstanceIndex(index));
         world.resource_mut::<RouterSnapshots>().stale = view.clone();
         world.insert_resource(ClusterView { instances: view });
@@ -871,6 +954,7 @@ impl Simulation {
         let mut miss = 0;
         let (mut offloaded, mut reloaded, mut thrashed) = (0u64, 0u64, 0u64);
         let duration = SimDuration(now.as_us());
+        let mut counters = Vec::new();
         for (i, &e) in index.iter().enumerate() {
             let sched = world.get::<Scheduler>(e).expect("instance has a scheduler");
             let kv = world.get::<KvCache>(e).expect("instance has a KV cache");
@@ -884,6 +968,18 @@ impl Simulation {
             for seq in &sched.running {
                 counts.running += 1;
                 left.push(seq.finish(FinalState::Running, i as u32, None, None));
+            }
+            for seq in sched.handoff.iter().map(|h| &h.seq).chain(&sched.arrived) {
+                counts.running += 1;
+                left.push(seq.finish(FinalState::Running, i as u32, None, None));
+            }
+            for t in &sched.incoming {
+                counts.in_transit += 1;
+                left.push(
+                    t.handoff
+                        .seq
+                        .finish(FinalState::InTransit, i as u32, None, None),
+                );
             }
             for f in &sched.leaving {
                 counts.running += 1;
@@ -901,6 +997,7 @@ impl Simulation {
                 thrashed += c.thrashed;
             }
             let c = sched.counters;
+            counters.push(c);
             instances.push(InstanceSummary {
                 index: i as u32,
                 group: self.group_names[i].clone(),
@@ -930,7 +1027,7 @@ impl Simulation {
             })
             .collect();
         transit.sort_by_key(|f| f.spec.id);
-        counts.in_transit = transit.len() as u64;
+        counts.in_transit += transit.len() as u64;
         left.extend(transit);
 
         // A final pass of the Record system over the requests still in the system, as for
@@ -1046,6 +1143,11 @@ impl Simulation {
             },
             fitness: None,
             warnings: Vec::new(),
+            disaggregation: disaggregation_summary(
+                world.resource::<crate::disagg::Disagg>(),
+                &instances,
+                &counters,
+            ),
             tenants,
             slo_classes,
             kv: KvSummary {

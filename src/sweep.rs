@@ -63,9 +63,32 @@ pub fn parse_axis(arg: &str) -> Result<Axis, String> {
             "--vary {arg}: the values must be a bracketed list, {example}"
         ));
     };
-    let mut values = Vec::new();
+    let mut values: Vec<String> = split_top(inner).into_iter().map(String::from).collect();
+    if values.last().is_some_and(String::is_empty) {
+        values.pop(); // a trailing comma
+    }
+    if values.is_empty() || values.iter().any(String::is_empty) {
+        return Err(format!(
+            "--vary {arg}: every value must be non-empty and there must be at least one, {example}"
+        ));
+    }
+    let axis = Axis {
+        path: path.trim().to_string(),
+        values,
+    };
+    // Linked paths: every value must be a tuple with one element per path.
+    for v in &axis.values {
+        axis.assignments(v)
+            .map_err(|e| format!("--vary {arg}: {e}"))?;
+    }
+    Ok(axis)
+}
+
+/// Splits `text` at top-level commas (not inside brackets, parentheses or strings).
+fn split_top(text: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
     let (mut depth, mut start, mut quote) = (0i32, 0usize, None::<u8>);
-    let bytes = inner.as_bytes();
+    let bytes = text.as_bytes();
     let mut i = 0;
     while i < bytes.len() {
         let c = bytes[i];
@@ -78,7 +101,7 @@ pub fn parse_axis(arg: &str) -> Result<Axis, String> {
                 b'(' | b'[' | b'{' => depth += 1,
                 b')' | b']' | b'}' => depth -= 1,
                 b',' if depth == 0 => {
-                    values.push(inner[start..i].trim().to_string());
+                    parts.push(text[start..i].trim());
                     start = i + 1;
                 }
                 _ => {}
@@ -86,19 +109,37 @@ pub fn parse_axis(arg: &str) -> Result<Axis, String> {
         }
         i += 1;
     }
-    let last = inner[start..].trim();
-    if !last.is_empty() {
-        values.push(last.to_string());
+    parts.push(text[start..].trim());
+    parts
+}
+
+impl Axis {
+    /// The field assignments of one of this axis's values. An axis over several linked paths
+    /// (`a,b=[(1,2),(3,4)]`) sets each path to its element of the value's tuple, so fields
+    /// that only make sense together vary together.
+    pub fn assignments(&self, value: &str) -> Result<Vec<(String, String)>, String> {
+        let paths = split_top(&self.path);
+        if paths.len() == 1 {
+            return Ok(vec![(self.path.clone(), value.to_string())]);
+        }
+        let parts = value
+            .strip_prefix('(')
+            .and_then(|v| v.strip_suffix(')'))
+            .map(split_top)
+            .filter(|p| p.len() == paths.len() && p.iter().all(|x| !x.is_empty()))
+            .ok_or_else(|| {
+                format!(
+                    "{value} must be a tuple of {} values, one per linked path, e.g. ({})",
+                    paths.len(),
+                    vec!["…"; paths.len()].join(", ")
+                )
+            })?;
+        Ok(paths
+            .iter()
+            .zip(parts)
+            .map(|(p, v)| (p.to_string(), v.to_string()))
+            .collect())
     }
-    if values.is_empty() || values.iter().any(String::is_empty) {
-        return Err(format!(
-            "--vary {arg}: every value must be non-empty and there must be at least one, {example}"
-        ));
-    }
-    Ok(Axis {
-        path: path.trim().to_string(),
-        values,
-    })
 }
 
 /// Parses `I/N` (0 ≤ I < N).
@@ -150,12 +191,9 @@ impl Plan {
     /// The overrides of one point: the `--set`s, then its values.
     pub fn overrides(&self, point: &Point) -> Vec<(String, String)> {
         let mut o = self.set.clone();
-        o.extend(
-            self.axes
-                .iter()
-                .zip(&point.values)
-                .map(|(a, v)| (a.path.clone(), v.clone())),
-        );
+        for (a, v) in self.axes.iter().zip(&point.values) {
+            o.extend(a.assignments(v).expect("checked when the axis was parsed"));
+        }
         o
     }
 
@@ -590,6 +628,31 @@ mod tests {
         assert!(parse_axis("x=[]").is_err());
         assert!(parse_axis("x=[1,,2]").is_err());
         assert!(parse_axis("nothing").is_err());
+    }
+
+    #[test]
+    fn linked_paths_vary_together() {
+        let a = parse_axis("g[0].role,g[0].count=[(Mixed, 2), (Prefill, 1)]").unwrap();
+        assert_eq!(a.values, vec!["(Mixed, 2)", "(Prefill, 1)"]);
+        assert_eq!(
+            a.assignments(&a.values[1]).unwrap(),
+            vec![
+                ("g[0].role".to_string(), "Prefill".to_string()),
+                ("g[0].count".to_string(), "1".to_string())
+            ]
+        );
+        let plan = Plan {
+            scenario: "s.ron".into(),
+            set: vec![],
+            axes: vec![a],
+            replicas: 1,
+            shard: (0, 1),
+        };
+        assert_eq!(plan.len(), 2, "one axis, not a product of its paths");
+        let e = parse_axis("a,b=[(1, 2), (3)]").unwrap_err();
+        assert!(e.contains("(3) must be a tuple of 2 values"), "{e}");
+        assert!(parse_axis("a,b=[(1, 2, 3)]").is_err());
+        assert!(parse_axis("a,b=[1]").is_err());
     }
 
     #[test]

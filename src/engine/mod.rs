@@ -60,6 +60,10 @@ pub enum SimSystems {
     Route,
     /// Requests join their instance's wait queue. Reads [`Due::enqueue`].
     Enqueue,
+    /// Prefill/decode disaggregation: prefilled requests are handed to decode instances and
+    /// their KV blocks sent; arrived ones join the decode instance. Reads [`Due::handoffs`]
+    /// and [`Due::transfers_done`].
+    Transfer,
     /// Free instances with work form their next batch (vLLM v1). Reads [`Due::batch`].
     Batch,
     /// The latency model prices each new batch; the step end is scheduled. Reads [`Due::execute`].
@@ -119,6 +123,10 @@ pub struct Due {
     pub ended_held: Vec<u32>,
     /// The driver's buffer of events popped for this tick (empty between ticks).
     pub popped: Vec<Event>,
+    /// Prefill instances with requests to hand to decode instances now (P/D).
+    pub handoffs: Vec<u32>,
+    /// Decode instances where a KV transfer ends now (P/D).
+    pub transfers_done: Vec<u32>,
 }
 
 /// Which sources hold part of an offline batch back (by source index), so the Record stage
@@ -140,6 +148,7 @@ impl Due {
             && self.session_turns.is_empty()
             && self.timeouts.is_empty()
             && self.releases.is_empty()
+            && self.transfers_done.is_empty()
     }
 
     fn push_event(&mut self, event: Event) {
@@ -154,6 +163,7 @@ impl Due {
             Event::Release { source } => self.releases.push(source),
             Event::PhaseEnd { instance } => self.phase_ends.push(instance),
             Event::Unpark => self.unpark = true,
+            Event::TransferDone { instance } => self.transfers_done.push(instance),
         }
     }
 }
@@ -299,6 +309,7 @@ impl Plugin for EnginePlugin {
                 SimStepFast,
                 (
                     SimSystems::Advance,
+                    SimSystems::Transfer,
                     SimSystems::Batch,
                     SimSystems::Execute,
                     SimSystems::Complete,
@@ -324,6 +335,7 @@ impl Plugin for EnginePlugin {
                     SimSystems::Route.run_if(|d: Res<Due>| !d.route.is_empty()),
                     SimSystems::Enqueue
                         .run_if(|d: Res<Due>| !d.enqueue.is_empty() || !d.timeouts.is_empty()),
+                    SimSystems::Transfer,
                     SimSystems::Batch.run_if(|d: Res<Due>| !d.batch.is_empty()),
                     SimSystems::Execute.run_if(|d: Res<Due>| !d.execute.is_empty()),
                     SimSystems::Complete.run_if(|d: Res<Due>| !d.complete.is_empty()),

@@ -35,6 +35,8 @@ pub enum Event {
     PhaseEnd { instance: u32 },
     /// An instance became routable outside the Advance stage: parked requests are routed.
     Unpark,
+    /// A KV transfer to decode instance `instance` ends (P/D disaggregation).
+    TransferDone { instance: u32 },
 }
 
 #[derive(Debug)]

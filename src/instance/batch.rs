@@ -100,6 +100,12 @@ pub(crate) fn form(
         if let Some(c) = kv.cpu.as_mut() {
             c.now_us = now.as_us();
         }
+        // P/D: requests whose KV arrived join the running batch (they hold their blocks, as
+        // vLLM's remote-KV requests do once their blocks are received), while there is room.
+        while !sched.arrived.is_empty() && sched.running.len() < limits.max_num_seqs as usize {
+            let seq = sched.arrived.pop_front().expect("not empty");
+            sched.running.push(seq);
+        }
         batcher.0.form(&mut sched, &mut kv, limits, now, ordering);
         debug_assert!(
             {

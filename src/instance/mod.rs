@@ -64,6 +64,8 @@ pub struct Limits {
     pub host_latency_us: f64,
     /// Wait-queue cap (`limits.max_waiting_per_instance`); `None` = unbounded.
     pub max_waiting: Option<u32>,
+    /// Mixed, prefill-only or decode-only (P/D disaggregation).
+    pub role: crate::scenario::Role,
 }
 
 /// Instance entities by index.
@@ -93,6 +95,10 @@ pub struct Seq {
     /// End of the micro-batch this request is in (pipeline parallelism): it cannot be
     /// scheduled again, nor preempted, before then.
     pub busy_until: SimTime,
+    /// Instance that produced the first output token.
+    pub prefill_instance: Option<u32>,
+    /// P/D: first token to KV ready on this (decode) instance.
+    pub kv_transfer: Option<SimDuration>,
 }
 
 impl Seq {
@@ -113,6 +119,8 @@ impl Seq {
             itl_count: 0,
             preemptions: 0,
             busy_until: SimTime::ZERO,
+            prefill_instance: None,
+            kv_transfer: None,
         }
     }
 
@@ -152,8 +160,36 @@ impl Seq {
             itl_sum: self.itl_sum,
             itl_count: self.itl_count,
             preemptions: self.preemptions,
+            prefill_instance: self.prefill_instance,
+            decode_instance: (self.generated > 1).then_some(instance),
+            kv_transfer: self.kv_transfer,
         }
     }
+}
+
+/// P/D, prefill side: a request whose prefill ended in a step, to hand to a decode
+/// instance at that step's end.
+#[derive(Clone, Debug)]
+pub struct Handoff {
+    /// Holds its KV blocks on the prefill instance until the transfer ends.
+    pub seq: Seq,
+    /// End of the step that produced its first token.
+    pub ready: SimTime,
+    /// Length of that step (layer-wise transfer overlaps it).
+    pub last_step: SimDuration,
+}
+
+/// P/D, decode side: a request on its way here, first waiting for KV room (in order), then
+/// in transfer until `done`.
+#[derive(Clone, Debug)]
+pub struct Incoming {
+    pub handoff: Handoff,
+    /// The prefill instance (whose blocks `handoff.seq.kv` are).
+    pub from: u32,
+    /// Blocks reserved here (empty while waiting for room).
+    pub reserved: SeqBlocks,
+    /// When its KV is all here (`None` while waiting for room).
+    pub done: Option<SimTime>,
 }
 
 /// One request's part in the batch being formed / executed.
@@ -182,6 +218,8 @@ pub struct InstanceCounters {
     pub peak_waiting: u64,
     /// Requests rejected because the wait queue was full.
     pub queue_full: u64,
+    /// P/D: requests handed to a decode instance after their prefill here.
+    pub handed_off: u64,
 }
 
 /// The scheduler state of an instance.
@@ -200,6 +238,8 @@ pub struct Scheduler {
     pub in_flight: VecDeque<SimTime>,
     /// End of the step being completed this tick (where its outcomes are stamped).
     pub step_done: SimTime,
+    /// Start of that step.
+    pub step_started: SimTime,
     /// Requests finished by steps in flight; each leaves at its `completed` time.
     pub leaving: Vec<FinishedRequest>,
     /// Already listed in [`Due::batch`] this tick.
@@ -213,22 +253,40 @@ pub struct Scheduler {
     pub unroutable: bool,
     /// Speed as a fraction of normal while warming up (steps take 1/x as long).
     pub warmup_speed: Option<f64>,
+    /// P/D, prefill side: requests whose prefill ends with a step in flight, in step order.
+    pub handoff: Vec<Handoff>,
+    /// P/D, prefill side: requests handed off whose KV blocks here are still being sent
+    /// (each is in its decode instance's `incoming`).
+    pub outbound: u32,
+    /// P/D, decode side: requests headed here, in hand-off order.
+    pub incoming: VecDeque<Incoming>,
+    /// P/D, decode side: requests whose KV is here, to join the running batch.
+    pub arrived: VecDeque<Seq>,
 }
 
 impl Scheduler {
     pub fn has_work(&self) -> bool {
-        !self.waiting.is_empty() || !self.running.is_empty()
+        !self.waiting.is_empty() || !self.running.is_empty() || !self.arrived.is_empty()
     }
 
     /// INV-8: an instance with work has a step in flight or a micro-batch that will free
-    /// some of its requests.
+    /// some of its requests, or waits for KV blocks a transfer is still sending.
     pub fn is_progressing(&self) -> bool {
-        !self.has_work() || self.step_end.is_some() || !self.in_flight.is_empty()
+        !self.has_work()
+            || self.step_end.is_some()
+            || !self.in_flight.is_empty()
+            || self.outbound > 0
     }
 
-    /// Requests on the instance that have not left (queued, running or leaving).
+    /// Requests on the instance that have not left (queued, running, leaving, handed off at
+    /// the next step end, or headed here from a prefill instance).
     pub fn resident(&self) -> usize {
-        self.waiting.len() + self.running.len() + self.leaving.len()
+        self.waiting.len()
+            + self.running.len()
+            + self.leaving.len()
+            + self.handoff.len()
+            + self.incoming.len()
+            + self.arrived.len()
     }
 }
 
@@ -287,7 +345,7 @@ pub(crate) fn refresh_view(view: &mut ClusterView, i: u32, sched: &Scheduler, kv
 }
 
 /// Lists instance `i` for batch formation this tick (once).
-fn list_for_batch(due: &mut Due, i: u32, sched: &mut Scheduler) {
+pub(crate) fn list_for_batch(due: &mut Due, i: u32, sched: &mut Scheduler) {
     if sched.step_end.is_none() && !sched.listed && sched.has_work() {
         sched.listed = true;
         due.batch.push(i);
@@ -393,6 +451,9 @@ pub(crate) fn retire(
             .leaving
             .partition_point(|f| f.completed.is_some_and(|c| c <= now));
         due.finished.extend(sched.leaving.drain(..due_now));
+        if sched.handoff.first().is_some_and(|h| h.ready <= now) {
+            due.handoffs.push(i);
+        }
         list_for_batch(due, i, sched);
     }
     finished.clear();
@@ -534,6 +595,37 @@ pub fn expire_requests(
             f.completed = None;
             f.e2e = None;
             f
+        } else if let Some(pos) = sched.handoff.iter().position(|h| h.seq.entity == entity) {
+            let mut h = sched.handoff.remove(pos);
+            kv.release(&mut h.seq.kv);
+            h.seq.finish(FinalState::TimedOut, i, None, None)
+        } else if let Some(pos) = sched.arrived.iter().position(|s| s.entity == entity) {
+            let mut seq = sched.arrived.remove(pos).expect("position is valid");
+            kv.release(&mut seq.kv);
+            seq.finish(FinalState::TimedOut, i, None, None)
+        } else if let Some(pos) = sched
+            .incoming
+            .iter()
+            .position(|x| x.handoff.seq.entity == entity)
+        {
+            // Cancelled on its way here: both ends free their blocks (the link time it was
+            // given stays used).
+            let mut x = sched.incoming.remove(pos).expect("position is valid");
+            kv.release(&mut x.reserved);
+            let slot = &mut view.instances[i as usize];
+            slot.in_flight = slot.in_flight.saturating_sub(1);
+            sched.counters.timed_out += 1;
+            refresh_view(&mut view, i, sched, &kv);
+            let (mut src, mut src_kv) = instances
+                .get_mut(index.0[x.from as usize])
+                .expect("instance entity exists for the whole run");
+            src_kv.release(&mut x.handoff.seq.kv);
+            src.outbound -= 1;
+            list_for_batch(due, x.from, &mut src);
+            refresh_view(&mut view, x.from, &src, &src_kv);
+            due.finished
+                .push(x.handoff.seq.finish(FinalState::TimedOut, i, None, None));
+            continue;
         } else {
             continue;
         };
@@ -642,6 +734,7 @@ mod tests {
                     host_block_us: 0.0,
                     host_latency_us: 0.0,
                     max_waiting: None,
+                    role: Default::default(),
                 },
                 schedulers::Batcher(Box::new(NoBatches)),
             ))

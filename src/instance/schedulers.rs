@@ -589,6 +589,7 @@ mod tests {
             host_block_us: 0.0,
             host_latency_us: 0.0,
             max_waiting: None,
+            role: Default::default(),
         }
     }
 

@@ -77,8 +77,10 @@ pub(crate) fn execute(
         } else {
             0
         };
-        if items.is_empty() && !sched.in_flight.is_empty() {
-            // Everything runnable is in the pipeline: wait for a micro-batch to finish.
+        if items.is_empty() && (!sched.in_flight.is_empty() || sched.outbound > 0) {
+            // Everything runnable is in the pipeline: wait for a micro-batch to finish. Or
+            // (P/D) the blocks the queue needs are still being sent: the transfer's end lists
+            // the instance again.
             continue;
         }
         // An empty batch (everything preempted this step) still takes 1 µs, so the
@@ -144,6 +146,7 @@ pub(crate) fn execute(
         let done = (now + total).max(sched.in_flight.back().map_or(SimTime::ZERO, |&t| t + stage));
         sched.step_end = Some(now + stage);
         sched.step_done = done;
+        sched.step_started = now;
         sched.in_flight.push_back(done);
         let c = &mut sched.counters;
         c.steps += 1;
@@ -189,14 +192,16 @@ pub(crate) fn complete(
 ) {
     let mut listed = std::mem::take(&mut due.complete);
     for &i in &listed {
-        let (mut sched, mut kv, latency, _, _) = instances
+        let (mut sched, mut kv, latency, limits, _) = instances
             .get_mut(index.0[i as usize])
             .expect("instance entity exists for the whole run");
+        let hands_off = limits.role == crate::scenario::Role::Prefill;
         let end = sched.step_done;
         let alpha2 = latency.0.output_token_overhead();
         let alpha1 = latency.0.post_decode_overhead();
         let sched = &mut *sched;
         let mut any_done = false;
+        let mut any_handoff = false;
         // Consecutive decodes share one sample value: count runs, not tokens.
         let mut run: Option<(u64, u64)> = None;
         for p in &sched.plan {
@@ -217,6 +222,7 @@ pub(crate) fn complete(
             seq.generated += 1;
             if seq.first_token.is_none() {
                 seq.first_token = Some(end);
+                seq.prefill_instance = Some(i);
                 seq.ttft = Some(end.since(seq.lifecycle.arrival) + alpha2);
             } else {
                 let sample = end.since(seq.last_token) + alpha2;
@@ -235,6 +241,8 @@ pub(crate) fn complete(
             if seq.generated >= seq.spec.output_tokens {
                 kv.release(&mut seq.kv);
                 any_done = true;
+            } else if hands_off {
+                any_handoff = true;
             }
         }
         if let Some((v, n)) = run {
@@ -258,6 +266,28 @@ pub(crate) fn complete(
                 leaving.push(seq.finish(FinalState::Completed, i, Some(end), e2e));
                 false
             });
+        }
+        if any_handoff {
+            // P/D: a prefill instance hands every request that has its first token (and
+            // needs more) to a decode instance at this step's end; its blocks stay here
+            // until the transfer ends.
+            let last_step = end.since(sched.step_started);
+            let Scheduler {
+                running,
+                handoff,
+                counters,
+                preemptions_at_completion: at_completion,
+                ..
+            } = sched;
+            for seq in running.extract_if(.., |s| s.generated >= 1) {
+                counters.handed_off += 1;
+                *at_completion = counters.preemptions;
+                handoff.push(super::Handoff {
+                    seq,
+                    ready: end,
+                    last_step,
+                });
+            }
         }
         refresh_view(view, i, sched, &kv);
         if let Some(msg) = super::watchdog(i, sched, &kv) {

@@ -13,8 +13,9 @@ mod summary;
 pub use histogram::Histogram;
 pub use percentile::Distribution;
 pub use summary::{
-    CostSummary, Fairness, GroupUsage, InstanceSummary, KvSummary, RequestCounts, RoutingSummary,
-    SliceSummary, SloSummary, Summary, Throughput, cov, fitness_term, jain,
+    CostSummary, DisaggSummary, Fairness, GroupUsage, InstanceSummary, KvSummary, PoolSummary,
+    RequestCounts, RoutingSummary, SliceSummary, SloSummary, Summary, Throughput, cov,
+    fitness_term, jain,
 };
 
 use std::fs::File;
@@ -48,7 +49,7 @@ impl bevy_app::Plugin for MetricsPlugin {
 }
 
 /// Column names of `requests.csv`, in order.
-pub const CSV_COLUMNS: [&str; 19] = [
+pub const CSV_COLUMNS: [&str; 22] = [
     "request_id",
     "client",
     "tenant",
@@ -68,6 +69,9 @@ pub const CSV_COLUMNS: [&str; 19] = [
     "mean_itl_ms",
     "preemptions",
     "completion_us",
+    "prefill_instance",
+    "decode_instance",
+    "kv_transfer_ms",
 ];
 
 /// INV-5 for one request that ended at `now`.
@@ -341,6 +345,14 @@ pub fn write_row<W: std::io::Write>(
             let _ = write!(s, "{}", t.as_us());
         }
     })?;
+    for i in [f.prefill_instance, f.decode_instance] {
+        field(w, &|s| {
+            if let Some(i) = i {
+                let _ = write!(s, "{i}");
+            }
+        })?;
+    }
+    field(w, &|s| ms(s, f.kv_transfer))?;
     w.write_record(None::<&[u8]>)
 }
 

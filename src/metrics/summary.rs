@@ -200,6 +200,45 @@ pub struct CostSummary {
     pub per_million_output_tokens: f64,
 }
 
+/// One pool of a disaggregated cluster: the instances of one role.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct PoolSummary {
+    /// `mixed`, `prefill` or `decode`.
+    pub role: String,
+    pub instances: u32,
+    /// Mean over the pool's instances of the fraction of the run spent executing steps.
+    pub busy_fraction: f64,
+    pub prefill_tokens: u64,
+    pub decode_tokens: u64,
+    /// Requests that finished on the pool.
+    pub completed: u64,
+    /// Requests handed to a decode instance after their prefill here.
+    pub handed_off: u64,
+}
+
+/// Prefill/decode disaggregation: pools and KV transfers (present only when the cluster
+/// has decode instances).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct DisaggSummary {
+    pub pools: Vec<PoolSummary>,
+    /// Transfers started (each moves one request's prompt KV).
+    pub transfers: u64,
+    pub transfer_gb: f64,
+    pub blocks_sent: u64,
+    /// Prompt blocks the decode instance already had (prefix hits there), not sent.
+    pub blocks_cached_on_decode: u64,
+    /// First token to KV ready on the decode instance (waits included), per arrived request.
+    pub transfer_ms: Distribution,
+    /// Reservation on the decode instance to the last byte (link queueing, latency, wire).
+    pub link_ms: Distribution,
+    /// First token to the decode-side KV reservation, per transfer started.
+    pub decode_kv_wait_ms: Distribution,
+    /// Transfers that waited for decode-side KV room at all.
+    pub waited_for_kv: u64,
+    /// Requests no decode instance could ever hold (dropped after their prefill).
+    pub dropped: u64,
+}
+
 /// Aggregates of a run (every latency in milliseconds).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Summary {
@@ -230,6 +269,9 @@ pub struct Summary {
     pub cost: CostSummary,
     pub tenants: Vec<SliceSummary>,
     pub slo_classes: Vec<SliceSummary>,
+    /// Prefill/decode disaggregation (only when the cluster has decode instances).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disaggregation: Option<DisaggSummary>,
     /// Plain-language diagnoses of outcomes worth a look (also printed on stderr).
     pub warnings: Vec<String>,
 }
@@ -324,6 +366,31 @@ impl Summary {
             self.fairness.jain_tenant_output_tokens,
             self.fairness.jain_instance_completed
         );
+        if let Some(d) = &self.disaggregation {
+            let _ = writeln!(
+                s,
+                "P/D: {} KV transfers, {:.3} GB; first token to KV on decode (ms) mean {}, p99 {}; {} waited for decode KV (wait p99 {} ms)",
+                d.transfers,
+                d.transfer_gb,
+                f(d.transfer_ms.mean),
+                f(d.transfer_ms.p99),
+                d.waited_for_kv,
+                f(d.decode_kv_wait_ms.p99)
+            );
+            let pools: Vec<String> = d
+                .pools
+                .iter()
+                .map(|p| {
+                    format!(
+                        "{} ×{} busy {:.1}%",
+                        p.role,
+                        p.instances,
+                        100.0 * p.busy_fraction
+                    )
+                })
+                .collect();
+            let _ = writeln!(s, "pools: {}", pools.join(", "));
+        }
         if let Some(fitness) = self.fitness {
             let _ = writeln!(s, "fitness: {fitness:.6}");
         }

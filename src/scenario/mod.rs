@@ -132,6 +132,36 @@ impl Default for LimitsSpec {
 #[serde(deny_unknown_fields)]
 pub struct ClusterSpec {
     pub groups: Vec<InstanceGroup>,
+    /// Prefill/decode disaggregation: a prefill instance streams each layer's KV to the decode
+    /// instance while its last prefill step still computes (LMCache / Mooncake layer-wise
+    /// transfer), so only the part that outlasts the step shows. Needs the link and the
+    /// destination blocks free when the step ends; otherwise the whole transfer follows it.
+    /// Default false (vLLM's NIXL connector sends after the prefill).
+    #[serde(default)]
+    pub kv_transfer_layerwise: bool,
+}
+
+/// What the instances of a group do (prefill/decode disaggregation).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Role {
+    /// Prefill and decode on the same instance (plain vLLM).
+    #[default]
+    Mixed,
+    /// Runs prompts only: after a request's first token its KV blocks go to a decode
+    /// instance (chosen by `policies.decode_routing`).
+    Prefill,
+    /// Receives prefilled requests and decodes them; never picked by `policies.routing`.
+    Decode,
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Mixed => "mixed",
+            Role::Prefill => "prefill",
+            Role::Decode => "decode",
+        }
+    }
 }
 
 /// `count` identical vLLM-style instances.
@@ -219,6 +249,25 @@ pub struct InstanceGroup {
     /// instances for the whole run.
     #[serde(default)]
     pub scaling: Option<ScalingSpec>,
+    /// `Mixed` (default), `Prefill` or `Decode` (prefill/decode disaggregation).
+    #[serde(default)]
+    pub role: Role,
+    /// KV transfer link of each GPU (P/D disaggregation), GB/s; an instance moves its KV
+    /// over its `tp × pp` GPUs' links in parallel. Default 50 (InfiniBand NDR 400 Gb/s, one
+    /// NIC per GPU as in a DGX H100).
+    #[serde(default = "default_kv_link")]
+    pub kv_link_gb_per_s: f64,
+    /// Fixed cost of one KV transfer (handshake, completion notice), µs. Default 50 (BLIS's
+    /// default).
+    #[serde(default = "default_kv_link_latency")]
+    pub kv_link_latency_us: f64,
+}
+
+fn default_kv_link() -> f64 {
+    50.0
+}
+fn default_kv_link_latency() -> f64 {
+    50.0
 }
 
 /// How an autoscaled group grows and shrinks. `count` is the number serving at t = 0.
@@ -403,6 +452,10 @@ pub struct PolicySpec {
     /// Routing policy. Default `round_robin`.
     pub routing: String,
     pub routing_params: BTreeMap<String, f64>,
+    /// Routing policy that picks the decode instance of a prefilled request (P/D
+    /// disaggregation; any routing policy, over `Decode` instances only). Default `least_kv`.
+    pub decode_routing: String,
+    pub decode_routing_params: BTreeMap<String, f64>,
     /// Autoscaling policy. Default `static`.
     pub autoscale: String,
     pub autoscale_params: BTreeMap<String, f64>,
@@ -427,6 +480,8 @@ impl Default for PolicySpec {
             preemption: PreemptionOrder::Tail,
             routing: "round_robin".into(),
             routing_params: BTreeMap::new(),
+            decode_routing: "least_kv".into(),
+            decode_routing_params: BTreeMap::new(),
             autoscale: "static".into(),
             autoscale_params: BTreeMap::new(),
             admission_latency_us: 0,

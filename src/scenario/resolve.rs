@@ -25,6 +25,11 @@ pub struct ResolvedGroup {
     pub pp_bytes_per_token: f64,
     /// CPU offload tier: (blocks, µs per block transferred, fixed µs per step with transfers).
     pub cpu_tier: Option<(u32, f64, f64)>,
+    /// KV bytes of one token over the whole model (every layer and KV head; MLA: one
+    /// compressed row per layer): what a P/D transfer moves. 0 without a model.
+    pub kv_bytes_per_token: f64,
+    /// Layers of the model (1 without one), for layer-wise KV transfer.
+    pub layers: u32,
 }
 
 fn looks_like_path(s: &str) -> bool {
@@ -438,6 +443,10 @@ pub fn resolve_group(
     }
     Ok(ResolvedGroup {
         cpu_tier,
+        kv_bytes_per_token: model
+            .as_ref()
+            .map_or(0.0, |m| crate::model::kv_bytes_per_token(m, 1, 1)),
+        layers: model.as_ref().map_or(1, |m| m.layers.max(1)),
         pp_bytes_per_token: model
             .as_ref()
             .map_or(0.0, |m| f64::from(m.hidden) * m.act_bytes),

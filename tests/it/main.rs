@@ -7,6 +7,7 @@ mod cli;
 mod common;
 mod conformance;
 mod control;
+mod disagg;
 mod fidelity;
 mod golden;
 mod hand;

@@ -1,0 +1,389 @@
+//! Prefill/decode disaggregation ([`SimSystems::Transfer`]): DistServe, Splitwise, vLLM/llm-d
+//! P/D and Mooncake run prompts and decoding on separate pools and move each request's KV
+//! cache between them.
+//!
+//! A request is routed (by `policies.routing`) to a `Prefill` or `Mixed` instance. On a
+//! prefill instance its prompt runs as usual (chunked); the step that produces its first token
+//! ends its stay: TTFT is stamped there, as vLLM P/D reports it. At that step's end
+//! [`transfer_kv`]:
+//! 1. picks a decode instance with `policies.decode_routing` (any routing policy, over the
+//!    routable `Decode` instances);
+//! 2. queues the request there; in hand-off order, each reserves its prompt's blocks on the
+//!    decode instance (prefix hits there need not be sent, as vLLM's NIXL connector reads
+//!    only the blocks the decode side lacks). No room: it waits, head of line, and the wait
+//!    is counted (`decode_kv_wait_ms`); nothing is dropped;
+//! 3. sends the blocks: `bytes = blocks × block_size × KV bytes per token` (every layer and
+//!    KV head of the model, at its dtype). The data starts `kv_link_latency_us` after the
+//!    reservation, once both the source's and the destination's link are free, and flows at
+//!    the slower end's rate (`kv_link_gb_per_s` × the instance's `tp × pp` GPUs, each with
+//!    its own NIC): **per-NIC FIFO**. A link carries one transfer's data at a time, in the
+//!    order they were started. A transfer engine pulls one request's blocks at full rate;
+//!    FIFO drains a burst in the same total time as fair sharing but finishes the first
+//!    requests sooner, and every time is exact to hand-compute (BLIS instead divides the
+//!    bandwidth by the transfers active at the start and never rebalances).
+//!    With `cluster.kv_transfer_layerwise` a transfer that starts the moment the prefill
+//!    step ends streamed each layer during that step: only
+//!    `max(wire / L, wire − step × (L − 1) / L)` of its `wire` time is left;
+//! 4. when the last byte lands the prefill instance frees its blocks; the request joins the
+//!    decode instance's running batch at its next step (while `max_num_seqs` allows), with
+//!    its prompt's KV in place, and decodes there. The transfer shows in its second token's
+//!    ITL and in E2E.
+//!
+//! Requests in transit count on their decode instance (`in_flight` in the routers' view, and
+//! INV-1). Per request: `prefill_instance`, `decode_instance`, `kv_transfer_ms` in
+//! `requests.csv`; per run: `disaggregation` in `summary.json`.
+//!
+//! [`SimSystems::Transfer`]: crate::SimSystems::Transfer
+
+use bevy_ecs::prelude::*;
+
+use crate::engine::{ClusterView, Due, Event, EventQueue, SimClock, SimStep, SimStepFast};
+use crate::engine::{InstanceSnapshot, SimSystems};
+use crate::instance::{Handoff, Incoming, InstanceIndex, Instances, list_for_batch, refresh_view};
+use crate::metrics::Histogram;
+use crate::policy::{PrefixProbe, RouterView, RoutingPolicy};
+use crate::request::{AssignedTo, FinalState, PromptContent};
+use crate::scenario::Role;
+use crate::time::{SimDuration, SimTime};
+
+/// The decode-side routing policy (`policies.decode_routing`).
+#[derive(Resource)]
+pub struct ActiveDecodeRouting(pub Box<dyn RoutingPolicy>);
+
+/// One instance's end of the KV transfer fabric.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KvLink {
+    pub role: Role,
+    /// Bytes per µs over all the instance's GPUs.
+    pub bytes_per_us: f64,
+    pub latency: SimDuration,
+    /// KV bytes of one token of the model (all layers and KV heads).
+    pub bytes_per_token: f64,
+    pub layers: u32,
+}
+
+/// Prefill/decode disaggregation: the instances' links and roles, and the transfers' state.
+#[derive(Resource, Debug, Default)]
+pub struct Disagg {
+    /// True when the cluster has decode instances.
+    pub enabled: bool,
+    pub layerwise: bool,
+    /// By instance index.
+    pub links: Vec<KvLink>,
+    /// When each instance's link is next free to send / to receive.
+    pub send_free: Vec<SimTime>,
+    pub recv_free: Vec<SimTime>,
+    /// Decode instances whose head incoming request waits for KV room.
+    pub blocked: Vec<u32>,
+    /// Hand-offs that found no routable decode instance (retried when one becomes routable).
+    pub unrouted: Vec<(u32, Handoff)>,
+    pub stats: TransferStats,
+}
+
+impl Disagg {
+    /// True when the Transfer stage has work this tick.
+    pub fn has_work(&self, due: &Due) -> bool {
+        self.enabled
+            && (!due.handoffs.is_empty()
+                || !due.transfers_done.is_empty()
+                || !self.blocked.is_empty()
+                || (due.unpark && !self.unrouted.is_empty()))
+    }
+
+    /// Role of instance `i`.
+    pub fn role(&self, i: u32) -> Role {
+        self.links.get(i as usize).map_or(Role::Mixed, |l| l.role)
+    }
+}
+
+/// Transfer statistics, for `summary.json`.
+#[derive(Debug, Default, Clone)]
+pub struct TransferStats {
+    pub transfers: u64,
+    pub bytes: f64,
+    pub blocks: u64,
+    /// Blocks the decode instance already had (prefix hits there), not sent.
+    pub blocks_cached: u64,
+    /// First token to KV ready on the decode instance (µs).
+    pub time: Histogram,
+    /// Reservation to last byte: the link's share (µs).
+    pub link_time: Histogram,
+    /// First token to a decode-side KV reservation (µs); `waited` of them waited at all.
+    pub kv_wait: Histogram,
+    pub waited: u64,
+    /// Requests whose decode instance could never hold them (dropped).
+    pub dropped: u64,
+}
+
+/// Prefill/decode disaggregation: [`transfer_kv`] in [`SimSystems::Transfer`] of both tick
+/// schedules (hand-offs happen at step ends). Empties `Due::handoffs` and
+/// `Due::transfers_done`; fills `batch` and, for requests no decode instance can hold,
+/// `finished`. Owns [`Disagg`]; the simulation builder fills it and [`ActiveDecodeRouting`].
+pub struct DisaggPlugin;
+
+impl bevy_app::Plugin for DisaggPlugin {
+    fn build(&self, app: &mut bevy_app::App) {
+        use bevy_ecs::schedule::ScheduleLabel;
+        app.init_resource::<Disagg>();
+        for label in [SimStep.intern(), SimStepFast.intern()] {
+            app.add_systems(
+                label,
+                transfer_kv
+                    .in_set(SimSystems::Transfer)
+                    .run_if(|d: Res<Due>, x: Res<Disagg>| x.has_work(&d)),
+            );
+        }
+    }
+}
+
+/// The decode instances' real caches, for prefix-aware decode routing.
+struct Probe<'a, 'w, 's> {
+    index: &'a InstanceIndex,
+    instances: &'a Instances<'w, 's>,
+}
+
+impl PrefixProbe for Probe<'_, '_, '_> {
+    fn cached_blocks(&self, instance: u32, content: &PromptContent, input: u32) -> u32 {
+        self.index
+            .0
+            .get(instance as usize)
+            .and_then(|&e| self.instances.get(e).ok())
+            .map_or(0, |(_, kv, ..)| {
+                kv.cached_prefix_blocks(content, input, input)
+            })
+    }
+}
+
+/// Hands prefilled requests to decode instances, starts the KV transfers that have room,
+/// and moves the requests whose KV arrived onto their decode instance.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "a system's parameters are its signature"
+)]
+pub fn transfer_kv(
+    mut due: ResMut<Due>,
+    clock: Res<SimClock>,
+    index: Res<InstanceIndex>,
+    mut disagg: ResMut<Disagg>,
+    mut routing: ResMut<ActiveDecodeRouting>,
+    mut view: ResMut<ClusterView>,
+    mut queue: ResMut<EventQueue>,
+    mut assigned: Query<&mut AssignedTo>,
+    mut decode_view: Local<Vec<InstanceSnapshot>>,
+    mut ready: Local<Vec<(u32, Handoff)>>,
+    mut instances: Instances,
+) {
+    let now = clock.now;
+    let due = &mut *due;
+    let x = &mut *disagg;
+    arrive(due, now, &index, x, &mut view, &mut instances);
+
+    // Hand-offs due now, by prefill instance, then those that waited for a decode instance.
+    let mut from = std::mem::take(&mut due.handoffs);
+    from.sort_unstable();
+    from.dedup();
+    for &p in &from {
+        let (mut sched, ..) = instances
+            .get_mut(index.0[p as usize])
+            .expect("instance entity exists for the whole run");
+        let n = sched.handoff.partition_point(|h| h.ready <= now);
+        sched.outbound += n as u32;
+        ready.extend(sched.handoff.drain(..n).map(|h| (p, h)));
+    }
+    from.clear();
+    due.handoffs = from;
+    if due.unpark {
+        ready.extend(x.unrouted.drain(..));
+    }
+    let block_size = index
+        .0
+        .first()
+        .and_then(|&e| instances.get(e).ok())
+        .map_or(16, |(_, kv, ..)| kv.block_size());
+    for (p, h) in ready.drain(..) {
+        decode_view.clear();
+        decode_view.extend(view.instances.iter().map(|s| InstanceSnapshot {
+            routable: s.routable && x.role(s.index) == Role::Decode,
+            ..*s
+        }));
+        let probe = Probe {
+            index: &index,
+            instances: &instances,
+        };
+        let rv = RouterView {
+            instances: &decode_view,
+            probe: &probe,
+            block_size,
+        };
+        let Some(d) = routing.0.choose(&h.seq.spec, now, &rv) else {
+            // No decode instance is up (scaled to zero): wait for one.
+            x.unrouted.push((p, h));
+            due.cold_start = true;
+            continue;
+        };
+        let servable = {
+            let (_, kv, _, limits, _) = instances
+                .get(index.0[d as usize])
+                .expect("instance entity exists for the whole run");
+            crate::instance::servable(&h.seq.spec, kv, limits)
+        };
+        if !servable {
+            let (mut sched, mut kv, ..) = instances
+                .get_mut(index.0[p as usize])
+                .expect("instance entity exists for the whole run");
+            let mut seq = h.seq;
+            kv.release(&mut seq.kv);
+            sched.outbound -= 1;
+            sched.counters.dropped += 1;
+            x.stats.dropped += 1;
+            due.finished
+                .push(seq.finish(FinalState::Dropped, p, None, None));
+            list_for_batch(due, p, &mut sched);
+            refresh_view(&mut view, p, &sched, &kv);
+            continue;
+        }
+        if let Ok(mut a) = assigned.get_mut(h.seq.entity) {
+            a.0 = d;
+        }
+        view.instances[d as usize].in_flight += 1;
+        let (mut sched, ..) = instances
+            .get_mut(index.0[d as usize])
+            .expect("instance entity exists for the whole run");
+        sched.incoming.push_back(Incoming {
+            handoff: h,
+            from: p,
+            reserved: Default::default(),
+            done: None,
+        });
+        if !x.blocked.contains(&d) {
+            x.blocked.push(d);
+        }
+    }
+    start_transfers(now, &index, x, &mut view, &mut queue, &mut instances);
+}
+
+/// Requests whose KV landed now: the prefill instance frees its blocks, the decode instance
+/// takes the request.
+fn arrive(
+    due: &mut Due,
+    now: SimTime,
+    index: &InstanceIndex,
+    x: &mut Disagg,
+    view: &mut ClusterView,
+    instances: &mut Instances,
+) {
+    let mut done = std::mem::take(&mut due.transfers_done);
+    done.sort_unstable();
+    done.dedup();
+    for &d in &done {
+        loop {
+            let (mut sched, mut kv, ..) = instances
+                .get_mut(index.0[d as usize])
+                .expect("instance entity exists for the whole run");
+            let Some(pos) = sched
+                .incoming
+                .iter()
+                .position(|t| t.done.is_some_and(|t| t <= now))
+            else {
+                break;
+            };
+            let t = sched.incoming.remove(pos).expect("position is valid");
+            let mut seq = t.handoff.seq;
+            let mut src_blocks = std::mem::replace(&mut seq.kv, t.reserved);
+            // The prompt's blocks are now computed here: later requests may hit them.
+            kv.register_full_blocks(
+                &mut seq.kv,
+                &seq.spec.content,
+                seq.spec.input_tokens,
+                seq.progress,
+            );
+            let took = now.since(t.handoff.ready);
+            seq.kv_transfer = Some(took);
+            x.stats.time.record(took.as_us());
+            sched.arrived.push_back(seq);
+            let slot = &mut view.instances[d as usize];
+            slot.in_flight = slot.in_flight.saturating_sub(1);
+            list_for_batch(due, d, &mut sched);
+            refresh_view(view, d, &sched, &kv);
+            let (mut src, mut src_kv, ..) = instances
+                .get_mut(index.0[t.from as usize])
+                .expect("instance entity exists for the whole run");
+            src_kv.release(&mut src_blocks);
+            src.outbound -= 1;
+            list_for_batch(due, t.from, &mut src);
+            refresh_view(view, t.from, &src, &src_kv);
+        }
+    }
+    done.clear();
+    due.transfers_done = done;
+}
+
+/// On every decode instance with requests waiting for KV room, reserves blocks in hand-off
+/// order and starts their transfers; the first that does not fit waits for the next try.
+fn start_transfers(
+    now: SimTime,
+    index: &InstanceIndex,
+    x: &mut Disagg,
+    view: &mut ClusterView,
+    queue: &mut EventQueue,
+    instances: &mut Instances,
+) {
+    x.blocked.sort_unstable();
+    let mut k = 0;
+    while k < x.blocked.len() {
+        let d = x.blocked[k];
+        let (mut sched, mut kv, ..) = instances
+            .get_mut(index.0[d as usize])
+            .expect("instance entity exists for the whole run");
+        let mut stuck = false;
+        let dst = x.links[d as usize];
+        for t in sched.incoming.iter_mut().filter(|t| t.done.is_none()) {
+            let spec = &t.handoff.seq.spec;
+            let input = spec.input_tokens;
+            let cached = kv.cached_prefix_blocks(&spec.content, input, input + 1);
+            // Not a prompt admission: the prefix hit rate counts prompts, decode-side hits
+            // are `blocks_cached_on_decode`.
+            let counted = (kv.hit_blocks, kv.miss_blocks);
+            let fits = kv.admit(&mut t.reserved, &spec.content, input, cached, input);
+            (kv.hit_blocks, kv.miss_blocks) = counted;
+            if !fits {
+                stuck = true;
+                break;
+            }
+            let src = x.links[t.from as usize];
+            let blocks = kv.blocks_for(input).saturating_sub(cached);
+            let bytes = f64::from(blocks) * f64::from(kv.block_size()) * src.bytes_per_token;
+            let mut wire = bytes / src.bytes_per_us.min(dst.bytes_per_us);
+            let latency = src.latency.max(dst.latency);
+            let earliest = now + latency;
+            let start = earliest
+                .max(x.send_free[t.from as usize])
+                .max(x.recv_free[d as usize]);
+            if x.layerwise && start == t.handoff.ready + latency {
+                let layers = f64::from(src.layers.max(1));
+                let step = t.handoff.last_step.as_us() as f64;
+                wire = (wire / layers).max(wire - step * (layers - 1.0) / layers);
+            }
+            let done = start + SimDuration::from_us_f64(wire.ceil());
+            x.send_free[t.from as usize] = done;
+            x.recv_free[d as usize] = done;
+            t.done = Some(done);
+            queue.push(done, Event::TransferDone { instance: d });
+            let s = &mut x.stats;
+            s.transfers += 1;
+            s.bytes += bytes;
+            s.blocks += u64::from(blocks);
+            s.blocks_cached += u64::from(cached);
+            let wait = now.since(t.handoff.ready);
+            s.kv_wait.record(wait.as_us());
+            s.waited += u64::from(wait > SimDuration::ZERO);
+            s.link_time.record(done.since(now).as_us());
+        }
+        refresh_view(view, d, &sched, &kv);
+        if stuck {
+            k += 1;
+        } else {
+            x.blocked.swap_remove(k);
+        }
+    }
+}

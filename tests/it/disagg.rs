@@ -1,0 +1,351 @@
+//! Prefill/decode disaggregation: hand-computed timelines, link contention, back-pressure,
+//! pools and determinism. Every run checks INV-1 (requests, including those in transfer) and
+//! INV-4 (every KV reference held by a request, on both pools) on every tick.
+
+use crate::common::{parse, run, run_keeping};
+
+/// Llama-3.1-8B KV per token: 32 layers × 2 (K, V) × 8 KV heads × 128 dims × 2 bytes.
+const KV_BYTES_PER_TOKEN: u64 = 32 * 2 * 8 * 128 * 2;
+
+/// `prefill` prefill and `decode` decode instances with a blackbox latency (α = 0,
+/// β = [1000, 1, 10]: a step is 1000 µs + 1 µs per prefill token + 10 µs per decode token).
+fn pd(prefill: u32, decode: u32, cluster: &str, workload: &str) -> String {
+    let group = |role: &str, count: u32| {
+        format!(
+            "(name: \"{}\", count: {count}, role: {role}, model: \"llama-3.1-8b-instruct\", kv_blocks: 1000,
+              latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 1.0, 10.0]))",
+            role.to_lowercase()
+        )
+    };
+    format!(
+        "(seed: 3, cluster: (groups: [{}, {}] {cluster}), workload: {workload})",
+        group("Prefill", prefill),
+        group("Decode", decode)
+    )
+}
+
+fn all_at_zero(count: u32, input: u32, output: u32) -> String {
+    format!(
+        "(clients: [(arrival: AllAtZero(count: {count}), input_tokens: Constant({input}), output_tokens: Constant({output}))])"
+    )
+}
+
+/// The scenario with the decode group's (the last group's) KV cache set to `blocks`.
+fn with_decode_blocks(text: &str, blocks: u32) -> String {
+    let at = text.rfind("kv_blocks: 1000").unwrap();
+    let mut text = text.to_string();
+    text.replace_range(
+        at..at + "kv_blocks: 1000".len(),
+        &format!("kv_blocks: {blocks}"),
+    );
+    text
+}
+
+/// µs to send `tokens` of KV over one 50 GB/s link (50,000 bytes/µs), rounded up.
+fn wire_us(tokens: u64, bytes_per_us: u64) -> u64 {
+    (tokens * KV_BYTES_PER_TOKEN).div_ceil(bytes_per_us)
+}
+
+#[test]
+fn a_lone_request_prefills_transfers_and_decodes_to_the_microsecond() {
+    let sc = parse(&pd(1, 1, "", &all_at_zero(1, 160, 3)));
+    let (s, rows) = run(&sc);
+    let r = &rows[0];
+    // Prefill step at 0: 1000 + 160 = 1160 µs; the first token is at 1160 (TTFT).
+    assert_eq!(r.us("ttft_ms"), 1160);
+    assert_eq!(r.u64("prefill_instance"), 0);
+    assert_eq!(r.u64("decode_instance"), 1);
+    assert_eq!(r.u64("instance"), 1, "it finished on the decode instance");
+    // 160 tokens = 10 blocks of 16: 20,971,520 bytes over 50,000 bytes/µs = 419.4 → 420 µs,
+    // after the 50 µs link latency: KV lands at 1160 + 50 + 420 = 1630.
+    let transfer = 50 + wire_us(160, 50_000);
+    assert_eq!(transfer, 470);
+    assert_eq!(r.us("kv_transfer_ms"), transfer);
+    // Two decode steps of 1000 + 10 µs: tokens at 2640 and 3650.
+    assert_eq!(r.u64("completion_us"), 1160 + 470 + 2 * 1010);
+    assert_eq!(r.us("e2e_ms"), 3650);
+    // ITL samples: 2640 − 1160 = 1480 (the transfer shows here), then 1010.
+    assert_eq!(r.us("mean_itl_ms"), (1480 + 1010) / 2);
+    let d = s
+        .disaggregation
+        .as_ref()
+        .expect("a P/D run reports its transfers");
+    assert_eq!(d.transfers, 1);
+    assert_eq!(d.blocks_sent, 10);
+    assert_eq!(d.transfer_gb, (160 * KV_BYTES_PER_TOKEN) as f64 / 1e9);
+    assert_eq!(d.transfer_ms.max, Some(0.47));
+    assert_eq!(d.waited_for_kv, 0);
+    let pools: Vec<(&str, u32, u64, u64)> = d
+        .pools
+        .iter()
+        .map(|p| (p.role.as_str(), p.instances, p.completed, p.handed_off))
+        .collect();
+    assert_eq!(pools, [("prefill", 1, 0, 1), ("decode", 1, 1, 0)]);
+    assert_eq!(s.instances[0].prefill_tokens, 160);
+    assert_eq!(s.instances[0].decode_tokens, 0);
+    assert_eq!(s.instances[1].decode_tokens, 2);
+}
+
+#[test]
+fn two_transfers_from_one_prefill_instance_queue_on_its_link() {
+    // A 1 GB/s link (1,000 bytes/µs): 10 blocks take 20,972 µs on the wire. The two requests
+    // prefill one after the other (first tokens at 1160 and 2320) and go to two decode
+    // instances (least_kv: the first has the first request's blocks reserved). The first is
+    // sent from 1210 to 22,182; the second reserves at 2320 but its data waits for the
+    // prefill instance's link: 22,182 to 43,154.
+    let text = pd(1, 2, "", &all_at_zero(2, 160, 2)).replace(
+        "kv_blocks: 1000,",
+        "kv_blocks: 1000, kv_link_gb_per_s: 1.0,",
+    );
+    let (s, rows) = run(&parse(&text));
+    let wire = wire_us(160, 1_000);
+    assert_eq!(wire, 20_972);
+    let ttft: Vec<u64> = rows.iter().map(|r| r.us("ttft_ms")).collect();
+    assert_eq!(ttft, [1160, 2320]);
+    let transfers: Vec<u64> = rows.iter().map(|r| r.us("kv_transfer_ms")).collect();
+    let second_done = 1160 + 50 + wire + wire;
+    assert_eq!(transfers, [50 + wire, second_done - 2320]);
+    let decode: Vec<u64> = rows.iter().map(|r| r.u64("decode_instance")).collect();
+    assert_eq!(decode, [1, 2], "one per decode instance");
+    let d = s.disaggregation.unwrap();
+    assert_eq!(
+        d.link_ms.max,
+        Some((second_done - 2320) as f64 / 1000.0),
+        "reservation to last byte"
+    );
+    assert_eq!(d.waited_for_kv, 0, "the link wait is not a KV wait");
+    // Each decodes its one remaining token in 1010 µs.
+    let done: Vec<u64> = rows.iter().map(|r| r.u64("completion_us")).collect();
+    assert_eq!(done, [1160 + 50 + wire + 1010, second_done + 1010]);
+}
+
+#[test]
+fn layerwise_transfer_hides_the_part_that_overlaps_the_last_prefill_step() {
+    // 1,600 tokens (100 blocks): the prefill step is 1000 + 1600 = 2600 µs; the wire time
+    // 209,715,200 / 50,000 = 4194.3 µs. Streamed over 32 layers during the step, what is
+    // left is max(4194.3/32, 4194.3 − 2600·31/32) = 1675.5 → 1676 µs after the latency.
+    let plain = parse(&pd(1, 1, "", &all_at_zero(1, 1600, 2)));
+    let layered = parse(&pd(
+        1,
+        1,
+        ", kv_transfer_layerwise: true",
+        &all_at_zero(1, 1600, 2),
+    ));
+    let wire = 1600.0 * KV_BYTES_PER_TOKEN as f64 / 50_000.0;
+    let left = (wire / 32.0).max(wire - 2600.0 * 31.0 / 32.0).ceil() as u64;
+    assert_eq!(left, 1676);
+    assert_eq!(
+        run(&plain).1[0].us("kv_transfer_ms"),
+        50 + wire.ceil() as u64
+    );
+    assert_eq!(run(&layered).1[0].us("kv_transfer_ms"), 50 + left);
+}
+
+#[test]
+fn link_bandwidth_and_latency_come_from_both_ends_and_scale_with_gpus() {
+    // The decode group's link is slower (10 GB/s per GPU) and farther (200 µs): the slower
+    // end sets the rate, the larger latency applies. With tp: 2 on both ends each instance
+    // has two such links.
+    let slow = ", kv_link_gb_per_s: 10.0, kv_link_latency_us: 200.0";
+    let sc = parse(
+        &pd(1, 1, "", &all_at_zero(1, 160, 2))
+            .replace("role: Decode,", &format!("role: Decode, tp: 2 {slow},"))
+            .replace("role: Prefill,", "role: Prefill, tp: 2,"),
+    );
+    let (_, rows) = run(&sc);
+    assert_eq!(rows[0].us("kv_transfer_ms"), 200 + wire_us(160, 2 * 10_000));
+}
+
+#[test]
+fn a_full_decode_instance_holds_transfers_back_and_counts_the_wait() {
+    // Decode KV of 30 blocks; each request needs 10 blocks for its prompt and grows to 13 by
+    // its last token (160 + 40 tokens): at most two fit at once, the others wait in order.
+    let text = pd(1, 1, "", &all_at_zero(8, 160, 40));
+    let sc = parse(&text);
+    let sc_small = parse(&with_decode_blocks(&text, 30));
+    let (big, big_rows) = run(&sc);
+    let (s, rows) = run(&sc_small);
+    assert_eq!(s.requests.completed, 8, "nothing is dropped");
+    let d = s.disaggregation.as_ref().unwrap();
+    assert!(d.waited_for_kv >= 5, "{} waited", d.waited_for_kv);
+    assert!(d.decode_kv_wait_ms.max.unwrap() > 10.0);
+    assert_eq!(big.disaggregation.as_ref().unwrap().waited_for_kv, 0);
+    // The waits show in the transfers, and requests still arrive on the decode side in
+    // hand-off order.
+    let slowest = rows.iter().map(|r| r.us("kv_transfer_ms")).max().unwrap();
+    let unhindered = big_rows
+        .iter()
+        .map(|r| r.us("kv_transfer_ms"))
+        .max()
+        .unwrap();
+    assert!(slowest > 5 * unhindered, "{slowest} vs {unhindered}");
+    let mut landed: Vec<(u64, u64)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r.u64("arrival_us") + r.us("ttft_ms") + r.us("kv_transfer_ms"),
+                r.u64("request_id"),
+            )
+        })
+        .collect();
+    landed.sort();
+    let order: Vec<u64> = landed.iter().map(|x| x.1).collect();
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{order:?}");
+}
+
+#[test]
+fn the_front_router_never_picks_a_decode_instance_and_every_request_is_disaggregated() {
+    let workload =
+        "(num_requests: 400, clients: [(rate_per_s: 40.0, input_tokens: Uniform(min: 16, max: 900),
+        output_tokens: Uniform(min: 1, max: 60), shared_prefix_tokens: 64, prefix_groups: 4)])";
+    let sc = parse(&pd(2, 3, "", workload).replace(
+        "(seed: 3,",
+        "(seed: 3, policies: (routing: \"least_loaded\", decode_routing: \"weighted\"),",
+    ));
+    let (s, rows) = run(&sc);
+    assert_eq!(s.requests.completed, 400);
+    for r in &rows {
+        assert!(r.u64("prefill_instance") < 2, "{:?}", r.0);
+        if r.u64("output_tokens") > 1 {
+            let d = r.u64("decode_instance");
+            assert!((2..5).contains(&d) && r.u64("instance") == d);
+            assert!(!r.str("kv_transfer_ms").is_empty());
+        } else {
+            // One token: done on the prefill instance, nothing to send.
+            assert_eq!(r.str("decode_instance"), "");
+            assert_eq!(r.str("kv_transfer_ms"), "");
+            assert_eq!(r.u64("instance"), r.u64("prefill_instance"));
+        }
+    }
+    let d = s.disaggregation.unwrap();
+    let multi = rows.iter().filter(|r| r.u64("output_tokens") > 1).count() as u64;
+    assert_eq!(d.transfers, multi);
+    assert!(
+        d.blocks_cached_on_decode > 0,
+        "shared prefixes are found on the decode side and not sent again"
+    );
+}
+
+#[test]
+fn mixed_instances_serve_beside_the_pools_and_runs_are_deterministic() {
+    let text = pd(1, 1, "", "(num_requests: 300, clients: [(rate_per_s: 30.0, input_tokens: Uniform(min: 16, max: 600), output_tokens: Uniform(min: 2, max: 50))])")
+        .replace(
+            "groups: [",
+            "groups: [(name: \"mixed\", count: 1, model: \"llama-3.1-8b-instruct\", kv_blocks: 1000, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 1.0, 10.0])), ",
+        )
+        .replace("(seed: 3,", "(seed: 3, policies: (routing: \"round_robin\"),");
+    let sc = parse(&text);
+    let (s, rows, a) = run_keeping(&sc);
+    let (_, _, b) = run_keeping(&sc);
+    for f in ["requests.csv", "summary.json", "timeseries.csv"] {
+        assert_eq!(
+            std::fs::read(a.path().join(f)).unwrap(),
+            std::fs::read(b.path().join(f)).unwrap(),
+            "{f} differs between two runs"
+        );
+    }
+    let on_mixed: Vec<_> = rows
+        .iter()
+        .filter(|r| r.u64("prefill_instance") == 0)
+        .collect();
+    assert_eq!(
+        on_mixed.len(),
+        150,
+        "round robin over the mixed and the prefill instance"
+    );
+    for r in on_mixed {
+        assert_eq!(
+            r.u64("decode_instance"),
+            0,
+            "a mixed instance decodes its own"
+        );
+        assert_eq!(r.str("kv_transfer_ms"), "");
+    }
+    let roles: Vec<&str> = s
+        .disaggregation
+        .as_ref()
+        .unwrap()
+        .pools
+        .iter()
+        .map(|p| p.role.as_str())
+        .collect();
+    assert_eq!(roles, ["prefill", "decode", "mixed"]);
+    let json = std::fs::read_to_string(a.path().join("summary.json")).unwrap();
+    assert!(json.contains("\"disaggregation\""));
+}
+
+#[test]
+fn a_cluster_without_decode_instances_reports_no_disaggregation() {
+    let sc = parse(
+        "(cluster: (groups: [(kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 1.0, 10.0]))]),
+          workload: (clients: [(arrival: AllAtZero(count: 2), input_tokens: Constant(32), output_tokens: Constant(3))]))",
+    );
+    let (s, rows, dir) = run_keeping(&sc);
+    assert!(s.disaggregation.is_none());
+    let json = std::fs::read_to_string(dir.path().join("summary.json")).unwrap();
+    assert!(!json.contains("disaggregation"));
+    for r in &rows {
+        assert_eq!(
+            (r.u64("prefill_instance"), r.u64("decode_instance")),
+            (0, 0)
+        );
+    }
+}
+
+#[test]
+fn timeouts_during_a_transfer_free_both_ends() {
+    // The decode instance holds two requests at once (30 blocks); the rest wait for KV and
+    // time out there or in transfer; their blocks on both pools are freed (INV-4 every tick).
+    let text = pd(
+        1,
+        1,
+        "",
+        "(clients: [(arrival: AllAtZero(count: 12), input_tokens: Constant(160), output_tokens: Constant(40), timeout_s: 0.06)])",
+    );
+    let (s, rows) = run(&parse(&with_decode_blocks(&text, 30)));
+    assert!(s.requests.timed_out > 0 && s.requests.completed > 0);
+    assert_eq!(s.requests.timed_out + s.requests.completed, 12);
+    let timed_out = |r: &&crate::common::Row| r.str("state") == "timed_out";
+    assert!(
+        rows.iter()
+            .filter(timed_out)
+            .any(|r| r.u64("instance") == 1 && r.str("kv_transfer_ms").is_empty()),
+        "some time out on their way to the decode instance"
+    );
+    assert!(
+        rows.iter()
+            .filter(timed_out)
+            .any(|r| r.u64("instance") == 1 && !r.str("kv_transfer_ms").is_empty()),
+        "some time out decoding"
+    );
+}
+
+#[test]
+fn bad_disaggregation_settings_are_reported_together() {
+    let app = servesim::default_app();
+    let catalog = app.world().resource::<servesim::policy::Catalog>();
+    let text = "(cluster: (groups: [
+            (role: Prefill, kv_blocks: 100, kv_link_gb_per_s: 0.0, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1.0, 0.0, 0.0])),
+            (role: Prefill, model: \"llama-3.1-8b-instruct\", block_size: 32, kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1.0, 0.0, 0.0])),
+        ]),
+        policies: (decode_routing: \"nope\"),
+        workload: (clients: [(input_tokens: Constant(8), output_tokens: Constant(2))]))";
+    let e = servesim::scenario::parse(text, "pd.ron", &[], catalog)
+        .unwrap_err()
+        .to_string();
+    for want in [
+        "cluster.groups[0].kv_link_gb_per_s",
+        "cluster.groups[0].model: a prefill group needs a model",
+        "cluster.groups[0].role: a prefill group needs a decode group",
+        "cluster.groups[1].block_size",
+    ] {
+        assert!(e.contains(want), "missing {want:?} in:\n{e}");
+    }
+    // The decode routing policy is checked once there are decode instances.
+    let text = text.replacen("(role: Prefill, model", "(role: Decode, model", 1);
+    let e = servesim::scenario::parse(&text, "pd.ron", &[], catalog)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("policies.decode_routing"), "{e}");
+    assert!(e.contains("unknown decode_routing policy \"nope\""), "{e}");
+}
