@@ -217,7 +217,7 @@ pub fn display_value(v: &str) -> &str {
 /// Every scalar of a summary, as dotted paths (arrays — instances, tenants, groups,
 /// warnings — and the per-reason rejection map left out so every point has the same
 /// columns).
-pub const METRICS: [&str; 59] = [
+pub const METRICS: [&str; 64] = [
     "requests.injected",
     "requests.completed",
     "requests.rejected",
@@ -277,6 +277,11 @@ pub const METRICS: [&str; 59] = [
     "ttft_ms.count",
     "e2e_ms.count",
     "itl_ms.count",
+    "disaggregation.transfers",
+    "disaggregation.transfer_ms.mean",
+    "disaggregation.transfer_ms.p99",
+    "disaggregation.decode_kv_wait_ms.p99",
+    "disaggregation.waited_for_kv",
 ];
 
 /// The metric columns of one summary, in [`METRICS`] order.
