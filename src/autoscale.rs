@@ -265,7 +265,9 @@ fn enter(c: &mut Ctx<'_>, t: &Timing, phase: Phase, queue: &mut EventQueue, i: u
     let now = c.now;
     if c.power.phase == Phase::Off && phase != Phase::Off {
         c.power.on_since = Some(now);
+        let events = c.kv.records_events();
         *c.kv = c.power.kv.build();
+        c.kv.record_events(events);
     }
     c.power.phase = phase;
     c.power.phase_end = None;
@@ -286,7 +288,14 @@ fn enter(c: &mut Ctx<'_>, t: &Timing, phase: Phase, queue: &mut EventQueue, i: u
     if phase == Phase::Off {
         c.power.on_since = None;
         // Its KV cache is dropped (and its memory freed).
+        let events = c.kv.records_events();
+        c.kv.note_cleared();
+        let cleared: Vec<_> = c.kv.take_events().collect();
         *c.kv = KvCache::new(0, c.power.kv.block_size);
+        c.kv.record_events(events);
+        for (kind, block) in cleared {
+            c.kv.note(kind, block);
+        }
     }
 }
 

@@ -41,8 +41,8 @@ use crate::engine::{ClusterView, Due, Event, EventQueue, SimClock, SimStep, SimS
 use crate::engine::{InstanceSnapshot, SimSystems};
 use crate::instance::{Handoff, Incoming, InstanceIndex, Instances, list_for_batch, refresh_view};
 use crate::metrics::Histogram;
-use crate::policy::{PrefixProbe, RouterView, RoutingPolicy};
-use crate::request::{AssignedTo, FinalState, PromptContent};
+use crate::policy::{RouterView, RoutingPolicy};
+use crate::request::{AssignedTo, FinalState};
 use crate::scenario::Role;
 use crate::time::{SimDuration, SimTime};
 
@@ -136,24 +136,6 @@ impl bevy_app::Plugin for DisaggPlugin {
     }
 }
 
-/// The decode instances' real caches, for prefix-aware decode routing.
-struct Probe<'a, 'w, 's> {
-    index: &'a InstanceIndex,
-    instances: &'a Instances<'w, 's>,
-}
-
-impl PrefixProbe for Probe<'_, '_, '_> {
-    fn cached_blocks(&self, instance: u32, content: &PromptContent, input: u32) -> u32 {
-        self.index
-            .0
-            .get(instance as usize)
-            .and_then(|&e| self.instances.get(e).ok())
-            .map_or(0, |(_, kv, ..)| {
-                kv.cached_prefix_blocks(content, input, input)
-            })
-    }
-}
-
 /// Hands prefilled requests to decode instances, starts the KV transfers that have room,
 /// and moves the requests whose KV arrived onto their decode instance.
 #[expect(
@@ -169,6 +151,7 @@ pub fn transfer_kv(
     mut view: ResMut<ClusterView>,
     mut queue: ResMut<EventQueue>,
     mut assigned: Query<&mut AssignedTo>,
+    cached: Res<crate::cluster::CachedBlocks>,
     mut decode_view: Local<Vec<InstanceSnapshot>>,
     mut ready: Local<Vec<(u32, Handoff)>>,
     mut instances: Instances,
@@ -195,24 +178,16 @@ pub fn transfer_kv(
     if due.unpark {
         ready.extend(x.unrouted.drain(..));
     }
-    let block_size = index
-        .0
-        .first()
-        .and_then(|&e| instances.get(e).ok())
-        .map_or(16, |(_, kv, ..)| kv.block_size());
+    let block_size = cached.block_size.max(1);
     for (p, h) in ready.drain(..) {
         decode_view.clear();
         decode_view.extend(view.instances.iter().map(|s| InstanceSnapshot {
             routable: s.routable && x.role(s.index) == Role::Decode,
             ..*s
         }));
-        let probe = Probe {
-            index: &index,
-            instances: &instances,
-        };
         let rv = RouterView {
             instances: &decode_view,
-            probe: &probe,
+            probe: &*cached,
             block_size,
         };
         let Some(d) = routing.0.choose(&h.seq.spec, now, &rv) else {
@@ -254,6 +229,7 @@ pub fn transfer_kv(
             from: p,
             reserved: Default::default(),
             done: None,
+            sent_from: 0,
         });
         if !x.blocked.contains(&d) {
             x.blocked.push(d);
@@ -290,6 +266,15 @@ fn arrive(
             let t = sched.incoming.remove(pos).expect("position is valid");
             let mut seq = t.handoff.seq;
             let mut src_blocks = std::mem::replace(&mut seq.kv, t.reserved);
+            if kv.records_events() {
+                let bs = kv.block_size();
+                let full =
+                    crate::kv::prompt_block_hashes(&seq.spec.content, seq.spec.input_tokens, bs);
+                let from = crate::kv::KvEventKind::Transferred { from: t.from };
+                for k in t.sent_from..kv.blocks_for(seq.spec.input_tokens) {
+                    kv.note(from, full.get(k as usize).copied().unwrap_or(0));
+                }
+            }
             // The prompt's blocks are now computed here: later requests may hit them.
             kv.register_full_blocks(
                 &mut seq.kv,
@@ -368,6 +353,7 @@ fn start_transfers(
             x.send_free[t.from as usize] = done;
             x.recv_free[d as usize] = done;
             t.done = Some(done);
+            t.sent_from = cached;
             queue.push(done, Event::TransferDone { instance: d });
             let s = &mut x.stats;
             s.transfers += 1;

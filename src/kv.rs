@@ -28,8 +28,58 @@ use std::hash::{BuildHasherDefault, Hasher};
 use bevy_ecs::prelude::*;
 
 use crate::request::PromptContent;
+use crate::time::SimTime;
 
 const NONE: u32 = u32::MAX;
+
+/// Where a cached block lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KvTier {
+    Gpu,
+    /// The CPU offload tier (`cpu_kv_blocks`).
+    Cpu,
+}
+
+/// What happened to a KV block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum KvEventKind {
+    /// A full prompt block computed (or received) here entered the GPU prefix cache.
+    Stored,
+    /// A cached block left a tier: on the GPU its slot was reused for other tokens; on the
+    /// CPU tier it was the least recently used when room was needed (or the instance was
+    /// turned off).
+    Evicted { tier: KvTier },
+    /// A block evicted from the GPU was copied to the CPU tier.
+    Offloaded,
+    /// A CPU-tier block was copied back into the GPU cache for a prefix hit.
+    Reloaded,
+    /// A block of a prefilled request arrived from prefill instance `from` (P/D). `block` is
+    /// 0 for a prompt's partial last block (only full blocks are content-addressed).
+    Transferred { from: u32 },
+}
+
+/// A block-level event of one instance's KV cache, as a Bevy [`Message`]: any system may
+/// read them with a `MessageReader<KvEvent>` in [`SimSystems::Observe`] (which runs every
+/// tick, after every stage that changes caches). Events are produced only while
+/// [`KvEvents`] is on (a prefix-aware router, `outputs.kv_events`, or your plugin turns it
+/// on); they keep the block table itself out of the ECS (a block is a `Vec` slot, not an
+/// entity: see the module docs).
+///
+/// [`SimSystems::Observe`]: crate::SimSystems::Observe
+#[derive(Message, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvEvent {
+    pub time: SimTime,
+    pub instance: u32,
+    /// Content id: the chained hash of the block's tokens (what prefix caching matches on).
+    pub block: u64,
+    pub kind: KvEventKind,
+}
+
+/// Whether instances record [`KvEvent`]s. Turn it on from your plugin with
+/// `app.insert_resource(KvEvents(true))`; the simulation also turns it on when a routing policy
+/// reads caches (`RoutingPolicy::wants_kv_events`) or the scenario sets `outputs.kv_events`.
+#[derive(Resource, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KvEvents(pub bool);
 
 /// Hasher for keys that are already uniformly mixed 64-bit hashes.
 #[derive(Default)]
@@ -212,6 +262,8 @@ pub struct KvCache {
     pub miss_blocks: u64,
     /// The CPU offload tier, if the instance has one.
     pub cpu: Option<CpuTier>,
+    /// Block events since the last [`KvCache::take_events`], while recording.
+    events: Option<Vec<(KvEventKind, u64)>>,
 }
 
 /// vLLM-style CPU offload tier: a prefix block evicted from the GPU is copied to host memory
@@ -312,7 +364,7 @@ impl CpuTier {
 
     /// Copies a block evicted from the GPU to the tier (the least recently used block makes
     /// room). A block already held is only refreshed.
-    fn offload(&mut self, hash: u64) {
+    fn offload(&mut self, hash: u64, events: &mut Option<Vec<(KvEventKind, u64)>>) {
         if self.capacity == 0 {
             return;
         }
@@ -334,21 +386,29 @@ impl CpuTier {
         } else {
             let victim = self.head;
             self.unlink(victim);
-            self.index.remove(&self.slots[victim as usize].hash);
+            let old = self.slots[victim as usize].hash;
+            self.index.remove(&old);
+            if let Some(e) = events.as_mut() {
+                e.push((KvEventKind::Evicted { tier: KvTier::Cpu }, old));
+            }
             victim
         };
         self.slots[i as usize].hash = hash;
         self.slots[i as usize].offloaded_at = self.now_us;
         self.index.insert(hash, i);
         self.push_tail(i);
+        if let Some(e) = events.as_mut() {
+            e.push((KvEventKind::Offloaded, hash));
+        }
         self.offloaded += 1;
         self.pending.0 += 1;
     }
 
-    /// Copies block `hash` back to the GPU (it stays on the CPU, most recently used).
-    fn reload(&mut self, hash: u64) {
+    /// Copies block `hash` back to the GPU (it stays on the CPU, most recently used); false
+    /// if the tier no longer holds it.
+    fn reload(&mut self, hash: u64) -> bool {
         let Some(&i) = self.index.get(&hash) else {
-            return;
+            return false;
         };
         if self
             .now_us
@@ -361,6 +421,7 @@ impl CpuTier {
         self.push_tail(i);
         self.reloaded += 1;
         self.pending.1 += 1;
+        true
     }
 
     /// Checks the LRU list against the index.
@@ -419,6 +480,62 @@ impl KvCache {
             hit_blocks: 0,
             miss_blocks: 0,
             cpu: None,
+            events: None,
+        }
+    }
+
+    /// Starts or stops recording block events ([`KvEvent`]).
+    pub fn record_events(&mut self, on: bool) {
+        if on != self.events.is_some() {
+            self.events = on.then(Vec::new);
+        }
+    }
+
+    /// True while recording block events.
+    pub fn records_events(&self) -> bool {
+        self.events.is_some()
+    }
+
+    /// Records an event (when recording).
+    pub fn note(&mut self, kind: KvEventKind, block: u64) {
+        if let Some(e) = self.events.as_mut() {
+            e.push((kind, block));
+        }
+    }
+
+    /// The events recorded since the last call, oldest first.
+    pub fn take_events(&mut self) -> impl Iterator<Item = (KvEventKind, u64)> + '_ {
+        self.events.iter_mut().flat_map(|e| e.drain(..))
+    }
+
+    /// Every cached block by content id and tier: the GPU's prefix-cached blocks (in use or
+    /// free), then the CPU tier's, least recently used first.
+    pub fn cached_by_tier(&self) -> Vec<(u64, KvTier)> {
+        let mut out: Vec<(u64, KvTier)> = self
+            .blocks
+            .iter()
+            .filter(|b| b.hash != 0)
+            .map(|b| (b.hash, KvTier::Gpu))
+            .collect();
+        if let Some(c) = &self.cpu {
+            let mut cur = c.head;
+            while cur != NONE {
+                let slot = &c.slots[cur as usize];
+                out.push((slot.hash, KvTier::Cpu));
+                cur = slot.next;
+            }
+        }
+        out
+    }
+
+    /// Records the eviction of every cached block on both tiers, before the cache is dropped
+    /// (an instance turned off).
+    pub fn note_cleared(&mut self) {
+        if self.events.is_none() {
+            return;
+        }
+        for (block, tier) in self.cached_by_tier() {
+            self.note(KvEventKind::Evicted { tier }, block);
         }
     }
 
@@ -555,9 +672,16 @@ impl KvCache {
                 None => {
                     let b = self.take_fresh();
                     self.index.insert(h, b, &mut self.blocks);
-                    if let Some(c) = self.cpu.as_mut() {
-                        c.reload(h);
-                    }
+                    // (Its CPU copy may have just made room for an earlier block of this
+                    // very admission: then nothing is reloaded, and the block counts as
+                    // stored.)
+                    let reloaded = self.cpu.as_mut().is_some_and(|c| c.reload(h));
+                    let kind = if reloaded {
+                        KvEventKind::Reloaded
+                    } else {
+                        KvEventKind::Stored
+                    };
+                    self.note(kind, h);
                     b
                 }
             };
@@ -611,6 +735,7 @@ impl KvCache {
             let b = seq.blocks[k as usize];
             if self.index.get(h, &self.blocks).is_none() {
                 self.index.insert(h, b, &mut self.blocks);
+                self.note(KvEventKind::Stored, h);
             }
             seq.last_hash = h;
             seq.hashed += 1;
@@ -755,10 +880,11 @@ impl KvCache {
         debug_assert!(b != NONE, "take_fresh on an empty free list");
         self.unlink(b);
         let evicted = self.blocks[b as usize].hash;
-        if evicted != 0
-            && let Some(c) = self.cpu.as_mut()
-        {
-            c.offload(evicted);
+        if evicted != 0 {
+            self.note(KvEventKind::Evicted { tier: KvTier::Gpu }, evicted);
+            if let Some(c) = self.cpu.as_mut() {
+                c.offload(evicted, &mut self.events);
+            }
         }
         let block = &mut self.blocks[b as usize];
         // Invalidates its index entry, if any (see the module docs).
@@ -872,13 +998,54 @@ mod tests {
     #[test]
     fn a_full_cpu_tier_drops_its_least_recently_used_block() {
         let mut t = CpuTier::new(2, 0);
-        t.offload(1);
-        t.offload(2);
-        t.offload(1); // refresh: 2 is now the oldest
-        t.offload(3);
+        let mut events = Some(Vec::new());
+        t.offload(1, &mut events);
+        t.offload(2, &mut events);
+        t.offload(1, &mut events); // refresh: 2 is now the oldest
+        t.offload(3, &mut events);
         assert!(t.contains(1) && t.contains(3) && !t.contains(2));
         assert_eq!(t.offloaded, 3);
         t.audit().unwrap();
+        let off = KvEventKind::Offloaded;
+        let dropped = KvEventKind::Evicted { tier: KvTier::Cpu };
+        assert_eq!(
+            events.unwrap(),
+            [(off, 1), (off, 2), (dropped, 2), (off, 3)],
+            "a refresh is no event; the victim's drop comes before the new block"
+        );
+    }
+
+    #[test]
+    fn a_cache_records_stores_and_evictions_only_while_asked() {
+        let mut kv = KvCache::new(2, 16);
+        let mut a = SeqBlocks::default();
+        assert!(kv.admit(&mut a, &content(1, 0, 7), 32, 0, 32));
+        kv.register_full_blocks(&mut a, &content(1, 0, 7), 32, 32);
+        assert_eq!(kv.take_events().count(), 0, "not recording");
+        kv.release(&mut a);
+        kv.record_events(true);
+        let mut b = SeqBlocks::default();
+        // Two fresh blocks: both cached blocks are reused (evicted), then b's stored.
+        assert!(kv.admit(&mut b, &content(2, 0, 7), 32, 0, 32));
+        kv.register_full_blocks(&mut b, &content(2, 0, 7), 32, 32);
+        let events: Vec<(KvEventKind, u64)> = kv.take_events().collect();
+        let gpu = KvEventKind::Evicted { tier: KvTier::Gpu };
+        let old = prompt_block_hashes(&content(1, 0, 7), 32, 16);
+        let new = prompt_block_hashes(&content(2, 0, 7), 32, 16);
+        assert_eq!(
+            events,
+            [
+                (gpu, old[1]),
+                (gpu, old[0]),
+                (KvEventKind::Stored, new[0]),
+                (KvEventKind::Stored, new[1])
+            ],
+            "release frees the tail first, so it is reused first"
+        );
+        kv.note_cleared();
+        let cleared: Vec<_> = kv.take_events().collect();
+        assert_eq!(cleared.len(), 2);
+        assert!(cleared.iter().all(|e| e.0 == gpu));
     }
 
     #[test]

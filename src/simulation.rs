@@ -576,6 +576,29 @@ impl Simulation {
             links,
             ..Default::default()
         });
+        // KV events: on when a router reads caches, the scenario counts them, or a plugin
+        // turned them on.
+        let kv_events = world.resource::<crate::kv::KvEvents>().0
+            || scenario.outputs.kv_events
+            || world.resource::<ActiveRouting>().0.wants_kv_events()
+            || world
+                .get_resource::<crate::disagg::ActiveDecodeRouting>()
+                .is_some_and(|r| r.0.wants_kv_events());
+        world.insert_resource(crate::kv::KvEvents(kv_events));
+        world.resource_mut::<metrics::KvEventTally>().on = scenario.outputs.kv_events;
+        if kv_events {
+            for &e in &index {
+                world
+                    .get_mut::<KvCache>(e)
+                    .expect("instance has a KV cache")
+                    .record_events(true);
+            }
+        }
+        world.insert_resource(crate::cluster::CachedBlocks {
+            per_instance: vec![Default::default(); index.len()],
+            block_size: scenario.cluster.groups.first().map_or(16, |g| g.block_size),
+            cursor: Default::default(),
+        });
         world.insert_resource(InstanceIndex(index));
         world.resource_mut::<RouterSnapshots>().stale = view.clone();
         world.insert_resource(ClusterView { instances: view });
@@ -1143,6 +1166,17 @@ impl Simulation {
             },
             fitness: None,
             warnings: Vec::new(),
+            kv_events: {
+                let t = world.resource::<metrics::KvEventTally>();
+                t.on.then(|| {
+                    (0..instances.len())
+                        .map(|i| metrics::KvEventCounts {
+                            instance: i as u32,
+                            ..t.per_instance.get(i).cloned().unwrap_or_default()
+                        })
+                        .collect()
+                })
+            },
             disaggregation: disaggregation_summary(
                 world.resource::<crate::disagg::Disagg>(),
                 &instances,

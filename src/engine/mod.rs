@@ -74,6 +74,9 @@ pub enum SimSystems {
     /// Autoscaling evaluations and cold starts. Reads [`Due::autoscale`] and
     /// [`Due::cold_start`].
     Autoscale,
+    /// Runs every tick, after every stage that changes state: read messages here (e.g.
+    /// `MessageReader<KvEvent>`, published at its start when KV events are on). No work list.
+    Observe,
     /// Per-request rows, aggregates; finished requests are despawned. Reads [`Due::finished`].
     Record,
     /// Invariant checks (with `--check-invariants` and in tests).
@@ -313,6 +316,7 @@ impl Plugin for EnginePlugin {
                     SimSystems::Batch,
                     SimSystems::Execute,
                     SimSystems::Complete,
+                    SimSystems::Observe,
                     SimSystems::Record.run_if(|d: Res<Due>| !d.finished.is_empty()),
                     SimSystems::Check,
                 )
@@ -340,6 +344,7 @@ impl Plugin for EnginePlugin {
                     SimSystems::Execute.run_if(|d: Res<Due>| !d.execute.is_empty()),
                     SimSystems::Complete.run_if(|d: Res<Due>| !d.complete.is_empty()),
                     SimSystems::Autoscale.run_if(|d: Res<Due>| d.autoscale || d.cold_start),
+                    SimSystems::Observe,
                     SimSystems::Record.run_if(|d: Res<Due>| !d.finished.is_empty()),
                     SimSystems::Check,
                 )

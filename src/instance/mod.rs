@@ -28,6 +28,7 @@ use std::collections::VecDeque;
 
 use bevy_app::{App, Plugin};
 use bevy_ecs::prelude::*;
+use bevy_ecs::schedule::ScheduleLabel;
 
 use crate::engine::{ClusterView, Due, SimClock, SimStep, SimStepFast, SimSystems};
 use crate::kv::{KvCache, SeqBlocks};
@@ -190,6 +191,8 @@ pub struct Incoming {
     pub reserved: SeqBlocks,
     /// When its KV is all here (`None` while waiting for room).
     pub done: Option<SimTime>,
+    /// First block sent (the ones before it were already cached here).
+    pub sent_from: u32,
 }
 
 /// One request's part in the batch being formed / executed.
@@ -637,12 +640,50 @@ pub fn expire_requests(
     due.timeouts = work;
 }
 
+/// Publishes the block events the instances recorded this tick as [`KvEvent`] messages
+/// (first in [`SimSystems::Observe`], only while [`KvEvents`] is on). Messages live for two
+/// ticks: a reader that runs every tick sees each once.
+///
+/// [`KvEvent`]: crate::kv::KvEvent
+/// [`KvEvents`]: crate::kv::KvEvents
+pub fn publish_kv_events(
+    clock: Res<SimClock>,
+    mut messages: ResMut<Messages<crate::kv::KvEvent>>,
+    mut instances: Query<(&Instance, &mut KvCache)>,
+) {
+    messages.update();
+    let now = clock.now;
+    for (inst, mut kv) in &mut instances {
+        if !kv.records_events() {
+            continue;
+        }
+        let instance = inst.index;
+        let kv = kv.bypass_change_detection();
+        messages.write_batch(kv.take_events().map(|(kind, block)| crate::kv::KvEvent {
+            time: now,
+            instance,
+            block,
+            kind,
+        }));
+    }
+}
+
 /// The instance stages.
 pub struct InstancePlugin;
 
 impl Plugin for InstancePlugin {
     fn build(&self, app: &mut App) {
         schedulers::register_builtins(app);
+        app.init_resource::<crate::kv::KvEvents>()
+            .add_message::<crate::kv::KvEvent>();
+        for label in [SimStep.intern(), SimStepFast.intern()] {
+            app.add_systems(
+                label,
+                publish_kv_events
+                    .in_set(SimSystems::Observe)
+                    .run_if(|on: Res<crate::kv::KvEvents>| on.0),
+            );
+        }
         app.init_resource::<InstanceIndex>().add_systems(
             SimStep,
             (

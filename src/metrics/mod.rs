@@ -13,8 +13,8 @@ mod summary;
 pub use histogram::Histogram;
 pub use percentile::Distribution;
 pub use summary::{
-    CostSummary, DisaggSummary, Fairness, GroupUsage, InstanceSummary, KvSummary, PoolSummary,
-    RequestCounts, RoutingSummary, SliceSummary, SloSummary, Summary, Throughput, cov,
+    CostSummary, DisaggSummary, Fairness, GroupUsage, InstanceSummary, KvEventCounts, KvSummary,
+    PoolSummary, RequestCounts, RoutingSummary, SliceSummary, SloSummary, Summary, Throughput, cov,
     fitness_term, jain,
 };
 
@@ -41,9 +41,49 @@ impl bevy_app::Plugin for MetricsPlugin {
         use crate::engine::{SimStep, SimStepFast, SimSystems};
         use bevy_ecs::schedule::ScheduleLabel;
         app.init_resource::<Aggregates>()
-            .init_resource::<RequestLog>();
+            .init_resource::<RequestLog>()
+            .init_resource::<KvEventTally>();
         for label in [SimStep.intern(), SimStepFast.intern()] {
             app.add_systems(label, record_finished.in_set(SimSystems::Record));
+            app.add_systems(
+                label,
+                count_kv_events
+                    .in_set(SimSystems::Observe)
+                    .after(crate::instance::publish_kv_events)
+                    .run_if(|t: Res<KvEventTally>| t.on),
+            );
+        }
+    }
+}
+
+/// KV block events per instance (`outputs.kv_events`), counted by [`count_kv_events`] from
+/// the [`KvEvent`](crate::kv::KvEvent) messages.
+#[derive(Resource, Debug, Default, Clone)]
+pub struct KvEventTally {
+    pub on: bool,
+    pub per_instance: Vec<KvEventCounts>,
+    /// Shared by the system's copies in both tick schedules (see `cluster::CachedBlocks`).
+    pub cursor: bevy_ecs::message::MessageCursor<crate::kv::KvEvent>,
+}
+
+/// Counts the KV events of the tick into [`KvEventTally`].
+pub fn count_kv_events(events: Res<Messages<crate::kv::KvEvent>>, mut tally: ResMut<KvEventTally>) {
+    use crate::kv::{KvEventKind, KvTier};
+    let tally = &mut *tally;
+    for e in tally.cursor.read(&events) {
+        let i = e.instance as usize;
+        if tally.per_instance.len() <= i {
+            tally.per_instance.resize_with(i + 1, Default::default);
+        }
+        let c = &mut tally.per_instance[i];
+        c.instance = e.instance;
+        match e.kind {
+            KvEventKind::Stored => c.stored += 1,
+            KvEventKind::Evicted { tier: KvTier::Gpu } => c.evicted += 1,
+            KvEventKind::Evicted { tier: KvTier::Cpu } => c.evicted_from_cpu += 1,
+            KvEventKind::Offloaded => c.offloaded += 1,
+            KvEventKind::Reloaded => c.reloaded += 1,
+            KvEventKind::Transferred { .. } => c.transferred_in += 1,
         }
     }
 }

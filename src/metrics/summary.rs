@@ -200,6 +200,23 @@ pub struct CostSummary {
     pub per_million_output_tokens: f64,
 }
 
+/// KV block events of one instance (`outputs.kv_events`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct KvEventCounts {
+    pub instance: u32,
+    /// Prompt blocks that entered the GPU prefix cache.
+    pub stored: u64,
+    /// Cached blocks whose GPU slot was reused.
+    pub evicted: u64,
+    /// Blocks copied to the CPU tier, and dropped from it.
+    pub offloaded: u64,
+    pub evicted_from_cpu: u64,
+    /// CPU-tier blocks copied back for a prefix hit.
+    pub reloaded: u64,
+    /// Blocks received from prefill instances (P/D).
+    pub transferred_in: u64,
+}
+
 /// One pool of a disaggregated cluster: the instances of one role.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct PoolSummary {
@@ -272,6 +289,9 @@ pub struct Summary {
     /// Prefill/decode disaggregation (only when the cluster has decode instances).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disaggregation: Option<DisaggSummary>,
+    /// KV block events per instance (only with `outputs.kv_events`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv_events: Option<Vec<KvEventCounts>>,
     /// Plain-language diagnoses of outcomes worth a look (also printed on stderr).
     pub warnings: Vec<String>,
 }

@@ -153,6 +153,13 @@ pub trait RoutingPolicy: Send + Sync + 'static {
     fn last_scores(&self) -> Option<&[ScoredCandidate]> {
         None
     }
+
+    /// True if the policy reads `view.probe` (the instances' caches). The probe answers from
+    /// the instances' KV events, so a policy that reads it turns them on; otherwise it
+    /// would see empty caches.
+    fn wants_kv_events(&self) -> bool {
+        false
+    }
 }
 
 /// A request's priority in instance queues (higher = served first by priority orders).

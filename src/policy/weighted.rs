@@ -111,6 +111,10 @@ fn min_max(values: &[f64], invert: bool) -> Vec<f64> {
 }
 
 impl RoutingPolicy for Weighted {
+    fn wants_kv_events(&self) -> bool {
+        self.weights[0] > 0.0 || self.weights[5] > 0.0
+    }
+
     fn choose(&mut self, r: &RequestSpec, _: SimTime, view: &RouterView<'_>) -> Option<u32> {
         self.decisions += 1;
         self.last_chosen.resize(view.instances.len(), None);

@@ -841,6 +841,10 @@ pub struct OutputSpec {
     pub timeline_request_sample: f64,
     /// Write `report.html` after the run (also `servesim run --report`). Default false.
     pub report_html: bool,
+    /// Record the instances' KV block events (stored, evicted, offloaded, reloaded,
+    /// transferred) and count them per instance in `summary.json` (`kv_events`). On anyway,
+    /// without the counts, when a routing policy reads caches. Default false.
+    pub kv_events: bool,
 }
 
 impl Default for OutputSpec {
@@ -859,6 +863,7 @@ impl Default for OutputSpec {
             timeline_window_s: None,
             timeline_request_sample: 1.0,
             report_html: false,
+            kv_events: false,
         }
     }
 }

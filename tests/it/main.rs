@@ -11,6 +11,7 @@ mod disagg;
 mod fidelity;
 mod golden;
 mod hand;
+mod kv_events;
 mod latency;
 mod observe;
 mod outputs;
