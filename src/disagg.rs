@@ -116,23 +116,29 @@ pub struct TransferStats {
 }
 
 /// Prefill/decode disaggregation: [`transfer_kv`] in [`SimSystems::Transfer`] of both tick
-/// schedules (hand-offs happen at step ends). Empties `Due::handoffs` and
-/// `Due::transfers_done`; fills `batch` and, for requests no decode instance can hold,
-/// `finished`. Owns [`Disagg`]; the simulation builder fills it and [`ActiveDecodeRouting`].
+/// schedules (hand-offs happen at step ends), added by [`schedule_transfers`] when the
+/// cluster has decode instances (a run checking for work it cannot have would pay for it on
+/// every tick). Empties `Due::handoffs` and `Due::transfers_done`; fills `batch` and, for
+/// requests no decode instance can hold, `finished`. Owns [`Disagg`]; the simulation builder
+/// fills it and [`ActiveDecodeRouting`].
 pub struct DisaggPlugin;
 
 impl bevy_app::Plugin for DisaggPlugin {
     fn build(&self, app: &mut bevy_app::App) {
-        use bevy_ecs::schedule::ScheduleLabel;
         app.init_resource::<Disagg>();
-        for label in [SimStep.intern(), SimStepFast.intern()] {
-            app.add_systems(
-                label,
-                transfer_kv
-                    .in_set(SimSystems::Transfer)
-                    .run_if(|d: Res<Due>, x: Res<Disagg>| x.has_work(&d)),
-            );
-        }
+    }
+}
+
+/// Adds [`transfer_kv`] to both tick schedules.
+pub fn schedule_transfers(app: &mut bevy_app::App) {
+    use bevy_ecs::schedule::ScheduleLabel;
+    for label in [SimStep.intern(), SimStepFast.intern()] {
+        app.add_systems(
+            label,
+            transfer_kv
+                .in_set(SimSystems::Transfer)
+                .run_if(|d: Res<Due>, x: Res<Disagg>| x.has_work(&d)),
+        );
     }
 }
 
@@ -151,7 +157,7 @@ pub fn transfer_kv(
     mut view: ResMut<ClusterView>,
     mut queue: ResMut<EventQueue>,
     mut assigned: Query<&mut AssignedTo>,
-    cached: Res<crate::cluster::CachedBlocks>,
+    cached: Res<crate::policy::CachedBlocks>,
     mut decode_view: Local<Vec<InstanceSnapshot>>,
     mut ready: Local<Vec<(u32, Handoff)>>,
     mut instances: Instances,

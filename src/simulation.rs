@@ -108,6 +108,33 @@ fn diagnose(s: &Summary, (blocks, block_size): (u32, u32)) -> Vec<String> {
     w
 }
 
+/// Adds the KV event systems to both tick schedules: `instance::publish_kv_events`, then the
+/// routers' index (`policy::index_kv_events`) and, with `count`, the per-instance tally
+/// (`metrics::count_kv_events`). A run without KV events schedules none of them.
+fn schedule_kv_events(app: &mut App, count: bool) {
+    use bevy_ecs::schedule::ScheduleLabel;
+    use instance::publish_kv_events;
+    for label in [SimStep.intern(), crate::engine::SimStepFast.intern()] {
+        app.add_systems(
+            label,
+            (
+                publish_kv_events.in_set(SimSystems::Observe),
+                crate::policy::index_kv_events
+                    .in_set(SimSystems::Observe)
+                    .after(publish_kv_events),
+            ),
+        );
+        if count {
+            app.add_systems(
+                label,
+                metrics::count_kv_events
+                    .in_set(SimSystems::Observe)
+                    .after(publish_kv_events),
+            );
+        }
+    }
+}
+
 /// Pools and KV transfers of a disaggregated cluster (`None` without decode instances).
 fn disaggregation_summary(
     d: &crate::disagg::Disagg,
@@ -594,7 +621,7 @@ impl Simulation {
                     .record_events(true);
             }
         }
-        world.insert_resource(crate::cluster::CachedBlocks {
+        world.insert_resource(crate::policy::CachedBlocks {
             per_instance: vec![Default::default(); index.len()],
             block_size: scenario.cluster.groups.first().map_or(16, |g| g.block_size),
             cursor: Default::default(),
@@ -759,6 +786,14 @@ impl Simulation {
             w.write_record(metrics::CSV_COLUMNS)
                 .map_err(|e| SimError::Invalid(format!("requests in memory: {e}")))?;
             world.resource_mut::<RequestLog>().memory = Some(w);
+        }
+        // Like the life-cycle systems below, these would cost a little every tick: only runs
+        // that use them pay for them.
+        if disaggregated {
+            crate::disagg::schedule_transfers(&mut app);
+        }
+        if kv_events {
+            schedule_kv_events(&mut app, scenario.outputs.kv_events);
         }
         if autoscaled {
             // The life-cycle systems cost a little every tick: only runs that scale pay it.

@@ -28,7 +28,6 @@ use std::collections::VecDeque;
 
 use bevy_app::{App, Plugin};
 use bevy_ecs::prelude::*;
-use bevy_ecs::schedule::ScheduleLabel;
 
 use crate::engine::{ClusterView, Due, SimClock, SimStep, SimStepFast, SimSystems};
 use crate::kv::{KvCache, SeqBlocks};
@@ -641,8 +640,9 @@ pub fn expire_requests(
 }
 
 /// Publishes the block events the instances recorded this tick as [`KvEvent`] messages
-/// (first in [`SimSystems::Observe`], only while [`KvEvents`] is on). Messages live for two
-/// ticks: a reader that runs every tick sees each once.
+/// (first in [`SimSystems::Observe`], scheduled by the simulation builder only while
+/// [`KvEvents`] is on). Messages live for two ticks: a reader that runs every tick sees each
+/// once.
 ///
 /// [`KvEvent`]: crate::kv::KvEvent
 /// [`KvEvents`]: crate::kv::KvEvents
@@ -676,14 +676,6 @@ impl Plugin for InstancePlugin {
         schedulers::register_builtins(app);
         app.init_resource::<crate::kv::KvEvents>()
             .add_message::<crate::kv::KvEvent>();
-        for label in [SimStep.intern(), SimStepFast.intern()] {
-            app.add_systems(
-                label,
-                publish_kv_events
-                    .in_set(SimSystems::Observe)
-                    .run_if(|on: Res<crate::kv::KvEvents>| on.0),
-            );
-        }
         app.init_resource::<InstanceIndex>().add_systems(
             SimStep,
             (

@@ -45,13 +45,6 @@ impl bevy_app::Plugin for MetricsPlugin {
             .init_resource::<KvEventTally>();
         for label in [SimStep.intern(), SimStepFast.intern()] {
             app.add_systems(label, record_finished.in_set(SimSystems::Record));
-            app.add_systems(
-                label,
-                count_kv_events
-                    .in_set(SimSystems::Observe)
-                    .after(crate::instance::publish_kv_events)
-                    .run_if(|t: Res<KvEventTally>| t.on),
-            );
         }
     }
 }
@@ -62,7 +55,7 @@ impl bevy_app::Plugin for MetricsPlugin {
 pub struct KvEventTally {
     pub on: bool,
     pub per_instance: Vec<KvEventCounts>,
-    /// Shared by the system's copies in both tick schedules (see `cluster::CachedBlocks`).
+    /// Shared by the system's copies in both tick schedules (see `policy::CachedBlocks`).
     pub cursor: bevy_ecs::message::MessageCursor<crate::kv::KvEvent>,
 }
 

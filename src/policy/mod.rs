@@ -10,6 +10,7 @@
 
 mod always_admit;
 mod always_busiest;
+mod cached_blocks;
 mod cost_escalation;
 mod least_kv;
 mod least_loaded;
@@ -30,6 +31,7 @@ mod token_bucket;
 pub mod weighted;
 
 pub use always_admit::AlwaysAdmit;
+pub use cached_blocks::{CachedBlocks, index_kv_events};
 pub use least_loaded::LeastLoaded;
 pub use priority::{Constant as ConstantPriority, default_class_priority};
 pub use queue_order::Fcfs;

@@ -5,9 +5,9 @@
 use std::collections::{BTreeMap, HashSet};
 
 use servesim::bevy_ecs::prelude::*;
-use servesim::cluster::CachedBlocks;
 use servesim::instance::Instance;
 use servesim::kv::{KvCache, KvEvent, KvEventKind, KvEvents, KvTier};
+use servesim::policy::CachedBlocks;
 use servesim::policy::Catalog;
 use servesim::{RunOptions, SimStep, SimSystems, Simulation};
 
@@ -53,7 +53,7 @@ fn the_routers_view_built_from_events_is_the_caches_on_every_tick() {
         SimStep,
         index_matches_caches
             .in_set(SimSystems::Observe)
-            .after(servesim::cluster::index_kv_events),
+            .after(servesim::policy::index_kv_events),
     );
     let sc = parse_with(&app, PREFIX_HEAVY);
     let s = Simulation::from_app(
@@ -90,7 +90,7 @@ fn instances_turned_off_and_on_report_their_caches_cleared() {
         SimStep,
         index_matches_caches
             .in_set(SimSystems::Observe)
-            .after(servesim::cluster::index_kv_events),
+            .after(servesim::policy::index_kv_events),
     );
     let sc = parse_with(
         &app,
