@@ -310,82 +310,60 @@ pub fn write_row<W: std::io::Write>(
     scratch: &mut String,
 ) -> csv::Result<()> {
     use std::fmt::Write as _;
-    let mut field = |w: &mut csv::Writer<W>, fill: &dyn Fn(&mut String)| {
-        scratch.clear();
-        fill(scratch);
-        w.write_field(scratch.as_bytes())
+    // Integers through itoa: core::fmt costs several hundred instructions a field, and a
+    // row is mostly integers.
+    let mut digits = itoa::Buffer::new();
+    let mut int = |w: &mut csv::Writer<W>, v: Option<u64>| match v {
+        Some(v) => w.write_field(digits.format(v)),
+        None => w.write_field(b""),
     };
-    let ms = |s: &mut String, d: Option<SimDuration>| {
-        if let Some(d) = d {
-            let _ = write!(s, "{}.{:03}", d.as_us() / 1000, d.as_us() % 1000);
-        }
+    // Milliseconds with exactly three decimals, from whole µs.
+    let mut whole_ms = itoa::Buffer::new();
+    let mut ms = |w: &mut csv::Writer<W>, d: Option<SimDuration>| {
+        let Some(d) = d else {
+            return w.write_field(b"");
+        };
+        let us = d.as_us();
+        let mut text = [0u8; 24];
+        let whole = whole_ms.format(us / 1000).as_bytes();
+        let n = whole.len();
+        text[..n].copy_from_slice(whole);
+        let frac = us % 1000;
+        text[n] = b'.';
+        text[n + 1] = b'0' + (frac / 100) as u8;
+        text[n + 2] = b'0' + (frac / 10 % 10) as u8;
+        text[n + 3] = b'0' + (frac % 10) as u8;
+        w.write_field(&text[..n + 4])
     };
     fn name(list: &[String], i: u32) -> &str {
         list.get(i as usize).map_or("", String::as_str)
     }
-    field(w, &|s| {
-        let _ = write!(s, "{}", f.spec.id);
-    })?;
-    field(w, &|s| {
-        let _ = write!(s, "{}", f.spec.client);
-    })?;
+    int(w, Some(f.spec.id))?;
+    int(w, Some(u64::from(f.spec.client)))?;
     w.write_field(name(&labels.tenants, f.spec.tenant))?;
     w.write_field(name(&labels.slo_classes, f.spec.slo_class))?;
-    field(w, &|s| {
-        if let Some(x) = f.spec.session {
-            let _ = write!(s, "{}", x.id);
-        }
-    })?;
-    field(w, &|s| {
-        if let Some(x) = f.spec.session {
-            let _ = write!(s, "{}", x.turn);
-        }
-    })?;
-    field(w, &|s| {
-        if let Some(i) = f.instance {
-            let _ = write!(s, "{i}");
-        }
-    })?;
+    int(w, f.spec.session.map(|x| x.id))?;
+    int(w, f.spec.session.map(|x| u64::from(x.turn)))?;
+    int(w, f.instance.map(u64::from))?;
     w.write_field(f.state.as_str())?;
-    field(w, &|s| {
-        let _ = write!(s, "{}", f.lifecycle.arrival.as_us());
-    })?;
-    field(w, &|s| {
-        let _ = write!(s, "{}", f.spec.input_tokens);
-    })?;
-    field(w, &|s| {
-        let _ = write!(s, "{}", f.spec.output_tokens);
-    })?;
-    field(w, &|s| {
-        let _ = write!(s, "{}", f.generated_tokens);
-    })?;
-    field(w, &|s| {
-        let _ = write!(s, "{}", f.cached_tokens);
-    })?;
-    field(w, &|s| ms(s, f.scheduling_delay()))?;
-    field(w, &|s| ms(s, f.ttft))?;
-    field(w, &|s| ms(s, f.e2e))?;
-    field(w, &|s| {
-        if let Some(us) = f.mean_itl() {
-            let _ = write!(s, "{:.3}", us / 1000.0);
-        }
-    })?;
-    field(w, &|s| {
-        let _ = write!(s, "{}", f.preemptions);
-    })?;
-    field(w, &|s| {
-        if let Some(t) = f.completed {
-            let _ = write!(s, "{}", t.as_us());
-        }
-    })?;
-    for i in [f.prefill_instance, f.decode_instance] {
-        field(w, &|s| {
-            if let Some(i) = i {
-                let _ = write!(s, "{i}");
-            }
-        })?;
+    int(w, Some(f.lifecycle.arrival.as_us()))?;
+    int(w, Some(u64::from(f.spec.input_tokens)))?;
+    int(w, Some(u64::from(f.spec.output_tokens)))?;
+    int(w, Some(u64::from(f.generated_tokens)))?;
+    int(w, Some(u64::from(f.cached_tokens)))?;
+    ms(w, f.scheduling_delay())?;
+    ms(w, f.ttft)?;
+    ms(w, f.e2e)?;
+    scratch.clear();
+    if let Some(us) = f.mean_itl() {
+        let _ = write!(scratch, "{:.3}", us / 1000.0);
     }
-    field(w, &|s| ms(s, f.kv_transfer))?;
+    w.write_field(scratch.as_bytes())?;
+    int(w, Some(u64::from(f.preemptions)))?;
+    int(w, f.completed.map(|t| t.as_us()))?;
+    int(w, f.prefill_instance.map(u64::from))?;
+    int(w, f.decode_instance.map(u64::from))?;
+    ms(w, f.kv_transfer)?;
     w.write_record(None::<&[u8]>)
 }
 
