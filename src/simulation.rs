@@ -833,6 +833,10 @@ impl Simulation {
                 fast.initialize(app.world_mut()).ok()?;
                 engine::fast_ticks_allowed(&schedule, &fast, &covered_systems()).then_some(fast)
             });
+        // Fast ticks may run on by themselves unless every tick must be seen.
+        let check = app.world().resource::<CheckInvariants>().0;
+        app.world_mut().resource_mut::<engine::FastLoop>().on =
+            fast.is_some() && !check && !kv_events && !disaggregated;
         let world = std::mem::take(app.world_mut());
         Ok(Simulation {
             world,
@@ -868,6 +872,10 @@ impl Simulation {
     /// Runs one tick; false when no event is left within the horizon.
     pub fn tick(&mut self) -> bool {
         let fast = self.fast.as_mut();
+        self.world.resource_mut::<engine::FastLoop>().until = self
+            .timeseries
+            .as_ref()
+            .map_or(SimTime::MAX, |ts| ts.next_sample());
         let Some(ts) = &mut self.timeseries else {
             return engine::tick_observed(&mut self.world, &mut self.schedule, fast, |_, _| {});
         };
@@ -914,7 +922,8 @@ impl Simulation {
     /// [`run`](Self::run), also saying which result files were written.
     pub fn run_reporting(mut self) -> Result<(Summary, OutputReport), SimError> {
         let interrupt = self.interrupt.clone();
-        let mut ticks = 0u32;
+        // Checked by simulated ticks (a fast tick may run several).
+        let (mut overload_at, mut progress_at) = (256u64, PROGRESS_EVERY);
         while self.tick() {
             if interrupt
                 .as_ref()
@@ -923,17 +932,19 @@ impl Simulation {
                 self.discard_outputs();
                 return Err(SimError::Interrupted(self.world.resource::<SimClock>().now));
             }
-            ticks = ticks.wrapping_add(1);
-            if ticks.is_multiple_of(256)
-                && let Some(msg) = self.overloaded()
-            {
-                self.discard_outputs();
-                return Err(SimError::Fault(msg));
+            let ticks = self.world.resource::<SimClock>().ticks;
+            if ticks >= overload_at {
+                overload_at = ticks + 256;
+                if let Some(msg) = self.overloaded() {
+                    self.discard_outputs();
+                    return Err(SimError::Fault(msg));
+                }
             }
-            if u64::from(ticks).is_multiple_of(PROGRESS_EVERY)
-                && let Some(hook) = &self.progress
-            {
-                (hook.0)(&self.progress_now());
+            if ticks >= progress_at {
+                progress_at = ticks + PROGRESS_EVERY;
+                if let Some(hook) = &self.progress {
+                    (hook.0)(&self.progress_now());
+                }
             }
         }
         if let Some(msg) = self.world.resource::<SimFault>().0.clone() {

@@ -132,6 +132,17 @@ pub struct Due {
     pub transfers_done: Vec<u32>,
 }
 
+/// Lets the instance pipeline of a fast tick go on to the following ticks itself while they
+/// hold step ends only (see `instance::instance_pipeline`): one system run instead of a
+/// schedule run per tick. Set by the driver.
+#[derive(Resource, Debug, Clone, Copy, Default)]
+pub struct FastLoop {
+    /// Off when something must see every tick (invariant checks, KV events, P/D hand-offs).
+    pub on: bool,
+    /// The loop stops before a tick later than this (the next time-series sample).
+    pub until: SimTime,
+}
+
 /// Which sources hold part of an offline batch back (by source index), so the Record stage
 /// can tell them when one of their requests finishes.
 #[derive(Resource, Debug, Default, Clone)]
@@ -306,6 +317,7 @@ impl Plugin for EnginePlugin {
             .init_resource::<Injected>()
             .init_resource::<SimFault>()
             .init_resource::<HeldBatches>()
+            .init_resource::<FastLoop>()
             .init_schedule(SimStepFast)
             .edit_schedule(SimStepFast, strict)
             .configure_sets(

@@ -369,13 +369,19 @@ pub type Instances<'w, 's> = Query<'w, 's, InstanceParts>;
 /// The four instance systems in one ([`retire_steps`], [`batch::form_batches`],
 /// [`step::execute_steps`], [`step::complete_steps`], in that order), for [`SimStepFast`]:
 /// one system run and one fetch of each resource instead of four.
+///
+/// With [`FastLoop`](crate::engine::FastLoop) on it then runs the following ticks itself, as
+/// the driver would, while each holds step ends only and nothing else has to see it: no
+/// request finished (Record must write it), no fault, no time-series sample due, within the
+/// horizon, and not a 1,024th tick (the driver's housekeeping). The first tick that does not
+/// qualify has its events put back, in order, for the driver.
 #[expect(
     clippy::too_many_arguments,
     reason = "a system's parameters are its signature"
 )]
 pub fn instance_pipeline(
     mut due: ResMut<Due>,
-    clock: Res<SimClock>,
+    mut clock: ResMut<SimClock>,
     index: Res<InstanceIndex>,
     order: Res<crate::policy::ActiveQueueOrder>,
     priority: Res<crate::policy::ActivePriority>,
@@ -386,33 +392,73 @@ pub fn instance_pipeline(
     mut fault: ResMut<crate::engine::SimFault>,
     mut view: ResMut<ClusterView>,
     mut agg: ResMut<crate::metrics::Aggregates>,
+    fast: Res<crate::engine::FastLoop>,
     mut instances: Instances,
 ) {
-    let now = clock.now;
     let due = &mut *due;
-    retire(due, now, &index, &mut instances);
-    if !due.batch.is_empty() {
-        let ordering = batch::Ordering {
-            order: &*order.0,
-            priority: &*priority.0,
-            table: &table,
-            preemption: config.preemption,
-        };
-        batch::form(due, now, &index, &ordering, &mut instances);
-    }
-    if !due.execute.is_empty() {
-        step::execute(
-            due,
-            now,
-            &index,
-            &mut queue,
-            &mut items,
-            &mut fault,
-            &mut instances,
-        );
-    }
-    if !due.complete.is_empty() {
-        step::complete(due, &index, &mut view, &mut agg, &mut fault, &mut instances);
+    let ordering = batch::Ordering {
+        order: &*order.0,
+        priority: &*priority.0,
+        table: &table,
+        preemption: config.preemption,
+    };
+    loop {
+        let now = clock.now;
+        retire(due, now, &index, &mut instances);
+        if !due.batch.is_empty() {
+            batch::form(due, now, &index, &ordering, &mut instances);
+        }
+        if !due.execute.is_empty() {
+            step::execute(
+                due,
+                now,
+                &index,
+                &mut queue,
+                &mut items,
+                &mut fault,
+                &mut instances,
+            );
+        }
+        if !due.complete.is_empty() {
+            step::complete(due, &index, &mut view, &mut agg, &mut fault, &mut instances);
+        }
+        if !fast.on || !due.finished.is_empty() || fault.0.is_some() {
+            return;
+        }
+        // The next tick, if it holds step ends only.
+        let Some(t) = queue.peek_time() else { return };
+        if t > fast.until
+            || t > clock.horizon
+            || t > crate::engine::MAX_SIM_TIME
+            || (clock.ticks + 1).is_multiple_of(1024)
+        {
+            return;
+        }
+        let mut popped = std::mem::take(&mut due.popped);
+        while let Some(event) = queue.pop_at(t) {
+            popped.push(event);
+        }
+        if popped
+            .iter()
+            .all(|e| matches!(e, crate::engine::Event::StepFinished { .. }))
+        {
+            for e in popped.drain(..) {
+                if let crate::engine::Event::StepFinished { instance } = e {
+                    due.step_finished.push(instance);
+                }
+            }
+            due.popped = popped;
+            clock.now = t;
+            clock.ticks += 1;
+        } else {
+            // Back for the driver, in the order they came out (same-time events keep their
+            // relative order; nothing else is at this time).
+            for e in popped.drain(..) {
+                queue.push(t, e);
+            }
+            due.popped = popped;
+            return;
+        }
     }
 }
 

@@ -118,6 +118,11 @@ impl TimeSeries {
 
     /// Writes every sample time before `t` (the time of the tick about to run).
     #[inline]
+    /// The next sample time: a tick at or before it writes no row.
+    pub fn next_sample(&self) -> SimTime {
+        self.next
+    }
+
     pub fn before_tick(&mut self, world: &World, t: SimTime) {
         if t > self.next && self.error.is_none() {
             while self.next < t {

@@ -30,7 +30,13 @@ fn count_completes(seen: Res<Seen>) {
     seen.0.fetch_add(1, Ordering::Relaxed);
 }
 
-fn run(with_user_system: bool, dir: &std::path::Path) -> (servesim::metrics::Summary, bool, u64) {
+/// Runs the scenario; returns the summary, whether fast ticks were used, the ticks the user
+/// system saw, and how many times the driver was called (a fast tick may run several ticks).
+fn run(
+    with_user_system: bool,
+    check: bool,
+    dir: &std::path::Path,
+) -> (servesim::metrics::Summary, bool, u64, u64) {
     let sc = parse(SCENARIO);
     let mut app = servesim::default_app();
     let seen = Seen::default();
@@ -38,27 +44,35 @@ fn run(with_user_system: bool, dir: &std::path::Path) -> (servesim::metrics::Sum
         app.insert_resource(seen.clone());
         app.add_systems(SimStep, count_completes.in_set(SimSystems::Complete));
     }
-    let sim = Simulation::from_app(
+    let mut sim = Simulation::from_app(
         app,
         &sc,
         RunOptions {
-            check_invariants: true,
+            check_invariants: check,
             out_dir: Some(dir.to_path_buf()),
             ..Default::default()
         },
     )
     .unwrap();
     let fast = sim.uses_fast_ticks();
-    let summary = sim.run().unwrap();
-    (summary, fast, seen.0.load(Ordering::Relaxed))
+    let mut calls = 0;
+    while sim.tick() {
+        calls += 1;
+    }
+    let summary = sim.finish().unwrap();
+    (summary, fast, seen.0.load(Ordering::Relaxed), calls)
 }
 
 #[test]
 fn fast_ticks_change_nothing_and_step_aside_for_a_user_system() {
-    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let (built_in, fast, _) = run(false, a.path());
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let (built_in, fast, _, checked_calls) = run(false, true, dirs[0].path());
     assert!(fast, "the built-in app uses fast ticks");
-    let (with_user, fast, completes) = run(true, b.path());
+    assert_eq!(
+        checked_calls, built_in.ticks,
+        "with invariant checks every tick is its own driver call"
+    );
+    let (with_user, fast, completes, _) = run(true, false, dirs[1].path());
     assert!(!fast, "a user system in SimStep turns fast ticks off");
     // The user's system ran on every tick whose Complete stage had work: at least once per
     // step-end tick, which is most ticks.
@@ -67,12 +81,23 @@ fn fast_ticks_change_nothing_and_step_aside_for_a_user_system() {
         "{completes} of {} ticks",
         with_user.ticks
     );
+    // Without checks a fast tick runs the following step-only ticks itself.
+    let (looped, _, _, calls) = run(false, false, dirs[2].path());
+    assert!(
+        calls * 2 < looped.ticks,
+        "{calls} driver calls for {} ticks",
+        looped.ticks
+    );
     assert_eq!(built_in, with_user);
+    assert_eq!(built_in, looped);
     for f in ["requests.csv", "summary.json", "timeseries.csv"] {
-        assert!(
-            std::fs::read(a.path().join(f)).unwrap() == std::fs::read(b.path().join(f)).unwrap(),
-            "{f} differs with fast ticks"
-        );
+        let want = std::fs::read(dirs[0].path().join(f)).unwrap();
+        for d in &dirs[1..] {
+            assert!(
+                want == std::fs::read(d.path().join(f)).unwrap(),
+                "{f} differs with fast ticks"
+            );
+        }
     }
 }
 
