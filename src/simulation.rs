@@ -272,8 +272,21 @@ pub enum SimError {
     Outputs(#[from] OutputError),
     #[error("unknown {family} policy `{name}` (validate the scenario first)")]
     UnknownPolicy { family: &'static str, name: String },
+    /// A policy (or batch scheduler) refused its parameters; `path` names the scenario field.
+    #[error("invalid scenario (validate it first): {path}: {message}")]
+    Policy { path: String, message: String },
+    /// An instance group could not be resolved (its model, GPU, table or limits).
+    #[error("invalid scenario (validate it first): {}", join_problems(.0))]
+    Group(Vec<crate::scenario::Problem>),
+    /// The workload could not be built or primed (a trace that cannot be read, say).
     #[error("invalid scenario (validate it first): {0}")]
-    Invalid(String),
+    Workload(String),
+    /// A calibration that cannot run (`servesim calibrate`).
+    #[error("{0}")]
+    Calibration(String),
+    /// A simulator bug: something the builder relies on failed.
+    #[error("internal error in {what}: {message}")]
+    Internal { what: &'static str, message: String },
     #[error("the run stopped: {0}")]
     Fault(Fault),
     #[error(
@@ -285,6 +298,13 @@ pub enum SimError {
         "interrupted at simulated time {0}; no result file was written (temporary files removed)"
     )]
     Interrupted(SimTime),
+}
+
+fn join_problems(p: &[crate::scenario::Problem]) -> String {
+    p.iter()
+        .map(|p| format!("{}: {}", p.path, p.message))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 impl SimError {
@@ -362,7 +382,10 @@ impl Simulation {
                 family,
                 name: name.to_string(),
             })?;
-            (e.build)(args).map_err(|m| SimError::Invalid(format!("policies.{family}: {m}")))
+            (e.build)(args).map_err(|message| SimError::Policy {
+                path: format!("policies.{family}"),
+                message,
+            })
         }
         let args = |params| PolicyArgs {
             seed: scenario.seed,
@@ -467,7 +490,10 @@ impl Simulation {
                 params: &group.scheduler_params,
                 labels: &labels,
             })
-            .map_err(|m| SimError::Invalid(format!("cluster.groups[{g}].scheduler: {m}")))
+            .map_err(|message| SimError::Policy {
+                path: format!("cluster.groups[{g}].scheduler"),
+                message,
+            })
         };
         for (g, group) in scenario.cluster.groups.iter().enumerate() {
             let name = if group.name.is_empty() {
@@ -475,14 +501,7 @@ impl Simulation {
             } else {
                 group.name.clone()
             };
-            let resolved = resolve_group(group, g, &scenario.base_dir).map_err(|p| {
-                SimError::Invalid(
-                    p.into_iter()
-                        .map(|p| format!("{}: {}", p.path, p.message))
-                        .collect::<Vec<_>>()
-                        .join("; "),
-                )
-            })?;
+            let resolved = resolve_group(group, g, &scenario.base_dir).map_err(SimError::Group)?;
             let timing = group.scaling.as_ref().map(|s| {
                 // One GPU's share of the weights over the load bandwidth.
                 let derived = resolved.model.as_ref().map_or(0.0, |m| {
@@ -632,10 +651,10 @@ impl Simulation {
 
         let mut labels = labels;
         let mut workload = Workload::new(scenario, &mut labels, options.replay.clone())
-            .map_err(SimError::Invalid)?;
+            .map_err(SimError::Workload)?;
         {
             let mut queue = world.resource_mut::<EventQueue>();
-            workload.prime(&mut queue).map_err(SimError::Invalid)?;
+            workload.prime(&mut queue).map_err(SimError::Workload)?;
             let mut firsts: Vec<SimTime> =
                 scaler.groups.iter().filter_map(|g| g.next_eval).collect();
             firsts.sort_unstable();
@@ -784,7 +803,10 @@ impl Simulation {
         if let Some(buffer) = &options.requests_csv_memory {
             let mut w = csv::Writer::from_writer(buffer.clone());
             w.write_record(metrics::CSV_COLUMNS)
-                .map_err(|e| SimError::Invalid(format!("requests in memory: {e}")))?;
+                .map_err(|e| SimError::Internal {
+                    what: "requests in memory",
+                    message: e.to_string(),
+                })?;
             world.resource_mut::<RequestLog>().memory = Some(w);
         }
         // Like the life-cycle systems below, these would cost a little every tick: only runs
@@ -1106,7 +1128,10 @@ impl Simulation {
             world.resource_mut::<engine::Due>().finished = left.clone();
             world
                 .run_system_once(metrics::record_finished)
-                .map_err(|e| SimError::Invalid(format!("the final Record pass: {e}")))?;
+                .map_err(|e| SimError::Internal {
+                    what: "the final Record pass",
+                    message: e.to_string(),
+                })?;
             let mut due = world.resource_mut::<engine::Due>();
             due.ended_turns.clear();
             due.ended_held.clear();
@@ -1330,8 +1355,10 @@ impl Simulation {
             );
         }
         if let Some(mut m) = world.resource_mut::<RequestLog>().memory.take() {
-            m.flush()
-                .map_err(|e| SimError::Invalid(format!("requests in memory: {e}")))?;
+            m.flush().map_err(|e| SimError::Internal {
+                what: "requests in memory",
+                message: e.to_string(),
+            })?;
         }
         // Finish every staged file; the caller then moves them all into place together.
         let Some(out) = &mut self.out else {

@@ -300,7 +300,7 @@ pub fn calibrate(
     max_evaluations: usize,
 ) -> Result<Fit, SimError> {
     if group >= scenario.cluster.groups.len() {
-        return Err(SimError::Invalid(format!(
+        return Err(SimError::Calibration(format!(
             "--group {group}: the scenario has {} instance groups",
             scenario.cluster.groups.len()
         )));
@@ -393,9 +393,8 @@ pub fn calibrate(
         }
     }
     if !best_loss.is_finite() {
-        return Err(
-            failure.unwrap_or_else(|| SimError::Invalid("no candidate could be simulated".into()))
-        );
+        return Err(failure
+            .unwrap_or_else(|| SimError::Calibration("no candidate could be simulated".into())));
     }
     let alpha0 = residuals(&best).map_or(0.0, |r| r.1);
     let p: Vec<f64> = std::iter::once(alpha0)

@@ -156,3 +156,36 @@ fn a_run_that_stops_says_why_in_a_typed_fault() {
         other => panic!("expected an overload, got {other:?}"),
     }
 }
+
+#[test]
+fn a_scenario_that_skipped_validation_fails_with_a_typed_error() {
+    use servesim::SimError;
+    // Valid, then broken behind validation's back, as a program building scenarios might.
+    let mut sc = parse(SCENARIO);
+    sc.policies.routing = "weighted".into();
+    sc.policies
+        .routing_params
+        .insert("queue_depth".into(), -1.0);
+    match Simulation::new(&sc, RunOptions::default()) {
+        Err(SimError::Policy { path, message }) => {
+            assert_eq!(path, "policies.routing");
+            assert!(message.contains("queue_depth"), "{message}");
+        }
+        other => panic!("{:?}", other.err()),
+    }
+    let mut sc = parse(SCENARIO);
+    sc.cluster.groups[0].model = Some("no-such-model".into());
+    match Simulation::new(&sc, RunOptions::default()) {
+        Err(e @ SimError::Group(_)) => {
+            let SimError::Group(problems) = &e else {
+                unreachable!()
+            };
+            assert_eq!(problems[0].path, "cluster.groups[0].model");
+            assert!(
+                e.to_string().contains("unknown model \"no-such-model\""),
+                "{e}"
+            );
+        }
+        other => panic!("{:?}", other.err()),
+    }
+}
