@@ -11,8 +11,6 @@ use servesim::policy::CachedBlocks;
 use servesim::policy::Catalog;
 use servesim::{RunOptions, SimStep, SimSystems, Simulation};
 
-use crate::common::read_rows;
-
 /// Four instances with a CPU tier, precise-prefix routing, shared prefixes: many stores,
 /// evictions, offloads and reloads.
 const PREFIX_HEAVY: &str = r#"(seed: 5,
@@ -46,8 +44,8 @@ fn index_matches_caches(
     }
 }
 
-#[test]
-fn the_routers_view_built_from_events_is_the_caches_on_every_tick() {
+/// The built-in app plus [`index_matches_caches`] on every tick.
+fn checking_app() -> servesim::bevy_app::App {
     let mut app = servesim::default_app();
     app.add_systems(
         SimStep,
@@ -55,6 +53,12 @@ fn the_routers_view_built_from_events_is_the_caches_on_every_tick() {
             .in_set(SimSystems::Observe)
             .after(servesim::policy::index_kv_events),
     );
+    app
+}
+
+#[test]
+fn the_routers_view_built_from_events_is_the_caches_on_every_tick() {
+    let app = checking_app();
     let sc = parse_with(&app, PREFIX_HEAVY);
     let s = Simulation::from_app(
         app,
@@ -85,13 +89,7 @@ fn the_routers_view_built_from_events_is_the_caches_on_every_tick() {
 fn instances_turned_off_and_on_report_their_caches_cleared() {
     // Two instances; at 5 s the schedule turns one off (its cache is dropped), at 10 s back
     // on (an empty cache); routed by cached prefixes.
-    let mut app = servesim::default_app();
-    app.add_systems(
-        SimStep,
-        index_matches_caches
-            .in_set(SimSystems::Observe)
-            .after(servesim::policy::index_kv_events),
-    );
+    let app = checking_app();
     let sc = parse_with(
         &app,
         r#"(seed: 4,
@@ -247,19 +245,8 @@ fn pd_transfers_show_as_transferred_blocks_on_the_decode_side() {
         workload: (num_requests: 200, clients: [(rate_per_s: 30.0, input_tokens: Uniform(min: 20, max: 700), output_tokens: Uniform(min: 2, max: 40), shared_prefix_tokens: 256, prefix_groups: 3)]),
         outputs: (kv_events: true))"#;
     let app = servesim::default_app();
-    let sc = parse_with(&app, text);
-    let dir = tempfile::tempdir().unwrap();
-    let s = Simulation::new(
-        &sc,
-        RunOptions {
-            check_invariants: true,
-            out_dir: Some(dir.path().to_path_buf()),
-            ..Default::default()
-        },
-    )
-    .unwrap()
-    .run()
-    .unwrap();
+    // With invariant checks on every tick, rows read back and conservation checked.
+    let (s, rows) = crate::common::run(&parse_with(&app, text));
     let d = s.disaggregation.as_ref().unwrap();
     let counts = s.kv_events.unwrap();
     assert_eq!(
@@ -275,7 +262,6 @@ fn pd_transfers_show_as_transferred_blocks_on_the_decode_side() {
         "decode-side prefix hits are not sent"
     );
     // Every request with more than one token went through a decode instance.
-    let rows = read_rows(&dir.path().join("requests.csv"));
     assert!(
         rows.iter()
             .filter(|r| r.u64("output_tokens") > 1)
