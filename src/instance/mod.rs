@@ -372,8 +372,9 @@ pub type Instances<'w, 's> = Query<'w, 's, InstanceParts>;
 ///
 /// With [`FastLoop`](crate::engine::FastLoop) on it then runs the following ticks itself, as
 /// the driver would, while each holds step ends only and nothing else has to see it: no
-/// request finished (Record must write it), no fault, no time-series sample due, within the
-/// horizon, and not a 1,024th tick (the driver's housekeeping). The first tick that does not
+/// fault, no time-series sample due, within the horizon, and not a 1,024th tick (the driver's
+/// housekeeping). Requests that finish are recorded as the Record stage would (rows,
+/// aggregates, despawn), unless the workload must hear of them (sessions, held batches). The first tick that does not
 /// qualify has its events put back, in order, for the driver.
 #[expect(
     clippy::too_many_arguments,
@@ -393,6 +394,7 @@ pub fn instance_pipeline(
     mut view: ResMut<ClusterView>,
     mut agg: ResMut<crate::metrics::Aggregates>,
     fast: Res<crate::engine::FastLoop>,
+    mut recorder: crate::metrics::Recorder,
     mut instances: Instances,
 ) {
     let due = &mut *due;
@@ -422,8 +424,19 @@ pub fn instance_pipeline(
         if !due.complete.is_empty() {
             step::complete(due, &index, &mut view, &mut agg, &mut fault, &mut instances);
         }
-        if !fast.on || !due.finished.is_empty() || fault.0.is_some() {
+        if !fast.on || fault.0.is_some() {
             return;
+        }
+        if !due.finished.is_empty() {
+            // Record them here, as the Record stage would right after this tick; requests
+            // whose end the workload must hear about (sessions, held batches) are left to it.
+            if !recorder.records_alone(&due.finished) {
+                return;
+            }
+            recorder.record(due, clock.now, false, &table, &mut agg, &mut fault);
+            if fault.0.is_some() {
+                return;
+            }
         }
         // The next tick, if it holds step ends only.
         let Some(t) = queue.peek_time() else { return };

@@ -440,47 +440,86 @@ pub fn record_one(
     }
 }
 
+/// What recording a finished request needs besides the aggregates: the row writer, names,
+/// which sources hold batches back, and commands to despawn it.
+#[derive(bevy_ecs::system::SystemParam)]
+pub struct Recorder<'w, 's> {
+    commands: Commands<'w, 's>,
+    labels: Res<'w, Labels>,
+    log: ResMut<'w, RequestLog>,
+    held: Res<'w, crate::engine::HeldBatches>,
+}
+
+impl Recorder<'_, '_> {
+    /// True when recording `finished` needs nothing but this (no session turn or held
+    /// batch to tell the workload about): the instance pipeline's fast ticks may record them
+    /// themselves.
+    pub fn records_alone(&self, finished: &[FinishedRequest]) -> bool {
+        finished.iter().all(|f| {
+            f.spec.session.is_none()
+                && !self
+                    .held
+                    .0
+                    .get(f.spec.client as usize)
+                    .copied()
+                    .unwrap_or(false)
+        })
+    }
+
+    /// Writes the rows of `due.finished`, adds them to the aggregates and despawns them
+    /// (ended session turns and held batches are handed to the workload's Record systems).
+    pub fn record(
+        &mut self,
+        due: &mut Due,
+        now: SimTime,
+        check: bool,
+        slo: &SloTable,
+        agg: &mut Aggregates,
+        fault: &mut crate::engine::SimFault,
+    ) {
+        let mut finished = std::mem::take(&mut due.finished);
+        for f in &finished {
+            if check {
+                check_causality(f, now);
+            }
+            record_one(f, agg, &mut self.log, &self.labels, slo);
+            if let Some(s) = f.spec.session {
+                due.ended_turns.push((s.id, f.state, f.completed));
+            }
+            if self
+                .held
+                .0
+                .get(f.spec.client as usize)
+                .copied()
+                .unwrap_or(false)
+            {
+                due.ended_held.push(f.spec.client);
+            }
+            self.commands.entity(f.entity).despawn();
+        }
+        finished.clear();
+        due.finished = finished;
+        // The first failed write stops the run (a full disk, say): simulating on would only
+        // produce results that cannot be kept.
+        if let Some(e) = &self.log.error {
+            fault.0.get_or_insert_with(|| crate::engine::Fault::Write {
+                file: "requests.csv",
+                at: now,
+                error: e.clone(),
+            });
+        }
+    }
+}
+
 /// Writes the rows of the requests that ended this tick and despawns them.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "a system's parameters are its signature"
-)]
 pub fn record_finished(
-    mut commands: Commands,
     mut due: ResMut<Due>,
     clock: Res<SimClock>,
     check: Res<CheckInvariants>,
-    labels: Res<Labels>,
     slo: Res<SloTable>,
     mut agg: ResMut<Aggregates>,
-    mut log: ResMut<RequestLog>,
-    held: Res<crate::engine::HeldBatches>,
     mut fault: ResMut<crate::engine::SimFault>,
+    mut recorder: Recorder,
 ) {
-    let due = &mut *due;
-    let mut finished = std::mem::take(&mut due.finished);
-    for f in &finished {
-        if check.0 {
-            check_causality(f, clock.now);
-        }
-        record_one(f, &mut agg, &mut log, &labels, &slo);
-        if let Some(s) = f.spec.session {
-            due.ended_turns.push((s.id, f.state, f.completed));
-        }
-        if held.0.get(f.spec.client as usize).copied().unwrap_or(false) {
-            due.ended_held.push(f.spec.client);
-        }
-        commands.entity(f.entity).despawn();
-    }
-    finished.clear();
-    due.finished = finished;
-    // The first failed write stops the run (a full disk, say): simulating on would only
-    // produce results that cannot be kept.
-    if let Some(e) = &log.error {
-        fault.0.get_or_insert_with(|| crate::engine::Fault::Write {
-            file: "requests.csv",
-            at: clock.now,
-            error: e.clone(),
-        });
-    }
+    recorder.record(&mut due, clock.now, check.0, &slo, &mut agg, &mut fault);
 }
