@@ -113,7 +113,7 @@ mod simulation;
 
 pub use bevy_app;
 pub use bevy_ecs;
-pub use engine::{EventQueue, Fault, SimClock, SimStep, SimStepFast, SimSystems};
+pub use engine::{EventQueue, Fault, SimClock, SimFinish, SimStep, SimStepFast, SimSystems};
 pub use simulation::{
     PROGRESS_EVERY, Progress, ProgressHook, RunOptions, SimError, Simulation, default_app,
 };

@@ -578,6 +578,7 @@ impl Simulation {
                             max_num_batched_tokens: group.max_num_batched_tokens,
                             long_prefill_token_threshold: group.long_prefill_token_threshold,
                             max_model_len: resolved.max_model_len,
+                            tp: group.tp.max(1),
                             pp: group.pp.max(1),
                             pp_bytes_per_token: resolved.pp_bytes_per_token,
                             pp_link_bytes_per_us: group.pp_link_gb_per_s * 1e3,
@@ -1137,6 +1138,8 @@ impl Simulation {
             due.ended_held.clear();
         }
 
+        // Your systems' last word (SimFinish), then the summary.
+        let _ = world.try_run_schedule(engine::SimFinish);
         let agg = world.resource::<Aggregates>().clone();
         counts.injected = world.resource::<Injected>().0;
         counts.completed = agg.completed;
@@ -1237,6 +1240,7 @@ impl Simulation {
             },
             fitness: None,
             warnings: Vec::new(),
+            extras: world.resource::<metrics::SummaryExtras>().0.clone(),
             kv_events: {
                 let t = world.resource::<metrics::KvEventTally>();
                 t.on.then(|| {

@@ -30,6 +30,12 @@ pub struct SimStep;
 #[derive(ScheduleLabel, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct SimStepFast;
 
+/// Runs once when a run ends, after the requests still in the system have been recorded and
+/// before the summary is assembled: systems here may add their own results to
+/// `metrics::SummaryExtras` (they appear in `summary.json` under `extras`).
+#[derive(ScheduleLabel, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SimFinish;
+
 /// True when `fast` may stand in for `full` on ticks of step ends only: every system of
 /// `full` is in `fast`, is one of `covered` (systems whose sets have no work on such ticks,
 /// or whose work `fast` does in a system of its own), or is a sync point Bevy inserted.
@@ -318,6 +324,7 @@ impl Plugin for EnginePlugin {
             .init_resource::<SimFault>()
             .init_resource::<HeldBatches>()
             .init_resource::<FastLoop>()
+            .init_schedule(SimFinish)
             .init_schedule(SimStepFast)
             .edit_schedule(SimStepFast, strict)
             .configure_sets(

@@ -52,6 +52,8 @@ pub struct Limits {
     /// 0 = off.
     pub long_prefill_token_threshold: u32,
     pub max_model_len: Option<u32>,
+    /// Tensor-parallel GPUs per pipeline stage.
+    pub tp: u32,
     /// Pipeline stages (1 = no pipeline parallelism).
     pub pp: u32,
     /// Bytes sent between stages per token of a batch.
@@ -819,6 +821,7 @@ mod tests {
                     max_num_batched_tokens: 64,
                     long_prefill_token_threshold: 0,
                     max_model_len: None,
+                    tp: 1,
                     pp: 1,
                     pp_bytes_per_token: 0.0,
                     pp_link_bytes_per_us: 1.0,

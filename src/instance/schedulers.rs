@@ -582,6 +582,7 @@ mod tests {
             max_num_batched_tokens: budget,
             long_prefill_token_threshold: 0,
             max_model_len: None,
+            tp: 1,
             pp: 1,
             pp_bytes_per_token: 0.0,
             pp_link_bytes_per_us: 1.0,

@@ -41,6 +41,7 @@ impl bevy_app::Plugin for MetricsPlugin {
         use crate::engine::{SimStep, SimStepFast, SimSystems};
         use bevy_ecs::schedule::ScheduleLabel;
         app.init_resource::<Aggregates>()
+            .init_resource::<SummaryExtras>()
             .init_resource::<RequestLog>()
             .init_resource::<KvEventTally>();
         for label in [SimStep.intern(), SimStepFast.intern()] {
@@ -48,6 +49,11 @@ impl bevy_app::Plugin for MetricsPlugin {
         }
     }
 }
+
+/// Results of your own systems, by name, for `summary.json` (`extras`) and the text summary:
+/// fill it from a system in `SimFinish` (or during the run).
+#[derive(Resource, Debug, Default, Clone)]
+pub struct SummaryExtras(pub std::collections::BTreeMap<String, serde_json::Value>);
 
 /// KV block events per instance (`outputs.kv_events`), counted by [`count_kv_events`] from
 /// the [`KvEvent`](crate::kv::KvEvent) messages.

@@ -289,6 +289,9 @@ pub struct Summary {
     /// Prefill/decode disaggregation (only when the cluster has decode instances).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disaggregation: Option<DisaggSummary>,
+    /// Results added by your own systems (`metrics::SummaryExtras`), by name.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub extras: BTreeMap<String, serde_json::Value>,
     /// KV block events per instance (only with `outputs.kv_events`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kv_events: Option<Vec<KvEventCounts>>,
@@ -410,6 +413,9 @@ impl Summary {
                 })
                 .collect();
             let _ = writeln!(s, "pools: {}", pools.join(", "));
+        }
+        for (name, value) in &self.extras {
+            let _ = writeln!(s, "{name}: {value}");
         }
         if let Some(fitness) = self.fitness {
             let _ = writeln!(s, "fitness: {fitness:.6}");

@@ -8,6 +8,7 @@ mod common;
 mod conformance;
 mod control;
 mod disagg;
+mod energy;
 mod fidelity;
 mod golden;
 mod hand;
