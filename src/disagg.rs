@@ -75,8 +75,9 @@ pub struct Disagg {
     pub recv_free: Vec<SimTime>,
     /// Decode instances whose head incoming request waits for KV room.
     pub blocked: Vec<u32>,
-    /// Hand-offs that found no routable decode instance (retried when one becomes routable).
-    pub unrouted: Vec<(u32, Handoff)>,
+    /// Prefill instances whose hand-offs found no routable decode instance: they stay in
+    /// the instance's `handoff` list and are tried again when an instance becomes routable.
+    pub unrouted: Vec<u32>,
     pub stats: TransferStats,
 }
 
@@ -169,6 +170,9 @@ pub fn transfer_kv(
 
     // Hand-offs due now, by prefill instance, then those that waited for a decode instance.
     let mut from = std::mem::take(&mut due.handoffs);
+    if due.unpark {
+        from.append(&mut x.unrouted);
+    }
     from.sort_unstable();
     from.dedup();
     for &p in &from {
@@ -181,11 +185,10 @@ pub fn transfer_kv(
     }
     from.clear();
     due.handoffs = from;
-    if due.unpark {
-        ready.extend(x.unrouted.drain(..));
-    }
+
     let block_size = cached.block_size.max(1);
-    for (p, h) in ready.drain(..) {
+    let mut ready = ready.drain(..);
+    while let Some((p, h)) = ready.next() {
         decode_view.clear();
         decode_view.extend(view.instances.iter().map(|s| InstanceSnapshot {
             routable: s.routable && x.role(s.index) == Role::Decode,
@@ -197,10 +200,21 @@ pub fn transfer_kv(
             block_size,
         };
         let Some(d) = routing.0.choose(&h.seq.spec, now, &rv) else {
-            // No decode instance is up (scaled to zero): wait for one.
-            x.unrouted.push((p, h));
-            due.cold_start = true;
-            continue;
+            // No decode instance is routable: this and every later hand-off of this pass go
+            // back to their prefill instance, in order, until one is.
+            let mut back: Vec<(u32, Handoff)> = vec![(p, h)];
+            back.extend(ready.by_ref());
+            for (p, h) in back.into_iter().rev() {
+                let (mut sched, ..) = instances
+                    .get_mut(index.0[p as usize])
+                    .expect("instance entity exists for the whole run");
+                sched.outbound -= 1;
+                sched.handoff.insert(0, h);
+                if !x.unrouted.contains(&p) {
+                    x.unrouted.push(p);
+                }
+            }
+            break;
         };
         let servable = {
             let (_, kv, _, limits, _) = instances

@@ -485,6 +485,21 @@ fn check_disaggregation(p: &mut Vec<Problem>, s: &Scenario, catalog: &Catalog) {
         if g.role == Role::Mixed {
             continue;
         }
+        if let Some(sc) = &g.scaling
+            && sc.min == 0
+        {
+            p.push(
+                Problem::new(
+                    at("scaling.min"),
+                    format!(
+                        "a {} group cannot scale to zero: requests would have no {} instance to go to",
+                        g.role.name(),
+                        g.role.name()
+                    ),
+                )
+                .hint("use min: 1 or more (scale to zero works for Mixed groups)"),
+            );
+        }
         if g.model.is_none() {
             p.push(
                 Problem::new(

@@ -326,7 +326,8 @@ fn bad_disaggregation_settings_are_reported_together() {
     let catalog = app.world().resource::<servesim::policy::Catalog>();
     let text = "(cluster: (groups: [
             (role: Prefill, kv_blocks: 100, kv_link_gb_per_s: 0.0, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1.0, 0.0, 0.0])),
-            (role: Prefill, model: \"llama-3.1-8b-instruct\", block_size: 32, kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1.0, 0.0, 0.0])),
+            (role: Prefill, model: \"llama-3.1-8b-instruct\", block_size: 32, kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1.0, 0.0, 0.0]),
+              scaling: (min: 0, max: 2)),
         ]),
         policies: (decode_routing: \"nope\"),
         workload: (clients: [(input_tokens: Constant(8), output_tokens: Constant(2))]))";
@@ -338,6 +339,7 @@ fn bad_disaggregation_settings_are_reported_together() {
         "cluster.groups[0].model: a prefill group needs a model",
         "cluster.groups[0].role: a prefill group needs a decode group",
         "cluster.groups[1].block_size",
+        "cluster.groups[1].scaling.min: a prefill group cannot scale to zero",
     ] {
         assert!(e.contains(want), "missing {want:?} in:\n{e}");
     }
@@ -384,4 +386,58 @@ fn the_bundled_comparison_shows_what_readme_says() {
     // ~786 MB per request (6,000 tokens × 128 KiB) over 50 GB/s: ~16 ms of wire time.
     let t = two.disaggregation.unwrap().transfer_ms;
     assert!((15.0..25.0).contains(&t.p50.unwrap()), "{t:?}");
+}
+
+/// A decode routing policy that never finds an instance.
+struct Nowhere;
+impl servesim::policy::RoutingPolicy for Nowhere {
+    fn choose(
+        &mut self,
+        _: &servesim::request::RequestSpec,
+        _: servesim::SimTime,
+        _: &servesim::policy::RouterView<'_>,
+    ) -> Option<u32> {
+        None
+    }
+}
+
+#[test]
+fn hand_offs_with_no_decode_instance_wait_on_the_prefill_instance_accounted_for() {
+    use servesim::policy::{PolicyAppExt, RoutingEntry};
+    let mut app = servesim::default_app();
+    app.add_routing_policy(RoutingEntry {
+        name: "nowhere",
+        description: "never routes",
+        params: &[],
+        free_params: false,
+        build: |_| Ok(Box::new(Nowhere)),
+    });
+    let text = pd(1, 1, "", &all_at_zero(4, 160, 3)).replace(
+        "(seed: 3,",
+        "(seed: 3, policies: (decode_routing: \"nowhere\"),",
+    );
+    let sc = servesim::scenario::parse(
+        &text,
+        "pd.ron",
+        &[],
+        app.world().resource::<servesim::policy::Catalog>(),
+    )
+    .unwrap();
+    // Invariants every tick: the waiting requests and their blocks stay on the prefill
+    // instance (INV-1, INV-4), and it does not spin empty steps while they wait.
+    let s = servesim::Simulation::from_app(
+        app,
+        &sc,
+        servesim::RunOptions {
+            check_invariants: true,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+    .run()
+    .unwrap();
+    assert_eq!(s.requests.running, 4, "all prefilled, none placed");
+    assert_eq!(s.requests.completed, 0);
+    assert_eq!(s.disaggregation.unwrap().transfers, 0);
+    assert!(s.instances[0].steps <= 4, "{} steps", s.instances[0].steps);
 }
