@@ -27,8 +27,9 @@
 //!   order, so the order between kinds never matters.
 //! - One tick = one distinct event time: every event due at that time is popped into the
 //!   [`engine::Due`] work lists, then the [`SimStep`] schedule runs once, in the fixed
-//!   [`SimSystems`] order: `Advance → Arrive → Admit → Route → Enqueue → Batch → Execute →
-//!   Complete → Autoscale → Record → Check`. A stage whose work list is empty is skipped.
+//!   [`SimSystems`] order: `Advance → Arrive → Admit → Route → Enqueue → Transfer → Batch →
+//!   Execute → Complete → Autoscale → Observe → Record → Check`. A stage whose work list is
+//!   empty is skipped (`Observe` has none and runs every tick).
 //!   Zero-delay hand-offs (e.g. admission with no latency) go straight to the next stage's
 //!   list within the same tick.
 //! - Ties are broken on stable ids (request id, instance index), never on query order.

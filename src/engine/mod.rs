@@ -20,7 +20,8 @@ use crate::time::SimTime;
 #[derive(ScheduleLabel, Clone, Debug, PartialEq, Eq, Hash)]
 pub struct SimStep;
 
-/// The instance pipeline alone (Advance, Batch, Execute, Complete, Record, Check), run
+/// The instance pipeline alone (Advance, Transfer, Batch, Execute, Complete, Observe, Record,
+/// Check), run
 /// instead of [`SimStep`] on ticks whose only events are step ends: the other stages would
 /// have nothing to do, so skipping their run conditions changes nothing but the cost.
 /// Built-in plugins add their instance-pipeline systems to both schedules; a run uses this
