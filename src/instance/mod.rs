@@ -70,6 +70,28 @@ pub struct Limits {
     pub role: crate::scenario::Role,
 }
 
+#[cfg(test)]
+impl Limits {
+    /// An instance without pipeline, CPU tier, length or queue limits (unit tests).
+    pub(crate) fn plain(max_num_seqs: u32, max_num_batched_tokens: u32) -> Self {
+        Limits {
+            max_num_seqs,
+            max_num_batched_tokens,
+            long_prefill_token_threshold: 0,
+            max_model_len: None,
+            tp: 1,
+            pp: 1,
+            pp_bytes_per_token: 0.0,
+            pp_link_bytes_per_us: 1.0,
+            pp_link_latency: SimDuration::ZERO,
+            host_block_us: 0.0,
+            host_latency_us: 0.0,
+            max_waiting: None,
+            role: Default::default(),
+        }
+    }
+}
+
 /// Instance entities by index.
 #[derive(Resource, Debug, Default, Clone)]
 pub struct InstanceIndex(pub Vec<Entity>);
@@ -816,21 +838,7 @@ mod tests {
                     alpha: [0.0; 3],
                     beta: [1.0, 0.0, 0.0],
                 })),
-                Limits {
-                    max_num_seqs: 4,
-                    max_num_batched_tokens: 64,
-                    long_prefill_token_threshold: 0,
-                    max_model_len: None,
-                    tp: 1,
-                    pp: 1,
-                    pp_bytes_per_token: 0.0,
-                    pp_link_bytes_per_us: 1.0,
-                    pp_link_latency: SimDuration::ZERO,
-                    host_block_us: 0.0,
-                    host_latency_us: 0.0,
-                    max_waiting: None,
-                    role: Default::default(),
-                },
+                Limits::plain(4, 64),
                 schedulers::Batcher(Box::new(NoBatches)),
             ))
             .id();
@@ -851,16 +859,23 @@ mod tests {
         }
     }
 
-    #[test]
-    fn retire_steps_frees_the_instance_hands_over_leavers_due_now_and_lists_it_for_a_batch() {
+    /// Runs `retire_steps` at t = 100 µs on a bare world whose instance's step ends at
+    /// `step_end`, with requests leaving at `leaving`.
+    fn retire_at_100(step_end: SimTime, leaving: &[SimTime]) -> (World, Entity) {
         use bevy_ecs::system::RunSystemOnce;
-        let (mut world, e) = bare_world(SimTime(100), &[SimTime(100), SimTime(150)]);
+        let (mut world, e) = bare_world(step_end, leaving);
         world.insert_resource(SimClock {
             now: SimTime(100),
             ..Default::default()
         });
         world.resource_mut::<Due>().step_finished.push(0);
         world.run_system_once(retire_steps).unwrap();
+        (world, e)
+    }
+
+    #[test]
+    fn retire_steps_frees_the_instance_hands_over_leavers_due_now_and_lists_it_for_a_batch() {
+        let (world, e) = retire_at_100(SimTime(100), &[SimTime(100), SimTime(150)]);
         let due = world.resource::<Due>();
         assert!(due.step_finished.is_empty(), "its work list is emptied");
         assert_eq!(due.finished.len(), 1, "only the leaver due now");
@@ -875,14 +890,7 @@ mod tests {
 
     #[test]
     fn retire_steps_leaves_an_instance_whose_step_ends_later_busy() {
-        use bevy_ecs::system::RunSystemOnce;
-        let (mut world, e) = bare_world(SimTime(200), &[SimTime(200)]);
-        world.insert_resource(SimClock {
-            now: SimTime(100),
-            ..Default::default()
-        });
-        world.resource_mut::<Due>().step_finished.push(0);
-        world.run_system_once(retire_steps).unwrap();
+        let (world, e) = retire_at_100(SimTime(200), &[SimTime(200)]);
         let due = world.resource::<Due>();
         assert!(due.finished.is_empty() && due.batch.is_empty());
         assert_eq!(

@@ -577,21 +577,7 @@ mod tests {
     use crate::scenario::PreemptionOrder;
 
     fn limits(max_num_seqs: u32, budget: u32) -> Limits {
-        Limits {
-            max_num_seqs,
-            max_num_batched_tokens: budget,
-            long_prefill_token_threshold: 0,
-            max_model_len: None,
-            tp: 1,
-            pp: 1,
-            pp_bytes_per_token: 0.0,
-            pp_link_bytes_per_us: 1.0,
-            pp_link_latency: crate::time::SimDuration::ZERO,
-            host_block_us: 0.0,
-            host_latency_us: 0.0,
-            max_waiting: None,
-            role: Default::default(),
-        }
+        Limits::plain(max_num_seqs, budget)
     }
 
     /// (request id, tokens, prefill) of each step.
