@@ -76,7 +76,7 @@ pub struct Disagg {
     /// Decode instances whose head incoming request waits for KV room.
     pub blocked: Vec<u32>,
     /// Prefill instances whose hand-offs found no routable decode instance: they stay in
-    /// the instance's `handoff` list and are tried again when an instance becomes routable.
+    /// the instance's `handoff` list and are tried again on every tick until one is.
     pub unrouted: Vec<u32>,
     pub stats: TransferStats,
 }
@@ -88,7 +88,7 @@ impl Disagg {
             && (!due.handoffs.is_empty()
                 || !due.transfers_done.is_empty()
                 || !self.blocked.is_empty()
-                || (due.unpark && !self.unrouted.is_empty()))
+                || !self.unrouted.is_empty())
     }
 
     /// Role of instance `i`.
@@ -170,9 +170,7 @@ pub fn transfer_kv(
 
     // Hand-offs due now, by prefill instance, then those that waited for a decode instance.
     let mut from = std::mem::take(&mut due.handoffs);
-    if due.unpark {
-        from.append(&mut x.unrouted);
-    }
+    from.append(&mut x.unrouted);
     from.sort_unstable();
     from.dedup();
     for &p in &from {

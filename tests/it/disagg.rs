@@ -441,3 +441,66 @@ fn hand_offs_with_no_decode_instance_wait_on_the_prefill_instance_accounted_for(
     assert_eq!(s.disaggregation.unwrap().transfers, 0);
     assert!(s.instances[0].steps <= 4, "{} steps", s.instances[0].steps);
 }
+
+/// A decode routing policy that finds nothing before 50 ms, then the first routable instance.
+struct Late;
+impl servesim::policy::RoutingPolicy for Late {
+    fn choose(
+        &mut self,
+        _: &servesim::request::RequestSpec,
+        now: servesim::SimTime,
+        view: &servesim::policy::RouterView<'_>,
+    ) -> Option<u32> {
+        (now.as_us() >= 50_000)
+            .then(|| view.routable().next().map(|s| s.index))
+            .flatten()
+    }
+}
+
+#[test]
+fn hand_offs_that_found_no_decode_instance_are_retried_until_one_is_found() {
+    use servesim::policy::{PolicyAppExt, RoutingEntry};
+    let mut app = servesim::default_app();
+    app.add_routing_policy(RoutingEntry {
+        name: "late",
+        description: "nothing before 50 ms",
+        params: &[],
+        free_params: false,
+        build: |_| Ok(Box::new(Late)),
+    });
+    // Arrivals every 10 ms keep ticks coming.
+    let text = pd(1, 1, "", "(num_requests: 10, clients: [(rate_per_s: 100.0, arrival: Constant, input_tokens: Constant(160), output_tokens: Constant(3))])")
+        .replace("(seed: 3,", "(seed: 3, policies: (decode_routing: \"late\"),");
+    let sc = servesim::scenario::parse(
+        &text,
+        "pd.ron",
+        &[],
+        app.world().resource::<servesim::policy::Catalog>(),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let s = servesim::Simulation::from_app(
+        app,
+        &sc,
+        servesim::RunOptions {
+            check_invariants: true,
+            out_dir: Some(dir.path().to_path_buf()),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+    .run()
+    .unwrap();
+    assert_eq!(s.requests.completed, 10);
+    let rows = crate::common::read_rows(&dir.path().join("requests.csv"));
+    for r in &rows {
+        // First token at arrival + 1,160 µs; no transfer starts before 50 ms.
+        let first = r.u64("arrival_us") + r.us("ttft_ms");
+        let landed = first + r.us("kv_transfer_ms");
+        assert!(
+            landed >= 50_000 + 470,
+            "request {} landed at {landed}",
+            r.str("request_id")
+        );
+    }
+}
