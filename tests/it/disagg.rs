@@ -401,20 +401,19 @@ impl servesim::policy::RoutingPolicy for Nowhere {
     }
 }
 
-#[test]
-fn hand_offs_with_no_decode_instance_wait_on_the_prefill_instance_accounted_for() {
-    use servesim::policy::{PolicyAppExt, RoutingEntry};
+/// Runs `workload` on one prefill and one decode instance with `policy` registered and used
+/// as the decode routing policy, invariants checked every tick: the summary and the rows.
+fn run_with_decode_policy(
+    policy: servesim::policy::RoutingEntry,
+    workload: &str,
+) -> (servesim::metrics::Summary, Vec<crate::common::Row>) {
+    use servesim::policy::PolicyAppExt;
+    let name = policy.name;
     let mut app = servesim::default_app();
-    app.add_routing_policy(RoutingEntry {
-        name: "nowhere",
-        description: "never routes",
-        params: &[],
-        free_params: false,
-        build: |_| Ok(Box::new(Nowhere)),
-    });
-    let text = pd(1, 1, "", &all_at_zero(4, 160, 3)).replace(
+    app.add_routing_policy(policy);
+    let text = pd(1, 1, "", workload).replace(
         "(seed: 3,",
-        "(seed: 3, policies: (decode_routing: \"nowhere\"),",
+        &format!("(seed: 3, policies: (decode_routing: \"{name}\"),"),
     );
     let sc = servesim::scenario::parse(
         &text,
@@ -423,19 +422,39 @@ fn hand_offs_with_no_decode_instance_wait_on_the_prefill_instance_accounted_for(
         app.world().resource::<servesim::policy::Catalog>(),
     )
     .unwrap();
-    // Invariants every tick: the waiting requests and their blocks stay on the prefill
-    // instance (INV-1, INV-4), and it does not spin empty steps while they wait.
+    let dir = tempfile::tempdir().unwrap();
     let s = servesim::Simulation::from_app(
         app,
         &sc,
         servesim::RunOptions {
             check_invariants: true,
+            out_dir: Some(dir.path().to_path_buf()),
             ..Default::default()
         },
     )
     .unwrap()
     .run()
     .unwrap();
+    (
+        s,
+        crate::common::read_rows(&dir.path().join("requests.csv")),
+    )
+}
+
+#[test]
+fn hand_offs_with_no_decode_instance_wait_on_the_prefill_instance_accounted_for() {
+    // Invariants every tick: the waiting requests and their blocks stay on the prefill
+    // instance (INV-1, INV-4), and it does not spin empty steps while they wait.
+    let (s, _) = run_with_decode_policy(
+        servesim::policy::RoutingEntry {
+            name: "nowhere",
+            description: "never routes",
+            params: &[],
+            free_params: false,
+            build: |_| Ok(Box::new(Nowhere)),
+        },
+        &all_at_zero(4, 160, 3),
+    );
     assert_eq!(s.requests.running, 4, "all prefilled, none placed");
     assert_eq!(s.requests.completed, 0);
     assert_eq!(s.disaggregation.unwrap().transfers, 0);
@@ -459,40 +478,18 @@ impl servesim::policy::RoutingPolicy for Late {
 
 #[test]
 fn hand_offs_that_found_no_decode_instance_are_retried_until_one_is_found() {
-    use servesim::policy::{PolicyAppExt, RoutingEntry};
-    let mut app = servesim::default_app();
-    app.add_routing_policy(RoutingEntry {
-        name: "late",
-        description: "nothing before 50 ms",
-        params: &[],
-        free_params: false,
-        build: |_| Ok(Box::new(Late)),
-    });
     // Arrivals every 10 ms keep ticks coming.
-    let text = pd(1, 1, "", "(num_requests: 10, clients: [(rate_per_s: 100.0, arrival: Constant, input_tokens: Constant(160), output_tokens: Constant(3))])")
-        .replace("(seed: 3,", "(seed: 3, policies: (decode_routing: \"late\"),");
-    let sc = servesim::scenario::parse(
-        &text,
-        "pd.ron",
-        &[],
-        app.world().resource::<servesim::policy::Catalog>(),
-    )
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let s = servesim::Simulation::from_app(
-        app,
-        &sc,
-        servesim::RunOptions {
-            check_invariants: true,
-            out_dir: Some(dir.path().to_path_buf()),
-            ..Default::default()
+    let (s, rows) = run_with_decode_policy(
+        servesim::policy::RoutingEntry {
+            name: "late",
+            description: "nothing before 50 ms",
+            params: &[],
+            free_params: false,
+            build: |_| Ok(Box::new(Late)),
         },
-    )
-    .unwrap()
-    .run()
-    .unwrap();
+        "(num_requests: 10, clients: [(rate_per_s: 100.0, arrival: Constant, input_tokens: Constant(160), output_tokens: Constant(3))])",
+    );
     assert_eq!(s.requests.completed, 10);
-    let rows = crate::common::read_rows(&dir.path().join("requests.csv"));
     for r in &rows {
         // First token at arrival + 1,160 µs; no transfer starts before 50 ms.
         let first = r.u64("arrival_us") + r.us("ttft_ms");
