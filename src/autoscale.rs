@@ -31,7 +31,7 @@ use crate::cluster::Parked;
 use crate::engine::{ClusterView, Due, Event, EventQueue, SimClock, SimFault};
 use crate::instance::{Instance, InstanceIndex, Scheduler, refresh_view};
 use crate::kv::{CpuTier, KvCache};
-use crate::policy::{ActiveScaling, GroupSignals, ScaleTarget};
+use crate::policy::{Active, GroupSignals, ScaleTarget, family};
 use crate::time::{SimDuration, SimTime};
 
 /// Autoscaling: [`evaluate_scaling`] in [`SimSystems::Autoscale`] (empties `Due::autoscale`
@@ -480,7 +480,7 @@ pub fn evaluate_scaling(
     mut due: ResMut<Due>,
     clock: Res<SimClock>,
     index: Res<InstanceIndex>,
-    mut policy: ResMut<ActiveScaling>,
+    mut policy: ResMut<Active<family::Autoscale>>,
     mut scaler: ResMut<Autoscaler>,
     parked: Res<Parked>,
     mut view: ResMut<ClusterView>,

@@ -16,14 +16,14 @@ use bevy_ecs::system::SystemParam;
 use crate::engine::{ClusterView, Due, Event, EventQueue, SimClock};
 use crate::instance::InstanceIndex;
 use crate::latency::Latency;
-use crate::policy::{ActiveAdmission, ActiveRouting, Admission, RouterView, ScoredCandidate};
+use crate::policy::{Active, Admission, RouterView, ScoredCandidate, family};
 use crate::request::{AssignedTo, FinalState, FinishedRequest, Lifecycle, RequestSpec};
 use crate::time::{SimDuration, SimTime};
 
 pub use crate::engine::{ClusterDelays, Rejections};
 
 /// Admission: [`admit_requests`] in [`SimSystems::Admit`] applies the admission policy
-/// (`policy::ActiveAdmission`, built from the scenario); empties `Due::admit`, fills `route`
+/// (`policy::Active<family::Admission>`, built from the scenario); empties `Due::admit`, fills `route`
 /// and, for rejected requests, `finished`. Owns [`ClusterDelays`] and [`Rejections`].
 pub struct AdmissionPlugin;
 
@@ -39,7 +39,7 @@ impl bevy_app::Plugin for AdmissionPlugin {
 }
 
 /// Routing: [`route_requests`] in [`SimSystems::Route`] applies the routing policy
-/// (`policy::ActiveRouting`); empties `Due::route`, sends requests on as `Enqueue` events,
+/// (`policy::Active<family::Routing>`); empties `Due::route`, sends requests on as `Enqueue` events,
 /// parks them when nothing is routable and a group scales (`Due::cold_start`). Owns
 /// [`RouterSnapshots`], [`RoutingStats`], [`DecisionLog`] and [`Parked`], and
 /// `policy::CachedBlocks` (the caches as the instances' KV events tell them).
@@ -64,7 +64,7 @@ pub fn admit_requests(
     mut due: ResMut<Due>,
     clock: Res<SimClock>,
     view: Res<ClusterView>,
-    mut policy: ResMut<ActiveAdmission>,
+    mut policy: ResMut<Active<family::Admission>>,
     mut rejections: ResMut<Rejections>,
     mut requests: Query<(&RequestSpec, &mut Lifecycle)>,
 ) {
@@ -165,7 +165,7 @@ pub fn route_requests(
     delays: Res<ClusterDelays>,
     index: Res<InstanceIndex>,
     mut view: ResMut<ClusterView>,
-    mut policy: ResMut<ActiveRouting>,
+    mut policy: ResMut<Active<family::Routing>>,
     mut queue: ResMut<EventQueue>,
     mut snapshots: ResMut<RouterSnapshots>,
     mut book: RouteBook,

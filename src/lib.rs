@@ -60,7 +60,7 @@
 //! A new behaviour is a system in a [`SimSystems`] set, or a policy registered once by name.
 //! ```
 //! use servesim::bevy_app::App;
-//! use servesim::policy::{PolicyAppExt, RouterView, RoutingEntry, RoutingPolicy};
+//! use servesim::policy::{PolicyAppExt, RouterView, RoutingEntry, RoutingPolicy, family};
 //! use servesim::request::RequestSpec;
 //! use servesim::SimTime;
 //!
@@ -73,7 +73,7 @@
 //! }
 //!
 //! let mut app = servesim::default_app();
-//! app.add_routing_policy(RoutingEntry {
+//! app.add_policy::<family::Routing>(RoutingEntry {
 //!     name: "last_one",
 //!     description: "always the last instance",
 //!     params: &[],
@@ -82,7 +82,7 @@
 //! });
 //! // A scenario may now say `policies: (routing: "last_one")`; build it with
 //! // `Simulation::from_app(app, &scenario, options)`.
-//! # assert!(app.world().resource::<servesim::policy::Catalog>().find_routing("last_one").is_some());
+//! # assert!(app.world().resource::<servesim::policy::Catalog>().find::<servesim::policy::family::Routing>("last_one").is_some());
 //! ```
 
 pub mod autoscale;

@@ -214,7 +214,7 @@ fn peak_rss_mb() -> Option<f64> {
 
 /// The resolved set-up `validate` prints: each group's instances, GPUs and KV cache (with
 /// the GPU memory it takes when the model is known), and the expected work.
-fn setup(sc: &scenario::Scenario) -> String {
+fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
     use std::fmt::Write;
     let mut s = String::new();
     for (i, g) in sc.cluster.groups.iter().enumerate() {
@@ -223,7 +223,7 @@ fn setup(sc: &scenario::Scenario) -> String {
         } else {
             g.name.clone()
         };
-        let Ok(r) = scenario::resolve_group(g, i, &sc.base_dir) else {
+        let Ok(r) = sc.resolve_group(i, catalog) else {
             continue; // validation already reported it
         };
         let model = r.model.as_ref().map_or("-".to_string(), |m| m.id.clone());
@@ -749,7 +749,7 @@ fn main() -> ExitCode {
             match load(&scenario, &overrides, catalog) {
                 Ok(sc) => {
                     println!("{}: ok", scenario.display());
-                    print!("{}", setup(&sc));
+                    print!("{}", setup(&sc, catalog));
                     announce(&sc);
                     ExitCode::SUCCESS
                 }

@@ -19,6 +19,7 @@ use crate::engine::{
     SimStepFast, SimSystems,
 };
 use crate::instance::batch::SchedulingConfig;
+use crate::instance::schedulers::BatchFormation;
 use crate::instance::{self, Instance, InstanceBundle, InstanceIndex, Limits, Scheduler};
 use crate::invariants::CheckInvariants;
 use crate::kv::KvCache;
@@ -29,12 +30,9 @@ use crate::metrics::{
 };
 use crate::metrics::{Fairness, RoutingSummary, SliceSummary, SloSummary};
 use crate::output::{OutputDir, OutputError};
-use crate::policy::{
-    ActiveAdmission, ActivePriority, ActiveQueueOrder, ActiveRouting, ActiveScaling, Catalog,
-    Entry, PolicyArgs,
-};
+use crate::policy::{Active, BuildError, Catalog, GroupFacts, PolicyArgs, PolicyFamily, family};
 use crate::request::{FinalState, FinishedRequest, Lifecycle, RequestSpec};
-use crate::scenario::{Scenario, resolve_group};
+use crate::scenario::Scenario;
 use crate::slo::SloTable;
 use crate::time::{SimDuration, SimTime};
 use crate::workload::{Workload, spawn_arrivals};
@@ -371,57 +369,71 @@ impl Simulation {
         let p = &scenario.policies;
         let labels = Labels::of_scenario(scenario);
         let world = app.world_mut();
-        let catalog = world.resource::<Catalog>();
-        fn build<T: ?Sized>(
-            entry: Option<&Entry<T>>,
-            family: &'static str,
+        // Out of the World while instances are spawned; put back below.
+        let owned_catalog = world.remove_resource::<Catalog>().unwrap_or_default();
+        let catalog = &owned_catalog;
+        fn active<F: PolicyFamily>(
+            catalog: &Catalog,
+            field: &'static str,
             name: &str,
-            args: &PolicyArgs<'_>,
-        ) -> Result<Box<T>, SimError> {
-            let e = entry.ok_or_else(|| SimError::UnknownPolicy {
-                family,
-                name: name.to_string(),
-            })?;
-            (e.build)(args).map_err(|message| SimError::Policy {
-                path: format!("policies.{family}"),
-                message,
-            })
+            params: &std::collections::BTreeMap<String, f64>,
+            seed: u64,
+            labels: &Labels,
+        ) -> Result<Box<F::Policy>, SimError> {
+            catalog
+                .build::<F>(name, &PolicyArgs::new(seed, params, labels))
+                .map_err(|e| match e {
+                    BuildError::Unknown { .. } => SimError::UnknownPolicy {
+                        family: field,
+                        name: name.to_string(),
+                    },
+                    BuildError::Params(message) => SimError::Policy {
+                        path: format!("policies.{field}"),
+                        message,
+                    },
+                })
         }
-        let args = |params| PolicyArgs {
-            seed: scenario.seed,
-            params,
-            labels: &labels,
-        };
+        let seed = scenario.seed;
         let no_params = Default::default();
-        let admission = build(
-            catalog.find_admission(&p.admission),
+        let admission = active::<family::Admission>(
+            catalog,
             "admission",
             &p.admission,
-            &args(&p.admission_params),
+            &p.admission_params,
+            seed,
+            &labels,
         )?;
-        let routing = build(
-            catalog.find_routing(&p.routing),
+        let routing = active::<family::Routing>(
+            catalog,
             "routing",
             &p.routing,
-            &args(&p.routing_params),
+            &p.routing_params,
+            seed,
+            &labels,
         )?;
-        let scaling = build(
-            catalog.find_autoscale(&p.autoscale),
+        let scaling = active::<family::Autoscale>(
+            catalog,
             "autoscale",
             &p.autoscale,
-            &args(&p.autoscale_params),
+            &p.autoscale_params,
+            seed,
+            &labels,
         )?;
-        let priority = build(
-            catalog.find_priority(&p.priority),
+        let priority = active::<family::Priority>(
+            catalog,
             "priority",
             &p.priority,
-            &args(&p.priority_params),
+            &p.priority_params,
+            seed,
+            &labels,
         )?;
-        let order = build(
-            catalog.find_scheduling(&p.scheduling),
+        let order = active::<family::Scheduling>(
+            catalog,
             "scheduling",
             &p.scheduling,
-            &args(&no_params),
+            &no_params,
+            seed,
+            &labels,
         )?;
         let disaggregated = scenario
             .cluster
@@ -429,21 +441,23 @@ impl Simulation {
             .iter()
             .any(|g| g.role == crate::scenario::Role::Decode);
         if disaggregated {
-            let decode_routing = build(
-                catalog.find_routing(&p.decode_routing),
+            let decode_routing = active::<family::Routing>(
+                catalog,
                 "decode_routing",
                 &p.decode_routing,
-                &args(&p.decode_routing_params),
+                &p.decode_routing_params,
+                seed,
+                &labels,
             )?;
             world.insert_resource(crate::disagg::ActiveDecodeRouting(decode_routing));
         }
         let autoscaled = scenario.cluster.groups.iter().any(|g| g.scaling.is_some());
         let first_policy_tick = scaling.next_evaluation(SimTime::ZERO, true);
-        world.insert_resource(ActiveAdmission(admission));
-        world.insert_resource(ActiveRouting(routing));
-        world.insert_resource(ActiveScaling(scaling));
-        world.insert_resource(ActivePriority(priority));
-        world.insert_resource(ActiveQueueOrder(order));
+        world.insert_resource(Active::<family::Admission>(admission));
+        world.insert_resource(Active::<family::Routing>(routing));
+        world.insert_resource(Active::<family::Autoscale>(scaling));
+        world.insert_resource(Active::<family::Priority>(priority));
+        world.insert_resource(Active::<family::Scheduling>(order));
         world.insert_resource(SchedulingConfig {
             preemption: p.preemption,
         });
@@ -474,26 +488,21 @@ impl Simulation {
             active: autoscaled,
             ..Default::default()
         };
-        let batchers = world
-            .remove_resource::<crate::instance::schedulers::Batchers>()
-            .unwrap_or_default();
-        let batcher_for = |g: usize| {
+        let batcher_for = |g: usize, facts: GroupFacts<'_>| {
             let group = &scenario.cluster.groups[g];
-            let entry = batchers
-                .find(&group.scheduler)
-                .ok_or_else(|| SimError::UnknownPolicy {
-                    family: "scheduler",
-                    name: group.scheduler.clone(),
-                })?;
-            (entry.build)(&PolicyArgs {
-                seed: scenario.seed,
-                params: &group.scheduler_params,
-                labels: &labels,
-            })
-            .map_err(|message| SimError::Policy {
-                path: format!("cluster.groups[{g}].scheduler"),
-                message,
-            })
+            let args = PolicyArgs::new(scenario.seed, &group.scheduler_params, &labels);
+            catalog
+                .build::<BatchFormation>(&group.scheduler, &args.in_group(facts))
+                .map_err(|e| match e {
+                    BuildError::Unknown { name, .. } => SimError::UnknownPolicy {
+                        family: "scheduler",
+                        name,
+                    },
+                    BuildError::Params(message) => SimError::Policy {
+                        path: format!("cluster.groups[{g}].scheduler"),
+                        message,
+                    },
+                })
         };
         for (g, group) in scenario.cluster.groups.iter().enumerate() {
             let name = if group.name.is_empty() {
@@ -501,7 +510,9 @@ impl Simulation {
             } else {
                 group.name.clone()
             };
-            let resolved = resolve_group(group, g, &scenario.base_dir).map_err(SimError::Group)?;
+            let resolved = scenario
+                .resolve_group(g, catalog)
+                .map_err(SimError::Group)?;
             let timing = group.scaling.as_ref().map(|s| {
                 // One GPU's share of the weights over the load bandwidth.
                 let derived = resolved.model.as_ref().map_or(0.0, |m| {
@@ -592,7 +603,15 @@ impl Simulation {
                         kv,
                         latency,
                     })
-                    .insert(crate::instance::schedulers::Batcher(batcher_for(g)?))
+                    .insert(crate::instance::schedulers::Batcher(batcher_for(
+                        g,
+                        GroupFacts {
+                            model: resolved.model.as_ref(),
+                            gpu: resolved.gpu.as_ref(),
+                            tp: group.tp.max(1),
+                            pp: group.pp.max(1),
+                        },
+                    )?))
                     .insert(Power {
                         phase: if on { Phase::Serving } else { Phase::Off },
                         phase_end: None,
@@ -613,8 +632,8 @@ impl Simulation {
             }
             scaler.groups.push(accounts);
         }
+        world.insert_resource(owned_catalog);
         world.resource_mut::<crate::cluster::Parked>().enabled = autoscaled;
-        world.insert_resource(batchers);
         world.insert_resource(crate::disagg::Disagg {
             enabled: disaggregated,
             layerwise: scenario.cluster.kv_transfer_layerwise,
@@ -627,7 +646,10 @@ impl Simulation {
         // turned them on.
         let kv_events = world.resource::<crate::kv::KvEvents>().0
             || scenario.outputs.kv_events
-            || world.resource::<ActiveRouting>().0.wants_kv_events()
+            || world
+                .resource::<Active<family::Routing>>()
+                .0
+                .wants_kv_events()
             || world
                 .get_resource::<crate::disagg::ActiveDecodeRouting>()
                 .is_some_and(|r| r.0.wants_kv_events());

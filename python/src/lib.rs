@@ -9,7 +9,7 @@ use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use servesim::metrics::SharedBuffer;
-use servesim::policy::{ActiveRouting, Catalog, RouterView, RoutingPolicy};
+use servesim::policy::{Active, Catalog, RouterView, RoutingPolicy, family};
 use servesim::request::RequestSpec;
 use servesim::scenario::{self, Scenario};
 use servesim::{RunOptions, SimTime, Simulation};
@@ -139,7 +139,7 @@ fn run(
     let result = match router {
         Some(f) => {
             sim.world_mut()
-                .insert_resource(ActiveRouting(Box::new(PyRouter {
+                .insert_resource(Active::<family::Routing>(Box::new(PyRouter {
                     f,
                     error: error.clone(),
                 })));

@@ -20,7 +20,7 @@ use bevy_ecs::prelude::*;
 use super::{InstanceIndex, Limits, Planned, Scheduler, Seq};
 use crate::engine::{Due, SimClock};
 use crate::kv::KvCache;
-use crate::policy::{ActivePriority, ActiveQueueOrder, PriorityPolicy, QueueOrder};
+use crate::policy::{Active, PriorityPolicy, QueueOrder, family};
 use crate::scenario::PreemptionOrder;
 use crate::time::SimTime;
 
@@ -65,8 +65,8 @@ pub fn form_batches(
     mut due: ResMut<Due>,
     clock: Res<SimClock>,
     index: Res<InstanceIndex>,
-    order: Res<ActiveQueueOrder>,
-    priority: Res<ActivePriority>,
+    order: Res<Active<family::Scheduling>>,
+    priority: Res<Active<family::Priority>>,
     table: Res<SloTable>,
     config: Res<SchedulingConfig>,
     mut instances: super::Instances,

@@ -2,7 +2,8 @@
 //! (`scheduler`, `scheduler_params`). Every scheduler fills [`Scheduler::plan`] from the
 //! running batch and the wait queue and uses the same KV cache, latency models, step
 //! completion and invariants; one file plus one registration adds a new one
-//! ([`BatcherAppExt::add_batch_scheduler`]).
+//! (`app.add_policy::<BatchFormation>(entry)`: batch formation is a policy family like
+//! routing, [`BatchFormation`]).
 //!
 //! | name | source | rule |
 //! |---|---|---|
@@ -16,7 +17,8 @@
 //! A new scheduler is one file and one registration:
 //! ```
 //! use servesim::instance::batch::Ordering;
-//! use servesim::instance::schedulers::{BatchScheduler, BatcherAppExt, BatcherEntry};
+//! use servesim::instance::schedulers::{BatchFormation, BatchScheduler, BatcherEntry};
+//! use servesim::policy::PolicyAppExt;
 //! use servesim::instance::{Limits, Planned, Scheduler};
 //! use servesim::kv::KvCache;
 //! use servesim::{RunOptions, SimTime, Simulation};
@@ -44,7 +46,7 @@
 //! }
 //!
 //! let mut app = servesim::default_app();
-//! app.add_batch_scheduler(BatcherEntry {
+//! app.add_policy::<BatchFormation>(BatcherEntry {
 //!     name: "one_at_a_time",
 //!     description: "one request at a time",
 //!     params: &[],
@@ -72,7 +74,7 @@ use bevy_ecs::prelude::*;
 use super::batch::{Grow, Ordering, form_batch, grow_or_preempt, order_waiting};
 use super::{Limits, Planned, Scheduler, Seq};
 use crate::kv::KvCache;
-use crate::policy::{Catalog, Entry, PolicyArgs, SchedulerInfo};
+use crate::policy::{Entry, PolicyAppExt, PolicyArgs, PolicyFamily};
 use crate::time::SimTime;
 
 /// Forms one instance's batches.
@@ -98,36 +100,13 @@ pub type BatcherEntry = Entry<dyn BatchScheduler>;
 #[derive(Component)]
 pub struct Batcher(pub Box<dyn BatchScheduler>);
 
-/// Batch scheduler constructors, by name.
-#[derive(Resource, Default)]
-pub struct Batchers(pub Vec<BatcherEntry>);
+/// The batch-formation family: a group's `scheduler` (and `scheduler_params`) names one of
+/// its members; each instance builds its own ([`Batcher`]).
+pub struct BatchFormation;
 
-impl Batchers {
-    pub fn find(&self, name: &str) -> Option<&BatcherEntry> {
-        self.0.iter().find(|e| e.name == name)
-    }
-}
-
-/// Registers batch schedulers (validation and `servesim list policies` see them too).
-pub trait BatcherAppExt {
-    fn add_batch_scheduler(&mut self, entry: BatcherEntry) -> &mut Self;
-}
-
-impl BatcherAppExt for App {
-    fn add_batch_scheduler(&mut self, entry: BatcherEntry) -> &mut Self {
-        self.init_resource::<Batchers>().init_resource::<Catalog>();
-        let build = entry.build;
-        self.world_mut()
-            .resource_mut::<Catalog>()
-            .add_scheduler_info(SchedulerInfo {
-                name: entry.name,
-                description: entry.description,
-                params: entry.params,
-                check: Box::new(move |args| build(args).map(drop)),
-            });
-        self.world_mut().resource_mut::<Batchers>().0.push(entry);
-        self
-    }
+impl PolicyFamily for BatchFormation {
+    type Policy = dyn BatchScheduler;
+    const NAME: &'static str = "scheduler";
 }
 
 /// Registers the built-in schedulers.
@@ -140,7 +119,7 @@ pub fn register_builtins(app: &mut App) {
         FASTER_TRANSFORMER,
         LIGHTLLM,
     ] {
-        app.add_batch_scheduler(e);
+        app.add_policy::<BatchFormation>(e);
     }
 }
 
@@ -606,12 +585,7 @@ mod tests {
         .into_iter()
         .find(|e| e.name == name)
         .unwrap();
-        let mut b = (entry.build)(&PolicyArgs {
-            seed: 1,
-            params: &params,
-            labels: &labels,
-        })
-        .unwrap();
+        let mut b = (entry.build)(&PolicyArgs::new(1, &params, &labels)).unwrap();
         let table = SloTable::default();
         let o = Ordering {
             order: &Fcfs,

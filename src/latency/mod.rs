@@ -97,6 +97,17 @@ impl Alpha {
 #[error("{0}")]
 pub struct LatencyError(pub String);
 
+/// The latency-model family: a group's `latency: Named(name: …, params: …)` names one of its
+/// members (registered with `app.add_policy::<LatencyModels>(entry)`); its build sees the
+/// group's model, GPU, tp and pp in `PolicyArgs::group`. The built-in models have typed
+/// `LatencySpec` forms of their own (they take arrays, tables and files).
+pub struct LatencyModels;
+
+impl crate::policy::PolicyFamily for LatencyModels {
+    type Policy = dyn LatencyModel;
+    const NAME: &'static str = "latency";
+}
+
 /// The latency model of an instance (per instance, so heterogeneous clusters work).
 #[derive(Component, Clone)]
 pub struct Latency(pub std::sync::Arc<dyn LatencyModel>);

@@ -1,7 +1,9 @@
 //! Cluster policies (admission, routing, autoscaling) and the catalog that names them.
 //!
-//! Each policy is one file implementing a trait here, registered **once** by name through
-//! the [`PolicyAppExt`] methods in [`PoliciesPlugin`]. Scenario validation and
+//! Each policy is one file implementing a trait here, registered **once** by name with
+//! [`PolicyAppExt::add_policy`] and its [`family`] in [`PoliciesPlugin`]; every family —
+//! these five, batch formation and latency models — goes through the one mechanism of
+//! [`catalog`](PolicyFamily). Scenario validation and
 //! `servesim list policies` both read the [`Catalog`] resource, so a policy registered by a
 //! user's own plugin is selectable from a scenario like a built-in one.
 //!
@@ -11,6 +13,7 @@
 mod always_admit;
 mod always_busiest;
 mod cached_blocks;
+mod catalog;
 mod cost_escalation;
 mod least_kv;
 mod least_loaded;
@@ -32,6 +35,10 @@ pub mod weighted;
 
 pub use always_admit::AlwaysAdmit;
 pub use cached_blocks::{CachedBlocks, index_kv_events};
+pub use catalog::{
+    Active, BuildError, Catalog, Entry, GroupFacts, PolicyAppExt, PolicyArgs, PolicyFamily,
+    PolicyInfo,
+};
 pub use least_loaded::LeastLoaded;
 pub use priority::{Constant as ConstantPriority, default_class_priority};
 pub use queue_order::Fcfs;
@@ -39,43 +46,12 @@ pub use reject_all::RejectAll;
 pub use round_robin::RoundRobin;
 pub use static_scale::StaticScale;
 
-use std::collections::BTreeMap;
-
 use bevy_app::{App, Plugin};
-use bevy_ecs::prelude::*;
 
-use crate::labels::Labels;
 use crate::request::{PromptContent, RequestSpec};
 use crate::time::{SimDuration, SimTime};
 
 pub use crate::engine::InstanceSnapshot;
-
-/// Everything a policy may need at construction.
-#[derive(Clone, Copy, Debug)]
-pub struct PolicyArgs<'a> {
-    pub seed: u64,
-    /// The policy's parameters from the scenario (validated against the entry's list).
-    pub params: &'a BTreeMap<String, f64>,
-    /// Tenant and SLO-class names, for policies keyed by them.
-    pub labels: &'a Labels,
-}
-
-impl PolicyArgs<'_> {
-    /// Parameter `name`, or `default` when the scenario does not give it.
-    pub fn get(&self, name: &str, default: f64) -> f64 {
-        self.params.get(name).copied().unwrap_or(default)
-    }
-
-    /// Parameter `name`, which must be finite and ≥ `min`.
-    pub fn at_least(&self, name: &str, default: f64, min: f64) -> Result<f64, String> {
-        let v = self.get(name, default);
-        if v.is_finite() && v >= min {
-            Ok(v)
-        } else {
-            Err(format!("{name} must be a finite number ≥ {min}, got {v}"))
-        }
-    }
-}
 
 /// Asks instances how much of a prompt they have cached (the real KV cache, as vLLM's
 /// prefix-cache-aware routers do).
@@ -238,226 +214,46 @@ pub fn every(interval: SimDuration, now: SimTime, _first: bool) -> Option<SimTim
     Some(now + interval)
 }
 
-/// (family, name, description, parameters) of a registered policy.
-pub type PolicyInfo = (
-    &'static str,
-    &'static str,
-    &'static str,
-    &'static [(&'static str, &'static str)],
-);
-
-/// A named, described policy constructor.
-pub struct Entry<T: ?Sized> {
-    pub name: &'static str,
-    pub description: &'static str,
-    /// Parameters it accepts: (name, meaning with default).
-    pub params: &'static [(&'static str, &'static str)],
-    /// Whether it accepts parameters named after tenants or SLO classes (free keys).
-    pub free_params: bool,
-    pub build: fn(&PolicyArgs<'_>) -> Result<Box<T>, String>,
-}
-
-impl<T: ?Sized> Clone for Entry<T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-impl<T: ?Sized> Copy for Entry<T> {}
-
 pub type AdmissionEntry = Entry<dyn AdmissionPolicy>;
 pub type RoutingEntry = Entry<dyn RoutingPolicy>;
 pub type ScaleEntry = Entry<dyn ScalePolicy>;
 pub type PriorityEntry = Entry<dyn PriorityPolicy>;
 pub type QueueOrderEntry = Entry<dyn QueueOrder>;
 
-/// Checks a policy's parameters by building it.
-pub type ParamCheck = Box<dyn Fn(&PolicyArgs<'_>) -> Result<(), String> + Send + Sync>;
+/// The cluster-wide policy families (marker types for [`Catalog`], [`Active`] and
+/// [`PolicyAppExt::add_policy`]); each is named after its `policies.<name>` field.
+pub mod family {
+    use super::*;
 
-/// What validation and `servesim list` know of a batch scheduler (the constructor itself
-/// lives with the instance stages, `crate::instance::schedulers`).
-pub struct SchedulerInfo {
-    pub name: &'static str,
-    pub description: &'static str,
-    pub params: &'static [(&'static str, &'static str)],
-    /// Builds the scheduler from its parameters and throws it away: the parameter check.
-    pub check: ParamCheck,
-}
-
-/// Every policy the simulation can instantiate, by family and name.
-#[derive(Resource, Default)]
-pub struct Catalog {
-    admission: Vec<AdmissionEntry>,
-    routing: Vec<RoutingEntry>,
-    autoscale: Vec<ScaleEntry>,
-    priority: Vec<PriorityEntry>,
-    scheduling: Vec<QueueOrderEntry>,
-    schedulers: Vec<SchedulerInfo>,
-}
-
-fn insert<T: ?Sized>(list: &mut Vec<Entry<T>>, family: &str, entry: Entry<T>) {
-    assert!(
-        list.iter().all(|e| e.name != entry.name),
-        "{family} policy `{}` registered twice",
-        entry.name
-    );
-    list.push(entry);
-    list.sort_by_key(|e| e.name);
-}
-
-impl Catalog {
-    pub fn add_admission(&mut self, e: AdmissionEntry) {
-        insert(&mut self.admission, "admission", e);
+    /// `policies.admission`: [`AdmissionPolicy`].
+    pub struct Admission;
+    impl PolicyFamily for Admission {
+        type Policy = dyn AdmissionPolicy;
+        const NAME: &'static str = "admission";
     }
-    pub fn add_routing(&mut self, e: RoutingEntry) {
-        insert(&mut self.routing, "routing", e);
+    /// `policies.priority`: [`PriorityPolicy`].
+    pub struct Priority;
+    impl PolicyFamily for Priority {
+        type Policy = dyn PriorityPolicy;
+        const NAME: &'static str = "priority";
     }
-    pub fn add_autoscale(&mut self, e: ScaleEntry) {
-        insert(&mut self.autoscale, "autoscale", e);
+    /// `policies.scheduling`: the instance wait-queue order, [`QueueOrder`].
+    pub struct Scheduling;
+    impl PolicyFamily for Scheduling {
+        type Policy = dyn QueueOrder;
+        const NAME: &'static str = "scheduling";
     }
-    pub fn admission(&self) -> &[AdmissionEntry] {
-        &self.admission
+    /// `policies.routing` (and `policies.decode_routing`): [`RoutingPolicy`].
+    pub struct Routing;
+    impl PolicyFamily for Routing {
+        type Policy = dyn RoutingPolicy;
+        const NAME: &'static str = "routing";
     }
-    pub fn routing(&self) -> &[RoutingEntry] {
-        &self.routing
-    }
-    pub fn autoscale(&self) -> &[ScaleEntry] {
-        &self.autoscale
-    }
-    pub fn admission_names(&self) -> Vec<&'static str> {
-        self.admission.iter().map(|e| e.name).collect()
-    }
-    pub fn routing_names(&self) -> Vec<&'static str> {
-        self.routing.iter().map(|e| e.name).collect()
-    }
-    pub fn autoscale_names(&self) -> Vec<&'static str> {
-        self.autoscale.iter().map(|e| e.name).collect()
-    }
-    pub fn find_admission(&self, name: &str) -> Option<&AdmissionEntry> {
-        self.admission.iter().find(|e| e.name == name)
-    }
-    pub fn find_routing(&self, name: &str) -> Option<&RoutingEntry> {
-        self.routing.iter().find(|e| e.name == name)
-    }
-    pub fn find_autoscale(&self, name: &str) -> Option<&ScaleEntry> {
-        self.autoscale.iter().find(|e| e.name == name)
-    }
-    pub fn add_priority(&mut self, e: PriorityEntry) {
-        insert(&mut self.priority, "priority", e);
-    }
-    pub fn add_scheduling(&mut self, e: QueueOrderEntry) {
-        insert(&mut self.scheduling, "scheduling", e);
-    }
-    pub fn priority(&self) -> &[PriorityEntry] {
-        &self.priority
-    }
-    pub fn scheduling(&self) -> &[QueueOrderEntry] {
-        &self.scheduling
-    }
-    pub fn priority_names(&self) -> Vec<&'static str> {
-        self.priority.iter().map(|e| e.name).collect()
-    }
-    pub fn scheduling_names(&self) -> Vec<&'static str> {
-        self.scheduling.iter().map(|e| e.name).collect()
-    }
-    pub fn find_priority(&self, name: &str) -> Option<&PriorityEntry> {
-        self.priority.iter().find(|e| e.name == name)
-    }
-    pub fn find_scheduling(&self, name: &str) -> Option<&QueueOrderEntry> {
-        self.scheduling.iter().find(|e| e.name == name)
-    }
-    /// Registers a batch scheduler's description (see `BatcherAppExt`).
-    pub fn add_scheduler_info(&mut self, info: SchedulerInfo) {
-        assert!(
-            self.schedulers.iter().all(|e| e.name != info.name),
-            "batch scheduler `{}` registered twice",
-            info.name
-        );
-        self.schedulers.push(info);
-        self.schedulers.sort_by_key(|e| e.name);
-    }
-    pub fn schedulers(&self) -> &[SchedulerInfo] {
-        &self.schedulers
-    }
-    pub fn find_scheduler(&self, name: &str) -> Option<&SchedulerInfo> {
-        self.schedulers.iter().find(|e| e.name == name)
-    }
-
-    /// (family, name, description, params) of every policy, for `servesim list policies`.
-    pub fn describe(&self) -> Vec<PolicyInfo> {
-        let mut v = Vec::new();
-        v.extend(
-            self.admission
-                .iter()
-                .map(|e| ("admission", e.name, e.description, e.params)),
-        );
-        v.extend(
-            self.priority
-                .iter()
-                .map(|e| ("priority", e.name, e.description, e.params)),
-        );
-        v.extend(
-            self.scheduling
-                .iter()
-                .map(|e| ("scheduling", e.name, e.description, e.params)),
-        );
-        v.extend(
-            self.routing
-                .iter()
-                .map(|e| ("routing", e.name, e.description, e.params)),
-        );
-        v.extend(
-            self.autoscale
-                .iter()
-                .map(|e| ("autoscale", e.name, e.description, e.params)),
-        );
-        v.extend(
-            self.schedulers
-                .iter()
-                .map(|e| ("scheduler", e.name, e.description, e.params)),
-        );
-        v
-    }
-}
-
-/// Registers policies on an [`App`]; the one place a policy name is declared.
-pub trait PolicyAppExt {
-    fn add_admission_policy(&mut self, entry: AdmissionEntry) -> &mut Self;
-    fn add_routing_policy(&mut self, entry: RoutingEntry) -> &mut Self;
-    fn add_autoscale_policy(&mut self, entry: ScaleEntry) -> &mut Self;
-    fn add_priority_policy(&mut self, entry: PriorityEntry) -> &mut Self;
-    fn add_queue_order(&mut self, entry: QueueOrderEntry) -> &mut Self;
-}
-
-impl PolicyAppExt for App {
-    fn add_admission_policy(&mut self, entry: AdmissionEntry) -> &mut Self {
-        self.world_mut()
-            .get_resource_or_init::<Catalog>()
-            .add_admission(entry);
-        self
-    }
-    fn add_routing_policy(&mut self, entry: RoutingEntry) -> &mut Self {
-        self.world_mut()
-            .get_resource_or_init::<Catalog>()
-            .add_routing(entry);
-        self
-    }
-    fn add_autoscale_policy(&mut self, entry: ScaleEntry) -> &mut Self {
-        self.world_mut()
-            .get_resource_or_init::<Catalog>()
-            .add_autoscale(entry);
-        self
-    }
-    fn add_priority_policy(&mut self, entry: PriorityEntry) -> &mut Self {
-        self.world_mut()
-            .get_resource_or_init::<Catalog>()
-            .add_priority(entry);
-        self
-    }
-    fn add_queue_order(&mut self, entry: QueueOrderEntry) -> &mut Self {
-        self.world_mut()
-            .get_resource_or_init::<Catalog>()
-            .add_scheduling(entry);
-        self
+    /// `policies.autoscale`: [`ScalePolicy`].
+    pub struct Autoscale;
+    impl PolicyFamily for Autoscale {
+        type Policy = dyn ScalePolicy;
+        const NAME: &'static str = "autoscale";
     }
 }
 
@@ -467,55 +263,35 @@ pub struct PoliciesPlugin;
 impl Plugin for PoliciesPlugin {
     fn build(&self, app: &mut App) {
         app.init_resource::<Catalog>()
-            .add_admission_policy(always_admit::ENTRY)
-            .add_admission_policy(reject_all::ENTRY)
-            .add_admission_policy(token_bucket::ENTRY)
-            .add_admission_policy(tenant_quota::ENTRY)
-            .add_priority_policy(priority::CONSTANT)
-            .add_priority_policy(priority::SLO_BASED)
-            .add_priority_policy(priority::INVERTED_SLO)
-            .add_queue_order(queue_order::FCFS)
-            .add_queue_order(queue_order::PRIORITY_FCFS)
-            .add_queue_order(queue_order::SJF)
-            .add_queue_order(queue_order::REVERSE_PRIORITY)
-            .add_routing_policy(round_robin::ENTRY)
-            .add_routing_policy(random::ENTRY)
-            .add_routing_policy(least_loaded::ENTRY)
-            .add_routing_policy(least_outstanding::ENTRY)
-            .add_routing_policy(least_kv::ENTRY)
-            .add_routing_policy(always_busiest::ENTRY)
-            .add_routing_policy(session_affinity::ENTRY)
-            .add_routing_policy(cost_escalation::ENTRY)
-            .add_routing_policy(prefix_overlap::ENTRY)
-            .add_routing_policy(prefix_aware::ENTRY)
-            .add_routing_policy(weighted::ENTRY)
-            .add_autoscale_policy(static_scale::ENTRY)
-            .add_autoscale_policy(scaling::THRESHOLD)
-            .add_autoscale_policy(scaling::TARGET_TRACKING)
-            .add_autoscale_policy(scaling::SLO_AWARE)
-            .add_autoscale_policy(scaling::SCHEDULED);
+            .add_policy::<family::Admission>(always_admit::ENTRY)
+            .add_policy::<family::Admission>(reject_all::ENTRY)
+            .add_policy::<family::Admission>(token_bucket::ENTRY)
+            .add_policy::<family::Admission>(tenant_quota::ENTRY)
+            .add_policy::<family::Priority>(priority::CONSTANT)
+            .add_policy::<family::Priority>(priority::SLO_BASED)
+            .add_policy::<family::Priority>(priority::INVERTED_SLO)
+            .add_policy::<family::Scheduling>(queue_order::FCFS)
+            .add_policy::<family::Scheduling>(queue_order::PRIORITY_FCFS)
+            .add_policy::<family::Scheduling>(queue_order::SJF)
+            .add_policy::<family::Scheduling>(queue_order::REVERSE_PRIORITY)
+            .add_policy::<family::Routing>(round_robin::ENTRY)
+            .add_policy::<family::Routing>(random::ENTRY)
+            .add_policy::<family::Routing>(least_loaded::ENTRY)
+            .add_policy::<family::Routing>(least_outstanding::ENTRY)
+            .add_policy::<family::Routing>(least_kv::ENTRY)
+            .add_policy::<family::Routing>(always_busiest::ENTRY)
+            .add_policy::<family::Routing>(session_affinity::ENTRY)
+            .add_policy::<family::Routing>(cost_escalation::ENTRY)
+            .add_policy::<family::Routing>(prefix_overlap::ENTRY)
+            .add_policy::<family::Routing>(prefix_aware::ENTRY)
+            .add_policy::<family::Routing>(weighted::ENTRY)
+            .add_policy::<family::Autoscale>(static_scale::ENTRY)
+            .add_policy::<family::Autoscale>(scaling::THRESHOLD)
+            .add_policy::<family::Autoscale>(scaling::TARGET_TRACKING)
+            .add_policy::<family::Autoscale>(scaling::SLO_AWARE)
+            .add_policy::<family::Autoscale>(scaling::SCHEDULED);
     }
 }
-
-/// The active admission policy.
-#[derive(Resource)]
-pub struct ActiveAdmission(pub Box<dyn AdmissionPolicy>);
-
-/// The active routing policy.
-#[derive(Resource)]
-pub struct ActiveRouting(pub Box<dyn RoutingPolicy>);
-
-/// The active scaling policy.
-#[derive(Resource)]
-pub struct ActiveScaling(pub Box<dyn ScalePolicy>);
-
-/// The active priority policy.
-#[derive(Resource)]
-pub struct ActivePriority(pub Box<dyn PriorityPolicy>);
-
-/// The active instance queue order.
-#[derive(Resource)]
-pub struct ActiveQueueOrder(pub Box<dyn QueueOrder>);
 
 /// Tie-break: among candidates, the highest score wins, then the lowest index.
 pub fn argmax(scores: impl IntoIterator<Item = (u32, f64)>) -> Option<u32> {

@@ -710,12 +710,7 @@ mod tests {
             ("scale_down_stabilization_s", 60.0),
             ("interval_s", 15.0),
         ]);
-        let mut p = (TARGET_TRACKING.build)(&PolicyArgs {
-            seed: 1,
-            params: &params,
-            labels: &labels,
-        })
-        .unwrap();
+        let mut p = (TARGET_TRACKING.build)(&PolicyArgs::new(1, &params, &labels)).unwrap();
         let at = |s: f64| SimTime::ZERO + SimDuration::from_secs_f64(s);
         let with = |util: f64| {
             let mut x = g(0, 4, 1.0, 0, 10);

@@ -51,6 +51,10 @@ pub struct Scenario {
     /// The scenario file itself, when loaded from one (not a RON field).
     #[serde(skip)]
     pub source: Option<std::path::PathBuf>,
+    /// Each group as validation resolved it (model, GPU, tables, latency model), so that a
+    /// run does not read its files again (not a RON field; see [`Scenario::resolve_group`]).
+    #[serde(skip)]
+    pub resolved: resolve::ResolvedCache,
 }
 
 impl Scenario {
@@ -419,6 +423,14 @@ pub enum LatencySpec {
         file: String,
         #[serde(default)]
         extrapolation: crate::latency::Extrapolation,
+    },
+    /// A latency model registered by name (`app.add_policy::<latency::LatencyModels>(…)`,
+    /// `servesim list policies`), with numeric parameters; it is built from them and the
+    /// group's model, GPU, tp and pp.
+    Named {
+        name: String,
+        #[serde(default)]
+        params: BTreeMap<String, f64>,
     },
 }
 

@@ -2,8 +2,8 @@
 //! GPU profile, the KV block count and the latency model. Used by validation (so every
 //! problem is reported up front) and when the simulation is built.
 
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use super::{InstanceGroup, LatencySpec, Problem, did_you_mean};
 use crate::latency::{
@@ -11,6 +11,7 @@ use crate::latency::{
     TrainedPhysics,
 };
 use crate::model::{BUNDLED_MODELS, GpuProfile, ModelConfig, bundled_gpus, find_gpu, kv_capacity};
+use crate::policy::{Catalog, GroupFacts, PolicyArgs};
 
 /// A group with everything looked up.
 #[derive(Clone)]
@@ -120,11 +121,73 @@ fn three(v: &[f64]) -> [f64; 3] {
     ]
 }
 
-/// Resolves group `i`; problems carry paths under `cluster.groups[i]`.
+/// Groups resolved before, one slot per group index, each with what it was resolved from
+/// (the group, the base directory and the seed): a slot whose group was edited since
+/// resolves anew. Clones share it; it never makes two scenarios unequal.
+#[derive(Clone, Default)]
+pub struct ResolvedCache(Arc<Mutex<Vec<Option<Slot>>>>);
+
+type Slot = (InstanceGroup, PathBuf, u64, ResolvedGroup);
+
+impl PartialEq for ResolvedCache {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for ResolvedCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ResolvedCache")
+    }
+}
+
+impl ResolvedCache {
+    fn get(&self, i: usize, g: &InstanceGroup, base: &Path, seed: u64) -> Option<ResolvedGroup> {
+        let slots = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match slots.get(i) {
+            Some(Some((group, b, s, r))) if group == g && b == base && *s == seed => {
+                Some(r.clone())
+            }
+            _ => None,
+        }
+    }
+
+    fn put(&self, i: usize, slot: Slot) {
+        let mut slots = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if slots.len() <= i {
+            slots.resize(i + 1, None);
+        }
+        slots[i] = Some(slot);
+    }
+}
+
+impl super::Scenario {
+    /// Group `i` resolved: from [`Scenario::resolved`] when validation (or an earlier run)
+    /// resolved this very group, otherwise read now (and remembered).
+    pub fn resolve_group(
+        &self,
+        i: usize,
+        catalog: &Catalog,
+    ) -> Result<ResolvedGroup, Vec<Problem>> {
+        let g = &self.cluster.groups[i];
+        if let Some(r) = self.resolved.get(i, g, &self.base_dir, self.seed) {
+            return Ok(r);
+        }
+        let r = resolve_group(g, i, &self.base_dir, catalog, self.seed)?;
+        self.resolved
+            .put(i, (g.clone(), self.base_dir.clone(), self.seed, r.clone()));
+        Ok(r)
+    }
+}
+
+/// Resolves group `i`; problems carry paths under `cluster.groups[i]`. Reads the group's
+/// files; [`Scenario::resolve_group`] reads them once.
 pub fn resolve_group(
     g: &InstanceGroup,
     i: usize,
     base: &Path,
+    catalog: &Catalog,
+    seed: u64,
 ) -> Result<ResolvedGroup, Vec<Problem>> {
     let at = |f: &str| format!("cluster.groups[{i}].{f}");
     let mut p = Vec::new();
@@ -355,6 +418,33 @@ pub fn resolve_group(
                 None
             }
         },
+        LatencySpec::Named { name, params } => {
+            let labels = crate::labels::Labels::default();
+            let args = PolicyArgs::new(seed, params, &labels).in_group(GroupFacts {
+                model: model.as_ref(),
+                gpu: gpu.as_ref(),
+                tp: g.tp,
+                pp: g.pp,
+            });
+            let before = p.len();
+            super::validate::check_member::<crate::latency::LatencyModels>(
+                &mut p,
+                catalog,
+                "latency",
+                &at("latency.name"),
+                &at("latency.params"),
+                name,
+                &args,
+            );
+            if p.len() == before {
+                catalog
+                    .build::<crate::latency::LatencyModels>(name, &args)
+                    .ok()
+                    .map(Arc::from)
+            } else {
+                None
+            }
+        }
     };
     let kv_blocks = match (g.kv_blocks, &model, &gpu) {
         (Some(0), _, _) => {

@@ -1,7 +1,7 @@
 //! Whole-scenario validation: every problem with its field path, at once.
 
 use super::{ArrivalSpec, LengthSpec, Scenario};
-use crate::policy::Catalog;
+use crate::policy::{Catalog, PolicyArgs, PolicyFamily, family};
 
 /// One thing wrong with a scenario.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -301,40 +301,16 @@ fn check_scheduler(
     catalog: &Catalog,
     seed: u64,
 ) {
-    let at = format!("cluster.groups[{i}].scheduler");
-    let Some(info) = catalog.find_scheduler(&g.scheduler) else {
-        let names: Vec<&str> = catalog.schedulers().iter().map(|e| e.name).collect();
-        name_in_catalog(p, &at, "scheduler", &g.scheduler, &names);
-        return;
-    };
-    for k in g.scheduler_params.keys() {
-        if !info.params.iter().any(|(n, _)| n == k) {
-            let known: Vec<&str> = info.params.iter().map(|(n, _)| *n).collect();
-            let hint = match did_you_mean(k, known.iter().copied()) {
-                Some(s) => format!("did you mean \"{s}\"?"),
-                None if known.is_empty() => format!("{} takes no parameters", info.name),
-                None => format!("{} takes: {}", info.name, known.join(", ")),
-            };
-            p.push(
-                Problem::new(
-                    format!("cluster.groups[{i}].scheduler_params.{k}"),
-                    format!("unknown parameter of {}", info.name),
-                )
-                .hint(hint),
-            );
-        }
-    }
     let labels = crate::labels::Labels::default();
-    if let Err(msg) = (info.check)(&crate::policy::PolicyArgs {
-        seed,
-        params: &g.scheduler_params,
-        labels: &labels,
-    }) {
-        p.push(Problem::new(
-            format!("cluster.groups[{i}].scheduler_params"),
-            msg,
-        ));
-    }
+    check_member::<crate::instance::schedulers::BatchFormation>(
+        p,
+        catalog,
+        "scheduler",
+        &format!("cluster.groups[{i}].scheduler"),
+        &format!("cluster.groups[{i}].scheduler_params"),
+        &g.scheduler,
+        &PolicyArgs::new(seed, &g.scheduler_params, &labels),
+    );
 }
 
 /// An autoscaled group's bounds and life-cycle times.
@@ -418,23 +394,24 @@ pub const FITNESS_KEYS: [&str; 10] = [
     "cost_per_mtok",
 ];
 
-fn check_policy<T: ?Sized>(
+/// A member of family `F` named `name` (at `name_at`, called a `kind` policy) with
+/// `args.params` (at `params_at`): a known name, parameters it takes, and parameters it
+/// accepts (it is built and thrown away).
+pub(super) fn check_member<F: PolicyFamily>(
     p: &mut Vec<Problem>,
-    family: &str,
+    catalog: &Catalog,
+    kind: &str,
+    name_at: &str,
+    params_at: &str,
     name: &str,
-    params: &std::collections::BTreeMap<String, f64>,
-    entries: &[crate::policy::Entry<T>],
-    labels: &crate::labels::Labels,
-    seed: u64,
+    args: &PolicyArgs<'_>,
 ) {
-    let names: Vec<&str> = entries.iter().map(|e| e.name).collect();
-    let Some(e) = entries.iter().find(|e| e.name == name) else {
-        name_in_catalog(p, &format!("policies.{family}"), family, name, &names);
+    let Some(e) = catalog.find::<F>(name) else {
+        name_in_catalog(p, name_at, kind, name, &catalog.names::<F>());
         return;
     };
-    let at = format!("policies.{family}_params");
     if !e.free_params {
-        for k in params.keys() {
+        for k in args.params.keys() {
             if !e.params.iter().any(|(n, _)| n == k) {
                 let known: Vec<&str> = e.params.iter().map(|(n, _)| *n).collect();
                 let hint = match did_you_mean(k, known.iter().copied()) {
@@ -443,19 +420,39 @@ fn check_policy<T: ?Sized>(
                     None => format!("{name} takes: {}", known.join(", ")),
                 };
                 p.push(
-                    Problem::new(format!("{at}.{k}"), format!("unknown parameter of {name}"))
-                        .hint(hint),
+                    Problem::new(
+                        format!("{params_at}.{k}"),
+                        format!("unknown parameter of {name}"),
+                    )
+                    .hint(hint),
                 );
             }
         }
     }
-    if let Err(msg) = (e.build)(&crate::policy::PolicyArgs {
-        seed,
-        params,
-        labels,
-    }) {
-        p.push(Problem::new(at, msg));
+    if let Err(msg) = (e.build)(args) {
+        p.push(Problem::new(params_at, msg));
     }
+}
+
+/// A cluster-wide policy `policies.<family>` with `policies.<family>_params`.
+fn check_policy<F: PolicyFamily>(
+    p: &mut Vec<Problem>,
+    catalog: &Catalog,
+    field: &str,
+    name: &str,
+    params: &std::collections::BTreeMap<String, f64>,
+    labels: &crate::labels::Labels,
+    seed: u64,
+) {
+    check_member::<F>(
+        p,
+        catalog,
+        field,
+        &format!("policies.{field}"),
+        &format!("policies.{field}_params"),
+        name,
+        &PolicyArgs::new(seed, params, labels),
+    );
 }
 
 /// Prefill/decode disaggregation: prefill groups need decode groups and the other way
@@ -560,12 +557,12 @@ fn check_disaggregation(p: &mut Vec<Problem>, s: &Scenario, catalog: &Catalog) {
     }
     if has(Role::Decode) {
         let pol = &s.policies;
-        check_policy(
+        check_policy::<family::Routing>(
             p,
+            catalog,
             "decode_routing",
             &pol.decode_routing,
             &pol.decode_routing_params,
-            catalog.routing(),
             &crate::labels::Labels::of_scenario(s),
             s.seed,
         );
@@ -590,48 +587,48 @@ fn check_policies(p: &mut Vec<Problem>, s: &Scenario, catalog: &Catalog) {
         }
     }
     let labels = crate::labels::Labels::of_scenario(s);
-    check_policy(
+    check_policy::<family::Admission>(
         p,
+        catalog,
         "admission",
         &pol.admission,
         &pol.admission_params,
-        catalog.admission(),
         &labels,
         s.seed,
     );
-    check_policy(
+    check_policy::<family::Priority>(
         p,
+        catalog,
         "priority",
         &pol.priority,
         &pol.priority_params,
-        catalog.priority(),
         &labels,
         s.seed,
     );
-    check_policy(
+    check_policy::<family::Scheduling>(
         p,
+        catalog,
         "scheduling",
         &pol.scheduling,
         &Default::default(),
-        catalog.scheduling(),
         &labels,
         s.seed,
     );
-    check_policy(
+    check_policy::<family::Routing>(
         p,
+        catalog,
         "routing",
         &pol.routing,
         &pol.routing_params,
-        catalog.routing(),
         &labels,
         s.seed,
     );
-    check_policy(
+    check_policy::<family::Autoscale>(
         p,
+        catalog,
         "autoscale",
         &pol.autoscale,
         &pol.autoscale_params,
-        catalog.autoscale(),
         &labels,
         s.seed,
     );
@@ -828,7 +825,7 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
         if g.max_model_len == Some(0) {
             p.push(Problem::new(at("max_model_len"), "must be > 0").hint("omit it for no limit"));
         }
-        match super::resolve_group(g, i, &s.base_dir) {
+        match s.resolve_group(i, catalog) {
             Ok(r) => {
                 table_bytes += f64::from(spawned(g))
                     * (f64::from(r.kv_blocks) * GPU_BLOCK_BYTES

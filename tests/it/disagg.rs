@@ -410,7 +410,7 @@ fn run_with_decode_policy(
     use servesim::policy::PolicyAppExt;
     let name = policy.name;
     let mut app = servesim::default_app();
-    app.add_routing_policy(policy);
+    app.add_policy::<servesim::policy::family::Routing>(policy);
     let text = pd(1, 1, "", workload).replace(
         "(seed: 3,",
         &format!("(seed: 3, policies: (decode_routing: \"{name}\"),"),
