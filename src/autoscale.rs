@@ -28,13 +28,15 @@ use std::io::BufWriter;
 use bevy_ecs::prelude::*;
 
 use crate::cluster::Parked;
-use crate::engine::{ClusterView, Due, Event, EventQueue, SimClock, SimFault};
+use crate::engine::{
+    ClusterView, Event, EventQueue, RecordDue, RouteDue, ScaleDue, SimClock, SimFault,
+};
 use crate::instance::{Instance, InstanceIndex, Scheduler, refresh_view};
 use crate::kv::{CpuTier, KvCache};
 use crate::policy::{Active, GroupSignals, ScaleTarget, family};
 use crate::time::{SimDuration, SimTime};
 
-/// Autoscaling: [`evaluate_scaling`] in [`SimSystems::Autoscale`] (empties `Due::autoscale`
+/// Autoscaling: [`evaluate_scaling`] in [`SimSystems::Autoscale`] (empties `ScaleDue::evaluate`
 /// and `cold_start`). The life-cycle systems ([`advance_phases`], [`sample_latencies`],
 /// [`stop_on_event_write_error`]) are added by the simulation builder only when a group
 /// scales, so runs that do not scale do not pay for them. Owns [`Autoscaler`].
@@ -322,7 +324,8 @@ fn serving(
     reason = "a system's parameters are its signature"
 )]
 pub fn advance_phases(
-    mut due: ResMut<Due>,
+    mut due: ResMut<ScaleDue>,
+    mut route: ResMut<RouteDue>,
     clock: Res<SimClock>,
     index: Res<InstanceIndex>,
     mut scaler: ResMut<Autoscaler>,
@@ -334,7 +337,7 @@ pub fn advance_phases(
 ) {
     let now = clock.now;
     if std::mem::take(&mut due.unpark) {
-        due.route.append(&mut parked.requests);
+        route.0.append(&mut parked.requests);
     }
     let ends = std::mem::take(&mut due.phase_ends);
     for &i in &ends {
@@ -371,7 +374,7 @@ pub fn advance_phases(
         scaler.log(now, g, i, next.name(), "", f64::NAN, serving_now);
         let routable = !instances.get(e).expect("instance exists").1.unroutable;
         if routable && !was_routable && !parked.requests.is_empty() {
-            due.route.append(&mut parked.requests);
+            route.0.append(&mut parked.requests);
         }
     }
     let mut ends = ends;
@@ -433,7 +436,7 @@ fn finish_drains(
 
 /// Collects the windowed latency samples of autoscaled groups (before Record despawns).
 pub fn sample_latencies(
-    due: Res<Due>,
+    due: Res<RecordDue>,
     mut scaler: ResMut<Autoscaler>,
     groups: Query<&Instance>,
     index: Res<InstanceIndex>,
@@ -441,7 +444,7 @@ pub fn sample_latencies(
     if !scaler.active {
         return;
     }
-    for f in &due.finished {
+    for f in &due.0 {
         let (Some(i), Some(ttft)) = (f.instance, f.ttft) else {
             continue;
         };
@@ -477,7 +480,7 @@ fn p90_ms(samples: &mut [f64]) -> Option<f64> {
     reason = "a system's parameters are its signature"
 )]
 pub fn evaluate_scaling(
-    mut due: ResMut<Due>,
+    mut due: ResMut<ScaleDue>,
     clock: Res<SimClock>,
     index: Res<InstanceIndex>,
     mut policy: ResMut<Active<family::Autoscale>>,
@@ -490,7 +493,7 @@ pub fn evaluate_scaling(
 ) {
     let now = clock.now;
     let scaler = &mut *scaler;
-    if std::mem::take(&mut due.autoscale) {
+    if std::mem::take(&mut due.evaluate) {
         // The groups due now (each has its own schedule: its interval or the policy's).
         let due_groups: Vec<usize> = (0..scaler.groups.len())
             .filter(|&g| scaler.groups[g].next_eval.is_some_and(|t| t <= now))

@@ -13,7 +13,9 @@
 use bevy_ecs::prelude::*;
 use bevy_ecs::system::SystemParam;
 
-use crate::engine::{ClusterView, Due, Event, EventQueue, SimClock};
+use crate::engine::{
+    AdmitDue, ClusterView, EnqueueDue, Event, EventQueue, RecordDue, RouteDue, ScaleDue, SimClock,
+};
 use crate::instance::InstanceIndex;
 use crate::latency::Latency;
 use crate::policy::{Active, Admission, RouterView, ScoredCandidate, family};
@@ -23,8 +25,8 @@ use crate::time::{SimDuration, SimTime};
 pub use crate::engine::{ClusterDelays, Rejections};
 
 /// Admission: [`admit_requests`] in [`SimSystems::Admit`] applies the admission policy
-/// (`policy::Active<family::Admission>`, built from the scenario); empties `Due::admit`, fills `route`
-/// and, for rejected requests, `finished`. Owns [`ClusterDelays`] and [`Rejections`].
+/// (`policy::Active<family::Admission>`, built from the scenario); empties `AdmitDue`, fills `RouteDue`
+/// and, for rejected requests, `RecordDue`. Owns [`ClusterDelays`] and [`Rejections`].
 pub struct AdmissionPlugin;
 
 impl bevy_app::Plugin for AdmissionPlugin {
@@ -39,8 +41,8 @@ impl bevy_app::Plugin for AdmissionPlugin {
 }
 
 /// Routing: [`route_requests`] in [`SimSystems::Route`] applies the routing policy
-/// (`policy::Active<family::Routing>`); empties `Due::route`, sends requests on as `Enqueue` events,
-/// parks them when nothing is routable and a group scales (`Due::cold_start`). Owns
+/// (`policy::Active<family::Routing>`); empties `RouteDue`, sends requests on as `Enqueue` events (or into `EnqueueDue`),
+/// parks them when nothing is routable and a group scales (`ScaleDue::cold_start`). Owns
 /// [`RouterSnapshots`], [`RoutingStats`], [`DecisionLog`] and [`Parked`], and
 /// `policy::CachedBlocks` (the caches as the instances' KV events tell them).
 pub struct RoutingPlugin;
@@ -60,16 +62,21 @@ impl bevy_app::Plugin for RoutingPlugin {
 }
 
 /// Applies the admission policy to the requests due for it.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "a system's parameters are its signature"
+)]
 pub fn admit_requests(
-    mut due: ResMut<Due>,
+    mut admit: ResMut<AdmitDue>,
+    mut route: ResMut<RouteDue>,
+    mut record: ResMut<RecordDue>,
     clock: Res<SimClock>,
     view: Res<ClusterView>,
     mut policy: ResMut<Active<family::Admission>>,
     mut rejections: ResMut<Rejections>,
     mut requests: Query<(&RequestSpec, &mut Lifecycle)>,
 ) {
-    let due = &mut *due;
-    let mut work = std::mem::take(&mut due.admit);
+    let mut work = std::mem::take(&mut admit.0);
     for &entity in &work {
         let Ok((spec, mut life)) = requests.get_mut(entity) else {
             continue; // timed out before admission
@@ -77,11 +84,11 @@ pub fn admit_requests(
         match policy.0.admit(spec, clock.now, &view.instances) {
             Admission::Admit => {
                 life.admitted = Some(clock.now);
-                due.route.push(entity);
+                route.0.push(entity);
             }
             Admission::Reject(reason) => {
                 *rejections.0.entry(reason).or_default() += 1;
-                due.finished.push(FinishedRequest::unserved(
+                record.0.push(FinishedRequest::unserved(
                     entity,
                     spec.clone(),
                     *life,
@@ -92,7 +99,16 @@ pub fn admit_requests(
         }
     }
     work.clear();
-    due.admit = work;
+    admit.0 = work;
+}
+
+/// The work lists routing empties and fills.
+#[derive(SystemParam)]
+pub struct RouteWork<'w> {
+    route: ResMut<'w, RouteDue>,
+    enqueue: ResMut<'w, EnqueueDue>,
+    scale: ResMut<'w, ScaleDue>,
+    record: ResMut<'w, RecordDue>,
 }
 
 /// Instance snapshots as the router sees them: live, or refreshed every `interval`
@@ -160,7 +176,7 @@ pub const DECISION_COLUMNS: [&str; 8] = [
 )]
 pub fn route_requests(
     mut commands: Commands,
-    mut due: ResMut<Due>,
+    mut due: RouteWork,
     clock: Res<SimClock>,
     delays: Res<ClusterDelays>,
     index: Res<InstanceIndex>,
@@ -177,9 +193,8 @@ pub fn route_requests(
     cached: Res<crate::policy::CachedBlocks>,
 ) {
     let now = clock.now;
-    let due = &mut *due;
     let block_size = cached.block_size.max(1);
-    let mut work = std::mem::take(&mut due.route);
+    let mut work = std::mem::take(&mut due.route.0);
     for &entity in &work {
         let Ok((spec, mut life)) = requests.get_mut(entity) else {
             continue; // timed out before routing
@@ -222,11 +237,11 @@ pub fn route_requests(
         let Some(i) = policy.0.choose(spec, now, &rv) else {
             if book.parked.enabled {
                 book.parked.requests.push(entity);
-                due.cold_start = true;
+                due.scale.cold_start = true;
                 continue;
             }
             *book.rejections.0.entry("no_routable_instance").or_default() += 1;
-            due.finished.push(FinishedRequest::unserved(
+            due.record.0.push(FinishedRequest::unserved(
                 entity,
                 spec.clone(),
                 *life,
@@ -252,7 +267,7 @@ pub fn route_requests(
             .expect("instance entity exists for the whole run");
         let delay = delays.routing + latency.0.queueing_delay(spec.input_tokens);
         if delay.as_us() == 0 {
-            due.enqueue.push((entity, i));
+            due.enqueue.requests.push((entity, i));
         } else {
             queue.push(
                 now + delay,
@@ -264,7 +279,7 @@ pub fn route_requests(
         }
     }
     work.clear();
-    due.route = work;
+    due.route.0 = work;
     // The first failed write of decisions.csv stops the run.
     if let Some(e) = &book.log.error {
         book.fault

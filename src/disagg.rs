@@ -37,7 +37,10 @@
 
 use bevy_ecs::prelude::*;
 
-use crate::engine::{ClusterView, Due, Event, EventQueue, SimClock, SimStep, SimStepFast};
+use crate::engine::{
+    ClusterView, Event, EventQueue, InstanceDue, RecordDue, SimClock, SimStep, SimStepFast,
+    TransferDue,
+};
 use crate::engine::{InstanceSnapshot, SimSystems};
 use crate::instance::{Handoff, Incoming, InstanceIndex, Instances, list_for_batch, refresh_view};
 use crate::metrics::Histogram;
@@ -83,7 +86,7 @@ pub struct Disagg {
 
 impl Disagg {
     /// True when the Transfer stage has work this tick.
-    pub fn has_work(&self, due: &Due) -> bool {
+    pub fn has_work(&self, due: &TransferDue) -> bool {
         self.enabled
             && (!due.handoffs.is_empty()
                 || !due.transfers_done.is_empty()
@@ -119,8 +122,8 @@ pub struct TransferStats {
 /// Prefill/decode disaggregation: [`transfer_kv`] in [`SimSystems::Transfer`] of both tick
 /// schedules (hand-offs happen at step ends), added by [`schedule_transfers`] when the
 /// cluster has decode instances (a run checking for work it cannot have would pay for it on
-/// every tick). Empties `Due::handoffs` and `Due::transfers_done`; fills `batch` and, for
-/// requests no decode instance can hold, `finished`. Owns [`Disagg`]; the simulation builder
+/// every tick). Empties `TransferDue`; fills `InstanceDue::batch` and, for requests no decode
+/// instance can hold, `RecordDue`. Owns [`Disagg`]; the simulation builder
 /// fills it and [`ActiveDecodeRouting`].
 pub struct DisaggPlugin;
 
@@ -128,6 +131,14 @@ impl bevy_app::Plugin for DisaggPlugin {
     fn build(&self, app: &mut bevy_app::App) {
         app.init_resource::<Disagg>();
     }
+}
+
+/// The work lists the Transfer stage empties and fills.
+#[derive(bevy_ecs::system::SystemParam)]
+pub struct TransferWork<'w> {
+    transfers: ResMut<'w, TransferDue>,
+    instances: ResMut<'w, InstanceDue>,
+    record: ResMut<'w, RecordDue>,
 }
 
 /// Adds [`transfer_kv`] to both tick schedules.
@@ -138,7 +149,7 @@ pub fn schedule_transfers(app: &mut bevy_app::App) {
             label,
             transfer_kv
                 .in_set(SimSystems::Transfer)
-                .run_if(|d: Res<Due>, x: Res<Disagg>| x.has_work(&d)),
+                .run_if(|d: Res<TransferDue>, x: Res<Disagg>| x.has_work(&d)),
         );
     }
 }
@@ -150,7 +161,7 @@ pub fn schedule_transfers(app: &mut bevy_app::App) {
     reason = "a system's parameters are its signature"
 )]
 pub fn transfer_kv(
-    mut due: ResMut<Due>,
+    mut due: TransferWork,
     clock: Res<SimClock>,
     index: Res<InstanceIndex>,
     mut disagg: ResMut<Disagg>,
@@ -164,12 +175,11 @@ pub fn transfer_kv(
     mut instances: Instances,
 ) {
     let now = clock.now;
-    let due = &mut *due;
     let x = &mut *disagg;
-    arrive(due, now, &index, x, &mut view, &mut instances);
+    arrive(&mut due, now, &index, x, &mut view, &mut instances);
 
     // Hand-offs due now, by prefill instance, then those that waited for a decode instance.
-    let mut from = std::mem::take(&mut due.handoffs);
+    let mut from = std::mem::take(&mut due.transfers.handoffs);
     from.append(&mut x.unrouted);
     from.sort_unstable();
     from.dedup();
@@ -182,7 +192,7 @@ pub fn transfer_kv(
         ready.extend(sched.handoff.drain(..n).map(|h| (p, h)));
     }
     from.clear();
-    due.handoffs = from;
+    due.transfers.handoffs = from;
 
     let block_size = cached.block_size.max(1);
     let mut ready = ready.drain(..);
@@ -229,9 +239,10 @@ pub fn transfer_kv(
             sched.outbound -= 1;
             sched.counters.dropped += 1;
             x.stats.dropped += 1;
-            due.finished
+            due.record
+                .0
                 .push(seq.finish(FinalState::Dropped, p, None, None));
-            list_for_batch(due, p, &mut sched);
+            list_for_batch(&mut due.instances, p, &mut sched);
             refresh_view(&mut view, p, &sched, &kv);
             continue;
         }
@@ -259,14 +270,14 @@ pub fn transfer_kv(
 /// Requests whose KV landed now: the prefill instance frees its blocks, the decode instance
 /// takes the request.
 fn arrive(
-    due: &mut Due,
+    due: &mut TransferWork,
     now: SimTime,
     index: &InstanceIndex,
     x: &mut Disagg,
     view: &mut ClusterView,
     instances: &mut Instances,
 ) {
-    let mut done = std::mem::take(&mut due.transfers_done);
+    let mut done = std::mem::take(&mut due.transfers.transfers_done);
     done.sort_unstable();
     done.dedup();
     for &d in &done {
@@ -306,19 +317,19 @@ fn arrive(
             sched.arrived.push_back(seq);
             let slot = &mut view.instances[d as usize];
             slot.in_flight = slot.in_flight.saturating_sub(1);
-            list_for_batch(due, d, &mut sched);
+            list_for_batch(&mut due.instances, d, &mut sched);
             refresh_view(view, d, &sched, &kv);
             let (mut src, mut src_kv, ..) = instances
                 .get_mut(index.0[t.from as usize])
                 .expect("instance entity exists for the whole run");
             src_kv.release(&mut src_blocks);
             src.outbound -= 1;
-            list_for_batch(due, t.from, &mut src);
+            list_for_batch(&mut due.instances, t.from, &mut src);
             refresh_view(view, t.from, &src, &src_kv);
         }
     }
     done.clear();
-    due.transfers_done = done;
+    due.transfers.transfers_done = done;
 }
 
 /// On every decode instance with requests waiting for KV room, reserves blocks in hand-off

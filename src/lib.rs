@@ -26,7 +26,7 @@
 //!   into its kind's work list in insertion order, and the stages then run in their fixed
 //!   order, so the order between kinds never matters.
 //! - One tick = one distinct event time: every event due at that time is popped into the
-//!   [`engine::Due`] work lists, then the [`SimStep`] schedule runs once, in the fixed
+//!   work lists of their concerns ([`engine::InstanceDue`], [`engine::RouteDue`], …), then the [`SimStep`] schedule runs once, in the fixed
 //!   [`SimSystems`] order: `Advance → Arrive → Admit → Route → Enqueue → Transfer → Batch →
 //!   Execute → Complete → Autoscale → Observe → Record → Check`. A stage whose work list is
 //!   empty is skipped (`Observe` has none and runs every tick).

@@ -1148,14 +1148,14 @@ impl Simulation {
         // every request that ended during the run (rows, aggregates, despawn).
         {
             use bevy_ecs::system::RunSystemOnce;
-            world.resource_mut::<engine::Due>().finished = left.clone();
+            world.resource_mut::<engine::RecordDue>().0 = left.clone();
             world
                 .run_system_once(metrics::record_finished)
                 .map_err(|e| SimError::Internal {
                     what: "the final Record pass",
                     message: e.to_string(),
                 })?;
-            let mut due = world.resource_mut::<engine::Due>();
+            let mut due = world.resource_mut::<engine::WorkloadDue>();
             due.ended_turns.clear();
             due.ended_held.clear();
         }

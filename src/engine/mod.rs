@@ -2,7 +2,8 @@
 //! [`SimSystems`] sets of the [`SimStep`] schedule, and the tick driver.
 //!
 //! One tick = one distinct event time. The driver pops **every** event due at the earliest
-//! time into the [`Due`] work lists, sets [`SimClock::now`], and runs [`SimStep`] once. Each
+//! time into the work lists of their concerns ([`WorkloadDue`], [`AdmitDue`], … filled by
+//! [`dispatch_events`], the tick's first system), sets [`SimClock::now`], and runs [`SimStep`] once. Each
 //! set runs only if its work list is non-empty, so idle stages cost a run-condition check.
 
 mod queue;
@@ -52,39 +53,51 @@ pub fn fast_ticks_allowed(full: &Schedule, fast: &Schedule, covered: &[std::any:
 }
 
 /// The ordered stages of a tick. This order is the public contract for "where does my
-/// system go"; each set's work list is in [`Due`].
+/// system go"; each set says which work list (one resource per concern) its built-in system
+/// empties and which it fills. A system of your own that reads or writes one must be ordered
+/// against them (`.before`/`.after`, or by its set): an unordered one is an ambiguity, which
+/// is an error when the schedule is built.
 #[derive(SystemSet, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SimSystems {
     /// Instances whose step ended now become free; requests that finished in that step are
     /// handed to Record; instances end life-cycle phases (loaded, warm) and finish drains.
-    /// Reads [`Due::step_finished`] and [`Due::phase_ends`].
+    /// Empties [`InstanceDue::step_ends`] (fills `batch`, [`RecordDue`],
+    /// [`TransferDue::handoffs`]) and [`ScaleDue::phase_ends`] / `unpark` (fills [`RouteDue`]).
     Advance,
-    /// Workload sources spawn the requests arriving now. Reads [`Due::arrivals`].
+    /// Workload sources spawn the requests arriving now. Empties [`WorkloadDue`]'s
+    /// `arrivals`, `session_turns`, `releases`; fills [`AdmitDue`].
     Arrive,
-    /// The admission policy admits or rejects. Reads [`Due::admit`].
+    /// The admission policy admits or rejects. Empties [`AdmitDue`]; fills
+    /// [`RouteDue`] and, for rejections, [`RecordDue`].
     Admit,
-    /// The routing policy picks an instance. Reads [`Due::route`].
+    /// The routing policy picks an instance. Empties [`RouteDue`]; sends requests on
+    /// as `Enqueue` events, sets [`ScaleDue::cold_start`], fills [`RecordDue`] (nothing routable).
     Route,
-    /// Requests join their instance's wait queue. Reads [`Due::enqueue`].
+    /// Requests join their instance's wait queue. Empties [`EnqueueDue`] (arrivals in
+    /// queues and client timeouts); fills [`InstanceDue::batch`] and [`RecordDue`].
     Enqueue,
     /// Prefill/decode disaggregation: prefilled requests are handed to decode instances and
-    /// their KV blocks sent; arrived ones join the decode instance. Reads [`Due::handoffs`]
-    /// and [`Due::transfers_done`].
+    /// their KV blocks sent; arrived ones join the decode instance. Empties
+    /// [`TransferDue`]; fills [`InstanceDue::batch`] and [`RecordDue`].
     Transfer,
-    /// Free instances with work form their next batch (vLLM v1). Reads [`Due::batch`].
+    /// Free instances with work form their next batch (vLLM v1). Empties [`InstanceDue::batch`];
+    /// fills `execute`.
     Batch,
-    /// The latency model prices each new batch; the step end is scheduled. Reads [`Due::execute`].
+    /// The latency model prices each new batch; the step end is scheduled. Empties
+    /// [`InstanceDue::execute`]; fills `complete`.
     Execute,
     /// Token progress of each new batch is applied; finished requests release their KV
-    /// blocks and leave at the step end. Reads [`Due::complete`].
+    /// blocks and leave at the step end. Empties [`InstanceDue::complete`].
     Complete,
-    /// Autoscaling evaluations and cold starts. Reads [`Due::autoscale`] and
-    /// [`Due::cold_start`].
+    /// Autoscaling evaluations and cold starts. Empties [`ScaleDue::evaluate`]
+    /// and `cold_start`; fills [`RouteDue`] (requests parked for a cold start).
     Autoscale,
     /// Runs every tick, after every stage that changes state: read messages here (e.g.
     /// `MessageReader<KvEvent>`, published at its start when KV events are on). No work list.
     Observe,
-    /// Per-request rows, aggregates; finished requests are despawned. Reads [`Due::finished`].
+    /// Per-request rows, aggregates; finished requests are despawned. Empties [`RecordDue`]; fills
+    /// [`WorkloadDue`]'s `ended_turns` and `ended_held` (emptied by the workload's systems after
+    /// `metrics::record_finished`).
     Record,
     /// Invariant checks (with `--check-invariants` and in tests).
     Check,
@@ -101,42 +114,107 @@ pub struct SimClock {
     pub horizon: SimTime,
 }
 
-/// Work lists for the current tick, filled by the driver (due events) and by earlier stages
-/// (zero-delay hand-offs). Each stage drains its own list.
+/// The current tick's work, one resource per concern: filled by [`dispatch_events`] from
+/// the events due now and by earlier stages (zero-delay hand-offs); each stage empties its
+/// own list. A system that reads or writes one of them must be ordered against the
+/// built-in systems that do (ambiguities are errors), so each set's doc names its lists.
+///
+/// The workload's: arrivals, session turns and offline-batch releases due now (Arrive),
+/// and what the Record stage tells it of requests that ended (read after
+/// `metrics::record_finished`).
 #[derive(Resource, Debug, Default)]
-pub struct Due {
-    pub step_finished: Vec<u32>,
+pub struct WorkloadDue {
+    /// Sources whose next request arrives now.
     pub arrivals: Vec<u32>,
-    pub admit: Vec<Entity>,
-    pub route: Vec<Entity>,
-    pub enqueue: Vec<(Entity, u32)>,
+    /// Sessions whose next turn is due now.
+    pub session_turns: Vec<u64>,
+    /// Sources releasing one more request of an offline batch now.
+    pub releases: Vec<u32>,
+    /// Session turns that ended this tick: (session, how, completion time).
+    pub ended_turns: Vec<(u64, crate::request::FinalState, Option<SimTime>)>,
+    /// Sources (of [`HeldBatches`]) whose requests finished this tick.
+    pub ended_held: Vec<u32>,
+}
+
+/// Requests to admit now (Admit).
+#[derive(Resource, Debug, Default)]
+pub struct AdmitDue(pub Vec<Entity>);
+
+/// Requests to route now (Route).
+#[derive(Resource, Debug, Default)]
+pub struct RouteDue(pub Vec<Entity>);
+
+/// Requests reaching their instance's queue now, and client timeouts firing now (Enqueue).
+#[derive(Resource, Debug, Default)]
+pub struct EnqueueDue {
+    /// (request, instance index).
+    pub requests: Vec<(Entity, u32)>,
+    pub timeouts: Vec<Entity>,
+}
+
+/// The instance pipeline's lists, by instance index: step ends (Advance), instances to
+/// form a batch (Batch), to price it (Execute), to apply it (Complete).
+#[derive(Resource, Debug, Default)]
+pub struct InstanceDue {
+    pub step_ends: Vec<u32>,
     pub batch: Vec<u32>,
     pub execute: Vec<u32>,
     pub complete: Vec<u32>,
-    pub autoscale: bool,
-    /// Set by routing when it parked a request for want of any routable instance.
-    pub cold_start: bool,
-    /// Instances whose timed life-cycle phase ends now.
-    pub phase_ends: Vec<u32>,
-    /// Parked requests are to be routed again now.
-    pub unpark: bool,
-    pub finished: Vec<FinishedRequest>,
-    /// Sessions whose next turn is due now.
-    pub session_turns: Vec<u64>,
-    /// Requests whose client timeout fires now.
-    pub timeouts: Vec<Entity>,
-    /// Session turns that ended this tick: (session, how, completion time).
-    pub ended_turns: Vec<(u64, crate::request::FinalState, Option<SimTime>)>,
-    /// Sources releasing one more request of an offline batch now.
-    pub releases: Vec<u32>,
-    /// Sources (of [`HeldBatches`]) whose requests finished this tick.
-    pub ended_held: Vec<u32>,
-    /// The driver's buffer of events popped for this tick (empty between ticks).
-    pub popped: Vec<Event>,
-    /// Prefill instances with requests to hand to decode instances now (P/D).
+}
+
+/// Prefill/decode disaggregation (Transfer): prefill instances with requests to hand to
+/// decode instances now, and decode instances where a KV transfer ends now.
+#[derive(Resource, Debug, Default)]
+pub struct TransferDue {
     pub handoffs: Vec<u32>,
-    /// Decode instances where a KV transfer ends now (P/D).
     pub transfers_done: Vec<u32>,
+}
+
+/// Autoscaling and instance life cycles: an evaluation is due (Autoscale), routing parked a
+/// request for want of any routable instance (`cold_start`, Autoscale), instances whose
+/// timed life-cycle phase ends now (Advance), parked requests to route again (Advance).
+#[derive(Resource, Debug, Default)]
+pub struct ScaleDue {
+    pub evaluate: bool,
+    pub cold_start: bool,
+    pub phase_ends: Vec<u32>,
+    pub unpark: bool,
+}
+
+/// Requests that ended this tick, whichever stage ended them (Record writes their rows).
+#[derive(Resource, Debug, Default)]
+pub struct RecordDue(pub Vec<FinishedRequest>);
+
+/// The driver's buffer of the events popped for the current tick (empty between ticks).
+#[derive(Resource, Debug, Default)]
+pub struct Popped(pub Vec<Event>);
+
+/// Hands the events due now to their concerns' work lists, in the order they were popped;
+/// the first system of every tick (ordered before [`SimSystems::Advance`]).
+pub fn dispatch_events(
+    mut popped: ResMut<Popped>,
+    mut workload: ResMut<WorkloadDue>,
+    mut admit: ResMut<AdmitDue>,
+    mut enqueue: ResMut<EnqueueDue>,
+    mut instances: ResMut<InstanceDue>,
+    mut transfers: ResMut<TransferDue>,
+    mut scale: ResMut<ScaleDue>,
+) {
+    for event in popped.0.drain(..) {
+        match event {
+            Event::Arrival { source } => workload.arrivals.push(source),
+            Event::SessionTurn { session } => workload.session_turns.push(session),
+            Event::Release { source } => workload.releases.push(source),
+            Event::Admit(e) => admit.0.push(e),
+            Event::Enqueue { request, instance } => enqueue.requests.push((request, instance)),
+            Event::Timeout { request } => enqueue.timeouts.push(request),
+            Event::StepFinished { instance } => instances.step_ends.push(instance),
+            Event::TransferDone { instance } => transfers.transfers_done.push(instance),
+            Event::AutoscaleTick => scale.evaluate = true,
+            Event::PhaseEnd { instance } => scale.phase_ends.push(instance),
+            Event::Unpark => scale.unpark = true,
+        }
+    }
 }
 
 /// Lets the instance pipeline of a fast tick go on to the following ticks itself while they
@@ -154,40 +232,6 @@ pub struct FastLoop {
 /// can tell them when one of their requests finishes.
 #[derive(Resource, Debug, Default, Clone)]
 pub struct HeldBatches(pub Vec<bool>);
-
-impl Due {
-    /// True when nothing but step ends is due: only the instance pipeline can have work.
-    pub fn only_step_ends(&self) -> bool {
-        self.arrivals.is_empty()
-            && self.admit.is_empty()
-            && self.route.is_empty()
-            && self.enqueue.is_empty()
-            && !self.autoscale
-            && !self.cold_start
-            && self.phase_ends.is_empty()
-            && !self.unpark
-            && self.session_turns.is_empty()
-            && self.timeouts.is_empty()
-            && self.releases.is_empty()
-            && self.transfers_done.is_empty()
-    }
-
-    fn push_event(&mut self, event: Event) {
-        match event {
-            Event::Arrival { source } => self.arrivals.push(source),
-            Event::Admit(e) => self.admit.push(e),
-            Event::Enqueue { request, instance } => self.enqueue.push((request, instance)),
-            Event::StepFinished { instance } => self.step_finished.push(instance),
-            Event::AutoscaleTick => self.autoscale = true,
-            Event::SessionTurn { session } => self.session_turns.push(session),
-            Event::Timeout { request } => self.timeouts.push(request),
-            Event::Release { source } => self.releases.push(source),
-            Event::PhaseEnd { instance } => self.phase_ends.push(instance),
-            Event::Unpark => self.unpark = true,
-            Event::TransferDone { instance } => self.transfers_done.push(instance),
-        }
-    }
-}
 
 /// What a router or admission controller can see of one instance.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -319,7 +363,15 @@ impl Plugin for EnginePlugin {
     fn build(&self, app: &mut App) {
         app.init_resource::<SimClock>()
             .init_resource::<EventQueue>()
-            .init_resource::<Due>()
+            .init_resource::<Popped>()
+            .init_resource::<WorkloadDue>()
+            .init_resource::<AdmitDue>()
+            .init_resource::<RouteDue>()
+            .init_resource::<EnqueueDue>()
+            .init_resource::<InstanceDue>()
+            .init_resource::<TransferDue>()
+            .init_resource::<ScaleDue>()
+            .init_resource::<RecordDue>()
             .init_resource::<ClusterView>()
             .init_resource::<Injected>()
             .init_resource::<SimFault>()
@@ -337,7 +389,7 @@ impl Plugin for EnginePlugin {
                     SimSystems::Execute,
                     SimSystems::Complete,
                     SimSystems::Observe,
-                    SimSystems::Record.run_if(|d: Res<Due>| !d.finished.is_empty()),
+                    SimSystems::Record.run_if(|d: Res<RecordDue>| !d.0.is_empty()),
                     SimSystems::Check,
                 )
                     .chain(),
@@ -347,30 +399,42 @@ impl Plugin for EnginePlugin {
             .configure_sets(
                 SimStep,
                 (
-                    SimSystems::Advance.run_if(|d: Res<Due>| {
-                        !d.step_finished.is_empty() || !d.phase_ends.is_empty() || d.unpark
+                    SimSystems::Advance.run_if(|i: Res<InstanceDue>, s: Res<ScaleDue>| {
+                        !i.step_ends.is_empty() || !s.phase_ends.is_empty() || s.unpark
                     }),
-                    SimSystems::Arrive.run_if(|d: Res<Due>| {
+                    SimSystems::Arrive.run_if(|d: Res<WorkloadDue>| {
                         !d.arrivals.is_empty()
                             || !d.session_turns.is_empty()
                             || !d.releases.is_empty()
                     }),
-                    SimSystems::Admit.run_if(|d: Res<Due>| !d.admit.is_empty()),
-                    SimSystems::Route.run_if(|d: Res<Due>| !d.route.is_empty()),
-                    SimSystems::Enqueue
-                        .run_if(|d: Res<Due>| !d.enqueue.is_empty() || !d.timeouts.is_empty()),
+                    SimSystems::Admit.run_if(|d: Res<AdmitDue>| !d.0.is_empty()),
+                    SimSystems::Route.run_if(|d: Res<RouteDue>| !d.0.is_empty()),
+                    SimSystems::Enqueue.run_if(|d: Res<EnqueueDue>| {
+                        !d.requests.is_empty() || !d.timeouts.is_empty()
+                    }),
                     SimSystems::Transfer,
-                    SimSystems::Batch.run_if(|d: Res<Due>| !d.batch.is_empty()),
-                    SimSystems::Execute.run_if(|d: Res<Due>| !d.execute.is_empty()),
-                    SimSystems::Complete.run_if(|d: Res<Due>| !d.complete.is_empty()),
-                    SimSystems::Autoscale.run_if(|d: Res<Due>| d.autoscale || d.cold_start),
+                    SimSystems::Batch.run_if(|d: Res<InstanceDue>| !d.batch.is_empty()),
+                    SimSystems::Execute.run_if(|d: Res<InstanceDue>| !d.execute.is_empty()),
+                    SimSystems::Complete.run_if(|d: Res<InstanceDue>| !d.complete.is_empty()),
+                    SimSystems::Autoscale.run_if(|d: Res<ScaleDue>| d.evaluate || d.cold_start),
                     SimSystems::Observe,
-                    SimSystems::Record.run_if(|d: Res<Due>| !d.finished.is_empty()),
+                    SimSystems::Record.run_if(|d: Res<RecordDue>| !d.0.is_empty()),
                     SimSystems::Check,
                 )
                     .chain(),
             );
+        for schedule in [SimStep.intern(), SimStepFast.intern()] {
+            app.add_systems(schedule, dispatch_events.before(SimSystems::Advance));
+        }
     }
+}
+
+/// True when nothing but step ends is due: only the instance pipeline can have work (the
+/// stages that follow from step ends fill their lists within the tick).
+pub fn only_step_ends(events: &[Event]) -> bool {
+    events
+        .iter()
+        .all(|e| matches!(e, Event::StepFinished { .. }))
 }
 
 /// Latest simulated time a run may reach: 10¹⁵ µs (10⁹ s, ~32 years). Inputs that push
@@ -416,8 +480,9 @@ pub fn tick_observed(
             return false;
         }
         // Pop into a reused buffer (no resource_scope: taking a resource out of the world
-        // and putting it back costs more than the rest of a small tick).
-        let mut popped = std::mem::take(&mut world.resource_mut::<Due>().popped);
+        // and putting it back costs more than the rest of a small tick); the tick's first
+        // system, `dispatch_events`, empties it.
+        let mut popped = std::mem::take(&mut world.resource_mut::<Popped>().0);
         {
             let mut queue = world.resource_mut::<EventQueue>();
             while let Some(event) = queue.pop_at(t) {
@@ -428,11 +493,7 @@ pub fn tick_observed(
             |e| !matches!(e, Event::Timeout { request } if world.get_entity(*request).is_err()),
         );
         let live = !popped.is_empty();
-        let mut due = world.resource_mut::<Due>();
-        for event in popped.drain(..) {
-            due.push_event(event);
-        }
-        due.popped = popped;
+        world.resource_mut::<Popped>().0 = popped;
         if live {
             break t;
         }
@@ -454,7 +515,7 @@ pub fn tick_observed(
         world.clear_trackers();
     }
     match fast {
-        Some(fast) if world.resource::<Due>().only_step_ends() => fast.run(world),
+        Some(fast) if only_step_ends(&world.resource::<Popped>().0) => fast.run(world),
         _ => schedule.run(world),
     }
     world.resource::<SimFault>().0.is_none()

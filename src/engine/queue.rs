@@ -1,7 +1,7 @@
 //! The future-event list: a min-heap ordered by `(time, seq)`.
 //!
 //! Events due at the same time are all popped into the tick's work lists, one list per kind
-//! (`engine::Due`), and the stages run in their fixed order; so only the order among events
+//! (`engine::InstanceDue`, `engine::RouteDue`, …: one resource per concern), and the stages run in their fixed order; so only the order among events
 //! of one kind can matter, and that is insertion order (`seq`). (A per-kind priority class
 //! used to be part of the key; it could not change anything and was removed.)
 

@@ -18,7 +18,7 @@
 use bevy_ecs::prelude::*;
 
 use super::{InstanceIndex, Limits, Planned, Scheduler, Seq};
-use crate::engine::{Due, SimClock};
+use crate::engine::{InstanceDue, SimClock};
 use crate::kv::KvCache;
 use crate::policy::{Active, PriorityPolicy, QueueOrder, family};
 use crate::scenario::PreemptionOrder;
@@ -62,7 +62,7 @@ fn ordered(x: f64) -> i64 {
     reason = "a system's parameters are its signature"
 )]
 pub fn form_batches(
-    mut due: ResMut<Due>,
+    mut due: ResMut<InstanceDue>,
     clock: Res<SimClock>,
     index: Res<InstanceIndex>,
     order: Res<Active<family::Scheduling>>,
@@ -81,7 +81,7 @@ pub fn form_batches(
 }
 
 pub(crate) fn form(
-    due: &mut Due,
+    due: &mut InstanceDue,
     now: SimTime,
     index: &InstanceIndex,
     ordering: &Ordering<'_>,

@@ -29,7 +29,10 @@ use std::collections::VecDeque;
 use bevy_app::{App, Plugin};
 use bevy_ecs::prelude::*;
 
-use crate::engine::{ClusterView, Due, SimClock, SimStep, SimStepFast, SimSystems};
+use crate::engine::{
+    ClusterView, EnqueueDue, InstanceDue, RecordDue, SimClock, SimStep, SimStepFast, SimSystems,
+    TransferDue,
+};
 use crate::kv::{KvCache, SeqBlocks};
 use crate::policy::InstanceSnapshot;
 use crate::request::{AssignedTo, FinalState, FinishedRequest, Lifecycle, RequestSpec};
@@ -268,7 +271,7 @@ pub struct Scheduler {
     pub step_started: SimTime,
     /// Requests finished by steps in flight; each leaves at its `completed` time.
     pub leaving: Vec<FinishedRequest>,
-    /// Already listed in [`Due::batch`] this tick.
+    /// Already listed in [`InstanceDue::batch`] this tick.
     pub listed: bool,
     /// Consecutive steps that computed nothing (watchdog).
     pub stalled_steps: u32,
@@ -371,7 +374,7 @@ pub(crate) fn refresh_view(view: &mut ClusterView, i: u32, sched: &Scheduler, kv
 }
 
 /// Lists instance `i` for batch formation this tick (once).
-pub(crate) fn list_for_batch(due: &mut Due, i: u32, sched: &mut Scheduler) {
+pub(crate) fn list_for_batch(due: &mut InstanceDue, i: u32, sched: &mut Scheduler) {
     if sched.step_end.is_none() && !sched.listed && sched.has_work() {
         sched.listed = true;
         due.batch.push(i);
@@ -405,7 +408,7 @@ pub type Instances<'w, 's> = Query<'w, 's, InstanceParts>;
     reason = "a system's parameters are its signature"
 )]
 pub fn instance_pipeline(
-    mut due: ResMut<Due>,
+    mut due: PipelineWork,
     mut clock: ResMut<SimClock>,
     index: Res<InstanceIndex>,
     order: Res<crate::policy::Active<crate::policy::family::Scheduling>>,
@@ -421,7 +424,13 @@ pub fn instance_pipeline(
     mut recorder: crate::metrics::Recorder,
     mut instances: Instances,
 ) {
-    let due = &mut *due;
+    let PipelineWork {
+        instances: ref mut listed,
+        ref mut record,
+        ref mut transfers,
+        ref mut popped,
+    } = due;
+    let listed = &mut **listed;
     let ordering = batch::Ordering {
         order: &*order.0,
         priority: &*priority.0,
@@ -430,13 +439,13 @@ pub fn instance_pipeline(
     };
     loop {
         let now = clock.now;
-        retire(due, now, &index, &mut instances);
-        if !due.batch.is_empty() {
-            batch::form(due, now, &index, &ordering, &mut instances);
+        retire(listed, record, transfers, now, &index, &mut instances);
+        if !listed.batch.is_empty() {
+            batch::form(listed, now, &index, &ordering, &mut instances);
         }
-        if !due.execute.is_empty() {
+        if !listed.execute.is_empty() {
             step::execute(
-                due,
+                listed,
                 now,
                 &index,
                 &mut queue,
@@ -445,19 +454,26 @@ pub fn instance_pipeline(
                 &mut instances,
             );
         }
-        if !due.complete.is_empty() {
-            step::complete(due, &index, &mut view, &mut agg, &mut fault, &mut instances);
+        if !listed.complete.is_empty() {
+            step::complete(
+                listed,
+                &index,
+                &mut view,
+                &mut agg,
+                &mut fault,
+                &mut instances,
+            );
         }
         if !fast.on || fault.0.is_some() {
             return;
         }
-        if !due.finished.is_empty() {
+        if !record.0.is_empty() {
             // Record them here, as the Record stage would right after this tick; requests
             // whose end the workload must hear about (sessions, held batches) are left to it.
-            if !recorder.records_alone(&due.finished) {
+            if !recorder.records_alone(&record.0) {
                 return;
             }
-            recorder.record(due, clock.now, false, &table, &mut agg, &mut fault);
+            recorder.record(record, clock.now, false, &table, &mut agg, &mut fault);
             if fault.0.is_some() {
                 return;
             }
@@ -471,51 +487,69 @@ pub fn instance_pipeline(
         {
             return;
         }
-        let mut popped = std::mem::take(&mut due.popped);
+        let mut buffer = std::mem::take(&mut popped.0);
         while let Some(event) = queue.pop_at(t) {
-            popped.push(event);
+            buffer.push(event);
         }
-        if popped
-            .iter()
-            .all(|e| matches!(e, crate::engine::Event::StepFinished { .. }))
-        {
-            for e in popped.drain(..) {
+        if crate::engine::only_step_ends(&buffer) {
+            for e in buffer.drain(..) {
                 if let crate::engine::Event::StepFinished { instance } = e {
-                    due.step_finished.push(instance);
+                    listed.step_ends.push(instance);
                 }
             }
-            due.popped = popped;
+            popped.0 = buffer;
             clock.now = t;
             clock.ticks += 1;
         } else {
             // Back for the driver, in the order they came out (same-time events keep their
             // relative order; nothing else is at this time).
-            for e in popped.drain(..) {
+            for e in buffer.drain(..) {
                 queue.push(t, e);
             }
-            due.popped = popped;
+            popped.0 = buffer;
             return;
         }
     }
 }
 
+/// The work lists the instance pipeline empties and fills (and the driver's event buffer,
+/// which a fast run pops the next tick into).
+#[derive(bevy_ecs::system::SystemParam)]
+pub struct PipelineWork<'w> {
+    instances: ResMut<'w, InstanceDue>,
+    record: ResMut<'w, RecordDue>,
+    transfers: ResMut<'w, TransferDue>,
+    popped: ResMut<'w, crate::engine::Popped>,
+}
+
 /// Frees instances whose step ended now and hands their finished requests to Record.
 pub fn retire_steps(
-    mut due: ResMut<Due>,
+    mut due: ResMut<InstanceDue>,
+    mut record: ResMut<RecordDue>,
+    mut transfers: ResMut<TransferDue>,
     clock: Res<SimClock>,
     index: Res<InstanceIndex>,
     mut instances: Instances,
 ) {
-    retire(&mut due, clock.now, &index, &mut instances);
+    retire(
+        &mut due,
+        &mut record,
+        &mut transfers,
+        clock.now,
+        &index,
+        &mut instances,
+    );
 }
 
 pub(crate) fn retire(
-    due: &mut Due,
+    due: &mut InstanceDue,
+    record: &mut RecordDue,
+    transfers: &mut TransferDue,
     now: SimTime,
     index: &InstanceIndex,
     instances: &mut Instances,
 ) {
-    let mut finished = std::mem::take(&mut due.step_finished);
+    let mut finished = std::mem::take(&mut due.step_ends);
     // Stable order by instance index, whatever the event order.
     finished.sort_unstable();
     finished.dedup();
@@ -535,19 +569,25 @@ pub(crate) fn retire(
         let due_now = sched
             .leaving
             .partition_point(|f| f.completed.is_some_and(|c| c <= now));
-        due.finished.extend(sched.leaving.drain(..due_now));
+        record.0.extend(sched.leaving.drain(..due_now));
         if sched.handoff.first().is_some_and(|h| h.ready <= now) {
-            due.handoffs.push(i);
+            transfers.handoffs.push(i);
         }
         list_for_batch(due, i, sched);
     }
     finished.clear();
-    due.step_finished = finished;
+    due.step_ends = finished;
 }
 
 /// Puts routed requests in their instance's wait queue, dropping unservable ones.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "a system's parameters are its signature"
+)]
 pub fn enqueue_requests(
-    mut due: ResMut<Due>,
+    mut due: ResMut<EnqueueDue>,
+    mut record: ResMut<RecordDue>,
+    mut listed: ResMut<InstanceDue>,
     clock: Res<SimClock>,
     index: Res<InstanceIndex>,
     mut view: ResMut<ClusterView>,
@@ -556,8 +596,7 @@ pub fn enqueue_requests(
     mut rejections: ResMut<crate::engine::Rejections>,
 ) {
     let now = clock.now;
-    let due = &mut *due;
-    let mut work = std::mem::take(&mut due.enqueue);
+    let mut work = std::mem::take(&mut due.requests);
     for &(entity, i) in &work {
         let Ok((spec, mut lifecycle)) = requests.get_mut(entity) else {
             continue; // timed out in transit (its in-flight count was released then)
@@ -570,7 +609,7 @@ pub fn enqueue_requests(
             .expect("instance entity exists for the whole run");
         if !servable(spec, kv, limits) {
             sched.counters.dropped += 1;
-            due.finished.push(FinishedRequest::unserved(
+            record.0.push(FinishedRequest::unserved(
                 entity,
                 spec.clone(),
                 *lifecycle,
@@ -585,7 +624,7 @@ pub fn enqueue_requests(
         {
             sched.counters.queue_full += 1;
             *rejections.0.entry("queue_full").or_default() += 1;
-            due.finished.push(FinishedRequest::unserved(
+            record.0.push(FinishedRequest::unserved(
                 entity,
                 spec.clone(),
                 *lifecycle,
@@ -599,11 +638,11 @@ pub fn enqueue_requests(
             .push_back(Seq::new(entity, spec.clone(), *lifecycle));
         let waiting = sched.waiting.len() as u64;
         sched.counters.peak_waiting = sched.counters.peak_waiting.max(waiting);
-        list_for_batch(due, i, &mut sched);
+        list_for_batch(&mut listed, i, &mut sched);
         refresh_view(&mut view, i, &sched, kv);
     }
     work.clear();
-    due.enqueue = work;
+    due.requests = work;
 }
 
 /// A request is servable if its whole sequence (prompt + outputs − 1 tokens in KV at the
@@ -624,23 +663,24 @@ pub fn servable(spec: &RequestSpec, kv: &KvCache, limits: &Limits) -> bool {
 /// Abandons the requests whose client timeout fires now: wherever they are, they leave
 /// with state `timed_out`, releasing their KV blocks (INV-1 bucket `timed_out`).
 pub fn expire_requests(
-    mut due: ResMut<Due>,
+    mut due: ResMut<EnqueueDue>,
+    mut record: ResMut<RecordDue>,
+    mut listed: ResMut<InstanceDue>,
     index: Res<InstanceIndex>,
     mut view: ResMut<ClusterView>,
     requests: Query<(&RequestSpec, &Lifecycle, Option<&AssignedTo>)>,
     mut instances: Query<(&mut Scheduler, &mut KvCache)>,
 ) {
-    let due = &mut *due;
     let mut work = std::mem::take(&mut due.timeouts);
     for &entity in &work {
         let Ok((spec, lifecycle, assigned)) = requests.get(entity) else {
             continue; // already finished
         };
-        if due.finished.iter().any(|f| f.entity == entity) {
+        if record.0.iter().any(|f| f.entity == entity) {
             continue; // ended this very tick
         }
         let Some(&AssignedTo(i)) = assigned else {
-            due.finished.push(FinishedRequest::unserved(
+            record.0.push(FinishedRequest::unserved(
                 entity,
                 spec.clone(),
                 *lifecycle,
@@ -652,7 +692,7 @@ pub fn expire_requests(
         if lifecycle.enqueued.is_none() {
             let slot = &mut view.instances[i as usize];
             slot.in_flight = slot.in_flight.saturating_sub(1);
-            due.finished.push(FinishedRequest::unserved(
+            record.0.push(FinishedRequest::unserved(
                 entity,
                 spec.clone(),
                 *lifecycle,
@@ -665,7 +705,7 @@ pub fn expire_requests(
             .get_mut(index.0[i as usize])
             .expect("instance entity exists for the whole run");
         let sched = &mut *sched;
-        let record = if let Some(pos) = sched.waiting.iter().position(|s| s.entity == entity) {
+        let ended = if let Some(pos) = sched.waiting.iter().position(|s| s.entity == entity) {
             let mut seq = sched.waiting.remove(pos).expect("position is valid");
             kv.release(&mut seq.kv);
             seq.finish(FinalState::TimedOut, i, None, None)
@@ -706,16 +746,17 @@ pub fn expire_requests(
                 .expect("instance entity exists for the whole run");
             src_kv.release(&mut x.handoff.seq.kv);
             src.outbound -= 1;
-            list_for_batch(due, x.from, &mut src);
+            list_for_batch(&mut listed, x.from, &mut src);
             refresh_view(&mut view, x.from, &src, &src_kv);
-            due.finished
+            record
+                .0
                 .push(x.handoff.seq.finish(FinalState::TimedOut, i, None, None));
             continue;
         } else {
             continue;
         };
         sched.counters.timed_out += 1;
-        due.finished.push(record);
+        record.0.push(ended);
         refresh_view(&mut view, i, sched, &kv);
     }
     work.clear();
@@ -807,7 +848,9 @@ mod tests {
     /// Bevy's own pattern: one system run on a bare world holding only what it needs.
     fn bare_world(step_end: SimTime, leaving: &[SimTime]) -> (World, Entity) {
         let mut world = World::new();
-        world.insert_resource(Due::default());
+        world.init_resource::<crate::engine::InstanceDue>();
+        world.init_resource::<crate::engine::RecordDue>();
+        world.init_resource::<crate::engine::TransferDue>();
         let mut sched = Scheduler {
             step_end: Some(step_end),
             ..Default::default()
@@ -868,7 +911,10 @@ mod tests {
             now: SimTime(100),
             ..Default::default()
         });
-        world.resource_mut::<Due>().step_finished.push(0);
+        world
+            .resource_mut::<crate::engine::InstanceDue>()
+            .step_ends
+            .push(0);
         world.run_system_once(retire_steps).unwrap();
         (world, e)
     }
@@ -876,10 +922,11 @@ mod tests {
     #[test]
     fn retire_steps_frees_the_instance_hands_over_leavers_due_now_and_lists_it_for_a_batch() {
         let (world, e) = retire_at_100(SimTime(100), &[SimTime(100), SimTime(150)]);
-        let due = world.resource::<Due>();
-        assert!(due.step_finished.is_empty(), "its work list is emptied");
-        assert_eq!(due.finished.len(), 1, "only the leaver due now");
-        assert_eq!(due.finished[0].completed, Some(SimTime(100)));
+        let due = world.resource::<crate::engine::InstanceDue>();
+        let finished = &world.resource::<crate::engine::RecordDue>().0;
+        assert!(due.step_ends.is_empty(), "its work list is emptied");
+        assert_eq!(finished.len(), 1, "only the leaver due now");
+        assert_eq!(finished[0].completed, Some(SimTime(100)));
         assert_eq!(due.batch, vec![0], "free with work waiting: listed once");
         let sched = world.get::<Scheduler>(e).unwrap();
         assert_eq!(sched.step_end, None);
@@ -891,8 +938,8 @@ mod tests {
     #[test]
     fn retire_steps_leaves_an_instance_whose_step_ends_later_busy() {
         let (world, e) = retire_at_100(SimTime(200), &[SimTime(200)]);
-        let due = world.resource::<Due>();
-        assert!(due.finished.is_empty() && due.batch.is_empty());
+        let due = world.resource::<crate::engine::InstanceDue>();
+        assert!(world.resource::<crate::engine::RecordDue>().0.is_empty() && due.batch.is_empty());
         assert_eq!(
             world.get::<Scheduler>(e).unwrap().step_end,
             Some(SimTime(200))

@@ -14,7 +14,7 @@
 use bevy_ecs::prelude::*;
 
 use super::{InstanceIndex, Instances, Scheduler, refresh_view};
-use crate::engine::{ClusterView, Due, Event, EventQueue, SimClock, SimFault};
+use crate::engine::{ClusterView, Event, EventQueue, InstanceDue, SimClock, SimFault};
 use crate::latency::{BatchShape, StepItem};
 use crate::metrics::Aggregates;
 use crate::request::FinalState;
@@ -22,7 +22,7 @@ use crate::time::{SimDuration, SimTime};
 
 /// Prices the batch of every instance that formed one and schedules its end.
 pub fn execute_steps(
-    mut due: ResMut<Due>,
+    mut due: ResMut<InstanceDue>,
     clock: Res<SimClock>,
     index: Res<InstanceIndex>,
     mut queue: ResMut<EventQueue>,
@@ -42,7 +42,7 @@ pub fn execute_steps(
 }
 
 pub(crate) fn execute(
-    due: &mut Due,
+    due: &mut InstanceDue,
     now: SimTime,
     index: &InstanceIndex,
     queue: &mut EventQueue,
@@ -165,7 +165,7 @@ pub(crate) fn execute(
 
 /// Applies the token progress of every batch priced this tick.
 pub fn complete_steps(
-    mut due: ResMut<Due>,
+    mut due: ResMut<InstanceDue>,
     index: Res<InstanceIndex>,
     mut view: ResMut<ClusterView>,
     mut agg: ResMut<Aggregates>,
@@ -183,7 +183,7 @@ pub fn complete_steps(
 }
 
 pub(crate) fn complete(
-    due: &mut Due,
+    due: &mut InstanceDue,
     index: &InstanceIndex,
     view: &mut ClusterView,
     agg: &mut Aggregates,

@@ -24,14 +24,14 @@ use std::io::BufWriter;
 use bevy_ecs::prelude::*;
 
 use crate::engine::CheckInvariants;
-use crate::engine::{Due, SimClock};
+use crate::engine::{RecordDue, SimClock};
 use crate::labels::Labels;
 use crate::request::{FinalState, FinishedRequest};
 use crate::slo::SloTable;
 use crate::time::{SimDuration, SimTime};
 
 /// Per-request rows and aggregates: [`record_finished`] in [`SimSystems::Record`] (empties
-/// `Due::finished`, fills `ended_turns` and `ended_held`, despawns recorded requests), in
+/// `RecordDue`, fills `WorkloadDue::ended_turns` and `ended_held`, despawns recorded requests), in
 /// both tick schedules. Owns [`Aggregates`] and [`RequestLog`] (the simulation builder opens
 /// `requests.csv` into it).
 pub struct MetricsPlugin;
@@ -454,6 +454,7 @@ pub struct Recorder<'w, 's> {
     labels: Res<'w, Labels>,
     log: ResMut<'w, RequestLog>,
     held: Res<'w, crate::engine::HeldBatches>,
+    workload: ResMut<'w, crate::engine::WorkloadDue>,
 }
 
 impl Recorder<'_, '_> {
@@ -472,25 +473,25 @@ impl Recorder<'_, '_> {
         })
     }
 
-    /// Writes the rows of `due.finished`, adds them to the aggregates and despawns them
-    /// (ended session turns and held batches are handed to the workload's Record systems).
+    /// Writes the rows of `due`, adds them to the aggregates and despawns them (ended
+    /// session turns and held batches are handed to the workload's Record systems).
     pub fn record(
         &mut self,
-        due: &mut Due,
+        due: &mut RecordDue,
         now: SimTime,
         check: bool,
         slo: &SloTable,
         agg: &mut Aggregates,
         fault: &mut crate::engine::SimFault,
     ) {
-        let mut finished = std::mem::take(&mut due.finished);
+        let mut finished = std::mem::take(&mut due.0);
         for f in &finished {
             if check {
                 check_causality(f, now);
             }
             record_one(f, agg, &mut self.log, &self.labels, slo);
             if let Some(s) = f.spec.session {
-                due.ended_turns.push((s.id, f.state, f.completed));
+                self.workload.ended_turns.push((s.id, f.state, f.completed));
             }
             if self
                 .held
@@ -499,12 +500,12 @@ impl Recorder<'_, '_> {
                 .copied()
                 .unwrap_or(false)
             {
-                due.ended_held.push(f.spec.client);
+                self.workload.ended_held.push(f.spec.client);
             }
             self.commands.entity(f.entity).despawn();
         }
         finished.clear();
-        due.finished = finished;
+        due.0 = finished;
         // The first failed write stops the run (a full disk, say): simulating on would only
         // produce results that cannot be kept.
         if let Some(e) = &self.log.error {
@@ -519,7 +520,7 @@ impl Recorder<'_, '_> {
 
 /// Writes the rows of the requests that ended this tick and despawns them.
 pub fn record_finished(
-    mut due: ResMut<Due>,
+    mut due: ResMut<RecordDue>,
     clock: Res<SimClock>,
     check: Res<CheckInvariants>,
     slo: Res<SloTable>,

@@ -16,7 +16,7 @@ use std::io::{BufWriter, Write};
 
 use bevy_ecs::prelude::*;
 
-use crate::engine::{Due, SimClock, SimFault};
+use crate::engine::{InstanceDue, RecordDue, SimClock, SimFault};
 use crate::instance::{InstanceIndex, Scheduler};
 use crate::kv::KvCache;
 use crate::request::{FinalState, FinishedRequest};
@@ -201,10 +201,10 @@ impl Timeline {
     }
 }
 
-/// Draws the steps priced this tick (reads [`Due::complete`] before `complete_steps`
-/// drains it).
+/// Draws the steps priced this tick (reads [`InstanceDue::complete`] before
+/// `complete_steps` empties it).
 pub fn draw_steps(
-    due: Res<Due>,
+    due: Res<InstanceDue>,
     clock: Res<SimClock>,
     index: Res<InstanceIndex>,
     mut timeline: ResMut<Timeline>,
@@ -220,15 +220,15 @@ pub fn draw_steps(
     stop_on_error(&timeline, &clock, &mut fault);
 }
 
-/// Draws the requests that ended this tick (reads [`Due::finished`] before
-/// `record_finished` drains it).
+/// Draws the requests that ended this tick (reads [`RecordDue`] before `record_finished`
+/// empties it).
 pub fn draw_requests(
-    due: Res<Due>,
+    due: Res<RecordDue>,
     clock: Res<SimClock>,
     mut timeline: ResMut<Timeline>,
     mut fault: ResMut<SimFault>,
 ) {
-    for f in &due.finished {
+    for f in &due.0 {
         timeline.request(f, clock.now);
     }
     stop_on_error(&timeline, &clock, &mut fault);

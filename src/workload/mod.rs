@@ -29,7 +29,7 @@ pub use lengths::Lengths;
 pub use trace::{TraceReader, TraceRow};
 
 use crate::engine::ClusterDelays;
-use crate::engine::{Due, Event, EventQueue, Injected, SimClock, SimFault};
+use crate::engine::{AdmitDue, Event, EventQueue, Injected, SimClock, SimFault, WorkloadDue};
 use crate::request::{FinalState, Lifecycle, PromptContent, RequestSpec, Segment, SessionRef};
 use crate::rng::{self, fnv1a};
 use crate::scenario::{ClientSpec, Scenario};
@@ -43,9 +43,9 @@ const PREFIX_TAG: u64 = 0x7072_6566_6978_0002;
 pub use crate::labels::Labels;
 
 /// The workload: requests arrive ([`spawn_arrivals`] in [`SimSystems::Arrive`]; empties
-/// `Due::arrivals`, `session_turns`, `releases`, fills `admit`) and sessions and offline
+/// `WorkloadDue::arrivals`, `session_turns`, `releases`, fills `AdmitDue`) and sessions and offline
 /// batches go on when a request ends ([`continue_sessions`] then [`release_held`] in
-/// [`SimSystems::Record`], after `metrics::record_finished`; empty `Due::ended_turns` and
+/// [`SimSystems::Record`], after `metrics::record_finished`; empty `WorkloadDue::ended_turns` and
 /// `ended_held`). The [`Workload`] resource itself is inserted by the simulation builder.
 pub struct WorkloadPlugin;
 
@@ -505,7 +505,7 @@ impl Workload {
 )]
 fn spawn(
     commands: &mut Commands,
-    due: &mut Due,
+    admit: &mut AdmitDue,
     queue: &mut EventQueue,
     delays: &ClusterDelays,
     now: SimTime,
@@ -526,7 +526,7 @@ fn spawn(
         queue.push((arrival + t).max(now), Event::Timeout { request: entity });
     }
     if delays.admission.as_us() == 0 {
-        due.admit.push(entity);
+        admit.0.push(entity);
     } else {
         queue.push(now + delays.admission, Event::Admit(entity));
     }
@@ -540,7 +540,8 @@ fn spawn(
 )]
 pub fn spawn_arrivals(
     mut commands: Commands,
-    mut due: ResMut<Due>,
+    mut due: ResMut<WorkloadDue>,
+    mut admit: ResMut<AdmitDue>,
     clock: Res<SimClock>,
     mut workload: ResMut<Workload>,
     mut injected: ResMut<Injected>,
@@ -569,7 +570,7 @@ pub fn spawn_arrivals(
         let arrival = if released { SimTime::ZERO } else { now };
         spawn(
             &mut commands,
-            due,
+            &mut admit,
             &mut queue,
             &delays,
             now,
@@ -602,7 +603,7 @@ pub fn spawn_arrivals(
             injected.0 += 1;
             spawn(
                 &mut commands,
-                due,
+                &mut admit,
                 &mut queue,
                 &delays,
                 now,
@@ -619,7 +620,7 @@ pub fn spawn_arrivals(
 /// Schedules the next turn of every session whose turn ended this tick (closed loop:
 /// completion + think time); ends sessions whose turn failed or that have no turns left.
 pub fn continue_sessions(
-    mut due: ResMut<Due>,
+    mut due: ResMut<WorkloadDue>,
     mut workload: ResMut<Workload>,
     mut queue: ResMut<EventQueue>,
 ) {
@@ -653,7 +654,7 @@ pub fn continue_sessions(
 /// Lets one more request of a held offline batch in for each of the batch's requests that
 /// finished this tick.
 pub fn release_held(
-    mut due: ResMut<Due>,
+    mut due: ResMut<WorkloadDue>,
     clock: Res<SimClock>,
     mut workload: ResMut<Workload>,
     mut queue: ResMut<EventQueue>,

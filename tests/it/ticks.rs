@@ -105,7 +105,7 @@ fn fast_ticks_change_nothing_and_step_aside_for_a_user_system() {
 #[derive(Resource, Clone, Default)]
 struct Meter(Arc<AtomicU64>);
 
-fn meter(due: Res<servesim::engine::Due>, meter: Res<Meter>) {
+fn meter(due: Res<servesim::engine::InstanceDue>, meter: Res<Meter>) {
     meter
         .0
         .fetch_add(due.execute.len() as u64, Ordering::Relaxed);
