@@ -140,6 +140,19 @@ fn an_unordered_system_that_shares_a_stages_data_is_refused_and_an_ordered_one_s
         .unwrap();
     let steps: u64 = summary.instances.iter().map(|i| i.steps).sum();
     assert_eq!(m.0.load(Ordering::Relaxed), steps);
+    // The lists are one resource per concern: a system in Execute that reads only the
+    // admission list shares nothing with execute_steps and needs no order against it.
+    let mut app = servesim::default_app();
+    app.add_systems(
+        SimStep,
+        (|admit: Res<servesim::engine::AdmitDue>| assert!(admit.0.is_empty()))
+            .in_set(SimSystems::Execute),
+    );
+    let summary = Simulation::from_app(app, &sc, RunOptions::default())
+        .unwrap()
+        .run()
+        .unwrap();
+    assert!(summary.requests.completed > 0);
 }
 
 #[test]
