@@ -32,23 +32,138 @@ use crate::engine::{
     ClusterView, Event, EventQueue, RecordDue, RouteDue, ScaleDue, SimClock, SimFault,
 };
 use crate::instance::{Instance, InstanceIndex, Scheduler, refresh_view};
-use crate::kv::{CpuTier, KvCache};
+use crate::kv::KvCache;
 use crate::policy::{Active, GroupSignals, ScaleTarget, family};
+use crate::setup::{SetupAppExt, SetupCtx, SetupStage, SimError, build_policy};
 use crate::time::{SimDuration, SimTime};
 
 /// Autoscaling: [`evaluate_scaling`] in [`SimSystems::Autoscale`] (empties `ScaleDue::evaluate`
 /// and `cold_start`). The life-cycle systems ([`advance_phases`], [`sample_latencies`],
-/// [`stop_on_event_write_error`]) are added by the simulation builder only when a group
-/// scales, so runs that do not scale do not pay for them. Owns [`Autoscaler`].
+/// [`stop_on_event_write_error`]) are added by its setup only when a group scales, so runs
+/// that do not scale do not pay for them. Sets up the scaling policy
+/// (`Active<family::Autoscale>`), each instance's [`Power`] and the group accounts. Owns
+/// [`Autoscaler`].
 pub struct AutoscalePlugin;
 
 impl bevy_app::Plugin for AutoscalePlugin {
     fn build(&self, app: &mut bevy_app::App) {
-        app.init_resource::<Autoscaler>().add_systems(
+        app.init_resource::<Autoscaler>()
+            .add_setup(SetupStage::Policies, set_up_policy)
+            .add_setup(SetupStage::Cluster, set_up_groups)
+            .add_systems(
+                crate::engine::SimStep,
+                evaluate_scaling.in_set(crate::engine::SimSystems::Autoscale),
+            );
+    }
+}
+
+/// `SetupStage::Policies`: the scaling policy.
+pub fn set_up_policy(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<(), SimError> {
+    let p = &ctx.scenario.policies;
+    let labels = app.world().resource::<crate::labels::Labels>();
+    let scaling = build_policy::<family::Autoscale>(
+        ctx,
+        labels,
+        "autoscale",
+        &p.autoscale,
+        &p.autoscale_params,
+    )?;
+    app.insert_resource(Active::<family::Autoscale>(scaling));
+    Ok(())
+}
+
+/// `SetupStage::Cluster`: every instance's life-cycle state, each group's accounts and
+/// first evaluation; the life-cycle systems when some group scales (they cost a little
+/// every tick: only runs that scale pay it).
+pub fn set_up_groups(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<(), SimError> {
+    let world = app.world_mut();
+    let first_policy_tick = world
+        .resource::<Active<family::Autoscale>>()
+        .0
+        .next_evaluation(SimTime::ZERO, true);
+    let set_up = world.resource::<crate::instance::spawn::Groups>().clone();
+    let index = world.resource::<InstanceIndex>().0.clone();
+    let autoscaled = ctx
+        .scenario
+        .cluster
+        .groups
+        .iter()
+        .any(|g| g.scaling.is_some());
+    let mut scaler = Autoscaler {
+        active: autoscaled,
+        ..Default::default()
+    };
+    for (group, info) in ctx.scenario.cluster.groups.iter().zip(&set_up.0) {
+        let timing = group.scaling.as_ref().map(|s| {
+            // One GPU's share of the weights over the load bandwidth.
+            let derived = info.resolved.model.as_ref().map_or(0.0, |m| {
+                crate::model::params(m) * m.weight_bytes
+                    / f64::from(group.tp.max(1) * group.pp.max(1))
+                    / (s.load_gb_per_s * 1e9)
+            });
+            Timing {
+                min: s.min,
+                max: s.max,
+                interval: s.interval_s.map(SimDuration::from_secs_f64),
+                provision: SimDuration::from_secs_f64(s.provision_s),
+                load: SimDuration::from_secs_f64(s.load_s.unwrap_or(derived)),
+                warmup: SimDuration::from_secs_f64(s.warmup_s),
+                warmup_speed: s.warmup_speed,
+                routable_during_warmup: s.routable_during_warmup,
+                up_cooldown: SimDuration::from_secs_f64(s.scale_up_cooldown_s),
+                down_cooldown: SimDuration::from_secs_f64(s.scale_down_cooldown_s),
+            }
+        });
+        let recipe = crate::instance::spawn::kv_recipe(group, &info.resolved);
+        for i in info.instances() {
+            let on = i - info.first < group.count;
+            world.entity_mut(index[i as usize]).insert(Power {
+                phase: if on { Phase::Serving } else { Phase::Off },
+                phase_end: None,
+                on_since: on.then_some(SimTime::ZERO),
+                kv: recipe,
+            });
+        }
+        scaler.groups.push(GroupScaling {
+            name: info.name.clone(),
+            timing,
+            next_eval: timing.and_then(|t| match t.interval {
+                Some(i) => Some(SimTime::ZERO + i),
+                None => first_policy_tick,
+            }),
+            instances: info.instances().collect(),
+            gpus_per_instance: group.tp.max(1) * group.pp.max(1),
+            cost_per_gpu_hour: group.cost_per_gpu_hour,
+            on: group.count,
+            peak: group.count,
+            ..Default::default()
+        });
+    }
+    let mut firsts: Vec<SimTime> = scaler.groups.iter().filter_map(|g| g.next_eval).collect();
+    firsts.sort_unstable();
+    firsts.dedup();
+    let mut queue = world.resource_mut::<EventQueue>();
+    for t in firsts {
+        queue.push(t, Event::AutoscaleTick);
+    }
+    world.insert_resource(scaler);
+    if autoscaled {
+        app.add_systems(
             crate::engine::SimStep,
-            evaluate_scaling.in_set(crate::engine::SimSystems::Autoscale),
+            (
+                advance_phases
+                    .in_set(crate::engine::SimSystems::Advance)
+                    .after(crate::instance::retire_steps),
+                sample_latencies
+                    .in_set(crate::engine::SimSystems::Record)
+                    .before(crate::metrics::record_finished),
+                stop_on_event_write_error
+                    .in_set(crate::engine::SimSystems::Record)
+                    .after(crate::metrics::record_finished),
+            ),
         );
     }
+    Ok(())
 }
 
 /// Where an instance is in its life.
@@ -92,24 +207,7 @@ impl Phase {
     }
 }
 
-/// How to rebuild an instance's KV cache when it is provisioned.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct KvRecipe {
-    pub blocks: u32,
-    pub block_size: u32,
-    /// (CPU tier blocks, thrash window µs).
-    pub cpu: Option<(u32, u64)>,
-}
-
-impl KvRecipe {
-    pub fn build(&self) -> KvCache {
-        let kv = KvCache::new(self.blocks, self.block_size);
-        match self.cpu {
-            Some((blocks, window)) => kv.with_cpu_tier(CpuTier::new(blocks, window)),
-            None => kv,
-        }
-    }
-}
+pub use crate::kv::KvRecipe;
 
 /// An instance's life-cycle state.
 #[derive(Component, Clone, Debug)]

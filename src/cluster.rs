@@ -17,22 +17,26 @@ use crate::engine::{
     AdmitDue, ClusterView, EnqueueDue, Event, EventQueue, RecordDue, RouteDue, ScaleDue, SimClock,
 };
 use crate::instance::InstanceIndex;
+use crate::labels::Labels;
 use crate::latency::Latency;
 use crate::policy::{Active, Admission, RouterView, ScoredCandidate, family};
 use crate::request::{AssignedTo, FinalState, FinishedRequest, Lifecycle, RequestSpec};
+use crate::setup::{SetupAppExt, SetupCtx, SetupStage, SimError, build_policy};
 use crate::time::{SimDuration, SimTime};
 
 pub use crate::engine::{ClusterDelays, Rejections};
 
 /// Admission: [`admit_requests`] in [`SimSystems::Admit`] applies the admission policy
 /// (`policy::Active<family::Admission>`, built from the scenario); empties `AdmitDue`, fills `RouteDue`
-/// and, for rejected requests, `RecordDue`. Owns [`ClusterDelays`] and [`Rejections`].
+/// and, for rejected requests, `RecordDue`. Its setup step ([`set_up_admission`]) builds the
+/// policy and [`ClusterDelays`]. Owns [`ClusterDelays`] and [`Rejections`].
 pub struct AdmissionPlugin;
 
 impl bevy_app::Plugin for AdmissionPlugin {
     fn build(&self, app: &mut bevy_app::App) {
         app.init_resource::<ClusterDelays>()
             .init_resource::<Rejections>()
+            .add_setup(SetupStage::Policies, set_up_admission)
             .add_systems(
                 crate::engine::SimStep,
                 admit_requests.in_set(crate::engine::SimSystems::Admit),
@@ -40,10 +44,71 @@ impl bevy_app::Plugin for AdmissionPlugin {
     }
 }
 
+/// `SetupStage::Policies`: the admission policy and the control plane's delays.
+pub fn set_up_admission(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<(), SimError> {
+    let p = &ctx.scenario.policies;
+    let labels = app.world().resource::<Labels>();
+    let admission = build_policy::<family::Admission>(
+        ctx,
+        labels,
+        "admission",
+        &p.admission,
+        &p.admission_params,
+    )?;
+    app.insert_resource(Active::<family::Admission>(admission))
+        .insert_resource(ClusterDelays {
+            admission: SimDuration(p.admission_latency_us),
+            routing: SimDuration(p.routing_latency_us),
+        });
+    Ok(())
+}
+
+/// `SetupStage::Policies`: the routing policy (it turns KV events on if it reads caches)
+/// and how fresh its signals are.
+pub fn set_up_routing(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<(), SimError> {
+    let p = &ctx.scenario.policies;
+    let labels = app.world().resource::<Labels>();
+    let routing =
+        build_policy::<family::Routing>(ctx, labels, "routing", &p.routing, &p.routing_params)?;
+    app.world_mut().resource_mut::<crate::kv::KvEvents>().0 |= routing.wants_kv_events();
+    app.insert_resource(Active::<family::Routing>(routing))
+        .insert_resource(RouterSnapshots {
+            interval: SimDuration(p.snapshot_refresh_interval_us),
+            ..Default::default()
+        });
+    Ok(())
+}
+
+/// `SetupStage::Cluster`: the routers' views of the instances just spawned; requests wait
+/// for a cold start (instead of being rejected) when some group autoscales.
+pub fn set_up_router_views(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<(), SimError> {
+    let world = app.world_mut();
+    let view = world.resource::<ClusterView>().instances.clone();
+    world.insert_resource(crate::policy::CachedBlocks {
+        per_instance: vec![Default::default(); view.len()],
+        block_size: ctx
+            .scenario
+            .cluster
+            .groups
+            .first()
+            .map_or(16, |g| g.block_size),
+        cursor: Default::default(),
+    });
+    world.resource_mut::<RouterSnapshots>().stale = view;
+    world.resource_mut::<Parked>().enabled = ctx
+        .scenario
+        .cluster
+        .groups
+        .iter()
+        .any(|g| g.scaling.is_some());
+    Ok(())
+}
+
 /// Routing: [`route_requests`] in [`SimSystems::Route`] applies the routing policy
 /// (`policy::Active<family::Routing>`); empties `RouteDue`, sends requests on as `Enqueue` events (or into `EnqueueDue`),
-/// parks them when nothing is routable and a group scales (`ScaleDue::cold_start`). Owns
-/// [`RouterSnapshots`], [`RoutingStats`], [`DecisionLog`] and [`Parked`], and
+/// parks them when nothing is routable and a group scales (`ScaleDue::cold_start`). Its
+/// setup steps ([`set_up_routing`], [`set_up_router_views`]) build the policy and the
+/// routers' views. Owns [`RouterSnapshots`], [`RoutingStats`], [`DecisionLog`] and [`Parked`], and
 /// `policy::CachedBlocks` (the caches as the instances' KV events tell them).
 pub struct RoutingPlugin;
 
@@ -54,6 +119,9 @@ impl bevy_app::Plugin for RoutingPlugin {
             .init_resource::<DecisionLog>()
             .init_resource::<Parked>()
             .init_resource::<crate::policy::CachedBlocks>()
+            .init_resource::<crate::kv::KvEvents>()
+            .add_setup(SetupStage::Policies, set_up_routing)
+            .add_setup(SetupStage::Cluster, set_up_router_views)
             .add_systems(
                 crate::engine::SimStep,
                 route_requests.in_set(crate::engine::SimSystems::Route),

@@ -47,6 +47,7 @@ use crate::metrics::Histogram;
 use crate::policy::{RouterView, RoutingPolicy};
 use crate::request::{AssignedTo, FinalState};
 use crate::scenario::Role;
+use crate::setup::{SetupAppExt, SetupCtx, SetupStage, SimError, build_policy};
 use crate::time::{SimDuration, SimTime};
 
 /// The decode-side routing policy (`policies.decode_routing`).
@@ -123,14 +124,80 @@ pub struct TransferStats {
 /// schedules (hand-offs happen at step ends), added by [`schedule_transfers`] when the
 /// cluster has decode instances (a run checking for work it cannot have would pay for it on
 /// every tick). Empties `TransferDue`; fills `InstanceDue::batch` and, for requests no decode
-/// instance can hold, `RecordDue`. Owns [`Disagg`]; the simulation builder
-/// fills it and [`ActiveDecodeRouting`].
+/// instance can hold, `RecordDue`. Owns [`Disagg`] and
+/// [`ActiveDecodeRouting`], which its setup builds.
 pub struct DisaggPlugin;
 
 impl bevy_app::Plugin for DisaggPlugin {
     fn build(&self, app: &mut bevy_app::App) {
-        app.init_resource::<Disagg>();
+        app.init_resource::<Disagg>()
+            .init_resource::<crate::kv::KvEvents>()
+            .add_setup(SetupStage::Policies, set_up_decode_routing)
+            .add_setup(SetupStage::Cluster, set_up_links);
     }
+}
+
+fn disaggregated(ctx: &SetupCtx<'_>) -> bool {
+    ctx.scenario
+        .cluster
+        .groups
+        .iter()
+        .any(|g| g.role == Role::Decode)
+}
+
+/// `SetupStage::Policies`: the decode routing policy, when there are decode instances (it
+/// turns KV events on if it reads caches).
+pub fn set_up_decode_routing(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<(), SimError> {
+    if !disaggregated(ctx) {
+        return Ok(());
+    }
+    let p = &ctx.scenario.policies;
+    let labels = app.world().resource::<crate::labels::Labels>();
+    let routing = build_policy::<crate::policy::family::Routing>(
+        ctx,
+        labels,
+        "decode_routing",
+        &p.decode_routing,
+        &p.decode_routing_params,
+    )?;
+    app.world_mut().resource_mut::<crate::kv::KvEvents>().0 |= routing.wants_kv_events();
+    app.insert_resource(ActiveDecodeRouting(routing));
+    Ok(())
+}
+
+/// `SetupStage::Cluster`: every instance's KV link; the Transfer stage when there are
+/// decode instances.
+pub fn set_up_links(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<(), SimError> {
+    let groups = app
+        .world()
+        .resource::<crate::instance::spawn::Groups>()
+        .clone();
+    let mut links = Vec::new();
+    for (group, info) in ctx.scenario.cluster.groups.iter().zip(&groups.0) {
+        let gpus = f64::from(group.tp.max(1) * group.pp.max(1));
+        for _ in info.instances() {
+            links.push(KvLink {
+                role: group.role,
+                bytes_per_us: group.kv_link_gb_per_s * 1e3 * gpus,
+                latency: SimDuration::from_us_f64(group.kv_link_latency_us),
+                bytes_per_token: info.resolved.kv_bytes_per_token,
+                layers: info.resolved.layers,
+            });
+        }
+    }
+    let enabled = disaggregated(ctx);
+    app.insert_resource(Disagg {
+        enabled,
+        layerwise: ctx.scenario.cluster.kv_transfer_layerwise,
+        send_free: vec![SimTime::ZERO; links.len()],
+        recv_free: vec![SimTime::ZERO; links.len()],
+        links,
+        ..Default::default()
+    });
+    if enabled {
+        schedule_transfers(app);
+    }
+    Ok(())
 }
 
 /// The work lists the Transfer stage empties and fills.

@@ -41,8 +41,15 @@ pub struct InvariantsPlugin;
 impl bevy_app::Plugin for InvariantsPlugin {
     fn build(&self, app: &mut bevy_app::App) {
         use crate::engine::{SimStep, SimStepFast, SimSystems};
+        use crate::setup::SetupAppExt;
         use bevy_ecs::schedule::ScheduleLabel;
-        app.init_resource::<CheckInvariants>();
+        app.init_resource::<CheckInvariants>().add_setup(
+            crate::setup::SetupStage::Policies,
+            |app: &mut bevy_app::App, ctx: &crate::setup::SetupCtx<'_>| {
+                app.insert_resource(CheckInvariants(ctx.check_invariants));
+                Ok(())
+            },
+        );
         for label in [SimStep.intern(), SimStepFast.intern()] {
             app.add_systems(
                 label,

@@ -930,6 +930,25 @@ impl KvCache {
     }
 }
 
+/// How to rebuild an instance's KV cache when it is provisioned.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KvRecipe {
+    pub blocks: u32,
+    pub block_size: u32,
+    /// (CPU tier blocks, thrash window µs).
+    pub cpu: Option<(u32, u64)>,
+}
+
+impl KvRecipe {
+    pub fn build(&self) -> KvCache {
+        let kv = KvCache::new(self.blocks, self.block_size);
+        match self.cpu {
+            Some((blocks, window)) => kv.with_cpu_tier(CpuTier::new(blocks, window)),
+            None => kv,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

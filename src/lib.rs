@@ -105,6 +105,7 @@ pub mod report;
 pub mod request;
 pub mod rng;
 pub mod scenario;
+pub mod setup;
 pub mod slo;
 pub mod sweep;
 pub mod time;

@@ -6,36 +6,26 @@ use bevy_app::App;
 use bevy_ecs::prelude::*;
 use bevy_ecs::schedule::Schedules;
 
-use crate::autoscale::{
-    Autoscaler, GroupScaling, KvRecipe, Phase, Power, Timing, advance_phases, evaluate_scaling,
-    sample_latencies, stop_on_event_write_error,
-};
-use crate::cluster::{
-    ClusterDelays, DecisionLog, Rejections, RouterSnapshots, RoutingStats, admit_requests,
-    route_requests,
-};
-use crate::engine::{
-    self, ClusterView, Event, EventQueue, Fault, Injected, SimClock, SimFault, SimStep,
-    SimStepFast, SimSystems,
-};
-use crate::instance::batch::SchedulingConfig;
-use crate::instance::schedulers::BatchFormation;
-use crate::instance::{self, Instance, InstanceBundle, InstanceIndex, Limits, Scheduler};
+use crate::autoscale::{Autoscaler, evaluate_scaling};
+use crate::cluster::{DecisionLog, Rejections, RoutingStats, admit_requests, route_requests};
+use crate::engine::{self, Fault, Injected, SimClock, SimFault, SimStep, SimStepFast, SimSystems};
+use crate::instance::spawn::Groups;
+use crate::instance::{self, InstanceIndex, Scheduler};
 use crate::invariants::CheckInvariants;
 use crate::kv::KvCache;
 use crate::labels::Labels;
-use crate::latency::Latency;
 use crate::metrics::{
     self, Aggregates, InstanceSummary, KvSummary, RequestCounts, RequestLog, Summary, Throughput,
 };
 use crate::metrics::{Fairness, RoutingSummary, SliceSummary, SloSummary};
 use crate::output::{OutputDir, OutputError};
-use crate::policy::{Active, BuildError, Catalog, GroupFacts, PolicyArgs, PolicyFamily, family};
+use crate::policy::Catalog;
 use crate::request::{FinalState, FinishedRequest, Lifecycle, RequestSpec};
 use crate::scenario::Scenario;
-use crate::slo::SloTable;
+pub use crate::setup::SimError;
+use crate::setup::{SetupCtx, SetupSteps};
 use crate::time::{SimDuration, SimTime};
-use crate::workload::{Workload, spawn_arrivals};
+use crate::workload::spawn_arrivals;
 
 /// Refuses to run when a result file would replace a file the scenario reads (a trace in
 /// the output directory, say): results never overwrite an input.
@@ -261,61 +251,6 @@ impl std::fmt::Debug for ProgressHook {
     }
 }
 
-/// A run that could not complete.
-#[derive(Debug, thiserror::Error)]
-pub enum SimError {
-    #[error("cannot write {path}: {message}")]
-    Output { path: PathBuf, message: String },
-    #[error(transparent)]
-    Outputs(#[from] OutputError),
-    #[error("unknown {family} policy `{name}` (validate the scenario first)")]
-    UnknownPolicy { family: &'static str, name: String },
-    /// A policy (or batch scheduler) refused its parameters; `path` names the scenario field.
-    #[error("invalid scenario (validate it first): {path}: {message}")]
-    Policy { path: String, message: String },
-    /// An instance group could not be resolved (its model, GPU, table or limits).
-    #[error("invalid scenario (validate it first): {}", join_problems(.0))]
-    Group(Vec<crate::scenario::Problem>),
-    /// The workload could not be built or primed (a trace that cannot be read, say).
-    #[error("invalid scenario (validate it first): {0}")]
-    Workload(String),
-    /// A calibration that cannot run (`servesim calibrate`).
-    #[error("{0}")]
-    Calibration(String),
-    /// A simulator bug: something the builder relies on failed.
-    #[error("internal error in {what}: {message}")]
-    Internal { what: &'static str, message: String },
-    #[error("the run stopped: {0}")]
-    Fault(Fault),
-    #[error(
-        "the tick schedule does not build: {0}\nA system added to SimStep must be ordered against every built-in system of its stage that \
-         touches the same data: add .before(...) or .after(...) (README \"Extending servesim\" lists what each stage's built-in system reads and empties)"
-    )]
-    Schedule(String),
-    #[error(
-        "interrupted at simulated time {0}; no result file was written (temporary files removed)"
-    )]
-    Interrupted(SimTime),
-}
-
-fn join_problems(p: &[crate::scenario::Problem]) -> String {
-    p.iter()
-        .map(|p| format!("{}: {}", p.path, p.message))
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
-impl SimError {
-    /// True when the output directory holds exactly what it held before the run (every
-    /// failure except a commit whose undo failed too).
-    pub fn outputs_unchanged(&self) -> bool {
-        match self {
-            SimError::Outputs(e) => e.directory_unchanged(),
-            _ => true,
-        }
-    }
-}
-
 /// What a successful run did with its output directory.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct OutputReport {
@@ -366,111 +301,14 @@ impl Simulation {
         scenario: &Scenario,
         options: RunOptions,
     ) -> Result<Self, SimError> {
-        let p = &scenario.policies;
-        let labels = Labels::of_scenario(scenario);
+        // The scenario's groups, resolved once (validation already read their files).
         let world = app.world_mut();
-        // Out of the World while instances are spawned; put back below.
-        let owned_catalog = world.remove_resource::<Catalog>().unwrap_or_default();
-        let catalog = &owned_catalog;
-        fn active<F: PolicyFamily>(
-            catalog: &Catalog,
-            field: &'static str,
-            name: &str,
-            params: &std::collections::BTreeMap<String, f64>,
-            seed: u64,
-            labels: &Labels,
-        ) -> Result<Box<F::Policy>, SimError> {
-            catalog
-                .build::<F>(name, &PolicyArgs::new(seed, params, labels))
-                .map_err(|e| match e {
-                    BuildError::Unknown { .. } => SimError::UnknownPolicy {
-                        family: field,
-                        name: name.to_string(),
-                    },
-                    BuildError::Params(message) => SimError::Policy {
-                        path: format!("policies.{field}"),
-                        message,
-                    },
-                })
-        }
-        let seed = scenario.seed;
-        let no_params = Default::default();
-        let admission = active::<family::Admission>(
-            catalog,
-            "admission",
-            &p.admission,
-            &p.admission_params,
-            seed,
-            &labels,
-        )?;
-        let routing = active::<family::Routing>(
-            catalog,
-            "routing",
-            &p.routing,
-            &p.routing_params,
-            seed,
-            &labels,
-        )?;
-        let scaling = active::<family::Autoscale>(
-            catalog,
-            "autoscale",
-            &p.autoscale,
-            &p.autoscale_params,
-            seed,
-            &labels,
-        )?;
-        let priority = active::<family::Priority>(
-            catalog,
-            "priority",
-            &p.priority,
-            &p.priority_params,
-            seed,
-            &labels,
-        )?;
-        let order = active::<family::Scheduling>(
-            catalog,
-            "scheduling",
-            &p.scheduling,
-            &no_params,
-            seed,
-            &labels,
-        )?;
-        let disaggregated = scenario
-            .cluster
-            .groups
-            .iter()
-            .any(|g| g.role == crate::scenario::Role::Decode);
-        if disaggregated {
-            let decode_routing = active::<family::Routing>(
-                catalog,
-                "decode_routing",
-                &p.decode_routing,
-                &p.decode_routing_params,
-                seed,
-                &labels,
-            )?;
-            world.insert_resource(crate::disagg::ActiveDecodeRouting(decode_routing));
-        }
-        let autoscaled = scenario.cluster.groups.iter().any(|g| g.scaling.is_some());
-        let first_policy_tick = scaling.next_evaluation(SimTime::ZERO, true);
-        world.insert_resource(Active::<family::Admission>(admission));
-        world.insert_resource(Active::<family::Routing>(routing));
-        world.insert_resource(Active::<family::Autoscale>(scaling));
-        world.insert_resource(Active::<family::Priority>(priority));
-        world.insert_resource(Active::<family::Scheduling>(order));
-        world.insert_resource(SchedulingConfig {
-            preemption: p.preemption,
-        });
-        world.insert_resource(SloTable::new(&labels, &p.slo_classes));
-        world.insert_resource(RouterSnapshots {
-            interval: SimDuration(p.snapshot_refresh_interval_us),
-            ..Default::default()
-        });
-        world.insert_resource(ClusterDelays {
-            admission: SimDuration(p.admission_latency_us),
-            routing: SimDuration(p.routing_latency_us),
-        });
-        world.insert_resource(CheckInvariants(options.check_invariants));
+        let catalog = world.remove_resource::<Catalog>().unwrap_or_default();
+        let resolved = (0..scenario.cluster.groups.len())
+            .map(|g| scenario.resolve_group(g, &catalog))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(SimError::Group)?;
+        world.insert_resource(Labels::of_scenario(scenario));
         world.insert_resource(SimClock {
             now: SimTime::ZERO,
             ticks: 0,
@@ -478,217 +316,62 @@ impl Simulation {
                 SimTime::ZERO + SimDuration::from_secs_f64(h)
             }),
         });
-
-        let mut links = Vec::new();
-        let mut largest_cache = (0u32, 16u32);
-        let mut index = Vec::new();
-        let mut view = Vec::new();
-        let mut group_names = Vec::new();
-        let mut scaler = Autoscaler {
-            active: autoscaled,
-            ..Default::default()
+        // Each plugin builds its part, stage by stage.
+        let steps = world
+            .get_resource::<SetupSteps>()
+            .map(SetupSteps::ordered)
+            .unwrap_or_default();
+        let ctx = SetupCtx {
+            scenario,
+            resolved: &resolved,
+            catalog: &catalog,
+            check_invariants: options.check_invariants,
+            replay: options.replay.clone(),
         };
-        let batcher_for = |g: usize, facts: GroupFacts<'_>| {
-            let group = &scenario.cluster.groups[g];
-            let args = PolicyArgs::new(scenario.seed, &group.scheduler_params, &labels);
-            catalog
-                .build::<BatchFormation>(&group.scheduler, &args.in_group(facts))
-                .map_err(|e| match e {
-                    BuildError::Unknown { name, .. } => SimError::UnknownPolicy {
-                        family: "scheduler",
-                        name,
-                    },
-                    BuildError::Params(message) => SimError::Policy {
-                        path: format!("cluster.groups[{g}].scheduler"),
-                        message,
-                    },
-                })
-        };
-        for (g, group) in scenario.cluster.groups.iter().enumerate() {
-            let name = if group.name.is_empty() {
-                format!("group{g}")
-            } else {
-                group.name.clone()
-            };
-            let resolved = scenario
-                .resolve_group(g, catalog)
-                .map_err(SimError::Group)?;
-            let timing = group.scaling.as_ref().map(|s| {
-                // One GPU's share of the weights over the load bandwidth.
-                let derived = resolved.model.as_ref().map_or(0.0, |m| {
-                    crate::model::params(m) * m.weight_bytes
-                        / f64::from(group.tp.max(1) * group.pp.max(1))
-                        / (s.load_gb_per_s * 1e9)
-                });
-                Timing {
-                    min: s.min,
-                    max: s.max,
-                    interval: s.interval_s.map(SimDuration::from_secs_f64),
-                    provision: SimDuration::from_secs_f64(s.provision_s),
-                    load: SimDuration::from_secs_f64(s.load_s.unwrap_or(derived)),
-                    warmup: SimDuration::from_secs_f64(s.warmup_s),
-                    warmup_speed: s.warmup_speed,
-                    routable_during_warmup: s.routable_during_warmup,
-                    up_cooldown: SimDuration::from_secs_f64(s.scale_up_cooldown_s),
-                    down_cooldown: SimDuration::from_secs_f64(s.scale_down_cooldown_s),
+        for step in steps {
+            step(&mut app, &ctx)?;
+        }
+        let world = app.world_mut();
+        world.insert_resource(catalog);
+        // Each instance's group name.
+        let group_names: Vec<String> = world
+            .get_resource::<Groups>()
+            .map(|g| {
+                g.0.iter()
+                    .flat_map(|g| g.instances().map(|_| g.name.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        // The largest KV cache (blocks × block size), for the overload diagnosis.
+        let largest_cache = scenario
+            .cluster
+            .groups
+            .iter()
+            .zip(&resolved)
+            .filter(|(g, _)| g.scaling.as_ref().map_or(g.count, |s| s.max) > 0)
+            .map(|(g, r)| (r.kv_blocks, g.block_size))
+            .fold((0u32, 16u32), |best, c| {
+                if u64::from(c.0) * u64::from(c.1) > u64::from(best.0) * u64::from(best.1) {
+                    c
+                } else {
+                    best
                 }
             });
-            let recipe = KvRecipe {
-                blocks: resolved.kv_blocks,
-                block_size: group.block_size,
-                cpu: resolved.cpu_tier.map(|(blocks, _, _)| {
-                    (
-                        blocks,
-                        SimDuration::from_secs_f64(group.cpu_kv_thrash_window_s).as_us(),
-                    )
-                }),
-            };
-            let mut accounts = GroupScaling {
-                name: name.clone(),
-                timing,
-                next_eval: timing.and_then(|t| match t.interval {
-                    Some(i) => Some(SimTime::ZERO + i),
-                    None => first_policy_tick,
-                }),
-                gpus_per_instance: group.tp.max(1) * group.pp.max(1),
-                cost_per_gpu_hour: group.cost_per_gpu_hour,
-                on: group.count,
-                peak: group.count,
-                ..Default::default()
-            };
-            let spawned = timing.map_or(group.count, |t| t.max);
-            for k in 0..spawned {
-                let i = index.len() as u32;
-                accounts.instances.push(i);
-                let on = k < group.count;
-                // An instance that is off holds no KV cache until it is provisioned.
-                let kv = if on {
-                    recipe.build()
-                } else {
-                    KvCache::new(0, group.block_size)
-                };
-                let scheduler = Scheduler {
-                    unroutable: !on,
-                    ..Default::default()
-                };
-                if u64::from(resolved.kv_blocks) * u64::from(group.block_size)
-                    > u64::from(largest_cache.0) * u64::from(largest_cache.1)
-                {
-                    largest_cache = (resolved.kv_blocks, group.block_size);
-                }
-                view.push(instance::snapshot(i, &scheduler, &kv, 0));
-                let latency = Latency(resolved.latency.clone());
-                let e = world
-                    .spawn(InstanceBundle {
-                        instance: Instance {
-                            index: i,
-                            group: g as u32,
-                        },
-                        limits: Limits {
-                            max_num_seqs: group.max_num_seqs,
-                            max_num_batched_tokens: group.max_num_batched_tokens,
-                            long_prefill_token_threshold: group.long_prefill_token_threshold,
-                            max_model_len: resolved.max_model_len,
-                            tp: group.tp.max(1),
-                            pp: group.pp.max(1),
-                            pp_bytes_per_token: resolved.pp_bytes_per_token,
-                            pp_link_bytes_per_us: group.pp_link_gb_per_s * 1e3,
-                            host_block_us: resolved.cpu_tier.map_or(0.0, |t| t.1),
-                            host_latency_us: resolved.cpu_tier.map_or(0.0, |t| t.2),
-                            max_waiting: scenario.limits.max_waiting_per_instance,
-                            pp_link_latency: SimDuration(group.pp_link_latency_us),
-                            role: group.role,
-                        },
-                        scheduler,
-                        kv,
-                        latency,
-                    })
-                    .insert(crate::instance::schedulers::Batcher(batcher_for(
-                        g,
-                        GroupFacts {
-                            model: resolved.model.as_ref(),
-                            gpu: resolved.gpu.as_ref(),
-                            tp: group.tp.max(1),
-                            pp: group.pp.max(1),
-                        },
-                    )?))
-                    .insert(Power {
-                        phase: if on { Phase::Serving } else { Phase::Off },
-                        phase_end: None,
-                        on_since: on.then_some(SimTime::ZERO),
-                        kv: recipe,
-                    })
-                    .id();
-                index.push(e);
-                group_names.push(name.clone());
-                let gpus = f64::from(group.tp.max(1) * group.pp.max(1));
-                links.push(crate::disagg::KvLink {
-                    role: group.role,
-                    bytes_per_us: group.kv_link_gb_per_s * 1e3 * gpus,
-                    latency: SimDuration::from_us_f64(group.kv_link_latency_us),
-                    bytes_per_token: resolved.kv_bytes_per_token,
-                    layers: resolved.layers,
-                });
-            }
-            scaler.groups.push(accounts);
-        }
-        world.insert_resource(owned_catalog);
-        world.resource_mut::<crate::cluster::Parked>().enabled = autoscaled;
-        world.insert_resource(crate::disagg::Disagg {
-            enabled: disaggregated,
-            layerwise: scenario.cluster.kv_transfer_layerwise,
-            send_free: vec![SimTime::ZERO; links.len()],
-            recv_free: vec![SimTime::ZERO; links.len()],
-            links,
-            ..Default::default()
-        });
         // KV events: on when a router reads caches, the scenario counts them, or a plugin
-        // turned them on.
-        let kv_events = world.resource::<crate::kv::KvEvents>().0
-            || scenario.outputs.kv_events
-            || world
-                .resource::<Active<family::Routing>>()
-                .0
-                .wants_kv_events()
-            || world
-                .get_resource::<crate::disagg::ActiveDecodeRouting>()
-                .is_some_and(|r| r.0.wants_kv_events());
-        world.insert_resource(crate::kv::KvEvents(kv_events));
-        world.resource_mut::<metrics::KvEventTally>().on = scenario.outputs.kv_events;
+        // turned them on (the setups said so in `KvEvents`).
+        let kv_events = world
+            .get_resource::<crate::kv::KvEvents>()
+            .is_some_and(|k| k.0);
         if kv_events {
-            for &e in &index {
-                world
-                    .get_mut::<KvCache>(e)
-                    .expect("instance has a KV cache")
-                    .record_events(true);
+            let mut caches = world.query::<&mut KvCache>();
+            for mut kv in caches.iter_mut(world) {
+                kv.record_events(true);
             }
         }
-        world.insert_resource(crate::policy::CachedBlocks {
-            per_instance: vec![Default::default(); index.len()],
-            block_size: scenario.cluster.groups.first().map_or(16, |g| g.block_size),
-            cursor: Default::default(),
-        });
-        world.insert_resource(InstanceIndex(index));
-        world.resource_mut::<RouterSnapshots>().stale = view.clone();
-        world.insert_resource(ClusterView { instances: view });
-
-        let mut labels = labels;
-        let mut workload = Workload::new(scenario, &mut labels, options.replay.clone())
-            .map_err(SimError::Workload)?;
-        {
-            let mut queue = world.resource_mut::<EventQueue>();
-            workload.prime(&mut queue).map_err(SimError::Workload)?;
-            let mut firsts: Vec<SimTime> =
-                scaler.groups.iter().filter_map(|g| g.next_eval).collect();
-            firsts.sort_unstable();
-            firsts.dedup();
-            for t in firsts {
-                queue.push(t, Event::AutoscaleTick);
-            }
-        }
-        world.insert_resource(crate::engine::HeldBatches(workload.held_sources()));
-        world.insert_resource(workload);
-        world.insert_resource(labels);
+        let disaggregated = world
+            .get_resource::<crate::disagg::Disagg>()
+            .is_some_and(|d| d.enabled);
+        let autoscaled = world.get_resource::<Autoscaler>().is_some_and(|a| a.active);
 
         let outputs = &scenario.outputs;
         let decisions = options.trace_decisions || outputs.decisions_csv;
@@ -761,9 +444,8 @@ impl Simulation {
                     path: out.staged_path("scale_events.csv"),
                     message: e.to_string(),
                 })?;
-            scaler.events = Some(writer);
+            world.resource_mut::<Autoscaler>().events = Some(writer);
         }
-        world.insert_resource(scaler);
 
         let timeseries = match &mut out {
             Some(out) if outputs.timeseries_csv => {
@@ -832,30 +514,9 @@ impl Simulation {
                 })?;
             world.resource_mut::<RequestLog>().memory = Some(w);
         }
-        // Like the life-cycle systems below, these would cost a little every tick: only runs
-        // that use them pay for them.
-        if disaggregated {
-            crate::disagg::schedule_transfers(&mut app);
-        }
+        // The KV-event systems would cost a little every tick: only runs that use them pay.
         if kv_events {
             schedule_kv_events(&mut app, scenario.outputs.kv_events);
-        }
-        if autoscaled {
-            // The life-cycle systems cost a little every tick: only runs that scale pay it.
-            app.add_systems(
-                SimStep,
-                (
-                    advance_phases
-                        .in_set(SimSystems::Advance)
-                        .after(instance::retire_steps),
-                    sample_latencies
-                        .in_set(SimSystems::Record)
-                        .before(metrics::record_finished),
-                    stop_on_event_write_error
-                        .in_set(SimSystems::Record)
-                        .after(metrics::record_finished),
-                ),
-            );
         }
         app.finish();
         app.cleanup();

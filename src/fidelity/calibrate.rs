@@ -20,7 +20,7 @@ use serde::Serialize;
 use super::{MeasuredRequest, Report, compare_slice, replay_scenario, simulate};
 use crate::latency::Coefficients;
 use crate::scenario::{LatencySpec, Scenario};
-use crate::simulation::SimError;
+use crate::setup::SimError;
 
 /// What to fit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

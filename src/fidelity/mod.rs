@@ -17,7 +17,8 @@ pub use measured::MeasuredRequest;
 
 use crate::metrics::RequestSample;
 use crate::scenario::Scenario;
-use crate::simulation::{RunOptions, SimError, Simulation};
+use crate::setup::SimError;
+use crate::simulation::{RunOptions, Simulation};
 
 /// The scenario with its workload replaced by nothing (the replay is added at run time) and
 /// no output files.

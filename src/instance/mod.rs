@@ -22,6 +22,7 @@
 
 pub mod batch;
 pub mod schedulers;
+pub mod spawn;
 pub mod step;
 
 use std::collections::VecDeque;
@@ -36,6 +37,7 @@ use crate::engine::{
 use crate::kv::{KvCache, SeqBlocks};
 use crate::policy::InstanceSnapshot;
 use crate::request::{AssignedTo, FinalState, FinishedRequest, Lifecycle, RequestSpec};
+use crate::setup::{SetupAppExt, SetupStage};
 use crate::time::{SimDuration, SimTime};
 
 /// Identity of an instance.
@@ -792,7 +794,12 @@ pub fn publish_kv_events(
     }
 }
 
-/// The instance stages.
+/// The instance stages: `retire_steps` (Advance), `enqueue_requests` and `expire_requests`
+/// (Enqueue), `batch::form_batches` (Batch), `step::execute_steps` (Execute),
+/// `step::complete_steps` (Complete), and `instance_pipeline` in [`SimStepFast`]; the batch
+/// schedulers. Sets up the queue policies (`Active<family::Priority>`,
+/// `Active<family::Scheduling>`) and spawns the instances ([`spawn`]). Owns
+/// [`InstanceIndex`], [`spawn::Groups`] and the KV events' switch `kv::KvEvents`.
 pub struct InstancePlugin;
 
 impl Plugin for InstancePlugin {
@@ -800,19 +807,23 @@ impl Plugin for InstancePlugin {
         schedulers::register_builtins(app);
         app.init_resource::<crate::kv::KvEvents>()
             .add_message::<crate::kv::KvEvent>();
-        app.init_resource::<InstanceIndex>().add_systems(
-            SimStep,
-            (
-                retire_steps.in_set(SimSystems::Advance),
-                enqueue_requests.in_set(SimSystems::Enqueue),
-                expire_requests
-                    .in_set(SimSystems::Enqueue)
-                    .after(enqueue_requests),
-                batch::form_batches.in_set(SimSystems::Batch),
-                step::execute_steps.in_set(SimSystems::Execute),
-                step::complete_steps.in_set(SimSystems::Complete),
-            ),
-        );
+        app.add_setup(SetupStage::Policies, spawn::set_up_queue_policies)
+            .add_setup(SetupStage::Instances, spawn::spawn_instances);
+        app.init_resource::<InstanceIndex>()
+            .init_resource::<spawn::Groups>()
+            .add_systems(
+                SimStep,
+                (
+                    retire_steps.in_set(SimSystems::Advance),
+                    enqueue_requests.in_set(SimSystems::Enqueue),
+                    expire_requests
+                        .in_set(SimSystems::Enqueue)
+                        .after(enqueue_requests),
+                    batch::form_batches.in_set(SimSystems::Batch),
+                    step::execute_steps.in_set(SimSystems::Execute),
+                    step::complete_steps.in_set(SimSystems::Complete),
+                ),
+            );
         // The instance pipeline again, as one system, for ticks that hold only step ends.
         app.add_systems(SimStepFast, instance_pipeline.in_set(SimSystems::Advance));
     }

@@ -32,22 +32,45 @@ use crate::time::{SimDuration, SimTime};
 
 /// Per-request rows and aggregates: [`record_finished`] in [`SimSystems::Record`] (empties
 /// `RecordDue`, fills `WorkloadDue::ended_turns` and `ended_held`, despawns recorded requests), in
-/// both tick schedules. Owns [`Aggregates`] and [`RequestLog`] (the simulation builder opens
-/// `requests.csv` into it).
+/// both tick schedules. Sets up the `slo::SloTable`. Owns [`Aggregates`], [`SummaryExtras`],
+/// [`KvEventTally`] and [`RequestLog`] (the simulation builder opens `requests.csv` into it).
 pub struct MetricsPlugin;
 
 impl bevy_app::Plugin for MetricsPlugin {
     fn build(&self, app: &mut bevy_app::App) {
         use crate::engine::{SimStep, SimStepFast, SimSystems};
+        use crate::setup::SetupAppExt;
         use bevy_ecs::schedule::ScheduleLabel;
         app.init_resource::<Aggregates>()
             .init_resource::<SummaryExtras>()
             .init_resource::<RequestLog>()
-            .init_resource::<KvEventTally>();
+            .init_resource::<KvEventTally>()
+            .init_resource::<SloTable>()
+            .init_resource::<crate::kv::KvEvents>()
+            .init_resource::<CheckInvariants>()
+            .add_setup(crate::setup::SetupStage::Policies, set_up_metrics);
         for label in [SimStep.intern(), SimStepFast.intern()] {
             app.add_systems(label, record_finished.in_set(SimSystems::Record));
         }
     }
+}
+
+/// `SetupStage::Policies`: the SLO classes requests are judged by, and the KV-event counts
+/// when `outputs.kv_events` asks for them (which turns the events on).
+pub fn set_up_metrics(
+    app: &mut bevy_app::App,
+    ctx: &crate::setup::SetupCtx<'_>,
+) -> Result<(), crate::setup::SimError> {
+    let world = app.world_mut();
+    let table = SloTable::new(
+        world.resource::<Labels>(),
+        &ctx.scenario.policies.slo_classes,
+    );
+    world.insert_resource(table);
+    let count = ctx.scenario.outputs.kv_events;
+    world.resource_mut::<KvEventTally>().on = count;
+    world.resource_mut::<crate::kv::KvEvents>().0 |= count;
+    Ok(())
 }
 
 /// Results of your own systems, by name, for `summary.json` (`extras`) and the text summary:

@@ -271,7 +271,7 @@ impl Catalog {
 }
 
 /// The member of cluster-wide family `F` that this run uses, built from the scenario by
-/// the simulation builder (`Active<family::Routing>` is the router).
+/// the setup step of the plugin that uses it (`Active<family::Routing>` is the router).
 #[derive(Resource)]
 pub struct Active<F: PolicyFamily>(pub Box<F::Policy>);
 

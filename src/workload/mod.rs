@@ -46,13 +46,15 @@ pub use crate::labels::Labels;
 /// `WorkloadDue::arrivals`, `session_turns`, `releases`, fills `AdmitDue`) and sessions and offline
 /// batches go on when a request ends ([`continue_sessions`] then [`release_held`] in
 /// [`SimSystems::Record`], after `metrics::record_finished`; empty `WorkloadDue::ended_turns` and
-/// `ended_held`). The [`Workload`] resource itself is inserted by the simulation builder.
+/// `ended_held`). Its setup step (`set_up_workload`) builds the [`Workload`] resource and primes the queue.
 pub struct WorkloadPlugin;
 
 impl bevy_app::Plugin for WorkloadPlugin {
     fn build(&self, app: &mut bevy_app::App) {
         use crate::engine::{SimStep, SimStepFast, SimSystems};
-        app.add_systems(SimStep, spawn_arrivals.in_set(SimSystems::Arrive));
+        use crate::setup::SetupAppExt;
+        app.add_setup(crate::setup::SetupStage::Workload, set_up_workload)
+            .add_systems(SimStep, spawn_arrivals.in_set(SimSystems::Arrive));
         for label in [SimStep.intern(), SimStepFast.intern()] {
             app.add_systems(
                 label,
@@ -496,6 +498,26 @@ impl Workload {
     pub fn open_sessions(&self) -> usize {
         self.sessions.len()
     }
+}
+
+/// `SetupStage::Workload`: the workload's sources (their tenants and classes join the
+/// labels), their first arrivals on the event queue, and which hold offline batches back.
+pub fn set_up_workload(
+    app: &mut bevy_app::App,
+    ctx: &crate::setup::SetupCtx<'_>,
+) -> Result<(), crate::setup::SimError> {
+    use crate::setup::SimError;
+    let world = app.world_mut();
+    let mut labels = world.remove_resource::<Labels>().unwrap_or_default();
+    let made = Workload::new(ctx.scenario, &mut labels, ctx.replay.clone());
+    world.insert_resource(labels);
+    let mut workload = made.map_err(SimError::Workload)?;
+    workload
+        .prime(&mut world.resource_mut::<EventQueue>())
+        .map_err(SimError::Workload)?;
+    world.insert_resource(crate::engine::HeldBatches(workload.held_sources()));
+    world.insert_resource(workload);
+    Ok(())
 }
 
 /// Spawns a request that arrived at `arrival` (now, or t = 0 for a held offline batch).

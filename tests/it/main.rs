@@ -21,5 +21,6 @@ mod properties;
 mod reliability;
 mod scenarios;
 mod schedulers;
+mod setup;
 mod ticks;
 mod workload;

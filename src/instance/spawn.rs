@@ -1,0 +1,169 @@
+//! The instance plugin's part of setting a run up: its queue policies, then one entity per
+//! instance of every group (with its limits, TP/PP, KV cache, latency model and batch
+//! scheduler), the [`InstanceIndex`], the routers' [`ClusterView`] and the [`Groups`]
+//! other concerns read (autoscaling, P/D links, outputs).
+
+use bevy_app::App;
+
+use super::schedulers::{BatchFormation, Batcher};
+use super::{Instance, InstanceBundle, InstanceIndex, Limits, Scheduler, snapshot};
+use crate::engine::ClusterView;
+use crate::kv::{KvCache, KvRecipe};
+use crate::labels::Labels;
+use crate::policy::{Active, BuildError, GroupFacts, PolicyArgs, family};
+use crate::scenario::{InstanceGroup, ResolvedGroup};
+use crate::setup::{SetupCtx, SimError, build_policy};
+use crate::time::SimDuration;
+
+/// The instance groups as set up, in `cluster.groups` order.
+#[derive(bevy_ecs::prelude::Resource, Default, Clone)]
+pub struct Groups(pub Vec<GroupInfo>);
+
+/// One instance group as set up.
+#[derive(Clone)]
+pub struct GroupInfo {
+    /// `name`, or `group<i>`.
+    pub name: String,
+    /// Its model, GPU, KV capacity and latency model.
+    pub resolved: ResolvedGroup,
+    /// Its instances: `first..first + spawned` (an autoscaled group spawns `max`, of which
+    /// the first `count` start on).
+    pub first: u32,
+    pub spawned: u32,
+}
+
+impl GroupInfo {
+    /// Instance indices of the group.
+    pub fn instances(&self) -> std::ops::Range<u32> {
+        self.first..self.first + self.spawned
+    }
+}
+
+/// How to build the KV cache of an instance of `group` (when it is, or comes, on).
+pub fn kv_recipe(group: &InstanceGroup, resolved: &ResolvedGroup) -> KvRecipe {
+    KvRecipe {
+        blocks: resolved.kv_blocks,
+        block_size: group.block_size,
+        cpu: resolved.cpu_tier.map(|(blocks, _, _)| {
+            (
+                blocks,
+                SimDuration::from_secs_f64(group.cpu_kv_thrash_window_s).as_us(),
+            )
+        }),
+    }
+}
+
+/// `SetupStage::Policies`: the queue order and priority policies batch formation uses.
+pub fn set_up_queue_policies(app: &mut App, ctx: &SetupCtx<'_>) -> Result<(), SimError> {
+    let p = &ctx.scenario.policies;
+    let labels = app.world().resource::<Labels>();
+    let priority =
+        build_policy::<family::Priority>(ctx, labels, "priority", &p.priority, &p.priority_params)?;
+    let order = build_policy::<family::Scheduling>(
+        ctx,
+        labels,
+        "scheduling",
+        &p.scheduling,
+        &Default::default(),
+    )?;
+    app.insert_resource(Active::<family::Priority>(priority))
+        .insert_resource(Active::<family::Scheduling>(order))
+        .insert_resource(super::batch::SchedulingConfig {
+            preemption: p.preemption,
+        });
+    Ok(())
+}
+
+/// `SetupStage::Instances`: one entity per instance, group by group.
+pub fn spawn_instances(app: &mut App, ctx: &SetupCtx<'_>) -> Result<(), SimError> {
+    let scenario = ctx.scenario;
+    let world = app.world_mut();
+    let labels = world.resource::<Labels>().clone();
+    let mut index = Vec::new();
+    let mut view = Vec::new();
+    let mut groups = Vec::new();
+    for (g, group) in scenario.cluster.groups.iter().enumerate() {
+        let resolved = ctx.resolved[g].clone();
+        let name = if group.name.is_empty() {
+            format!("group{g}")
+        } else {
+            group.name.clone()
+        };
+        let spawned = group.scaling.as_ref().map_or(group.count, |s| s.max);
+        let recipe = kv_recipe(group, &resolved);
+        let facts = GroupFacts {
+            model: resolved.model.as_ref(),
+            gpu: resolved.gpu.as_ref(),
+            tp: group.tp.max(1),
+            pp: group.pp.max(1),
+        };
+        let args = PolicyArgs::new(scenario.seed, &group.scheduler_params, &labels).in_group(facts);
+        let first = index.len() as u32;
+        for k in 0..spawned {
+            let i = index.len() as u32;
+            let on = k < group.count;
+            // An instance that is off holds no KV cache until it is provisioned.
+            let kv = if on {
+                recipe.build()
+            } else {
+                KvCache::new(0, group.block_size)
+            };
+            let scheduler = Scheduler {
+                unroutable: !on,
+                ..Default::default()
+            };
+            let batcher = ctx
+                .catalog
+                .build::<BatchFormation>(&group.scheduler, &args)
+                .map_err(|e| match e {
+                    BuildError::Unknown { name, .. } => SimError::UnknownPolicy {
+                        family: "scheduler",
+                        name,
+                    },
+                    BuildError::Params(message) => SimError::Policy {
+                        path: format!("cluster.groups[{g}].scheduler"),
+                        message,
+                    },
+                })?;
+            view.push(snapshot(i, &scheduler, &kv, 0));
+            let e = world
+                .spawn(InstanceBundle {
+                    instance: Instance {
+                        index: i,
+                        group: g as u32,
+                    },
+                    limits: Limits {
+                        max_num_seqs: group.max_num_seqs,
+                        max_num_batched_tokens: group.max_num_batched_tokens,
+                        long_prefill_token_threshold: group.long_prefill_token_threshold,
+                        max_model_len: resolved.max_model_len,
+                        tp: group.tp.max(1),
+                        pp: group.pp.max(1),
+                        pp_bytes_per_token: resolved.pp_bytes_per_token,
+                        pp_link_bytes_per_us: group.pp_link_gb_per_s * 1e3,
+                        host_block_us: resolved.cpu_tier.map_or(0.0, |t| t.1),
+                        host_latency_us: resolved.cpu_tier.map_or(0.0, |t| t.2),
+                        max_waiting: scenario.limits.max_waiting_per_instance,
+                        pp_link_latency: SimDuration(group.pp_link_latency_us),
+                        role: group.role,
+                    },
+                    scheduler,
+                    kv,
+                    latency: crate::latency::Latency(resolved.latency.clone()),
+                })
+                .insert(Batcher(batcher))
+                .id();
+            index.push(e);
+        }
+        groups.push(GroupInfo {
+            name,
+            resolved,
+            first,
+            spawned,
+        });
+    }
+    world.insert_resource(InstanceIndex(index));
+    world.insert_resource(ClusterView { instances: view });
+    world.insert_resource(Groups(groups));
+    Ok(())
+}

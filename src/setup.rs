@@ -1,0 +1,175 @@
+//! Setting a run up: the builder ([`Simulation::from_app`](crate::Simulation::from_app))
+//! hands the scenario to the setup steps the plugins registered, stage by stage, so each
+//! plugin builds its own part of the World from the scenario (its policies, resources,
+//! entities, first events) and a plugin left out builds nothing. The builder itself keeps
+//! only the run's output files and the tick schedules.
+//!
+//! ```
+//! use servesim::bevy_app::App;
+//! use servesim::bevy_ecs::prelude::*;
+//! use servesim::setup::{SetupAppExt, SetupCtx, SetupStage};
+//!
+//! /// A plugin's own resource, sized from the scenario when the run is set up.
+//! #[derive(Resource)]
+//! struct GroupCount(usize);
+//!
+//! let mut app = servesim::default_app();
+//! app.add_setup(SetupStage::Cluster, |app: &mut App, ctx: &SetupCtx<'_>| {
+//!     app.insert_resource(GroupCount(ctx.scenario.cluster.groups.len()));
+//!     Ok(())
+//! });
+//! # let catalog = app.world().resource::<servesim::policy::Catalog>();
+//! # let sc = servesim::scenario::parse("(cluster: (groups: [(kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [10.0, 0.0, 0.0]))]), workload: (num_requests: 1, clients: [(rate_per_s: 1.0, input_tokens: Constant(8), output_tokens: Constant(2))]))", "doc.ron", &[], catalog).unwrap();
+//! let sim = servesim::Simulation::from_app(app, &sc, Default::default()).unwrap();
+//! assert_eq!(sim.world().resource::<GroupCount>().0, 1);
+//! ```
+
+use std::path::PathBuf;
+
+use bevy_app::App;
+use bevy_ecs::prelude::*;
+
+use crate::engine::Fault;
+use crate::output::OutputError;
+use crate::policy::Catalog;
+use crate::scenario::Scenario;
+use crate::time::SimTime;
+
+/// When a setup step runs; steps of one stage run in the order they were registered
+/// (the order of `SimPlugins`, then yours).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SetupStage {
+    /// The clock, cluster-wide policies and the resources that do not depend on instances.
+    Policies,
+    /// Instance entities: `instance::InstanceIndex`, `engine::ClusterView`,
+    /// `instance::Groups`.
+    Instances,
+    /// What reads the instances: autoscaling accounts and life cycles, P/D links, the
+    /// routers' views, KV events.
+    Cluster,
+    /// The workload: its sources, first arrivals on the event queue.
+    Workload,
+}
+
+/// What a setup step sees: the scenario (validated; its groups already resolved), the
+/// policy catalog, and the run options that change what is built.
+pub struct SetupCtx<'a> {
+    pub scenario: &'a Scenario,
+    /// Each group resolved (model, GPU, KV capacity, latency model), in group order.
+    pub resolved: &'a [crate::scenario::ResolvedGroup],
+    pub catalog: &'a Catalog,
+    /// Invariants are checked after every tick.
+    pub check_invariants: bool,
+    /// Requests to replay from memory besides the scenario's workload.
+    pub replay: Option<std::sync::Arc<[crate::workload::trace::TraceRow]>>,
+}
+
+/// A setup step: builds part of the run in `app` (resources, entities, events, systems).
+pub type SetupFn = fn(&mut App, &SetupCtx<'_>) -> Result<(), SimError>;
+
+/// The registered setup steps.
+#[derive(Resource, Default)]
+pub struct SetupSteps(pub Vec<(SetupStage, SetupFn)>);
+
+impl SetupSteps {
+    /// The steps in the order they run.
+    pub fn ordered(&self) -> Vec<SetupFn> {
+        let mut steps: Vec<(usize, &(SetupStage, SetupFn))> = self.0.iter().enumerate().collect();
+        steps.sort_by_key(|(k, (stage, _))| (*stage, *k));
+        steps.into_iter().map(|(_, (_, f))| *f).collect()
+    }
+}
+
+/// Registers setup steps on an [`App`].
+pub trait SetupAppExt {
+    fn add_setup(&mut self, stage: SetupStage, step: SetupFn) -> &mut Self;
+}
+
+impl SetupAppExt for App {
+    fn add_setup(&mut self, stage: SetupStage, step: SetupFn) -> &mut Self {
+        self.world_mut()
+            .get_resource_or_init::<SetupSteps>()
+            .0
+            .push((stage, step));
+        self
+    }
+}
+
+/// Builds the active member of family `F` named at `policies.<field>` (with its
+/// `_params`), as a setup step does.
+pub fn build_policy<F: crate::policy::PolicyFamily>(
+    ctx: &SetupCtx<'_>,
+    labels: &crate::labels::Labels,
+    field: &'static str,
+    name: &str,
+    params: &std::collections::BTreeMap<String, f64>,
+) -> Result<Box<F::Policy>, SimError> {
+    use crate::policy::{BuildError, PolicyArgs};
+    ctx.catalog
+        .build::<F>(name, &PolicyArgs::new(ctx.scenario.seed, params, labels))
+        .map_err(|e| match e {
+            BuildError::Unknown { .. } => SimError::UnknownPolicy {
+                family: field,
+                name: name.to_string(),
+            },
+            BuildError::Params(message) => SimError::Policy {
+                path: format!("policies.{field}"),
+                message,
+            },
+        })
+}
+
+/// A run that could not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("cannot write {path}: {message}")]
+    Output { path: PathBuf, message: String },
+    #[error(transparent)]
+    Outputs(#[from] OutputError),
+    #[error("unknown {family} policy `{name}` (validate the scenario first)")]
+    UnknownPolicy { family: &'static str, name: String },
+    /// A policy (or batch scheduler) refused its parameters; `path` names the scenario field.
+    #[error("invalid scenario (validate it first): {path}: {message}")]
+    Policy { path: String, message: String },
+    /// An instance group could not be resolved (its model, GPU, table or limits).
+    #[error("invalid scenario (validate it first): {}", join_problems(.0))]
+    Group(Vec<crate::scenario::Problem>),
+    /// The workload could not be built or primed (a trace that cannot be read, say).
+    #[error("invalid scenario (validate it first): {0}")]
+    Workload(String),
+    /// A calibration that cannot run (`servesim calibrate`).
+    #[error("{0}")]
+    Calibration(String),
+    /// A simulator bug: something the builder relies on failed.
+    #[error("internal error in {what}: {message}")]
+    Internal { what: &'static str, message: String },
+    #[error("the run stopped: {0}")]
+    Fault(Fault),
+    #[error(
+        "the tick schedule does not build: {0}\nA system added to SimStep must be ordered against every built-in system of its stage that \
+         touches the same data: add .before(...) or .after(...) (README \"Extending servesim\" lists what each stage's built-in system reads and empties)"
+    )]
+    Schedule(String),
+    #[error(
+        "interrupted at simulated time {0}; no result file was written (temporary files removed)"
+    )]
+    Interrupted(SimTime),
+}
+
+fn join_problems(p: &[crate::scenario::Problem]) -> String {
+    p.iter()
+        .map(|p| format!("{}: {}", p.path, p.message))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl SimError {
+    /// True when the output directory holds exactly what it held before the run (every
+    /// failure except a commit whose undo failed too).
+    pub fn outputs_unchanged(&self) -> bool {
+        match self {
+            SimError::Outputs(e) => e.directory_unchanged(),
+            _ => true,
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! Setting a run up: each plugin builds its own part from the scenario in fixed stages; a
+//! setup step of your own sees what the stages before it built, and its error stops the
+//! build.
+
+use servesim::bevy_app::App;
+use servesim::bevy_ecs::prelude::*;
+use servesim::instance::InstanceIndex;
+use servesim::instance::spawn::Groups;
+use servesim::setup::{SetupAppExt, SetupCtx, SetupStage, SimError};
+use servesim::{RunOptions, Simulation};
+
+const SCENARIO: &str = r#"(cluster: (groups: [
+        (name: "small", count: 2, kv_blocks: 500,
+         latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 1.0, 10.0])),
+        (name: "big", count: 1, tp: 2, kv_blocks: 900,
+         scaling: (min: 1, max: 3),
+         latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [800.0, 1.0, 10.0]))]),
+      workload: (num_requests: 30, clients: [(rate_per_s: 20.0, input_tokens: Constant(64),
+                                               output_tokens: Constant(8))]))"#;
+
+/// What each user step saw: (stage, instances spawned so far).
+#[derive(Resource, Default)]
+struct Seen(Vec<(&'static str, usize)>);
+
+fn instances(app: &App) -> usize {
+    app.world()
+        .get_resource::<InstanceIndex>()
+        .map_or(0, |i| i.0.len())
+}
+
+#[test]
+fn setup_steps_run_by_stage_and_see_what_earlier_stages_built() {
+    let mut app = servesim::default_app();
+    app.init_resource::<Seen>();
+    // Registered in the opposite order of their stages: the stage decides.
+    app.add_setup(SetupStage::Cluster, |app: &mut App, _: &SetupCtx<'_>| {
+        let n = instances(app);
+        app.world_mut()
+            .resource_mut::<Seen>()
+            .0
+            .push(("cluster", n));
+        Ok(())
+    });
+    app.add_setup(SetupStage::Policies, |app: &mut App, _: &SetupCtx<'_>| {
+        let n = instances(app);
+        app.world_mut()
+            .resource_mut::<Seen>()
+            .0
+            .push(("policies", n));
+        Ok(())
+    });
+    let sc = crate::common::parse(SCENARIO);
+    let sim = Simulation::from_app(app, &sc, RunOptions::default()).unwrap();
+    let world = sim.world();
+    // 2 + an autoscaled group spawns its max (3): 5 instances, spawned by the instance plugin.
+    assert_eq!(
+        world.resource::<Seen>().0,
+        [("policies", 0), ("cluster", 5)]
+    );
+    let groups = &world.resource::<Groups>().0;
+    assert_eq!(groups.len(), 2);
+    assert_eq!(
+        (groups[0].name.as_str(), groups[0].instances()),
+        ("small", 0..2)
+    );
+    assert_eq!(
+        (groups[1].name.as_str(), groups[1].instances()),
+        ("big", 2..5)
+    );
+    assert_eq!(groups[1].resolved.kv_blocks, 900);
+    // Each instance carries its group's TP on its entity; the autoscale plugin's life-cycle
+    // state is on every instance (the two spare ones of "big" are off).
+    let index = &world.resource::<InstanceIndex>().0;
+    let tp: Vec<u32> = index
+        .iter()
+        .map(|&e| world.get::<servesim::instance::Limits>(e).unwrap().tp)
+        .collect();
+    assert_eq!(tp, [1, 1, 2, 2, 2]);
+    let off = index
+        .iter()
+        .filter(|&&e| {
+            world.get::<servesim::autoscale::Power>(e).unwrap().phase
+                == servesim::autoscale::Phase::Off
+        })
+        .count();
+    assert_eq!(off, 2);
+    assert_eq!(sim.run().unwrap().requests.completed, 30);
+}
+
+#[test]
+fn a_setup_step_that_fails_stops_the_build_with_its_error() {
+    let mut app = servesim::default_app();
+    app.add_setup(SetupStage::Workload, |_: &mut App, ctx: &SetupCtx<'_>| {
+        Err(SimError::Workload(format!(
+            "refusing {} groups",
+            ctx.scenario.cluster.groups.len()
+        )))
+    });
+    let sc = crate::common::parse(SCENARIO);
+    match Simulation::from_app(app, &sc, RunOptions::default()) {
+        Err(SimError::Workload(m)) => assert_eq!(m, "refusing 2 groups"),
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(_) => panic!("the failing step was not run"),
+    }
+}
