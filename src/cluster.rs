@@ -434,3 +434,58 @@ fn trace_decision(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bevy_ecs::system::RunSystemOnce;
+
+    /// `admit_requests` alone on a bare world: two requests due, the second already gone.
+    fn admit_with(policy: Box<dyn crate::policy::AdmissionPolicy>) -> (World, Entity) {
+        let mut world = World::new();
+        world.init_resource::<RouteDue>();
+        world.init_resource::<RecordDue>();
+        world.init_resource::<Rejections>();
+        world.init_resource::<ClusterView>();
+        world.insert_resource(SimClock {
+            now: SimTime(250),
+            ..Default::default()
+        });
+        world.insert_resource(Active::<family::Admission>(policy));
+        let r = world
+            .spawn((crate::policy::any_request(), Lifecycle::default()))
+            .id();
+        let gone = world.spawn_empty().id();
+        world.despawn(gone);
+        world.insert_resource(AdmitDue(vec![r, gone]));
+        world.run_system_once(admit_requests).unwrap();
+        assert!(
+            world.resource::<AdmitDue>().0.is_empty(),
+            "its list is emptied"
+        );
+        (world, r)
+    }
+
+    #[test]
+    fn admitted_requests_are_stamped_and_go_on_to_routing() {
+        let (world, r) = admit_with(Box::new(crate::policy::AlwaysAdmit));
+        assert_eq!(world.resource::<RouteDue>().0, [r]);
+        assert!(world.resource::<RecordDue>().0.is_empty());
+        assert_eq!(
+            world.get::<Lifecycle>(r).unwrap().admitted,
+            Some(SimTime(250))
+        );
+    }
+
+    #[test]
+    fn rejected_requests_are_counted_by_reason_and_recorded() {
+        let (world, r) = admit_with(Box::new(crate::policy::RejectAll));
+        assert!(world.resource::<RouteDue>().0.is_empty());
+        let ended = &world.resource::<RecordDue>().0;
+        assert_eq!(ended.len(), 1);
+        assert_eq!((ended[0].entity, ended[0].state), (r, FinalState::Rejected));
+        let total: u64 = world.resource::<Rejections>().0.values().sum();
+        assert_eq!(total, 1);
+        assert_eq!(world.get::<Lifecycle>(r).unwrap().admitted, None);
+    }
+}

@@ -520,3 +520,80 @@ pub fn tick_observed(
     }
     world.resource::<SimFault>().0.is_none()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bevy_ecs::system::RunSystemOnce;
+
+    /// Bevy's own pattern: the system alone on a bare world holding what it needs.
+    #[test]
+    fn dispatch_hands_each_event_to_its_concerns_list_in_the_order_popped() {
+        let mut world = World::new();
+        for init in [
+            World::init_resource::<Popped>,
+            World::init_resource::<WorkloadDue>,
+            World::init_resource::<AdmitDue>,
+            World::init_resource::<EnqueueDue>,
+            World::init_resource::<InstanceDue>,
+            World::init_resource::<TransferDue>,
+            World::init_resource::<ScaleDue>,
+        ] {
+            init(&mut world);
+        }
+        let r = world.spawn_empty().id();
+        world.resource_mut::<Popped>().0 = vec![
+            Event::StepFinished { instance: 3 },
+            Event::Arrival { source: 1 },
+            Event::Admit(r),
+            Event::StepFinished { instance: 0 },
+            Event::Enqueue {
+                request: r,
+                instance: 2,
+            },
+            Event::Timeout { request: r },
+            Event::SessionTurn { session: 9 },
+            Event::Release { source: 4 },
+            Event::TransferDone { instance: 5 },
+            Event::AutoscaleTick,
+            Event::PhaseEnd { instance: 6 },
+            Event::Unpark,
+        ];
+        world.run_system_once(dispatch_events).unwrap();
+        assert!(
+            world.resource::<Popped>().0.is_empty(),
+            "the buffer is emptied"
+        );
+        let i = world.resource::<InstanceDue>();
+        assert_eq!(i.step_ends, [3, 0], "in the order popped");
+        assert!(i.batch.is_empty() && i.execute.is_empty() && i.complete.is_empty());
+        let w = world.resource::<WorkloadDue>();
+        assert_eq!(
+            (&w.arrivals[..], &w.session_turns[..], &w.releases[..]),
+            (&[1][..], &[9][..], &[4][..])
+        );
+        assert_eq!(world.resource::<AdmitDue>().0, [r]);
+        let e = world.resource::<EnqueueDue>();
+        assert_eq!(
+            (&e.requests[..], &e.timeouts[..]),
+            (&[(r, 2)][..], &[r][..])
+        );
+        assert_eq!(world.resource::<TransferDue>().transfers_done, [5]);
+        let s = world.resource::<ScaleDue>();
+        assert!(s.evaluate && s.unpark && !s.cold_start);
+        assert_eq!(s.phase_ends, [6]);
+    }
+
+    #[test]
+    fn only_ticks_of_step_ends_alone_may_run_the_instance_pipeline_alone() {
+        assert!(only_step_ends(&[]));
+        assert!(only_step_ends(&[
+            Event::StepFinished { instance: 1 },
+            Event::StepFinished { instance: 0 }
+        ]));
+        assert!(!only_step_ends(&[
+            Event::StepFinished { instance: 1 },
+            Event::Unpark
+        ]));
+    }
+}

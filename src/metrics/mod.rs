@@ -553,3 +553,79 @@ pub fn record_finished(
 ) {
     recorder.record(&mut due, clock.now, check.0, &slo, &mut agg, &mut fault);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bevy_ecs::system::RunSystemOnce;
+
+    /// `record_finished` alone on a bare world: a completed session turn of a source that
+    /// holds an offline batch back, and a rejected request.
+    #[test]
+    fn recording_writes_a_row_each_counts_them_tells_the_workload_and_despawns() {
+        let mut world = World::new();
+        for init in [
+            World::init_resource::<Aggregates>,
+            World::init_resource::<SloTable>,
+            World::init_resource::<Labels>,
+            World::init_resource::<crate::engine::WorkloadDue>,
+            World::init_resource::<crate::engine::SimFault>,
+            World::init_resource::<CheckInvariants>,
+            World::init_resource::<SimClock>,
+        ] {
+            init(&mut world);
+        }
+        world.insert_resource(crate::engine::HeldBatches(vec![false, true]));
+        let buffer = SharedBuffer::default();
+        let mut memory = csv::Writer::from_writer(buffer.clone());
+        memory.write_record(CSV_COLUMNS).unwrap();
+        world.insert_resource(RequestLog {
+            memory: Some(memory),
+            ..Default::default()
+        });
+        let (a, b) = (world.spawn_empty().id(), world.spawn_empty().id());
+        let mut spec = crate::policy::any_request();
+        spec.client = 1;
+        spec.session = Some(crate::request::SessionRef { id: 7, turn: 0 });
+        let mut done =
+            FinishedRequest::unserved(a, spec, Default::default(), FinalState::Completed, Some(0));
+        done.completed = Some(SimTime(900));
+        done.generated_tokens = 10;
+        let rejected = FinishedRequest::unserved(
+            b,
+            crate::policy::any_request(),
+            Default::default(),
+            FinalState::Rejected,
+            None,
+        );
+        world.insert_resource(RecordDue(vec![done, rejected]));
+        world.run_system_once(record_finished).unwrap();
+
+        assert!(
+            world.resource::<RecordDue>().0.is_empty(),
+            "its list is emptied"
+        );
+        assert!(world.get_entity(a).is_err() && world.get_entity(b).is_err());
+        let agg = world.resource::<Aggregates>();
+        assert_eq!((agg.completed, agg.rejected, agg.output_tokens), (1, 1, 10));
+        let w = world.resource::<crate::engine::WorkloadDue>();
+        assert_eq!(
+            w.ended_turns,
+            [(7, FinalState::Completed, Some(SimTime(900)))]
+        );
+        assert_eq!(
+            w.ended_held,
+            [1],
+            "source 1 holds a batch back; source 0 does not"
+        );
+        world
+            .resource_mut::<RequestLog>()
+            .memory
+            .as_mut()
+            .unwrap()
+            .flush()
+            .unwrap();
+        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.lines().count(), 3, "a header and two rows:\n{text}");
+    }
+}
