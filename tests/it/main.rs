@@ -9,6 +9,7 @@ mod conformance;
 mod control;
 mod disagg;
 mod energy;
+mod extending;
 mod families;
 mod fidelity;
 mod golden;

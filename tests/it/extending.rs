@@ -1,0 +1,70 @@
+//! README "Extending servesim" is tried end to end: every example in it is code that a test
+//! (or a doc test) compiles and runs — this test checks that each line of each example
+//! appears in those sources, so the README cannot drift from what is tested.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+/// A line trimmed, with doc-comment and hidden-line markers taken off (a doc test's doc
+/// comment carries two).
+fn normalize(line: &str) -> &str {
+    let mut l = line.trim();
+    while let Some(rest) = ["//! ", "/// ", "# ", "//!", "///"]
+        .iter()
+        .find_map(|m| l.strip_prefix(m))
+    {
+        l = rest.trim();
+    }
+    l
+}
+
+/// Every line of the crate's sources and tests, normalized.
+fn source_lines(root: &Path) -> HashSet<String> {
+    let mut lines = HashSet::new();
+    let mut stack = vec![root.join("src"), root.join("tests")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                for line in std::fs::read_to_string(&path).unwrap().lines() {
+                    lines.insert(normalize(line).to_string());
+                }
+            }
+        }
+    }
+    lines
+}
+
+#[test]
+fn every_line_of_the_readme_extending_examples_is_tested_code() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let start = readme
+        .find("## Extending servesim\n")
+        .expect("README has the section");
+    let end = start
+        + readme[start..]
+            .find("\n## ")
+            .map_or(readme.len() - start, |e| e + 1);
+    let section = &readme[start..end];
+    let known = source_lines(root);
+    let mut blocks = 0;
+    let mut missing = Vec::new();
+    for block in section.split("```rust\n").skip(1) {
+        blocks += 1;
+        let code = block.split("```").next().unwrap();
+        for line in code.lines().map(normalize).filter(|l| !l.is_empty()) {
+            if !known.contains(line) {
+                missing.push(line.to_string());
+            }
+        }
+    }
+    assert!(blocks >= 7, "found {blocks} examples");
+    assert!(
+        missing.is_empty(),
+        "README example lines found in no test or source file:\n{}",
+        missing.join("\n")
+    );
+}
