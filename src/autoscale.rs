@@ -33,6 +33,7 @@ use crate::engine::{
 };
 use crate::instance::{Instance, InstanceIndex, Scheduler, refresh_view};
 use crate::kv::KvCache;
+use crate::metrics::SummaryAppExt;
 use crate::policy::{Active, GroupSignals, ScaleTarget, family};
 use crate::setup::{SetupAppExt, SetupCtx, SetupStage, SimError, build_policy};
 use crate::time::{SimDuration, SimTime};
@@ -50,11 +51,47 @@ impl bevy_app::Plugin for AutoscalePlugin {
         app.init_resource::<Autoscaler>()
             .add_setup(SetupStage::Policies, set_up_policy)
             .add_setup(SetupStage::Cluster, set_up_groups)
+            .add_summary_part(summarize)
             .add_systems(
                 crate::engine::SimStep,
                 evaluate_scaling.in_set(crate::engine::SimSystems::Autoscale),
             );
     }
+}
+
+/// Autoscaling's part of the summary: each group's GPU-hours, cost and scaling history (the
+/// accounts closed at the end of the run), and the run's cost.
+pub fn summarize(world: &mut World, summary: &mut crate::metrics::Summary) {
+    let now = world.resource::<SimClock>().now;
+    let mut scaler = world.resource_mut::<Autoscaler>();
+    close_accounts(&mut scaler, now);
+    let end = now.as_us() as f64;
+    for g in &scaler.groups {
+        let instance_hours = g.instance_time.as_us() as f64 / 3.6e9;
+        let gpu_hours = instance_hours * f64::from(g.gpus_per_instance);
+        summary.groups.push(crate::metrics::GroupUsage {
+            group: g.name.clone(),
+            autoscaled: g.timing.is_some(),
+            gpus_per_instance: g.gpus_per_instance,
+            gpu_hours,
+            cost: gpu_hours * g.cost_per_gpu_hour,
+            mean_instances: if end > 0.0 {
+                g.instance_time.as_us() as f64 / end
+            } else {
+                f64::from(g.on)
+            },
+            max_instances: g.peak,
+            time_at_max_s: g.time_at_max.as_secs_f64(),
+            scale_ups: g.scale_ups,
+            cold_starts: g.cold_starts,
+            scale_downs: g.scale_downs,
+        });
+    }
+    let c = &mut summary.cost;
+    c.gpu_hours = summary.groups.iter().map(|g| g.gpu_hours).sum();
+    c.total = summary.groups.iter().map(|g| g.cost).sum();
+    let mtok = summary.throughput.output_tokens as f64 / 1e6;
+    c.per_million_output_tokens = if mtok > 0.0 { c.total / mtok } else { 0.0 };
 }
 
 /// `SetupStage::Policies`: the scaling policy.

@@ -19,6 +19,7 @@ use crate::engine::{
 use crate::instance::InstanceIndex;
 use crate::labels::Labels;
 use crate::latency::Latency;
+use crate::metrics::SummaryAppExt;
 use crate::policy::{Active, Admission, RouterView, ScoredCandidate, family};
 use crate::request::{AssignedTo, FinalState, FinishedRequest, Lifecycle, RequestSpec};
 use crate::setup::{SetupAppExt, SetupCtx, SetupStage, SimError, build_policy};
@@ -122,11 +123,27 @@ impl bevy_app::Plugin for RoutingPlugin {
             .init_resource::<crate::kv::KvEvents>()
             .add_setup(SetupStage::Policies, set_up_routing)
             .add_setup(SetupStage::Cluster, set_up_router_views)
+            .add_summary_part(summarize_routing)
             .add_systems(
                 crate::engine::SimStep,
                 route_requests.in_set(crate::engine::SimSystems::Route),
             );
     }
+}
+
+/// Routing's part of the summary: how many decisions, and how far from the best-scored
+/// candidate they were (regret).
+pub fn summarize_routing(world: &mut World, summary: &mut crate::metrics::Summary) {
+    let stats = world.resource::<RoutingStats>();
+    summary.routing = crate::metrics::RoutingSummary {
+        decisions: stats.decisions,
+        mean_regret: if stats.decisions == 0 {
+            0.0
+        } else {
+            stats.regret_sum / stats.decisions as f64
+        },
+        max_regret: stats.regret_max,
+    };
 }
 
 /// Applies the admission policy to the requests due for it.

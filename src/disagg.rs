@@ -44,6 +44,7 @@ use crate::engine::{
 use crate::engine::{InstanceSnapshot, SimSystems};
 use crate::instance::{Handoff, Incoming, InstanceIndex, Instances, list_for_batch, refresh_view};
 use crate::metrics::Histogram;
+use crate::metrics::SummaryAppExt;
 use crate::policy::{RouterView, RoutingPolicy};
 use crate::request::{AssignedTo, FinalState};
 use crate::scenario::Role;
@@ -133,8 +134,77 @@ impl bevy_app::Plugin for DisaggPlugin {
         app.init_resource::<Disagg>()
             .init_resource::<crate::kv::KvEvents>()
             .add_setup(SetupStage::Policies, set_up_decode_routing)
-            .add_setup(SetupStage::Cluster, set_up_links);
+            .add_setup(SetupStage::Cluster, set_up_links)
+            .add_summary_part(summarize);
     }
+}
+
+/// Pools and KV transfers of a disaggregated cluster (`None` without decode instances).
+fn pools_and_transfers(
+    d: &Disagg,
+    instances: &[crate::metrics::InstanceSummary],
+    counters: &[crate::instance::InstanceCounters],
+) -> Option<crate::metrics::DisaggSummary> {
+    if !d.enabled {
+        return None;
+    }
+    let mut pools: Vec<crate::metrics::PoolSummary> = Vec::new();
+    for role in [
+        crate::scenario::Role::Prefill,
+        crate::scenario::Role::Decode,
+        crate::scenario::Role::Mixed,
+    ] {
+        let mut pool = crate::metrics::PoolSummary {
+            role: role.name().into(),
+            ..Default::default()
+        };
+        for (k, inst) in instances.iter().enumerate() {
+            if d.role(k as u32) != role {
+                continue;
+            }
+            let c = &counters[k];
+            pool.instances += 1;
+            pool.busy_fraction += inst.busy_fraction;
+            pool.prefill_tokens += c.prefill_tokens;
+            pool.decode_tokens += c.decode_tokens;
+            pool.completed += c.completed;
+            pool.handed_off += c.handed_off;
+        }
+        if pool.instances > 0 {
+            pool.busy_fraction /= f64::from(pool.instances);
+            pools.push(pool);
+        }
+    }
+    let s = &d.stats;
+    Some(crate::metrics::DisaggSummary {
+        pools,
+        transfers: s.transfers,
+        transfer_gb: s.bytes / 1e9,
+        blocks_sent: s.blocks,
+        blocks_cached_on_decode: s.blocks_cached,
+        transfer_ms: s.time.summarize_ms(),
+        link_ms: s.link_time.summarize_ms(),
+        decode_kv_wait_ms: s.kv_wait.summarize_ms(),
+        waited_for_kv: s.waited,
+        dropped: s.dropped,
+    })
+}
+
+/// Disaggregation's part of the summary (after the instances'): pools and transfers, when
+/// there are decode instances.
+pub fn summarize(world: &mut World, summary: &mut crate::metrics::Summary) {
+    let index = world.resource::<InstanceIndex>().0.clone();
+    let counters: Vec<crate::instance::InstanceCounters> = index
+        .iter()
+        .map(|&e| {
+            world
+                .get::<crate::instance::Scheduler>(e)
+                .expect("instance has a scheduler")
+                .counters
+        })
+        .collect();
+    summary.disaggregation =
+        pools_and_transfers(world.resource::<Disagg>(), &summary.instances, &counters);
 }
 
 fn disaggregated(ctx: &SetupCtx<'_>) -> bool {

@@ -7,20 +7,16 @@ use bevy_ecs::prelude::*;
 use bevy_ecs::schedule::Schedules;
 
 use crate::autoscale::{Autoscaler, evaluate_scaling};
-use crate::cluster::{DecisionLog, Rejections, RoutingStats, admit_requests, route_requests};
+use crate::cluster::{DecisionLog, admit_requests, route_requests};
 use crate::engine::{self, Fault, Injected, SimClock, SimFault, SimStep, SimStepFast, SimSystems};
 use crate::instance::spawn::Groups;
 use crate::instance::{self, InstanceIndex, Scheduler};
 use crate::invariants::CheckInvariants;
 use crate::kv::KvCache;
 use crate::labels::Labels;
-use crate::metrics::{
-    self, Aggregates, InstanceSummary, KvSummary, RequestCounts, RequestLog, Summary, Throughput,
-};
-use crate::metrics::{Fairness, RoutingSummary, SliceSummary, SloSummary};
+use crate::metrics::{self, Aggregates, RequestLog, Summary};
 use crate::output::{OutputDir, OutputError};
 use crate::policy::Catalog;
-use crate::request::{FinalState, FinishedRequest, Lifecycle, RequestSpec};
 use crate::scenario::Scenario;
 pub use crate::setup::SimError;
 use crate::setup::{SetupCtx, SetupSteps};
@@ -55,10 +51,6 @@ fn refuse_overwriting_inputs(
 }
 
 /// Diagnoses of a run's outcome that a user should not miss.
-fn ratio(a: u64, b: u64) -> f64 {
-    if b == 0 { 0.0 } else { a as f64 / b as f64 }
-}
-
 fn diagnose(s: &Summary, (blocks, block_size): (u32, u32)) -> Vec<String> {
     let r = &s.requests;
     let mut w = Vec::new();
@@ -121,57 +113,6 @@ fn schedule_kv_events(app: &mut App, count: bool) {
             );
         }
     }
-}
-
-/// Pools and KV transfers of a disaggregated cluster (`None` without decode instances).
-fn disaggregation_summary(
-    d: &crate::disagg::Disagg,
-    instances: &[InstanceSummary],
-    counters: &[crate::instance::InstanceCounters],
-) -> Option<metrics::DisaggSummary> {
-    if !d.enabled {
-        return None;
-    }
-    let mut pools: Vec<metrics::PoolSummary> = Vec::new();
-    for role in [
-        crate::scenario::Role::Prefill,
-        crate::scenario::Role::Decode,
-        crate::scenario::Role::Mixed,
-    ] {
-        let mut pool = metrics::PoolSummary {
-            role: role.name().into(),
-            ..Default::default()
-        };
-        for (k, inst) in instances.iter().enumerate() {
-            if d.role(k as u32) != role {
-                continue;
-            }
-            let c = &counters[k];
-            pool.instances += 1;
-            pool.busy_fraction += inst.busy_fraction;
-            pool.prefill_tokens += c.prefill_tokens;
-            pool.decode_tokens += c.decode_tokens;
-            pool.completed += c.completed;
-            pool.handed_off += c.handed_off;
-        }
-        if pool.instances > 0 {
-            pool.busy_fraction /= f64::from(pool.instances);
-            pools.push(pool);
-        }
-    }
-    let s = &d.stats;
-    Some(metrics::DisaggSummary {
-        pools,
-        transfers: s.transfers,
-        transfer_gb: s.bytes / 1e9,
-        blocks_sent: s.blocks,
-        blocks_cached_on_decode: s.blocks_cached,
-        transfer_ms: s.time.summarize_ms(),
-        link_ms: s.link_time.summarize_ms(),
-        decode_kv_wait_ms: s.kv_wait.summarize_ms(),
-        waited_for_kv: s.waited,
-        dropped: s.dropped,
-    })
 }
 
 /// The built-in SimStep systems that SimStepFast may stand in for without running them
@@ -270,7 +211,6 @@ pub struct Simulation {
     schedule: Schedule,
     scenario_name: String,
     seed: u64,
-    group_names: Vec<String>,
     /// The output directory, locked, with this run's staged files.
     out: Option<OutputDir>,
     write_summary: bool,
@@ -549,7 +489,6 @@ impl Simulation {
             schedule,
             scenario_name: scenario.name.clone(),
             seed: scenario.seed,
-            group_names,
             out,
             interrupt: options.interrupt.clone(),
             progress: options.progress.clone(),
@@ -720,93 +659,9 @@ impl Simulation {
         let check = world.resource::<CheckInvariants>().0;
         let now = world.resource::<SimClock>().now;
 
-        // Requests still in the system, instance by instance, then those in transit by id.
-        let index = world.resource::<InstanceIndex>().0.clone();
-        let mut left: Vec<FinishedRequest> = Vec::new();
-        let mut counts = RequestCounts::default();
-        let mut instances = Vec::new();
-        let mut hit = 0;
-        let mut miss = 0;
-        let (mut offloaded, mut reloaded, mut thrashed) = (0u64, 0u64, 0u64);
-        let duration = SimDuration(now.as_us());
-        let mut counters = Vec::new();
-        for (i, &e) in index.iter().enumerate() {
-            let sched = world.get::<Scheduler>(e).expect("instance has a scheduler");
-            let kv = world.get::<KvCache>(e).expect("instance has a KV cache");
-            if check && let Err(msg) = kv.audit() {
-                panic!("INV-4 at end: instance {i}: {msg}");
-            }
-            for seq in &sched.waiting {
-                counts.queued += 1;
-                left.push(seq.finish(FinalState::Queued, i as u32, None, None));
-            }
-            for seq in &sched.running {
-                counts.running += 1;
-                left.push(seq.finish(FinalState::Running, i as u32, None, None));
-            }
-            for seq in sched.handoff.iter().map(|h| &h.seq).chain(&sched.arrived) {
-                counts.running += 1;
-                left.push(seq.finish(FinalState::Running, i as u32, None, None));
-            }
-            for t in &sched.incoming {
-                counts.in_transit += 1;
-                left.push(
-                    t.handoff
-                        .seq
-                        .finish(FinalState::InTransit, i as u32, None, None),
-                );
-            }
-            for f in &sched.leaving {
-                counts.running += 1;
-                let mut f = f.clone();
-                f.state = FinalState::Running;
-                f.completed = None;
-                f.e2e = None;
-                left.push(f);
-            }
-            hit += kv.hit_blocks;
-            miss += kv.miss_blocks;
-            if let Some(c) = &kv.cpu {
-                offloaded += c.offloaded;
-                reloaded += c.reloaded;
-                thrashed += c.thrashed;
-            }
-            let c = sched.counters;
-            counters.push(c);
-            instances.push(InstanceSummary {
-                index: i as u32,
-                group: self.group_names[i].clone(),
-                completed: c.completed,
-                dropped: c.dropped,
-                preemptions: c.preemptions,
-                steps: c.steps,
-                busy_fraction: if duration.as_us() == 0 {
-                    0.0
-                } else {
-                    c.busy.as_us().min(duration.as_us()) as f64 / duration.as_us() as f64
-                },
-                prefill_tokens: c.prefill_tokens,
-                decode_tokens: c.decode_tokens,
-                kv_total_blocks: kv.total_blocks(),
-                kv_hit_rate: kv.hit_rate(),
-                ttft_ms: Default::default(),
-                e2e_ms: Default::default(),
-            });
-        }
-        let mut transit: Vec<FinishedRequest> = world
-            .query::<(Entity, &RequestSpec, &Lifecycle)>()
-            .iter(world)
-            .filter(|(_, _, l)| l.enqueued.is_none())
-            .map(|(e, s, l)| {
-                FinishedRequest::unserved(e, s.clone(), *l, FinalState::InTransit, None)
-            })
-            .collect();
-        transit.sort_by_key(|f| f.spec.id);
-        counts.in_transit += transit.len() as u64;
-        left.extend(transit);
-
         // A final pass of the Record system over the requests still in the system, as for
         // every request that ended during the run (rows, aggregates, despawn).
+        let (left, counts) = crate::instance::report::unfinished(world, check);
         {
             use bevy_ecs::system::RunSystemOnce;
             world.resource_mut::<engine::RecordDue>().0 = left.clone();
@@ -821,177 +676,11 @@ impl Simulation {
             due.ended_held.clear();
         }
 
-        // Your systems' last word (SimFinish), then the summary.
+        // Your systems' last word (SimFinish), then the summary: its core and each concern's
+        // part.
         let _ = world.try_run_schedule(engine::SimFinish);
-        let agg = world.resource::<Aggregates>().clone();
-        counts.injected = world.resource::<Injected>().0;
-        counts.completed = agg.completed;
-        counts.rejected = agg.rejected;
-        counts.dropped = agg.dropped;
-        counts.timed_out = agg.timed_out;
-        let secs = duration.as_secs_f64();
-        let per_s = |x: u64| if secs > 0.0 { x as f64 / secs } else { 0.0 };
-        for (i, inst) in instances.iter_mut().enumerate() {
-            if let Some(b) = agg.per_instance.get(i) {
-                inst.ttft_ms = b.ttft.summarize_ms();
-                inst.e2e_ms = b.e2e.summarize_ms();
-            }
-        }
-        let labels = world.resource::<Labels>();
-        let slice = |name: &str, b: Option<&metrics::Breakdown>| {
-            let b = b.cloned().unwrap_or_default();
-            SliceSummary {
-                name: name.to_string(),
-                injected: b.injected,
-                completed: b.completed,
-                rejected: b.rejected,
-                dropped: b.dropped,
-                timed_out: b.timed_out,
-                output_tokens: b.output_tokens,
-                good: b.good,
-                slo_attainment: if b.injected == 0 {
-                    0.0
-                } else {
-                    b.good as f64 / b.injected as f64
-                },
-                ttft_ms: b.ttft.summarize_ms(),
-                e2e_ms: b.e2e.summarize_ms(),
-            }
-        };
-        let tenants: Vec<SliceSummary> = labels
-            .tenants
-            .iter()
-            .enumerate()
-            .map(|(i, n)| slice(n, agg.per_tenant.get(i)))
-            .collect();
-        let slo_classes: Vec<SliceSummary> = labels
-            .slo_classes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| slice(n, agg.per_class.get(i)))
-            .collect();
-        let tenant_tokens: Vec<f64> = tenants.iter().map(|t| t.output_tokens as f64).collect();
-        let instance_completed: Vec<f64> = instances.iter().map(|i| i.completed as f64).collect();
-        let stats = world.resource::<RoutingStats>().clone();
-        let injected = counts.injected;
-        let summary = Summary {
-            scenario: self.scenario_name.clone(),
-            seed: self.seed,
-            requests: counts,
-            sim_duration_s: secs,
-            ticks: world.resource::<SimClock>().ticks,
-            throughput: Throughput {
-                requests_per_s: per_s(agg.completed),
-                input_tokens_per_s: per_s(agg.input_tokens),
-                output_tokens_per_s: per_s(agg.output_tokens),
-                input_tokens: agg.input_tokens,
-                output_tokens: agg.output_tokens,
-            },
-            ttft_ms: agg.ttft.summarize_ms(),
-            itl_ms: agg.itl.summarize_ms(),
-            e2e_ms: agg.e2e.summarize_ms(),
-            scheduling_delay_ms: agg.scheduling_delay.summarize_ms(),
-            preemptions: agg.preemptions,
-            rejections: world
-                .resource::<Rejections>()
-                .0
-                .iter()
-                .map(|(k, v)| (k.to_string(), *v))
-                .collect(),
-            slo: SloSummary {
-                good: agg.good,
-                attainment: if injected == 0 {
-                    0.0
-                } else {
-                    agg.good as f64 / injected as f64
-                },
-                goodput_per_s: per_s(agg.good),
-            },
-            fairness: Fairness {
-                jain_tenant_output_tokens: metrics::jain(&tenant_tokens),
-                jain_instance_completed: metrics::jain(&instance_completed),
-                cov_instance_completed: metrics::cov(&instance_completed),
-            },
-            routing: RoutingSummary {
-                decisions: stats.decisions,
-                mean_regret: if stats.decisions == 0 {
-                    0.0
-                } else {
-                    stats.regret_sum / stats.decisions as f64
-                },
-                max_regret: stats.regret_max,
-            },
-            fitness: None,
-            warnings: Vec::new(),
-            extras: world.resource::<metrics::SummaryExtras>().0.clone(),
-            kv_events: {
-                let t = world.resource::<metrics::KvEventTally>();
-                t.on.then(|| {
-                    (0..instances.len())
-                        .map(|i| metrics::KvEventCounts {
-                            instance: i as u32,
-                            ..t.per_instance.get(i).cloned().unwrap_or_default()
-                        })
-                        .collect()
-                })
-            },
-            disaggregation: disaggregation_summary(
-                world.resource::<crate::disagg::Disagg>(),
-                &instances,
-                &counters,
-            ),
-            tenants,
-            slo_classes,
-            kv: KvSummary {
-                hit_rate: if hit + miss == 0 {
-                    0.0
-                } else {
-                    hit as f64 / (hit + miss) as f64
-                },
-                hit_blocks: hit,
-                miss_blocks: miss,
-                gpu_hit_rate: ratio(hit - reloaded, hit + miss),
-                cpu_hit_rate: ratio(reloaded, hit + miss),
-                offloaded_blocks: offloaded,
-                reloaded_blocks: reloaded,
-                thrashing_rate: ratio(thrashed, reloaded),
-            },
-            instances,
-            groups: Vec::new(),
-            cost: Default::default(),
-        };
-
-        let mut summary = summary;
-        {
-            let mut scaler = world.resource_mut::<Autoscaler>();
-            crate::autoscale::close_accounts(&mut scaler, now);
-            let end = now.as_us() as f64;
-            for g in &scaler.groups {
-                let instance_hours = g.instance_time.as_us() as f64 / 3.6e9;
-                let gpu_hours = instance_hours * f64::from(g.gpus_per_instance);
-                summary.groups.push(metrics::GroupUsage {
-                    group: g.name.clone(),
-                    autoscaled: g.timing.is_some(),
-                    gpus_per_instance: g.gpus_per_instance,
-                    gpu_hours,
-                    cost: gpu_hours * g.cost_per_gpu_hour,
-                    mean_instances: if end > 0.0 {
-                        g.instance_time.as_us() as f64 / end
-                    } else {
-                        f64::from(g.on)
-                    },
-                    max_instances: g.peak,
-                    time_at_max_s: g.time_at_max.as_secs_f64(),
-                    scale_ups: g.scale_ups,
-                    cold_starts: g.cold_starts,
-                    scale_downs: g.scale_downs,
-                });
-            }
-            let c = &mut summary.cost;
-            c.gpu_hours = summary.groups.iter().map(|g| g.gpu_hours).sum();
-            c.total = summary.groups.iter().map(|g| g.cost).sum();
-            let mtok = summary.throughput.output_tokens as f64 / 1e6;
-            c.per_million_output_tokens = if mtok > 0.0 { c.total / mtok } else { 0.0 };
+        let mut summary = metrics::assemble(world, &self.scenario_name, self.seed, counts);
+        if let Some(mut scaler) = world.get_resource_mut::<Autoscaler>() {
             if let Some(err) = scaler.write_error.take() {
                 return Err(SimError::Output {
                     path: PathBuf::from("scale_events.csv"),
@@ -1015,9 +704,12 @@ impl Simulation {
                     .map_err(|e| io(e.to_string()))?;
             }
         }
-        summary.warnings = diagnose(&summary, self.largest_cache);
+        let diagnosed = diagnose(&summary, self.largest_cache);
+        summary.warnings.extend(diagnosed);
         if self.max_waiting_per_instance.is_none() {
-            let peak = index
+            let peak = world
+                .resource::<InstanceIndex>()
+                .0
                 .iter()
                 .enumerate()
                 .map(|(i, &e)| {

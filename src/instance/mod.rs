@@ -21,6 +21,7 @@
 //! running requests always has a step in flight).
 
 pub mod batch;
+pub mod report;
 pub mod schedulers;
 pub mod spawn;
 pub mod step;
@@ -35,6 +36,7 @@ use crate::engine::{
     TransferDue,
 };
 use crate::kv::{KvCache, SeqBlocks};
+use crate::metrics::SummaryAppExt;
 use crate::policy::InstanceSnapshot;
 use crate::request::{AssignedTo, FinalState, FinishedRequest, Lifecycle, RequestSpec};
 use crate::setup::{SetupAppExt, SetupStage};
@@ -808,7 +810,8 @@ impl Plugin for InstancePlugin {
         app.init_resource::<crate::kv::KvEvents>()
             .add_message::<crate::kv::KvEvent>();
         app.add_setup(SetupStage::Policies, spawn::set_up_queue_policies)
-            .add_setup(SetupStage::Instances, spawn::spawn_instances);
+            .add_setup(SetupStage::Instances, spawn::spawn_instances)
+            .add_summary_part(report::summarize);
         app.init_resource::<InstanceIndex>()
             .init_resource::<spawn::Groups>()
             .add_systems(

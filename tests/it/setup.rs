@@ -103,3 +103,38 @@ fn a_setup_step_that_fails_stops_the_build_with_its_error() {
         Ok(_) => panic!("the failing step was not run"),
     }
 }
+
+#[test]
+fn each_concern_adds_its_part_of_the_summary_and_a_plugin_left_out_adds_none() {
+    use servesim::bevy_app::PluginGroup;
+    use servesim::metrics::{Summary, SummaryAppExt};
+    // Without the autoscaling plugin: no groups, no cost, and the run is the same.
+    let sc = crate::common::parse(&SCENARIO.replace("scaling: (min: 1, max: 3),", ""));
+    let full = Simulation::new(&sc, RunOptions::default())
+        .unwrap()
+        .run()
+        .unwrap();
+    let mut app = App::empty();
+    app.add_plugins(
+        servesim::SimPlugins
+            .build()
+            .disable::<servesim::autoscale::AutoscalePlugin>(),
+    );
+    // A part of your own runs after the built-in ones and sees what they filled.
+    app.add_summary_part(|_: &mut World, s: &mut Summary| {
+        let n = s.instances.len();
+        s.warnings.push(format!("{n} instances"));
+    });
+    let without = Simulation::from_app(app, &sc, RunOptions::default())
+        .unwrap()
+        .run()
+        .unwrap();
+    assert_eq!(full.groups.len(), 2);
+    assert!(full.cost.gpu_hours > 0.0);
+    assert!(without.groups.is_empty());
+    assert_eq!(without.cost.gpu_hours, 0.0);
+    assert_eq!(without.warnings, ["3 instances"]);
+    assert_eq!(without.requests, full.requests);
+    assert_eq!(without.e2e_ms, full.e2e_ms);
+    assert_eq!(without.instances, full.instances);
+}

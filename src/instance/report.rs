@@ -1,0 +1,134 @@
+//! The instance plugin's part of a run's end: the requests still on the instances (and on
+//! their way to one), recorded like every other request in a final Record pass, and the
+//! instances' part of the summary.
+
+use bevy_ecs::prelude::*;
+
+use super::{InstanceIndex, Scheduler};
+use crate::kv::KvCache;
+use crate::metrics::{InstanceSummary, KvSummary, RequestCounts, Summary};
+use crate::request::{FinalState, FinishedRequest, Lifecycle, RequestSpec};
+
+/// The requests still in the system when the run stopped, instance by instance (waiting,
+/// running, handed off, arrived, incoming, leaving), then those in transit by id; and how
+/// many of each. With `check`, every KV cache is audited (INV-4) on the way.
+pub fn unfinished(world: &mut World, check: bool) -> (Vec<FinishedRequest>, RequestCounts) {
+    let index = world.resource::<InstanceIndex>().0.clone();
+    let mut left: Vec<FinishedRequest> = Vec::new();
+    let mut counts = RequestCounts::default();
+    for (i, &e) in index.iter().enumerate() {
+        let i = i as u32;
+        let sched = world.get::<Scheduler>(e).expect("instance has a scheduler");
+        if check {
+            let kv = world.get::<KvCache>(e).expect("instance has a KV cache");
+            if let Err(msg) = kv.audit() {
+                panic!("INV-4 at end: instance {i}: {msg}");
+            }
+        }
+        for seq in &sched.waiting {
+            counts.queued += 1;
+            left.push(seq.finish(FinalState::Queued, i, None, None));
+        }
+        for seq in &sched.running {
+            counts.running += 1;
+            left.push(seq.finish(FinalState::Running, i, None, None));
+        }
+        for seq in sched.handoff.iter().map(|h| &h.seq).chain(&sched.arrived) {
+            counts.running += 1;
+            left.push(seq.finish(FinalState::Running, i, None, None));
+        }
+        for t in &sched.incoming {
+            counts.in_transit += 1;
+            left.push(t.handoff.seq.finish(FinalState::InTransit, i, None, None));
+        }
+        for f in &sched.leaving {
+            counts.running += 1;
+            let mut f = f.clone();
+            f.state = FinalState::Running;
+            f.completed = None;
+            f.e2e = None;
+            left.push(f);
+        }
+    }
+    let mut transit: Vec<FinishedRequest> = world
+        .query::<(Entity, &RequestSpec, &Lifecycle)>()
+        .iter(world)
+        .filter(|(_, _, l)| l.enqueued.is_none())
+        .map(|(e, s, l)| FinishedRequest::unserved(e, s.clone(), *l, FinalState::InTransit, None))
+        .collect();
+    transit.sort_by_key(|f| f.spec.id);
+    counts.in_transit += transit.len() as u64;
+    left.extend(transit);
+    (left, counts)
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 { 0.0 } else { a as f64 / b as f64 }
+}
+
+/// The instances' part of the summary: one row per instance (with its group's name, its
+/// busy fraction and latency), the KV cache totals, and the spread of work over instances.
+pub fn summarize(world: &mut World, summary: &mut Summary) {
+    let index = world.resource::<InstanceIndex>().0.clone();
+    let names: Vec<String> = world
+        .get_resource::<super::spawn::Groups>()
+        .map(|g| {
+            g.0.iter()
+                .flat_map(|g| g.instances().map(|_| g.name.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let duration = world.resource::<crate::engine::SimClock>().now.as_us();
+    let agg = world.resource::<crate::metrics::Aggregates>();
+    let (mut hit, mut miss) = (0u64, 0u64);
+    let (mut offloaded, mut reloaded, mut thrashed) = (0u64, 0u64, 0u64);
+    for (i, &e) in index.iter().enumerate() {
+        let sched = world.get::<Scheduler>(e).expect("instance has a scheduler");
+        let kv = world.get::<KvCache>(e).expect("instance has a KV cache");
+        hit += kv.hit_blocks;
+        miss += kv.miss_blocks;
+        if let Some(c) = &kv.cpu {
+            offloaded += c.offloaded;
+            reloaded += c.reloaded;
+            thrashed += c.thrashed;
+        }
+        let c = sched.counters;
+        let latency = agg.per_instance.get(i);
+        summary.instances.push(InstanceSummary {
+            index: i as u32,
+            group: names.get(i).cloned().unwrap_or_default(),
+            completed: c.completed,
+            dropped: c.dropped,
+            preemptions: c.preemptions,
+            steps: c.steps,
+            busy_fraction: if duration == 0 {
+                0.0
+            } else {
+                c.busy.as_us().min(duration) as f64 / duration as f64
+            },
+            prefill_tokens: c.prefill_tokens,
+            decode_tokens: c.decode_tokens,
+            kv_total_blocks: kv.total_blocks(),
+            kv_hit_rate: kv.hit_rate(),
+            ttft_ms: latency.map(|b| b.ttft.summarize_ms()).unwrap_or_default(),
+            e2e_ms: latency.map(|b| b.e2e.summarize_ms()).unwrap_or_default(),
+        });
+    }
+    let completed: Vec<f64> = summary
+        .instances
+        .iter()
+        .map(|i| i.completed as f64)
+        .collect();
+    summary.fairness.jain_instance_completed = crate::metrics::jain(&completed);
+    summary.fairness.cov_instance_completed = crate::metrics::cov(&completed);
+    summary.kv = KvSummary {
+        hit_rate: ratio(hit, hit + miss),
+        hit_blocks: hit,
+        miss_blocks: miss,
+        gpu_hit_rate: ratio(hit - reloaded, hit + miss),
+        cpu_hit_rate: ratio(reloaded, hit + miss),
+        offloaded_blocks: offloaded,
+        reloaded_blocks: reloaded,
+        thrashing_rate: ratio(thrashed, reloaded),
+    };
+}
