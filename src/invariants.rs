@@ -34,8 +34,8 @@ pub use crate::engine::CheckInvariants;
 pub use crate::metrics::check_causality;
 
 /// Invariant checks: [`check_invariants`] in [`SimSystems::Check`], in both tick schedules,
-/// when [`CheckInvariants`] is on (`--check-invariants`, and in tests). Reads everything,
-/// writes nothing.
+/// when [`CheckInvariants`] is on (`--check-invariants`, and in tests; its setup step sets
+/// it from the run options). Reads everything, writes nothing.
 pub struct InvariantsPlugin;
 
 impl bevy_app::Plugin for InvariantsPlugin {

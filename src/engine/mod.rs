@@ -356,7 +356,9 @@ fn strict(schedule: &mut Schedule) {
     });
 }
 
-/// Registers the clock, queue, work lists and the stage order with run conditions.
+/// Registers the clock, the event queue, the per-concern work lists, the stage order with
+/// its run conditions, and [`dispatch_events`] (before `Advance` in both tick schedules).
+/// The driver sets the clock's horizon; the engine has no setup step of its own.
 pub struct EnginePlugin;
 
 impl Plugin for EnginePlugin {

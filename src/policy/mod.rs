@@ -257,7 +257,9 @@ pub mod family {
     }
 }
 
-/// Registers the built-in policies.
+/// Registers the built-in members of the five cluster-wide families in the [`Catalog`]; no
+/// systems. Each family's active member is built by the setup step of the plugin that uses
+/// it (admission, routing, instance, autoscale).
 pub struct PoliciesPlugin;
 
 impl Plugin for PoliciesPlugin {
