@@ -225,36 +225,38 @@ pub type QueueOrderEntry = Entry<dyn QueueOrder>;
 pub mod family {
     use super::*;
 
-    /// `policies.admission`: [`AdmissionPolicy`].
-    pub struct Admission;
-    impl PolicyFamily for Admission {
-        type Policy = dyn AdmissionPolicy;
-        const NAME: &'static str = "admission";
+    /// A marker type for a family: its doc, trait object and name.
+    macro_rules! family {
+        ($(#[$doc:meta])* $marker:ident: $policy:ty, $name:literal) => {
+            $(#[$doc])*
+            pub struct $marker;
+            impl PolicyFamily for $marker {
+                type Policy = $policy;
+                const NAME: &'static str = $name;
+            }
+        };
     }
-    /// `policies.priority`: [`PriorityPolicy`].
-    pub struct Priority;
-    impl PolicyFamily for Priority {
-        type Policy = dyn PriorityPolicy;
-        const NAME: &'static str = "priority";
-    }
-    /// `policies.scheduling`: the instance wait-queue order, [`QueueOrder`].
-    pub struct Scheduling;
-    impl PolicyFamily for Scheduling {
-        type Policy = dyn QueueOrder;
-        const NAME: &'static str = "scheduling";
-    }
-    /// `policies.routing` (and `policies.decode_routing`): [`RoutingPolicy`].
-    pub struct Routing;
-    impl PolicyFamily for Routing {
-        type Policy = dyn RoutingPolicy;
-        const NAME: &'static str = "routing";
-    }
-    /// `policies.autoscale`: [`ScalePolicy`].
-    pub struct Autoscale;
-    impl PolicyFamily for Autoscale {
-        type Policy = dyn ScalePolicy;
-        const NAME: &'static str = "autoscale";
-    }
+
+    family!(
+        /// `policies.admission`: [`AdmissionPolicy`].
+        Admission: dyn AdmissionPolicy, "admission"
+    );
+    family!(
+        /// `policies.priority`: [`PriorityPolicy`].
+        Priority: dyn PriorityPolicy, "priority"
+    );
+    family!(
+        /// `policies.scheduling`: the instance wait-queue order, [`QueueOrder`].
+        Scheduling: dyn QueueOrder, "scheduling"
+    );
+    family!(
+        /// `policies.routing` (and `policies.decode_routing`): [`RoutingPolicy`].
+        Routing: dyn RoutingPolicy, "routing"
+    );
+    family!(
+        /// `policies.autoscale`: [`ScalePolicy`].
+        Autoscale: dyn ScalePolicy, "autoscale"
+    );
 }
 
 /// Registers the built-in members of the five cluster-wide families in the [`Catalog`]; no

@@ -44,21 +44,11 @@ fn module_of(rel: &Path) -> String {
 /// `crate::…` references of every module (file), resolved to the longest module path they
 /// name; comments and the `#[cfg(test)]` tail of each file left out.
 fn imports(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
-    let mut files = Vec::new();
-    let mut stack = vec![src.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                let module = module_of(path.strip_prefix(src).unwrap());
-                if module != "lib" && module != "main" {
-                    files.push((module, path));
-                }
-            }
-        }
-    }
+    let files: Vec<(String, std::path::PathBuf)> = crate::common::rust_files(&[src])
+        .into_iter()
+        .map(|path| (module_of(path.strip_prefix(src).unwrap()), path))
+        .filter(|(module, _)| module != "lib" && module != "main")
+        .collect();
     let modules: BTreeSet<String> = files.iter().map(|f| f.0.clone()).collect();
     let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (module, path) in &files {
@@ -145,25 +135,17 @@ fn import_circles_between_modules_do_not_grow() {
 fn runtime_modules_read_scenario_types_not_the_loader() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut offenders = Vec::new();
-    let mut stack = vec![src.clone()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-                continue;
-            }
-            let module = module_of(path.strip_prefix(&src).unwrap());
-            if module == "main" || module == "simulation" || module.starts_with("scenario") {
-                continue;
-            }
-            let text = std::fs::read_to_string(&path).unwrap();
-            let code = text.split("#[cfg(test)]\nmod tests").next().unwrap();
-            for line in code.lines().map(|l| l.split("//").next().unwrap()) {
-                for item in LOADING {
-                    if line.contains(&format!("crate::{item}")) {
-                        offenders.push(format!("{module}: {}", line.trim()));
-                    }
+    for path in crate::common::rust_files(&[&src]) {
+        let module = module_of(path.strip_prefix(&src).unwrap());
+        if module == "main" || module == "simulation" || module.starts_with("scenario") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let code = text.split("#[cfg(test)]\nmod tests").next().unwrap();
+        for line in code.lines().map(|l| l.split("//").next().unwrap()) {
+            for item in LOADING {
+                if line.contains(&format!("crate::{item}")) {
+                    offenders.push(format!("{module}: {}", line.trim()));
                 }
             }
         }

@@ -53,6 +53,40 @@ pub fn read_rows(path: &Path) -> Vec<Row> {
 
 /// Runs a scenario with invariant checks on every tick; returns the summary and CSV rows
 /// sorted by request id.
+/// Runs `sc` with `app` (built-ins plus a test's plugins), checking every invariant on
+/// every tick.
+pub fn run_app_checked(app: servesim::bevy_app::App, sc: &Scenario) -> Summary {
+    Simulation::from_app(
+        app,
+        sc,
+        RunOptions {
+            check_invariants: true,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+    .run()
+    .unwrap()
+}
+
+/// Every Rust file below `dirs`, with its path.
+pub fn rust_files(dirs: &[&Path]) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    let mut stack: Vec<std::path::PathBuf> = dirs.iter().map(|d| d.to_path_buf()).collect();
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
 pub fn run(sc: &Scenario) -> (Summary, Vec<Row>) {
     let (summary, rows, _dir) = run_keeping(sc);
     (summary, rows)

@@ -20,21 +20,16 @@ fn normalize(line: &str) -> &str {
 
 /// Every line of the crate's sources and tests, normalized.
 fn source_lines(root: &Path) -> HashSet<String> {
-    let mut lines = HashSet::new();
-    let mut stack = vec![root.join("src"), root.join("tests")];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                for line in std::fs::read_to_string(&path).unwrap().lines() {
-                    lines.insert(normalize(line).to_string());
-                }
-            }
-        }
-    }
-    lines
+    let files = crate::common::rust_files(&[&root.join("src"), &root.join("tests")]);
+    files
+        .iter()
+        .flat_map(|f| {
+            let text = std::fs::read_to_string(f).unwrap();
+            text.lines()
+                .map(|l| normalize(l).to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 #[test]

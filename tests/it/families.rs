@@ -72,17 +72,7 @@ fn a_latency_model_of_our_own_prices_every_step() {
         r#"Named(name: "per_token", params: {"step_us": 1000.0, "per_token_us": 2.0})"#,
     )
     .unwrap();
-    let s = Simulation::from_app(
-        app,
-        &sc,
-        RunOptions {
-            check_invariants: true,
-            ..Default::default()
-        },
-    )
-    .unwrap()
-    .run()
-    .unwrap();
+    let s = crate::common::run_app_checked(app, &sc);
     // Prefill: 1000 + 2 × 100 / 2 = 1100 µs (first token); two decodes of 1000 + 2 × 1 / 2.
     assert_eq!(s.requests.completed, 1);
     assert_eq!(s.ttft_ms.max, Some(1.1));

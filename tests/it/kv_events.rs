@@ -60,17 +60,7 @@ fn checking_app() -> servesim::bevy_app::App {
 fn the_routers_view_built_from_events_is_the_caches_on_every_tick() {
     let app = checking_app();
     let sc = parse_with(&app, PREFIX_HEAVY);
-    let s = Simulation::from_app(
-        app,
-        &sc,
-        RunOptions {
-            check_invariants: true,
-            ..Default::default()
-        },
-    )
-    .unwrap()
-    .run()
-    .unwrap();
+    let s = crate::common::run_app_checked(app, &sc);
     assert_eq!(s.requests.completed, 600);
     assert!(
         s.kv.hit_blocks > 1000 && s.kv.reloaded_blocks > 0,

@@ -22,10 +22,13 @@ const SCENARIO: &str = r#"(cluster: (groups: [
 #[derive(Resource, Default)]
 struct Seen(Vec<(&'static str, usize)>);
 
-fn instances(app: &App) -> usize {
-    app.world()
+/// Notes how many instances a step of `stage` finds spawned.
+fn note(app: &mut App, stage: &'static str) {
+    let n = app
+        .world()
         .get_resource::<InstanceIndex>()
-        .map_or(0, |i| i.0.len())
+        .map_or(0, |i| i.0.len());
+    app.world_mut().resource_mut::<Seen>().0.push((stage, n));
 }
 
 #[test]
@@ -34,19 +37,11 @@ fn setup_steps_run_by_stage_and_see_what_earlier_stages_built() {
     app.init_resource::<Seen>();
     // Registered in the opposite order of their stages: the stage decides.
     app.add_setup(SetupStage::Cluster, |app: &mut App, _: &SetupCtx<'_>| {
-        let n = instances(app);
-        app.world_mut()
-            .resource_mut::<Seen>()
-            .0
-            .push(("cluster", n));
+        note(app, "cluster");
         Ok(())
     });
     app.add_setup(SetupStage::Policies, |app: &mut App, _: &SetupCtx<'_>| {
-        let n = instances(app);
-        app.world_mut()
-            .resource_mut::<Seen>()
-            .0
-            .push(("policies", n));
+        note(app, "policies");
         Ok(())
     });
     let sc = crate::common::parse(SCENARIO);
