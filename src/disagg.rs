@@ -88,9 +88,9 @@ pub struct Disagg {
 
 impl Disagg {
     /// True when the Transfer stage has work this tick.
-    pub fn has_work(&self, due: &TransferDue) -> bool {
+    pub fn has_work(&self, due: &TransferDue, instances: &InstanceDue) -> bool {
         self.enabled
-            && (!due.handoffs.is_empty()
+            && (!instances.handoffs.is_empty()
                 || !due.transfers_done.is_empty()
                 || !self.blocked.is_empty()
                 || !self.unrouted.is_empty())
@@ -124,7 +124,7 @@ pub struct TransferStats {
 /// Prefill/decode disaggregation: [`transfer_kv`] in [`SimSystems::Transfer`] of both tick
 /// schedules (hand-offs happen at step ends), added by [`schedule_transfers`] when the
 /// cluster has decode instances (a run checking for work it cannot have would pay for it on
-/// every tick). Empties `TransferDue`; fills `InstanceDue::batch` and, for requests no decode
+/// every tick). Empties `TransferDue` and `InstanceDue::handoffs`; fills `InstanceDue::batch` and, for requests no decode
 /// instance can hold, `RecordDue`. Owns [`Disagg`] and
 /// [`ActiveDecodeRouting`], which its setup builds.
 pub struct DisaggPlugin;
@@ -284,9 +284,9 @@ pub fn schedule_transfers(app: &mut bevy_app::App) {
     for label in [SimStep.intern(), SimStepFast.intern()] {
         app.add_systems(
             label,
-            transfer_kv
-                .in_set(SimSystems::Transfer)
-                .run_if(|d: Res<TransferDue>, x: Res<Disagg>| x.has_work(&d)),
+            transfer_kv.in_set(SimSystems::Transfer).run_if(
+                |d: Res<TransferDue>, i: Res<InstanceDue>, x: Res<Disagg>| x.has_work(&d, &i),
+            ),
         );
     }
 }
@@ -316,7 +316,7 @@ pub fn transfer_kv(
     arrive(&mut due, now, &index, x, &mut view, &mut instances);
 
     // Hand-offs due now, by prefill instance, then those that waited for a decode instance.
-    let mut from = std::mem::take(&mut due.transfers.handoffs);
+    let mut from = std::mem::take(&mut due.instances.handoffs);
     from.append(&mut x.unrouted);
     from.sort_unstable();
     from.dedup();
@@ -329,7 +329,7 @@ pub fn transfer_kv(
         ready.extend(sched.handoff.drain(..n).map(|h| (p, h)));
     }
     from.clear();
-    due.transfers.handoffs = from;
+    due.instances.handoffs = from;
 
     let block_size = cached.block_size.max(1);
     let mut ready = ready.drain(..);

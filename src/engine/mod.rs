@@ -3,7 +3,7 @@
 //!
 //! One tick = one distinct event time. The driver pops **every** event due at the earliest
 //! time into the work lists of their concerns ([`WorkloadDue`], [`AdmitDue`], … filled by
-//! [`dispatch_events`], the tick's first system), sets [`SimClock::now`], and runs [`SimStep`] once. Each
+//! [`dispatch_events`]), sets [`SimClock::now`], and runs [`SimStep`] once. Each
 //! set runs only if its work list is non-empty, so idle stages cost a run-condition check.
 
 mod queue;
@@ -61,8 +61,7 @@ pub fn fast_ticks_allowed(full: &Schedule, fast: &Schedule, covered: &[std::any:
 pub enum SimSystems {
     /// Instances whose step ended now become free; requests that finished in that step are
     /// handed to Record; instances end life-cycle phases (loaded, warm) and finish drains.
-    /// Empties [`InstanceDue::step_ends`] (fills `batch`, [`RecordDue`],
-    /// [`TransferDue::handoffs`]) and [`ScaleDue::phase_ends`] / `unpark` (fills [`RouteDue`]).
+    /// Empties [`InstanceDue::step_ends`] (fills `batch`, `handoffs`, [`RecordDue`]) and [`ScaleDue::phase_ends`] / `unpark` (fills [`RouteDue`]).
     Advance,
     /// Workload sources spawn the requests arriving now. Empties [`WorkloadDue`]'s
     /// `arrivals`, `session_turns`, `releases`; fills [`AdmitDue`].
@@ -78,7 +77,8 @@ pub enum SimSystems {
     Enqueue,
     /// Prefill/decode disaggregation: prefilled requests are handed to decode instances and
     /// their KV blocks sent; arrived ones join the decode instance. Empties
-    /// [`TransferDue`]; fills [`InstanceDue::batch`] and [`RecordDue`].
+    /// [`TransferDue`] and [`InstanceDue::handoffs`]; fills [`InstanceDue::batch`] and
+    /// [`RecordDue`].
     Transfer,
     /// Free instances with work form their next batch (vLLM v1). Empties [`InstanceDue::batch`];
     /// fills `execute`.
@@ -153,20 +153,21 @@ pub struct EnqueueDue {
 }
 
 /// The instance pipeline's lists, by instance index: step ends (Advance), instances to
-/// form a batch (Batch), to price it (Execute), to apply it (Complete).
+/// form a batch (Batch), to price it (Execute), to apply it (Complete); and its output to
+/// P/D disaggregation: prefill instances with requests to hand to decode instances now
+/// (emptied by Transfer).
 #[derive(Resource, Debug, Default)]
 pub struct InstanceDue {
     pub step_ends: Vec<u32>,
     pub batch: Vec<u32>,
     pub execute: Vec<u32>,
     pub complete: Vec<u32>,
+    pub handoffs: Vec<u32>,
 }
 
-/// Prefill/decode disaggregation (Transfer): prefill instances with requests to hand to
-/// decode instances now, and decode instances where a KV transfer ends now.
+/// Prefill/decode disaggregation (Transfer): decode instances where a KV transfer ends now.
 #[derive(Resource, Debug, Default)]
 pub struct TransferDue {
-    pub handoffs: Vec<u32>,
     pub transfers_done: Vec<u32>,
 }
 
@@ -189,30 +190,36 @@ pub struct RecordDue(pub Vec<FinishedRequest>);
 #[derive(Resource, Debug, Default)]
 pub struct Popped(pub Vec<Event>);
 
-/// Hands the events due now to their concerns' work lists, in the order they were popped;
-/// the first system of every tick (ordered before [`SimSystems::Advance`]).
-pub fn dispatch_events(
-    mut popped: ResMut<Popped>,
-    mut workload: ResMut<WorkloadDue>,
-    mut admit: ResMut<AdmitDue>,
-    mut enqueue: ResMut<EnqueueDue>,
-    mut instances: ResMut<InstanceDue>,
-    mut transfers: ResMut<TransferDue>,
-    mut scale: ResMut<ScaleDue>,
-) {
-    for event in popped.0.drain(..) {
+/// Hands the events due now to their concerns' work lists, in the order they were popped
+/// (the driver calls it before a [`SimStep`] tick; a [`SimStepFast`] tick's step ends are
+/// taken by `instance::instance_pipeline` itself). Empties `events`.
+pub fn dispatch_events(world: &mut World, events: &mut Vec<Event>) {
+    for event in events.drain(..) {
         match event {
-            Event::Arrival { source } => workload.arrivals.push(source),
-            Event::SessionTurn { session } => workload.session_turns.push(session),
-            Event::Release { source } => workload.releases.push(source),
-            Event::Admit(e) => admit.0.push(e),
-            Event::Enqueue { request, instance } => enqueue.requests.push((request, instance)),
-            Event::Timeout { request } => enqueue.timeouts.push(request),
-            Event::StepFinished { instance } => instances.step_ends.push(instance),
-            Event::TransferDone { instance } => transfers.transfers_done.push(instance),
-            Event::AutoscaleTick => scale.evaluate = true,
-            Event::PhaseEnd { instance } => scale.phase_ends.push(instance),
-            Event::Unpark => scale.unpark = true,
+            Event::Arrival { source } => world.resource_mut::<WorkloadDue>().arrivals.push(source),
+            Event::SessionTurn { session } => world
+                .resource_mut::<WorkloadDue>()
+                .session_turns
+                .push(session),
+            Event::Release { source } => world.resource_mut::<WorkloadDue>().releases.push(source),
+            Event::Admit(e) => world.resource_mut::<AdmitDue>().0.push(e),
+            Event::Enqueue { request, instance } => world
+                .resource_mut::<EnqueueDue>()
+                .requests
+                .push((request, instance)),
+            Event::Timeout { request } => world.resource_mut::<EnqueueDue>().timeouts.push(request),
+            Event::StepFinished { instance } => {
+                world.resource_mut::<InstanceDue>().step_ends.push(instance)
+            }
+            Event::TransferDone { instance } => world
+                .resource_mut::<TransferDue>()
+                .transfers_done
+                .push(instance),
+            Event::AutoscaleTick => world.resource_mut::<ScaleDue>().evaluate = true,
+            Event::PhaseEnd { instance } => {
+                world.resource_mut::<ScaleDue>().phase_ends.push(instance)
+            }
+            Event::Unpark => world.resource_mut::<ScaleDue>().unpark = true,
         }
     }
 }
@@ -357,7 +364,7 @@ fn strict(schedule: &mut Schedule) {
 }
 
 /// Registers the clock, the event queue, the per-concern work lists, the stage order with
-/// its run conditions, and [`dispatch_events`] (before `Advance` in both tick schedules).
+/// its run conditions.
 /// The driver sets the clock's horizon; the engine has no setup step of its own.
 pub struct EnginePlugin;
 
@@ -425,9 +432,6 @@ impl Plugin for EnginePlugin {
                 )
                     .chain(),
             );
-        for schedule in [SimStep.intern(), SimStepFast.intern()] {
-            app.add_systems(schedule, dispatch_events.before(SimSystems::Advance));
-        }
     }
 }
 
@@ -482,8 +486,7 @@ pub fn tick_observed(
             return false;
         }
         // Pop into a reused buffer (no resource_scope: taking a resource out of the world
-        // and putting it back costs more than the rest of a small tick); the tick's first
-        // system, `dispatch_events`, empties it.
+        // and putting it back costs more than the rest of a small tick).
         let mut popped = std::mem::take(&mut world.resource_mut::<Popped>().0);
         {
             let mut queue = world.resource_mut::<EventQueue>();
@@ -518,7 +521,12 @@ pub fn tick_observed(
     }
     match fast {
         Some(fast) if only_step_ends(&world.resource::<Popped>().0) => fast.run(world),
-        _ => schedule.run(world),
+        _ => {
+            let mut popped = std::mem::take(&mut world.resource_mut::<Popped>().0);
+            dispatch_events(world, &mut popped);
+            world.resource_mut::<Popped>().0 = popped;
+            schedule.run(world)
+        }
     }
     world.resource::<SimFault>().0.is_none()
 }
@@ -526,14 +534,12 @@ pub fn tick_observed(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bevy_ecs::system::RunSystemOnce;
 
-    /// Bevy's own pattern: the system alone on a bare world holding what it needs.
+    /// On a bare world holding only the work lists.
     #[test]
     fn dispatch_hands_each_event_to_its_concerns_list_in_the_order_popped() {
         let mut world = World::new();
         for init in [
-            World::init_resource::<Popped>,
             World::init_resource::<WorkloadDue>,
             World::init_resource::<AdmitDue>,
             World::init_resource::<EnqueueDue>,
@@ -544,7 +550,7 @@ mod tests {
             init(&mut world);
         }
         let r = world.spawn_empty().id();
-        world.resource_mut::<Popped>().0 = vec![
+        let mut events = vec![
             Event::StepFinished { instance: 3 },
             Event::Arrival { source: 1 },
             Event::Admit(r),
@@ -561,11 +567,8 @@ mod tests {
             Event::PhaseEnd { instance: 6 },
             Event::Unpark,
         ];
-        world.run_system_once(dispatch_events).unwrap();
-        assert!(
-            world.resource::<Popped>().0.is_empty(),
-            "the buffer is emptied"
-        );
+        dispatch_events(&mut world, &mut events);
+        assert!(events.is_empty(), "the buffer is emptied");
         let i = world.resource::<InstanceDue>();
         assert_eq!(i.step_ends, [3, 0], "in the order popped");
         assert!(i.batch.is_empty() && i.execute.is_empty() && i.complete.is_empty());

@@ -33,7 +33,6 @@ use bevy_ecs::prelude::*;
 
 use crate::engine::{
     ClusterView, EnqueueDue, InstanceDue, RecordDue, SimClock, SimStep, SimStepFast, SimSystems,
-    TransferDue,
 };
 use crate::kv::{KvCache, SeqBlocks};
 use crate::metrics::SummaryAppExt;
@@ -431,10 +430,15 @@ pub fn instance_pipeline(
     let PipelineWork {
         instances: ref mut listed,
         ref mut record,
-        ref mut transfers,
         ref mut popped,
     } = due;
-    let listed = &mut **listed;
+    let (listed, record, popped) = (&mut **listed, &mut **record, &mut **popped);
+    // A tick of SimStepFast: its events are step ends only, not dispatched.
+    for e in popped.0.drain(..) {
+        if let crate::engine::Event::StepFinished { instance } = e {
+            listed.step_ends.push(instance);
+        }
+    }
     let ordering = batch::Ordering {
         order: &*order.0,
         priority: &*priority.0,
@@ -443,7 +447,7 @@ pub fn instance_pipeline(
     };
     loop {
         let now = clock.now;
-        retire(listed, record, transfers, now, &index, &mut instances);
+        retire(listed, record, now, &index, &mut instances);
         if !listed.batch.is_empty() {
             batch::form(listed, now, &index, &ordering, &mut instances);
         }
@@ -522,7 +526,6 @@ pub fn instance_pipeline(
 pub struct PipelineWork<'w> {
     instances: ResMut<'w, InstanceDue>,
     record: ResMut<'w, RecordDue>,
-    transfers: ResMut<'w, TransferDue>,
     popped: ResMut<'w, crate::engine::Popped>,
 }
 
@@ -530,25 +533,16 @@ pub struct PipelineWork<'w> {
 pub fn retire_steps(
     mut due: ResMut<InstanceDue>,
     mut record: ResMut<RecordDue>,
-    mut transfers: ResMut<TransferDue>,
     clock: Res<SimClock>,
     index: Res<InstanceIndex>,
     mut instances: Instances,
 ) {
-    retire(
-        &mut due,
-        &mut record,
-        &mut transfers,
-        clock.now,
-        &index,
-        &mut instances,
-    );
+    retire(&mut due, &mut record, clock.now, &index, &mut instances);
 }
 
 pub(crate) fn retire(
     due: &mut InstanceDue,
     record: &mut RecordDue,
-    transfers: &mut TransferDue,
     now: SimTime,
     index: &InstanceIndex,
     instances: &mut Instances,
@@ -575,7 +569,7 @@ pub(crate) fn retire(
             .partition_point(|f| f.completed.is_some_and(|c| c <= now));
         record.0.extend(sched.leaving.drain(..due_now));
         if sched.handoff.first().is_some_and(|h| h.ready <= now) {
-            transfers.handoffs.push(i);
+            due.handoffs.push(i);
         }
         list_for_batch(due, i, sched);
     }
@@ -864,7 +858,6 @@ mod tests {
         let mut world = World::new();
         world.init_resource::<crate::engine::InstanceDue>();
         world.init_resource::<crate::engine::RecordDue>();
-        world.init_resource::<crate::engine::TransferDue>();
         let mut sched = Scheduler {
             step_end: Some(step_end),
             ..Default::default()
