@@ -379,6 +379,16 @@ pub fn route_requests(
 
 /// Regret = best candidate score − chosen score (scored policies), else with
 /// −(effective load) as the score; optionally one `decisions.csv` row.
+/// Counts one decision and its regret (the best candidate's score minus the chosen one's,
+/// at least 0), which it returns.
+fn record_regret(stats: &mut RoutingStats, gap: f64) -> f64 {
+    let regret = gap.max(0.0);
+    stats.decisions += 1;
+    stats.regret_sum += regret;
+    stats.regret_max = stats.regret_max.max(regret);
+    regret
+}
+
 fn trace_decision(
     stats: &mut RoutingStats,
     log: &mut DecisionLog,
@@ -388,6 +398,31 @@ fn trace_decision(
     id: u64,
     chosen: u32,
 ) {
+    // Unscored policies: each routable instance scores −(effective load). Without a
+    // decision trace the regret needs no list of candidates (one pass, no allocation).
+    let unscored = !matches!(scored, Some(c) if !c.is_empty());
+    if unscored && log.writer.is_none() {
+        // The best score is the least load (the first instance with it wins ties); the
+        // regret −chosen − (−least) is chosen − least, exactly, in f64.
+        let least = instances
+            .iter()
+            .filter(|s| s.routable)
+            .map(|s| s.effective_load())
+            .min();
+        if let Some(least) = least {
+            // Instances are listed by index.
+            let chosen_load = match instances.get(chosen as usize) {
+                Some(s) if s.index == chosen => s.routable.then(|| s.effective_load()),
+                _ => instances
+                    .iter()
+                    .find(|s| s.index == chosen && s.routable)
+                    .map(|s| s.effective_load()),
+            }
+            .unwrap_or(least);
+            record_regret(stats, -f64::from(least) - -f64::from(chosen_load));
+        }
+        return;
+    }
     let fallback: Vec<ScoredCandidate>;
     let cands: &[ScoredCandidate] = match scored {
         Some(c) if !c.is_empty() => c,
@@ -413,10 +448,7 @@ fn trace_decision(
         .iter()
         .find(|c| c.instance == chosen)
         .map_or(best.score, |c| c.score);
-    let regret = (best.score - chosen_score).max(0.0);
-    stats.decisions += 1;
-    stats.regret_sum += regret;
-    stats.regret_max = stats.regret_max.max(regret);
+    let regret = record_regret(stats, best.score - chosen_score);
     if let Some(w) = log.writer.as_mut()
         && log.error.is_none()
     {

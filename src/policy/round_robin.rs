@@ -19,13 +19,14 @@ pub struct RoundRobin {
 
 impl RoutingPolicy for RoundRobin {
     fn choose(&mut self, _: &RequestSpec, _: SimTime, view: &RouterView<'_>) -> Option<u32> {
-        let next = match self.last {
-            Some(last) => view
-                .routable()
-                .find(|s| s.index > last)
-                .or_else(|| view.routable().next()),
-            None => view.routable().next(),
-        }?;
+        // The view lists instances in index order: start the search right after `last`.
+        let start = self.last.map_or(0, |last| {
+            view.instances.partition_point(|s| s.index <= last)
+        });
+        let next = view.instances[start..]
+            .iter()
+            .find(|s| s.routable)
+            .or_else(|| view.routable().next())?;
         self.last = Some(next.index);
         Some(next.index)
     }

@@ -394,3 +394,42 @@ fn a_priority_near_the_largest_integer_stays_on_top() {
         ttft("rest")
     );
 }
+
+#[test]
+fn an_unscored_routers_regret_is_the_same_with_and_without_the_decision_trace() {
+    // Round robin ignores load: its regret (chosen load − least load, over routable
+    // instances) is positive. Without a trace it is counted in one pass; with one, from the
+    // candidate list written to decisions.csv. Both must agree to the bit.
+    let sc = parse(&format!(
+        "({}, policies: (routing: \"round_robin\"),
+          workload: (num_requests: 400, clients: [(rate_per_s: 300.0,
+            input_tokens: Uniform(min: 16, max: 900), output_tokens: Uniform(min: 1, max: 90))]))",
+        cluster(5, 3000, "[3000.0, 2.0, 60.0]")
+    ));
+    let plain = servesim::Simulation::new(&sc, Default::default())
+        .unwrap()
+        .run()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let traced = servesim::Simulation::new(
+        &sc,
+        servesim::RunOptions {
+            trace_decisions: true,
+            out_dir: Some(dir.path().to_path_buf()),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+    .run()
+    .unwrap();
+    assert_eq!(plain.routing.decisions, 400);
+    assert!(plain.routing.mean_regret > 0.0 && plain.routing.max_regret >= 1.0);
+    assert_eq!(plain.routing, traced.routing);
+    // The trace's own regret column adds up to the same total.
+    let mut r = csv::Reader::from_path(dir.path().join("decisions.csv")).unwrap();
+    let max = r
+        .records()
+        .map(|row| row.unwrap()[6].parse::<f64>().unwrap())
+        .fold(0.0, f64::max);
+    assert_eq!(max, plain.routing.max_regret);
+}
