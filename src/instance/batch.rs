@@ -18,7 +18,7 @@
 use bevy_ecs::prelude::*;
 
 use super::{InstanceIndex, Limits, Planned, Scheduler, Seq};
-use crate::engine::{InstanceDue, SimClock};
+use crate::engine::{FastLoop, InstanceDue, SimClock};
 use crate::kv::KvCache;
 use crate::policy::{Active, PriorityPolicy, QueueOrder, family};
 use crate::scenario::PreemptionOrder;
@@ -69,6 +69,7 @@ pub fn form_batches(
     priority: Res<Active<family::Priority>>,
     table: Res<SloTable>,
     config: Res<SchedulingConfig>,
+    fast: Res<FastLoop>,
     mut instances: super::Instances,
 ) {
     let ordering = Ordering {
@@ -77,14 +78,24 @@ pub fn form_batches(
         table: &table,
         preemption: config.preemption,
     };
-    form(&mut due, clock.now, &index, &ordering, &mut instances);
+    form(
+        &mut due,
+        clock.now,
+        &index,
+        &ordering,
+        fast.on,
+        &mut instances,
+    );
 }
 
+/// Forms the batches of the instances listed; `lockstep` allows lockstep decode steps
+/// (see [`super::lockstep`]: only when nothing reads the running requests between steps).
 pub(crate) fn form(
     due: &mut InstanceDue,
     now: SimTime,
     index: &InstanceIndex,
     ordering: &Ordering<'_>,
+    lockstep: bool,
     instances: &mut super::Instances,
 ) {
     let mut listed = std::mem::take(&mut due.batch);
@@ -97,6 +108,19 @@ pub(crate) fn form(
         if sched.step_end.is_some() || !sched.has_work() {
             continue;
         }
+        if lockstep
+            && super::lockstep::try_form(
+                &mut sched,
+                &mut kv,
+                limits,
+                ordering.order.is_fifo(),
+                batcher.0.lockstep_decodes(),
+            )
+        {
+            due.execute.push(i);
+            continue;
+        }
+        sched.settle();
         if let Some(c) = kv.cpu.as_mut() {
             c.now_us = now.as_us();
         }

@@ -21,6 +21,7 @@
 //! running requests always has a step in flight).
 
 pub mod batch;
+pub mod lockstep;
 pub mod report;
 pub mod schedulers;
 pub mod spawn;
@@ -294,6 +295,9 @@ pub struct Scheduler {
     pub incoming: VecDeque<Incoming>,
     /// P/D, decode side: requests whose KV is here, to join the running batch.
     pub arrived: VecDeque<Seq>,
+    /// Lockstep decode steps: while `lockstep.lag()` > 0 the per-token fields of the running
+    /// requests are that many steps behind; [`settle`](Self::settle) brings them up to date.
+    pub lockstep: lockstep::Lockstep,
 }
 
 impl Scheduler {
@@ -449,7 +453,7 @@ pub fn instance_pipeline(
         let now = clock.now;
         retire(listed, record, now, &index, &mut instances);
         if !listed.batch.is_empty() {
-            batch::form(listed, now, &index, &ordering, &mut instances);
+            batch::form(listed, now, &index, &ordering, fast.on, &mut instances);
         }
         if !listed.execute.is_empty() {
             step::execute(
@@ -703,6 +707,7 @@ pub fn expire_requests(
             .get_mut(index.0[i as usize])
             .expect("instance entity exists for the whole run");
         let sched = &mut *sched;
+        sched.settle();
         let ended = if let Some(pos) = sched.waiting.iter().position(|s| s.entity == entity) {
             let mut seq = sched.waiting.remove(pos).expect("position is valid");
             kv.release(&mut seq.kv);

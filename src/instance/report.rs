@@ -18,6 +18,10 @@ pub fn unfinished(world: &mut World, check: bool) -> (Vec<FinishedRequest>, Requ
     let mut counts = RequestCounts::default();
     for (i, &e) in index.iter().enumerate() {
         let i = i as u32;
+        let mut sched = world
+            .get_mut::<Scheduler>(e)
+            .expect("instance has a scheduler");
+        sched.settle();
         let sched = world.get::<Scheduler>(e).expect("instance has a scheduler");
         if check {
             let kv = world.get::<KvCache>(e).expect("instance has a KV cache");

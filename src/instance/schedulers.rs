@@ -91,6 +91,15 @@ pub trait BatchScheduler: Send + Sync + 'static {
         now: SimTime,
         ordering: &Ordering<'_>,
     );
+
+    /// True if, given a running batch of decodes only (each emitted a token in the last step)
+    /// and nothing to admit, this scheduler plans every running request for one token, in
+    /// running order, growing KV blocks in that order, as vLLM v1 does. The instance then
+    /// takes such steps without calling [`form`](Self::form), in O(1)
+    /// (`instance::lockstep`). Default: false.
+    fn lockstep_decodes(&self) -> bool {
+        false
+    }
 }
 
 /// A named batch scheduler constructor (parameters from `scheduler_params`).
@@ -281,6 +290,10 @@ impl BatchScheduler for VllmV1 {
         o: &Ordering<'_>,
     ) {
         form_batch(s, kv, l, now, o);
+    }
+
+    fn lockstep_decodes(&self) -> bool {
+        true
     }
 }
 

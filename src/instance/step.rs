@@ -58,26 +58,35 @@ pub(crate) fn execute(
         items.clear();
         let mut prefill_tokens = 0;
         let mut decode_tokens = 0;
-        for p in &sched.plan {
-            let seq = &sched.running[p.slot as usize];
-            items.push(StepItem {
-                new_tokens: p.tokens,
-                context_tokens: p.context,
-                input_tokens: seq.spec.input_tokens,
-                prefill: p.prefill,
-            });
-            if p.prefill {
-                prefill_tokens += p.tokens;
-            } else {
-                decode_tokens += 1;
+        // A lockstep step (every running request decodes) is priced from the batch's sums
+        // when the model can.
+        let mut priced = None;
+        if sched.lockstep.active {
+            let (decodes, context) = super::lockstep::shape(&sched);
+            decode_tokens = decodes;
+            priced = latency.0.decode_step_time(decodes, context);
+            if priced.is_none() {
+                super::lockstep::items(&sched, items);
+            }
+        } else {
+            for p in &sched.plan {
+                let seq = &sched.running[p.slot as usize];
+                items.push(StepItem {
+                    new_tokens: p.tokens,
+                    context_tokens: p.context,
+                    input_tokens: seq.spec.input_tokens,
+                    prefill: p.prefill,
+                });
+                if p.prefill {
+                    prefill_tokens += p.tokens;
+                } else {
+                    decode_tokens += 1;
+                }
             }
         }
-        sched.stalled_steps = if items.is_empty() {
-            sched.stalled_steps + 1
-        } else {
-            0
-        };
-        if items.is_empty() && (!sched.in_flight.is_empty() || sched.outbound > 0) {
+        let empty = items.is_empty() && priced.is_none();
+        sched.stalled_steps = if empty { sched.stalled_steps + 1 } else { 0 };
+        if empty && (!sched.in_flight.is_empty() || sched.outbound > 0) {
             // Everything runnable is in the pipeline: wait for a micro-batch to finish. Or
             // (P/D) the blocks the queue needs are still being sent: the transfer's end lists
             // the instance again.
@@ -99,15 +108,17 @@ pub(crate) fn execute(
         };
         let reload = SimDuration::from_us_f64(transfer_us(reloaded));
         let offload = SimDuration::from_us_f64(transfer_us(offloaded));
-        let compute = if items.is_empty() {
+        let compute = if empty {
             SimDuration(1)
         } else {
-            let shape = BatchShape {
-                items,
-                prefill_tokens,
-                decode_tokens,
-            };
-            match latency.0.step_time(&shape) {
+            let priced = priced.unwrap_or_else(|| {
+                latency.0.step_time(&BatchShape {
+                    items,
+                    prefill_tokens,
+                    decode_tokens,
+                })
+            });
+            match priced {
                 Ok(dt) => dt.max(SimDuration(1)),
                 Err(e) => {
                     fault
@@ -198,8 +209,17 @@ pub(crate) fn complete(
         let hands_off = limits.role == crate::scenario::Role::Prefill;
         let end = sched.step_done;
         let alpha2 = latency.0.output_token_overhead();
-        let alpha1 = latency.0.post_decode_overhead();
         let sched = &mut *sched;
+        if sched.lockstep.active {
+            let (sample, n) = super::lockstep::complete(sched, end, alpha2);
+            agg.itl.record_n(sample, n);
+            refresh_view(view, i, sched, &kv);
+            if let Some(msg) = super::watchdog(i, sched, &kv) {
+                fault.0.get_or_insert(crate::engine::Fault::NoProgress(msg));
+            }
+            continue;
+        }
+        let alpha1 = latency.0.post_decode_overhead();
         let mut any_done = false;
         let mut any_handoff = false;
         // Consecutive decodes share one sample value: count runs, not tokens.
@@ -289,6 +309,7 @@ pub(crate) fn complete(
                 });
             }
         }
+        sched.note_cohort(end, limits);
         refresh_view(view, i, sched, &kv);
         if let Some(msg) = super::watchdog(i, sched, &kv) {
             fault.0.get_or_insert(crate::engine::Fault::NoProgress(msg));

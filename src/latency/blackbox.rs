@@ -22,6 +22,18 @@ impl LatencyModel for Blackbox {
         Ok(SimDuration::from_us_f64(us).max(SimDuration(1)))
     }
 
+    fn decode_step_time(
+        &self,
+        decodes: u32,
+        _context_tokens: u64,
+    ) -> Option<Result<SimDuration, LatencyError>> {
+        Some(self.step_time(&BatchShape {
+            items: &[],
+            prefill_tokens: 0,
+            decode_tokens: decodes,
+        }))
+    }
+
     fn queueing_delay(&self, input_tokens: u32) -> SimDuration {
         super::Alpha(self.alpha).queueing_delay(input_tokens)
     }

@@ -61,6 +61,20 @@ pub trait LatencyModel: Send + Sync + 'static {
     /// measured table) stops the run with that message.
     fn step_time(&self, batch: &BatchShape<'_>) -> Result<SimDuration, LatencyError>;
 
+    /// [`step_time`](Self::step_time) of a step of `decodes` requests computing one token
+    /// each, with `context_tokens` tokens in their caches in all (Σ `context_tokens` of the
+    /// items), if the model can price it from these two sums; `None` (the default) if it
+    /// needs the items. When `Some`, it must equal `step_time` on any such items: the
+    /// instance prices a running batch of decodes in lockstep this way, in O(1) per step
+    /// (`instance::lockstep`).
+    fn decode_step_time(
+        &self,
+        _decodes: u32,
+        _context_tokens: u64,
+    ) -> Option<Result<SimDuration, LatencyError>> {
+        None
+    }
+
     /// Delay between routing and arrival in the instance queue (BLIS QueueingTime).
     fn queueing_delay(&self, _input_tokens: u32) -> SimDuration {
         SimDuration::ZERO

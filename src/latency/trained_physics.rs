@@ -32,6 +32,32 @@ pub struct TrainedPhysics {
     pub gpu: GpuProfile,
     pub tp: u32,
     pub coefficients: Coefficients,
+    /// What does not depend on the batch, computed once by [`TrainedPhysics::new`].
+    consts: Consts,
+}
+
+/// The batch-independent terms of the basis functions (the same expressions, so the same
+/// bits, as computing them per step).
+#[derive(Clone, Copy, Debug)]
+struct Consts {
+    tp: f64,
+    l: f64,
+    d: f64,
+    h: f64,
+    dh: f64,
+    dkv: f64,
+    /// FLOP per µs.
+    f: f64,
+    /// Bytes per µs.
+    w: f64,
+    n_moe: f64,
+    n_dense: f64,
+    k: f64,
+    proj: f64,
+    weight: f64,
+    /// β padded with zeros, and how many were given.
+    beta: [f64; 11],
+    betas: usize,
 }
 
 /// The basis values of one step, in µs (before coefficients).
@@ -46,53 +72,111 @@ pub struct Basis {
 }
 
 impl TrainedPhysics {
+    pub fn new(model: ModelConfig, gpu: GpuProfile, tp: u32, coefficients: Coefficients) -> Self {
+        let m = &model;
+        let tp_f = f64::from(tp.max(1));
+        let (l, d, h) = (f64::from(m.layers), f64::from(m.hidden), f64::from(m.heads));
+        let dh = m.dh_roofline();
+        let dkv = f64::from(m.kv_heads) * dh;
+        let w = gpu.bandwidth_tb_per_s * 1e6;
+        // The coefficients were fitted on BLIS's reading of the architecture; use it.
+        let (n_moe, n_dense) = m.blis_layers();
+        let (n_moe, n_dense) = (f64::from(n_moe), f64::from(n_dense));
+        let g = tp_f; // MoE group = TP·DP with DP = 1
+        let wb = m.weight_bytes;
+        let weight = (l * d * (2.0 * d + 2.0 * dkv) * wb / tp_f
+            + n_moe * (f64::from(m.experts) / g) * 3.0 * d * f64::from(m.ffn_expert) * wb
+            + n_moe * 3.0 * d * f64::from(m.ffn_shared_spelled) * wb / tp_f
+            + n_dense * 3.0 * d * f64::from(m.ffn_dense) * wb / tp_f)
+            / w;
+        let mut beta = [0.0; 11];
+        for (b, &c) in beta.iter_mut().zip(&coefficients.beta) {
+            *b = c;
+        }
+        let consts = Consts {
+            tp: tp_f,
+            l,
+            d,
+            h,
+            dh,
+            dkv,
+            f: gpu.peak_flops(m.weight_bytes) / 1e6,
+            w,
+            n_moe,
+            n_dense,
+            k: m.k(),
+            proj: 2.0 * d * (2.0 * d + 2.0 * dkv) / tp_f,
+            weight,
+            beta,
+            betas: coefficients.beta.len(),
+        };
+        TrainedPhysics {
+            model,
+            gpu,
+            tp,
+            coefficients,
+            consts,
+        }
+    }
+
     fn beta(&self, i: usize) -> f64 {
-        self.coefficients.beta.get(i).copied().unwrap_or(0.0)
+        self.consts.beta.get(i).copied().unwrap_or(0.0)
     }
 
     /// The basis functions for `batch`.
     pub fn basis(&self, batch: &BatchShape<'_>) -> Basis {
-        let m = &self.model;
-        let tp = f64::from(self.tp.max(1));
-        let (l, d, h) = (f64::from(m.layers), f64::from(m.hidden), f64::from(m.heads));
-        let dh = m.dh_roofline();
-        let dkv = f64::from(m.kv_heads) * dh;
-        let f = self.gpu.peak_flops(m.weight_bytes) / 1e6; // FLOP per µs
-        let w = self.gpu.bandwidth_tb_per_s * 1e6; // bytes per µs
-        // The coefficients were fitted on BLIS's reading of the architecture; use it.
-        let (n_moe, n_dense) = m.blis_layers();
-        let (n_moe, n_dense) = (f64::from(n_moe), f64::from(n_dense));
-        let g = tp; // MoE group = TP·DP with DP = 1
-        let ffn = |x: f64| {
-            n_moe * (x * m.k() / g) * 6.0 * d * f64::from(m.ffn_expert)
-                + n_moe * x * 6.0 * d * f64::from(m.ffn_shared_spelled) / tp
-                + n_dense * x * 6.0 * d * f64::from(m.ffn_dense) / tp
-        };
-        let mut tp_tokens = 0.0;
-        let mut attn_pf = 0.0;
-        let mut td = 0.0;
-        let mut ctx = 0.0;
+        let heads_per_gpu = f64::from(self.model.heads) / f64::from(self.tp.max(1));
+        let dh = self.model.dh_roofline();
+        let mut sums = Sums::default();
         for it in batch.items {
             if it.prefill {
                 let t = f64::from(it.new_tokens);
-                tp_tokens += t;
-                attn_pf += 4.0 * (h / tp) * t * (f64::from(it.input_tokens) + t / 2.0) * dh;
+                sums.tp_tokens += t;
+                sums.attn_pf +=
+                    4.0 * heads_per_gpu * t * (f64::from(it.input_tokens) + t / 2.0) * dh;
             } else {
-                td += 1.0;
-                ctx += f64::from(it.context_tokens);
+                sums.td += 1.0;
+                sums.ctx += f64::from(it.context_tokens);
             }
         }
-        let proj = 2.0 * d * (2.0 * d + 2.0 * dkv) / tp;
+        self.basis_of(&sums)
+    }
+
+    /// The basis functions from a batch's sums.
+    fn basis_of(&self, sums: &Sums) -> Basis {
+        let m = &self.model;
+        let Consts {
+            tp,
+            l,
+            d,
+            h,
+            dh,
+            dkv,
+            f,
+            w,
+            n_moe,
+            n_dense,
+            k,
+            proj,
+            weight,
+            ..
+        } = self.consts;
+        let g = tp; // MoE group = TP·DP with DP = 1
+        let ffn = |x: f64| {
+            n_moe * (x * k / g) * 6.0 * d * f64::from(m.ffn_expert)
+                + n_moe * x * 6.0 * d * f64::from(m.ffn_shared_spelled) / tp
+                + n_dense * x * 6.0 * d * f64::from(m.ffn_dense) / tp
+        };
+        let Sums {
+            tp_tokens,
+            attn_pf,
+            td,
+            ctx,
+        } = *sums;
         let pf_compute = (l * tp_tokens * proj + l * attn_pf + ffn(tp_tokens)) / f;
         let pf_kv = l * 2.0 * (dkv / tp) * tp_tokens * 2.0 / w;
         let dc_compute = (l * td * proj + l * 4.0 * (h / tp) * ctx * dh + ffn(td)) / f;
         let dc_kv = l * 2.0 * (dkv / tp) * 2.0 * (ctx + td) / w;
-        let wb = m.weight_bytes;
-        let weight = (l * d * (2.0 * d + 2.0 * dkv) * wb / tp
-            + n_moe * (f64::from(m.experts) / g) * 3.0 * d * f64::from(m.ffn_expert) * wb
-            + n_moe * 3.0 * d * f64::from(m.ffn_shared_spelled) * wb / tp
-            + n_dense * 3.0 * d * f64::from(m.ffn_dense) * wb / tp)
-            / w;
         let all = tp_tokens + td;
         let v = |u: f64| {
             if self.tp <= 1 {
@@ -113,13 +197,19 @@ impl TrainedPhysics {
     }
 }
 
-impl LatencyModel for TrainedPhysics {
-    fn step_time(&self, batch: &BatchShape<'_>) -> Result<SimDuration, LatencyError> {
-        if batch.items.is_empty() {
-            return Ok(SimDuration(1));
-        }
-        let b = self.basis(batch);
-        let n = self.coefficients.beta.len();
+/// What the basis functions need of a batch: prefill tokens and attention work, decode
+/// count and context (sums of whole numbers below 2^53 are exact in f64, in any order).
+#[derive(Clone, Copy, Debug, Default)]
+struct Sums {
+    tp_tokens: f64,
+    attn_pf: f64,
+    td: f64,
+    ctx: f64,
+}
+
+impl TrainedPhysics {
+    fn price(&self, b: Basis, items: usize) -> SimDuration {
+        let n = self.consts.betas;
         let p = if n >= 9 {
             self.beta(0) * b.pf_compute + self.beta(8) * b.pf_kv
         } else {
@@ -141,10 +231,35 @@ impl LatencyModel for TrainedPhysics {
             + self.beta(2) * b.weight
             + self.beta(3) * b.tp
             + self.beta(4) * f64::from(m.layers)
-            + self.beta(5) * batch.items.len() as f64
+            + self.beta(5) * items as f64
             + self.beta(6)
             + self.beta(7) * interleaved;
-        Ok(SimDuration::from_us_f64(us).max(SimDuration(1)))
+        SimDuration::from_us_f64(us).max(SimDuration(1))
+    }
+}
+
+impl LatencyModel for TrainedPhysics {
+    fn step_time(&self, batch: &BatchShape<'_>) -> Result<SimDuration, LatencyError> {
+        if batch.items.is_empty() {
+            return Ok(SimDuration(1));
+        }
+        Ok(self.price(self.basis(batch), batch.items.len()))
+    }
+
+    fn decode_step_time(
+        &self,
+        decodes: u32,
+        context_tokens: u64,
+    ) -> Option<Result<SimDuration, LatencyError>> {
+        if decodes == 0 {
+            return Some(Ok(SimDuration(1)));
+        }
+        let sums = Sums {
+            td: f64::from(decodes),
+            ctx: context_tokens as f64,
+            ..Sums::default()
+        };
+        Some(Ok(self.price(self.basis_of(&sums), decodes as usize)))
     }
 
     fn queueing_delay(&self, _input_tokens: u32) -> SimDuration {
@@ -184,12 +299,12 @@ mod tests {
         // step = β2b·T_dc_kv + β3·T_weight + β5·32 + β6·1 + β7 (β2a = 0, TP = 1 ⇒ no comm)
         //      = 1.94710771·39.165096 + 1.36252915·4,166.7506 + 32.09546717·32 + 4.41684444 + 126.024825
         //      = 76.2587 + 5,677.3310 + 1,027.0550 + 4.4168 + 126.0248 = 6,911.09 µs
-        let tp = TrainedPhysics {
-            model: ModelConfig::bundled("llama-3.1-8b-instruct").unwrap(),
-            gpu: find_gpu("H100").unwrap(),
-            tp: 1,
-            coefficients: Coefficients::bundled(),
-        };
+        let tp = TrainedPhysics::new(
+            ModelConfig::bundled("llama-3.1-8b-instruct").unwrap(),
+            find_gpu("H100").unwrap(),
+            1,
+            Coefficients::bundled(),
+        );
         let items = [StepItem {
             new_tokens: 1,
             context_tokens: 1000,

@@ -368,12 +368,12 @@ pub fn resolve_group(
                 c.beta = b.clone();
             }
             match (&model, &gpu) {
-                (Some(m), Some(gp)) => Some(Arc::new(TrainedPhysics {
-                    model: m.clone(),
-                    gpu: gp.clone(),
-                    tp: g.tp.max(1),
-                    coefficients: c,
-                })),
+                (Some(m), Some(gp)) => Some(Arc::new(TrainedPhysics::new(
+                    m.clone(),
+                    gp.clone(),
+                    g.tp.max(1),
+                    c,
+                ))),
                 _ => None,
             }
         }

@@ -67,12 +67,7 @@ fn models_on(gpu: &str, id: &str) -> (Roofline, TrainedPhysics, BlisRoofline) {
             step_overhead_us: DEFAULT_STEP_OVERHEAD_US,
             request_overhead_us: DEFAULT_REQUEST_OVERHEAD_US,
         },
-        TrainedPhysics {
-            model: m.clone(),
-            gpu: g.clone(),
-            tp,
-            coefficients: Coefficients::bundled(),
-        },
+        TrainedPhysics::new(m.clone(), g.clone(), tp, Coefficients::bundled()),
         BlisRoofline {
             model: m,
             gpu: g,
@@ -394,4 +389,30 @@ fn roofline_defaults_can_be_overridden_in_the_scenario() {
         1800
     );
     assert!(over.itl_ms.mean.unwrap() > base.itl_ms.mean.unwrap());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(100))]
+
+    /// A lockstep decode step is priced from (decodes, Σ context); for the models that do so
+    /// it must be exactly what the items give, for every bundled model (dense, MoE, TP > 1).
+    #[test]
+    fn a_decode_step_priced_from_its_sums_is_priced_as_its_items(
+        model in 0..BUNDLED_MODELS.len(),
+        contexts in proptest::collection::vec(1u32..100_000, 1..300),
+    ) {
+        let items: Vec<StepItem> = contexts.iter().map(|&c| decode(c)).collect();
+        let n = items.len() as u32;
+        let context: u64 = contexts.iter().map(|&c| u64::from(c)).sum();
+        let (_, trained, _) = models_on("H100", BUNDLED_MODELS[model].0);
+        prop_assert_eq!(
+            trained.decode_step_time(n, context).expect("priced from sums").unwrap(),
+            trained.step_time(&shape(&items)).unwrap()
+        );
+        let blackbox = Blackbox { alpha: [0.0; 3], beta: [6472.01, 19.797, 304.40] };
+        prop_assert_eq!(
+            blackbox.decode_step_time(n, context).expect("priced from sums").unwrap(),
+            blackbox.step_time(&shape(&items)).unwrap()
+        );
+    }
 }

@@ -16,6 +16,7 @@ mod golden;
 mod hand;
 mod kv_events;
 mod latency;
+mod lockstep;
 mod observe;
 mod outputs;
 mod properties;
