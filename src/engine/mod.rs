@@ -435,12 +435,12 @@ impl Plugin for EnginePlugin {
     }
 }
 
-/// True when nothing but step ends is due: only the instance pipeline can have work (the
-/// stages that follow from step ends fill their lists within the tick).
-pub fn only_step_ends(events: &[Event]) -> bool {
+/// True when nothing but step ends and enqueues is due: only the instance pipeline can have
+/// work (it enqueues too; the stages that follow fill their lists within the tick).
+pub fn fast_events(events: &[Event]) -> bool {
     events
         .iter()
-        .all(|e| matches!(e, Event::StepFinished { .. }))
+        .all(|e| matches!(e, Event::StepFinished { .. } | Event::Enqueue { .. }))
 }
 
 /// Latest simulated time a run may reach: 10¹⁵ µs (10⁹ s, ~32 years). Inputs that push
@@ -520,7 +520,7 @@ pub fn tick_observed(
         world.clear_trackers();
     }
     match fast {
-        Some(fast) if only_step_ends(&world.resource::<Popped>().0) => fast.run(world),
+        Some(fast) if fast_events(&world.resource::<Popped>().0) => fast.run(world),
         _ => {
             let mut popped = std::mem::take(&mut world.resource_mut::<Popped>().0);
             dispatch_events(world, &mut popped);
@@ -590,15 +590,24 @@ mod tests {
     }
 
     #[test]
-    fn only_ticks_of_step_ends_alone_may_run_the_instance_pipeline_alone() {
-        assert!(only_step_ends(&[]));
-        assert!(only_step_ends(&[
+    fn only_ticks_of_step_ends_and_enqueues_may_run_the_instance_pipeline_alone() {
+        let request = Entity::from_raw_u32(7).unwrap();
+        assert!(fast_events(&[]));
+        assert!(fast_events(&[
             Event::StepFinished { instance: 1 },
+            Event::Enqueue {
+                request,
+                instance: 0
+            },
             Event::StepFinished { instance: 0 }
         ]));
-        assert!(!only_step_ends(&[
-            Event::StepFinished { instance: 1 },
-            Event::Unpark
-        ]));
+        for other in [
+            Event::Unpark,
+            Event::Timeout { request },
+            Event::Arrival { source: 0 },
+            Event::TransferDone { instance: 0 },
+        ] {
+            assert!(!fast_events(&[Event::StepFinished { instance: 1 }, other]));
+        }
     }
 }

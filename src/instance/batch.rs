@@ -104,48 +104,70 @@ pub(crate) fn form(
         let (mut sched, mut kv, _, limits, mut batcher) = instances
             .get_mut(index.0[i as usize])
             .expect("instance entity exists for the whole run");
-        sched.listed = false;
-        if sched.step_end.is_some() || !sched.has_work() {
-            continue;
-        }
-        if lockstep
-            && super::lockstep::try_form(
-                &mut sched,
-                &mut kv,
-                limits,
-                ordering.order.is_fifo(),
-                batcher.0.lockstep_decodes(),
-            )
-        {
+        if form_one(
+            &mut sched,
+            &mut kv,
+            limits,
+            &mut batcher,
+            now,
+            ordering,
+            lockstep,
+        ) {
             due.execute.push(i);
-            continue;
         }
-        sched.settle();
-        if let Some(c) = kv.cpu.as_mut() {
-            c.now_us = now.as_us();
-        }
-        // P/D: requests whose KV arrived join the running batch (they hold their blocks, as
-        // vLLM's remote-KV requests do once their blocks are received), while there is room.
-        while !sched.arrived.is_empty() && sched.running.len() < limits.max_num_seqs as usize {
-            let seq = sched.arrived.pop_front().expect("not empty");
-            sched.running.push(seq);
-        }
-        batcher.0.form(&mut sched, &mut kv, limits, now, ordering);
-        debug_assert!(
-            {
-                let mut slots: Vec<u32> = sched.plan.iter().map(|p| p.slot).collect();
-                slots.sort_unstable();
-                slots.windows(2).all(|w| w[0] < w[1])
-                    && slots
-                        .last()
-                        .is_none_or(|&s| (s as usize) < sched.running.len())
-            },
-            "a batch scheduler planned a slot twice or past the running batch"
-        );
-        due.execute.push(i);
     }
     listed.clear();
     due.batch = listed;
+}
+
+/// Forms one listed instance's next batch; true if it is to be priced.
+pub(crate) fn form_one(
+    sched: &mut Scheduler,
+    kv: &mut KvCache,
+    limits: &Limits,
+    batcher: &mut super::schedulers::Batcher,
+    now: SimTime,
+    ordering: &Ordering<'_>,
+    lockstep: bool,
+) -> bool {
+    sched.listed = false;
+    if sched.step_end.is_some() || !sched.has_work() {
+        return false;
+    }
+    if lockstep
+        && super::lockstep::try_form(
+            sched,
+            kv,
+            limits,
+            ordering.order.is_fifo(),
+            batcher.0.lockstep_decodes(),
+        )
+    {
+        return true;
+    }
+    sched.settle();
+    if let Some(c) = kv.cpu.as_mut() {
+        c.now_us = now.as_us();
+    }
+    // P/D: requests whose KV arrived join the running batch (they hold their blocks, as
+    // vLLM's remote-KV requests do once their blocks are received), while there is room.
+    while !sched.arrived.is_empty() && sched.running.len() < limits.max_num_seqs as usize {
+        let seq = sched.arrived.pop_front().expect("not empty");
+        sched.running.push(seq);
+    }
+    batcher.0.form(sched, kv, limits, now, ordering);
+    debug_assert!(
+        {
+            let mut slots: Vec<u32> = sched.plan.iter().map(|p| p.slot).collect();
+            slots.sort_unstable();
+            slots.windows(2).all(|w| w[0] < w[1])
+                && slots
+                    .last()
+                    .is_none_or(|&s| (s as usize) < sched.running.len())
+        },
+        "a batch scheduler planned a slot twice or past the running batch"
+    );
+    true
 }
 
 /// Tokens the request would compute this step if the budget allows: (tokens, is_prefill).

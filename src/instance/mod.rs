@@ -400,12 +400,14 @@ pub type InstanceParts = (
 /// Every instance, for the pipeline systems.
 pub type Instances<'w, 's> = Query<'w, 's, InstanceParts>;
 
-/// The four instance systems in one ([`retire_steps`], [`batch::form_batches`],
-/// [`step::execute_steps`], [`step::complete_steps`], in that order), for [`SimStepFast`]:
-/// one system run and one fetch of each resource instead of four.
+/// The instance systems in one ([`retire_steps`], [`enqueue_requests`],
+/// [`batch::form_batches`], [`step::execute_steps`], [`step::complete_steps`], in that order),
+/// for [`SimStepFast`]: one system run and one fetch of each resource instead of five, and
+/// one lookup of an instance's components per tick.
 ///
-/// With [`FastLoop`](crate::engine::FastLoop) on it then runs the following ticks itself, as
-/// the driver would, while each holds step ends only and nothing else has to see it: no
+/// A fast tick holds step ends and enqueues only (see [`crate::engine::fast_events`]). With
+/// [`FastLoop`](crate::engine::FastLoop) on it then runs the following ticks itself, as
+/// the driver would, while each holds such events only and nothing else has to see it: no
 /// fault, no time-series sample due, within the horizon, and not a 1,024th tick (the driver's
 /// housekeeping). Requests that finish are recorded as the Record stage would (rows,
 /// aggregates, despawn), unless the workload must hear of them (sessions, held batches). The first tick that does not
@@ -418,10 +420,7 @@ pub fn instance_pipeline(
     mut due: PipelineWork,
     mut clock: ResMut<SimClock>,
     index: Res<InstanceIndex>,
-    order: Res<crate::policy::Active<crate::policy::family::Scheduling>>,
-    priority: Res<crate::policy::Active<crate::policy::family::Priority>>,
-    table: Res<crate::slo::SloTable>,
-    config: Res<batch::SchedulingConfig>,
+    policies: QueuePolicies,
     mut queue: ResMut<crate::engine::EventQueue>,
     mut items: Local<Vec<crate::latency::StepItem>>,
     mut fault: ResMut<crate::engine::SimFault>,
@@ -430,52 +429,80 @@ pub fn instance_pipeline(
     fast: Res<crate::engine::FastLoop>,
     mut recorder: crate::metrics::Recorder,
     mut instances: Instances,
+    mut enqueues: Local<Vec<(Entity, u32)>>,
+    mut finished: Local<Vec<u32>>,
 ) {
     let PipelineWork {
         instances: ref mut listed,
         ref mut record,
         ref mut popped,
+        ref mut requests,
+        ref mut rejections,
     } = due;
     let (listed, record, popped) = (&mut **listed, &mut **record, &mut **popped);
-    // A tick of SimStepFast: its events are step ends only, not dispatched.
-    for e in popped.0.drain(..) {
-        if let crate::engine::Event::StepFinished { instance } = e {
-            listed.step_ends.push(instance);
-        }
-    }
+    // A tick of SimStepFast: its events are not dispatched.
+    sort_fast_events(&mut popped.0, listed, &mut enqueues);
     let ordering = batch::Ordering {
-        order: &*order.0,
-        priority: &*priority.0,
-        table: &table,
-        preemption: config.preemption,
+        order: &*policies.order.0,
+        priority: &*policies.priority.0,
+        table: &policies.table,
+        preemption: policies.config.preemption,
     };
     loop {
         let now = clock.now;
-        retire(listed, record, now, &index, &mut instances);
-        if !listed.batch.is_empty() {
-            batch::form(listed, now, &index, &ordering, fast.on, &mut instances);
-        }
-        if !listed.execute.is_empty() {
-            step::execute(
-                listed,
+        std::mem::swap(&mut *finished, &mut listed.step_ends);
+        finished.sort_unstable();
+        finished.dedup();
+        let mut step = |i: u32,
+                        retire: Option<(&mut InstanceDue, &mut RecordDue)>,
+                        instances: &mut Instances,
+                        view: &mut ClusterView| {
+            instance_tick(
+                i, retire, now, &index, &ordering, fast.on, instances, &mut queue, &mut items,
+                view, &mut agg, &mut fault,
+            )
+        };
+        if enqueues.is_empty() {
+            // Step ends only: each instance also retires its step first, with the same lookup.
+            for &i in finished.iter() {
+                step(
+                    i,
+                    Some((&mut *listed, &mut *record)),
+                    &mut instances,
+                    &mut view,
+                );
+            }
+        } else {
+            // Stage by stage: every step end retires, then the requests join their queues,
+            // then each listed instance forms its batch.
+            for &i in finished.iter() {
+                let mut sched = instances
+                    .get_mut(index.0[i as usize])
+                    .expect("instance entity exists for the whole run")
+                    .0;
+                retire_one(listed, record, i, now, &mut sched);
+            }
+            enqueue(
+                &enqueues,
                 now,
-                &index,
-                &mut queue,
-                &mut items,
-                &mut fault,
-                &mut instances,
-            );
-        }
-        if !listed.complete.is_empty() {
-            step::complete(
+                record,
                 listed,
                 &index,
                 &mut view,
-                &mut agg,
-                &mut fault,
+                requests,
                 &mut instances,
+                rejections,
             );
+            enqueues.clear();
+            let mut batch = std::mem::take(&mut listed.batch);
+            batch.sort_unstable();
+            for &i in &batch {
+                step(i, None, &mut instances, &mut view);
+            }
+            batch.clear();
+            listed.batch = batch;
         }
+        finished.clear();
         if !fast.on || fault.0.is_some() {
             return;
         }
@@ -485,12 +512,19 @@ pub fn instance_pipeline(
             if !recorder.records_alone(&record.0) {
                 return;
             }
-            recorder.record(record, clock.now, false, &table, &mut agg, &mut fault);
+            recorder.record(
+                record,
+                clock.now,
+                false,
+                &policies.table,
+                &mut agg,
+                &mut fault,
+            );
             if fault.0.is_some() {
                 return;
             }
         }
-        // The next tick, if it holds step ends only.
+        // The next tick, if it holds step ends and enqueues only.
         let Some(t) = queue.peek_time() else { return };
         if t > fast.until
             || t > clock.horizon
@@ -503,12 +537,8 @@ pub fn instance_pipeline(
         while let Some(event) = queue.pop_at(t) {
             buffer.push(event);
         }
-        if crate::engine::only_step_ends(&buffer) {
-            for e in buffer.drain(..) {
-                if let crate::engine::Event::StepFinished { instance } = e {
-                    listed.step_ends.push(instance);
-                }
-            }
+        if crate::engine::fast_events(&buffer) {
+            sort_fast_events(&mut buffer, listed, &mut enqueues);
             popped.0 = buffer;
             clock.now = t;
             clock.ticks += 1;
@@ -524,13 +554,90 @@ pub fn instance_pipeline(
     }
 }
 
-/// The work lists the instance pipeline empties and fills (and the driver's event buffer,
-/// which a fast run pops the next tick into).
+/// One instance's part of a fast tick, with one lookup of its components: with `retire`,
+/// its step ended now (see [`retire_one`]); then, if it is listed for batch formation, it
+/// forms, prices and applies its batch at once. No stage of one instance sees another's:
+/// the event queue and Record get the same entries in the same order as stage by stage,
+/// instances in index order.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the instance and the tick's shared state"
+)]
+fn instance_tick(
+    i: u32,
+    retire: Option<(&mut InstanceDue, &mut RecordDue)>,
+    now: SimTime,
+    index: &InstanceIndex,
+    ordering: &batch::Ordering<'_>,
+    lockstep: bool,
+    instances: &mut Instances,
+    queue: &mut crate::engine::EventQueue,
+    items: &mut Vec<crate::latency::StepItem>,
+    view: &mut ClusterView,
+    agg: &mut crate::metrics::Aggregates,
+    fault: &mut crate::engine::SimFault,
+) {
+    let (mut sched, mut kv, latency, limits, mut batcher) = instances
+        .get_mut(index.0[i as usize])
+        .expect("instance entity exists for the whole run");
+    if let Some((listed, record)) = retire {
+        retire_one(listed, record, i, now, &mut sched);
+        if !sched.listed {
+            return;
+        }
+        listed.batch.clear(); // formed right here
+    }
+    if batch::form_one(
+        &mut sched,
+        &mut kv,
+        limits,
+        &mut batcher,
+        now,
+        ordering,
+        lockstep,
+    ) && step::execute_one(
+        i, &mut sched, &mut kv, latency, limits, now, queue, items, fault,
+    ) {
+        step::complete_one(i, &mut sched, &mut kv, latency, limits, view, agg, fault);
+    }
+}
+
+/// A fast tick's events to their lists: step ends to `listed.step_ends`, enqueues (in order)
+/// to `enqueues`.
+fn sort_fast_events(
+    events: &mut Vec<crate::engine::Event>,
+    listed: &mut InstanceDue,
+    enqueues: &mut Vec<(Entity, u32)>,
+) {
+    for e in events.drain(..) {
+        match e {
+            crate::engine::Event::StepFinished { instance } => listed.step_ends.push(instance),
+            crate::engine::Event::Enqueue { request, instance } => {
+                enqueues.push((request, instance))
+            }
+            other => unreachable!("not an event of a fast tick: {other:?}"),
+        }
+    }
+}
+
+/// The queue policies batch formation uses.
 #[derive(bevy_ecs::system::SystemParam)]
-pub struct PipelineWork<'w> {
+pub struct QueuePolicies<'w> {
+    order: Res<'w, crate::policy::Active<crate::policy::family::Scheduling>>,
+    priority: Res<'w, crate::policy::Active<crate::policy::family::Priority>>,
+    table: Res<'w, crate::slo::SloTable>,
+    config: Res<'w, batch::SchedulingConfig>,
+}
+
+/// The work lists the instance pipeline empties and fills (and the driver's event buffer,
+/// which a fast run pops the next tick into), and what enqueuing changes.
+#[derive(bevy_ecs::system::SystemParam)]
+pub struct PipelineWork<'w, 's> {
     instances: ResMut<'w, InstanceDue>,
     record: ResMut<'w, RecordDue>,
     popped: ResMut<'w, crate::engine::Popped>,
+    requests: Query<'w, 's, (&'static RequestSpec, &'static mut Lifecycle)>,
+    rejections: ResMut<'w, crate::engine::Rejections>,
 }
 
 /// Frees instances whose step ended now and hands their finished requests to Record.
@@ -560,25 +667,38 @@ pub(crate) fn retire(
             .get_mut(index.0[i as usize])
             .expect("instance entity exists for the whole run")
             .0;
-        let sched = &mut *sched;
-        if sched.step_end.is_some_and(|t| t <= now) {
-            sched.step_end = None;
-        }
-        while sched.in_flight.front().is_some_and(|&t| t <= now) {
-            sched.in_flight.pop_front();
-        }
-        // Leavers are in completion order; hand over those due now.
+        retire_one(due, record, i, now, &mut sched);
+    }
+    finished.clear();
+    due.step_ends = finished;
+}
+
+/// Frees instance `i` if its step ended now, hands its finished requests to Record and
+/// lists it for batch formation.
+pub(crate) fn retire_one(
+    due: &mut InstanceDue,
+    record: &mut RecordDue,
+    i: u32,
+    now: SimTime,
+    sched: &mut Scheduler,
+) {
+    if sched.step_end.is_some_and(|t| t <= now) {
+        sched.step_end = None;
+    }
+    while sched.in_flight.front().is_some_and(|&t| t <= now) {
+        sched.in_flight.pop_front();
+    }
+    // Leavers are in completion order; hand over those due now.
+    if !sched.leaving.is_empty() {
         let due_now = sched
             .leaving
             .partition_point(|f| f.completed.is_some_and(|c| c <= now));
         record.0.extend(sched.leaving.drain(..due_now));
-        if sched.handoff.first().is_some_and(|h| h.ready <= now) {
-            due.handoffs.push(i);
-        }
-        list_for_batch(due, i, sched);
     }
-    finished.clear();
-    due.step_ends = finished;
+    if sched.handoff.first().is_some_and(|h| h.ready <= now) {
+        due.handoffs.push(i);
+    }
+    list_for_batch(due, i, sched);
 }
 
 /// Puts routed requests in their instance's wait queue, dropping unservable ones.
@@ -594,22 +714,53 @@ pub fn enqueue_requests(
     index: Res<InstanceIndex>,
     mut view: ResMut<ClusterView>,
     mut requests: Query<(&RequestSpec, &mut Lifecycle)>,
-    mut instances: Query<(&mut Scheduler, &KvCache, &Limits)>,
+    mut instances: Instances,
     mut rejections: ResMut<crate::engine::Rejections>,
 ) {
-    let now = clock.now;
     let mut work = std::mem::take(&mut due.requests);
-    for &(entity, i) in &work {
+    enqueue(
+        &work,
+        clock.now,
+        &mut record,
+        &mut listed,
+        &index,
+        &mut view,
+        &mut requests,
+        &mut instances,
+        &mut rejections,
+    );
+    work.clear();
+    due.requests = work;
+}
+
+/// Puts each (request, instance) of `work` in the instance's wait queue, or drops or rejects
+/// it; lists the instances for batch formation.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the Enqueue stage's work and the state it changes"
+)]
+pub(crate) fn enqueue(
+    work: &[(Entity, u32)],
+    now: SimTime,
+    record: &mut RecordDue,
+    listed: &mut InstanceDue,
+    index: &InstanceIndex,
+    view: &mut ClusterView,
+    requests: &mut Query<(&RequestSpec, &mut Lifecycle)>,
+    instances: &mut Instances,
+    rejections: &mut crate::engine::Rejections,
+) {
+    for &(entity, i) in work {
         let Ok((spec, mut lifecycle)) = requests.get_mut(entity) else {
             continue; // timed out in transit (its in-flight count was released then)
         };
         let slot = &mut view.instances[i as usize];
         slot.in_flight = slot.in_flight.saturating_sub(1);
         lifecycle.enqueued = Some(now);
-        let (mut sched, kv, limits) = instances
+        let (mut sched, kv, _, limits, _) = instances
             .get_mut(index.0[i as usize])
             .expect("instance entity exists for the whole run");
-        if !servable(spec, kv, limits) {
+        if !servable(spec, &kv, limits) {
             sched.counters.dropped += 1;
             record.0.push(FinishedRequest::unserved(
                 entity,
@@ -640,11 +791,9 @@ pub fn enqueue_requests(
             .push_back(Seq::new(entity, spec.clone(), *lifecycle));
         let waiting = sched.waiting.len() as u64;
         sched.counters.peak_waiting = sched.counters.peak_waiting.max(waiting);
-        list_for_batch(&mut listed, i, &mut sched);
-        refresh_view(&mut view, i, &sched, kv);
+        list_for_batch(listed, i, &mut sched);
+        refresh_view(view, i, &sched, &kv);
     }
-    work.clear();
-    due.requests = work;
 }
 
 /// A request is servable if its whole sequence (prompt + outputs − 1 tokens in KV at the

@@ -13,8 +13,10 @@
 
 use bevy_ecs::prelude::*;
 
-use super::{InstanceIndex, Instances, Scheduler, refresh_view};
+use super::{InstanceIndex, Instances, Limits, Scheduler, refresh_view};
 use crate::engine::{ClusterView, Event, EventQueue, InstanceDue, SimClock, SimFault};
+use crate::kv::KvCache;
+use crate::latency::Latency;
 use crate::latency::{BatchShape, StepItem};
 use crate::metrics::Aggregates;
 use crate::request::FinalState;
@@ -55,123 +57,146 @@ pub(crate) fn execute(
         let (mut sched, mut kv, latency, limits, _) = instances
             .get_mut(index.0[i as usize])
             .expect("instance entity exists for the whole run");
-        items.clear();
-        let mut prefill_tokens = 0;
-        let mut decode_tokens = 0;
-        // A lockstep step (every running request decodes) is priced from the batch's sums
-        // when the model can.
-        let mut priced = None;
-        if sched.lockstep.active {
-            let (decodes, context) = super::lockstep::shape(&sched);
-            decode_tokens = decodes;
-            priced = latency.0.decode_step_time(decodes, context);
-            if priced.is_none() {
-                super::lockstep::items(&sched, items);
-            }
-        } else {
-            for p in &sched.plan {
-                let seq = &sched.running[p.slot as usize];
-                items.push(StepItem {
-                    new_tokens: p.tokens,
-                    context_tokens: p.context,
-                    input_tokens: seq.spec.input_tokens,
-                    prefill: p.prefill,
-                });
-                if p.prefill {
-                    prefill_tokens += p.tokens;
-                } else {
-                    decode_tokens += 1;
-                }
-            }
+        if execute_one(
+            i, &mut sched, &mut kv, latency, limits, now, queue, items, fault,
+        ) {
+            due.complete.push(i);
         }
-        let empty = items.is_empty() && priced.is_none();
-        sched.stalled_steps = if empty { sched.stalled_steps + 1 } else { 0 };
-        if empty && (!sched.in_flight.is_empty() || sched.outbound > 0) {
-            // Everything runnable is in the pipeline: wait for a micro-batch to finish. Or
-            // (P/D) the blocks the queue needs are still being sent: the transfer's end lists
-            // the instance again.
-            continue;
-        }
-        // An empty batch (everything preempted this step) still takes 1 µs, so the
-        // instance keeps a step pending (INV-8) and retries next tick.
-        // Blocks moved to or from the CPU tier while this batch was formed. Reloads must land
-        // before the step computes on them (fixed latency + blocks × per-block time, added);
-        // offloads are copied out asynchronously (vLLM's offloading connector) and only
-        // lengthen a step they outlast.
-        let (offloaded, reloaded) = kv.take_transfers();
-        let transfer_us = |blocks: u32| {
-            if blocks == 0 {
-                0.0
-            } else {
-                limits.host_latency_us + f64::from(blocks) * limits.host_block_us
-            }
-        };
-        let reload = SimDuration::from_us_f64(transfer_us(reloaded));
-        let offload = SimDuration::from_us_f64(transfer_us(offloaded));
-        let compute = if empty {
-            SimDuration(1)
-        } else {
-            let priced = priced.unwrap_or_else(|| {
-                latency.0.step_time(&BatchShape {
-                    items,
-                    prefill_tokens,
-                    decode_tokens,
-                })
-            });
-            match priced {
-                Ok(dt) => dt.max(SimDuration(1)),
-                Err(e) => {
-                    fault
-                        .0
-                        .get_or_insert_with(|| crate::engine::Fault::Pricing {
-                            instance: i,
-                            at: now,
-                            error: e.to_string(),
-                        });
-                    SimDuration(1)
-                }
-            }
-        };
-        let compute = match sched.warmup_speed {
-            Some(speed) => SimDuration::from_us_f64(compute.as_us() as f64 / speed),
-            None => compute,
-        };
-        let dt = reload + compute.max(offload);
-        // Pipeline parallelism (Vidur): each of the pp stages runs 1/pp of the layers and
-        // hands its activations to the next; the first stage frees after one stage, the
-        // micro-batch finishes after all of them, never before the one ahead of it.
-        let (stage, total) = if limits.pp <= 1 {
-            (dt, dt)
-        } else {
-            let pp = u64::from(limits.pp);
-            let tokens = f64::from(prefill_tokens + decode_tokens);
-            let comm = SimDuration::from_us_f64(
-                tokens * limits.pp_bytes_per_token / limits.pp_link_bytes_per_us,
-            ) + limits.pp_link_latency;
-            let stage = SimDuration(dt.as_us().div_ceil(pp)) + comm;
-            (
-                stage,
-                SimDuration(dt.as_us()) + SimDuration(comm.as_us() * (pp - 1)),
-            )
-        };
-        let done = (now + total).max(sched.in_flight.back().map_or(SimTime::ZERO, |&t| t + stage));
-        sched.step_end = Some(now + stage);
-        sched.step_done = done;
-        sched.step_started = now;
-        sched.in_flight.push_back(done);
-        let c = &mut sched.counters;
-        c.steps += 1;
-        c.busy += stage;
-        c.prefill_tokens += u64::from(prefill_tokens);
-        c.decode_tokens += u64::from(decode_tokens);
-        queue.push(now + stage, Event::StepFinished { instance: i });
-        if done != now + stage {
-            queue.push(done, Event::StepFinished { instance: i });
-        }
-        due.complete.push(i);
     }
     listed.clear();
     due.execute = listed;
+}
+
+/// Prices instance `i`'s batch and schedules its end; true if a step was scheduled.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the instance's parts and the tick's shared state"
+)]
+pub(crate) fn execute_one(
+    i: u32,
+    sched: &mut Scheduler,
+    kv: &mut KvCache,
+    latency: &Latency,
+    limits: &Limits,
+    now: SimTime,
+    queue: &mut EventQueue,
+    items: &mut Vec<StepItem>,
+    fault: &mut SimFault,
+) -> bool {
+    items.clear();
+    let mut prefill_tokens = 0;
+    let mut decode_tokens = 0;
+    // A lockstep step (every running request decodes) is priced from the batch's sums
+    // when the model can.
+    let mut priced = None;
+    if sched.lockstep.active {
+        let (decodes, context) = super::lockstep::shape(sched);
+        decode_tokens = decodes;
+        priced = latency.0.decode_step_time(decodes, context);
+        if priced.is_none() {
+            super::lockstep::items(sched, items);
+        }
+    } else {
+        for p in &sched.plan {
+            let seq = &sched.running[p.slot as usize];
+            items.push(StepItem {
+                new_tokens: p.tokens,
+                context_tokens: p.context,
+                input_tokens: seq.spec.input_tokens,
+                prefill: p.prefill,
+            });
+            if p.prefill {
+                prefill_tokens += p.tokens;
+            } else {
+                decode_tokens += 1;
+            }
+        }
+    }
+    let empty = items.is_empty() && priced.is_none();
+    sched.stalled_steps = if empty { sched.stalled_steps + 1 } else { 0 };
+    if empty && (!sched.in_flight.is_empty() || sched.outbound > 0) {
+        // Everything runnable is in the pipeline: wait for a micro-batch to finish. Or
+        // (P/D) the blocks the queue needs are still being sent: the transfer's end lists
+        // the instance again.
+        return false;
+    }
+    // An empty batch (everything preempted this step) still takes 1 µs, so the
+    // instance keeps a step pending (INV-8) and retries next tick.
+    // Blocks moved to or from the CPU tier while this batch was formed. Reloads must land
+    // before the step computes on them (fixed latency + blocks × per-block time, added);
+    // offloads are copied out asynchronously (vLLM's offloading connector) and only
+    // lengthen a step they outlast.
+    let (offloaded, reloaded) = kv.take_transfers();
+    let transfer_us = |blocks: u32| {
+        if blocks == 0 {
+            0.0
+        } else {
+            limits.host_latency_us + f64::from(blocks) * limits.host_block_us
+        }
+    };
+    let reload = SimDuration::from_us_f64(transfer_us(reloaded));
+    let offload = SimDuration::from_us_f64(transfer_us(offloaded));
+    let compute = if empty {
+        SimDuration(1)
+    } else {
+        let priced = priced.unwrap_or_else(|| {
+            latency.0.step_time(&BatchShape {
+                items,
+                prefill_tokens,
+                decode_tokens,
+            })
+        });
+        match priced {
+            Ok(dt) => dt.max(SimDuration(1)),
+            Err(e) => {
+                fault
+                    .0
+                    .get_or_insert_with(|| crate::engine::Fault::Pricing {
+                        instance: i,
+                        at: now,
+                        error: e.to_string(),
+                    });
+                SimDuration(1)
+            }
+        }
+    };
+    let compute = match sched.warmup_speed {
+        Some(speed) => SimDuration::from_us_f64(compute.as_us() as f64 / speed),
+        None => compute,
+    };
+    let dt = reload + compute.max(offload);
+    // Pipeline parallelism (Vidur): each of the pp stages runs 1/pp of the layers and
+    // hands its activations to the next; the first stage frees after one stage, the
+    // micro-batch finishes after all of them, never before the one ahead of it.
+    let (stage, total) = if limits.pp <= 1 {
+        (dt, dt)
+    } else {
+        let pp = u64::from(limits.pp);
+        let tokens = f64::from(prefill_tokens + decode_tokens);
+        let comm = SimDuration::from_us_f64(
+            tokens * limits.pp_bytes_per_token / limits.pp_link_bytes_per_us,
+        ) + limits.pp_link_latency;
+        let stage = SimDuration(dt.as_us().div_ceil(pp)) + comm;
+        (
+            stage,
+            SimDuration(dt.as_us()) + SimDuration(comm.as_us() * (pp - 1)),
+        )
+    };
+    let done = (now + total).max(sched.in_flight.back().map_or(SimTime::ZERO, |&t| t + stage));
+    sched.step_end = Some(now + stage);
+    sched.step_done = done;
+    sched.step_started = now;
+    sched.in_flight.push_back(done);
+    let c = &mut sched.counters;
+    c.steps += 1;
+    c.busy += stage;
+    c.prefill_tokens += u64::from(prefill_tokens);
+    c.decode_tokens += u64::from(decode_tokens);
+    queue.push(now + stage, Event::StepFinished { instance: i });
+    if done != now + stage {
+        queue.push(done, Event::StepFinished { instance: i });
+    }
+    true
 }
 
 /// Applies the token progress of every batch priced this tick.
@@ -206,115 +231,132 @@ pub(crate) fn complete(
         let (mut sched, mut kv, latency, limits, _) = instances
             .get_mut(index.0[i as usize])
             .expect("instance entity exists for the whole run");
-        let hands_off = limits.role == crate::scenario::Role::Prefill;
-        let end = sched.step_done;
-        let alpha2 = latency.0.output_token_overhead();
-        let sched = &mut *sched;
-        if sched.lockstep.active {
-            let (sample, n) = super::lockstep::complete(sched, end, alpha2);
-            agg.itl.record_n(sample, n);
-            refresh_view(view, i, sched, &kv);
-            if let Some(msg) = super::watchdog(i, sched, &kv) {
-                fault.0.get_or_insert(crate::engine::Fault::NoProgress(msg));
-            }
-            continue;
-        }
-        let alpha1 = latency.0.post_decode_overhead();
-        let mut any_done = false;
-        let mut any_handoff = false;
-        // Consecutive decodes share one sample value: count runs, not tokens.
-        let mut run: Option<(u64, u64)> = None;
-        for p in &sched.plan {
-            let seq = &mut sched.running[p.slot as usize];
-            seq.progress += p.tokens;
-            seq.busy_until = end;
-            if p.prefill {
-                kv.register_full_blocks(
-                    &mut seq.kv,
-                    &seq.spec.content,
-                    seq.spec.input_tokens,
-                    seq.progress,
-                );
-            }
-            if seq.progress < seq.known_tokens() {
-                continue; // a prefill chunk that did not reach the end of the prompt
-            }
-            seq.generated += 1;
-            if seq.first_token.is_none() {
-                seq.first_token = Some(end);
-                seq.prefill_instance = Some(i);
-                seq.ttft = Some(end.since(seq.lifecycle.arrival) + alpha2);
-            } else {
-                let sample = end.since(seq.last_token) + alpha2;
-                seq.itl_sum += sample;
-                seq.itl_count += 1;
-                run = match run {
-                    Some((v, n)) if v == sample.as_us() => Some((v, n + 1)),
-                    Some((v, n)) => {
-                        agg.itl.record_n(v, n);
-                        Some((sample.as_us(), 1))
-                    }
-                    None => Some((sample.as_us(), 1)),
-                };
-            }
-            seq.last_token = end;
-            if seq.generated >= seq.spec.output_tokens {
-                kv.release(&mut seq.kv);
-                any_done = true;
-            } else if hands_off {
-                any_handoff = true;
-            }
-        }
-        if let Some((v, n)) = run {
-            agg.itl.record_n(v, n);
-        }
-        if any_done {
-            let Scheduler {
-                running,
-                leaving,
-                counters,
-                preemptions_at_completion: at_completion,
-                ..
-            } = sched;
-            running.retain(|seq| {
-                if seq.generated < seq.spec.output_tokens {
-                    return true;
-                }
-                counters.completed += 1;
-                *at_completion = counters.preemptions;
-                let e2e = seq.ttft.map(|t| t + seq.itl_sum + alpha1);
-                leaving.push(seq.finish(FinalState::Completed, i, Some(end), e2e));
-                false
-            });
-        }
-        if any_handoff {
-            // P/D: a prefill instance hands every request that has its first token (and
-            // needs more) to a decode instance at this step's end; its blocks stay here
-            // until the transfer ends.
-            let last_step = end.since(sched.step_started);
-            let Scheduler {
-                running,
-                handoff,
-                counters,
-                preemptions_at_completion: at_completion,
-                ..
-            } = sched;
-            for seq in running.extract_if(.., |s| s.generated >= 1) {
-                counters.handed_off += 1;
-                *at_completion = counters.preemptions;
-                handoff.push(super::Handoff {
-                    seq,
-                    ready: end,
-                    last_step,
-                });
-            }
-        }
-        sched.note_cohort(end, limits);
-        refresh_view(view, i, sched, &kv);
-        if let Some(msg) = super::watchdog(i, sched, &kv) {
-            fault.0.get_or_insert(crate::engine::Fault::NoProgress(msg));
-        }
+        complete_one(i, &mut sched, &mut kv, latency, limits, view, agg, fault);
     }
     listed.clear();
     due.complete = listed;
+}
+
+/// Applies the token progress of instance `i`'s batch priced this tick.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the instance's parts and the tick's shared state"
+)]
+pub(crate) fn complete_one(
+    i: u32,
+    sched: &mut Scheduler,
+    kv: &mut KvCache,
+    latency: &Latency,
+    limits: &Limits,
+    view: &mut ClusterView,
+    agg: &mut Aggregates,
+    fault: &mut SimFault,
+) {
+    let hands_off = limits.role == crate::scenario::Role::Prefill;
+    let end = sched.step_done;
+    let alpha2 = latency.0.output_token_overhead();
+    if sched.lockstep.active {
+        let (sample, n) = super::lockstep::complete(sched, end, alpha2);
+        agg.itl.record_n(sample, n);
+        refresh_view(view, i, sched, kv);
+        if let Some(msg) = super::watchdog(i, sched, kv) {
+            fault.0.get_or_insert(crate::engine::Fault::NoProgress(msg));
+        }
+        return;
+    }
+    let alpha1 = latency.0.post_decode_overhead();
+    let mut any_done = false;
+    let mut any_handoff = false;
+    // Consecutive decodes share one sample value: count runs, not tokens.
+    let mut run: Option<(u64, u64)> = None;
+    for p in &sched.plan {
+        let seq = &mut sched.running[p.slot as usize];
+        seq.progress += p.tokens;
+        seq.busy_until = end;
+        if p.prefill {
+            kv.register_full_blocks(
+                &mut seq.kv,
+                &seq.spec.content,
+                seq.spec.input_tokens,
+                seq.progress,
+            );
+        }
+        if seq.progress < seq.known_tokens() {
+            continue; // a prefill chunk that did not reach the end of the prompt
+        }
+        seq.generated += 1;
+        if seq.first_token.is_none() {
+            seq.first_token = Some(end);
+            seq.prefill_instance = Some(i);
+            seq.ttft = Some(end.since(seq.lifecycle.arrival) + alpha2);
+        } else {
+            let sample = end.since(seq.last_token) + alpha2;
+            seq.itl_sum += sample;
+            seq.itl_count += 1;
+            run = match run {
+                Some((v, n)) if v == sample.as_us() => Some((v, n + 1)),
+                Some((v, n)) => {
+                    agg.itl.record_n(v, n);
+                    Some((sample.as_us(), 1))
+                }
+                None => Some((sample.as_us(), 1)),
+            };
+        }
+        seq.last_token = end;
+        if seq.generated >= seq.spec.output_tokens {
+            kv.release(&mut seq.kv);
+            any_done = true;
+        } else if hands_off {
+            any_handoff = true;
+        }
+    }
+    if let Some((v, n)) = run {
+        agg.itl.record_n(v, n);
+    }
+    if any_done {
+        let Scheduler {
+            running,
+            leaving,
+            counters,
+            preemptions_at_completion: at_completion,
+            ..
+        } = sched;
+        running.retain(|seq| {
+            if seq.generated < seq.spec.output_tokens {
+                return true;
+            }
+            counters.completed += 1;
+            *at_completion = counters.preemptions;
+            let e2e = seq.ttft.map(|t| t + seq.itl_sum + alpha1);
+            leaving.push(seq.finish(FinalState::Completed, i, Some(end), e2e));
+            false
+        });
+    }
+    if any_handoff {
+        // P/D: a prefill instance hands every request that has its first token (and
+        // needs more) to a decode instance at this step's end; its blocks stay here
+        // until the transfer ends.
+        let last_step = end.since(sched.step_started);
+        let Scheduler {
+            running,
+            handoff,
+            counters,
+            preemptions_at_completion: at_completion,
+            ..
+        } = sched;
+        for seq in running.extract_if(.., |s| s.generated >= 1) {
+            counters.handed_off += 1;
+            *at_completion = counters.preemptions;
+            handoff.push(super::Handoff {
+                seq,
+                ready: end,
+                last_step,
+            });
+        }
+    }
+    sched.note_cohort(end, limits);
+    refresh_view(view, i, sched, kv);
+    if let Some(msg) = super::watchdog(i, sched, kv) {
+        fault.0.get_or_insert(crate::engine::Fault::NoProgress(msg));
+    }
 }
