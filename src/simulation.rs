@@ -342,9 +342,10 @@ impl Simulation {
         if let Some(out) = &mut out
             && outputs.requests_csv
         {
-            let mut writer = csv::Writer::from_writer(out.create("requests.csv")?);
+            use std::io::Write as _;
+            let mut writer = out.create("requests.csv")?;
             writer
-                .write_record(metrics::CSV_COLUMNS)
+                .write_all(&metrics::csv_header())
                 .map_err(|e| SimError::Output {
                     path: out.staged_path("requests.csv"),
                     message: e.to_string(),
@@ -352,7 +353,7 @@ impl Simulation {
             world.insert_resource(RequestLog {
                 writer: Some(writer),
                 error: None,
-                scratch: String::new(),
+                scratch: Vec::new(),
                 collect: None,
                 memory: None,
             });
@@ -446,8 +447,9 @@ impl Simulation {
             world.resource_mut::<RequestLog>().collect = Some(c.clone());
         }
         if let Some(buffer) = &options.requests_csv_memory {
-            let mut w = csv::Writer::from_writer(buffer.clone());
-            w.write_record(metrics::CSV_COLUMNS)
+            use std::io::Write as _;
+            let mut w = std::io::BufWriter::new(buffer.clone());
+            w.write_all(&metrics::csv_header())
                 .map_err(|e| SimError::Internal {
                     what: "requests in memory",
                     message: e.to_string(),
@@ -734,7 +736,7 @@ impl Simulation {
             );
         }
         if let Some(mut m) = world.resource_mut::<RequestLog>().memory.take() {
-            m.flush().map_err(|e| SimError::Internal {
+            std::io::Write::flush(&mut m).map_err(|e| SimError::Internal {
                 what: "requests in memory",
                 message: e.to_string(),
             })?;
@@ -784,10 +786,8 @@ impl Simulation {
             return Err(io("requests.csv", err));
         }
         if let Some(writer) = log.writer.take() {
-            let buf = writer
+            writer
                 .into_inner()
-                .map_err(|e| io("requests.csv", e.to_string()))?;
-            buf.into_inner()
                 .map_err(|e| io("requests.csv", e.to_string()))?
                 .sync_all()
                 .map_err(|e| io("requests.csv", e.to_string()))?;

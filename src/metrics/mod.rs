@@ -324,15 +324,16 @@ pub fn check_causality(f: &FinishedRequest, now: SimTime) {
 /// Streaming writer of `requests.csv` (absent when the scenario turns it off).
 #[derive(Resource, Default)]
 pub struct RequestLog {
-    pub writer: Option<csv::Writer<BufWriter<File>>>,
+    /// `requests.csv`, its header written ([`csv_header`]); rows by [`format_row`].
+    pub writer: Option<BufWriter<File>>,
     /// First write error; reported when the run ends.
     pub error: Option<String>,
-    /// Reused field buffer.
-    pub scratch: String,
+    /// Reused row buffer.
+    pub scratch: Vec<u8>,
     /// Per-request samples for in-process consumers (`check-real`, `calibrate`).
     pub collect: Option<std::sync::Arc<std::sync::Mutex<Vec<RequestSample>>>>,
     /// The same rows as `requests.csv`, into memory (the Python package).
-    pub memory: Option<csv::Writer<SharedBuffer>>,
+    pub memory: Option<BufWriter<SharedBuffer>>,
 }
 
 /// A byte buffer several owners can read after the run.
@@ -475,70 +476,103 @@ impl Aggregates {
     }
 }
 
-/// Writes the CSV row of a finished request, in [`CSV_COLUMNS`] order, formatting every
-/// field into `scratch` (no allocation per field).
-pub fn write_row<W: std::io::Write>(
-    w: &mut csv::Writer<W>,
-    f: &FinishedRequest,
-    labels: &Labels,
-    scratch: &mut String,
-) -> csv::Result<()> {
-    use std::fmt::Write as _;
-    // Integers through itoa: core::fmt costs several hundred instructions a field, and a
-    // row is mostly integers.
+/// Appends one CSV field: quoted (quotes doubled) when it holds a comma, quote or line
+/// break, as the csv crate writes it.
+fn csv_field(row: &mut Vec<u8>, field: &[u8]) {
+    if field
+        .iter()
+        .any(|b| matches!(b, b',' | b'"' | b'\n' | b'\r'))
+    {
+        row.push(b'"');
+        for &b in field {
+            if b == b'"' {
+                row.push(b'"');
+            }
+            row.push(b);
+        }
+        row.push(b'"');
+    } else {
+        row.extend_from_slice(field);
+    }
+}
+
+/// The header line of `requests.csv`.
+pub fn csv_header() -> Vec<u8> {
+    let mut row = Vec::new();
+    for (k, c) in CSV_COLUMNS.iter().enumerate() {
+        if k > 0 {
+            row.push(b',');
+        }
+        csv_field(&mut row, c.as_bytes());
+    }
+    row.push(b'\n');
+    row
+}
+
+/// Formats the CSV row of a finished request, in [`CSV_COLUMNS`] order, into `row` (cleared
+/// first), byte for byte as the csv crate would write it (fields quoted only when needed,
+/// `\n` ends the row). Integers go through itoa and milliseconds are whole µs with three
+/// decimals: `core::fmt` and a per-field CSV writer cost several hundred instructions a
+/// field, and a row is mostly integers.
+pub fn format_row(row: &mut Vec<u8>, f: &FinishedRequest, labels: &Labels) {
+    use std::io::Write as _;
+    row.clear();
     let mut digits = itoa::Buffer::new();
-    let mut int = |w: &mut csv::Writer<W>, v: Option<u64>| match v {
-        Some(v) => w.write_field(digits.format(v)),
-        None => w.write_field(b""),
+    let mut int = |row: &mut Vec<u8>, v: Option<u64>| {
+        if let Some(v) = v {
+            row.extend_from_slice(digits.format(v).as_bytes());
+        }
+        row.push(b',');
     };
-    // Milliseconds with exactly three decimals, from whole µs.
     let mut whole_ms = itoa::Buffer::new();
-    let mut ms = |w: &mut csv::Writer<W>, d: Option<SimDuration>| {
-        let Some(d) = d else {
-            return w.write_field(b"");
-        };
-        let us = d.as_us();
-        let mut text = [0u8; 24];
-        let whole = whole_ms.format(us / 1000).as_bytes();
-        let n = whole.len();
-        text[..n].copy_from_slice(whole);
-        let frac = us % 1000;
-        text[n] = b'.';
-        text[n + 1] = b'0' + (frac / 100) as u8;
-        text[n + 2] = b'0' + (frac / 10 % 10) as u8;
-        text[n + 3] = b'0' + (frac % 10) as u8;
-        w.write_field(&text[..n + 4])
+    let mut ms = |row: &mut Vec<u8>, d: Option<SimDuration>| {
+        if let Some(d) = d {
+            let us = d.as_us();
+            row.extend_from_slice(whole_ms.format(us / 1000).as_bytes());
+            let frac = us % 1000;
+            row.extend_from_slice(&[
+                b'.',
+                b'0' + (frac / 100) as u8,
+                b'0' + (frac / 10 % 10) as u8,
+                b'0' + (frac % 10) as u8,
+            ]);
+        }
+        row.push(b',');
+    };
+    let text = |row: &mut Vec<u8>, s: &str| {
+        csv_field(row, s.as_bytes());
+        row.push(b',');
     };
     fn name(list: &[String], i: u32) -> &str {
         list.get(i as usize).map_or("", String::as_str)
     }
-    int(w, Some(f.spec.id))?;
-    int(w, Some(u64::from(f.spec.client)))?;
-    w.write_field(name(&labels.tenants, f.spec.tenant))?;
-    w.write_field(name(&labels.slo_classes, f.spec.slo_class))?;
-    int(w, f.spec.session.map(|x| x.id))?;
-    int(w, f.spec.session.map(|x| u64::from(x.turn)))?;
-    int(w, f.instance.map(u64::from))?;
-    w.write_field(f.state.as_str())?;
-    int(w, Some(f.lifecycle.arrival.as_us()))?;
-    int(w, Some(u64::from(f.spec.input_tokens)))?;
-    int(w, Some(u64::from(f.spec.output_tokens)))?;
-    int(w, Some(u64::from(f.generated_tokens)))?;
-    int(w, Some(u64::from(f.cached_tokens)))?;
-    ms(w, f.scheduling_delay())?;
-    ms(w, f.ttft)?;
-    ms(w, f.e2e)?;
-    scratch.clear();
+    int(row, Some(f.spec.id));
+    int(row, Some(u64::from(f.spec.client)));
+    text(row, name(&labels.tenants, f.spec.tenant));
+    text(row, name(&labels.slo_classes, f.spec.slo_class));
+    int(row, f.spec.session.map(|x| x.id));
+    int(row, f.spec.session.map(|x| u64::from(x.turn)));
+    int(row, f.instance.map(u64::from));
+    text(row, f.state.as_str());
+    int(row, Some(f.lifecycle.arrival.as_us()));
+    int(row, Some(u64::from(f.spec.input_tokens)));
+    int(row, Some(u64::from(f.spec.output_tokens)));
+    int(row, Some(u64::from(f.generated_tokens)));
+    int(row, Some(u64::from(f.cached_tokens)));
+    ms(row, f.scheduling_delay());
+    ms(row, f.ttft);
+    ms(row, f.e2e);
     if let Some(us) = f.mean_itl() {
-        let _ = write!(scratch, "{:.3}", us / 1000.0);
+        let _ = write!(row, "{:.3}", us / 1000.0);
     }
-    w.write_field(scratch.as_bytes())?;
-    int(w, Some(u64::from(f.preemptions)))?;
-    int(w, f.completed.map(|t| t.as_us()))?;
-    int(w, f.prefill_instance.map(u64::from))?;
-    int(w, f.decode_instance.map(u64::from))?;
-    ms(w, f.kv_transfer)?;
-    w.write_record(None::<&[u8]>)
+    row.push(b',');
+    int(row, Some(u64::from(f.preemptions)));
+    int(row, f.completed.map(|t| t.as_us()));
+    int(row, f.prefill_instance.map(u64::from));
+    int(row, f.decode_instance.map(u64::from));
+    ms(row, f.kv_transfer);
+    // The last field ends the row, not a comma.
+    *row.last_mut().expect("a row has fields") = b'\n';
 }
 
 /// Adds a request that ended to the aggregates and the CSV.
@@ -600,15 +634,19 @@ pub fn record_one(
         memory,
         ..
     } = log;
+    use std::io::Write as _;
+    if (writer.is_none() && memory.is_none()) || error.is_some() {
+        return;
+    }
+    format_row(scratch, f, labels);
     if let Some(w) = writer.as_mut()
-        && error.is_none()
-        && let Err(e) = write_row(w, f, labels, scratch)
+        && let Err(e) = w.write_all(scratch)
     {
         *error = Some(e.to_string());
     }
     if let Some(m) = memory.as_mut()
         && error.is_none()
-        && let Err(e) = write_row(m, f, labels, scratch)
+        && let Err(e) = m.write_all(scratch)
     {
         *error = Some(e.to_string());
     }
@@ -702,7 +740,9 @@ pub fn record_finished(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::request::Lifecycle;
     use bevy_ecs::system::RunSystemOnce;
+    use std::io::Write as _;
 
     /// `record_finished` alone on a bare world: a completed session turn of a source that
     /// holds an offline batch back, and a rejected request.
@@ -722,8 +762,8 @@ mod tests {
         }
         world.insert_resource(crate::engine::HeldBatches(vec![false, true]));
         let buffer = SharedBuffer::default();
-        let mut memory = csv::Writer::from_writer(buffer.clone());
-        memory.write_record(CSV_COLUMNS).unwrap();
+        let mut memory = BufWriter::new(buffer.clone());
+        memory.write_all(&csv_header()).unwrap();
         world.insert_resource(RequestLog {
             memory: Some(memory),
             ..Default::default()
@@ -772,5 +812,97 @@ mod tests {
             .unwrap();
         let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
         assert_eq!(text.lines().count(), 3, "a header and two rows:\n{text}");
+    }
+
+    /// Rows are formatted by hand; the csv crate is the independent check, byte for byte,
+    /// on names that need quoting and fields that are empty or not.
+    #[test]
+    fn a_row_is_what_the_csv_crate_writes() {
+        let labels = Labels {
+            tenants: vec!["plain".into(), "a,b".into(), "say \"hi\"".into()],
+            slo_classes: vec!["two\nlines".into(), "cr\r".into(), String::new()],
+            groups: vec![],
+        };
+        let entity = Entity::from_raw_u32(3).unwrap();
+        let mut rows = Vec::new();
+        for k in 0..3u32 {
+            let mut spec = crate::policy::any_request();
+            spec.id = 1_000_000_007 * u64::from(k);
+            spec.tenant = k;
+            spec.slo_class = k;
+            spec.session = (k == 1).then_some(crate::request::SessionRef { id: 9, turn: 2 });
+            let lifecycle = Lifecycle {
+                arrival: SimTime(12_345 * u64::from(k)),
+                ..Default::default()
+            };
+            let mut f =
+                FinishedRequest::unserved(entity, spec, lifecycle, FinalState::Completed, Some(k));
+            if k > 0 {
+                f.ttft = Some(SimDuration(1_000_999 * u64::from(k)));
+                f.e2e = Some(SimDuration(7));
+                f.itl_sum = SimDuration(1_234_567);
+                f.itl_count = 3 * k;
+                f.completed = Some(SimTime(99));
+                f.kv_transfer = Some(SimDuration(1_000));
+                f.decode_instance = Some(k);
+            }
+            rows.push(f);
+        }
+        let mut want = csv::Writer::from_writer(Vec::new());
+        want.write_record(CSV_COLUMNS).unwrap();
+        let mut got = csv_header();
+        let mut row = Vec::new();
+        for f in &rows {
+            let fields = [
+                f.spec.id.to_string(),
+                f.spec.client.to_string(),
+                labels.tenants[f.spec.tenant as usize].clone(),
+                labels.slo_classes[f.spec.slo_class as usize].clone(),
+                f.spec.session.map(|s| s.id.to_string()).unwrap_or_default(),
+                f.spec
+                    .session
+                    .map(|s| s.turn.to_string())
+                    .unwrap_or_default(),
+                f.instance.map(|i| i.to_string()).unwrap_or_default(),
+                f.state.as_str().to_string(),
+                f.lifecycle.arrival.as_us().to_string(),
+                f.spec.input_tokens.to_string(),
+                f.spec.output_tokens.to_string(),
+                f.generated_tokens.to_string(),
+                f.cached_tokens.to_string(),
+                f.scheduling_delay()
+                    .map(|d| format!("{:.3}", d.as_us() as f64 / 1000.0))
+                    .unwrap_or_default(),
+                f.ttft
+                    .map(|d| format!("{:.3}", d.as_us() as f64 / 1000.0))
+                    .unwrap_or_default(),
+                f.e2e
+                    .map(|d| format!("{:.3}", d.as_us() as f64 / 1000.0))
+                    .unwrap_or_default(),
+                f.mean_itl()
+                    .map(|us| format!("{:.3}", us / 1000.0))
+                    .unwrap_or_default(),
+                f.preemptions.to_string(),
+                f.completed
+                    .map(|t| t.as_us().to_string())
+                    .unwrap_or_default(),
+                f.prefill_instance
+                    .map(|i| i.to_string())
+                    .unwrap_or_default(),
+                f.decode_instance.map(|i| i.to_string()).unwrap_or_default(),
+                f.kv_transfer
+                    .map(|d| format!("{:.3}", d.as_us() as f64 / 1000.0))
+                    .unwrap_or_default(),
+            ];
+            assert_eq!(fields.len(), CSV_COLUMNS.len());
+            want.write_record(&fields).unwrap();
+            format_row(&mut row, f, &labels);
+            got.extend_from_slice(&row);
+        }
+        let want = want.into_inner().unwrap();
+        assert_eq!(
+            String::from_utf8(got).unwrap(),
+            String::from_utf8(want).unwrap()
+        );
     }
 }
