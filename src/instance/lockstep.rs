@@ -8,7 +8,9 @@
 //! block every `block_size` steps, at a step known in advance. Such a step is a **lockstep
 //! step**: the instance keeps the batch's per-token fields behind (how many steps they lag,
 //! the sum of the ITL samples, the last step end and the batch's context sum), grows the KV
-//! blocks that are due (a heap of (step, slot), in running order as the scheduler would) and
+//! blocks that are due (request by request in running order, as the scheduler would: a
+//! request needs one every `block_size` steps, so the requests due at lag k are those of
+//! bucket k mod `block_size`, the same all the cohort's life) and
 //! prices the step from the batch's sums when the latency model can
 //! ([`LatencyModel::decode_step_time`](crate::latency::LatencyModel::decode_step_time)).
 //! [`Scheduler::settle`](super::Scheduler::settle) brings the requests up to date; every
@@ -24,9 +26,6 @@
 //! ticks run on (no invariant checks, KV events, P/D or systems of one's own: they read the
 //! running requests between steps). Results are byte-identical either way
 //! (`tests/it/ticks.rs` compares runs with and without lockstep steps).
-
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 
 use super::{Limits, Scheduler};
 use crate::kv::KvCache;
@@ -51,10 +50,9 @@ pub struct Lockstep {
     context: u64,
     /// The lag at which the first request would finish (lockstep steps stop before it).
     finish_at: u32,
-    /// (lag at which the request needs a new KV block, running slot), soonest first.
-    growth: BinaryHeap<Reverse<(u32, u32)>>,
-    /// Slots growing in this step (reused).
-    due: Vec<u32>,
+    /// `growth[k % block_size]`: the running slots (in order) that need a new KV block at
+    /// lag k.
+    growth: Vec<Vec<u32>>,
 }
 
 impl Lockstep {
@@ -121,48 +119,38 @@ pub(super) fn try_form(
     {
         return false;
     }
-    if !sched.lockstep.built {
-        build(sched, kv);
+    if !sched.lockstep.built && !build(sched, kv) {
+        return false;
     }
     let l = &mut sched.lockstep;
     if l.steps >= l.finish_at {
         return false;
     }
     let now = l.steps;
-    // The requests that need a block now, in running order (the heap's order at one lag).
-    l.due.clear();
-    while let Some(&Reverse((at, slot))) = l.growth.peek() {
-        if at != now {
-            break;
-        }
-        l.growth.pop();
-        l.due.push(slot);
+    let due = &l.growth[(now % kv.block_size()) as usize];
+    if due.len() as u32 > kv.free_blocks() {
+        return false; // the scheduler preempts
     }
-    if l.due.len() as u32 > kv.free_blocks() {
-        // The scheduler preempts: put them back.
-        for &slot in &l.due {
-            l.growth.push(Reverse((now, slot)));
-        }
-        return false;
-    }
-    let block_size = kv.block_size();
-    for &slot in &l.due {
+    for &slot in due {
         let seq = &mut sched.running[slot as usize];
         let grown = kv.grow(&mut seq.kv, seq.progress + now + 1);
         debug_assert!(grown, "counted free blocks");
-        l.growth.push(Reverse((now + block_size, slot)));
     }
     sched.plan.clear();
     l.active = true;
     true
 }
 
-/// The cohort's sums and growth schedule, from the (settled) running requests.
-fn build(sched: &mut Scheduler, kv: &KvCache) {
+/// The cohort's sums and growth schedule, from the (settled) running requests; false (no
+/// cohort) if a request holds a block or more beyond its next token.
+fn build(sched: &mut Scheduler, kv: &KvCache) -> bool {
     debug_assert_eq!(sched.lockstep.steps, 0, "built from settled requests");
     let block_size = kv.block_size();
     let l = &mut sched.lockstep;
-    l.growth.clear();
+    l.growth.resize_with(block_size as usize, Vec::new);
+    for bucket in &mut l.growth {
+        bucket.clear();
+    }
     l.context = 0;
     l.finish_at = u32::MAX;
     for (slot, seq) in sched.running.iter().enumerate() {
@@ -174,9 +162,14 @@ fn build(sched: &mut Scheduler, kv: &KvCache) {
         // The first step whose token does not fit the blocks held.
         let held = seq.kv.len() as u32 * block_size;
         let at = held.saturating_sub(seq.progress);
-        l.growth.push(Reverse((at, slot as u32)));
+        if at >= block_size {
+            l.cohort = false;
+            return false;
+        }
+        l.growth[at as usize].push(slot as u32);
     }
     l.built = true;
+    true
 }
 
 /// The running batch of a lockstep step as the latency model sees it: (decodes, Σ context).
