@@ -290,6 +290,7 @@ pub fn form_batch(
 ) {
     let sched = &mut *sched;
     sched.plan.clear();
+    sched.lockstep.head_blocked = false;
     let mut budget = limits.max_num_batched_tokens;
     let mut preempted = false;
 
@@ -349,6 +350,7 @@ pub fn form_batch(
         let content = head.spec.content.clone();
         let input = head.spec.input_tokens;
         if !kv.admit(&mut head.kv, &content, input, cached_blocks, start + tokens) {
+            sched.lockstep.head_blocked = true;
             break;
         }
         let mut seq = sched.waiting.pop_front().expect("head exists");

@@ -21,7 +21,11 @@
 //! the instance's batch scheduler says it forms such batches
 //! ([`BatchScheduler::lockstep_decodes`](super::schedulers::BatchScheduler::lockstep_decodes)),
 //! no pipeline parallelism, no CPU KV tier, not a P/D prefill instance, nothing arrived to
-//! join, the wait queue empty (or the batch full under a FIFO order), the budget covers the
+//! join, the wait queue empty, or under a FIFO order the batch full or the queue's head
+//! blocked (it did not fit the free blocks at the last normal step; until a request
+//! finishes, lockstep steps only take free blocks and evict cached ones, and an evicted
+//! prefix hit that was free costs the head as many blocks as it frees, so the head cannot
+//! fit at any of them either, and an enqueue joins the queue's tail), the budget covers the
 //! batch, no request finishes in the step, the due blocks are free, and the run lets fast
 //! ticks run on (no invariant checks, KV events, P/D or systems of one's own: they read the
 //! running requests between steps). Results are byte-identical either way
@@ -53,6 +57,9 @@ pub struct Lockstep {
     /// `growth[k % block_size]`: the running slots (in order) that need a new KV block at
     /// lag k.
     growth: Vec<Vec<u32>>,
+    /// The last normal step stopped admitting because the head of the wait queue did not
+    /// fit the free blocks (vLLM v1's head-of-line blocking).
+    pub(super) head_blocked: bool,
 }
 
 impl Lockstep {
@@ -82,6 +89,7 @@ impl Scheduler {
         l.cohort = false;
         l.built = false;
         l.active = false;
+        l.head_blocked = false;
     }
 
     /// After a normal step that ended at `end`: the running requests form a cohort if every
@@ -114,7 +122,9 @@ pub(super) fn try_form(
         || kv.cpu.is_some()
         || !sched.arrived.is_empty()
         || !(sched.waiting.is_empty()
-            || (fifo && sched.running.len() >= limits.max_num_seqs as usize))
+            || (fifo
+                && (sched.running.len() >= limits.max_num_seqs as usize
+                    || sched.lockstep.head_blocked)))
         || sched.running.len() > limits.max_num_batched_tokens as usize
     {
         return false;

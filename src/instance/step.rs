@@ -306,6 +306,8 @@ pub(crate) fn complete_one(
         if seq.generated >= seq.spec.output_tokens {
             kv.release(&mut seq.kv);
             any_done = true;
+            // Blocks came free after this step was formed: the queue's head may fit now.
+            sched.lockstep.head_blocked = false;
         } else if hands_off {
             any_handoff = true;
         }

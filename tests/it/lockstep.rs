@@ -111,3 +111,22 @@ fn priority_orders_timeouts_and_item_priced_models_change_nothing() {
         s.requests
     );
 }
+
+#[test]
+fn a_queue_whose_head_does_not_fit_changes_nothing() {
+    // Overloaded and short of blocks: the batch is not full but the queue's head does not
+    // fit, so lockstep steps go on with requests waiting; shared prefixes put cached blocks
+    // on the free list, which the steps' growth evicts (the head's hits among them).
+    let s = same_both_ways(
+        r#"(seed: 5,
+        cluster: (groups: [(count: 2, kv_blocks: 420, max_num_seqs: 64,
+            latency: Blackbox(alpha: [0.0, 0.0, 3.0], beta: [3000.0, 8.0, 150.0]))]),
+        workload: (num_requests: 400, clients: [(rate_per_s: 80.0,
+            input_tokens: Uniform(min: 64, max: 700), output_tokens: Uniform(min: 10, max: 300),
+            shared_prefix_tokens: 128, prefix_groups: 3)]),
+    )"#,
+        20,
+    );
+    assert_eq!(s.requests.completed, 400);
+    assert!(s.kv.hit_rate > 0.0, "prefixes were shared");
+}
