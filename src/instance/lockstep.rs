@@ -21,15 +21,16 @@
 //! the instance's batch scheduler says it forms such batches
 //! ([`BatchScheduler::lockstep_decodes`](super::schedulers::BatchScheduler::lockstep_decodes)),
 //! no pipeline parallelism, no CPU KV tier, not a P/D prefill instance, nothing arrived to
-//! join, the wait queue empty, or under a FIFO order the batch full or the queue's head
-//! blocked (it did not fit the free blocks at the last normal step; until a request
-//! finishes, lockstep steps only take free blocks and evict cached ones, and an evicted
-//! prefix hit that was free costs the head as many blocks as it frees, so the head cannot
-//! fit at any of them either, and an enqueue joins the queue's tail), the budget covers the
-//! batch, no request finishes in the step, the due blocks are free, and the run lets fast
-//! ticks run on (no invariant checks, KV events, P/D or systems of one's own: they read the
-//! running requests between steps). Results are byte-identical either way
-//! (`tests/it/ticks.rs` compares runs with and without lockstep steps).
+//! join, the budget covers the batch, no request finishes in the step, the due blocks are
+//! free, and nothing to admit: the wait queue empty, or under a FIFO order the batch full or
+//! the queue's head blocked. A head is blocked when it did not fit the free blocks at the
+//! last normal step and no request finished in that step: until one does, lockstep steps
+//! only take free blocks (evicting cached ones), a prefix hit of the head's that is evicted
+//! while free lowers its need by at most the one block taken, and an enqueue joins the tail,
+//! so the head cannot fit at any of them either. And the run must let fast ticks run on (no
+//! invariant checks, KV events, P/D or systems of one's own: they read the running requests
+//! between steps). Results are byte-identical either way (`tests/it/lockstep.rs` compares
+//! runs with and without lockstep steps).
 
 use super::{Limits, Scheduler};
 use crate::kv::KvCache;
