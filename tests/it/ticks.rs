@@ -88,7 +88,6 @@ fn fast_ticks_change_nothing_and_step_aside_for_a_user_system() {
         "{calls} driver calls for {} ticks",
         looped.ticks
     );
-
     assert_eq!(built_in, with_user);
     assert_eq!(built_in, looped);
     for f in ["requests.csv", "summary.json", "timeseries.csv"] {
