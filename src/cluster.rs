@@ -38,8 +38,13 @@ impl bevy_app::Plugin for AdmissionPlugin {
         app.init_resource::<ClusterDelays>()
             .init_resource::<Rejections>()
             .add_setup(SetupStage::Policies, set_up_admission)
+            // Also in SimStepFast, which serves ticks of arrivals only.
             .add_systems(
                 crate::engine::SimStep,
+                admit_requests.in_set(crate::engine::SimSystems::Admit),
+            )
+            .add_systems(
+                crate::engine::SimStepFast,
                 admit_requests.in_set(crate::engine::SimSystems::Admit),
             );
     }
@@ -126,6 +131,10 @@ impl bevy_app::Plugin for RoutingPlugin {
             .add_summary_part(summarize_routing)
             .add_systems(
                 crate::engine::SimStep,
+                route_requests.in_set(crate::engine::SimSystems::Route),
+            )
+            .add_systems(
+                crate::engine::SimStepFast,
                 route_requests.in_set(crate::engine::SimSystems::Route),
             );
     }

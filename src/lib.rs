@@ -36,9 +36,10 @@
 //! - Two systems of a tick that touch the same data must be ordered (by set or by
 //!   `.before`/`.after`): an ambiguity is an error when the schedule is built
 //!   ([`SimError::Schedule`]), never a silent order-dependent result.
-//! - A tick whose only events are step ends runs [`SimStepFast`] (the instance pipeline
-//!   alone) while [`SimStep`] holds built-in systems only; the other stages could have no work
-//!   on it, so results are the same.
+//! - A tick whose only events are step ends and enqueues runs [`SimStepFast`] (the instance
+//!   pipeline alone), and so does a tick of new arrivals alone (Arrive, Admit and Route
+//!   first), while [`SimStep`] holds built-in systems only; the other stages could have no
+//!   work on such ticks, so results are the same.
 //!
 //! ## Determinism
 //! Same scenario + seed ⇒ byte-identical stdout, CSV and JSON. Each subsystem draws from its

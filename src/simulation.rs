@@ -116,8 +116,9 @@ fn schedule_kv_events(app: &mut App, count: bool) {
 }
 
 /// The built-in SimStep systems that SimStepFast may stand in for without running them
-/// itself: those of stages that have no work on a tick of step ends only (Arrive, Admit,
-/// Route, Enqueue, Autoscale), and the four instance systems it runs as one.
+/// itself: those of stages that have no work on its ticks (Enqueue's timeouts, Autoscale),
+/// the four instance systems it runs as one, and the control plane's (SimStepFast runs them
+/// too, on ticks of arrivals).
 fn covered_systems() -> Vec<std::any::TypeId> {
     fn id<M>(s: impl IntoSystem<(), (), M>) -> std::any::TypeId {
         IntoSystem::into_system(s).system_type()
@@ -483,8 +484,16 @@ impl Simulation {
             });
         // Fast ticks may run on by themselves unless every tick must be seen.
         let check = app.world().resource::<CheckInvariants>().0;
-        app.world_mut().resource_mut::<engine::FastLoop>().on =
-            fast.is_some() && !check && !kv_events && !disaggregated;
+        let on = fast.is_some() && !check && !kv_events && !disaggregated;
+        // Ticks of arrivals may run SimStepFast unless a routed request may have to wait for
+        // a cold start (the Autoscale stage would have work on such a tick).
+        let parking = app
+            .world()
+            .get_resource::<crate::cluster::Parked>()
+            .is_some_and(|p| p.enabled);
+        let mut fast_loop = app.world_mut().resource_mut::<engine::FastLoop>();
+        fast_loop.on = on;
+        fast_loop.arrivals = on && !parking;
         let world = std::mem::take(app.world_mut());
         Ok(Simulation {
             world,

@@ -22,9 +22,10 @@ use crate::time::SimTime;
 pub struct SimStep;
 
 /// The instance pipeline alone (Advance, Transfer, Batch, Execute, Complete, Observe, Record,
-/// Check), run
-/// instead of [`SimStep`] on ticks whose only events are step ends: the other stages would
-/// have nothing to do, so skipping their run conditions changes nothing but the cost.
+/// Check), run instead of [`SimStep`] on ticks whose only events are step ends and enqueues,
+/// and on ticks of new arrivals alone with Arrive, Admit and Route before it (see
+/// [`fast_tick`]): the other stages would have nothing to do, so skipping their run
+/// conditions changes nothing but the cost.
 /// Built-in plugins add their instance-pipeline systems to both schedules; a run uses this
 /// one only while every system of [`SimStep`] is either in it or a built-in control-plane
 /// system that cannot have work on such ticks (see [`fast_ticks_allowed`]), so a system of
@@ -233,6 +234,9 @@ pub struct FastLoop {
     pub on: bool,
     /// The loop stops before a tick later than this (the next time-series sample).
     pub until: SimTime,
+    /// Ticks of new arrivals only run [`SimStepFast`] too (see [`fast_tick`]): off when a
+    /// routed request may have to wait for a cold start (the Autoscale stage would have work).
+    pub arrivals: bool,
 }
 
 /// Which sources hold part of an offline batch back (by source index), so the Record stage
@@ -392,6 +396,13 @@ impl Plugin for EnginePlugin {
             .configure_sets(
                 SimStepFast,
                 (
+                    // A fast tick holds arrivals only, or step ends and enqueues only (see
+                    // `fast_tick`): the control plane's stages first have no work on the
+                    // second kind, the instance pipeline (in Advance) none of its own
+                    // on the first but the requests routed with no delay.
+                    SimSystems::Arrive.run_if(arrivals_due),
+                    SimSystems::Admit.run_if(|d: Res<AdmitDue>| !d.0.is_empty()),
+                    SimSystems::Route.run_if(|d: Res<RouteDue>| !d.0.is_empty()),
                     SimSystems::Advance,
                     SimSystems::Transfer,
                     SimSystems::Batch,
@@ -411,11 +422,7 @@ impl Plugin for EnginePlugin {
                     SimSystems::Advance.run_if(|i: Res<InstanceDue>, s: Res<ScaleDue>| {
                         !i.step_ends.is_empty() || !s.phase_ends.is_empty() || s.unpark
                     }),
-                    SimSystems::Arrive.run_if(|d: Res<WorkloadDue>| {
-                        !d.arrivals.is_empty()
-                            || !d.session_turns.is_empty()
-                            || !d.releases.is_empty()
-                    }),
+                    SimSystems::Arrive.run_if(arrivals_due),
                     SimSystems::Admit.run_if(|d: Res<AdmitDue>| !d.0.is_empty()),
                     SimSystems::Route.run_if(|d: Res<RouteDue>| !d.0.is_empty()),
                     SimSystems::Enqueue.run_if(|d: Res<EnqueueDue>| {
@@ -435,12 +442,26 @@ impl Plugin for EnginePlugin {
     }
 }
 
+/// The Arrive stage's run condition: a request arrives, a session turn or a release is due.
+fn arrivals_due(d: Res<WorkloadDue>) -> bool {
+    !d.arrivals.is_empty() || !d.session_turns.is_empty() || !d.releases.is_empty()
+}
+
 /// True when nothing but step ends and enqueues is due: only the instance pipeline can have
 /// work (it enqueues too; the stages that follow fill their lists within the tick).
 pub fn fast_events(events: &[Event]) -> bool {
     events
         .iter()
         .all(|e| matches!(e, Event::StepFinished { .. } | Event::Enqueue { .. }))
+}
+
+/// True when `events` (one tick's) may run [`SimStepFast`] instead of [`SimStep`]: step ends
+/// and enqueues only ([`fast_events`]), or, with [`FastLoop::arrivals`], new arrivals only
+/// (the Arrive, Admit and Route stages, then the instance pipeline; no other stage of
+/// [`SimStep`] can have work on such a tick).
+pub fn fast_tick(events: &[Event], fast: &FastLoop) -> bool {
+    fast_events(events)
+        || (fast.arrivals && events.iter().all(|e| matches!(e, Event::Arrival { .. })))
 }
 
 /// Latest simulated time a run may reach: 10¹⁵ µs (10⁹ s, ~32 years). Inputs that push
@@ -521,6 +542,12 @@ pub fn tick_observed(
     }
     match fast {
         Some(fast) if fast_events(&world.resource::<Popped>().0) => fast.run(world),
+        Some(fast) if fast_tick(&world.resource::<Popped>().0, world.resource::<FastLoop>()) => {
+            let mut popped = std::mem::take(&mut world.resource_mut::<Popped>().0);
+            dispatch_events(world, &mut popped);
+            world.resource_mut::<Popped>().0 = popped;
+            fast.run(world)
+        }
         _ => {
             let mut popped = std::mem::take(&mut world.resource_mut::<Popped>().0);
             dispatch_events(world, &mut popped);
@@ -608,6 +635,35 @@ mod tests {
             Event::TransferDone { instance: 0 },
         ] {
             assert!(!fast_events(&[Event::StepFinished { instance: 1 }, other]));
+        }
+    }
+
+    #[test]
+    fn ticks_of_arrivals_alone_run_simstepfast_only_when_the_loop_allows_it() {
+        let request = Entity::from_raw_u32(7).unwrap();
+        let arrivals = [Event::Arrival { source: 0 }, Event::Arrival { source: 3 }];
+        let mut fast = FastLoop {
+            on: true,
+            until: SimTime::MAX,
+            arrivals: false,
+        };
+        assert!(!fast_tick(&arrivals, &fast), "off: SimStep");
+        assert!(fast_tick(&[Event::StepFinished { instance: 1 }], &fast));
+        fast.arrivals = true;
+        assert!(fast_tick(&arrivals, &fast));
+        // Arrivals with anything else (a step end's Advance runs before Arrive in SimStep,
+        // a session turn or a timeout has a stage of its own): SimStep.
+        for other in [
+            Event::StepFinished { instance: 1 },
+            Event::Enqueue {
+                request,
+                instance: 0,
+            },
+            Event::SessionTurn { session: 2 },
+            Event::Timeout { request },
+            Event::Admit(request),
+        ] {
+            assert!(!fast_tick(&[arrivals[0], other], &fast));
         }
     }
 }

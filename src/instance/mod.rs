@@ -436,12 +436,15 @@ pub fn instance_pipeline(
         instances: ref mut listed,
         ref mut record,
         ref mut popped,
+        ref mut routed,
         ref mut requests,
         ref mut rejections,
     } = due;
     let (listed, record, popped) = (&mut **listed, &mut **record, &mut **popped);
-    // A tick of SimStepFast: its events are not dispatched.
+    // A tick of SimStepFast: its step ends and enqueues are not dispatched (a tick of
+    // arrivals was: the requests routed with no delay join their queues here).
     sort_fast_events(&mut popped.0, listed, &mut enqueues);
+    enqueues.append(&mut routed.requests);
     let ordering = batch::Ordering {
         order: &*policies.order.0,
         priority: &*policies.priority.0,
@@ -636,6 +639,8 @@ pub struct PipelineWork<'w, 's> {
     instances: ResMut<'w, InstanceDue>,
     record: ResMut<'w, RecordDue>,
     popped: ResMut<'w, crate::engine::Popped>,
+    /// Requests routed with no delay on a tick of arrivals (the Enqueue stage's list).
+    routed: ResMut<'w, EnqueueDue>,
     requests: Query<'w, 's, (&'static RequestSpec, &'static mut Lifecycle)>,
     rejections: ResMut<'w, crate::engine::Rejections>,
 }
@@ -786,9 +791,14 @@ pub(crate) fn enqueue(
             ));
             continue;
         }
-        sched
-            .waiting
-            .push_back(Seq::new(entity, spec.clone(), *lifecycle));
+        let mut seq = Seq::new(entity, spec.clone(), *lifecycle);
+        // Room for every block it holds at its last step (`servable` bounds it): its block
+        // list never reallocates while it is prefilled and decoded.
+        let last = spec.input_tokens.saturating_add(spec.output_tokens.max(1)) - 1;
+        seq.kv
+            .blocks
+            .reserve_exact(kv.blocks_for(last.max(1)) as usize);
+        sched.waiting.push_back(seq);
         let waiting = sched.waiting.len() as u64;
         sched.counters.peak_waiting = sched.counters.peak_waiting.max(waiting);
         list_for_batch(listed, i, &mut sched);

@@ -53,12 +53,12 @@ impl bevy_app::Plugin for WorkloadPlugin {
     fn build(&self, app: &mut bevy_app::App) {
         use crate::engine::{SimStep, SimStepFast, SimSystems};
         use crate::setup::SetupAppExt;
-        app.add_setup(crate::setup::SetupStage::Workload, set_up_workload)
-            .add_systems(SimStep, spawn_arrivals.in_set(SimSystems::Arrive));
+        app.add_setup(crate::setup::SetupStage::Workload, set_up_workload);
         for label in [SimStep.intern(), SimStepFast.intern()] {
             app.add_systems(
                 label,
                 (
+                    spawn_arrivals.in_set(SimSystems::Arrive),
                     continue_sessions
                         .in_set(SimSystems::Record)
                         .after(crate::metrics::record_finished),

@@ -1,6 +1,7 @@
-//! The fast tick (issue 10): ticks whose only events are step ends run the instance pipeline
-//! alone. It must change nothing but the cost, and step aside whenever SimStep holds a system
-//! it does not know (a user's), so that system always runs.
+//! The fast tick (issue 10): ticks whose only events are step ends and enqueues run the
+//! instance pipeline alone, and ticks of new arrivals only the Arrive, Admit and Route stages
+//! before it. It must change nothing but the cost, and step aside whenever SimStep holds a
+//! system it does not know (a user's), so that system always runs.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,7 +38,17 @@ fn run(
     check: bool,
     dir: &std::path::Path,
 ) -> (servesim::metrics::Summary, bool, u64, u64) {
-    let sc = parse(SCENARIO);
+    run_scenario(SCENARIO, with_user_system, check, dir)
+}
+
+/// [`run`] on a scenario of one's own.
+fn run_scenario(
+    scenario: &str,
+    with_user_system: bool,
+    check: bool,
+    dir: &std::path::Path,
+) -> (servesim::metrics::Summary, bool, u64, u64) {
+    let sc = parse(scenario);
     let mut app = servesim::default_app();
     let seen = Seen::default();
     if with_user_system {
@@ -96,6 +107,73 @@ fn fast_ticks_change_nothing_and_step_aside_for_a_user_system() {
             assert!(
                 want == std::fs::read(d.path().join(f)).unwrap(),
                 "{f} differs with fast ticks"
+            );
+        }
+    }
+}
+
+/// Ticks of arrivals alone run SimStepFast (the control plane's stages, then the instance
+/// pipeline) unless invariants are checked: requests routed with no delay join their queue
+/// and are batched in their arrival's tick, admission rejects some, clients time out, an
+/// admission delay sends requests on through Admit events, and a group that scales from
+/// zero parks requests (its arrival ticks would need the Autoscale stage: they take SimStep).
+/// Every result must be what SimStep alone gives.
+#[test]
+fn arrival_ticks_change_nothing() {
+    let zero_delay = r#"(
+        cluster: (groups: [(count: 2, kv_blocks: 600, max_num_seqs: 8,
+            latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1500.0, 8.0, 60.0]))]),
+        policies: (routing: "least_loaded", admission: "token_bucket",
+            admission_params: {"capacity": 20000.0, "refill_per_s": 9000.0}),
+        workload: (num_requests: 500, clients: [
+            (rate_per_s: 60.0, input_tokens: Uniform(min: 16, max: 500), output_tokens: Uniform(min: 1, max: 120),
+             shared_prefix_tokens: 48, prefix_groups: 3, timeout_s: 1.5),
+            (name: "chat", rate_per_s: 4.0, input_tokens: Constant(80), output_tokens: Constant(16),
+             session: (turns: Constant(2), think_time_s: 0.2)),
+        ]),
+    )"#;
+    let delayed = zero_delay.replace(
+        r#"routing: "least_loaded","#,
+        r#"routing: "least_loaded", admission_latency_us: 700,"#,
+    );
+    let parked = r#"(
+        cluster: (groups: [(count: 0, kv_blocks: 1000,
+            latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 5.0, 50.0]),
+            scaling: (min: 0, max: 2, provision_s: 2.0, load_s: 1.0))]),
+        policies: (autoscale: "target_tracking", autoscale_params: {"target_in_flight": 4.0, "interval_s": 1.0}),
+        workload: (num_requests: 300, clients: [(rate_per_s: 20.0, input_tokens: Uniform(min: 8, max: 200),
+            output_tokens: Uniform(min: 1, max: 50))]),
+    )"#;
+    for (name, scenario) in [
+        ("zero delay", zero_delay),
+        ("admission delay", delayed.as_str()),
+        ("parked", parked),
+    ] {
+        let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+        let (checked, _, _, checked_calls) = run_scenario(scenario, false, true, dirs[0].path());
+        assert_eq!(
+            checked_calls, checked.ticks,
+            "{name}: every tick through SimStep"
+        );
+        let (fast, _, _, calls) = run_scenario(scenario, false, false, dirs[1].path());
+        if name != "parked" {
+            assert!(
+                calls * 2 < fast.ticks,
+                "{name}: {calls} calls, {} ticks",
+                fast.ticks
+            );
+        }
+        assert!(
+            checked.requests.completed > 0 && checked.requests.injected >= 300,
+            "{name}: {:?}",
+            checked.requests
+        );
+        assert_eq!(checked, fast, "{name}");
+        for f in ["requests.csv", "summary.json", "timeseries.csv"] {
+            assert!(
+                std::fs::read(dirs[0].path().join(f)).unwrap()
+                    == std::fs::read(dirs[1].path().join(f)).unwrap(),
+                "{name}: {f} differs with fast arrival ticks"
             );
         }
     }
