@@ -175,25 +175,51 @@ pub fn admit_requests(
         let Ok((spec, mut life)) = requests.get_mut(entity) else {
             continue; // timed out before admission
         };
-        match policy.0.admit(spec, clock.now, &view.instances) {
-            Admission::Admit => {
-                life.admitted = Some(clock.now);
-                route.0.push(entity);
-            }
-            Admission::Reject(reason) => {
-                *rejections.0.entry(reason).or_default() += 1;
-                record.0.push(FinishedRequest::unserved(
-                    entity,
-                    spec.clone(),
-                    *life,
-                    FinalState::Rejected,
-                    None,
-                ));
-            }
+        match admit_one(&mut policy, spec, &mut life, clock.now, &view) {
+            Ok(()) => route.0.push(entity),
+            Err(reason) => reject(entity, spec, &life, reason, &mut rejections, &mut record),
         }
     }
     work.clear();
     admit.0 = work;
+}
+
+/// The admission policy's decision on one request: admitted (stamped now) or the reason it
+/// is rejected.
+pub fn admit_one(
+    policy: &mut Active<family::Admission>,
+    spec: &RequestSpec,
+    life: &mut Lifecycle,
+    now: SimTime,
+    view: &ClusterView,
+) -> Result<(), &'static str> {
+    match policy.0.admit(spec, now, &view.instances) {
+        Admission::Admit => {
+            life.admitted = Some(now);
+            Ok(())
+        }
+        Admission::Reject(reason) => Err(reason),
+    }
+}
+
+/// A request the control plane rejects (admission, or nothing to route it to): counted by
+/// reason and handed to Record.
+pub fn reject(
+    entity: Entity,
+    spec: &RequestSpec,
+    life: &Lifecycle,
+    reason: &'static str,
+    rejections: &mut Rejections,
+    record: &mut RecordDue,
+) {
+    *rejections.0.entry(reason).or_default() += 1;
+    record.0.push(FinishedRequest::unserved(
+        entity,
+        spec.clone(),
+        *life,
+        FinalState::Rejected,
+        None,
+    ));
 }
 
 /// The work lists routing empties and fills.
@@ -225,14 +251,151 @@ pub struct Parked {
     pub requests: Vec<Entity>,
 }
 
-/// What routing writes besides the request itself.
+/// The router: the routing policy and what it reads and writes besides the request (its
+/// signals, decision statistics and trace, parked requests).
 #[derive(SystemParam)]
-pub struct RouteBook<'w> {
+pub struct Router<'w, 's> {
+    policy: ResMut<'w, Active<family::Routing>>,
+    snapshots: ResMut<'w, RouterSnapshots>,
     stats: ResMut<'w, RoutingStats>,
     log: ResMut<'w, DecisionLog>,
-    rejections: ResMut<'w, Rejections>,
     parked: ResMut<'w, Parked>,
-    fault: ResMut<'w, crate::engine::SimFault>,
+    disagg: Res<'w, crate::disagg::Disagg>,
+    cached: Res<'w, crate::policy::CachedBlocks>,
+    delays: Res<'w, ClusterDelays>,
+    seen: Local<'s, Vec<crate::policy::InstanceSnapshot>>,
+    front: Local<'s, Vec<crate::policy::InstanceSnapshot>>,
+}
+
+/// Where routing sends a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Routed {
+    /// To this instance (stamped routed; counted in its in-flight requests).
+    To(u32),
+    /// Parked until autoscaling makes an instance routable (the Autoscale stage is told).
+    Parked,
+    /// Nowhere: no instance is routable (the caller rejects it).
+    Unroutable,
+}
+
+impl Router<'_, '_> {
+    /// Routes one request: the policy's choice on the signals the router sees, the decision
+    /// traced, the request stamped routed and counted in its instance's in-flight requests.
+    pub fn route(
+        &mut self,
+        entity: Entity,
+        spec: &RequestSpec,
+        life: &mut Lifecycle,
+        now: SimTime,
+        view: &mut ClusterView,
+        scale: &mut ScaleDue,
+    ) -> Routed {
+        let block_size = self.cached.block_size.max(1);
+        // The signals the router sees (see RouterSnapshots).
+        let live = &view.instances;
+        let snapshots = &mut *self.snapshots;
+        let instances: &[crate::policy::InstanceSnapshot] = if snapshots.interval.as_us() == 0 {
+            live
+        } else {
+            if now.since(snapshots.last_refresh) >= snapshots.interval {
+                snapshots.stale.clone_from(live);
+                snapshots.last_refresh = now;
+            }
+            self.seen.clear();
+            self.seen
+                .extend(snapshots.stale.iter().zip(live).map(|(s, l)| {
+                    crate::policy::InstanceSnapshot {
+                        in_flight: l.in_flight,
+                        routable: l.routable,
+                        ..*s
+                    }
+                }));
+            &self.seen
+        };
+        // P/D: decode instances take requests only from prefill instances.
+        let instances: &[crate::policy::InstanceSnapshot] = if self.disagg.enabled {
+            self.front.clear();
+            let disagg = &self.disagg;
+            self.front
+                .extend(instances.iter().map(|s| crate::policy::InstanceSnapshot {
+                    routable: s.routable && disagg.role(s.index) != crate::scenario::Role::Decode,
+                    ..*s
+                }));
+            &self.front
+        } else {
+            instances
+        };
+        let rv = RouterView {
+            instances,
+            probe: &*self.cached,
+            block_size,
+        };
+        let Some(i) = self.policy.0.choose(spec, now, &rv) else {
+            if self.parked.enabled {
+                self.parked.requests.push(entity);
+                scale.cold_start = true;
+                return Routed::Parked;
+            }
+            return Routed::Unroutable;
+        };
+        trace_decision(
+            &mut self.stats,
+            &mut self.log,
+            self.policy.0.last_scores(),
+            instances,
+            now,
+            spec.id,
+            i,
+        );
+        life.routed = Some(now);
+        view.instances[i as usize].in_flight += 1;
+        Routed::To(i)
+    }
+
+    /// The delay before a request routed to an instance with `latency` joins its queue: the
+    /// routing delay plus the latency model's queueing delay.
+    pub fn delay(&self, spec: &RequestSpec, latency: &Latency) -> SimDuration {
+        self.delays.routing + latency.0.queueing_delay(spec.input_tokens)
+    }
+
+    /// Whether a routed request may have to wait for a cold start.
+    pub fn parks(&self) -> bool {
+        self.parked.enabled
+    }
+
+    /// The first failed write of `decisions.csv` stops the run.
+    pub fn check_log(&self, now: SimTime, fault: &mut crate::engine::SimFault) {
+        if let Some(e) = &self.log.error {
+            fault.0.get_or_insert_with(|| crate::engine::Fault::Write {
+                file: "decisions.csv",
+                at: now,
+                error: e.clone(),
+            });
+        }
+    }
+}
+
+/// A routed request joins its instance's queue after `delay`: now (the Enqueue stage's
+/// `now`), or on an `Enqueue` event.
+pub fn send_to(
+    entity: Entity,
+    i: u32,
+    delay: SimDuration,
+    now: SimTime,
+    now_list: &mut Vec<(Entity, u32)>,
+    queue: &mut EventQueue,
+) {
+    if delay.as_us() == 0 {
+        now_list.push((entity, i));
+    } else {
+        queue.push(
+            now + delay,
+            Event::Enqueue {
+                request: entity,
+                instance: i,
+            },
+        );
+    }
 }
 
 /// Regret statistics of routing decisions (BLIS counterfactual regret).
@@ -272,118 +435,50 @@ pub fn route_requests(
     mut commands: Commands,
     mut due: RouteWork,
     clock: Res<SimClock>,
-    delays: Res<ClusterDelays>,
     index: Res<InstanceIndex>,
     mut view: ResMut<ClusterView>,
-    mut policy: ResMut<Active<family::Routing>>,
+    mut router: Router,
     mut queue: ResMut<EventQueue>,
-    mut snapshots: ResMut<RouterSnapshots>,
-    mut book: RouteBook,
-    mut seen: Local<Vec<crate::policy::InstanceSnapshot>>,
-    mut front: Local<Vec<crate::policy::InstanceSnapshot>>,
-    disagg: Res<crate::disagg::Disagg>,
+    mut rejections: ResMut<Rejections>,
+    mut fault: ResMut<crate::engine::SimFault>,
     mut requests: Query<(&RequestSpec, &mut Lifecycle)>,
     latencies: Query<&Latency>,
-    cached: Res<crate::policy::CachedBlocks>,
 ) {
     let now = clock.now;
-    let block_size = cached.block_size.max(1);
-    let mut work = std::mem::take(&mut due.route.0);
+    let RouteWork {
+        route,
+        enqueue,
+        scale,
+        record,
+    } = &mut due;
+    let mut work = std::mem::take(&mut route.0);
     for &entity in &work {
         let Ok((spec, mut life)) = requests.get_mut(entity) else {
             continue; // timed out before routing
         };
-        // The signals the router sees (see RouterSnapshots).
-        let live = &view.instances;
-        let instances: &[crate::policy::InstanceSnapshot] = if snapshots.interval.as_us() == 0 {
-            live
-        } else {
-            if now.since(snapshots.last_refresh) >= snapshots.interval {
-                snapshots.stale.clone_from(live);
-                snapshots.last_refresh = now;
+        match router.route(entity, spec, &mut life, now, &mut view, scale) {
+            Routed::To(i) => {
+                commands.entity(entity).insert(AssignedTo(i));
+                let latency = latencies
+                    .get(index.0[i as usize])
+                    .expect("instance entity exists for the whole run");
+                let delay = router.delay(spec, latency);
+                send_to(entity, i, delay, now, &mut enqueue.requests, &mut queue);
             }
-            seen.clear();
-            seen.extend(snapshots.stale.iter().zip(live).map(|(s, l)| {
-                crate::policy::InstanceSnapshot {
-                    in_flight: l.in_flight,
-                    routable: l.routable,
-                    ..*s
-                }
-            }));
-            &seen
-        };
-        // P/D: decode instances take requests only from prefill instances.
-        let instances: &[crate::policy::InstanceSnapshot] = if disagg.enabled {
-            front.clear();
-            front.extend(instances.iter().map(|s| crate::policy::InstanceSnapshot {
-                routable: s.routable && disagg.role(s.index) != crate::scenario::Role::Decode,
-                ..*s
-            }));
-            &front
-        } else {
-            instances
-        };
-        let rv = RouterView {
-            instances,
-            probe: &*cached,
-            block_size,
-        };
-        let Some(i) = policy.0.choose(spec, now, &rv) else {
-            if book.parked.enabled {
-                book.parked.requests.push(entity);
-                due.scale.cold_start = true;
-                continue;
-            }
-            *book.rejections.0.entry("no_routable_instance").or_default() += 1;
-            due.record.0.push(FinishedRequest::unserved(
+            Routed::Parked => {}
+            Routed::Unroutable => reject(
                 entity,
-                spec.clone(),
-                *life,
-                FinalState::Rejected,
-                None,
-            ));
-            continue;
-        };
-        trace_decision(
-            &mut book.stats,
-            &mut book.log,
-            policy.0.last_scores(),
-            instances,
-            now,
-            spec.id,
-            i,
-        );
-        life.routed = Some(now);
-        commands.entity(entity).insert(AssignedTo(i));
-        view.instances[i as usize].in_flight += 1;
-        let latency = latencies
-            .get(index.0[i as usize])
-            .expect("instance entity exists for the whole run");
-        let delay = delays.routing + latency.0.queueing_delay(spec.input_tokens);
-        if delay.as_us() == 0 {
-            due.enqueue.requests.push((entity, i));
-        } else {
-            queue.push(
-                now + delay,
-                Event::Enqueue {
-                    request: entity,
-                    instance: i,
-                },
-            );
+                spec,
+                &life,
+                "no_routable_instance",
+                &mut rejections,
+                record,
+            ),
         }
     }
     work.clear();
-    due.route.0 = work;
-    // The first failed write of decisions.csv stops the run.
-    if let Some(e) = &book.log.error {
-        book.fault
-            .0
-            .get_or_insert_with(|| crate::engine::Fault::Write {
-                file: "decisions.csv",
-                at: now,
-                error: e.clone(),
-            });
-    }
+    route.0 = work;
+    router.check_log(now, &mut fault);
 }
 
 /// Regret = best candidate score − chosen score (scored policies), else with

@@ -310,6 +310,42 @@ impl Workload {
     }
 
     /// The request a source emits now (and opens its session, if any).
+    /// The request `source` emits now with its client timeout, if the workload's request
+    /// limit allows one more (counted in `injected`).
+    pub fn emit(
+        &mut self,
+        source: u32,
+        injected: &mut Injected,
+    ) -> Option<(RequestSpec, Option<SimDuration>)> {
+        if !self.under_limit(injected.0) {
+            return None;
+        }
+        let id = injected.0;
+        injected.0 += 1;
+        Some(self.make_request(source as usize, id))
+    }
+
+    /// Schedules the next arrival of `source` (one arrived now), unless the request limit
+    /// is reached; a source that fails (a trace row that cannot be read) faults the run.
+    pub fn schedule_next(
+        &mut self,
+        source: u32,
+        injected: &Injected,
+        queue: &mut EventQueue,
+        fault: &mut SimFault,
+    ) {
+        if !self.under_limit(injected.0) {
+            return;
+        }
+        match self.next_time(source as usize) {
+            Ok(Some(t)) => queue.push(t, Event::Arrival { source }),
+            Ok(None) => {}
+            Err(e) => {
+                fault.0.get_or_insert(crate::engine::Fault::Workload(e));
+            }
+        }
+    }
+
     pub fn make_request(&mut self, source: usize, id: u64) -> (RequestSpec, Option<SimDuration>) {
         let seed = self.seed;
         let unique = rng::mix(&[REQUEST_TAG, seed, id]);
@@ -520,22 +556,9 @@ pub fn set_up_workload(
     Ok(())
 }
 
-/// Spawns a request that arrived at `arrival` (now, or t = 0 for a held offline batch).
-#[expect(
-    clippy::too_many_arguments,
-    reason = "the request, where it goes and when"
-)]
-fn spawn(
-    commands: &mut Commands,
-    admit: &mut AdmitDue,
-    queue: &mut EventQueue,
-    delays: &ClusterDelays,
-    now: SimTime,
-    arrival: SimTime,
-    spec: RequestSpec,
-    timeout: Option<SimDuration>,
-) {
-    let entity = commands
+/// Spawns a request that arrived at `arrival`.
+fn spawn(commands: &mut Commands, spec: RequestSpec, arrival: SimTime) -> Entity {
+    commands
         .spawn((
             spec,
             Lifecycle {
@@ -543,12 +566,26 @@ fn spawn(
                 ..Default::default()
             },
         ))
-        .id();
+        .id()
+}
+
+/// Where a request that arrived at `arrival` (now, or t = 0 for a held offline batch) goes
+/// next: its client timeout is set, and it is up for admission now (`admit`) or after the
+/// admission delay.
+pub fn send_on(
+    entity: Entity,
+    arrival: SimTime,
+    timeout: Option<SimDuration>,
+    now: SimTime,
+    admit: &mut Vec<Entity>,
+    queue: &mut EventQueue,
+    delays: &ClusterDelays,
+) {
     if let Some(t) = timeout {
         queue.push((arrival + t).max(now), Event::Timeout { request: entity });
     }
     if delays.admission.as_us() == 0 {
-        admit.0.push(entity);
+        admit.push(entity);
     } else {
         queue.push(now + delays.admission, Event::Admit(entity));
     }
@@ -583,31 +620,22 @@ pub fn spawn_arrivals(
         .map(|&s| (s, false))
         .chain(releases.iter().map(|&s| (s, true)));
     for (source, released) in emitted {
-        if !workload.under_limit(injected.0) {
+        let Some((spec, timeout)) = workload.emit(source, &mut injected) else {
             continue;
-        }
-        let id = injected.0;
-        injected.0 += 1;
-        let (spec, timeout) = workload.make_request(source as usize, id);
+        };
         let arrival = if released { SimTime::ZERO } else { now };
-        spawn(
-            &mut commands,
-            &mut admit,
+        let entity = spawn(&mut commands, spec, arrival);
+        send_on(
+            entity,
+            arrival,
+            timeout,
+            now,
+            &mut admit.0,
             &mut queue,
             &delays,
-            now,
-            arrival,
-            spec,
-            timeout,
         );
-        if !released && workload.under_limit(injected.0) {
-            match workload.next_time(source as usize) {
-                Ok(Some(t)) => queue.push(t, Event::Arrival { source }),
-                Ok(None) => {}
-                Err(e) => {
-                    fault.0.get_or_insert(crate::engine::Fault::Workload(e));
-                }
-            }
+        if !released {
+            workload.schedule_next(source, &injected, &mut queue, &mut fault);
         }
     }
     arrivals.clear();
@@ -623,16 +651,8 @@ pub fn spawn_arrivals(
         let id = injected.0;
         if let Some((spec, timeout)) = workload.make_turn(sid, id) {
             injected.0 += 1;
-            spawn(
-                &mut commands,
-                &mut admit,
-                &mut queue,
-                &delays,
-                now,
-                now,
-                spec,
-                timeout,
-            );
+            let entity = spawn(&mut commands, spec, now);
+            send_on(entity, now, timeout, now, &mut admit.0, &mut queue, &delays);
         }
     }
     turns.clear();
