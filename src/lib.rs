@@ -90,6 +90,7 @@ pub mod autoscale;
 pub mod cluster;
 pub mod disagg;
 pub mod engine;
+pub mod fast;
 pub mod fidelity;
 pub mod input;
 pub mod instance;
@@ -128,8 +129,9 @@ use bevy_app::{PluginGroup, PluginGroupBuilder};
 /// systems, their sets and the work lists they empty and fill): [`engine::EnginePlugin`]
 /// (clock, queue, work lists, stage order), [`policy::PoliciesPlugin`] (the policy catalog),
 /// [`workload::WorkloadPlugin`], [`cluster::AdmissionPlugin`], [`cluster::RoutingPlugin`],
-/// [`instance::InstancePlugin`], [`autoscale::AutoscalePlugin`], [`metrics::MetricsPlugin`]
-/// and [`invariants::InvariantsPlugin`].
+/// [`instance::InstancePlugin`], [`fast::FastTicksPlugin`] (fast ticks; without it every
+/// tick runs [`SimStep`]), [`disagg::DisaggPlugin`], [`autoscale::AutoscalePlugin`],
+/// [`metrics::MetricsPlugin`] and [`invariants::InvariantsPlugin`].
 ///
 /// Disable one and add your own to replace a built-in stage:
 /// ```
@@ -184,6 +186,7 @@ impl PluginGroup for SimPlugins {
             .add(cluster::AdmissionPlugin)
             .add(cluster::RoutingPlugin)
             .add(instance::InstancePlugin)
+            .add(fast::FastTicksPlugin)
             .add(disagg::DisaggPlugin)
             .add(autoscale::AutoscalePlugin)
             .add(metrics::MetricsPlugin)

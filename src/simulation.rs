@@ -480,7 +480,13 @@ impl Simulation {
             .remove(SimStepFast)
             .and_then(|mut fast| {
                 fast.initialize(app.world_mut()).ok()?;
-                engine::fast_ticks_allowed(&schedule, &fast, &covered_systems()).then_some(fast)
+                // Without the fast-tick system (its plugin left out) it would run nothing.
+                let has_pipeline = fast.systems().is_ok_and(|mut systems| {
+                    let id = IntoSystem::into_system(crate::fast::fast_ticks).system_type();
+                    systems.any(|(_, s)| s.system_type() == id)
+                });
+                (has_pipeline && engine::fast_ticks_allowed(&schedule, &fast, &covered_systems()))
+                    .then_some(fast)
             });
         // Fast ticks may run on by themselves unless every tick must be seen.
         let check = app.world().resource::<CheckInvariants>().0;
@@ -580,6 +586,7 @@ impl Simulation {
         let interrupt = self.interrupt.clone();
         // Checked by simulated ticks (a fast tick may run several).
         let (mut overload_at, mut progress_at) = (256u64, PROGRESS_EVERY);
+        self.world.resource_mut::<engine::FastLoop>().check_at = overload_at;
         while self.tick() {
             if interrupt
                 .as_ref()
@@ -591,6 +598,8 @@ impl Simulation {
             let ticks = self.world.resource::<SimClock>().ticks;
             if ticks >= overload_at {
                 overload_at = ticks + 256;
+                // A run of fast ticks stops there too.
+                self.world.resource_mut::<engine::FastLoop>().check_at = overload_at;
                 if let Some(msg) = self.overloaded() {
                     self.discard_outputs();
                     return Err(SimError::Fault(msg));

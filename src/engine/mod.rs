@@ -193,7 +193,7 @@ pub struct Popped(pub Vec<Event>);
 
 /// Hands the events due now to their concerns' work lists, in the order they were popped
 /// (the driver calls it before a [`SimStep`] tick; a [`SimStepFast`] tick's step ends are
-/// taken by `instance::instance_pipeline` itself). Empties `events`.
+/// taken by `fast::fast_ticks` itself). Empties `events`.
 pub fn dispatch_events(world: &mut World, events: &mut Vec<Event>) {
     for event in events.drain(..) {
         match event {
@@ -226,9 +226,9 @@ pub fn dispatch_events(world: &mut World, events: &mut Vec<Event>) {
 }
 
 /// Lets the instance pipeline of a fast tick go on to the following ticks itself while they
-/// hold step ends only (see `instance::instance_pipeline`): one system run instead of a
+/// hold step ends only (see `fast::fast_ticks`): one system run instead of a
 /// schedule run per tick. Set by the driver.
-#[derive(Resource, Debug, Clone, Copy, Default)]
+#[derive(Resource, Debug, Clone, Copy)]
 pub struct FastLoop {
     /// Off when something must see every tick (invariant checks, KV events, P/D hand-offs).
     pub on: bool,
@@ -237,6 +237,20 @@ pub struct FastLoop {
     /// Ticks of new arrivals only run [`SimStepFast`] too (see [`fast_tick`]): off when a
     /// routed request may have to wait for a cold start (the Autoscale stage would have work).
     pub arrivals: bool,
+    /// The loop stops after a tick whose count reaches this (the driver checks for
+    /// overload every 256 ticks).
+    pub check_at: u64,
+}
+
+impl Default for FastLoop {
+    fn default() -> Self {
+        FastLoop {
+            on: false,
+            until: SimTime::ZERO,
+            arrivals: false,
+            check_at: u64::MAX,
+        }
+    }
 }
 
 /// Which sources hold part of an offline batch back (by source index), so the Record stage
@@ -645,7 +659,7 @@ mod tests {
         let mut fast = FastLoop {
             on: true,
             until: SimTime::MAX,
-            arrivals: false,
+            ..Default::default()
         };
         assert!(!fast_tick(&arrivals, &fast), "off: SimStep");
         assert!(fast_tick(&[Event::StepFinished { instance: 1 }], &fast));

@@ -33,7 +33,7 @@ use bevy_app::{App, Plugin};
 use bevy_ecs::prelude::*;
 
 use crate::engine::{
-    ClusterView, EnqueueDue, InstanceDue, RecordDue, SimClock, SimStep, SimStepFast, SimSystems,
+    ClusterView, EnqueueDue, InstanceDue, RecordDue, SimClock, SimStep, SimSystems,
 };
 use crate::kv::{KvCache, SeqBlocks};
 use crate::metrics::SummaryAppExt;
@@ -400,163 +400,6 @@ pub type InstanceParts = (
 /// Every instance, for the pipeline systems.
 pub type Instances<'w, 's> = Query<'w, 's, InstanceParts>;
 
-/// The instance systems in one ([`retire_steps`], [`enqueue_requests`],
-/// [`batch::form_batches`], [`step::execute_steps`], [`step::complete_steps`], in that order),
-/// for [`SimStepFast`]: one system run and one fetch of each resource instead of five, and
-/// one lookup of an instance's components per tick.
-///
-/// A fast tick holds step ends and enqueues only (see [`crate::engine::fast_events`]). With
-/// [`FastLoop`](crate::engine::FastLoop) on it then runs the following ticks itself, as
-/// the driver would, while each holds such events only and nothing else has to see it: no
-/// fault, no time-series sample due, within the horizon, and not a 1,024th tick (the driver's
-/// housekeeping). Requests that finish are recorded as the Record stage would (rows,
-/// aggregates, despawn), unless the workload must hear of them (sessions, held batches). The first tick that does not
-/// qualify has its events put back, in order, for the driver.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "a system's parameters are its signature"
-)]
-pub fn instance_pipeline(
-    mut due: PipelineWork,
-    mut clock: ResMut<SimClock>,
-    index: Res<InstanceIndex>,
-    policies: QueuePolicies,
-    mut queue: ResMut<crate::engine::EventQueue>,
-    mut items: Local<Vec<crate::latency::StepItem>>,
-    mut fault: ResMut<crate::engine::SimFault>,
-    mut view: ResMut<ClusterView>,
-    mut agg: ResMut<crate::metrics::Aggregates>,
-    fast: Res<crate::engine::FastLoop>,
-    mut recorder: crate::metrics::Recorder,
-    mut instances: Instances,
-    mut enqueues: Local<Vec<(Entity, u32)>>,
-    mut finished: Local<Vec<u32>>,
-) {
-    let PipelineWork {
-        instances: ref mut listed,
-        ref mut record,
-        ref mut popped,
-        ref mut routed,
-        ref mut requests,
-        ref mut rejections,
-    } = due;
-    let (listed, record, popped) = (&mut **listed, &mut **record, &mut **popped);
-    // A tick of SimStepFast: its step ends and enqueues are not dispatched (a tick of
-    // arrivals was: the requests routed with no delay join their queues here).
-    sort_fast_events(&mut popped.0, listed, &mut enqueues);
-    enqueues.append(&mut routed.requests);
-    let ordering = batch::Ordering {
-        order: &*policies.order.0,
-        priority: &*policies.priority.0,
-        table: &policies.table,
-        preemption: policies.config.preemption,
-    };
-    loop {
-        let now = clock.now;
-        std::mem::swap(&mut *finished, &mut listed.step_ends);
-        finished.sort_unstable();
-        finished.dedup();
-        let mut step = |i: u32,
-                        retire: Option<(&mut InstanceDue, &mut RecordDue)>,
-                        instances: &mut Instances,
-                        view: &mut ClusterView| {
-            instance_tick(
-                i, retire, now, &index, &ordering, fast.on, instances, &mut queue, &mut items,
-                view, &mut agg, &mut fault,
-            )
-        };
-        if enqueues.is_empty() {
-            // Step ends only: each instance also retires its step first, with the same lookup.
-            for &i in finished.iter() {
-                step(
-                    i,
-                    Some((&mut *listed, &mut *record)),
-                    &mut instances,
-                    &mut view,
-                );
-            }
-        } else {
-            // Stage by stage: every step end retires, then the requests join their queues,
-            // then each listed instance forms its batch.
-            for &i in finished.iter() {
-                let mut sched = instances
-                    .get_mut(index.0[i as usize])
-                    .expect("instance entity exists for the whole run")
-                    .0;
-                retire_one(listed, record, i, now, &mut sched);
-            }
-            enqueue(
-                &enqueues,
-                now,
-                record,
-                listed,
-                &index,
-                &mut view,
-                requests,
-                &mut instances,
-                rejections,
-            );
-            enqueues.clear();
-            let mut batch = std::mem::take(&mut listed.batch);
-            batch.sort_unstable();
-            for &i in &batch {
-                step(i, None, &mut instances, &mut view);
-            }
-            batch.clear();
-            listed.batch = batch;
-        }
-        finished.clear();
-        if !fast.on || fault.0.is_some() {
-            return;
-        }
-        if !record.0.is_empty() {
-            // Record them here, as the Record stage would right after this tick; requests
-            // whose end the workload must hear about (sessions, held batches) are left to it.
-            if !recorder.records_alone(&record.0) {
-                return;
-            }
-            recorder.record(
-                record,
-                clock.now,
-                false,
-                &policies.table,
-                &mut agg,
-                &mut fault,
-            );
-            if fault.0.is_some() {
-                return;
-            }
-        }
-        // The next tick, if it holds step ends and enqueues only.
-        let Some(t) = queue.peek_time() else { return };
-        if t > fast.until
-            || t > clock.horizon
-            || t > crate::engine::MAX_SIM_TIME
-            || (clock.ticks + 1).is_multiple_of(1024)
-        {
-            return;
-        }
-        let mut buffer = std::mem::take(&mut popped.0);
-        while let Some(event) = queue.pop_at(t) {
-            buffer.push(event);
-        }
-        if crate::engine::fast_events(&buffer) {
-            sort_fast_events(&mut buffer, listed, &mut enqueues);
-            popped.0 = buffer;
-            clock.now = t;
-            clock.ticks += 1;
-        } else {
-            // Back for the driver, in the order they came out (same-time events keep their
-            // relative order; nothing else is at this time).
-            for e in buffer.drain(..) {
-                queue.push(t, e);
-            }
-            popped.0 = buffer;
-            return;
-        }
-    }
-}
-
 /// One instance's part of a fast tick, with one lookup of its components: with `retire`,
 /// its step ended now (see [`retire_one`]); then, if it is listed for batch formation, it
 /// forms, prices and applies its batch at once. No stage of one instance sees another's:
@@ -566,7 +409,7 @@ pub fn instance_pipeline(
     clippy::too_many_arguments,
     reason = "the instance and the tick's shared state"
 )]
-fn instance_tick(
+pub(crate) fn instance_tick(
     i: u32,
     retire: Option<(&mut InstanceDue, &mut RecordDue)>,
     now: SimTime,
@@ -607,7 +450,7 @@ fn instance_tick(
 
 /// A fast tick's events to their lists: step ends to `listed.step_ends`, enqueues (in order)
 /// to `enqueues`.
-fn sort_fast_events(
+pub(crate) fn sort_fast_events(
     events: &mut Vec<crate::engine::Event>,
     listed: &mut InstanceDue,
     enqueues: &mut Vec<(Entity, u32)>,
@@ -632,17 +475,34 @@ pub struct QueuePolicies<'w> {
     config: Res<'w, batch::SchedulingConfig>,
 }
 
+impl QueuePolicies<'_> {
+    /// How batch formation orders and preempts requests.
+    pub fn ordering(&self) -> batch::Ordering<'_> {
+        batch::Ordering {
+            order: &*self.order.0,
+            priority: &*self.priority.0,
+            table: &self.table,
+            preemption: self.config.preemption,
+        }
+    }
+
+    /// The SLO classes (for recording).
+    pub fn slo(&self) -> &crate::slo::SloTable {
+        &self.table
+    }
+}
+
 /// The work lists the instance pipeline empties and fills (and the driver's event buffer,
 /// which a fast run pops the next tick into), and what enqueuing changes.
 #[derive(bevy_ecs::system::SystemParam)]
 pub struct PipelineWork<'w, 's> {
-    instances: ResMut<'w, InstanceDue>,
-    record: ResMut<'w, RecordDue>,
-    popped: ResMut<'w, crate::engine::Popped>,
+    pub(crate) instances: ResMut<'w, InstanceDue>,
+    pub(crate) record: ResMut<'w, RecordDue>,
+    pub(crate) popped: ResMut<'w, crate::engine::Popped>,
     /// Requests routed with no delay on a tick of arrivals (the Enqueue stage's list).
-    routed: ResMut<'w, EnqueueDue>,
-    requests: Query<'w, 's, (&'static RequestSpec, &'static mut Lifecycle)>,
-    rejections: ResMut<'w, crate::engine::Rejections>,
+    pub(crate) routed: ResMut<'w, EnqueueDue>,
+    pub(crate) requests: Query<'w, 's, (&'static RequestSpec, &'static mut Lifecycle)>,
+    pub(crate) rejections: ResMut<'w, crate::engine::Rejections>,
 }
 
 /// Frees instances whose step ended now and hands their finished requests to Record.
@@ -751,12 +611,12 @@ pub(crate) fn enqueue(
     listed: &mut InstanceDue,
     index: &InstanceIndex,
     view: &mut ClusterView,
-    requests: &mut Query<(&RequestSpec, &mut Lifecycle)>,
+    requests: &mut impl InTransit,
     instances: &mut Instances,
     rejections: &mut crate::engine::Rejections,
 ) {
     for &(entity, i) in work {
-        let Ok((spec, mut lifecycle)) = requests.get_mut(entity) else {
+        let Some((spec, lifecycle)) = requests.request(entity) else {
             continue; // timed out in transit (its in-flight count was released then)
         };
         let slot = &mut view.instances[i as usize];
@@ -803,6 +663,20 @@ pub(crate) fn enqueue(
         sched.counters.peak_waiting = sched.counters.peak_waiting.max(waiting);
         list_for_batch(listed, i, &mut sched);
         refresh_view(view, i, &sched, &kv);
+    }
+}
+
+/// Requests on their way to an instance, by entity (the Enqueue stage reads and stamps them).
+pub trait InTransit {
+    /// The request's spec and lifecycle; `None` once it has left (timed out in transit).
+    fn request(&mut self, entity: Entity) -> Option<(&RequestSpec, &mut Lifecycle)>;
+}
+
+impl InTransit for Query<'_, '_, (&RequestSpec, &mut Lifecycle)> {
+    fn request(&mut self, entity: Entity) -> Option<(&RequestSpec, &mut Lifecycle)> {
+        self.get_mut(entity)
+            .ok()
+            .map(|(spec, life)| (spec, life.into_inner()))
     }
 }
 
@@ -956,7 +830,7 @@ pub fn publish_kv_events(
 
 /// The instance stages: `retire_steps` (Advance), `enqueue_requests` and `expire_requests`
 /// (Enqueue), `batch::form_batches` (Batch), `step::execute_steps` (Execute),
-/// `step::complete_steps` (Complete), and `instance_pipeline` in [`SimStepFast`]; the batch
+/// `step::complete_steps` (Complete) (`fast::fast_ticks` runs them as one in [`SimStepFast`]); the batch
 /// schedulers. Sets up the queue policies (`Active<family::Priority>`,
 /// `Active<family::Scheduling>`) and spawns the instances ([`spawn`]). Owns
 /// [`InstanceIndex`], [`spawn::Groups`] and the KV events' switch `kv::KvEvents`.
@@ -985,8 +859,6 @@ impl Plugin for InstancePlugin {
                     step::complete_steps.in_set(SimSystems::Complete),
                 ),
             );
-        // The instance pipeline again, as one system, for ticks that hold only step ends.
-        app.add_systems(SimStepFast, instance_pipeline.in_set(SimSystems::Advance));
     }
 }
 

@@ -702,7 +702,13 @@ pub struct Recorder<'w, 's> {
     workload: ResMut<'w, crate::engine::WorkloadDue>,
 }
 
-impl Recorder<'_, '_> {
+impl<'w, 's> Recorder<'w, 's> {
+    /// The commands that despawn recorded requests: commands given here apply before the
+    /// despawns of requests recorded later.
+    pub fn commands(&mut self) -> &mut Commands<'w, 's> {
+        &mut self.commands
+    }
+
     /// True when recording `finished` needs nothing but this (no session turn or held
     /// batch to tell the workload about): the instance pipeline's fast ticks may record them
     /// themselves.

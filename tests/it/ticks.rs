@@ -179,6 +179,27 @@ fn arrival_ticks_change_nothing() {
     }
 }
 
+/// Fast ticks are a plugin of their own: left out, every tick runs SimStep, with the same
+/// results.
+#[test]
+fn without_the_fast_tick_plugin_every_tick_runs_simstep_alike() {
+    use servesim::bevy_app::{App, PluginGroup};
+    let sc = parse(SCENARIO);
+    let mut app = App::empty();
+    app.add_plugins(
+        servesim::SimPlugins
+            .build()
+            .disable::<servesim::fast::FastTicksPlugin>(),
+    );
+    let without = Simulation::from_app(app, &sc, RunOptions::default()).unwrap();
+    assert!(!without.uses_fast_ticks());
+    let with = Simulation::from_app(servesim::default_app(), &sc, RunOptions::default()).unwrap();
+    assert!(with.uses_fast_ticks());
+    let (without, with) = (without.run().unwrap(), with.run().unwrap());
+    assert!(without.requests.completed > 500, "{:?}", without.requests);
+    assert_eq!(without, with);
+}
+
 /// An energy meter as a user would write it: busy steps counted in the Execute stage.
 #[derive(Resource, Clone, Default)]
 struct Meter(Arc<AtomicU64>);

@@ -1,0 +1,378 @@
+//! Fast ticks (issue 10): [`SimStepFast`]'s one system, [`fast_ticks`] — the instance
+//! pipeline and, on ticks of new arrivals, the control plane — which goes on through the
+//! following ticks by itself in one system run.
+//!
+//! It sits above the stages it runs (`instance`, `workload`, `cluster`, `metrics`): none of
+//! them imports it. The stages' systems in [`SimStep`](crate::engine::SimStep) call the same
+//! per-request and per-instance functions, so both schedules give the same results
+//! (`tests/it/ticks.rs` compares them byte for byte).
+
+use bevy_app::{App, Plugin};
+use bevy_ecs::prelude::*;
+use bevy_ecs::system::SystemParam;
+
+use crate::cluster::{Routed, Router};
+use crate::engine::{
+    ClusterDelays, ClusterView, Event, EventQueue, FastLoop, Injected, MAX_SIM_TIME, SimClock,
+    SimFault, SimStepFast, SimSystems, fast_events,
+};
+use crate::instance::{
+    InTransit, InstanceIndex, Instances, PipelineWork, QueuePolicies, enqueue, instance_tick,
+    retire_one, sort_fast_events,
+};
+use crate::policy::{Active, family};
+use crate::request::{AssignedTo, Lifecycle, RequestSpec};
+use crate::workload::Workload;
+
+/// Adds [`fast_ticks`] to [`SimStepFast`] (in [`SimSystems::Advance`]). Without it a run has
+/// no fast ticks: every tick runs [`SimStep`](crate::engine::SimStep).
+pub struct FastTicksPlugin;
+
+impl Plugin for FastTicksPlugin {
+    fn build(&self, app: &mut App) {
+        app.add_systems(SimStepFast, fast_ticks.in_set(SimSystems::Advance));
+    }
+}
+
+/// What the control plane's stages (Arrive, Admit, Route) need on a tick of arrivals.
+#[derive(SystemParam)]
+pub struct ControlPlane<'w, 's> {
+    workload: ResMut<'w, Workload>,
+    injected: ResMut<'w, Injected>,
+    delays: Res<'w, ClusterDelays>,
+    admission: ResMut<'w, Active<family::Admission>>,
+    router: Router<'w, 's>,
+    scale: ResMut<'w, crate::engine::ScaleDue>,
+}
+
+/// A request that arrived during this system run: its entity is reserved, its components
+/// are inserted when it is settled (it joins a queue or is turned away) or when the run ends,
+/// so that the Enqueue stage can still read and stamp it within the run.
+struct Pending {
+    entity: Entity,
+    spec: RequestSpec,
+    life: Lifecycle,
+    assigned: Option<u32>,
+}
+
+impl Pending {
+    /// Inserts its components into its (reserved) entity.
+    fn insert(self, commands: &mut Commands) {
+        let mut e = commands.entity(self.entity);
+        match self.assigned {
+            Some(i) => e.insert((self.spec, self.life, AssignedTo(i))),
+            None => e.insert((self.spec, self.life)),
+        };
+    }
+}
+
+/// Requests in transit: the world's, and those that arrived during this run.
+struct WithPending<'a, 'w, 's> {
+    requests: &'a mut Query<'w, 's, (&'static RequestSpec, &'static mut Lifecycle)>,
+    pending: &'a mut [Pending],
+}
+
+impl InTransit for WithPending<'_, '_, '_> {
+    fn request(&mut self, entity: Entity) -> Option<(&RequestSpec, &mut Lifecycle)> {
+        // A pending request is not in the world yet.
+        if let Some(p) = self.pending.iter_mut().find(|p| p.entity == entity) {
+            return Some((&p.spec, &mut p.life));
+        }
+        self.requests.request(entity)
+    }
+}
+
+/// Inserts the components of the pending requests among `entities` (in `pending`'s order).
+fn settle(pending: &mut Vec<Pending>, entities: &[(Entity, u32)], commands: &mut Commands) {
+    let mut k = 0;
+    while k < pending.len() {
+        if entities.iter().any(|&(e, _)| e == pending[k].entity) {
+            pending.remove(k).insert(commands);
+        } else {
+            k += 1;
+        }
+    }
+}
+
+/// Scratch lists kept across runs (no allocation per tick).
+#[derive(Default)]
+pub struct Scratch {
+    items: Vec<crate::latency::StepItem>,
+    enqueues: Vec<(Entity, u32)>,
+    finished: Vec<u32>,
+    sources: Vec<u32>,
+    admit: Vec<Entity>,
+    route: Vec<Entity>,
+    pending: Vec<Pending>,
+}
+
+/// The instance systems in one ([`retire_steps`](crate::instance::retire_steps),
+/// [`enqueue_requests`](crate::instance::enqueue_requests),
+/// [`form_batches`](crate::instance::batch::form_batches),
+/// [`execute_steps`](crate::instance::step::execute_steps),
+/// [`complete_steps`](crate::instance::step::complete_steps), in that order): one system
+/// run and one fetch of each resource instead of five, and one lookup of an instance's
+/// components per tick.
+///
+/// A fast tick holds step ends and enqueues only, or new arrivals only (see
+/// [`crate::engine::fast_tick`]; the Arrive, Admit and Route systems of [`SimStepFast`] have
+/// run on the latter). With [`FastLoop`] on, this system then runs the following ticks
+/// itself, as the driver would, while each holds such events only and nothing else has to
+/// see it: no fault, no time-series sample due, within the horizon, not a 1,024th tick (the
+/// driver's housekeeping) and not past [`FastLoop::check_at`]. On a tick of arrivals it
+/// admits and routes them as the control plane's systems would ([`Workload::emit`],
+/// [`crate::cluster::admit_one`], [`Router::route`]); their entities are reserved and get
+/// their components when they are settled (see [`Pending`]). Requests that finish are
+/// recorded as the Record stage would (rows, aggregates, despawn), unless the workload must
+/// hear of them (sessions, held batches). The first tick that does not qualify has its
+/// events put back, in order, for the driver.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "a system's parameters are its signature"
+)]
+pub fn fast_ticks(
+    mut due: PipelineWork,
+    mut clock: ResMut<SimClock>,
+    index: Res<InstanceIndex>,
+    policies: QueuePolicies,
+    mut queue: ResMut<EventQueue>,
+    mut fault: ResMut<SimFault>,
+    mut view: ResMut<ClusterView>,
+    mut agg: ResMut<crate::metrics::Aggregates>,
+    fast: Res<FastLoop>,
+    mut recorder: crate::metrics::Recorder,
+    mut instances: Instances,
+    mut control: ControlPlane,
+    mut scratch: Local<Scratch>,
+) {
+    let PipelineWork {
+        instances: ref mut listed,
+        ref mut record,
+        ref mut popped,
+        ref mut routed,
+        ref mut requests,
+        ref mut rejections,
+    } = due;
+    let (listed, record, popped) = (&mut **listed, &mut **record, &mut **popped);
+    let Scratch {
+        items,
+        enqueues,
+        finished,
+        sources,
+        admit,
+        route,
+        pending,
+    } = &mut *scratch;
+    // A tick of step ends and enqueues is not dispatched (one of arrivals was: the requests
+    // routed with no delay join their queues here).
+    sort_fast_events(&mut popped.0, listed, enqueues);
+    enqueues.append(&mut routed.requests);
+    let ordering = policies.ordering();
+    loop {
+        let now = clock.now;
+        if !sources.is_empty() {
+            // Arrive, Admit, Route (as `spawn_arrivals`, `admit_requests`, `route_requests`).
+            let c = &mut control;
+            for &source in sources.iter() {
+                let Some((spec, timeout)) = c.workload.emit(source, &mut c.injected) else {
+                    continue;
+                };
+                let entity = recorder.commands().spawn_empty().id();
+                crate::workload::send_on(entity, now, timeout, now, admit, &mut queue, &c.delays);
+                pending.push(Pending {
+                    entity,
+                    spec,
+                    life: Lifecycle {
+                        arrival: now,
+                        ..Default::default()
+                    },
+                    assigned: None,
+                });
+                c.workload
+                    .schedule_next(source, &c.injected, &mut queue, &mut fault);
+            }
+            sources.clear();
+            for entity in admit.drain(..) {
+                let k = position(pending, entity);
+                let p = &mut pending[k];
+                match crate::cluster::admit_one(&mut c.admission, &p.spec, &mut p.life, now, &view)
+                {
+                    Ok(()) => route.push(entity),
+                    Err(reason) => {
+                        crate::cluster::reject(
+                            entity, &p.spec, &p.life, reason, rejections, record,
+                        );
+                        pending.remove(k).insert(recorder.commands());
+                    }
+                }
+            }
+            for entity in route.drain(..) {
+                let k = position(pending, entity);
+                let p = &mut pending[k];
+                match c
+                    .router
+                    .route(entity, &p.spec, &mut p.life, now, &mut view, &mut c.scale)
+                {
+                    Routed::To(i) => {
+                        p.assigned = Some(i);
+                        let latency = instances
+                            .get(index.0[i as usize])
+                            .expect("instance entity exists for the whole run")
+                            .2;
+                        let delay = c.router.delay(&p.spec, latency);
+                        crate::cluster::send_to(entity, i, delay, now, enqueues, &mut queue);
+                    }
+                    Routed::Parked => {
+                        unreachable!("ticks of arrivals take SimStep when requests may park")
+                    }
+                    Routed::Unroutable => {
+                        crate::cluster::reject(
+                            entity,
+                            &p.spec,
+                            &p.life,
+                            "no_routable_instance",
+                            rejections,
+                            record,
+                        );
+                        pending.remove(k).insert(recorder.commands());
+                    }
+                }
+            }
+            c.router.check_log(now, &mut fault);
+        }
+        std::mem::swap(finished, &mut listed.step_ends);
+        finished.sort_unstable();
+        finished.dedup();
+        let mut step = |i: u32,
+                        retire: Option<(
+            &mut crate::engine::InstanceDue,
+            &mut crate::engine::RecordDue,
+        )>,
+                        instances: &mut Instances,
+                        view: &mut ClusterView| {
+            instance_tick(
+                i,
+                retire,
+                now,
+                &index,
+                &ordering,
+                fast.on,
+                instances,
+                &mut queue,
+                &mut *items,
+                view,
+                &mut agg,
+                &mut fault,
+            )
+        };
+        if enqueues.is_empty() {
+            // Step ends only: each instance also retires its step first, with the same lookup.
+            for &i in finished.iter() {
+                step(
+                    i,
+                    Some((&mut *listed, &mut *record)),
+                    &mut instances,
+                    &mut view,
+                );
+            }
+        } else {
+            // Stage by stage: every step end retires, then the requests join their queues,
+            // then each listed instance forms its batch.
+            for &i in finished.iter() {
+                let mut sched = instances
+                    .get_mut(index.0[i as usize])
+                    .expect("instance entity exists for the whole run")
+                    .0;
+                retire_one(listed, record, i, now, &mut sched);
+            }
+            enqueue(
+                enqueues,
+                now,
+                record,
+                listed,
+                &index,
+                &mut view,
+                &mut WithPending { requests, pending },
+                &mut instances,
+                rejections,
+            );
+            // Stamped enqueued (or turned away): their components are final.
+            settle(pending, enqueues, recorder.commands());
+            enqueues.clear();
+            let mut batch = std::mem::take(&mut listed.batch);
+            batch.sort_unstable();
+            for &i in &batch {
+                step(i, None, &mut instances, &mut view);
+            }
+            batch.clear();
+            listed.batch = batch;
+        }
+        finished.clear();
+        if !fast.on || fault.0.is_some() {
+            break;
+        }
+        if !record.0.is_empty() {
+            // Record them here, as the Record stage would right after this tick; requests
+            // whose end the workload must hear about (sessions, held batches) are left to it.
+            if !recorder.records_alone(&record.0) {
+                break;
+            }
+            recorder.record(
+                record,
+                clock.now,
+                false,
+                policies.slo(),
+                &mut agg,
+                &mut fault,
+            );
+            if fault.0.is_some() {
+                break;
+            }
+        }
+        // The next tick, if it holds step ends and enqueues only, or arrivals only.
+        let Some(t) = queue.peek_time() else { break };
+        if t > fast.until
+            || t > clock.horizon
+            || t > MAX_SIM_TIME
+            || (clock.ticks + 1).is_multiple_of(1024)
+            || clock.ticks >= fast.check_at
+        {
+            break;
+        }
+        let mut buffer = std::mem::take(&mut popped.0);
+        while let Some(event) = queue.pop_at(t) {
+            buffer.push(event);
+        }
+        if fast_events(&buffer) {
+            sort_fast_events(&mut buffer, listed, enqueues);
+        } else if fast.arrivals && buffer.iter().all(|e| matches!(e, Event::Arrival { .. })) {
+            sources.extend(buffer.drain(..).map(|e| match e {
+                Event::Arrival { source } => source,
+                _ => unreachable!(),
+            }));
+        } else {
+            // Back for the driver, in the order they came out (same-time events keep their
+            // relative order; nothing else is at this time).
+            for e in buffer.drain(..) {
+                queue.push(t, e);
+            }
+            popped.0 = buffer;
+            break;
+        }
+        popped.0 = buffer;
+        clock.now = t;
+        clock.ticks += 1;
+    }
+    // Requests still on their way get their components now (the run ends: others may look).
+    for p in pending.drain(..) {
+        p.insert(recorder.commands());
+    }
+}
+
+/// Index of `entity` among the pending requests (it arrived in this run).
+fn position(pending: &[Pending], entity: Entity) -> usize {
+    pending
+        .iter()
+        .position(|p| p.entity == entity)
+        .expect("a request admitted or routed in a fast run arrived in it")
+}
