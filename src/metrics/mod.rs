@@ -496,25 +496,32 @@ fn csv_field(row: &mut Vec<u8>, field: &[u8]) {
     }
 }
 
-/// Appends `x` (finite, ≥ 0) with three decimals exactly as `format!("{x:.3}")` does: the
-/// exact binary value rounded to a multiple of 0.001, ties to even (`core::fmt` costs ~1,800
-/// instructions for it).
-fn fixed3(row: &mut Vec<u8>, x: f64, digits: &mut itoa::Buffer) {
-    debug_assert!(x.is_finite() && x >= 0.0);
-    // x = m · 2^e exactly; thousandths = round(m · 1000 · 2^e).
+/// Appends `x` with `decimals` (at most 9) decimals exactly as `format!("{x:.decimals$}")`
+/// does: the exact binary value rounded to a multiple of 10^-decimals, ties to even
+/// (`core::fmt` costs ~1,800 instructions for it). Negative, non-finite or huge values
+/// (≥ 2^40) go through `core::fmt`.
+pub fn fixed(row: &mut Vec<u8>, x: f64, decimals: u32, digits: &mut itoa::Buffer) {
+    debug_assert!(decimals <= 9);
     let bits = x.to_bits();
     let exp = ((bits >> 52) & 0x7ff) as i32;
+    if !(0.0..1_099_511_627_776.0).contains(&x) || bits >> 63 == 1 {
+        use std::io::Write as _;
+        let _ = write!(row, "{x:.*}", decimals as usize);
+        return;
+    }
+    // x = m · 2^e exactly; units of 10^-decimals = round(m · 10^decimals · 2^e).
     let frac = bits & ((1 << 52) - 1);
     let (m, e) = if exp == 0 {
         (frac, -1074)
     } else {
         (frac | (1 << 52), exp - 1075)
     };
-    let scaled = u128::from(m) * 1000;
-    let thousandths = if e >= 0 {
-        scaled << e
+    let scale = 10u64.pow(decimals);
+    let scaled = u128::from(m) * u128::from(scale);
+    let units = if e >= 0 {
+        scaled << e // x < 2^40: e ≤ -13 in fact
     } else if e <= -120 {
-        0 // below 2^-67: rounds to 0.000
+        0 // below 2^-67: rounds to zero at 9 decimals
     } else {
         let k = (-e) as u32;
         let q = scaled >> k;
@@ -526,14 +533,13 @@ fn fixed3(row: &mut Vec<u8>, x: f64, digits: &mut itoa::Buffer) {
             q
         }
     };
-    row.extend_from_slice(digits.format(thousandths / 1000).as_bytes());
-    let f = (thousandths % 1000) as u32;
-    row.extend_from_slice(&[
-        b'.',
-        b'0' + (f / 100) as u8,
-        b'0' + (f / 10 % 10) as u8,
-        b'0' + (f % 10) as u8,
-    ]);
+    let scale = u128::from(scale);
+    row.extend_from_slice(digits.format(units / scale).as_bytes());
+    if decimals > 0 {
+        row.push(b'.');
+        let f = digits.format(scale + units % scale); // a leading 1, then the zero-padded decimals
+        row.extend_from_slice(&f.as_bytes()[1..]);
+    }
 }
 
 /// The header line of `requests.csv`.
@@ -602,7 +608,7 @@ pub fn format_row(row: &mut Vec<u8>, f: &FinishedRequest, labels: &Labels) {
     ms(row, f.ttft);
     ms(row, f.e2e);
     if let Some(us) = f.mean_itl() {
-        fixed3(row, us / 1000.0, &mut itoa::Buffer::new());
+        fixed(row, us / 1000.0, 3, &mut itoa::Buffer::new());
     }
     row.push(b',');
     int(row, Some(u64::from(f.preemptions)));
@@ -859,18 +865,42 @@ mod tests {
         assert_eq!(text.lines().count(), 3, "a header and two rows:\n{text}");
     }
 
-    /// `fixed3` against `core::fmt` on values built like mean ITLs (whole µs over a count, in
+    /// `fixed` against `core::fmt` on values built like mean ITLs (whole µs over a count, in
     /// ms), on ties (x.xxx5 exactly representable) and on edges.
     #[test]
     fn three_decimals_are_what_core_fmt_prints() {
         let mut digits = itoa::Buffer::new();
         let mut check = |x: f64| {
-            let mut row = Vec::new();
-            fixed3(&mut row, x, &mut digits);
-            assert_eq!(String::from_utf8(row).unwrap(), format!("{x:.3}"), "{x:e}");
+            for d in [0, 1, 3, 6, 9] {
+                let mut row = Vec::new();
+                fixed(&mut row, x, d, &mut digits);
+                let want = format!("{x:.*}", d as usize);
+                assert_eq!(String::from_utf8(row).unwrap(), want, "{x:e} to {d}");
+            }
         };
         for x in [
-            0.0, 0.0005, 0.0015, 0.0025, 1.0625, 2.5e-324, 0.4995, 0.9995, 9.9995, 1e15,
+            0.0,
+            0.0005,
+            0.0015,
+            0.0025,
+            1.0625,
+            2.5e-324,
+            0.4995,
+            0.9995,
+            9.9995,
+            1e15,
+            -0.0,
+            -1.25,
+            0.05,
+            0.25,
+            0.35,
+            2.5,
+            1_099_511_627_775.5,
+            1e300,
+            f64::NAN,
+            f64::INFINITY,
+            123_456.000_000_5,
+            0.000_000_000_5,
         ] {
             check(x);
         }

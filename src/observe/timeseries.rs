@@ -92,6 +92,7 @@ pub struct TimeSeries {
     /// The previous sample time (rates are per second since then).
     last: SimTime,
     writer: csv::Writer<BufWriter<File>>,
+    scratch: Scratch,
     groups: Vec<String>,
     seen: Vec<Seen>,
     cluster: (u64, u64),
@@ -109,6 +110,7 @@ impl TimeSeries {
             next: SimTime::ZERO + interval,
             last: SimTime::ZERO,
             writer,
+            scratch: Scratch::default(),
             seen: vec![Seen::default(); groups.len()],
             groups,
             cluster: (0, 0),
@@ -161,7 +163,7 @@ impl TimeSeries {
     fn write_rows(&mut self, world: &World, at: SimTime) -> csv::Result<()> {
         let span = (at.as_us().saturating_sub(self.last.as_us())) as f64 / 1e6;
         let rate = |n: u64| if span > 0.0 { n as f64 / span } else { 0.0 };
-        let time = format!("{:.6}", at.as_us() as f64 / 1e6);
+        let time = at.as_us() as f64 / 1e6;
         let index = &world.resource::<InstanceIndex>().0;
         let mut total = Row::default();
         for (i, &e) in index.iter().enumerate() {
@@ -193,45 +195,98 @@ impl TimeSeries {
                 up: u64::from(up),
             };
             total.add(&row);
-            self.writer.write_record([
-                time.as_str(),
-                &i.to_string(),
-                &self.groups[i],
-                phase.name(),
-                &row.waiting.to_string(),
-                &row.running.to_string(),
-                &row.in_flight.to_string(),
-                &row.kv_used.to_string(),
-                &row.kv_total.to_string(),
-                &row.cpu_used.to_string(),
-                &format!("{:.1}", rate(row.prefill)),
-                &format!("{:.1}", rate(row.decode)),
-                &row.completed.to_string(),
-                "",
-                &row.up.to_string(),
-            ])?;
+            let mut f = Fields::new(&mut self.scratch);
+            f.fixed(time, 6);
+            f.int(i as u64);
+            f.text(&self.groups[i]);
+            f.text(phase.name());
+            for n in [row.waiting, row.running, row.in_flight, row.kv_used] {
+                f.int(n);
+            }
+            f.int(row.kv_total);
+            f.int(row.cpu_used);
+            f.fixed(rate(row.prefill), 1);
+            f.fixed(rate(row.decode), 1);
+            f.int(row.completed);
+            f.text("");
+            f.int(row.up);
+            f.write(&mut self.writer)?;
         }
         let injected = world.resource::<Injected>().0;
         let agg = world.resource::<Aggregates>();
         let (seen_injected, seen_completed) =
             std::mem::replace(&mut self.cluster, (injected, agg.completed));
-        self.writer.write_record([
-            time.as_str(),
-            "all",
-            "",
-            "",
-            &total.waiting.to_string(),
-            &total.running.to_string(),
-            &injected.saturating_sub(agg.ended()).to_string(),
-            &total.kv_used.to_string(),
-            &total.kv_total.to_string(),
-            &total.cpu_used.to_string(),
-            &format!("{:.1}", rate(total.prefill)),
-            &format!("{:.1}", rate(total.decode)),
-            &(agg.completed - seen_completed).to_string(),
-            &(injected - seen_injected).to_string(),
-            &total.up.to_string(),
-        ])
+        let mut f = Fields::new(&mut self.scratch);
+        f.fixed(time, 6);
+        f.text("all");
+        f.text("");
+        f.text("");
+        f.int(total.waiting);
+        f.int(total.running);
+        f.int(injected.saturating_sub(agg.ended()));
+        f.int(total.kv_used);
+        f.int(total.kv_total);
+        f.int(total.cpu_used);
+        f.fixed(rate(total.prefill), 1);
+        f.fixed(rate(total.decode), 1);
+        f.int(agg.completed - seen_completed);
+        f.int(injected - seen_injected);
+        f.int(total.up);
+        f.write(&mut self.writer)
+    }
+}
+
+/// One row's fields, formatted into a reused buffer (no allocation, no `core::fmt`) and
+/// handed to the csv writer, which quotes them as it would any strings.
+struct Fields<'a> {
+    scratch: &'a mut Scratch,
+}
+
+/// Reused by every row: the field bytes, where each field ends, and itoa's buffer.
+#[derive(Default)]
+struct Scratch {
+    bytes: Vec<u8>,
+    ends: Vec<usize>,
+    digits: itoa::Buffer,
+}
+
+impl<'a> Fields<'a> {
+    fn new(scratch: &'a mut Scratch) -> Self {
+        scratch.bytes.clear();
+        scratch.ends.clear();
+        Fields { scratch }
+    }
+
+    fn end(&mut self) {
+        self.scratch.ends.push(self.scratch.bytes.len());
+    }
+
+    fn int(&mut self, n: u64) {
+        let s = &mut *self.scratch;
+        s.bytes.extend_from_slice(s.digits.format(n).as_bytes());
+        self.end();
+    }
+
+    /// `x` with `decimals` decimals, as `format!("{x:.decimals$}")` prints it.
+    fn fixed(&mut self, x: f64, decimals: u32) {
+        let s = &mut *self.scratch;
+        crate::metrics::fixed(&mut s.bytes, x, decimals, &mut s.digits);
+        self.end();
+    }
+
+    fn text(&mut self, t: &str) {
+        self.scratch.bytes.extend_from_slice(t.as_bytes());
+        self.end();
+    }
+
+    fn write(self, writer: &mut csv::Writer<BufWriter<File>>) -> csv::Result<()> {
+        let s = &*self.scratch;
+        let mut start = 0;
+        writer.write_record(s.ends.iter().map(|&end| {
+            let field = &s.bytes[start..end];
+            start = end;
+            field
+        }))
     }
 }
 
