@@ -358,11 +358,6 @@ impl Router<'_, '_> {
         self.delays.routing + latency.0.queueing_delay(spec.input_tokens)
     }
 
-    /// Whether a routed request may have to wait for a cold start.
-    pub fn parks(&self) -> bool {
-        self.parked.enabled
-    }
-
     /// The first failed write of `decisions.csv` stops the run.
     pub fn check_log(&self, now: SimTime, fault: &mut crate::engine::SimFault) {
         if let Some(e) = &self.log.error {
