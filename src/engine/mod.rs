@@ -226,8 +226,8 @@ pub fn dispatch_events(world: &mut World, events: &mut Vec<Event>) {
 }
 
 /// Lets the instance pipeline of a fast tick go on to the following ticks itself while they
-/// hold step ends only (see `fast::fast_ticks`): one system run instead of a
-/// schedule run per tick. Set by the driver.
+/// hold step ends and enqueues only, or new arrivals only (see `fast::fast_ticks`): one
+/// system run instead of a schedule run per tick. Set by the driver.
 #[derive(Resource, Debug, Clone, Copy)]
 pub struct FastLoop {
     /// Off when something must see every tick (invariant checks, KV events, P/D hand-offs).

@@ -20,7 +20,7 @@ use bevy_ecs::prelude::*;
 use super::{InstanceIndex, Limits, Planned, Scheduler, Seq};
 use crate::engine::{FastLoop, InstanceDue, SimClock};
 use crate::kv::KvCache;
-use crate::policy::{Active, PriorityPolicy, QueueOrder, family};
+use crate::policy::{PriorityPolicy, QueueOrder};
 use crate::scenario::PreemptionOrder;
 use crate::time::SimTime;
 
@@ -57,27 +57,15 @@ fn ordered(x: f64) -> i64 {
 }
 
 /// Forms the next batch of every instance listed for it this tick.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "a system's parameters are its signature"
-)]
 pub fn form_batches(
     mut due: ResMut<InstanceDue>,
     clock: Res<SimClock>,
     index: Res<InstanceIndex>,
-    order: Res<Active<family::Scheduling>>,
-    priority: Res<Active<family::Priority>>,
-    table: Res<SloTable>,
-    config: Res<SchedulingConfig>,
+    policies: super::QueuePolicies,
     fast: Res<FastLoop>,
     mut instances: super::Instances,
 ) {
-    let ordering = Ordering {
-        order: &*order.0,
-        priority: &*priority.0,
-        table: &table,
-        preemption: config.preemption,
-    };
+    let ordering = policies.ordering();
     form(
         &mut due,
         clock.now,
