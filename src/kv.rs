@@ -14,13 +14,22 @@
 //! random `Query::get_mut` (20–100 ns), and no system ever iterates blocks on their own.
 //! Every operation is O(1) per block touched. Invariant INV-4: `allocated + free = total`.
 //!
-//! The prefix index (`BlockIndex`) is an open-addressing table of block numbers, 4 bytes a
-//! slot at a load of at most 3/4, looked up by the hash the block itself carries; with the
-//! 24-byte block record a cache costs about 34 bytes per block (issue 10's budget is 40). It
-//! is cleaned lazily: a slot is live only while its block still carries a hash and records
-//! that slot as its own. Reusing a block just clears its hash (no index probe, which was a
-//! cache miss per fresh block); stale slots are reused on registration, and the table is
-//! rebuilt from the blocks when live and stale slots fill 3/4 of it (amortised O(1)).
+//! The free list is a ring of block numbers in LRU order (`FreeQueue`); a prefix hit on a
+//! free block leaves a hole where the block was (each free block records its position),
+//! holes are skipped at the head and squeezed out when the ring fills its room (a quarter
+//! more entries than blocks). Taking a fresh block reads only the ring: the block record is
+//! written, not read, unless the event log or a CPU tier needs the hash it loses.
+//!
+//! The prefix index (`BlockIndex`) is an open-addressing table of (block number, low 32 bits
+//! of its hash), twice as many 8-byte slots as blocks, so a probe compares hashes without
+//! touching the block table (a 16-byte record); a cache costs about 37 bytes per block
+//! (issue 10's budget is 40). It is cleaned lazily: a slot is live only while its block
+//! still carries the hash. Reusing a block just clears its hash (no index probe); the table
+//! is rebuilt from the blocks when live and stale slots fill 3/4 of it (amortised O(1)).
+//!
+//! A simulation of many instances touches a few blocks of each at random, so nearly every
+//! block access is a cache miss; registration and release read the slots and records they
+//! will need first, with no branch on what they hold, so the misses overlap.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -106,94 +115,215 @@ struct Block {
     /// Content hash of the block if registered in the index, else 0.
     hash: u64,
     ref_count: u32,
-    prev: u32,
-    next: u32,
-    /// The index slot that holds this block while it carries a hash.
-    slot: u32,
+    /// While free: the free queue position this block was pushed at (a queue entry naming
+    /// this block is live only if it sits at that position).
+    free_seq: u32,
 }
 
+/// One slot of the prefix index: a block number and the low 32 bits of the hash it was
+/// indexed under, so a probe compares hashes without touching the block table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Slot {
+    fingerprint: u32,
+    block: u32,
+}
+
+const EMPTY: Slot = Slot {
+    fingerprint: 0,
+    block: NONE,
+};
+
 /// Prefix index of a [`KvCache`]: hash -> block, open addressing with linear probing over
-/// block numbers (the hash is read from the block). See the module docs.
+/// `Slot`s. See the module docs.
 #[derive(Debug, Clone)]
 struct BlockIndex {
-    slots: Vec<u32>,
-    /// Slots not `NONE` (live or stale).
+    slots: Vec<Slot>,
+    /// Slots not `EMPTY` (live or stale).
     occupied: usize,
 }
 
 impl BlockIndex {
-    /// A table for `blocks` blocks: at least twice as many slots, a power of two.
+    /// A table for `blocks` blocks: twice as many slots (at least 16).
     fn new(blocks: usize) -> Self {
-        let n = (2 * blocks).max(16).next_power_of_two();
         BlockIndex {
-            slots: vec![NONE; n],
+            slots: vec![EMPTY; (2 * blocks).max(16)],
             occupied: 0,
         }
     }
 
-    fn mask(&self) -> usize {
-        self.slots.len() - 1
+    /// The slot a probe for `hash` starts at (the high bits of `hash` scaled to the table).
+    #[inline]
+    fn home(&self, hash: u64) -> usize {
+        ((u128::from(hash) * self.slots.len() as u128) >> 64) as usize
     }
 
     /// The block carrying `hash`, if it is indexed.
     #[inline]
     fn get(&self, hash: u64, blocks: &[Block]) -> Option<u32> {
-        let mask = self.mask();
-        let mut i = hash as usize & mask;
+        let fingerprint = hash as u32;
+        let mut i = self.home(hash);
         loop {
-            let b = self.slots[i];
-            if b == NONE {
+            let s = self.slots[i];
+            if s.block == NONE {
                 return None;
             }
-            if blocks[b as usize].hash == hash {
-                return Some(b);
+            if s.fingerprint == fingerprint && blocks[s.block as usize].hash == hash {
+                return Some(s.block);
             }
-            i = (i + 1) & mask;
+            i += 1;
+            if i == self.slots.len() {
+                i = 0;
+            }
         }
     }
 
-    /// Whether slot `i` holds a live entry.
-    fn live(&self, i: usize, blocks: &[Block]) -> bool {
-        let b = self.slots[i];
-        b != NONE && blocks[b as usize].hash != 0 && blocks[b as usize].slot == i as u32
-    }
-
-    /// Indexes block `b` under `hash` (no live entry for `hash` may exist) and gives the
-    /// block that hash.
-    fn insert(&mut self, hash: u64, b: u32, blocks: &mut [Block]) {
+    /// Indexes block `b` under `hash` and gives the block that hash, unless a block already
+    /// carries it; true if it did.
+    fn insert(&mut self, hash: u64, b: u32, blocks: &mut [Block]) -> bool {
         if 4 * (self.occupied + 1) > 3 * self.slots.len() {
             self.rebuild(blocks);
         }
-        let mask = self.mask();
-        let mut i = hash as usize & mask;
-        while self.live(i, blocks) {
-            i = (i + 1) & mask;
+        let fingerprint = hash as u32;
+        let mut i = self.home(hash);
+        loop {
+            let s = self.slots[i];
+            if s.block == NONE {
+                break;
+            }
+            if s.fingerprint == fingerprint && blocks[s.block as usize].hash == hash {
+                return false;
+            }
+            i += 1;
+            if i == self.slots.len() {
+                i = 0;
+            }
         }
-        if self.slots[i] == NONE {
-            self.occupied += 1;
-        }
-        self.slots[i] = b;
+        self.slots[i] = Slot {
+            fingerprint,
+            block: b,
+        };
+        self.occupied += 1;
         blocks[b as usize].hash = hash;
-        blocks[b as usize].slot = i as u32;
+        true
     }
 
-    /// Drops every stale slot: re-inserts the blocks that carry a hash.
-    fn rebuild(&mut self, blocks: &mut [Block]) {
-        self.slots.fill(NONE);
+    /// Reads the first slot each of `hashes` probes from, with no branch on what it finds:
+    /// the loads go out together and the probes that follow find their slots cached.
+    #[inline]
+    fn touch(&self, hashes: &[u64]) {
+        let mut any = 0;
+        for &h in hashes {
+            any |= self.slots[self.home(h)].block;
+        }
+        std::hint::black_box(any);
+    }
+
+    /// Drops every stale slot: re-indexes the blocks that carry a hash.
+    fn rebuild(&mut self, blocks: &[Block]) {
+        self.slots.fill(EMPTY);
         self.occupied = 0;
-        let mask = self.mask();
-        for (b, block) in blocks.iter_mut().enumerate() {
+        for (b, block) in blocks.iter().enumerate() {
             if block.hash == 0 {
                 continue;
             }
-            let mut i = block.hash as usize & mask;
-            while self.slots[i] != NONE {
-                i = (i + 1) & mask;
+            let mut i = self.home(block.hash);
+            while self.slots[i].block != NONE {
+                i += 1;
+                if i == self.slots.len() {
+                    i = 0;
+                }
             }
-            self.slots[i] = b as u32;
-            block.slot = i as u32;
+            self.slots[i] = Slot {
+                fingerprint: block.hash as u32,
+                block: b as u32,
+            };
             self.occupied += 1;
         }
+    }
+}
+
+/// The free blocks in LRU order (head = least recently freed): a ring of block numbers.
+/// A free block taken out of the middle (a prefix hit on it) leaves a hole (`NONE`) at the
+/// position it was pushed at (`Block::free_seq`); holes are skipped at the head and squeezed
+/// out when the ring is full (it has room for a quarter more entries than there are
+/// blocks). Every other entry is a free block, so taking one reads nothing but the ring.
+#[derive(Debug)]
+struct FreeQueue {
+    ring: std::collections::VecDeque<u32>,
+    /// The position of `ring[0]` (positions count pushes, wrapping).
+    head: u32,
+}
+
+impl FreeQueue {
+    /// Every block free, in block order.
+    fn new(blocks: &mut [Block]) -> Self {
+        let n = blocks.len();
+        let mut ring = std::collections::VecDeque::with_capacity(n + (n / 4).max(4));
+        for (i, block) in blocks.iter_mut().enumerate() {
+            block.free_seq = i as u32;
+            ring.push_back(i as u32);
+        }
+        FreeQueue { ring, head: 0 }
+    }
+
+    /// Takes the least recently freed block off the head.
+    #[inline]
+    fn pop(&mut self) -> u32 {
+        loop {
+            let b = self
+                .ring
+                .pop_front()
+                .expect("take_fresh on an empty free list");
+            self.head = self.head.wrapping_add(1);
+            if b != NONE {
+                return b;
+            }
+        }
+    }
+
+    /// Appends free block `b` at the tail.
+    #[inline]
+    fn push(&mut self, b: u32, blocks: &mut [Block]) {
+        if self.ring.len() == self.ring.capacity() {
+            self.compact(blocks);
+        }
+        blocks[b as usize].free_seq = self.head.wrapping_add(self.ring.len() as u32);
+        self.ring.push_back(b);
+    }
+
+    /// Takes free block `b` out of the middle: leaves a hole where it was.
+    fn remove(&mut self, b: u32, blocks: &[Block]) {
+        let k = blocks[b as usize].free_seq.wrapping_sub(self.head) as usize;
+        debug_assert_eq!(
+            self.ring.get(k),
+            Some(&b),
+            "a free block is where it was pushed"
+        );
+        self.ring[k] = NONE;
+    }
+
+    /// Squeezes the holes out, keeping the order (amortised O(1) a hole: the ring has room
+    /// for a quarter more entries than blocks, and only holes fill that room).
+    fn compact(&mut self, blocks: &mut [Block]) {
+        let mut kept = 0;
+        for k in 0..self.ring.len() {
+            let b = self.ring[k];
+            if b != NONE {
+                blocks[b as usize].free_seq = self.head.wrapping_add(kept as u32);
+                self.ring[kept] = b;
+                kept += 1;
+            }
+        }
+        self.ring.truncate(kept);
+    }
+
+    /// The free blocks with the position each sits at, head first.
+    fn iter(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        self.ring
+            .iter()
+            .enumerate()
+            .filter(|&(_, &b)| b != NONE)
+            .map(|(k, &b)| (b, self.head.wrapping_add(k as u32)))
     }
 }
 
@@ -251,8 +381,7 @@ fn block_content(content: &PromptContent, k: u32, block_size: u32) -> u64 {
 pub struct KvCache {
     block_size: u32,
     blocks: Vec<Block>,
-    free_head: u32,
-    free_tail: u32,
+    free_queue: FreeQueue,
     free: u32,
     allocated: u32,
     index: BlockIndex,
@@ -460,20 +589,19 @@ impl KvCache {
             "block size must be positive (validated upstream)"
         );
         let n = total_blocks as usize;
-        let blocks = (0..total_blocks)
-            .map(|i| Block {
+        let mut blocks = vec![
+            Block {
                 hash: 0,
                 ref_count: 0,
-                prev: if i == 0 { NONE } else { i - 1 },
-                next: if i + 1 == total_blocks { NONE } else { i + 1 },
-                slot: NONE,
-            })
-            .collect::<Vec<_>>();
+                free_seq: 0,
+            };
+            n
+        ];
+        let free_queue = FreeQueue::new(&mut blocks);
         KvCache {
             block_size,
             blocks,
-            free_head: if n == 0 { NONE } else { 0 },
-            free_tail: if n == 0 { NONE } else { total_blocks - 1 },
+            free_queue,
             free: total_blocks,
             allocated: 0,
             index: BlockIndex::new(n),
@@ -671,7 +799,8 @@ impl KvCache {
                 Some(b) => b,
                 None => {
                     let b = self.take_fresh();
-                    self.index.insert(h, b, &mut self.blocks);
+                    let indexed = self.index.insert(h, b, &mut self.blocks);
+                    debug_assert!(indexed, "a CPU-tier hit is not on the GPU");
                     // (Its CPU copy may have just made room for an earlier block of this
                     // very admission: then nothing is reloaded, and the block counts as
                     // stored.)
@@ -724,27 +853,43 @@ impl KvCache {
         input_tokens: u32,
         computed_tokens: u32,
     ) {
-        let full = computed_tokens.min(input_tokens) / self.block_size;
-        while seq.hashed < full && (seq.hashed as usize) < seq.blocks.len() {
-            let k = seq.hashed;
-            let h = chain_hash(
-                seq.last_hash,
-                block_content(content, k, self.block_size),
-                u64::from(k),
-            );
-            let b = seq.blocks[k as usize];
-            if self.index.get(h, &self.blocks).is_none() {
-                self.index.insert(h, b, &mut self.blocks);
-                self.note(KvEventKind::Stored, h);
+        let full =
+            (computed_tokens.min(input_tokens) / self.block_size).min(seq.blocks.len() as u32);
+        // In chunks: the chunk's hashes first and their index slots touched together, so
+        // the cache misses overlap instead of waiting on each probe (whose first branch goes
+        // either way).
+        let mut hashes = [0u64; 16];
+        while seq.hashed < full {
+            let first = seq.hashed;
+            let n = (full - first).min(hashes.len() as u32) as usize;
+            let mut h = seq.last_hash;
+            for (i, slot) in hashes[..n].iter_mut().enumerate() {
+                let k = first + i as u32;
+                h = chain_hash(h, block_content(content, k, self.block_size), u64::from(k));
+                *slot = h;
+            }
+            self.index.touch(&hashes[..n]);
+            for (i, &h) in hashes[..n].iter().enumerate() {
+                let b = seq.blocks[first as usize + i];
+                if self.index.insert(h, b, &mut self.blocks) {
+                    self.note(KvEventKind::Stored, h);
+                }
             }
             seq.last_hash = h;
-            seq.hashed += 1;
+            seq.hashed += n as u32;
         }
     }
 
     /// Releases every block the request holds, last block first. Blocks whose reference
     /// count drops to zero join the tail of the free list with their hash kept.
     pub fn release(&mut self, seq: &mut SeqBlocks) {
+        // Every block record read first, with no branch on what it holds: the cache misses
+        // overlap instead of queueing behind the stores of the loop below.
+        let mut any = 0;
+        for &b in &seq.blocks {
+            any |= self.blocks[b as usize].ref_count;
+        }
+        std::hint::black_box(any);
         while let Some(b) = seq.blocks.pop() {
             let block = &mut self.blocks[b as usize];
             debug_assert!(block.ref_count > 0, "release of a free block {b}");
@@ -802,29 +947,21 @@ impl KvCache {
     pub fn audit(&self) -> Result<(), String> {
         let mut on_list = vec![false; self.blocks.len()];
         let mut count = 0u32;
-        let mut prev = NONE;
-        let mut cur = self.free_head;
-        while cur != NONE {
-            let b = &self.blocks[cur as usize];
-            if b.prev != prev {
-                return Err(format!("free list broken at block {cur}"));
-            }
-            if b.ref_count != 0 {
+        for (b, at) in self.free_queue.iter() {
+            let Some(block) = self.blocks.get(b as usize) else {
+                return Err(format!("free list names block {b}, past the cache's end"));
+            };
+            if block.ref_count != 0 {
                 return Err(format!(
-                    "block {cur} is on the free list with refcount {}",
-                    b.ref_count
+                    "block {b} is on the free list with refcount {}",
+                    block.ref_count
                 ));
             }
-            if on_list[cur as usize] {
-                return Err(format!("free list loops at block {cur}"));
+            if on_list[b as usize] || block.free_seq != at {
+                return Err(format!("block {b} is on the free list twice"));
             }
-            on_list[cur as usize] = true;
+            on_list[b as usize] = true;
             count += 1;
-            prev = cur;
-            cur = b.next;
-        }
-        if prev != self.free_tail {
-            return Err("free list tail is stale".into());
         }
         if count != self.free {
             return Err(format!(
@@ -838,10 +975,7 @@ impl KvCache {
             }
         }
         for (i, b) in self.blocks.iter().enumerate() {
-            if b.hash != 0
-                && (self.index.get(b.hash, &self.blocks) != Some(i as u32)
-                    || self.index.slots.get(b.slot as usize) != Some(&(i as u32)))
-            {
+            if b.hash != 0 && self.index.get(b.hash, &self.blocks) != Some(i as u32) {
                 return Err(format!(
                     "block {i} carries a hash the index does not map to it"
                 ));
@@ -870,20 +1004,26 @@ impl KvCache {
 
     fn claim(&mut self, b: u32) {
         if self.blocks[b as usize].ref_count == 0 {
-            self.unlink(b);
+            self.free_queue.remove(b, &self.blocks);
+            self.free -= 1;
+            self.allocated += 1;
         }
         self.blocks[b as usize].ref_count += 1;
     }
 
     fn take_fresh(&mut self) -> u32 {
-        let b = self.free_head;
-        debug_assert!(b != NONE, "take_fresh on an empty free list");
-        self.unlink(b);
-        let evicted = self.blocks[b as usize].hash;
-        if evicted != 0 {
-            self.note(KvEventKind::Evicted { tier: KvTier::Gpu }, evicted);
-            if let Some(c) = self.cpu.as_mut() {
-                c.offload(evicted, &mut self.events);
+        let b = self.free_queue.pop();
+        self.free -= 1;
+        self.allocated += 1;
+        // Only the event log and the CPU tier need the hash it loses: otherwise the block
+        // record is written, not read (one cache miss fewer a block).
+        if self.events.is_some() || self.cpu.is_some() {
+            let evicted = self.blocks[b as usize].hash;
+            if evicted != 0 {
+                self.note(KvEventKind::Evicted { tier: KvTier::Gpu }, evicted);
+                if let Some(c) = self.cpu.as_mut() {
+                    c.offload(evicted, &mut self.events);
+                }
             }
         }
         let block = &mut self.blocks[b as usize];
@@ -893,38 +1033,8 @@ impl KvCache {
         b
     }
 
-    fn unlink(&mut self, b: u32) {
-        let Block { prev, next, .. } = self.blocks[b as usize];
-        if prev == NONE {
-            self.free_head = next;
-        } else {
-            self.blocks[prev as usize].next = next;
-        }
-        if next == NONE {
-            self.free_tail = prev;
-        } else {
-            self.blocks[next as usize].prev = prev;
-        }
-        let block = &mut self.blocks[b as usize];
-        block.prev = NONE;
-        block.next = NONE;
-        self.free -= 1;
-        self.allocated += 1;
-    }
-
     fn push_free_tail(&mut self, b: u32) {
-        let tail = self.free_tail;
-        {
-            let block = &mut self.blocks[b as usize];
-            block.prev = tail;
-            block.next = NONE;
-        }
-        if tail == NONE {
-            self.free_head = b;
-        } else {
-            self.blocks[tail as usize].next = b;
-        }
-        self.free_tail = b;
+        self.free_queue.push(b, &mut self.blocks);
         self.free += 1;
         self.allocated -= 1;
     }
@@ -1194,10 +1304,78 @@ mod tests {
         }
         assert!(4 * kv.index.occupied <= 3 * kv.index.slots.len());
         assert_eq!(kv.index.slots.len(), 16);
+        assert!(
+            kv.free_queue.ring.len() <= 8 + 4,
+            "stale entries are squeezed out"
+        );
         kv.audit().unwrap();
         // The newest request's blocks are still found.
         assert_eq!(kv.cached_prefix_blocks(&content(0, 0, 9_999), 65, 65), 4);
         assert_eq!(kv.cached_prefix_blocks(&content(0, 0, 0), 65, 65), 0);
+    }
+
+    /// The free queue against a plain LRU list: fresh blocks come off the head of the list
+    /// in order, prefix hits take free blocks out of the middle, released blocks whose last
+    /// holder lets go join the tail. Hits on free blocks leave holes in the ring, many times
+    /// its spare room, so it is compacted again and again.
+    #[test]
+    fn the_free_queue_hands_out_blocks_in_lru_order_through_holes_and_compactions() {
+        let total = 24u32;
+        let mut kv = KvCache::new(total, 4);
+        let mut lru: std::collections::VecDeque<u32> = (0..total).collect();
+        let mut holders = vec![0u32; total as usize];
+        let mut held: Vec<SeqBlocks> = Vec::new();
+        let (mut x, mut free_hits, mut compactions) = (88172645463325252u64, 0, 0);
+        for step in 0..20_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if x % 2 == 0 && !held.is_empty() {
+                let mut s = held.swap_remove((x / 2) as usize % held.len());
+                let before = kv.free_queue.ring.len();
+                let mut freed = 0;
+                for &b in s.blocks.iter().rev() {
+                    holders[b as usize] -= 1;
+                    if holders[b as usize] == 0 {
+                        lru.push_back(b);
+                        freed += 1;
+                    }
+                }
+                kv.release(&mut s);
+                if kv.free_queue.ring.len() < before + freed {
+                    compactions += 1;
+                }
+            } else {
+                // Three shared 8-token prefixes; most requests are all prefix.
+                let c = content(x % 3, 8, step);
+                let tokens = 9 + (x / 8 % 6) as u32;
+                let cached = kv.cached_prefix_blocks(&c, tokens, tokens);
+                let mut s = SeqBlocks::default();
+                if !kv.admit(&mut s, &c, tokens, cached, tokens) {
+                    continue;
+                }
+                for (k, &b) in s.blocks.iter().enumerate() {
+                    if (k as u32) < cached {
+                        if holders[b as usize] == 0 {
+                            let at = lru.iter().position(|&f| f == b).expect("a free hit");
+                            lru.remove(at);
+                            free_hits += 1;
+                        }
+                    } else {
+                        assert_eq!(lru.pop_front(), Some(b), "step {step}: LRU order");
+                    }
+                    holders[b as usize] += 1;
+                }
+                kv.register_full_blocks(&mut s, &c, tokens, tokens);
+                held.push(s);
+            }
+            let listed: Vec<u32> = kv.free_queue.iter().map(|(b, _)| b).collect();
+            assert_eq!(listed, Vec::from(lru.clone()), "step {step}");
+            assert!(kv.free_queue.ring.len() <= kv.free_queue.ring.capacity());
+        }
+        kv.audit().unwrap();
+        assert!(free_hits > 1_000, "{free_hits} hits on free blocks");
+        assert!(compactions > 10, "{compactions} compactions");
     }
 
     /// The index against a scan of the blocks, through many rebuilds: a prefix is found
@@ -1241,6 +1419,6 @@ mod tests {
             }
         }
         kv.audit().unwrap();
-        assert_eq!(kv.index.slots.len(), 128);
+        assert_eq!(kv.index.slots.len(), 80);
     }
 }
