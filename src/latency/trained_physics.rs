@@ -58,6 +58,9 @@ struct Consts {
     /// β padded with zeros, and how many were given.
     beta: [f64; 11],
     betas: usize,
+    /// The prefill and decode terms of zero sums.
+    pf_zero: (f64, f64),
+    dc_zero: (f64, f64),
 }
 
 /// The basis values of one step, in µs (before coefficients).
@@ -109,14 +112,19 @@ impl TrainedPhysics {
             weight,
             beta,
             betas: coefficients.beta.len(),
+            pf_zero: (0.0, 0.0),
+            dc_zero: (0.0, 0.0),
         };
-        TrainedPhysics {
+        let mut physics = TrainedPhysics {
             model,
             gpu,
             tp,
             coefficients,
             consts,
-        }
+        };
+        physics.consts.pf_zero = physics.prefill_terms(0.0, 0.0);
+        physics.consts.dc_zero = physics.decode_terms(0.0, 0.0);
+        physics
     }
 
     fn beta(&self, i: usize) -> f64 {
@@ -144,39 +152,35 @@ impl TrainedPhysics {
 
     /// The basis functions from a batch's sums.
     fn basis_of(&self, sums: &Sums) -> Basis {
-        let m = &self.model;
-        let Consts {
-            tp,
-            l,
-            d,
-            h,
-            dh,
-            dkv,
-            f,
-            w,
-            n_moe,
-            n_dense,
-            k,
-            proj,
-            weight,
-            ..
-        } = self.consts;
-        let g = tp; // MoE group = TP·DP with DP = 1
-        let ffn = |x: f64| {
-            n_moe * (x * k / g) * 6.0 * d * f64::from(m.ffn_expert)
-                + n_moe * x * 6.0 * d * f64::from(m.ffn_shared_spelled) / tp
-                + n_dense * x * 6.0 * d * f64::from(m.ffn_dense) / tp
-        };
         let Sums {
             tp_tokens,
             attn_pf,
             td,
             ctx,
         } = *sums;
-        let pf_compute = (l * tp_tokens * proj + l * attn_pf + ffn(tp_tokens)) / f;
-        let pf_kv = l * 2.0 * (dkv / tp) * tp_tokens * 2.0 / w;
-        let dc_compute = (l * td * proj + l * 4.0 * (h / tp) * ctx * dh + ffn(td)) / f;
-        let dc_kv = l * 2.0 * (dkv / tp) * 2.0 * (ctx + td) / w;
+        // A decode-only (prefill-only) step's prefill (decode) terms are those of zero sums,
+        // computed once by the same expressions.
+        let (pf_compute, pf_kv) = if tp_tokens == 0.0 && attn_pf == 0.0 {
+            self.consts.pf_zero
+        } else {
+            self.prefill_terms(tp_tokens, attn_pf)
+        };
+        let (dc_compute, dc_kv) = if td == 0.0 && ctx == 0.0 {
+            self.consts.dc_zero
+        } else {
+            self.decode_terms(td, ctx)
+        };
+        let m = &self.model;
+        let Consts {
+            tp,
+            l,
+            d,
+            w,
+            n_moe,
+            n_dense,
+            weight,
+            ..
+        } = self.consts;
         let all = tp_tokens + td;
         let v = |u: f64| {
             if self.tp <= 1 {
@@ -194,6 +198,57 @@ impl TrainedPhysics {
             weight,
             tp: tp_comm,
         }
+    }
+
+    /// The FFN's FLOPs for `x` tokens.
+    fn ffn(&self, x: f64) -> f64 {
+        let m = &self.model;
+        let Consts {
+            tp,
+            d,
+            n_moe,
+            n_dense,
+            k,
+            ..
+        } = self.consts;
+        let g = tp; // MoE group = TP·DP with DP = 1
+        n_moe * (x * k / g) * 6.0 * d * f64::from(m.ffn_expert)
+            + n_moe * x * 6.0 * d * f64::from(m.ffn_shared_spelled) / tp
+            + n_dense * x * 6.0 * d * f64::from(m.ffn_dense) / tp
+    }
+
+    /// (prefill compute, prefill KV) in µs.
+    fn prefill_terms(&self, tp_tokens: f64, attn_pf: f64) -> (f64, f64) {
+        let Consts {
+            tp,
+            l,
+            dkv,
+            f,
+            w,
+            proj,
+            ..
+        } = self.consts;
+        let pf_compute = (l * tp_tokens * proj + l * attn_pf + self.ffn(tp_tokens)) / f;
+        let pf_kv = l * 2.0 * (dkv / tp) * tp_tokens * 2.0 / w;
+        (pf_compute, pf_kv)
+    }
+
+    /// (decode compute, decode KV) in µs.
+    fn decode_terms(&self, td: f64, ctx: f64) -> (f64, f64) {
+        let Consts {
+            tp,
+            l,
+            h,
+            dh,
+            dkv,
+            f,
+            w,
+            proj,
+            ..
+        } = self.consts;
+        let dc_compute = (l * td * proj + l * 4.0 * (h / tp) * ctx * dh + self.ffn(td)) / f;
+        let dc_kv = l * 2.0 * (dkv / tp) * 2.0 * (ctx + td) / w;
+        (dc_compute, dc_kv)
     }
 }
 
