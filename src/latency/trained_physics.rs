@@ -43,9 +43,7 @@ struct Consts {
     tp: f64,
     l: f64,
     d: f64,
-    h: f64,
     dh: f64,
-    dkv: f64,
     /// FLOP per µs.
     f: f64,
     /// Bytes per µs.
@@ -58,6 +56,9 @@ struct Consts {
     /// β padded with zeros, and how many were given.
     beta: [f64; 11],
     betas: usize,
+    /// h / tp and dkv / tp.
+    h_tp: f64,
+    dkv_tp: f64,
     /// The prefill and decode terms of zero sums.
     pf_zero: (f64, f64),
     dc_zero: (f64, f64),
@@ -100,9 +101,7 @@ impl TrainedPhysics {
             tp: tp_f,
             l,
             d,
-            h,
             dh,
-            dkv,
             f: gpu.peak_flops(m.weight_bytes) / 1e6,
             w,
             n_moe,
@@ -112,6 +111,8 @@ impl TrainedPhysics {
             weight,
             beta,
             betas: coefficients.beta.len(),
+            h_tp: h / tp_f,
+            dkv_tp: dkv / tp_f,
             pf_zero: (0.0, 0.0),
             dc_zero: (0.0, 0.0),
         };
@@ -212,42 +213,47 @@ impl TrainedPhysics {
             ..
         } = self.consts;
         let g = tp; // MoE group = TP·DP with DP = 1
-        n_moe * (x * k / g) * 6.0 * d * f64::from(m.ffn_expert)
-            + n_moe * x * 6.0 * d * f64::from(m.ffn_shared_spelled) / tp
-            + n_dense * x * 6.0 * d * f64::from(m.ffn_dense) / tp
+        // y / 1.0 is y, bit for bit: at TP 1 the divisions are skipped.
+        let per = |y: f64, by: f64| if by == 1.0 { y } else { y / by };
+        let dense = per(n_dense * x * 6.0 * d * f64::from(m.ffn_dense), tp);
+        if n_moe == 0.0 {
+            // The MoE terms are +0.0 (finite factors), and +0.0 + +0.0 + dense is dense.
+            return dense;
+        }
+        n_moe * per(x * k, g) * 6.0 * d * f64::from(m.ffn_expert)
+            + per(n_moe * x * 6.0 * d * f64::from(m.ffn_shared_spelled), tp)
+            + dense
     }
 
     /// (prefill compute, prefill KV) in µs.
     fn prefill_terms(&self, tp_tokens: f64, attn_pf: f64) -> (f64, f64) {
         let Consts {
-            tp,
             l,
-            dkv,
+            dkv_tp,
             f,
             w,
             proj,
             ..
         } = self.consts;
         let pf_compute = (l * tp_tokens * proj + l * attn_pf + self.ffn(tp_tokens)) / f;
-        let pf_kv = l * 2.0 * (dkv / tp) * tp_tokens * 2.0 / w;
+        let pf_kv = l * 2.0 * dkv_tp * tp_tokens * 2.0 / w;
         (pf_compute, pf_kv)
     }
 
     /// (decode compute, decode KV) in µs.
     fn decode_terms(&self, td: f64, ctx: f64) -> (f64, f64) {
         let Consts {
-            tp,
             l,
-            h,
+            h_tp,
             dh,
-            dkv,
+            dkv_tp,
             f,
             w,
             proj,
             ..
         } = self.consts;
-        let dc_compute = (l * td * proj + l * 4.0 * (h / tp) * ctx * dh + self.ffn(td)) / f;
-        let dc_kv = l * 2.0 * (dkv / tp) * 2.0 * (ctx + td) / w;
+        let dc_compute = (l * td * proj + l * 4.0 * h_tp * ctx * dh + self.ffn(td)) / f;
+        let dc_kv = l * 2.0 * dkv_tp * 2.0 * (ctx + td) / w;
         (dc_compute, dc_kv)
     }
 }
@@ -342,6 +348,70 @@ mod tests {
         assert_eq!(c.alpha, vec![15563.199579, 777.3455, 45.907545]);
         assert_eq!(c.beta.len(), 11);
         assert_eq!(c.beta[6], 126.024825);
+    }
+
+    /// The basis of MODELS.md §2.4 written out plainly (every division made), against the
+    /// precomputed and shortcut one: equal bit for bit, for every bundled model (dense and
+    /// MoE) at TP 1, 2, 4 and 8, on prefill-only, decode-only and mixed sums.
+    #[test]
+    fn the_basis_is_the_plain_formula_bit_for_bit() {
+        let gpu = find_gpu("H100").unwrap();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = |below: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % below) as f64
+        };
+        for (id, _) in crate::model::BUNDLED_MODELS {
+            let m = ModelConfig::bundled(id).unwrap();
+            for tp in [1u32, 2, 4, 8] {
+                let p = TrainedPhysics::new(m.clone(), gpu.clone(), tp, Coefficients::bundled());
+                let t = f64::from(tp);
+                let (l, d, h) = (f64::from(m.layers), f64::from(m.hidden), f64::from(m.heads));
+                let dh = m.dh_roofline();
+                let dkv = f64::from(m.kv_heads) * dh;
+                let (f, w) = (
+                    gpu.peak_flops(m.weight_bytes) / 1e6,
+                    gpu.bandwidth_tb_per_s * 1e6,
+                );
+                let (n_moe, n_dense) = m.blis_layers();
+                let (n_moe, n_dense) = (f64::from(n_moe), f64::from(n_dense));
+                let proj = 2.0 * d * (2.0 * d + 2.0 * dkv) / t;
+                let ffn = |x: f64| {
+                    n_moe * (x * m.k() / t) * 6.0 * d * f64::from(m.ffn_expert)
+                        + n_moe * x * 6.0 * d * f64::from(m.ffn_shared_spelled) / t
+                        + n_dense * x * 6.0 * d * f64::from(m.ffn_dense) / t
+                };
+                for case in 0..300 {
+                    let mut sums = Sums::default();
+                    if case % 3 != 1 {
+                        sums.tp_tokens = 1.0 + next(4096);
+                        sums.attn_pf = next(1 << 40);
+                    }
+                    if case % 3 != 0 {
+                        sums.td = 1.0 + next(512);
+                        sums.ctx = next(1 << 22);
+                    }
+                    let Sums {
+                        tp_tokens,
+                        attn_pf,
+                        td,
+                        ctx,
+                    } = sums;
+                    let b = p.basis_of(&sums);
+                    let pf_compute = (l * tp_tokens * proj + l * attn_pf + ffn(tp_tokens)) / f;
+                    let pf_kv = l * 2.0 * (dkv / t) * tp_tokens * 2.0 / w;
+                    let dc_compute = (l * td * proj + l * 4.0 * (h / t) * ctx * dh + ffn(td)) / f;
+                    let dc_kv = l * 2.0 * (dkv / t) * 2.0 * (ctx + td) / w;
+                    let at = format!("{id} TP{tp} case {case}");
+                    assert_eq!(b.pf_compute.to_bits(), pf_compute.to_bits(), "{at}");
+                    assert_eq!(b.pf_kv.to_bits(), pf_kv.to_bits(), "{at}");
+                    assert_eq!(b.dc_compute.to_bits(), dc_compute.to_bits(), "{at}");
+                    assert_eq!(b.dc_kv.to_bits(), dc_kv.to_bits(), "{at}");
+                }
+            }
+        }
     }
 
     #[test]
