@@ -113,6 +113,30 @@ fn kv(c: &mut Criterion) {
             black_box(cached)
         })
     });
+    // The same cycle spread over 64 caches in turn, as in a cluster of 64 instances (W4):
+    // their blocks and indexes (~50 MB) do not fit the processor's caches, so what this
+    // measures is how many cache misses a cycle waits for.
+    let mut caches: Vec<KvCache> = (0..64).map(|_| KvCache::new(26_312, 16)).collect();
+    let mut turn = 0;
+    g.bench_function("admit_register_release_48_blocks_64_caches", |b| {
+        b.iter(|| {
+            id += 1;
+            turn = (turn + 1) % caches.len();
+            let cache = &mut caches[turn];
+            let content = PromptContent::Simple {
+                prefix_id: 1,
+                prefix_tokens: 256,
+                unique_id: id,
+            };
+            let mut seq = SeqBlocks::default();
+            let cached = cache.cached_prefix_blocks(&content, 512, 512);
+            assert!(cache.admit(&mut seq, &content, 512, cached, 512));
+            cache.register_full_blocks(&mut seq, &content, 512, 512);
+            assert!(cache.grow(&mut seq, 768));
+            cache.release(&mut seq);
+            black_box(cached)
+        })
+    });
     g.finish();
 }
 

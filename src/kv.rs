@@ -299,6 +299,20 @@ impl FreeQueue {
         self.ring.push_back(b);
     }
 
+    /// Reads the records of the next `n` blocks `pop` will hand out, with no branch on what
+    /// they hold, so their cache misses overlap and the stores that take them hit (a store
+    /// that misses holds up every later store, and a full store buffer stalls everything).
+    #[inline]
+    fn touch(&self, n: usize, blocks: &[Block]) {
+        let mut any = 0;
+        for &b in self.ring.iter().take(n) {
+            if let Some(block) = blocks.get(b as usize) {
+                any |= block.ref_count;
+            }
+        }
+        std::hint::black_box(any);
+    }
+
     /// Takes free block `b` out of the middle: leaves a hole where it was.
     fn remove(&mut self, b: u32, blocks: &[Block]) {
         let k = blocks[b as usize].free_seq.wrapping_sub(self.head) as usize;
@@ -826,6 +840,7 @@ impl KvCache {
         }
         seq.hashed = cached_blocks;
         seq.last_hash = h;
+        self.free_queue.touch(fresh as usize, &self.blocks);
         for _ in 0..fresh {
             let b = self.take_fresh();
             seq.blocks.push(b);
