@@ -12,7 +12,8 @@
 //! Blocks live in a dense table inside the instance's [`KvCache`] component rather than as
 //! one entity per block: every block operation is then a `Vec` index (~10 ns) instead of a
 //! random `Query::get_mut` (20–100 ns), and no system ever iterates blocks on their own.
-//! Every operation is O(1) per block touched. Invariant INV-4: `allocated + free = total`.
+//! Every operation is O(1) per block touched (amortised: the index's rebuilds and the free
+//! ring's compactions). Invariant INV-4: `allocated + free = total`.
 //!
 //! The free list is a ring of block numbers in LRU order (`FreeQueue`); a prefix hit on a
 //! free block leaves a hole where the block was (each free block records its position),
@@ -24,13 +25,12 @@
 //! as blocks, each a block number and a tag of its hash (the hash's bits above those the
 //! block number takes), so a probe compares tags without touching the block table (a 16-byte
 //! record); a cache costs about 29 bytes per block with the free ring (issue 10's budget is
-//! 40). It is cleaned lazily: a slot is live only while its block
-//! still carries the hash. Reusing a block just clears its hash (no index probe); the table
+//! 40). It is cleaned lazily: a slot is live only while its block still carries the hash. Reusing a block just clears its hash (no index probe); the table
 //! is rebuilt from the blocks when live and stale slots fill 3/4 of it (amortised O(1)).
 //!
 //! A simulation of many instances touches a few blocks of each at random, so nearly every
-//! block access is a cache miss; registration and release read the slots and records they
-//! will need first, with no branch on what they hold, so the misses overlap.
+//! block access is a cache miss; registration, admission and release read the slots and
+//! records they will need first, with no branch on what they hold, so the misses overlap.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -116,8 +116,7 @@ struct Block {
     /// Content hash of the block if registered in the index, else 0.
     hash: u64,
     ref_count: u32,
-    /// While free: the free queue position this block was pushed at (a queue entry naming
-    /// this block is live only if it sits at that position).
+    /// While free: its position in the free ring (where a prefix hit on it leaves a hole).
     free_seq: u32,
 }
 
