@@ -91,6 +91,23 @@ fn peers(c: &mut Criterion) {
     g.finish();
 }
 
+/// One request's KV life on `cache`: prefix lookup, admission of a 512-token prompt (256
+/// tokens shared), registration, growth to 768 tokens, release: 48 blocks.
+fn kv_cycle(cache: &mut KvCache, id: u64) -> u32 {
+    let content = PromptContent::Simple {
+        prefix_id: 1,
+        prefix_tokens: 256,
+        unique_id: id,
+    };
+    let mut seq = SeqBlocks::default();
+    let cached = cache.cached_prefix_blocks(&content, 512, 512);
+    assert!(cache.admit(&mut seq, &content, 512, cached, 512));
+    cache.register_full_blocks(&mut seq, &content, 512, 512);
+    assert!(cache.grow(&mut seq, 768));
+    cache.release(&mut seq);
+    cached
+}
+
 fn kv(c: &mut Criterion) {
     let mut g = c.benchmark_group("kv");
     g.throughput(Throughput::Elements(48));
@@ -99,18 +116,7 @@ fn kv(c: &mut Criterion) {
     g.bench_function("admit_register_release_48_blocks", |b| {
         b.iter(|| {
             id += 1;
-            let content = PromptContent::Simple {
-                prefix_id: 1,
-                prefix_tokens: 256,
-                unique_id: id,
-            };
-            let mut seq = SeqBlocks::default();
-            let cached = cache.cached_prefix_blocks(&content, 512, 512);
-            assert!(cache.admit(&mut seq, &content, 512, cached, 512));
-            cache.register_full_blocks(&mut seq, &content, 512, 512);
-            assert!(cache.grow(&mut seq, 768));
-            cache.release(&mut seq);
-            black_box(cached)
+            black_box(kv_cycle(&mut cache, id))
         })
     });
     // The same cycle spread over 64 caches in turn, as in a cluster of 64 instances (W4):
@@ -122,19 +128,7 @@ fn kv(c: &mut Criterion) {
         b.iter(|| {
             id += 1;
             turn = (turn + 1) % caches.len();
-            let cache = &mut caches[turn];
-            let content = PromptContent::Simple {
-                prefix_id: 1,
-                prefix_tokens: 256,
-                unique_id: id,
-            };
-            let mut seq = SeqBlocks::default();
-            let cached = cache.cached_prefix_blocks(&content, 512, 512);
-            assert!(cache.admit(&mut seq, &content, 512, cached, 512));
-            cache.register_full_blocks(&mut seq, &content, 512, 512);
-            assert!(cache.grow(&mut seq, 768));
-            cache.release(&mut seq);
-            black_box(cached)
+            black_box(kv_cycle(&mut caches[turn], id))
         })
     });
     g.finish();
