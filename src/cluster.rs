@@ -352,10 +352,18 @@ impl Router<'_, '_> {
         Routed::To(i)
     }
 
-    /// The delay before a request routed to an instance with `latency` joins its queue: the
-    /// routing delay plus the latency model's queueing delay.
-    pub fn delay(&self, spec: &RequestSpec, latency: &Latency) -> SimDuration {
-        self.delays.routing + latency.0.queueing_delay(spec.input_tokens)
+    /// The delay before a request routed to an instance with `latency` and `serving` path
+    /// joins its engine's queue: the routing delay, the latency model's queueing delay and
+    /// the API server's work on the request.
+    pub fn delay(
+        &self,
+        spec: &RequestSpec,
+        latency: &Latency,
+        serving: &crate::latency::ServingPath,
+    ) -> SimDuration {
+        self.delays.routing
+            + latency.0.queueing_delay(spec.input_tokens)
+            + serving.request_in(spec.input_tokens)
     }
 
     /// The first failed write of `decisions.csv` stops the run.
@@ -437,7 +445,7 @@ pub fn route_requests(
     mut rejections: ResMut<Rejections>,
     mut fault: ResMut<crate::engine::SimFault>,
     mut requests: Query<(&RequestSpec, &mut Lifecycle)>,
-    latencies: Query<&Latency>,
+    latencies: Query<(&Latency, &crate::instance::Limits)>,
 ) {
     let now = clock.now;
     let RouteWork {
@@ -454,10 +462,10 @@ pub fn route_requests(
         match router.route(entity, spec, &mut life, now, &mut view, scale) {
             Routed::To(i) => {
                 commands.entity(entity).insert(AssignedTo(i));
-                let latency = latencies
+                let (latency, limits) = latencies
                     .get(index.0[i as usize])
                     .expect("instance entity exists for the whole run");
-                let delay = router.delay(spec, latency);
+                let delay = router.delay(spec, latency, &limits.serving);
                 send_to(entity, i, delay, now, &mut enqueue.requests, &mut queue);
             }
             Routed::Parked => {}

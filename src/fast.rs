@@ -223,11 +223,10 @@ pub fn fast_ticks(
                 {
                     Routed::To(i) => {
                         p.assigned = Some(i);
-                        let latency = instances
+                        let parts = instances
                             .get(index.0[i as usize])
-                            .expect("instance entity exists for the whole run")
-                            .2;
-                        let delay = c.router.delay(&p.spec, latency);
+                            .expect("instance entity exists for the whole run");
+                        let delay = c.router.delay(&p.spec, parts.2, &parts.3.serving);
                         crate::cluster::send_to(entity, i, delay, now, enqueues, &mut *queue);
                     }
                     Routed::Parked => {

@@ -260,6 +260,8 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
             );
         }
         let _ = writeln!(s);
+        let _ = writeln!(s, "    serving path: {}", r.serving.describe());
+        let _ = writeln!(s, "    steps: {}", step_examples(&r));
     }
     let w = scenario::estimate::estimate(sc);
     if w.requests > 0.0 {
@@ -277,6 +279,41 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
         );
     }
     s
+}
+
+/// What a group's steps cost, for `validate`: the latency model's price of a decode step of
+/// 1, 32 and 128 requests at 1,024 tokens of context each, with the scheduler's work as the
+/// serving path places it.
+fn step_examples(r: &scenario::ResolvedGroup) -> String {
+    use servesim::latency::{BatchShape, StepItem};
+    let mut parts = Vec::new();
+    for n in [1u32, 32, 128] {
+        let items = vec![
+            StepItem {
+                new_tokens: 1,
+                context_tokens: 1024,
+                input_tokens: 512,
+                prefill: false,
+            };
+            n as usize
+        ];
+        let shape = BatchShape {
+            items: &items,
+            prefill_tokens: 0,
+            decode_tokens: n,
+        };
+        match r.latency.step_time(&shape) {
+            Ok(t) => parts.push(format!(
+                "{:.2} ms for {n}",
+                r.serving.step(t, n).as_us() as f64 / 1e3
+            )),
+            Err(e) => return format!("cannot price a decode step: {e}"),
+        }
+    }
+    format!(
+        "a decode step at 1,024 tokens of context each takes {} requests",
+        parts.join(", ")
+    )
 }
 
 /// Renders the report of `dirs` and writes it to `out` (staged, then moved into place).

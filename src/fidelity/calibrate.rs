@@ -321,7 +321,7 @@ pub fn calibrate(
             .chain(theta.iter().map(|t| t.exp()))
             .collect();
         let mut sc = base.clone();
-        sc.cluster.groups[group].latency = (sp.build)(&p);
+        sc.cluster.groups[group].latency = Some((sp.build)(&p));
         match simulate(&sc, measured) {
             Ok(mut sim) => {
                 let alpha0 = alpha0_shift(measured, &sim);
@@ -402,7 +402,7 @@ pub fn calibrate(
         .collect();
     let latency = (sp.build)(&p);
     let mut sc = base.clone();
-    sc.cluster.groups[group].latency = latency.clone();
+    sc.cluster.groups[group].latency = Some(latency.clone());
     let sim = simulate(&sc, measured)?;
     let holdout_slice = compare_slice("held-back 20 %", measured, &sim, is_holdout);
     let holdout = Report {

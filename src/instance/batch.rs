@@ -143,7 +143,11 @@ pub(crate) fn form_one(
         let seq = sched.arrived.pop_front().expect("not empty");
         sched.running.push(seq);
     }
+    let unseen = unseen_arrivals(sched, limits, now);
     batcher.0.form(sched, kv, limits, now, ordering);
+    if let Some(mut unseen) = unseen {
+        sched.waiting.append(&mut unseen);
+    }
     debug_assert!(
         {
             let mut slots: Vec<u32> = sched.plan.iter().map(|p| p.slot).collect();
@@ -156,6 +160,33 @@ pub(crate) fn form_one(
         "a batch scheduler planned a slot twice or past the running batch"
     );
     true
+}
+
+/// With vLLM's async scheduling the step starting `now` was decided when the step before it
+/// started (the engine core schedules one step ahead: `step_with_batch_queue`), so requests
+/// that reached the engine after that were not yet in its wait queue: they are taken out of
+/// `sched.waiting` for this step (to be put back after it is formed). Requests join the queue
+/// at its back in the order they arrive, so those are its tail. An instance that was idle
+/// decides now. (vLLM 0.15 does not combine async scheduling with pipeline parallelism.)
+pub(crate) fn unseen_arrivals(
+    sched: &mut Scheduler,
+    limits: &Limits,
+    now: SimTime,
+) -> Option<std::collections::VecDeque<Seq>> {
+    if !limits.serving.async_scheduling
+        || limits.pp > 1
+        || sched.counters.steps == 0
+        || sched.step_done != now
+    {
+        return None;
+    }
+    let decided = sched.step_started;
+    let seen = sched
+        .waiting
+        .iter()
+        .rposition(|s| s.lifecycle.enqueued.is_none_or(|e| e <= decided))
+        .map_or(0, |k| k + 1);
+    (seen < sched.waiting.len()).then(|| sched.waiting.split_off(seen))
 }
 
 /// Tokens the request would compute this step if the budget allows: (tokens, is_prefill).

@@ -75,6 +75,8 @@ pub struct Limits {
     pub max_waiting: Option<u32>,
     /// Mixed, prefill-only or decode-only (P/D disaggregation).
     pub role: crate::scenario::Role,
+    /// The scheduler mode and API server around the steps.
+    pub serving: crate::latency::ServingPath,
 }
 
 #[cfg(test)]
@@ -95,6 +97,7 @@ impl Limits {
             host_latency_us: 0.0,
             max_waiting: None,
             role: Default::default(),
+            serving: crate::latency::ServingPath::BARE,
         }
     }
 }
@@ -120,6 +123,11 @@ pub struct Seq {
     pub first_token: Option<SimTime>,
     pub last_token: SimTime,
     pub ttft: Option<SimDuration>,
+    /// From the end of the step that emitted the first token to the client receiving it
+    /// (the API server's output processing; part of `ttft`).
+    pub first_delivery: SimDuration,
+    /// The same for the last token.
+    pub last_delivery: SimDuration,
     pub itl_sum: SimDuration,
     pub itl_count: u32,
     pub preemptions: u32,
@@ -146,6 +154,8 @@ impl Seq {
             first_token: None,
             last_token: SimTime::ZERO,
             ttft: None,
+            first_delivery: SimDuration::ZERO,
+            last_delivery: SimDuration::ZERO,
             itl_sum: SimDuration::ZERO,
             itl_count: 0,
             preemptions: 0,

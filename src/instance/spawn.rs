@@ -146,6 +146,7 @@ pub fn spawn_instances(app: &mut App, ctx: &SetupCtx<'_>) -> Result<(), SimError
                         max_waiting: scenario.limits.max_waiting_per_instance,
                         pp_link_latency: SimDuration(group.pp_link_latency_us),
                         role: group.role,
+                        serving: resolved.serving,
                     },
                     scheduler,
                     kv,

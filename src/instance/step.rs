@@ -164,6 +164,18 @@ pub(crate) fn execute_one(
         Some(speed) => SimDuration::from_us_f64(compute.as_us() as f64 / speed),
         None => compute,
     };
+    // The engine core's CPU work for the step: between steps, or hidden behind the GPU with
+    // async scheduling (latency::ServingPath).
+    let compute = if empty {
+        compute
+    } else {
+        let requests = if sched.lockstep.active {
+            decode_tokens
+        } else {
+            items.len() as u32
+        };
+        limits.serving.step(compute, requests)
+    };
     let dt = reload + compute.max(offload);
     // Pipeline parallelism (Vidur): each of the pp stages runs 1/pp of the layers and
     // hands its activations to the next; the first stage frees after one stage, the
@@ -265,6 +277,10 @@ pub(crate) fn complete_one(
         return;
     }
     let alpha1 = latency.0.post_decode_overhead();
+    let serving = limits.serving;
+    let api = !serving.is_bare();
+    // The step's tokens leave the API server in batch order (latency::ServingPath).
+    let mut emitted = 0u32;
     let mut any_done = false;
     let mut any_handoff = false;
     // Consecutive decodes share one sample value: count runs, not tokens.
@@ -285,10 +301,17 @@ pub(crate) fn complete_one(
             continue; // a prefill chunk that did not reach the end of the prompt
         }
         seq.generated += 1;
+        let delivery = if api {
+            serving.token_out(emitted)
+        } else {
+            SimDuration::ZERO
+        };
+        emitted += 1;
         if seq.first_token.is_none() {
             seq.first_token = Some(end);
             seq.prefill_instance = Some(i);
-            seq.ttft = Some(end.since(seq.lifecycle.arrival) + alpha2);
+            seq.first_delivery = delivery;
+            seq.ttft = Some(end.since(seq.lifecycle.arrival) + alpha2 + delivery);
         } else {
             let sample = end.since(seq.last_token) + alpha2;
             seq.itl_sum += sample;
@@ -304,6 +327,7 @@ pub(crate) fn complete_one(
         }
         seq.last_token = end;
         if seq.generated >= seq.spec.output_tokens {
+            seq.last_delivery = delivery;
             kv.release(&mut seq.kv);
             any_done = true;
             // Blocks came free after this step was formed: the queue's head may fit now.
@@ -329,7 +353,14 @@ pub(crate) fn complete_one(
             }
             counters.completed += 1;
             *at_completion = counters.preemptions;
-            let e2e = seq.ttft.map(|t| t + seq.itl_sum + alpha1);
+            // The last token reaches the client after its own wait in the API server.
+            let e2e = seq.ttft.map(|t| {
+                SimDuration(
+                    (t + seq.itl_sum + alpha1 + seq.last_delivery)
+                        .as_us()
+                        .saturating_sub(seq.first_delivery.as_us()),
+                )
+            });
             leaving.push(seq.finish(FinalState::Completed, i, Some(end), e2e));
             false
         });

@@ -16,6 +16,7 @@ mod blackbox;
 mod blis_roofline;
 mod piecewise;
 mod roofline;
+mod serving;
 mod table;
 mod trained_physics;
 
@@ -23,6 +24,7 @@ pub use blackbox::Blackbox;
 pub use blis_roofline::BlisRoofline;
 pub use piecewise::PiecewiseLinear;
 pub use roofline::{DEFAULT_REQUEST_OVERHEAD_US, DEFAULT_STEP_OVERHEAD_US, LayerLoad, Roofline};
+pub use serving::ServingPath;
 pub use table::{Extrapolation, MeasuredTable};
 pub use trained_physics::{Coefficients, TrainedPhysics};
 

@@ -99,6 +99,28 @@ impl Roofline {
         compute.max(memory) * 1e6 + ph.kernel_overhead_us
     }
 
+    /// The routed experts of one MoE layer on one GPU for `t` tokens, µs: vLLM's fused-MoE
+    /// kernel reads every expert the tokens touch, N·(1 − (1 − k/N)^t) of them, and computes
+    /// k expert rows per token; weight traffic and compute combine as a p-norm
+    /// ([`GpuPhysics::moe_overlap_exponent`]), plus two kernels' fixed costs.
+    pub fn moe_experts_us(&self, t: f64) -> f64 {
+        let m = &self.model;
+        let ph = self.physics();
+        let tp = f64::from(self.tp.max(1));
+        let d = f64::from(m.hidden);
+        let mats = if self.gated() { 3.0 } else { 2.0 };
+        let n = f64::from(m.experts);
+        let k = m.k();
+        let touched = n * (1.0 - (1.0 - k / n).powf(t));
+        let w = f64::from(m.ffn_expert) / tp;
+        let flops = 2.0 * t * k * mats * d * w;
+        let bytes = touched * mats * d * w * m.weight_bytes + t * k * (d + mats * w) * m.act_bytes;
+        let compute_us = flops / (self.peak() * ph.gemm_efficiency) * 1e6;
+        let memory_us = bytes / self.bandwidth() * 1e6;
+        let q = ph.moe_overlap_exponent;
+        (memory_us.powf(q) + compute_us.powf(q)).powf(1.0 / q) + 2.0 * ph.kernel_overhead_us
+    }
+
     /// Gated MLPs (SwiGLU and friends) have three matrices; GELU/ReLU MLPs two.
     fn gated(&self) -> bool {
         let act = self.model.hidden_act.to_ascii_lowercase();
@@ -136,17 +158,8 @@ impl Roofline {
         let ffn_local = if moe {
             let n = f64::from(m.experts);
             let k = m.k();
-            let touched = n * (1.0 - (1.0 - k / n).powf(t));
-            let w = f64::from(m.ffn_expert) / tp;
-            // Fused MoE: every touched expert's weights once, k expert rows per token.
-            let flops = 2.0 * t * k * mats * d * w;
-            let bytes =
-                touched * mats * d * w * m.weight_bytes + t * k * (d + mats * w) * m.act_bytes;
-            let experts =
-                (flops / (self.peak() * ph.gemm_efficiency)).max(bytes / self.bandwidth()) * 1e6
-                    + 2.0 * ph.kernel_overhead_us;
             let router = self.gemm_us(t, d, n);
-            us += experts + router + mlp(f64::from(m.ffn_shared), t);
+            us += self.moe_experts_us(t) + router + mlp(f64::from(m.ffn_shared), t);
             (k * f64::from(m.ffn_expert) + f64::from(m.ffn_shared)) / tp
         } else {
             us += mlp(f64::from(m.ffn_dense), t);

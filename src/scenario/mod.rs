@@ -66,7 +66,7 @@ impl Scenario {
             files.push(("the scenario".to_string(), s.clone()));
         }
         for (i, g) in self.cluster.groups.iter().enumerate() {
-            if let LatencySpec::MeasuredTable { file, .. } = &g.latency {
+            if let Some(LatencySpec::MeasuredTable { file, .. }) = &g.latency {
                 files.push((format!("cluster.groups[{i}].latency.file"), base.join(file)));
             }
         }
@@ -238,8 +238,14 @@ pub struct InstanceGroup {
     /// model is given, else unlimited.
     #[serde(default)]
     pub max_model_len: Option<u32>,
-    /// How steps are priced.
-    pub latency: LatencySpec,
+    /// How steps are priced. Default (when `model` and `gpu` are given): `Roofline()`.
+    #[serde(default)]
+    pub latency: Option<LatencySpec>,
+    /// The serving path around the steps (vLLM's scheduler mode and API server). Default:
+    /// vLLM 0.15's (`preset: Vllm`) with `Roofline()`, nothing (`preset: Bare`, the BLIS
+    /// reading) with every other latency model.
+    #[serde(default)]
+    pub engine: Option<EngineSpec>,
     /// Batch scheduler (`servesim list policies`, family `scheduler`). Default `vllm_v1`.
     #[serde(default = "default_scheduler")]
     pub scheduler: String,
@@ -354,6 +360,100 @@ fn default_max_num_batched_tokens() -> u32 {
     2048
 }
 
+/// Which serving path a group's numbers start from (`engine.preset`).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+pub enum EnginePreset {
+    /// vLLM 0.14 and later: async scheduling, measured scheduler and API-server costs.
+    #[default]
+    Vllm,
+    /// vLLM up to 0.13: the same costs, scheduling between steps.
+    VllmSync,
+    /// The step alone: no scheduler or API-server time (how BLIS's models read a step).
+    Bare,
+}
+
+/// The serving path of a group's instances (`cluster.groups[i].engine`): a preset and any
+/// of its numbers overridden. See `latency::ServingPath` for what each term is.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineSpec {
+    /// The numbers to start from. Default `Vllm`.
+    pub preset: EnginePreset,
+    /// vLLM's async scheduling (on by default since vLLM 0.14).
+    pub async_scheduling: Option<bool>,
+    /// Engine-core CPU per step, µs.
+    pub schedule_us: Option<f64>,
+    /// Engine-core CPU per request in a step, µs.
+    pub schedule_us_per_request: Option<f64>,
+    /// API server per request, µs.
+    pub api_request_us: Option<f64>,
+    /// API server per prompt token, µs.
+    pub api_us_per_prompt_token: Option<f64>,
+    /// API server per step with outputs, µs.
+    pub api_step_us: Option<f64>,
+    /// API server per streamed token, µs.
+    pub api_us_per_output_token: Option<f64>,
+}
+
+impl EngineSpec {
+    /// The numbers this spec stands for.
+    pub fn path(&self) -> crate::latency::ServingPath {
+        use crate::latency::ServingPath;
+        let mut p = match self.preset {
+            EnginePreset::Vllm => ServingPath::VLLM,
+            EnginePreset::VllmSync => ServingPath::VLLM_SYNC,
+            EnginePreset::Bare => ServingPath::BARE,
+        };
+        if let Some(v) = self.async_scheduling {
+            p.async_scheduling = v;
+        }
+        for (slot, v) in [
+            (&mut p.schedule_us, self.schedule_us),
+            (&mut p.schedule_us_per_request, self.schedule_us_per_request),
+            (&mut p.api_request_us, self.api_request_us),
+            (&mut p.api_us_per_prompt_token, self.api_us_per_prompt_token),
+            (&mut p.api_step_us, self.api_step_us),
+            (&mut p.api_us_per_output_token, self.api_us_per_output_token),
+        ] {
+            if let Some(v) = v {
+                *slot = v;
+            }
+        }
+        p
+    }
+}
+
+impl InstanceGroup {
+    /// The latency model: the one given, or `Roofline()`.
+    pub fn latency(&self) -> std::borrow::Cow<'_, LatencySpec> {
+        match &self.latency {
+            Some(l) => std::borrow::Cow::Borrowed(l),
+            None => std::borrow::Cow::Owned(LatencySpec::default_roofline()),
+        }
+    }
+}
+
+impl LatencySpec {
+    /// `Roofline()` with every field at its default.
+    pub fn default_roofline() -> Self {
+        LatencySpec::Roofline {
+            alpha: None,
+            step_overhead_us: None,
+            request_overhead_us: None,
+            gemm_efficiency: None,
+            attention_efficiency: None,
+            bandwidth_efficiency: None,
+            kernel_overhead_us: None,
+            attention_overhead_us: None,
+            allreduce_gb_per_s: None,
+            allreduce_latency_us: None,
+            elementwise_hidden_passes: None,
+            elementwise_ffn_passes: None,
+            moe_overlap_exponent: None,
+        }
+    }
+}
+
 /// Latency model of an instance group.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -392,6 +492,8 @@ pub enum LatencySpec {
         elementwise_hidden_passes: Option<f64>,
         #[serde(default)]
         elementwise_ffn_passes: Option<f64>,
+        #[serde(default)]
+        moe_overlap_exponent: Option<f64>,
     },
     /// BLIS's roofline (MODELS.md §2.3), for conformance: one max(compute × MFU, memory)
     /// crossover, 2-matrix FFN, no communication or overheads; optional [α0, α1, α2].

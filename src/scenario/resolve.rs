@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use super::{InstanceGroup, LatencySpec, Problem, did_you_mean};
 use crate::latency::{
     Blackbox, BlisRoofline, Coefficients, LatencyModel, MeasuredTable, PiecewiseLinear, Roofline,
-    TrainedPhysics,
+    ServingPath, TrainedPhysics,
 };
 use crate::model::{BUNDLED_MODELS, GpuProfile, ModelConfig, bundled_gpus, find_gpu, kv_capacity};
 use crate::policy::{Catalog, GroupFacts, PolicyArgs};
@@ -31,6 +31,8 @@ pub struct ResolvedGroup {
     pub kv_bytes_per_token: f64,
     /// Layers of the model (1 without one), for layer-wise KV transfer.
     pub layers: u32,
+    /// The serving path around the steps (`engine`, or the latency model's default).
+    pub serving: ServingPath,
 }
 
 fn looks_like_path(s: &str) -> bool {
@@ -244,21 +246,27 @@ pub fn resolve_group(
             ));
         }
     }
+    let omitted = if g.latency.is_none() {
+        " (latency omitted: the default is Roofline())"
+    } else {
+        ""
+    };
     let needs = |p: &mut Vec<Problem>, what: &str| {
         if model.is_none() && g.model.is_none() {
             p.push(
-                Problem::new(at("model"), format!("{what} needs a model"))
+                Problem::new(at("model"), format!("{what} needs a model{omitted}"))
                     .hint("set model: \"llama-3.1-8b-instruct\" (or a path to a config.json)"),
             );
         }
         if gpu.is_none() && g.gpu.is_none() {
             p.push(
-                Problem::new(at("gpu"), format!("{what} needs a GPU"))
+                Problem::new(at("gpu"), format!("{what} needs a GPU{omitted}"))
                     .hint("set gpu: \"H100\" (`servesim list hardware`)"),
             );
         }
     };
-    let latency: Option<Arc<dyn LatencyModel>> = match &g.latency {
+    let spec = g.latency();
+    let latency: Option<Arc<dyn LatencyModel>> = match &*spec {
         LatencySpec::Blackbox { alpha, beta } => {
             check_coefficients(&mut p, &at("latency.alpha"), alpha, 3..=3);
             check_coefficients(&mut p, &at("latency.beta"), beta, 3..=3);
@@ -295,6 +303,7 @@ pub fn resolve_group(
             allreduce_latency_us,
             elementwise_hidden_passes,
             elementwise_ffn_passes,
+            moe_overlap_exponent,
         } => {
             needs(&mut p, "the roofline latency model");
             if let Some(a) = alpha {
@@ -327,6 +336,7 @@ pub fn resolve_group(
                         (&mut ph.allreduce_latency_us, allreduce_latency_us),
                         (&mut ph.elementwise_hidden_passes, elementwise_hidden_passes),
                         (&mut ph.elementwise_ffn_passes, elementwise_ffn_passes),
+                        (&mut ph.moe_overlap_exponent, moe_overlap_exponent),
                     ] {
                         if let Some(v) = v {
                             *slot = *v;
@@ -446,6 +456,14 @@ pub fn resolve_group(
             }
         }
     };
+    let serving = match &g.engine {
+        Some(e) => e.path(),
+        None if matches!(&*spec, LatencySpec::Roofline { .. }) => ServingPath::VLLM,
+        None => ServingPath::BARE,
+    };
+    for (f, msg) in serving.problems() {
+        p.push(Problem::new(at(&format!("engine.{f}")), msg));
+    }
     let kv_blocks = match (g.kv_blocks, &model, &gpu) {
         (Some(0), _, _) => {
             p.push(Problem::new(at("kv_blocks"), "must be > 0").hint("KV cache size per instance in blocks, e.g. 8192; omit it to derive it from model and gpu"));
@@ -545,5 +563,6 @@ pub fn resolve_group(
         kv_blocks: kv_blocks.expect("no problems means blocks are known"),
         max_model_len,
         latency: latency.expect("no problems means a latency model"),
+        serving,
     })
 }

@@ -134,10 +134,10 @@ fn check_real_of_a_run_against_itself_is_exact_and_splits_stages() {
     assert_eq!(report.stages[0].requests + report.stages[1].requests, 300);
     // A slower model shows up as positive errors of the right size: every step 2 ms longer.
     let mut slow = parse(src);
-    slow.cluster.groups[0].latency = LatencySpec::Blackbox {
+    slow.cluster.groups[0].latency = Some(LatencySpec::Blackbox {
         alpha: vec![2000.0, 0.0, 0.0],
         beta: vec![6000.0, 12.0, 90.0],
-    };
+    });
     let off = fidelity::check_real(&slow, &rows).unwrap();
     let itl = off
         .overall
@@ -159,10 +159,10 @@ fn trained_physics_scales_can_be_fitted() {
             input_tokens: Uniform(min: 32, max: 900), output_tokens: Uniform(min: 2, max: 120))]))";
     let rows = measure(src, 0.0, dir.path());
     let mut server = parse(src);
-    server.cluster.groups[0].latency = LatencySpec::TrainedPhysics {
+    server.cluster.groups[0].latency = Some(LatencySpec::TrainedPhysics {
         alpha: None,
         beta: None,
-    };
+    });
     let fit = calibrate(&server, 0, &rows, Family::TrainedPhysics, 40).unwrap();
     assert_eq!(fit.params.len(), 5);
     assert!(fit.train_loss < 0.01, "{}", fit.train_loss);

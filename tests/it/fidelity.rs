@@ -109,3 +109,73 @@ fn every_measured_layer_is_predicted_within_15_percent() {
         bad.join("\n")
     );
 }
+
+/// vLLM's own fused-MoE kernel times on an H100 (`benchmarks/kernels/benchmark_moe.py`,
+/// "Kernel time" of `fused_experts` per batch size), as published in vLLM PR #24700
+/// (2025-09): Mixtral-8x7B-Instruct bf16 at TP2 with its tuned config, and Qwen3-30B-A3B
+/// fp8 (block-quantized) at TP1 with that PR's defaults. (batch, µs).
+const MIXTRAL_TP2_BF16: [(f64, f64); 15] = [
+    (1.0, 144.03),
+    (2.0, 229.28),
+    (4.0, 351.10),
+    (8.0, 434.98),
+    (16.0, 471.49),
+    (24.0, 478.27),
+    (32.0, 487.35),
+    (48.0, 487.85),
+    (64.0, 483.14),
+    (96.0, 494.42),
+    (128.0, 491.39),
+    (256.0, 536.77),
+    (512.0, 662.33),
+    (1024.0, 833.72),
+    (1536.0, 1122.93),
+];
+const QWEN3_30B_A3B_FP8: [(f64, f64); 13] = [
+    (1.0, 40.44),
+    (2.0, 56.15),
+    (4.0, 78.10),
+    (8.0, 118.64),
+    (16.0, 164.64),
+    (24.0, 193.48),
+    (32.0, 210.07),
+    (48.0, 230.59),
+    (64.0, 237.26),
+    (96.0, 244.33),
+    (128.0, 247.67),
+    (256.0, 262.38),
+    (512.0, 286.24),
+];
+
+fn moe_errors(id: &str, tp: u32, weight_bytes: f64, measured: &[(f64, f64)]) -> Vec<f64> {
+    let mut model = ModelConfig::bundled(id).unwrap();
+    model.weight_bytes = weight_bytes;
+    let r = Roofline {
+        model,
+        gpu: find_gpu("H100").unwrap(),
+        tp,
+        alpha: [0.0; 3],
+        step_overhead_us: 0.0,
+        request_overhead_us: 0.0,
+    };
+    measured
+        .iter()
+        .map(|&(b, us)| r.moe_experts_us(b) / us - 1.0)
+        .collect()
+}
+
+#[test]
+fn the_fused_moe_experts_match_vllms_kernel_benchmark() {
+    // Mixtral TP2 is what `moe_overlap_exponent` was fitted to: within 11 % at every batch
+    // size from 1 to 1,536 tokens, 3 % on average.
+    let e = moe_errors("mixtral-8x7b-v0.1", 2, 2.0, &MIXTRAL_TP2_BF16);
+    let mean = e.iter().map(|x| x.abs()).sum::<f64>() / e.len() as f64;
+    assert!(e.iter().all(|x| x.abs() < 0.11), "{e:?}");
+    assert!(mean < 0.035, "mean |error| {mean}");
+    // Held out: Qwen3-30B-A3B (128 small experts, fp8 with block scales) is priced 10–40 %
+    // fast: per-expert tiles and the activations' fp8 quantization, which the roofline does
+    // not see, weigh more with experts this small (README Fidelity). The test pins that
+    // range so a change of either kind is noticed.
+    let q = moe_errors("qwen3-30b-a3b", 1, 1.0, &QWEN3_30B_A3B_FP8);
+    assert!(q.iter().all(|x| (-0.42..-0.05).contains(x)), "{q:?}");
+}

@@ -23,6 +23,7 @@ mod properties;
 mod reliability;
 mod scenarios;
 mod schedulers;
+mod serving;
 mod setup;
 mod ticks;
 mod workload;

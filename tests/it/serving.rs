@@ -1,0 +1,185 @@
+//! The serving path around the steps (`engine`): vLLM's async scheduling, the scheduler's CPU
+//! work and the API server, worked out by hand on instances whose every step takes 1,000 µs.
+
+use crate::common::{parse, run};
+
+/// One instance with 1,000 µs steps (blackbox β0) and the given `engine`, replaying
+/// `rows` (`arrival_us,input_tokens,output_tokens`) from a trace.
+fn scenario(engine: &str, rows: &str) -> (servesim::scenario::Scenario, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.csv");
+    std::fs::write(
+        &trace,
+        format!("arrival_us,input_tokens,output_tokens\n{rows}"),
+    )
+    .unwrap();
+    let src = format!(
+        "(seed: 1, cluster: (groups: [(kv_blocks: 1000, engine: {engine},
+            latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 0.0, 0.0]))]),
+          workload: (traces: [(format: ServesimCsv, file: {:?})]))",
+        trace.display().to_string()
+    );
+    (parse(&src), dir)
+}
+
+/// API server 500 µs + 1 µs per prompt token in, 50 µs + 10 µs per token out; no
+/// scheduler time.
+const API: &str = "api_request_us: 500.0, api_us_per_prompt_token: 1.0, api_step_us: 50.0, \
+                   api_us_per_output_token: 10.0, schedule_us: 0.0, schedule_us_per_request: 0.0";
+
+#[test]
+fn a_lone_request_on_an_idle_instance_waits_for_the_api_server_and_one_step() {
+    for mode in ["true", "false"] {
+        let (sc, _dir) = scenario(&format!("(async_scheduling: {mode}, {API})"), "0,100,4\n");
+        let (_, rows) = run(&sc);
+        let r = &rows[0];
+        // The engine has it at 500 + 100 = 600 µs and, idle, schedules it at once: the
+        // prefill step ends at 1,600 µs, its token leaves the API server 50 + 10 µs later.
+        assert_eq!(r.us("scheduling_delay_ms"), 600, "async {mode}");
+        assert_eq!(r.us("ttft_ms"), 1_660, "async {mode}");
+        // Three decode steps: the last token at 4,600 µs, delivered 60 µs later.
+        assert_eq!(r.us("e2e_ms"), 4_660, "async {mode}");
+        assert_eq!(r.us("mean_itl_ms"), 1_000, "async {mode}");
+        assert_eq!(r.u64("completion_us"), 4_600, "the engine's last step end");
+    }
+}
+
+#[test]
+fn on_a_busy_instance_async_scheduling_schedules_a_new_request_one_step_later() {
+    // A keeps the instance stepping every 1,000 µs from t = 0 (steps [0, 1000), [1000,
+    // 2000), [2000, 3000), …); B reaches the engine at 2,300 µs, during the third step.
+    let rows = "0,16,20\n2300,16,3\n";
+    let engine = |mode: &str| {
+        format!(
+            "(async_scheduling: {mode}, api_request_us: 0.0, api_us_per_prompt_token: 0.0, api_step_us: 50.0, api_us_per_output_token: 10.0, schedule_us: 0.0, schedule_us_per_request: 0.0)"
+        )
+    };
+    let (sync, _d1) = scenario(&engine("false"), rows);
+    let (_, s) = run(&sync);
+    // Synchronous: the step after the one in flight, [3000, 4000), takes B; its token is
+    // the second of that step's outputs (A's first): 4,000 + 50 + 2 × 10 − 2,300.
+    assert_eq!(s[1].us("scheduling_delay_ms"), 700);
+    assert_eq!(s[1].us("ttft_ms"), 1_770);
+    let (asynchronous, _d2) = scenario(&engine("true"), rows);
+    let (_, a) = run(&asynchronous);
+    // Async: the step starting at 3,000 µs was decided at 2,000 µs, before B arrived; B
+    // joins the one after it, [4000, 5000): exactly one step later.
+    assert_eq!(a[1].us("scheduling_delay_ms"), 1_700);
+    assert_eq!(a[1].us("ttft_ms"), 2_770);
+    // A's own tokens are not delayed by the mode (its steps are back to back either way).
+    assert_eq!(a[0].us("mean_itl_ms"), s[0].us("mean_itl_ms"));
+    assert_eq!(a[0].us("ttft_ms"), 1_060);
+}
+
+#[test]
+fn without_async_scheduling_the_scheduler_runs_between_steps() {
+    let engine = |mode: &str| {
+        format!(
+            "(async_scheduling: {mode}, api_request_us: 100.0, api_us_per_prompt_token: 0.0, api_step_us: 0.0, api_us_per_output_token: 0.0, schedule_us: 200.0, schedule_us_per_request: 30.0)"
+        )
+    };
+    // Two requests reach the engine together (at 100 µs) and run every step side by side.
+    let rows = "0,16,5\n0,16,5\n";
+    let (sync, _d1) = scenario(&engine("false"), rows);
+    let (_, s) = run(&sync);
+    // Each step: 1,000 µs on the GPU + 200 + 2 × 30 µs of scheduling.
+    assert_eq!(s[0].us("ttft_ms"), 100 + 1_260);
+    assert_eq!(s[0].us("mean_itl_ms"), 1_260);
+    assert_eq!(s[0].us("e2e_ms"), 100 + 5 * 1_260);
+    let (asynchronous, _d2) = scenario(&engine("true"), rows);
+    let (_, a) = run(&asynchronous);
+    // Async: the 260 µs overlap the GPU's 1,000.
+    assert_eq!(a[0].us("ttft_ms"), 100 + 1_000);
+    assert_eq!(a[0].us("e2e_ms"), 100 + 5_000);
+}
+
+#[test]
+fn the_api_server_delivers_a_steps_tokens_in_batch_order() {
+    // Three requests prefill together; their first tokens leave 10 µs apart.
+    let (sc, _dir) = scenario(
+        &format!("(async_scheduling: false, {API})"),
+        "0,1,2\n0,1,2\n0,1,2\n",
+    );
+    let (_, rows) = run(&sc);
+    // Prompts of one token: in the engine at 501 µs; the step ends
+    // at 1,501; tokens out at 1,501 + 50 + 10·k for k = 1, 2, 3.
+    let ttft: Vec<u64> = rows.iter().map(|r| r.us("ttft_ms")).collect();
+    assert_eq!(ttft, [1_561, 1_571, 1_581]);
+    // The second tokens are delivered in the same order, so each E2E is TTFT + one step.
+    let e2e: Vec<u64> = rows.iter().map(|r| r.us("e2e_ms")).collect();
+    assert_eq!(e2e, [2_561, 2_571, 2_581]);
+}
+
+#[test]
+fn a_roofline_group_without_latency_or_engine_gets_the_roofline_and_vllms_serving_path() {
+    let group = |extra: &str| {
+        format!(
+            "(seed: 3, cluster: (groups: [(model: \"llama-2-7b-hf\", gpu: \"H100\", kv_blocks: 4000{extra})]),
+              workload: (num_requests: 40, clients: [(rate_per_s: 10.0, input_tokens: Constant(300), output_tokens: Constant(20))]))"
+        )
+    };
+    let (implicit, rows_i) = run(&parse(&group("")));
+    let (explicit, rows_e) = run(&parse(&group(
+        ", latency: Roofline(), engine: (preset: Vllm)",
+    )));
+    assert_eq!(
+        rows_i.iter().map(|r| r.us("ttft_ms")).collect::<Vec<_>>(),
+        rows_e.iter().map(|r| r.us("ttft_ms")).collect::<Vec<_>>()
+    );
+    assert_eq!(implicit.ttft_ms.mean, explicit.ttft_ms.mean);
+    // The bare path (BLIS's reading) is faster to the first token: no API server, and new
+    // requests join the next step.
+    let (bare, _) = run(&parse(&group(", engine: (preset: Bare)")));
+    assert!(bare.ttft_ms.mean.unwrap() + 1.0 < implicit.ttft_ms.mean.unwrap());
+}
+
+#[test]
+fn blis_models_keep_the_bare_step_unless_an_engine_is_given() {
+    let group = |extra: &str| {
+        format!(
+            "(seed: 3, cluster: (groups: [(kv_blocks: 4000, latency: Blackbox(alpha: [1000.0, 1.0, 20.0], beta: [5000.0, 10.0, 50.0]){extra})]),
+              workload: (num_requests: 40, clients: [(rate_per_s: 10.0, input_tokens: Constant(300), output_tokens: Constant(20))]))"
+        )
+    };
+    let (plain, _) = run(&parse(&group("")));
+    let (bare, _) = run(&parse(&group(", engine: (preset: Bare)")));
+    assert_eq!(plain.ttft_ms.mean, bare.ttft_ms.mean);
+    assert_eq!(plain.e2e_ms.mean, bare.e2e_ms.mean);
+    let (vllm, _) = run(&parse(&group(", engine: (preset: Vllm)")));
+    assert!(vllm.ttft_ms.mean > plain.ttft_ms.mean);
+}
+
+#[test]
+fn a_group_without_latency_and_model_is_told_what_the_default_needs() {
+    let app = servesim::default_app();
+    let err = servesim::scenario::parse(
+        "(cluster: (groups: [(kv_blocks: 100)]), workload: (num_requests: 1, clients: [(rate_per_s: 1.0, input_tokens: Constant(10), output_tokens: Constant(2))]))",
+        "t.ron",
+        &[],
+        app.world().resource::<servesim::policy::Catalog>(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("cluster.groups[0].model")
+            && err.contains("latency omitted: the default is Roofline()"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_engine_numbers_are_errors_with_their_path() {
+    let app = servesim::default_app();
+    let err = servesim::scenario::parse(
+        "(cluster: (groups: [(model: \"llama-2-7b-hf\", gpu: \"H100\", engine: (api_step_us: -5.0))]), workload: (num_requests: 1, clients: [(rate_per_s: 1.0, input_tokens: Constant(10), output_tokens: Constant(2))]))",
+        "t.ron",
+        &[],
+        app.world().resource::<servesim::policy::Catalog>(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("cluster.groups[0].engine.api_step_us") && err.contains("got -5"),
+        "{err}"
+    );
+}
