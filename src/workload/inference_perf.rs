@@ -1,11 +1,14 @@
 //! inference-perf's staged shared-prefix load, expanded into workload sources.
 //!
-//! A population of `prompts × users per prompt` users; every request is its user's system
-//! prompt (shared by the prompt's users, so it hits the prefix cache) followed by a new
-//! question. Two readings ([`InferencePerfReading`]):
+//! A population of `prompts × users per prompt` users, each with its system prompt (shared by
+//! the prompt's users, so it hits the prefix cache) and a question. Two readings
+//! ([`InferencePerfReading`]):
 //! - **open loop** (what inference-perf sends): one source per load, each stage's timer
 //!   emitting exactly ⌊rate × duration⌋ requests (constant timer) or Poisson arrivals, the
-//!   users taking turns;
+//!   users taking turns; a user's prompt (system prompt + question) is generated once and
+//!   repeated each time round, as inference-perf's `SharedPrefixDataGenerator` cycles through
+//!   its pre-generated prompts, so from the second round on whole prompts hit the cache;
+//!   BLIS's reading gives every request a new question;
 //! - **BLIS** (`sim/workload/inference_perf.go`, how BLIS's goldens were made): every user of
 //!   every stage is a source of its own. With multi-turn chat a user is one closed-loop session:
 //!   it starts one exponential gap (at rate / users) into its stage and sends its even share of
@@ -74,6 +77,9 @@ pub fn sources(ip: &InferencePerfSpec, seed: u64, labels: &mut Labels) -> Vec<Cl
             per_prompt,
             next: 0,
         });
+        // inference-perf generates one question per user once (`_generate_prompts`) and
+        // sends `prompts[i % len(prompts)]`: a user's prompt is the same every time round.
+        c.pool = Some((users.max(1), Vec::new()));
         vec![c]
     };
     match ip.reading {

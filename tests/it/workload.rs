@@ -428,19 +428,22 @@ fn an_inference_perf_load_sends_exactly_rate_times_duration_per_stage() {
 }
 
 #[test]
-fn users_share_their_system_prompt_through_the_prefix_cache() {
-    // Open loop: users take turns, so request k uses prompt (k mod 6) / 2. With 64-token
-    // system prompts (4 blocks of 16), every request after the first of its prompt hits
-    // exactly 4 blocks: 3 misses of 4 prefix blocks, 12 × 4 hits.
+fn users_share_their_system_prompt_and_repeat_their_own_prompt() {
+    // Open loop: users take turns, so request k is user k mod 6, whose system prompt is
+    // user / 2. With 64-token system prompts (4 blocks of 16) and 40-token questions, the first
+    // round (requests 0–5) hits the 4 system-prompt blocks on the second user of each prompt;
+    // later rounds repeat each user's whole 104-token prompt (inference-perf cycles through
+    // its pre-generated prompts), which hits its 6 full blocks (96 tokens).
     let (s, rows) = run(&inference_perf(
         "OpenLoop",
         "(rate_per_s: 1.5, duration_s: 10.0)",
         false,
     ));
     assert_eq!(rows.len(), 15);
-    let hits: u64 = rows.iter().map(|r| r.u64("cached_tokens")).sum();
-    assert_eq!(hits, 12 * 64);
-    assert!(s.kv.hit_blocks >= 12 * 4);
+    let cached: Vec<u64> = rows.iter().map(|r| r.u64("cached_tokens")).collect();
+    assert_eq!(cached[..6], [0, 64, 0, 64, 0, 64]);
+    assert!(cached[6..].iter().all(|&c| c == 96), "{cached:?}");
+    assert_eq!(s.kv.hit_blocks, 3 * 4 + 9 * 6);
 }
 
 #[test]
