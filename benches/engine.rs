@@ -9,7 +9,7 @@
 //!   the peers are compared on (Poisson at 8 req/s per instance, exactly 512 / 256 tokens,
 //!   round robin, trained physics). Throughput in simulated requests per second; the tick count
 //!   of each run is printed once (ns per tick = time / ticks). W4 and W5 are run by hand
-//!   (README "Performance").
+//!   (docs/performance.md).
 //! - `kv/admit_register_release_48_blocks`: one request's worth of block operations.
 
 use std::hint::black_box;

@@ -147,7 +147,7 @@ pub enum SimError {
     Fault(Fault),
     #[error(
         "the tick schedule does not build: {0}\nA system added to SimStep must be ordered against every built-in system of its stage that \
-         touches the same data: add .before(...) or .after(...) (README \"Extending servesim\" lists what each stage's built-in system reads and empties)"
+         touches the same data: add .before(...) or .after(...) (docs/extending.md lists what each stage's built-in system reads and empties)"
     )]
     Schedule(String),
     #[error(

@@ -1,7 +1,7 @@
 //! Python bindings of servesim: run scenarios from Python, get the summary and the
 //! per-request rows in memory, and route requests with a Python function.
 //!
-//! The Python package (`pysrc/servesim`) wraps these functions; see README "Python".
+//! The Python package (`pysrc/servesim`) wraps these functions; see docs/python.md.
 
 use std::sync::{Arc, Mutex};
 

@@ -24,7 +24,7 @@ pub struct GpuProfile {
     #[serde(default)]
     pub source: String,
     /// Efficiencies and overheads of our [`Roofline`](crate::latency::Roofline), fitted to
-    /// the H100 microbenchmark (README "Fidelity"). Defaults: H100's.
+    /// the H100 microbenchmark (docs/fidelity.md). Defaults: H100's.
     #[serde(default)]
     pub physics: GpuPhysics,
 }

@@ -1,7 +1,7 @@
 //! Scenario files: the RON format, loading with `--set` overrides, and validation.
 //!
 //! One [`Scenario`] root. Every struct denies unknown fields; optional fields have the
-//! defaults documented on them (and in README). [`load`] parses and validates a whole
+//! defaults documented on them (and in docs/scenarios.md). [`load`] parses and validates a whole
 //! scenario and reports every problem at once, each with the file, the field path and the
 //! line:column where RON gives it.
 

@@ -423,7 +423,7 @@ pub fn resolve_group(
             Err(e) => {
                 p.push(
                     Problem::new(at("latency.file"), e)
-                        .hint("README \"Measured tables\" documents the CSV format"),
+                        .hint("docs/latency.md documents the CSV format"),
                 );
                 None
             }

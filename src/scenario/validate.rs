@@ -90,7 +90,7 @@ pub(super) fn explain_ron_error(code: &ron::Error) -> (String, Option<String>) {
                     .map(|o| format!(" in {o}"))
                     .unwrap_or_default()
             ),
-            Some("add the field; README lists every field and its default".into()),
+            Some("add the field; docs/scenarios.md lists every field and its default".into()),
         ),
         E::IntegerOutOfBounds | E::ExpectedInteger => (
             format!("{code}: expected a whole number ≥ 0 in range for this field"),
@@ -102,7 +102,7 @@ pub(super) fn explain_ron_error(code: &ron::Error) -> (String, Option<String>) {
         ),
         other => (
             other.to_string(),
-            Some("see README \"Scenario format\" for the expected syntax".into()),
+            Some("see docs/scenarios.md for the expected syntax".into()),
         ),
     }
 }

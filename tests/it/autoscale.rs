@@ -354,17 +354,17 @@ proptest! {
     }
 }
 
-/// The README's autoscaling table is what the bundled scenario gives: two of its rows are
+/// The autoscaling chapter.s table is what the bundled scenario gives: two of its rows are
 /// rerun here and compared with the numbers printed there.
 #[test]
-fn the_readme_cost_table_matches_the_bundled_scenario() {
+fn the_docs_cost_table_matches_the_bundled_scenario() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let readme = crate::common::doc("autoscaling");
     let row = |prefix: &str| -> Vec<String> {
         let line = readme
             .lines()
             .find(|l| l.starts_with(prefix))
-            .unwrap_or_else(|| panic!("README has no row {prefix}"));
+            .unwrap_or_else(|| panic!("docs/autoscaling.md has no row {prefix}"));
         line.split('|').map(|c| c.trim().to_string()).collect()
     };
     let app = servesim::default_app();

@@ -150,7 +150,7 @@ fn check_real_of_a_run_against_itself_is_exact_and_splits_stages() {
 
 #[test]
 fn trained_physics_scales_can_be_fitted() {
-    // A smoke test of the second family (its recovery is measured in README): a short fit
+    // A smoke test of the second family (its recovery is measured in docs/fidelity.md): a short fit
     // on Llama-3.1-8B measurements lowers the loss and returns coefficients that run.
     let dir = tempfile::tempdir().unwrap();
     let src = "(seed: 2, cluster: (groups: [(model: \"llama-3.1-8b-instruct\", gpu: \"H100\", kv_blocks: 4000,

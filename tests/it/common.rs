@@ -15,6 +15,14 @@ pub fn parse(src: &str) -> Scenario {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// A chapter of the docs book, `docs/NAME.md`.
+pub fn doc(name: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("docs")
+        .join(format!("{name}.md"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
 /// One `requests.csv` row by column name.
 #[derive(Debug, Clone)]
 pub struct Row(pub BTreeMap<String, String>);

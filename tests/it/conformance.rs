@@ -1,6 +1,6 @@
 //! Conformance with BLIS's own predictions on 15 real workload configurations
 //! (`../shared/reference/data/trained_physics_iter29.json` and `roofline_goldendataset.json`,
-//! BLIS's outputs, not measurements; README "Fidelity").
+//! BLIS's outputs, not measurements; docs/fidelity.md).
 //!
 //! Each configuration is an inference-perf staged shared-prefix load read as BLIS reads it
 //! (`reading: Blis`: closed-loop sessions), on one instance with the experiment's model, TP,
@@ -34,7 +34,7 @@ const BURST: &str = "closed-loop sessions synchronize into bursts whose size and
 const COLLISIONS: &str = "23 sessions at 1 req/s: TTFT p90 is whether two session phases collide, which one draw decides";
 
 /// (file, experiment id, tolerance on every compared metric, why): the differences we keep,
-/// each explained in README "Fidelity". Every other case must be within 5 % on means and
+/// each explained in docs/fidelity.md. Every other case must be within 5 % on means and
 /// 10 % on p90.
 const KNOWN: &[(&str, &str, f64, &str)] = &[
     (TP, "61", 0.30, PHASES),

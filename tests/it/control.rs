@@ -314,7 +314,7 @@ fn the_decision_trace_has_a_row_per_routing_decision_with_scores_and_regret() {
     assert_eq!(summary["routing"]["decisions"], 200);
 }
 
-/// The README's routing comparison, regenerated from `scenarios/routing-comparison.ron`.
+/// The control-plane chapter's routing comparison, regenerated from `scenarios/routing-comparison.ron`.
 fn routing_table() -> String {
     let app = servesim::default_app();
     let catalog = app.world().resource::<servesim::policy::Catalog>();
@@ -354,14 +354,12 @@ fn routing_table() -> String {
 }
 
 #[test]
-fn the_readme_routing_comparison_matches_a_fresh_run() {
-    let readme =
-        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-            .unwrap();
+fn the_docs_routing_comparison_matches_a_fresh_run() {
+    let readme = crate::common::doc("control-plane");
     let table = routing_table();
     assert!(
         readme.contains(&table),
-        "README is out of date; the table should read:\n{table}"
+        "docs/control-plane.md is out of date; the table should read:\n{table}"
     );
 }
 

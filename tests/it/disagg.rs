@@ -354,7 +354,7 @@ fn bad_disaggregation_settings_are_reported_together() {
 
 #[test]
 fn the_bundled_comparison_shows_what_readme_says() {
-    // README "Mixed against 1P:3D and 2P:2D": one prefill instance cannot keep up; two give
+    // docs/disaggregation.md "Mixed against 1P:3D and 2P:2D": one prefill instance cannot keep up; two give
     // the best TTFT; mixed gives the lowest ITL (each disaggregated request pays its transfer
     // in its second token) and narrowly the best SLO attainment.
     let app = servesim::default_app();

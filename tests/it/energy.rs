@@ -1,4 +1,4 @@
-//! README "Extending servesim": an energy meter as a researcher writes it — one file (this
+//! docs/extending.md: an energy meter as a researcher writes it — one file (this
 //! one) and one line (`app.add_plugins(EnergyMeter)`) — reports busy GPU-seconds per instance
 //! and the energy they took in `summary.json`.
 

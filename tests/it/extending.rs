@@ -1,6 +1,6 @@
-//! README "Extending servesim" is tried end to end: every example in it is code that a test
+//! The docs' "Extending servesim" chapter is tried end to end: every example in it is code that a test
 //! (or a doc test) compiles and runs — this test checks that each line of each example
-//! appears in those sources, so the README cannot drift from what is tested.
+//! appears in those sources, so the chapter cannot drift from what is tested.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -33,17 +33,9 @@ fn source_lines(root: &Path) -> HashSet<String> {
 }
 
 #[test]
-fn every_line_of_the_readme_extending_examples_is_tested_code() {
+fn every_line_of_the_extending_examples_is_tested_code() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
-    let start = readme
-        .find("## Extending servesim\n")
-        .expect("README has the section");
-    let end = start
-        + readme[start..]
-            .find("\n## ")
-            .map_or(readme.len() - start, |e| e + 1);
-    let section = &readme[start..end];
+    let section = &crate::common::doc("extending");
     let known = source_lines(root);
     let mut blocks = 0;
     let mut missing = Vec::new();
@@ -59,7 +51,7 @@ fn every_line_of_the_readme_extending_examples_is_tested_code() {
     assert!(blocks >= 7, "found {blocks} examples");
     assert!(
         missing.is_empty(),
-        "README example lines found in no test or source file:\n{}",
+        "docs/extending.md example lines found in no test or source file:\n{}",
         missing.join("\n")
     );
 }

@@ -174,7 +174,7 @@ fn the_fused_moe_experts_match_vllms_kernel_benchmark() {
     assert!(mean < 0.035, "mean |error| {mean}");
     // Held out: Qwen3-30B-A3B (128 small experts, fp8 with block scales) is priced 10–40 %
     // fast: per-expert tiles and the activations' fp8 quantization, which the roofline does
-    // not see, weigh more with experts this small (README Fidelity). The test pins that
+    // not see, weigh more with experts this small (docs/fidelity.md). The test pins that
     // range so a change of either kind is noticed.
     let q = moe_errors("qwen3-30b-a3b", 1, 1.0, &QWEN3_30B_A3B_FP8);
     assert!(q.iter().all(|x| (-0.42..-0.05).contains(x)), "{q:?}");

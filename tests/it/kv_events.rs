@@ -1,5 +1,5 @@
 //! KV block events: the router's event-fed view of every cache equals the caches themselves
-//! on every tick; counts balance against what the caches hold at the end; the README's
+//! on every tick; counts balance against what the caches hold at the end; the docs'
 //! eviction counter works as written; turning events on changes no result.
 
 use std::collections::{BTreeMap, HashSet};
@@ -136,7 +136,7 @@ fn event_counts_balance_against_what_each_cache_holds_at_the_end() {
     }
 }
 
-// The README's example, as written there.
+// docs/extending.md's example, as written there.
 #[derive(Resource, Default)]
 struct Evictions(std::collections::BTreeMap<u32, u64>);
 
@@ -150,7 +150,7 @@ fn count_evictions(mut events: MessageReader<KvEvent>, mut n: ResMut<Evictions>)
 }
 
 #[test]
-fn the_readme_eviction_counter_counts_what_the_summary_counts() {
+fn the_docs_eviction_counter_counts_what_the_summary_counts() {
     let mut app = servesim::default_app();
     app.insert_resource(KvEvents(true))
         .init_resource::<Evictions>()

@@ -8,6 +8,7 @@ mod common;
 mod conformance;
 mod control;
 mod disagg;
+mod docs;
 mod energy;
 mod extending;
 mod families;

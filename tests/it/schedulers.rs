@@ -1,5 +1,5 @@
 //! Batch schedulers (issue 14): every scheduler under random workloads with invariants on
-//! every tick, determinism, located errors, and the README comparison table.
+//! every tick, determinism, located errors, and the docs comparison table.
 
 use proptest::prelude::*;
 use servesim::policy::Catalog;
@@ -102,18 +102,18 @@ fn list_schedulers_names_every_built_in_with_its_parameters() {
     assert!(!s.contains("round_robin"), "only schedulers:\n{s}");
 }
 
-/// The README's comparison table is what `scenarios/schedulers.ron` gives.
+/// The schedulers chapter.s comparison table is what `scenarios/schedulers.ron` gives.
 #[test]
-fn the_readme_scheduler_table_matches_the_bundled_scenario() {
+fn the_docs_scheduler_table_matches_the_bundled_scenario() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let readme = crate::common::doc("schedulers");
     let app = servesim::default_app();
     let catalog = app.world().resource::<Catalog>();
     for name in ALL {
         let line = readme
             .lines()
             .find(|l| l.starts_with(&format!("| `{name}` | ")) && l.matches('|').count() == 10)
-            .unwrap_or_else(|| panic!("README has no table row for {name}"));
+            .unwrap_or_else(|| panic!("docs/schedulers.md has no table row for {name}"));
         let cols: Vec<&str> = line.split('|').map(str::trim).collect();
         let sets = [(
             "cluster.groups[0].scheduler".to_string(),

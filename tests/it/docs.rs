@@ -1,0 +1,228 @@
+//! The manual is tested: every RON snippet in README.md and docs/*.md is loaded and validated
+//! as what it is (a whole scenario, an instance group, or a field of the workload, the
+//! policies or a group), every Rust snippet's lines appear in code that a test compiles and
+//! runs (`extending.rs` holds the check for the extending chapter; this one covers every
+//! chapter), and every link between chapters points at a file and heading that exist.
+
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// README.md and every chapter of the book, with their text.
+fn pages() -> Vec<(String, String)> {
+    let mut out = vec![(
+        "README.md".to_string(),
+        std::fs::read_to_string(root().join("README.md")).unwrap(),
+    )];
+    let mut chapters: Vec<PathBuf> = std::fs::read_dir(root().join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "md"))
+        .collect();
+    chapters.sort();
+    for p in chapters {
+        out.push((
+            format!("docs/{}", p.file_name().unwrap().to_string_lossy()),
+            std::fs::read_to_string(&p).unwrap(),
+        ));
+    }
+    out
+}
+
+/// The fenced blocks of `lang` in `text`.
+fn blocks<'a>(text: &'a str, lang: &str) -> Vec<&'a str> {
+    let fence = format!("```{lang}\n");
+    text.split(fence.as_str())
+        .skip(1)
+        .map(|b| b.split("\n```").next().unwrap())
+        .collect()
+}
+
+/// A minimal scenario around `snippet` placed as `what` (a whole scenario, a group, …).
+fn wrapped(snippet: &str, what: &str) -> String {
+    let snippet = snippet.trim().trim_end_matches(',');
+    let group = "(model: \"llama-3.1-8b-instruct\", gpu: \"H100\")";
+    let workload = "(num_requests: 10, clients: [(rate_per_s: 1.0, input_tokens: Constant(64), output_tokens: Constant(8))])";
+    match what {
+        "scenario" => snippet.to_string(),
+        "group" => format!("(cluster: (groups: [{snippet}]), workload: {workload})"),
+        "workload field" => format!("(cluster: (groups: [{group}]), workload: ({snippet}))"),
+        "policies field" => {
+            format!("(cluster: (groups: [{group}]), policies: ({snippet}), workload: {workload})")
+        }
+        "group field" => format!(
+            "(cluster: (groups: [(model: \"llama-3.1-8b-instruct\", gpu: \"H100\", {snippet})]), workload: {workload})"
+        ),
+        _ => unreachable!(),
+    }
+}
+
+#[test]
+fn every_ron_snippet_in_the_docs_is_a_valid_scenario_or_part_of_one() {
+    let app = servesim::default_app();
+    let catalog = app.world().resource::<servesim::policy::Catalog>();
+    // Relative files in snippets are the bundled scenarios' (`data/...`): each snippet is
+    // loaded from a directory where `data` is theirs.
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(root().join("scenarios/data"), dir.path().join("data")).unwrap();
+    let file = dir.path().join("snippet.ron");
+    let mut checked = 0;
+    let mut failures = Vec::new();
+    for (page, text) in pages() {
+        for snippet in blocks(&text, "ron") {
+            checked += 1;
+            let mut errors = Vec::new();
+            let ok = [
+                "scenario",
+                "group",
+                "workload field",
+                "policies field",
+                "group field",
+            ]
+            .iter()
+            .any(|what| {
+                std::fs::write(&file, wrapped(snippet, what)).unwrap();
+                match servesim::scenario::load(&file, &[], catalog) {
+                    Ok(_) => true,
+                    Err(e) => {
+                        errors.push(format!("as a {what}: {e}"));
+                        false
+                    }
+                }
+            });
+            if !ok {
+                failures.push(format!("{page}:\n{snippet}\n{}", errors.join("\n")));
+            }
+        }
+    }
+    assert!(checked >= 4, "found {checked} RON snippets");
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// A line trimmed, with doc-comment and hidden-line markers taken off.
+fn normalize(line: &str) -> &str {
+    let mut l = line.trim();
+    while let Some(rest) = ["//! ", "/// ", "# ", "//!", "///"]
+        .iter()
+        .find_map(|m| l.strip_prefix(m))
+    {
+        l = rest.trim();
+    }
+    l
+}
+
+#[test]
+fn every_rust_snippet_in_the_docs_is_compiled_code() {
+    let files = crate::common::rust_files(&[&root().join("src"), &root().join("tests")]);
+    let known: std::collections::HashSet<String> = files
+        .iter()
+        .flat_map(|f| {
+            std::fs::read_to_string(f)
+                .unwrap()
+                .lines()
+                .map(|l| normalize(l).to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    for (page, text) in pages() {
+        for snippet in blocks(&text, "rust") {
+            checked += 1;
+            for line in snippet.lines().map(normalize).filter(|l| !l.is_empty()) {
+                if !known.contains(line) {
+                    missing.push(format!("{page}: {line}"));
+                }
+            }
+        }
+    }
+    assert!(checked >= 7, "found {checked} Rust snippets");
+    assert!(
+        missing.is_empty(),
+        "Rust lines in the docs found in no compiled source or test:\n{}",
+        missing.join("\n")
+    );
+}
+
+/// GitHub's anchor of a heading.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || *c == '-' || *c == '_' || *c == ' ')
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}
+
+fn anchors(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut fenced = false;
+    for line in text.lines() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+        }
+        if !fenced && let Some(h) = line.strip_prefix('#') {
+            out.push(slug(h.trim_start_matches('#')));
+        }
+    }
+    out
+}
+
+#[test]
+fn every_link_between_chapters_points_at_a_page_and_heading_that_exist() {
+    let pages = pages();
+    let mut broken = Vec::new();
+    for (page, text) in &pages {
+        let dir = Path::new(page).parent().unwrap_or(Path::new(""));
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("](") {
+            rest = &rest[at + 2..];
+            let target = &rest[..rest.find(')').unwrap_or(0)];
+            if target.starts_with("http") || target.is_empty() || target.contains(' ') {
+                continue;
+            }
+            let (file, anchor) = target.split_once('#').unwrap_or((target, ""));
+            let path = if file.is_empty() {
+                PathBuf::from(page)
+            } else {
+                dir.join(file)
+            };
+            if !root().join(&path).exists() {
+                broken.push(format!("{page}: {target} (no file {})", path.display()));
+                continue;
+            }
+            if anchor.is_empty() {
+                continue;
+            }
+            let body = std::fs::read_to_string(root().join(&path)).unwrap();
+            if !anchors(&body).contains(&anchor.to_string()) {
+                broken.push(format!("{page}: {target} (no heading #{anchor})"));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "{}", broken.join("\n"));
+}
+
+#[test]
+fn the_readme_is_short_and_the_book_lists_every_chapter() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    assert!(
+        readme.lines().count() <= 300,
+        "README.md has {} lines",
+        readme.lines().count()
+    );
+    let summary = std::fs::read_to_string(root().join("docs/SUMMARY.md")).unwrap();
+    for (page, _) in pages() {
+        if let Some(name) = page.strip_prefix("docs/")
+            && name != "SUMMARY.md"
+        {
+            assert!(
+                summary.contains(&format!("({name})")),
+                "docs/SUMMARY.md misses {name}"
+            );
+        }
+    }
+}
