@@ -86,7 +86,10 @@
 //! # assert!(app.world().resource::<servesim::policy::Catalog>().find::<servesim::policy::family::Routing>("last_one").is_some());
 //! ```
 
+pub mod app;
 pub mod autoscale;
+#[cfg(feature = "cli")]
+pub mod cli;
 pub mod cluster;
 pub mod disagg;
 pub mod engine;
@@ -115,6 +118,7 @@ pub mod workload;
 
 mod simulation;
 
+pub use app::ServesimApp;
 pub use bevy_app;
 pub use bevy_ecs;
 pub use engine::{EventQueue, Fault, SimClock, SimFinish, SimStep, SimStepFast, SimSystems};

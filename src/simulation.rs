@@ -138,11 +138,11 @@ fn covered_systems() -> Vec<std::any::TypeId> {
 }
 
 /// An [`App`] with every built-in plugin: read its [`Catalog`] to validate scenarios, add
-/// your own plugins and policies, then hand it to [`Simulation::from_app`].
+/// your own plugins and policies, then hand it to [`Simulation::from_app`]. The same as
+/// `ServesimApp::new().build()`; to make every command use your additions, give them to a
+/// [`ServesimApp`](crate::ServesimApp).
 pub fn default_app() -> App {
-    let mut app = App::empty();
-    app.add_plugins(crate::SimPlugins);
-    app
+    crate::ServesimApp::new().build()
 }
 
 /// How to run.

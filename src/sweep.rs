@@ -203,6 +203,7 @@ impl Plan {
         h.extend(self.axes.iter().map(|a| a.path.clone()));
         h.extend(["replica", "seed", "status"].map(String::from));
         h.extend(METRICS.iter().map(|m| m.to_string()));
+        h.push("extras".into());
         h
     }
 }
@@ -301,6 +302,15 @@ pub fn metric_values(summary: &Summary) -> Vec<String> {
         .collect()
 }
 
+/// The `extras` column: the results of systems of one's own (`SummaryExtras`) as compact
+/// JSON, empty when there are none.
+pub fn extras_value(summary: &Summary) -> String {
+    if summary.extras.is_empty() {
+        return String::new();
+    }
+    serde_json::to_string(&summary.extras).unwrap_or_default()
+}
+
 /// One finished row of `sweep.csv`.
 pub fn row(
     plan: &Plan,
@@ -316,10 +326,12 @@ pub fn row(
         Ok(summary) => {
             r.push("ok".into());
             r.extend(metric_values(summary));
+            r.push(extras_value(summary));
         }
         Err(e) => {
             r.push(format!("error: {e}"));
             r.extend(METRICS.iter().map(|_| String::new()));
+            r.push(String::new());
         }
     }
     debug_assert_eq!(r.len(), plan.header().len());
@@ -419,6 +431,7 @@ pub fn table(header: &[String], rows: &BTreeMap<usize, Vec<String>>) -> String {
 /// an output directory `point-NNNN` under it. `done` is told after every finished run.
 /// Stops taking new runs once `interrupt` is set (then returns `None`).
 pub fn run(
+    app: &crate::ServesimApp,
     plan: &Plan,
     points: Vec<(Point, crate::scenario::Scenario)>,
     jobs: usize,
@@ -451,9 +464,7 @@ pub fn run(
                         interrupt: interrupt.clone(),
                         ..Default::default()
                     };
-                    let outcome = crate::Simulation::new(scenario, options)
-                        .and_then(crate::Simulation::run)
-                        .map_err(|e| e.to_string());
+                    let outcome = app.run(scenario, options).map_err(|e| e.to_string());
                     if stopped() {
                         break;
                     }

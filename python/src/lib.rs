@@ -1,5 +1,7 @@
 //! Python bindings of servesim: run scenarios from Python, get the summary and the
-//! per-request rows in memory, and route requests with a Python function.
+//! per-request rows in memory, route requests with a Python function and add results of a
+//! Python function to the summary. Every app is built by one [`ServesimApp`] ([`app`]), as the
+//! command line's are, so an extension compiled into it works here as there.
 //!
 //! The Python package (`pysrc/servesim`) wraps these functions; see docs/python.md.
 
@@ -7,12 +9,15 @@ use std::sync::{Arc, Mutex};
 
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyDict, PyList, PyTuple};
+use servesim::bevy_ecs;
+use servesim::bevy_ecs::prelude::{Query, Res, ResMut, Resource};
+use servesim::instance::{Instance, Limits, Scheduler};
 use servesim::metrics::SharedBuffer;
-use servesim::policy::{Active, Catalog, RouterView, RoutingPolicy, family};
+use servesim::policy::{Active, RouterView, RoutingPolicy, family};
 use servesim::request::RequestSpec;
-use servesim::scenario::{self, Scenario};
-use servesim::{RunOptions, SimTime, Simulation};
+use servesim::scenario::Scenario;
+use servesim::{RunOptions, ServesimApp, SimTime};
 
 pyo3::create_exception!(
     _native,
@@ -27,14 +32,22 @@ pyo3::create_exception!(
     "The run could not complete (an output directory problem, an overloaded cluster, a router error...)."
 );
 
+/// The app builder every function here uses.
+fn app() -> ServesimApp {
+    ServesimApp::new()
+}
+
 /// Loads a scenario from a path, or from RON text when `is_text`.
-fn load(source: &str, is_text: bool, overrides: &[(String, String)]) -> PyResult<Scenario> {
-    let app = servesim::default_app();
-    let catalog = app.world().resource::<Catalog>();
+fn load(
+    app: &ServesimApp,
+    source: &str,
+    is_text: bool,
+    overrides: &[(String, String)],
+) -> PyResult<Scenario> {
     let loaded = if is_text {
-        scenario::parse(source, "<text>", overrides, catalog)
+        app.parse(source, "<text>", overrides)
     } else {
-        scenario::load(source.as_ref(), overrides, catalog)
+        app.load(source.as_ref(), overrides)
     };
     loaded.map_err(|e| ScenarioError::new_err(e.to_string()))
 }
@@ -43,7 +56,7 @@ fn load(source: &str, is_text: bool, overrides: &[(String, String)]) -> PyResult
 #[pyfunction]
 #[pyo3(signature = (source, is_text, overrides))]
 fn validate(source: &str, is_text: bool, overrides: Vec<(String, String)>) -> PyResult<()> {
-    load(source, is_text, &overrides).map(drop)
+    load(&app(), source, is_text, &overrides).map(drop)
 }
 
 /// A routing policy written in Python: `router(request, instances) -> index`.
@@ -115,9 +128,79 @@ impl RoutingPolicy for PyRouter {
     }
 }
 
+/// What a summary hook sees when the run ends: every instance's counters.
+fn finish_state(
+    py: Python<'_>,
+    instances: &Query<(&Instance, &Scheduler, &Limits)>,
+    now: SimTime,
+) -> PyResult<Py<PyAny>> {
+    let state = PyDict::new(py);
+    state.set_item("now_s", now.as_us() as f64 / 1e6)?;
+    let mut rows: Vec<(u32, Bound<'_, PyDict>)> = Vec::new();
+    for (inst, sched, limits) in instances {
+        let d = PyDict::new(py);
+        let c = &sched.counters;
+        d.set_item("index", inst.index)?;
+        d.set_item("group", inst.group)?;
+        d.set_item("gpus", limits.tp * limits.pp)?;
+        d.set_item("steps", c.steps)?;
+        d.set_item("busy_s", c.busy.as_secs_f64())?;
+        d.set_item("completed", c.completed)?;
+        d.set_item("preemptions", c.preemptions)?;
+        d.set_item("prefill_tokens", c.prefill_tokens)?;
+        d.set_item("decode_tokens", c.decode_tokens)?;
+        rows.push((inst.index, d));
+    }
+    rows.sort_by_key(|r| r.0);
+    let list = PyList::new(py, rows.into_iter().map(|r| r.1))?;
+    state.set_item("instances", list)?;
+    Ok(state.into_any().unbind())
+}
+
+/// A Python summary hook and where its first error goes.
+#[derive(Resource)]
+struct SummaryHook {
+    f: Arc<Py<PyAny>>,
+    error: Arc<Mutex<Option<PyErr>>>,
+}
+
+/// A `SimFinish` system: calls the hook with every instance's counters and puts the dict it
+/// returns (JSON values) in the summary's `extras`.
+fn call_summary_hook(
+    hook: Res<SummaryHook>,
+    instances: Query<(&Instance, &Scheduler, &Limits)>,
+    clock: Res<servesim::SimClock>,
+    mut extras: ResMut<servesim::metrics::SummaryExtras>,
+) {
+    let out = Python::attach(|py| -> PyResult<String> {
+        let state = finish_state(py, &instances, clock.now)?;
+        let value = hook.f.bind(py).call1((state,))?;
+        let json = py.import("json")?.getattr("dumps")?.call1((value,))?;
+        json.extract()
+    });
+    let parsed = out.and_then(|text| match serde_json::from_str(&text) {
+        Ok(serde_json::Value::Object(map)) => Ok(map),
+        _ => Err(RunError::new_err(
+            "the summary hook must return a dict of JSON values",
+        )),
+    });
+    match parsed {
+        Ok(map) => extras.0.extend(map),
+        Err(e) => {
+            if let Ok(mut slot) = hook.error.lock() {
+                slot.get_or_insert(e);
+            }
+        }
+    }
+}
+
 /// Runs a scenario. Returns (summary.json text, requests.csv text or None).
 #[pyfunction]
-#[pyo3(signature = (source, is_text, overrides, out=None, router=None, requests=true))]
+#[pyo3(signature = (source, is_text, overrides, out=None, router=None, requests=true, summary_hook=None))]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the Python function's keyword arguments"
+)]
 fn run(
     py: Python<'_>,
     source: &str,
@@ -126,27 +209,43 @@ fn run(
     out: Option<String>,
     router: Option<Py<PyAny>>,
     requests: bool,
+    summary_hook: Option<Py<PyAny>>,
 ) -> PyResult<(String, Option<String>)> {
-    let sc = load(source, is_text, &overrides)?;
+    let error = Arc::new(Mutex::new(None));
+    let mut builder = app();
+    let python_code = router.is_some() || summary_hook.is_some();
+    if let Some(hook) = summary_hook {
+        let (hook, error) = (Arc::new(hook), error.clone());
+        builder = builder.with(move |app| {
+            app.insert_resource(SummaryHook {
+                f: hook.clone(),
+                error: error.clone(),
+            })
+            .add_systems(servesim::SimFinish, call_summary_hook);
+        });
+    }
+    let sc = load(&builder, source, is_text, &overrides)?;
     let buffer = requests.then(SharedBuffer::default);
     let options = RunOptions {
         out_dir: out.map(Into::into),
         requests_csv_memory: buffer.clone(),
         ..Default::default()
     };
-    let mut sim = Simulation::new(&sc, options).map_err(|e| RunError::new_err(e.to_string()))?;
-    let error = Arc::new(Mutex::new(None));
-    let result = match router {
-        Some(f) => {
-            sim.world_mut()
-                .insert_resource(Active::<family::Routing>(Box::new(PyRouter {
-                    f,
-                    error: error.clone(),
-                })));
-            sim.run()
-        }
+    let mut sim = builder
+        .simulation(&sc, options)
+        .map_err(|e| RunError::new_err(e.to_string()))?;
+    if let Some(f) = router {
+        sim.world_mut()
+            .insert_resource(Active::<family::Routing>(Box::new(PyRouter {
+                f,
+                error: error.clone(),
+            })));
+    }
+    let result = if python_code {
+        sim.run()
+    } else {
         // No Python code runs during the simulation: let other Python threads go on.
-        None => py.detach(move || sim.run()),
+        py.detach(move || sim.run())
     };
     if let Some(e) = error.lock().ok().and_then(|mut e| e.take()) {
         return Err(e);

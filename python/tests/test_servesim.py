@@ -153,3 +153,32 @@ def test_a_sweep_gives_the_rows_of_the_points_run_one_by_one():
     assert rows == [run_point(QUICK, p, seed=1) for p in points]
     assert set(METRICS) <= set(rows[0])
     assert rows[0]["policies.routing"] == '"round_robin"'
+
+
+def send_to_last(request, instances):
+    """A routing policy of one's own (module-level, so a sweep's workers can import it)."""
+    return [i[0] for i in instances if i[6]][-1]
+
+
+def busy_seconds(state):
+    """A summary system of one's own: each instance's busy time and the busiest."""
+    busy = [i["busy_s"] for i in state["instances"]]
+    return {"busy_s": busy, "busiest_instance": max(range(len(busy)), key=busy.__getitem__)}
+
+
+def test_a_custom_policy_and_summary_system_work_in_a_run_and_in_a_sweep():
+    ov = {"workload.num_requests": 200}
+    r = servesim.run(QUICK, overrides=ov, seed=3, routing=send_to_last, summary_hook=busy_seconds)
+    extras = r.summary["extras"]
+    assert extras["busiest_instance"] == 1
+    assert extras["busy_s"][0] == 0.0 and extras["busy_s"][1] > 0.0
+    assert set(r.requests["instance"]) == {1}
+    points = [ov, {**ov, "cluster.groups[0].count": 3}]
+    rows = sweep(QUICK, points, jobs=2, seed=3, routing=send_to_last, summary_hook=busy_seconds)
+    assert [row["extras.busiest_instance"] for row in rows] == [1, 2]
+    assert rows[0]["requests.completed"] == 200
+
+
+def test_a_summary_hook_that_returns_no_dict_stops_the_run():
+    with pytest.raises(servesim.RunError, match="must return a dict"):
+        servesim.run(QUICK, overrides=small(10), summary_hook=lambda state: [1, 2])

@@ -293,6 +293,7 @@ pub fn loss(measured: &[MeasuredRequest], sim: &[crate::metrics::RequestSample])
 /// Fits `family` for instance group `group` of `scenario` to `measured` with at most
 /// `max_evaluations` simulations.
 pub fn calibrate(
+    app: &crate::ServesimApp,
     scenario: &Scenario,
     group: usize,
     measured: &[MeasuredRequest],
@@ -322,7 +323,7 @@ pub fn calibrate(
             .collect();
         let mut sc = base.clone();
         sc.cluster.groups[group].latency = Some((sp.build)(&p));
-        match simulate(&sc, measured) {
+        match simulate(app, &sc, measured) {
             Ok(mut sim) => {
                 let alpha0 = alpha0_shift(measured, &sim);
                 for s in &mut sim {
@@ -403,7 +404,7 @@ pub fn calibrate(
     let latency = (sp.build)(&p);
     let mut sc = base.clone();
     sc.cluster.groups[group].latency = Some(latency.clone());
-    let sim = simulate(&sc, measured)?;
+    let sim = simulate(app, &sc, measured)?;
     let holdout_slice = compare_slice("held-back 20 %", measured, &sim, is_holdout);
     let holdout = Report {
         measured_requests: measured

@@ -18,7 +18,7 @@ pub use measured::MeasuredRequest;
 use crate::metrics::RequestSample;
 use crate::scenario::Scenario;
 use crate::setup::SimError;
-use crate::simulation::{RunOptions, Simulation};
+use crate::simulation::RunOptions;
 
 /// The scenario with its workload replaced by nothing (the replay is added at run time) and
 /// no output files.
@@ -39,21 +39,21 @@ pub fn replay_scenario(base: &Scenario) -> Scenario {
 /// Replays `measured` through `scenario`'s server (already made a replay scenario); returns
 /// one sample per measured request, in the same order.
 pub fn simulate(
+    app: &crate::ServesimApp,
     scenario: &Scenario,
     measured: &[MeasuredRequest],
 ) -> Result<Vec<RequestSample>, SimError> {
     let rows: Arc<[crate::workload::TraceRow]> =
         measured.iter().map(MeasuredRequest::trace_row).collect();
     let collect = Arc::new(Mutex::new(Vec::with_capacity(measured.len())));
-    Simulation::new(
+    app.run(
         scenario,
         RunOptions {
             replay: Some(rows),
             collect: Some(collect.clone()),
             ..Default::default()
         },
-    )?
-    .run()?;
+    )?;
     let mut samples = std::mem::take(&mut *collect.lock().expect("the run has ended"));
     samples.sort_by_key(|s| s.id);
     Ok(samples)
@@ -166,9 +166,13 @@ pub fn compare_slice(
 }
 
 /// Replays and compares, overall and per stage (when the measurement names stages).
-pub fn check_real(scenario: &Scenario, measured: &[MeasuredRequest]) -> Result<Report, SimError> {
+pub fn check_real(
+    app: &crate::ServesimApp,
+    scenario: &Scenario,
+    measured: &[MeasuredRequest],
+) -> Result<Report, SimError> {
     let sc = replay_scenario(scenario);
-    let simulated = simulate(&sc, measured)?;
+    let simulated = simulate(app, &sc, measured)?;
     let overall = compare_slice("all", measured, &simulated, |_| true);
     let mut names: Vec<&str> = Vec::new();
     for m in measured {

@@ -77,7 +77,15 @@ fn calibrate_recovers_blackbox_coefficients_from_noisy_measurements() {
     let server = parse(&truth(
         "Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 1.0, 1.0])",
     ));
-    let fit = calibrate(&server, 0, &rows, Family::Blackbox, 400).unwrap();
+    let fit = calibrate(
+        &servesim::ServesimApp::new(),
+        &server,
+        0,
+        &rows,
+        Family::Blackbox,
+        400,
+    )
+    .unwrap();
     let truth = [15000.0, 6000.0, 25.0, 180.0];
     eprintln!(
         "fit {:?} in {} simulations; held-back mean APE {:.2} %",
@@ -120,7 +128,7 @@ fn check_real_of_a_run_against_itself_is_exact_and_splits_stages() {
     for (i, r) in rows.iter_mut().enumerate() {
         r.stage = Some(if i < 150 { "first" } else { "second" }.into());
     }
-    let report = fidelity::check_real(&parse(src), &rows).unwrap();
+    let report = fidelity::check_real(&servesim::ServesimApp::new(), &parse(src), &rows).unwrap();
     assert_eq!(report.measured_requests, 300);
     assert_eq!(report.not_completed_in_simulation, 0);
     assert_eq!(report.overall.requests, 300);
@@ -138,7 +146,7 @@ fn check_real_of_a_run_against_itself_is_exact_and_splits_stages() {
         alpha: vec![2000.0, 0.0, 0.0],
         beta: vec![6000.0, 12.0, 90.0],
     });
-    let off = fidelity::check_real(&slow, &rows).unwrap();
+    let off = fidelity::check_real(&servesim::ServesimApp::new(), &slow, &rows).unwrap();
     let itl = off
         .overall
         .lines
@@ -163,7 +171,15 @@ fn trained_physics_scales_can_be_fitted() {
         alpha: None,
         beta: None,
     });
-    let fit = calibrate(&server, 0, &rows, Family::TrainedPhysics, 40).unwrap();
+    let fit = calibrate(
+        &servesim::ServesimApp::new(),
+        &server,
+        0,
+        &rows,
+        Family::TrainedPhysics,
+        40,
+    )
+    .unwrap();
     assert_eq!(fit.params.len(), 5);
     assert!(fit.train_loss < 0.01, "{}", fit.train_loss);
     assert!(fit.ron.starts_with("latency: TrainedPhysics(alpha: ["));

@@ -115,7 +115,11 @@ fn normalize(line: &str) -> &str {
 
 #[test]
 fn every_rust_snippet_in_the_docs_is_compiled_code() {
-    let files = crate::common::rust_files(&[&root().join("src"), &root().join("tests")]);
+    let files = crate::common::rust_files(&[
+        &root().join("src"),
+        &root().join("tests"),
+        &root().join("examples"),
+    ]);
     let known: std::collections::HashSet<String> = files
         .iter()
         .flat_map(|f| {

@@ -20,7 +20,11 @@ fn normalize(line: &str) -> &str {
 
 /// Every line of the crate's sources and tests, normalized.
 fn source_lines(root: &Path) -> HashSet<String> {
-    let files = crate::common::rust_files(&[&root.join("src"), &root.join("tests")]);
+    let files = crate::common::rust_files(&[
+        &root.join("src"),
+        &root.join("tests"),
+        &root.join("examples"),
+    ]);
     files
         .iter()
         .flat_map(|f| {

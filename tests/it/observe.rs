@@ -356,13 +356,13 @@ fn a_sweep_row_is_what_a_single_run_of_that_point_gives() {
             "{col}: {swept} vs {single}"
         );
     }
-    // Every metric column is filled for a good point, but the fitness (no weights given) and
-    // the P/D columns (no decode instances).
+    // Every metric column is filled for a good point, but the fitness (no weights given), the
+    // P/D columns (no decode instances) and the results of systems of one's own (none here).
     assert!(
-        point
-            .0
-            .iter()
-            .all(|(k, v)| !v.is_empty() || k == "fitness" || k.starts_with("disaggregation.")),
+        point.0.iter().all(|(k, v)| !v.is_empty()
+            || k == "fitness"
+            || k == "extras"
+            || k.starts_with("disaggregation.")),
         "{point:?}"
     );
 }
@@ -583,9 +583,9 @@ fn the_report_renders_in_a_real_browser_without_script_errors() {
 }
 
 #[test]
-fn a_point_that_fails_at_run_time_is_a_row_with_its_error_and_the_sweep_goes_on() {
+fn a_point_that_fails_at_run_time_is_a_row_with_its_error_the_sweep_goes_on_and_exits_1() {
     let dir = tempfile::tempdir().unwrap();
-    let out = ok(&[
+    let out = servesim(&[
         "sweep",
         "scenarios/quickstart.ron",
         "--set",
@@ -597,7 +597,13 @@ fn a_point_that_fails_at_run_time_is_a_row_with_its_error_and_the_sweep_goes_on(
         "--keep-outputs",
     ]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("1 failed"), "{err}");
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("error: 1 of 2 runs failed")
+            && err.contains("point 0 (replica 0): ")
+            && err.contains("above limits.max_in_flight = 2"),
+        "{err}"
+    );
     let rows = read_rows(&dir.path().join("sweep.csv"));
     assert!(
         rows[0]

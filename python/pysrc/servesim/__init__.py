@@ -143,6 +143,7 @@ def run(
     out: Optional[str] = None,
     routing: Optional[Callable[[Request, Sequence[Instance]], Optional[int]]] = None,
     requests: bool = True,
+    summary_hook: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None,
 ) -> Result:
     """Runs a scenario (a path, RON text, or a ``Scenario`` from ``load``).
 
@@ -150,10 +151,16 @@ def run(
     ``routing(request, instances) -> index`` replaces the scenario's routing policy: it must
     return the index of a routable instance (or None to reject the request); an exception
     it raises stops the run and is re-raised here. ``requests=False`` skips collecting the
-    per-request rows (less memory for very large runs).
+    per-request rows (less memory for very large runs). ``summary_hook(state) -> dict`` runs
+    once when the run ends (a ``SimFinish`` system): ``state`` holds ``now_s`` and
+    ``instances`` (each instance's ``index``, ``group``, ``gpus``, ``steps``, ``busy_s``,
+    ``completed``, ``preemptions``, ``prefill_tokens``, ``decode_tokens``); the dict it returns
+    goes into the summary's ``extras`` (and ``summary.json``).
     """
     source, is_text, ov = _resolve(scenario, overrides, seed)
-    summary, rows = _native.run(source, is_text, ov, out=out, router=routing, requests=requests)
+    summary, rows = _native.run(
+        source, is_text, ov, out=out, router=routing, requests=requests, summary_hook=summary_hook
+    )
     return Result(summary, rows)
 
 

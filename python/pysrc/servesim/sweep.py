@@ -10,7 +10,7 @@ gives the same rows either way.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from . import run
 
@@ -41,11 +41,21 @@ def _get(summary: Mapping[str, Any], path: str) -> Any:
     return value
 
 
-def run_point(scenario: str, point: Mapping[str, Any], seed: Optional[int] = None) -> Dict[str, Any]:
-    """One sweep point: the point's values and the summary metrics (a row)."""
-    summary = run(scenario, point, seed=seed, requests=False).summary
+def run_point(
+    scenario: str,
+    point: Mapping[str, Any],
+    seed: Optional[int] = None,
+    routing: Optional[Callable] = None,
+    summary_hook: Optional[Callable] = None,
+) -> Dict[str, Any]:
+    """One sweep point: the point's values, the summary metrics and the summary's ``extras``
+    (as ``extras.<name>``): a row."""
+    summary = run(
+        scenario, point, seed=seed, requests=False, routing=routing, summary_hook=summary_hook
+    ).summary
     row: Dict[str, Any] = dict(point)
     row.update({m: _get(summary, m) for m in METRICS})
+    row.update({f"extras.{k}": v for k, v in (summary.get("extras") or {}).items()})
     return row
 
 
@@ -63,12 +73,16 @@ def sweep(
     backend: str = "auto",
     jobs: Optional[int] = None,
     seed: Optional[int] = None,
+    routing: Optional[Callable] = None,
+    summary_hook: Optional[Callable] = None,
 ) -> List[Dict[str, Any]]:
     """Runs every point (a dict of overrides) and returns one row per point, in order.
 
     ``backend``: ``"ray"`` (``ray.init()`` is called if Ray is not initialised: set
     ``RAY_ADDRESS`` to use a cluster), ``"process"`` (a local process pool of ``jobs``
-    workers, default: every core), or ``"auto"`` (Ray if it is installed).
+    workers, default: every core), or ``"auto"`` (Ray if it is installed). ``routing`` and
+    ``summary_hook`` are passed to every point's ``run`` (module-level functions, so that
+    they reach the workers).
     """
     scenario = os.path.abspath(scenario) if os.path.exists(scenario) else scenario
     ray = _ray() if backend in ("auto", "ray") else None
@@ -78,11 +92,11 @@ def sweep(
         if not ray.is_initialized():
             ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False)
         task = ray.remote(run_point)
-        return ray.get([task.remote(scenario, p, seed) for p in points])
+        return ray.get([task.remote(scenario, p, seed, routing, summary_hook) for p in points])
     from concurrent.futures import ProcessPoolExecutor
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=jobs or os.cpu_count(), mp_context=ctx) as pool:
-        futures = [pool.submit(run_point, scenario, p, seed) for p in points]
+        futures = [pool.submit(run_point, scenario, p, seed, routing, summary_hook) for p in points]
         return [f.result() for f in futures]

@@ -1,0 +1,141 @@
+//! `servesim check-real` and `servesim calibrate`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use super::{CalibrateArgs, CheckRealArgs, FitModel, Format, load, parse_overrides};
+use crate::policy::Catalog;
+use crate::{ServesimApp, scenario};
+
+/// Loads the scenario and the measurements for check-real and calibrate.
+fn load_with_measured(
+    scenario: &Path,
+    measured: &Path,
+    set: &[String],
+    catalog: &Catalog,
+) -> Result<(scenario::Scenario, Vec<crate::fidelity::MeasuredRequest>), ExitCode> {
+    let overrides = parse_overrides(set, None).map_err(|e| {
+        eprintln!("error: {e}");
+        ExitCode::from(2)
+    })?;
+    let sc = load(scenario, &overrides, catalog)?;
+    let rows = crate::fidelity::measured::load(measured).map_err(|e| {
+        eprintln!("error: {e}");
+        ExitCode::from(2)
+    })?;
+    Ok((sc, rows))
+}
+
+/// Replays a measured run and compares.
+pub(crate) fn check_real(app: &ServesimApp, a: CheckRealArgs) -> ExitCode {
+    let CheckRealArgs {
+        scenario,
+        measured,
+        out,
+        set,
+        format,
+    } = a;
+    let built = app.build();
+    let catalog = built.world().resource::<Catalog>();
+    let (sc, rows) = match load_with_measured(&scenario, &measured, &set, catalog) {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
+    let report = match crate::fidelity::check_real(app, &sc, &rows) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let json = serde_json::to_string_pretty(&report).expect("the report serialises");
+    let dir = out.unwrap_or_else(|| PathBuf::from(&sc.outputs.dir));
+    let mut out_dir = match crate::output::OutputDir::open(&dir) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let written = out_dir.create("check-real.json").and_then(|mut w| {
+        use std::io::Write;
+        w.write_all(json.as_bytes())
+            .and_then(|()| w.write_all(b"\n"))
+            .and_then(|()| w.flush())
+            .map_err(|e| crate::output::OutputError::Write {
+                path: out_dir.staged_path("check-real.json"),
+                message: e.to_string(),
+            })
+    });
+    if let Err(e) = written.and_then(|()| out_dir.commit()) {
+        eprintln!("error: {e}");
+        return ExitCode::from(1);
+    }
+    match format {
+        Format::Text => print!("{}", report.to_text()),
+        Format::Json => println!("{json}"),
+    }
+    eprintln!(
+        "servesim: report in {}",
+        dir.join("check-real.json").display()
+    );
+    ExitCode::SUCCESS
+}
+
+/// Fits a latency model to a measured run.
+pub(crate) fn calibrate(app: &ServesimApp, a: CalibrateArgs) -> ExitCode {
+    let CalibrateArgs {
+        scenario,
+        measured,
+        model,
+        group,
+        max_evals,
+        set,
+        format,
+    } = a;
+    let built = app.build();
+    let catalog = built.world().resource::<Catalog>();
+    let (sc, rows) = match load_with_measured(&scenario, &measured, &set, catalog) {
+        Ok(x) => x,
+        Err(code) => return code,
+    };
+    let family = match model {
+        FitModel::Blackbox => crate::fidelity::calibrate::Family::Blackbox,
+        FitModel::TrainedPhysics => crate::fidelity::calibrate::Family::TrainedPhysics,
+    };
+    let fit = match crate::fidelity::calibrate::calibrate(
+        app,
+        &sc,
+        group,
+        &rows,
+        family,
+        max_evals.max(8),
+    ) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match format {
+        Format::Text => {
+            println!(
+                "fitted on {} requests in {} simulations (loss {:.6})",
+                rows.len() - fit.holdout.measured_requests,
+                fit.evaluations,
+                fit.train_loss
+            );
+            for (name, v) in &fit.params {
+                println!("  {name:<30} {v:.6}");
+            }
+            println!("\npaste into cluster.groups[{group}]:\n    {}", fit.ron);
+            println!("\nerror on the held-back 20 %:");
+            print!("{}", fit.holdout.to_text());
+        }
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&fit).expect("the fit serialises")
+        ),
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,220 @@
+//! `servesim validate`, `servesim list` and `servesim report`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use super::{ListArgs, ListWhat, ReportArgs, ValidateArgs, announce, load, parse_overrides};
+use crate::policy::Catalog;
+use crate::{ServesimApp, scenario};
+
+/// the GPU memory it takes when the model is known), and the expected work.
+fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    for (i, g) in sc.cluster.groups.iter().enumerate() {
+        let name = if g.name.is_empty() {
+            format!("group{i}")
+        } else {
+            g.name.clone()
+        };
+        let Ok(r) = sc.resolve_group(i, catalog) else {
+            continue; // validation already reported it
+        };
+        let model = r.model.as_ref().map_or("-".to_string(), |m| m.id.clone());
+        let gpu = r.gpu.as_ref().map_or("-".to_string(), |x| x.id.clone());
+        let memory = r.model.as_ref().map_or(String::new(), |m| {
+            let bytes = crate::model::kv_bytes_per_token(m, g.tp, g.pp)
+                * f64::from(g.block_size)
+                * f64::from(r.kv_blocks);
+            format!(" ({:.1} GiB per GPU)", bytes / f64::from(1u32 << 30))
+        });
+        let derived = if g.kv_blocks.is_some() {
+            ""
+        } else {
+            ", derived"
+        };
+        let _ = write!(
+            s,
+            "  {name}: {} × {model} on {} × {gpu} (tp {}, pp {}); {} KV blocks of {} tokens{derived}{memory}",
+            g.count,
+            g.tp * g.pp,
+            g.tp,
+            g.pp,
+            r.kv_blocks,
+            g.block_size
+        );
+        if g.cpu_kv_blocks > 0 {
+            let _ = write!(s, " + {} CPU-tier blocks", g.cpu_kv_blocks);
+        }
+        if let Some(sc) = &g.scaling {
+            let _ = write!(
+                s,
+                "; autoscaled {}..={} instances ({} at start)",
+                sc.min, sc.max, g.count
+            );
+        }
+        let _ = writeln!(s);
+        let _ = writeln!(s, "    serving path: {}", r.serving.describe());
+        let _ = writeln!(s, "    steps: {}", step_examples(&r));
+    }
+    let w = scenario::estimate::estimate(sc);
+    if w.requests > 0.0 {
+        let _ = writeln!(
+            s,
+            "  workload: about {:.0} requests and {:.0} output tokens (~{:.1} s of wall time in a release build){}",
+            w.requests,
+            w.output_tokens,
+            w.wall_s,
+            if sc.workload.traces.is_empty() {
+                ""
+            } else {
+                ", plus the traces"
+            }
+        );
+    }
+    s
+}
+
+/// What a group's steps cost, for `validate`: the latency model's price of a decode step of
+/// 1, 32 and 128 requests at 1,024 tokens of context each, with the scheduler's work as the
+/// serving path places it.
+fn step_examples(r: &scenario::ResolvedGroup) -> String {
+    use crate::latency::{BatchShape, StepItem};
+    let mut parts = Vec::new();
+    for n in [1u32, 32, 128] {
+        let items = vec![
+            StepItem {
+                new_tokens: 1,
+                context_tokens: 1024,
+                input_tokens: 512,
+                prefill: false,
+            };
+            n as usize
+        ];
+        let shape = BatchShape {
+            items: &items,
+            prefill_tokens: 0,
+            decode_tokens: n,
+        };
+        match r.latency.step_time(&shape) {
+            Ok(t) => parts.push(format!(
+                "{:.2} ms for {n}",
+                r.serving.step(t, n).as_us() as f64 / 1e3
+            )),
+            Err(e) => return format!("cannot price a decode step: {e}"),
+        }
+    }
+    format!(
+        "a decode step at 1,024 tokens of context each takes {} requests",
+        parts.join(", ")
+    )
+}
+
+/// Checks a scenario and prints what it resolves to.
+pub(crate) fn validate(app: &ServesimApp, a: ValidateArgs) -> ExitCode {
+    let ValidateArgs { scenario, set } = a;
+    let built = app.build();
+    let catalog = built.world().resource::<Catalog>();
+    let overrides = match parse_overrides(&set, None) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match load(&scenario, &overrides, catalog) {
+        Ok(sc) => {
+            println!("{}: ok", scenario.display());
+            print!("{}", setup(&sc, catalog));
+            announce(&sc);
+            ExitCode::SUCCESS
+        }
+        Err(code) => code,
+    }
+}
+
+/// Writes a report page of earlier runs.
+pub(crate) fn report(a: ReportArgs) -> ExitCode {
+    let ReportArgs { dirs, out } = a;
+    let out = out.unwrap_or_else(|| match dirs.as_slice() {
+        [one] => one.join("report.html"),
+        _ => PathBuf::from("report.html"),
+    });
+    match super::run::write_report(&dirs, &out) {
+        Ok(()) => {
+            eprintln!("servesim: report in {}", out.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Lists models, GPUs, policies or schedulers.
+pub(crate) fn list(app: &ServesimApp, a: ListArgs) -> ExitCode {
+    let built = app.build();
+    let catalog = built.world().resource::<Catalog>();
+    match a.what {
+        ListWhat::Models => {
+            println!(
+                "{:<44}{:>7}{:>8}{:>7}{:>5}{:>8}{:>10}  weights",
+                "model", "layers", "hidden", "heads", "kv", "experts", "params_b"
+            );
+            for (id, _) in crate::model::BUNDLED_MODELS {
+                let m = crate::model::ModelConfig::bundled(id).expect("bundled models parse");
+                println!(
+                    "{:<44}{:>7}{:>8}{:>7}{:>5}{:>8}{:>10.2}  {} B/param",
+                    m.id,
+                    m.layers,
+                    m.hidden,
+                    m.heads,
+                    m.kv_heads,
+                    m.experts,
+                    crate::model::params(&m) / 1e9,
+                    m.weight_bytes
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        ListWhat::Hardware => {
+            println!(
+                "{:<10}{:>10}{:>10}{:>8}{:>8}{:>8}{:>8}  aliases",
+                "gpu", "bf16 TF", "fp8 TF", "TB/s", "mfu_p", "mfu_d", "GiB"
+            );
+            for g in crate::model::bundled_gpus() {
+                println!(
+                    "{:<10}{:>10}{:>10}{:>8}{:>8}{:>8}{:>8}  {}",
+                    g.id,
+                    g.tflops_bf16,
+                    g.tflops_fp8,
+                    g.bandwidth_tb_per_s,
+                    g.mfu_prefill,
+                    g.mfu_decode,
+                    g.memory_gib,
+                    g.aliases.join(", ")
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        what @ (ListWhat::Policies | ListWhat::Schedulers) => {
+            let mut family = "";
+            let only = (what == ListWhat::Schedulers).then_some("scheduler");
+            for (fam, name, description, params) in catalog.describe() {
+                if only.is_some_and(|f| f != fam) {
+                    continue;
+                }
+                if fam != family {
+                    println!("{fam}:");
+                    family = fam;
+                }
+                println!("  {name:<20} {description}");
+                for (p, meaning) in params {
+                    println!("    {:<32} {meaning}", format!("{fam}_params.{p}"));
+                }
+            }
+            ExitCode::SUCCESS
+        }
+    }
+}

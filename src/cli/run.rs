@@ -1,0 +1,264 @@
+//! `servesim run`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::progress;
+use super::{Format, RunArgs, TraceKind, announce, load, parse_overrides};
+use crate::policy::Catalog;
+use crate::{RunOptions, ServesimApp, Simulation, scenario};
+
+/// The process's peak resident memory (Linux `VmHWM`), in MB.
+pub(crate) fn peak_rss_mb() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+/// The resolved set-up `validate` prints: each group's instances, GPUs and KV cache (with
+/// Renders the report of `dirs` and writes it to `out` (staged, then moved into place).
+pub(crate) fn write_report(dirs: &[PathBuf], out: &Path) -> Result<(), String> {
+    let page = crate::report::report(dirs).map_err(|e| e.to_string())?;
+    let name = out
+        .file_name()
+        .ok_or_else(|| format!("--out {}: expected a file name", out.display()))?
+        .to_string_lossy()
+        .into_owned();
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let mut dir = crate::output::OutputDir::open(&parent).map_err(|e| e.to_string())?;
+    let mut w = dir.create(&name).map_err(|e| e.to_string())?;
+    use std::io::Write;
+    w.write_all(page.as_bytes())
+        .and_then(|()| w.flush())
+        .map_err(|e| format!("cannot write {}: {e}", out.display()))?;
+    drop(w);
+    dir.commit().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// Runs a scenario and writes its results.
+pub(crate) fn run(app: &ServesimApp, a: RunArgs) -> ExitCode {
+    let RunArgs {
+        scenario,
+        out,
+        seed,
+        set,
+        format,
+        check_invariants,
+        trace,
+        max_wall_s,
+        report: want_report,
+        trace_window,
+        trace_sample,
+        progress: progress_mode,
+        quiet,
+    } = a;
+    let built = app.build();
+    let catalog = built.world().resource::<Catalog>();
+    let mut set = set;
+    if trace.contains(&TraceKind::Timeline) {
+        set.push("outputs.timeline_json=true".into());
+    }
+    if let Some(w) = &trace_window {
+        let Some((a, b)) = w.split_once("..") else {
+            eprintln!(
+                "error: --trace-window {w}: expected START..END in simulated seconds, e.g. --trace-window 100..160"
+            );
+            return ExitCode::from(2);
+        };
+        let (Ok(a), Ok(b)) = (a.trim().parse::<f64>(), b.trim().parse::<f64>()) else {
+            eprintln!(
+                "error: --trace-window {w}: START and END must be numbers of simulated seconds, e.g. --trace-window 100..160"
+            );
+            return ExitCode::from(2);
+        };
+        set.push(format!("outputs.timeline_window_s=({a:?},{b:?})"));
+    }
+    if let Some(r) = trace_sample {
+        set.push(format!("outputs.timeline_request_sample={r:?}"));
+    }
+    let overrides = match parse_overrides(&set, seed) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let sc = match load(&scenario, &overrides, catalog) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let out_dir = out.unwrap_or_else(|| PathBuf::from(&sc.outputs.dir));
+    if let Err(e) = crate::output::check_dir(&out_dir) {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
+    announce(&sc);
+    // Ctrl-C, SIGTERM and SIGHUP stop the run at the next tick; staged files are
+    // removed and the output directory is left as it was.
+    let interrupt = Arc::new(AtomicBool::new(false));
+    let flag = interrupt.clone();
+    let _ = ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed));
+    // --max-wall-s stops it the same way, from a timer thread.
+    let wall_limit_hit = Arc::new(AtomicBool::new(false));
+    if let Some(limit) = max_wall_s {
+        if !limit.is_finite() || limit <= 0.0 {
+            eprintln!("error: --max-wall-s must be a number of seconds > 0, got {limit}");
+            return ExitCode::from(2);
+        }
+        let (flag, hit) = (interrupt.clone(), wall_limit_hit.clone());
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_secs_f64(limit.min(1e9)));
+            hit.store(true, Ordering::Relaxed);
+            flag.store(true, Ordering::Relaxed);
+        });
+    }
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "wall-clock timing goes to stderr only"
+    )]
+    let started = std::time::Instant::now();
+    let estimate = scenario::estimate::estimate(&sc);
+    let total = (sc.workload.traces.is_empty() && estimate.requests >= 1.0)
+        .then_some(estimate.requests.round() as u64);
+    let bar = progress::Bar::new(
+        if quiet {
+            progress::Mode::Never
+        } else {
+            progress_mode
+        },
+        total,
+        if total.is_some() {
+            "{elapsed_precise} [{bar:30}] {pos}/~{len} requests done, {msg} ({per_sec}, ETA {eta})"
+        } else {
+            "{elapsed_precise} {spinner} {pos} requests done, {msg} ({per_sec})"
+        },
+    );
+    let hook_bar = bar.clone();
+    let sim = match Simulation::from_app(
+        built,
+        &sc,
+        RunOptions {
+            check_invariants,
+            out_dir: Some(out_dir.clone()),
+            trace_decisions: trace.contains(&TraceKind::Decisions),
+            interrupt: Some(interrupt.clone()),
+            progress: Some(crate::ProgressHook(Arc::new(move |p| {
+                hook_bar.update(
+                    p.ended,
+                    format!("simulated {:.1} s", p.now.as_us() as f64 / 1e6),
+                );
+            }))),
+            ..Default::default()
+        },
+    ) {
+        Ok(s) => s,
+        // An unusable output directory (another run holds it, a result would
+        // replace an input) is found before anything is simulated.
+        Err(crate::SimError::Outputs(e @ crate::output::OutputError::Unusable(_))) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let as_it_was = |e: &crate::SimError| {
+        if e.outputs_unchanged() {
+            format!("; {} is as it was before this run", out_dir.display())
+        } else {
+            String::new()
+        }
+    };
+    let outcome = sim.run_reporting();
+    bar.clear();
+    let (summary, report) = match outcome {
+        Ok(s) => s,
+        Err(e @ crate::SimError::Interrupted(t)) if wall_limit_hit.load(Ordering::Relaxed) => {
+            eprintln!(
+                "error: stopped by --max-wall-s at simulated time {t}{}",
+                as_it_was(&e)
+            );
+            return ExitCode::from(1);
+        }
+        Err(e @ crate::SimError::Interrupted(_)) => {
+            eprintln!("servesim: {e}{}", as_it_was(&e));
+            return ExitCode::from(130);
+        }
+        Err(e) => {
+            eprintln!("error: {e}{}", as_it_was(&e));
+            return ExitCode::from(1);
+        }
+    };
+    if !report.cleaned.is_empty() {
+        eprintln!(
+            "servesim: removed what killed runs left in {}: {}",
+            out_dir.display(),
+            report.cleaned.join(", ")
+        );
+    }
+    for w in &summary.warnings {
+        eprintln!("warning: {w}");
+    }
+    let wall = started.elapsed().as_secs_f64();
+    match format {
+        Format::Text => print!("{}", summary.to_text()),
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&summary).expect("summary serialises")
+        ),
+    }
+    let results = if report.written.is_empty() {
+        "no result file written (every output is off)".to_string()
+    } else {
+        format!(
+            "wrote {} in {}",
+            report.written.join(", "),
+            out_dir.display()
+        )
+    };
+    if !quiet {
+        eprintln!(
+            "servesim: {} requests, {} ticks in {wall:.3} s wall ({:.0} requests/s, {:.0} ns per tick{}); {results}",
+            summary.requests.injected,
+            summary.ticks,
+            summary.requests.injected as f64 / wall.max(1e-9),
+            wall * 1e9 / summary.ticks.max(1) as f64,
+            peak_rss_mb().map_or(String::new(), |mb| format!(", peak RSS {mb:.0} MB")),
+        );
+    }
+    if want_report || sc.outputs.report_html {
+        let page = out_dir.join("report.html");
+        if let Err(e) = write_report(std::slice::from_ref(&out_dir), &page) {
+            eprintln!("error: the run's results are written, but not its report: {e}");
+            return ExitCode::from(1);
+        }
+        if !quiet {
+            eprintln!("servesim: report in {}", page.display());
+        }
+    }
+    let mut report = report;
+    if want_report || sc.outputs.report_html {
+        report.earlier.retain(|n| n != "report.html");
+    }
+    if !report.earlier.is_empty() && !quiet {
+        eprintln!(
+            "servesim: left alone in {}: {} (from an earlier run; this run does not write {})",
+            out_dir.display(),
+            report.earlier.join(", "),
+            if report.earlier.len() == 1 {
+                "it"
+            } else {
+                "them"
+            }
+        );
+    }
+    ExitCode::SUCCESS
+}

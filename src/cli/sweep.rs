@@ -1,0 +1,251 @@
+//! `servesim sweep` and `servesim merge`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::progress;
+use super::{MergeArgs, parse_overrides};
+use crate::policy::Catalog;
+use crate::{ServesimApp, scenario};
+
+/// Writes sweep.csv and sweep.json into `out`, together (staged, then moved into place).
+pub(crate) fn write_sweep(
+    out: &Path,
+    plan: &crate::sweep::Plan,
+    rows: &std::collections::BTreeMap<usize, Vec<String>>,
+) -> Result<(), String> {
+    use std::io::Write;
+    let csv = crate::sweep::to_csv(plan, rows)?;
+    let json = serde_json::to_string_pretty(plan).map_err(|e| e.to_string())? + "\n";
+    let mut dir = crate::output::OutputDir::open(out).map_err(|e| e.to_string())?;
+    for (name, bytes) in [
+        ("sweep.csv", csv.as_slice()),
+        ("sweep.json", json.as_bytes()),
+    ] {
+        let mut w = dir.create(name).map_err(|e| e.to_string())?;
+        w.write_all(bytes)
+            .and_then(|()| w.flush())
+            .map_err(|e| format!("cannot write {}: {e}", out.join(name).display()))?;
+    }
+    dir.commit().map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+#[derive(clap::Args)]
+pub(crate) struct SweepArgs {
+    /// Scenario file (RON) every point starts from.
+    scenario: PathBuf,
+    /// A field and its values: --vary 'policies.routing=["round_robin","least_loaded"]'
+    /// (repeat for more axes; the last varies fastest).
+    #[arg(long = "vary", value_name = "PATH=[V1,V2,...]", required = true)]
+    vary: Vec<String>,
+    /// Override a field in every point (as for `run`).
+    #[arg(long = "set", value_name = "PATH=VALUE")]
+    set: Vec<String>,
+    /// Runs per point, with seeds seed, seed+1, ….
+    #[arg(long, default_value_t = 1)]
+    replicas: u32,
+    /// Parallel runs (default: every core).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Run only the points whose number is I modulo N (a Slurm array task or a
+    /// Kubernetes Indexed Job pod); join the parts with `servesim merge`.
+    #[arg(long, value_name = "I/N")]
+    shard: Option<String>,
+    /// Where sweep.csv and sweep.json go (default: ./sweep).
+    #[arg(long, default_value = "sweep")]
+    out: PathBuf,
+    /// Also keep every point's result files in OUT/point-NNNN.
+    #[arg(long)]
+    keep_outputs: bool,
+    #[arg(long, value_enum, default_value_t = progress::Mode::Auto)]
+    progress: progress::Mode,
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+/// `servesim sweep`: checks every point before running any.
+pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
+    let built = app.build();
+    let catalog = built.world().resource::<Catalog>();
+    use crate::sweep::{Plan, parse_axis, parse_shard};
+    let fail = |e: String| {
+        eprintln!("error: {e}");
+        ExitCode::from(2)
+    };
+    let axes = match a
+        .vary
+        .iter()
+        .map(|v| parse_axis(v))
+        .collect::<Result<Vec<_>, _>>()
+    {
+        Ok(x) => x,
+        Err(e) => return fail(e),
+    };
+    let shard = match a.shard.as_deref().map(parse_shard).transpose() {
+        Ok(s) => s.unwrap_or((0, 1)),
+        Err(e) => return fail(e),
+    };
+    if a.replicas == 0 {
+        return fail("--replicas must be at least 1".into());
+    }
+    let set = match parse_overrides(&a.set, None) {
+        Ok(o) => o,
+        Err(e) => return fail(e),
+    };
+    let plan = Plan {
+        scenario: a.scenario.display().to_string(),
+        set,
+        axes,
+        replicas: a.replicas,
+        shard,
+    };
+    if let Err(e) = crate::output::check_dir(&a.out) {
+        return fail(e.to_string());
+    }
+    // Every point is loaded and validated first; all problems are reported at once.
+    let mut points = Vec::new();
+    let mut problems: Vec<String> = Vec::new();
+    for point in plan.points() {
+        match scenario::load(&a.scenario, &plan.overrides(&point), catalog) {
+            Ok(mut sc) => {
+                sc.seed = sc.seed.wrapping_add(u64::from(point.replica));
+                points.push((point, sc));
+            }
+            Err(e) => {
+                let text = e.to_string();
+                if !problems.contains(&text) {
+                    problems.push(text);
+                }
+            }
+        }
+    }
+    if !problems.is_empty() {
+        for p in &problems {
+            eprint!("error: {p}");
+        }
+        return ExitCode::from(2);
+    }
+    let jobs = a
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from))
+        .max(1);
+    let interrupt = Arc::new(AtomicBool::new(false));
+    let flag = interrupt.clone();
+    let _ = ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed));
+    let keep = a.keep_outputs.then(|| a.out.clone());
+    let bar = progress::Bar::new(
+        if a.quiet {
+            progress::Mode::Never
+        } else {
+            a.progress
+        },
+        Some(points.len() as u64),
+        "{elapsed_precise} [{bar:30}] {pos}/{len} points, {msg} (ETA {eta})",
+    );
+    let finished = std::sync::atomic::AtomicU64::new(0);
+    let total = points.len();
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "wall-clock timing goes to stderr only"
+    )]
+    let started = std::time::Instant::now();
+    let rows = crate::sweep::run(
+        app,
+        &plan,
+        points,
+        jobs,
+        keep.as_deref(),
+        Some(interrupt),
+        &|point, outcome| {
+            let n = finished.fetch_add(1, Ordering::Relaxed) + 1;
+            let what = match outcome {
+                Ok(_) => "ok",
+                Err(_) => "failed",
+            };
+            bar.update(n, format!("point {} {what}", point.index));
+        },
+    );
+    bar.clear();
+    let Some(rows) = rows else {
+        eprintln!("servesim: interrupted; no sweep result was written");
+        return ExitCode::from(130);
+    };
+    if let Err(e) = write_sweep(&a.out, &plan, &rows) {
+        eprintln!("error: {e}");
+        return ExitCode::from(1);
+    }
+    print!("{}", crate::sweep::table(&plan.header(), &rows));
+    // Every failed run, by point and replica, with its error.
+    let header = plan.header();
+    let status = header.iter().position(|h| h == "status");
+    let replica = header.iter().position(|h| h == "replica");
+    let failures: Vec<String> = rows
+        .iter()
+        .filter_map(|(point, r)| {
+            let s = r.get(status?)?;
+            s.starts_with("error: ").then(|| {
+                format!(
+                    "point {point} (replica {}): {}",
+                    replica.and_then(|k| r.get(k)).map_or("0", String::as_str),
+                    s.trim_start_matches("error: ")
+                )
+            })
+        })
+        .collect();
+    if !a.quiet {
+        eprintln!(
+            "servesim: {total} runs on {jobs} threads in {:.2} s wall; wrote sweep.csv, sweep.json in {}",
+            started.elapsed().as_secs_f64(),
+            a.out.display()
+        );
+    }
+    if failures.is_empty() {
+        return ExitCode::SUCCESS;
+    }
+    eprintln!(
+        "error: {} of {total} runs failed (their rows in sweep.csv say so in `status`):",
+        failures.len()
+    );
+    for f in &failures {
+        eprintln!("  {f}");
+    }
+    ExitCode::from(1)
+}
+
+/// Joins the shards of a sweep.
+pub(crate) fn merge(a: MergeArgs) -> ExitCode {
+    let MergeArgs { shards, out } = a;
+    let parts = match shards
+        .iter()
+        .map(|d| crate::sweep::Part::read(d))
+        .collect::<Result<Vec<_>, _>>()
+    {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let (plan, rows) = match crate::sweep::merge(parts) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = write_sweep(&out, &plan, &rows) {
+        eprintln!("error: {e}");
+        return ExitCode::from(1);
+    }
+    print!("{}", crate::sweep::table(&plan.header(), &rows));
+    eprintln!(
+        "servesim: merged {} shards, {} points, into {}",
+        shards.len(),
+        rows.len(),
+        out.join("sweep.csv").display()
+    );
+    ExitCode::SUCCESS
+}
