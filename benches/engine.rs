@@ -33,7 +33,8 @@ fn load_file(file: &str, overrides: &[(&str, &str)]) -> scenario::Scenario {
         .iter()
         .map(|(a, b)| (a.to_string(), b.to_string()))
         .collect();
-    scenario::load(&path, &o, app.world().resource::<Catalog>()).expect("bench scenario is valid")
+    servesim::loader::load(&path, &o, app.world().resource::<Catalog>())
+        .expect("bench scenario is valid")
 }
 
 fn run(sc: &scenario::Scenario) -> u64 {

@@ -22,9 +22,10 @@ use std::sync::Arc;
 
 use bevy_app::App;
 
+use crate::catalog::Catalog;
+use crate::loader::ScenarioError;
 use crate::metrics::Summary;
-use crate::policy::Catalog;
-use crate::scenario::{Scenario, ScenarioError};
+use crate::scenario::Scenario;
 use crate::simulation::{RunOptions, SimError, Simulation};
 
 /// Builds servesim apps: the built-in plugins ([`SimPlugins`](crate::SimPlugins)), then every
@@ -74,7 +75,7 @@ impl ServesimApp {
         overrides: &[(String, String)],
     ) -> Result<Scenario, ScenarioError> {
         let app = self.build();
-        crate::scenario::load(path, overrides, app.world().resource::<Catalog>())
+        crate::loader::load(path, overrides, app.world().resource::<Catalog>())
     }
 
     /// Parses and validates scenario text (`file` names it in messages).
@@ -85,7 +86,7 @@ impl ServesimApp {
         overrides: &[(String, String)],
     ) -> Result<Scenario, ScenarioError> {
         let app = self.build();
-        crate::scenario::parse(text, file, overrides, app.world().resource::<Catalog>())
+        crate::loader::parse(text, file, overrides, app.world().resource::<Catalog>())
     }
 
     /// A simulation of `scenario`, ready to run, on a fresh app.

@@ -16,12 +16,13 @@ use crate::engine::{
     ClusterDelays, ClusterView, Event, EventQueue, FastLoop, Injected, MAX_SIM_TIME, SimClock,
     SimFault, SimStepFast, SimSystems, fast_events,
 };
-use crate::instance::{
-    InTransit, InstanceIndex, Instances, PipelineWork, QueuePolicies, enqueue, instance_tick,
-    retire_one, sort_fast_events,
-};
+use crate::engine::{InstanceDue, RecordDue};
+use crate::instance::pipeline::{enqueue, retire_one};
+use crate::instance::schedulers::Ordering;
+use crate::instance::{InTransit, InstanceIndex, Instances, PipelineWork, QueuePolicies};
 use crate::policy::{Active, family};
 use crate::request::{AssignedTo, Lifecycle, RequestSpec};
+use crate::time::SimTime;
 use crate::workload::Workload;
 
 /// Adds [`fast_ticks`] to [`SimStepFast`] (in [`SimSystems::Advance`]). Without it a run has
@@ -382,4 +383,70 @@ fn position(pending: &[Pending], entity: Entity) -> usize {
         .iter()
         .position(|p| p.entity == entity)
         .expect("a request admitted or routed in a fast run arrived in it")
+}
+
+/// One instance's part of a fast tick, with one lookup of its components: with `retire`,
+/// its step ended now (see [`retire_one`]); then, if it is listed for batch formation, it
+/// forms, prices and applies its batch at once. No stage of one instance sees another's:
+/// the event queue and Record get the same entries in the same order as stage by stage,
+/// instances in index order.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the instance and the tick's shared state"
+)]
+fn instance_tick(
+    i: u32,
+    retire: Option<(&mut InstanceDue, &mut RecordDue)>,
+    now: SimTime,
+    index: &InstanceIndex,
+    ordering: &Ordering<'_>,
+    lockstep: bool,
+    instances: &mut Instances,
+    queue: &mut crate::engine::EventQueue,
+    items: &mut Vec<crate::latency::StepItem>,
+    view: &mut ClusterView,
+    agg: &mut crate::metrics::Aggregates,
+    fault: &mut crate::engine::SimFault,
+) {
+    let (mut sched, mut kv, latency, limits, mut batcher) = instances
+        .get_mut(index.0[i as usize])
+        .expect("instance entity exists for the whole run");
+    // Nothing reads change ticks: not marking them on every access saves a store each.
+    let (sched, kv, batcher) = (
+        sched.bypass_change_detection(),
+        kv.bypass_change_detection(),
+        batcher.bypass_change_detection(),
+    );
+    if let Some((listed, record)) = retire {
+        retire_one(listed, record, i, now, sched);
+        if !sched.listed {
+            return;
+        }
+        listed.batch.clear(); // formed right here
+    }
+    if crate::instance::batch::form_one(sched, kv, limits, batcher, now, ordering, lockstep)
+        && crate::instance::step::execute_one(
+            i, sched, kv, latency, limits, now, queue, items, fault,
+        )
+    {
+        crate::instance::step::complete_one(i, sched, kv, latency, limits, view, agg, fault);
+    }
+}
+
+/// A fast tick's events to their lists: step ends to `listed.step_ends`, enqueues (in order)
+/// to `enqueues`.
+fn sort_fast_events(
+    events: &mut Vec<crate::engine::Event>,
+    listed: &mut InstanceDue,
+    enqueues: &mut Vec<(Entity, u32)>,
+) {
+    for e in events.drain(..) {
+        match e {
+            crate::engine::Event::StepFinished { instance } => listed.step_ends.push(instance),
+            crate::engine::Event::Enqueue { request, instance } => {
+                enqueues.push((request, instance))
+            }
+            other => unreachable!("not an event of a fast tick: {other:?}"),
+        }
+    }
 }

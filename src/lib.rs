@@ -88,6 +88,7 @@
 
 pub mod app;
 pub mod autoscale;
+pub mod catalog;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod cluster;
@@ -101,6 +102,7 @@ pub mod invariants;
 pub mod kv;
 pub mod labels;
 pub mod latency;
+pub mod loader;
 pub mod metrics;
 pub mod model;
 pub mod observe;
@@ -165,7 +167,7 @@ use bevy_app::{PluginGroup, PluginGroupBuilder};
 /// );
 /// app.add_plugins(HourCap);
 /// let catalog = app.world().resource::<servesim::policy::Catalog>();
-/// let scenario = servesim::scenario::parse(
+/// let scenario = servesim::loader::parse(
 ///     "(cluster: (groups: [(kv_blocks: 2000, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [5000.0, 1.0, 10.0]))]),
 ///       workload: (num_requests: 20, clients: [(rate_per_s: 5.0, input_tokens: Constant(64),
 ///                                                output_tokens: Constant(8))]))",

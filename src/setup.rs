@@ -19,7 +19,7 @@
 //!     Ok(())
 //! });
 //! # let catalog = app.world().resource::<servesim::policy::Catalog>();
-//! # let sc = servesim::scenario::parse("(cluster: (groups: [(kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [10.0, 0.0, 0.0]))]), workload: (num_requests: 1, clients: [(rate_per_s: 1.0, input_tokens: Constant(8), output_tokens: Constant(2))]))", "doc.ron", &[], catalog).unwrap();
+//! # let sc = servesim::loader::parse("(cluster: (groups: [(kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [10.0, 0.0, 0.0]))]), workload: (num_requests: 1, clients: [(rate_per_s: 1.0, input_tokens: Constant(8), output_tokens: Constant(2))]))", "doc.ron", &[], catalog).unwrap();
 //! let sim = servesim::Simulation::from_app(app, &sc, Default::default()).unwrap();
 //! assert_eq!(sim.world().resource::<GroupCount>().0, 1);
 //! ```
@@ -29,11 +29,14 @@ use std::path::PathBuf;
 use bevy_app::App;
 use bevy_ecs::prelude::*;
 
+use crate::catalog::Catalog;
 use crate::engine::Fault;
+use crate::latency::{LatencyModel, ServingPath};
+use crate::model::{GpuProfile, ModelConfig};
 use crate::output::OutputError;
-use crate::policy::Catalog;
 use crate::scenario::Scenario;
 use crate::time::SimTime;
+use std::sync::Arc;
 
 /// When a setup step runs; steps of one stage run in the order they were registered
 /// (the order of `SimPlugins`, then yours).
@@ -56,7 +59,7 @@ pub enum SetupStage {
 pub struct SetupCtx<'a> {
     pub scenario: &'a Scenario,
     /// Each group resolved (model, GPU, KV capacity, latency model), in group order.
-    pub resolved: &'a [crate::scenario::ResolvedGroup],
+    pub resolved: &'a [ResolvedGroup],
     pub catalog: &'a Catalog,
     /// Invariants are checked after every tick.
     pub check_invariants: bool,
@@ -97,14 +100,14 @@ impl SetupAppExt for App {
 
 /// Builds the active member of family `F` named at `policies.<field>` (with its
 /// `_params`), as a setup step does.
-pub fn build_policy<F: crate::policy::PolicyFamily>(
+pub fn build_policy<F: crate::catalog::PolicyFamily>(
     ctx: &SetupCtx<'_>,
     labels: &crate::labels::Labels,
     field: &'static str,
     name: &str,
     params: &std::collections::BTreeMap<String, f64>,
 ) -> Result<Box<F::Policy>, SimError> {
-    use crate::policy::{BuildError, PolicyArgs};
+    use crate::catalog::{BuildError, PolicyArgs};
     ctx.catalog
         .build::<F>(name, &PolicyArgs::new(ctx.scenario.seed, params, labels))
         .map_err(|e| match e {
@@ -117,6 +120,29 @@ pub fn build_policy<F: crate::policy::PolicyFamily>(
                 message,
             },
         })
+}
+
+/// An instance group with everything looked up (by the loader, which validated it): its
+/// model config, GPU profile, KV capacity and latency model.
+#[derive(Clone)]
+pub struct ResolvedGroup {
+    pub model: Option<ModelConfig>,
+    pub gpu: Option<GpuProfile>,
+    pub kv_blocks: u32,
+    pub max_model_len: Option<u32>,
+    /// Shared by every instance of the group (latency models are pure).
+    pub latency: Arc<dyn LatencyModel>,
+    /// Bytes sent between pipeline stages per token (hidden × activation bytes).
+    pub pp_bytes_per_token: f64,
+    /// CPU offload tier: (blocks, µs per block transferred, fixed µs per step with transfers).
+    pub cpu_tier: Option<(u32, f64, f64)>,
+    /// KV bytes of one token over the whole model (every layer and KV head; MLA: one
+    /// compressed row per layer): what a P/D transfer moves. 0 without a model.
+    pub kv_bytes_per_token: f64,
+    /// Layers of the model (1 without one), for layer-wise KV transfer.
+    pub layers: u32,
+    /// The serving path around the steps (`engine`, or the latency model's default).
+    pub serving: ServingPath,
 }
 
 /// A run that could not complete.

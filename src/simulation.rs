@@ -7,16 +7,15 @@ use bevy_ecs::prelude::*;
 use bevy_ecs::schedule::Schedules;
 
 use crate::autoscale::{Autoscaler, evaluate_scaling};
+use crate::catalog::Catalog;
 use crate::cluster::{DecisionLog, admit_requests, route_requests};
 use crate::engine::{self, Fault, Injected, SimClock, SimFault, SimStep, SimStepFast, SimSystems};
 use crate::instance::spawn::Groups;
 use crate::instance::{self, InstanceIndex, Scheduler};
 use crate::invariants::CheckInvariants;
 use crate::kv::KvCache;
-use crate::labels::Labels;
 use crate::metrics::{self, Aggregates, RequestLog, Summary};
 use crate::output::{OutputDir, OutputError};
-use crate::policy::Catalog;
 use crate::scenario::Scenario;
 pub use crate::setup::SimError;
 use crate::setup::{SetupCtx, SetupSteps};
@@ -246,10 +245,10 @@ impl Simulation {
         let world = app.world_mut();
         let catalog = world.remove_resource::<Catalog>().unwrap_or_default();
         let resolved = (0..scenario.cluster.groups.len())
-            .map(|g| scenario.resolve_group(g, &catalog))
+            .map(|g| crate::loader::resolve_group(scenario, g, &catalog))
             .collect::<Result<Vec<_>, _>>()
             .map_err(SimError::Group)?;
-        world.insert_resource(Labels::of_scenario(scenario));
+        world.insert_resource(scenario.labels());
         world.insert_resource(SimClock {
             now: SimTime::ZERO,
             ticks: 0,

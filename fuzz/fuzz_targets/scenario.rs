@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
         None => (Vec::new(), text),
     };
     let app = servesim::default_app();
-    let parsed = scenario::parse(
+    let parsed = servesim::loader::parse(
         src,
         "fuzz.ron",
         &overrides,

@@ -3,8 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::{CalibrateArgs, CheckRealArgs, FitModel, Format, load, parse_overrides};
-use crate::policy::Catalog;
+use super::args::{CalibrateArgs, CheckRealArgs, FitModel, Format, load, parse_overrides};
+use crate::catalog::Catalog;
 use crate::{ServesimApp, scenario};
 
 /// Loads the scenario and the measurements for check-real and calibrate.

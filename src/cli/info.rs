@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use super::{ListArgs, ListWhat, ReportArgs, ValidateArgs, announce, load, parse_overrides};
-use crate::policy::Catalog;
+use super::args::{ListArgs, ListWhat, ReportArgs, ValidateArgs, announce, load, parse_overrides};
+use crate::catalog::Catalog;
 use crate::{ServesimApp, scenario};
 
 /// the GPU memory it takes when the model is known), and the expected work.
@@ -17,7 +17,7 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
         } else {
             g.name.clone()
         };
-        let Ok(r) = sc.resolve_group(i, catalog) else {
+        let Ok(r) = crate::loader::resolve_group(sc, i, catalog) else {
             continue; // validation already reported it
         };
         let model = r.model.as_ref().map_or("-".to_string(), |m| m.id.clone());
@@ -57,7 +57,7 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
         let _ = writeln!(s, "    serving path: {}", r.serving.describe());
         let _ = writeln!(s, "    steps: {}", step_examples(&r));
     }
-    let w = scenario::estimate::estimate(sc);
+    let w = crate::loader::estimate::estimate(sc);
     if w.requests > 0.0 {
         let _ = writeln!(
             s,
@@ -78,7 +78,7 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
 /// What a group's steps cost, for `validate`: the latency model's price of a decode step of
 /// 1, 32 and 128 requests at 1,024 tokens of context each, with the scheduler's work as the
 /// serving path places it.
-fn step_examples(r: &scenario::ResolvedGroup) -> String {
+fn step_examples(r: &crate::setup::ResolvedGroup) -> String {
     use crate::latency::{BatchShape, StepItem};
     let mut parts = Vec::new();
     for n in [1u32, 32, 128] {

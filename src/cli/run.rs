@@ -5,10 +5,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use super::args::{Format, RunArgs, TraceKind, announce, load, parse_overrides};
 use super::progress;
-use super::{Format, RunArgs, TraceKind, announce, load, parse_overrides};
-use crate::policy::Catalog;
-use crate::{RunOptions, ServesimApp, Simulation, scenario};
+use crate::catalog::Catalog;
+use crate::{RunOptions, ServesimApp, Simulation};
 
 /// The process's peak resident memory (Linux `VmHWM`), in MB.
 pub(crate) fn peak_rss_mb() -> Option<f64> {
@@ -124,7 +124,7 @@ pub(crate) fn run(app: &ServesimApp, a: RunArgs) -> ExitCode {
         reason = "wall-clock timing goes to stderr only"
     )]
     let started = std::time::Instant::now();
-    let estimate = scenario::estimate::estimate(&sc);
+    let estimate = crate::loader::estimate::estimate(&sc);
     let total = (sc.workload.traces.is_empty() && estimate.requests >= 1.0)
         .then_some(estimate.requests.round() as u64);
     let bar = progress::Bar::new(

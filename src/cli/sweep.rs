@@ -5,10 +5,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use super::args::{MergeArgs, parse_overrides};
 use super::progress;
-use super::{MergeArgs, parse_overrides};
-use crate::policy::Catalog;
-use crate::{ServesimApp, scenario};
+use crate::ServesimApp;
+use crate::catalog::Catalog;
 
 /// Writes sweep.csv and sweep.json into `out`, together (staged, then moved into place).
 pub(crate) fn write_sweep(
@@ -109,7 +109,7 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
     let mut points = Vec::new();
     let mut problems: Vec<String> = Vec::new();
     for point in plan.points() {
-        match scenario::load(&a.scenario, &plan.overrides(&point), catalog) {
+        match crate::loader::load(&a.scenario, &plan.overrides(&point), catalog) {
             Ok(mut sc) => {
                 sc.seed = sc.seed.wrapping_add(u64::from(point.replica));
                 points.push((point, sc));

@@ -36,40 +36,6 @@ use super::{Limits, Scheduler};
 use crate::kv::KvCache;
 use crate::time::{SimDuration, SimTime};
 
-/// An instance's lockstep state (see the module docs).
-#[derive(Debug, Default)]
-pub struct Lockstep {
-    /// Every running request decodes and emitted its last token at `last_end`.
-    cohort: bool,
-    /// `growth`, `context` and `finish_at` describe the cohort.
-    built: bool,
-    /// The step being formed, priced and applied is a lockstep step.
-    pub(super) active: bool,
-    /// Lockstep steps the running requests' per-token fields are behind by.
-    steps: u32,
-    /// Σ ITL samples of those steps.
-    itl: SimDuration,
-    /// End of the last step (every running request's last token).
-    last_end: SimTime,
-    /// Σ progress of the running requests when the cohort was built.
-    context: u64,
-    /// The lag at which the first request would finish (lockstep steps stop before it).
-    finish_at: u32,
-    /// `growth[k % block_size]`: the running slots (in order) that need a new KV block at
-    /// lag k.
-    growth: Vec<Vec<u32>>,
-    /// The last normal step stopped admitting because the head of the wait queue did not
-    /// fit the free blocks (vLLM v1's head-of-line blocking).
-    pub(super) head_blocked: bool,
-}
-
-impl Lockstep {
-    /// Lockstep steps the running requests are behind by.
-    pub fn lag(&self) -> u32 {
-        self.steps
-    }
-}
-
 impl Scheduler {
     /// Brings the running requests' per-token fields up to date after lockstep steps and
     /// ends the cohort (the next step is formed by the batch scheduler).

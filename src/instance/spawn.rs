@@ -11,7 +11,8 @@ use crate::engine::ClusterView;
 use crate::kv::{KvCache, KvRecipe};
 use crate::labels::Labels;
 use crate::policy::{Active, BuildError, GroupFacts, PolicyArgs, family};
-use crate::scenario::{InstanceGroup, ResolvedGroup};
+use crate::scenario::InstanceGroup;
+use crate::setup::ResolvedGroup;
 use crate::setup::{SetupCtx, SimError, build_policy};
 use crate::time::SimDuration;
 
@@ -68,7 +69,7 @@ pub fn set_up_queue_policies(app: &mut App, ctx: &SetupCtx<'_>) -> Result<(), Si
     )?;
     app.insert_resource(Active::<family::Priority>(priority))
         .insert_resource(Active::<family::Scheduling>(order))
-        .insert_resource(super::batch::SchedulingConfig {
+        .insert_resource(super::schedulers::SchedulingConfig {
             preemption: p.preemption,
         });
     Ok(())

@@ -119,7 +119,7 @@ pub struct LatencyError(pub String);
 /// `LatencySpec` forms of their own (they take arrays, tables and files).
 pub struct LatencyModels;
 
-impl crate::policy::PolicyFamily for LatencyModels {
+impl crate::catalog::PolicyFamily for LatencyModels {
     type Policy = dyn LatencyModel;
     const NAME: &'static str = "latency";
 }

@@ -7,6 +7,9 @@
 use serde::Deserialize;
 
 use super::{BatchShape, LatencyError, LatencyModel};
+use crate::scenario::piecewise_defaults::{
+    DECODE_TOKENS_PER_S_AT_1, PREFILL_TOKENS_PER_S, SATURATION_BATCH, SATURATION_TOKENS_PER_S,
+};
 use crate::time::SimDuration;
 
 /// Parameters, RouteSim defaults in brackets.
@@ -26,10 +29,10 @@ pub struct PiecewiseLinear {
 impl Default for PiecewiseLinear {
     fn default() -> Self {
         PiecewiseLinear {
-            prefill_tokens_per_s: 50_000.0,
-            decode_tokens_per_s_at_1: 80.0,
-            saturation_batch: 64,
-            saturation_tokens_per_s: 3_200.0,
+            prefill_tokens_per_s: PREFILL_TOKENS_PER_S,
+            decode_tokens_per_s_at_1: DECODE_TOKENS_PER_S_AT_1,
+            saturation_batch: SATURATION_BATCH,
+            saturation_tokens_per_s: SATURATION_TOKENS_PER_S,
         }
     }
 }

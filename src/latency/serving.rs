@@ -20,6 +20,7 @@
 //! [`ServingPath`] holds the numbers of both; [`ServingPath::VLLM`] are vLLM 0.15.1's, measured
 //! with vLLM's own classes by the scripts in `benches/frontend/` (see each constant).
 
+use crate::scenario::{EnginePreset, EngineSpec};
 use crate::time::SimDuration;
 
 /// The serving path of an instance (see the module docs). All costs in µs.
@@ -177,6 +178,34 @@ impl ServingPath {
 impl Default for ServingPath {
     fn default() -> Self {
         Self::BARE
+    }
+}
+
+impl ServingPath {
+    /// The numbers a group's `engine` stands for.
+    pub fn of(spec: &EngineSpec) -> Self {
+        let s = spec;
+        let mut p = match s.preset {
+            EnginePreset::Vllm => ServingPath::VLLM,
+            EnginePreset::VllmSync => ServingPath::VLLM_SYNC,
+            EnginePreset::Bare => ServingPath::BARE,
+        };
+        if let Some(v) = s.async_scheduling {
+            p.async_scheduling = v;
+        }
+        for (slot, v) in [
+            (&mut p.schedule_us, s.schedule_us),
+            (&mut p.schedule_us_per_request, s.schedule_us_per_request),
+            (&mut p.api_request_us, s.api_request_us),
+            (&mut p.api_us_per_prompt_token, s.api_us_per_prompt_token),
+            (&mut p.api_step_us, s.api_step_us),
+            (&mut p.api_us_per_output_token, s.api_us_per_output_token),
+        ] {
+            if let Some(v) = v {
+                *slot = v;
+            }
+        }
+        p
     }
 }
 

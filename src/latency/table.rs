@@ -18,22 +18,9 @@
 
 use std::path::Path;
 
-use serde::Deserialize;
-
 use super::{BatchShape, LatencyError, LatencyModel};
+pub use crate::scenario::Extrapolation;
 use crate::time::SimDuration;
-
-/// What to do with a batch shape outside the measured grid.
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
-pub enum Extrapolation {
-    /// Stop the run with an error naming the shape and the table's range (default).
-    #[default]
-    Error,
-    /// Use the nearest edge of the grid.
-    Clamp,
-    /// Extend the outermost segment linearly (never below 1 µs).
-    Linear,
-}
 
 /// A step-time table over 2 or 3 keys.
 #[derive(Clone, Debug, PartialEq)]

@@ -6,16 +6,18 @@
 //!
 //! [`SimSystems::Record`]: crate::SimSystems::Record
 
+mod check;
 pub mod histogram;
 pub mod percentile;
 mod summary;
 
+pub use check::check_outputs;
 pub use histogram::Histogram;
 pub use percentile::Distribution;
 pub use summary::{
-    CostSummary, DisaggSummary, Fairness, GroupUsage, InstanceSummary, KvEventCounts, KvSummary,
-    PoolSummary, RequestCounts, RoutingSummary, SliceSummary, SloSummary, Summary, Throughput, cov,
-    fitness_term, jain,
+    CostSummary, DisaggSummary, FITNESS_KEYS, Fairness, GroupUsage, InstanceSummary, KvEventCounts,
+    KvSummary, PoolSummary, RequestCounts, RoutingSummary, SliceSummary, SloSummary, Summary,
+    Throughput, cov, fitness_term, jain,
 };
 
 use std::fs::File;

@@ -144,6 +144,20 @@ pub fn cov(xs: &[f64]) -> f64 {
     (xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n).sqrt() / mean
 }
 
+/// The keys `outputs.fitness` may weigh ([`fitness_term`]; MODELS.md §5.2 normalisation).
+pub const FITNESS_KEYS: [&str; 10] = [
+    "ttft_mean",
+    "ttft_p50",
+    "ttft_p99",
+    "e2e_mean",
+    "e2e_p50",
+    "e2e_p99",
+    "requests_per_s",
+    "output_tokens_per_s",
+    "cost",
+    "cost_per_mtok",
+];
+
 /// Fitness normalisation of one metric (BLIS §5.2): latencies, in µs, 1/(1 + v/1000);
 /// requests/s v/(v + 100); tokens/s v/(v + 10,000).
 pub fn fitness_term(key: &str, s: &Summary) -> f64 {

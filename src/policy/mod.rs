@@ -13,11 +13,12 @@
 mod always_admit;
 mod always_busiest;
 mod cached_blocks;
-mod catalog;
+mod check;
 mod cost_escalation;
 mod least_kv;
 mod least_loaded;
 mod least_outstanding;
+mod plugin;
 mod prefix_aware;
 pub mod prefix_index;
 mod prefix_overlap;
@@ -33,20 +34,20 @@ mod tenant_quota;
 mod token_bucket;
 pub mod weighted;
 
-pub use always_admit::AlwaysAdmit;
-pub use cached_blocks::{CachedBlocks, index_kv_events};
-pub use catalog::{
+pub use crate::catalog::{
     Active, BuildError, Catalog, Entry, GroupFacts, PolicyAppExt, PolicyArgs, PolicyFamily,
     PolicyInfo,
 };
+pub use always_admit::AlwaysAdmit;
+pub use cached_blocks::{CachedBlocks, index_kv_events};
+pub use check::{check, check_policy};
 pub use least_loaded::LeastLoaded;
+pub use plugin::PoliciesPlugin;
 pub use priority::{Constant as ConstantPriority, default_class_priority};
 pub use queue_order::Fcfs;
 pub use reject_all::RejectAll;
 pub use round_robin::RoundRobin;
 pub use static_scale::StaticScale;
-
-use bevy_app::{App, Plugin};
 
 use crate::request::{PromptContent, RequestSpec};
 use crate::time::{SimDuration, SimTime};
@@ -257,44 +258,6 @@ pub mod family {
         /// `policies.autoscale`: [`ScalePolicy`].
         Autoscale: dyn ScalePolicy, "autoscale"
     );
-}
-
-/// Registers the built-in members of the five cluster-wide families in the [`Catalog`]; no
-/// systems. Each family's active member is built by the setup step of the plugin that uses
-/// it (admission, routing, instance, autoscale).
-pub struct PoliciesPlugin;
-
-impl Plugin for PoliciesPlugin {
-    fn build(&self, app: &mut App) {
-        app.init_resource::<Catalog>()
-            .add_policy::<family::Admission>(always_admit::ENTRY)
-            .add_policy::<family::Admission>(reject_all::ENTRY)
-            .add_policy::<family::Admission>(token_bucket::ENTRY)
-            .add_policy::<family::Admission>(tenant_quota::ENTRY)
-            .add_policy::<family::Priority>(priority::CONSTANT)
-            .add_policy::<family::Priority>(priority::SLO_BASED)
-            .add_policy::<family::Priority>(priority::INVERTED_SLO)
-            .add_policy::<family::Scheduling>(queue_order::FCFS)
-            .add_policy::<family::Scheduling>(queue_order::PRIORITY_FCFS)
-            .add_policy::<family::Scheduling>(queue_order::SJF)
-            .add_policy::<family::Scheduling>(queue_order::REVERSE_PRIORITY)
-            .add_policy::<family::Routing>(round_robin::ENTRY)
-            .add_policy::<family::Routing>(random::ENTRY)
-            .add_policy::<family::Routing>(least_loaded::ENTRY)
-            .add_policy::<family::Routing>(least_outstanding::ENTRY)
-            .add_policy::<family::Routing>(least_kv::ENTRY)
-            .add_policy::<family::Routing>(always_busiest::ENTRY)
-            .add_policy::<family::Routing>(session_affinity::ENTRY)
-            .add_policy::<family::Routing>(cost_escalation::ENTRY)
-            .add_policy::<family::Routing>(prefix_overlap::ENTRY)
-            .add_policy::<family::Routing>(prefix_aware::ENTRY)
-            .add_policy::<family::Routing>(weighted::ENTRY)
-            .add_policy::<family::Autoscale>(static_scale::ENTRY)
-            .add_policy::<family::Autoscale>(scaling::THRESHOLD)
-            .add_policy::<family::Autoscale>(scaling::TARGET_TRACKING)
-            .add_policy::<family::Autoscale>(scaling::SLO_AWARE)
-            .add_policy::<family::Autoscale>(scaling::SCHEDULED);
-    }
 }
 
 /// Tie-break: among candidates, the highest score wins, then the lowest index.

@@ -1,23 +1,17 @@
-//! Scenario files: the RON format, loading with `--set` overrides, and validation.
+//! The scenario schema: plain data types every concern reads.
 //!
 //! One [`Scenario`] root. Every struct denies unknown fields; optional fields have the
-//! defaults documented on them (and in docs/scenarios.md). [`load`] parses and validates a whole
-//! scenario and reports every problem at once, each with the file, the field path and the
-//! line:column where RON gives it.
+//! defaults documented on them (and in docs/scenarios.md). Reading a file, `--set`
+//! overrides and validation are the [`loader`](crate::loader)'s.
 
-pub mod estimate;
-mod load;
-mod locate;
-mod resolve;
-mod validate;
+mod problem;
 
-pub use load::{load, parse};
-pub use locate::{SourceMap, apply_override};
-pub use resolve::{ResolvedGroup, resolve_group};
-pub use validate::{Problem, did_you_mean};
+pub use problem::{Problem, did_you_mean, finite_positive};
 
+use std::any::Any;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::{Arc, Mutex};
 
 use serde::Deserialize;
 
@@ -51,13 +45,72 @@ pub struct Scenario {
     /// The scenario file itself, when loaded from one (not a RON field).
     #[serde(skip)]
     pub source: Option<std::path::PathBuf>,
-    /// Each group as validation resolved it (model, GPU, tables, latency model), so that a
-    /// run does not read its files again (not a RON field; see [`Scenario::resolve_group`]).
+    /// What the loader worked out from the groups (their models, tables and latency
+    /// models), so that a run does not read their files again (not a RON field).
     #[serde(skip)]
-    pub resolved: resolve::ResolvedCache,
+    pub memo: Memo,
+}
+
+/// A slot per instance group for what the loader resolved from it, opaque to the schema.
+/// Clones share it; it never makes two scenarios unequal.
+#[derive(Clone, Default)]
+pub struct Memo(pub Arc<Mutex<Vec<Option<MemoSlot>>>>);
+
+/// What the loader keeps of one group.
+pub type MemoSlot = Arc<dyn Any + Send + Sync>;
+
+impl PartialEq for Memo {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl fmt::Debug for Memo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Memo")
+    }
 }
 
 impl Scenario {
+    /// The labels a scenario's workload will use, in the order requests index them.
+    pub fn labels(&self) -> crate::labels::Labels {
+        let s = self;
+        let mut l = crate::labels::Labels {
+            groups: s
+                .cluster
+                .groups
+                .iter()
+                .enumerate()
+                .map(|(i, g)| {
+                    if g.name.is_empty() {
+                        format!("group{i}")
+                    } else {
+                        g.name.clone()
+                    }
+                })
+                .collect(),
+            ..Default::default()
+        };
+        for (i, c) in s.workload.clients.iter().enumerate() {
+            let name = if c.name.is_empty() {
+                format!("client{i}")
+            } else {
+                c.name.clone()
+            };
+            l.tenant(c.tenant.as_deref().unwrap_or(&name));
+            l.slo_class(c.slo_class.as_deref().unwrap_or("standard"));
+        }
+        for (i, t) in s.workload.traces.iter().enumerate() {
+            l.tenant(t.tenant.as_deref().unwrap_or(&format!("trace{i}")));
+            l.slo_class(t.slo_class.as_deref().unwrap_or("standard"));
+        }
+        if s.workload.inference_perf.is_some() {
+            l.tenant(crate::labels::INFERENCE_PERF_TENANT);
+            l.slo_class("standard");
+        }
+        l
+    }
+
     /// Every file the scenario reads (itself included), by field path, as opened.
     pub fn input_files(&self) -> Vec<(String, std::path::PathBuf)> {
         let base = &self.base_dir;
@@ -395,34 +448,6 @@ pub struct EngineSpec {
     pub api_us_per_output_token: Option<f64>,
 }
 
-impl EngineSpec {
-    /// The numbers this spec stands for.
-    pub fn path(&self) -> crate::latency::ServingPath {
-        use crate::latency::ServingPath;
-        let mut p = match self.preset {
-            EnginePreset::Vllm => ServingPath::VLLM,
-            EnginePreset::VllmSync => ServingPath::VLLM_SYNC,
-            EnginePreset::Bare => ServingPath::BARE,
-        };
-        if let Some(v) = self.async_scheduling {
-            p.async_scheduling = v;
-        }
-        for (slot, v) in [
-            (&mut p.schedule_us, self.schedule_us),
-            (&mut p.schedule_us_per_request, self.schedule_us_per_request),
-            (&mut p.api_request_us, self.api_request_us),
-            (&mut p.api_us_per_prompt_token, self.api_us_per_prompt_token),
-            (&mut p.api_step_us, self.api_step_us),
-            (&mut p.api_us_per_output_token, self.api_us_per_output_token),
-        ] {
-            if let Some(v) = v {
-                *slot = v;
-            }
-        }
-        p
-    }
-}
-
 impl InstanceGroup {
     /// The latency model: the one given, or `Roofline()`.
     pub fn latency(&self) -> std::borrow::Cow<'_, LatencySpec> {
@@ -524,7 +549,7 @@ pub enum LatencySpec {
     MeasuredTable {
         file: String,
         #[serde(default)]
-        extrapolation: crate::latency::Extrapolation,
+        extrapolation: Extrapolation,
     },
     /// A latency model registered by name (`app.add_policy::<latency::LatencyModels>(…)`,
     /// `servesim list policies`), with numeric parameters; it is built from them and the
@@ -536,17 +561,37 @@ pub enum LatencySpec {
     },
 }
 
+/// RouteSim's default throughput curves: what `PiecewiseLinear` fields left out stand for.
+pub mod piecewise_defaults {
+    pub const PREFILL_TOKENS_PER_S: f64 = 50_000.0;
+    pub const DECODE_TOKENS_PER_S_AT_1: f64 = 80.0;
+    pub const SATURATION_BATCH: u32 = 64;
+    pub const SATURATION_TOKENS_PER_S: f64 = 3_200.0;
+}
 fn pl_prefill() -> f64 {
-    crate::latency::PiecewiseLinear::default().prefill_tokens_per_s
+    piecewise_defaults::PREFILL_TOKENS_PER_S
 }
 fn pl_decode1() -> f64 {
-    crate::latency::PiecewiseLinear::default().decode_tokens_per_s_at_1
+    piecewise_defaults::DECODE_TOKENS_PER_S_AT_1
 }
 fn pl_sat_batch() -> u32 {
-    crate::latency::PiecewiseLinear::default().saturation_batch
+    piecewise_defaults::SATURATION_BATCH
 }
 fn pl_sat() -> f64 {
-    crate::latency::PiecewiseLinear::default().saturation_tokens_per_s
+    piecewise_defaults::SATURATION_TOKENS_PER_S
+}
+
+/// What to do with a batch shape outside a measured table's grid
+/// (`latency: MeasuredTable(extrapolation: …)`).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+pub enum Extrapolation {
+    /// Stop the run with an error naming the shape and the table's range (default).
+    #[default]
+    Error,
+    /// Use the nearest edge of the grid.
+    Clamp,
+    /// Extend the outermost segment linearly (never below 1 µs).
+    Linear,
 }
 
 /// Cluster-level policies, by catalog name (`servesim list policies`), with parameters.
@@ -979,40 +1024,5 @@ impl Default for OutputSpec {
             report_html: false,
             kv_events: false,
         }
-    }
-}
-
-/// A scenario that failed to load: every problem found, in source order.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub struct ScenarioError {
-    /// The file as named by the user (plus "after --set" if overrides were applied).
-    pub file: String,
-    pub problems: Vec<Problem>,
-}
-
-impl fmt::Display for ScenarioError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let n = self.problems.len();
-        writeln!(
-            f,
-            "{}: {n} problem{}",
-            self.file,
-            if n == 1 { "" } else { "s" }
-        )?;
-        for p in &self.problems {
-            write!(f, "  {}", self.file)?;
-            if let Some((line, col)) = p.location {
-                write!(f, ":{line}:{col}")?;
-            }
-            if p.path.is_empty() {
-                writeln!(f, ": {}", p.message)?;
-            } else {
-                writeln!(f, ": {}: {}", p.path, p.message)?;
-            }
-            if let Some(h) = &p.hint {
-                writeln!(f, "    hint: {h}")?;
-            }
-        }
-        Ok(())
     }
 }

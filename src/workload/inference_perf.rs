@@ -17,7 +17,7 @@
 //!   stage, or Poisson arrivals at rate / users within its stage's window.
 
 use super::arrival::{Arrivals, StageMode};
-use super::{Client, Labels, Lengths, SessionCfg};
+use super::{Client, Labels, Lengths, SessionCfg, UserCycle};
 use crate::rng;
 use crate::scenario::{InferencePerfReading, InferencePerfSpec, Stage};
 use crate::time::SimDuration;
@@ -148,24 +148,6 @@ pub fn sources(ip: &InferencePerfSpec, seed: u64, labels: &mut Labels) -> Vec<Cl
             }
             out
         }
-    }
-}
-
-/// Users taking turns (open loop): request k goes to user k mod `users`, whose system
-/// prompt is user / `per_prompt`.
-#[derive(Clone, Copy, Debug)]
-pub struct UserCycle {
-    pub users: u32,
-    pub per_prompt: u32,
-    pub next: u64,
-}
-
-impl UserCycle {
-    /// The prompt (prefix group) of the next request.
-    pub fn next_prompt(&mut self) -> u32 {
-        let user = (self.next % u64::from(self.users)) as u32;
-        self.next += 1;
-        user / self.per_prompt
     }
 }
 

@@ -279,7 +279,7 @@ fn cheapest_first_grows_the_cheap_pool_before_the_dear_one() {
 #[test]
 fn bad_scaling_settings_are_located_errors() {
     let app = servesim::default_app();
-    let err = servesim::scenario::parse(
+    let err = servesim::loader::parse(
         "(cluster: (groups: [(count: 5, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1.0, 0.0, 0.0]),
             scaling: (min: 3, max: 2, warmup_speed: 0.0, provision_s: -1.0))]),
           policies: (autoscale: \"target_tracking\", autoscale_params: {\"target_utilization\": 0.5, \"target_queue\": 2.0}),
@@ -299,7 +299,7 @@ fn bad_scaling_settings_are_located_errors() {
     ] {
         assert!(err.contains(want), "missing {want:?} in\n{err}");
     }
-    let err = servesim::scenario::parse(
+    let err = servesim::loader::parse(
         "(cluster: (groups: [(latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1.0, 0.0, 0.0]))]),
           policies: (autoscale: \"threshold\", autoscale_params: {\"queue_high\": 2.0}),
           workload: (num_requests: 1, clients: [(rate_per_s: 1.0, input_tokens: Constant(8), output_tokens: Constant(1))]))",
@@ -389,7 +389,7 @@ fn the_docs_cost_table_matches_the_bundled_scenario() {
             .into_iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        let sc = servesim::scenario::load(&root.join("scenarios/autoscaling.ron"), &sets, catalog)
+        let sc = servesim::loader::load(&root.join("scenarios/autoscaling.ron"), &sets, catalog)
             .unwrap();
         let s = Simulation::new(&sc, RunOptions::default())
             .unwrap()

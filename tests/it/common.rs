@@ -5,13 +5,13 @@ use std::path::Path;
 
 use servesim::metrics::Summary;
 use servesim::policy::Catalog;
-use servesim::scenario::{self, Scenario};
+use servesim::scenario::Scenario;
 use servesim::{RunOptions, Simulation};
 
 /// Parses scenario text (panics with the rendered error if it is invalid).
 pub fn parse(src: &str) -> Scenario {
     let app = servesim::default_app();
-    scenario::parse(src, "test.ron", &[], app.world().resource::<Catalog>())
+    servesim::loader::parse(src, "test.ron", &[], app.world().resource::<Catalog>())
         .unwrap_or_else(|e| panic!("{e}"))
 }
 

@@ -79,7 +79,7 @@ fn a_tenant_may_be_called_like_a_parameter() {
     assert_eq!((t("burst").completed, t("burst").rejected), (10, 0));
     // A bare tenant name is an error that says how to write it.
     let app = servesim::default_app();
-    let e = servesim::scenario::parse(
+    let e = servesim::loader::parse(
         &format!(
             "(seed: 1, {}, policies: (admission: \"tenant_quota\", admission_params: {{\"other\": 1.0}}),
               workload: (num_requests: 1, clients: [(name: \"other\", rate_per_s: 1.0, input_tokens: Constant(10), output_tokens: Constant(2))]))",
@@ -336,7 +336,7 @@ fn routing_table() -> String {
         "always_busiest",
     ] {
         let o = [("policies.routing".to_string(), format!("\"{routing}\""))];
-        let sc = servesim::scenario::load(&path, &o, catalog).unwrap();
+        let sc = servesim::loader::load(&path, &o, catalog).unwrap();
         let (s, _) = run(&sc);
         let f = |v: Option<f64>| format!("{:.1}", v.unwrap_or(f64::NAN));
         t.push_str(&format!(

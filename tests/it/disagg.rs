@@ -331,7 +331,7 @@ fn bad_disaggregation_settings_are_reported_together() {
         ]),
         policies: (decode_routing: \"nope\"),
         workload: (clients: [(input_tokens: Constant(8), output_tokens: Constant(2))]))";
-    let e = servesim::scenario::parse(text, "pd.ron", &[], catalog)
+    let e = servesim::loader::parse(text, "pd.ron", &[], catalog)
         .unwrap_err()
         .to_string();
     for want in [
@@ -345,7 +345,7 @@ fn bad_disaggregation_settings_are_reported_together() {
     }
     // The decode routing policy is checked once there are decode instances.
     let text = text.replacen("(role: Prefill, model", "(role: Decode, model", 1);
-    let e = servesim::scenario::parse(&text, "pd.ron", &[], catalog)
+    let e = servesim::loader::parse(&text, "pd.ron", &[], catalog)
         .unwrap_err()
         .to_string();
     assert!(e.contains("policies.decode_routing"), "{e}");
@@ -367,7 +367,7 @@ fn the_bundled_comparison_shows_what_readme_says() {
             set.push((format!("cluster.groups[{g}].role"), role.to_string()));
             set.push((format!("cluster.groups[{g}].count"), count.to_string()));
         }
-        let sc = servesim::scenario::load(&path, &set, catalog).unwrap();
+        let sc = servesim::loader::load(&path, &set, catalog).unwrap();
         servesim::Simulation::new(&sc, Default::default())
             .unwrap()
             .run()
@@ -415,7 +415,7 @@ fn run_with_decode_policy(
         "(seed: 3,",
         &format!("(seed: 3, policies: (decode_routing: \"{name}\"),"),
     );
-    let sc = servesim::scenario::parse(
+    let sc = servesim::loader::parse(
         &text,
         "pd.ron",
         &[],

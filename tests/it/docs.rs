@@ -84,7 +84,7 @@ fn every_ron_snippet_in_the_docs_is_a_valid_scenario_or_part_of_one() {
             .iter()
             .any(|what| {
                 std::fs::write(&file, wrapped(snippet, what)).unwrap();
-                match servesim::scenario::load(&file, &[], catalog) {
+                match servesim::loader::load(&file, &[], catalog) {
                     Ok(_) => true,
                     Err(e) => {
                         errors.push(format!("as a {what}: {e}"));

@@ -55,7 +55,7 @@ fn parse(
           workload: (clients: [(arrival: AllAtZero(count: 1), input_tokens: Constant(100),
                                 output_tokens: Constant(3))]))"
     );
-    servesim::scenario::parse(
+    servesim::loader::parse(
         &text,
         "families.ron",
         &[],
@@ -169,7 +169,7 @@ fn groups_are_resolved_once_at_validation() {
     )
     .unwrap();
     let app = servesim::default_app();
-    let sc = servesim::scenario::load(&file, &[], app.world().resource::<Catalog>()).unwrap();
+    let sc = servesim::loader::load(&file, &[], app.world().resource::<Catalog>()).unwrap();
     // The table is gone: the run uses what validation read.
     std::fs::remove_file(&table).unwrap();
     let s = Simulation::new(&sc, RunOptions::default())

@@ -22,7 +22,7 @@ const PREFIX_HEAVY: &str = r#"(seed: 5,
     outputs: (kv_events: true))"#;
 
 fn parse_with(app: &servesim::bevy_app::App, text: &str) -> servesim::scenario::Scenario {
-    servesim::scenario::parse(text, "kv.ron", &[], app.world().resource::<Catalog>())
+    servesim::loader::parse(text, "kv.ron", &[], app.world().resource::<Catalog>())
         .unwrap_or_else(|e| panic!("{e}"))
 }
 

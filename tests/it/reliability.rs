@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use servesim::policy::Catalog;
-use servesim::{RunOptions, Simulation, scenario};
+use servesim::{RunOptions, Simulation};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -33,7 +33,7 @@ fn five_runs_of_a_10k_request_4_instance_scenario_hash_identically() {
         ),
         ("policies.routing".to_string(), "\"weighted\"".to_string()),
     ];
-    let sc = scenario::load(
+    let sc = servesim::loader::load(
         &root().join("scenarios/cluster-16.ron"),
         &o,
         app.world().resource::<Catalog>(),

@@ -3,7 +3,6 @@
 use std::path::Path;
 
 use servesim::policy::Catalog;
-use servesim::scenario;
 
 use crate::common::run;
 
@@ -22,7 +21,7 @@ fn every_bundled_scenario_validates_and_runs_with_invariants_checked() {
     for path in entries {
         // Cap the size so the whole suite stays quick; the full runs are benchmarks.
         let cap = [("workload.num_requests".to_string(), "1500".to_string())];
-        let sc = scenario::load(&path, &cap, catalog).unwrap_or_else(|e| panic!("{e}"));
+        let sc = servesim::loader::load(&path, &cap, catalog).unwrap_or_else(|e| panic!("{e}"));
         let (s, _) = run(&sc);
         assert!(s.requests.injected > 0, "{}", path.display());
         assert!(s.requests.completed > 0, "{}", path.display());
@@ -40,7 +39,7 @@ fn the_benchmark_scenarios_validate() {
     let catalog = app.world().resource::<Catalog>();
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/bench");
     for w in ["w1", "w2", "w3", "w4", "w5"] {
-        let sc = scenario::load(&dir.join(format!("{w}.ron")), &[], catalog)
+        let sc = servesim::loader::load(&dir.join(format!("{w}.ron")), &[], catalog)
             .unwrap_or_else(|e| panic!("{e}"));
         let instances: u32 = sc.cluster.groups.iter().map(|g| g.count).sum();
         let rate = sc.workload.clients[0].rate_per_s;
@@ -62,7 +61,7 @@ fn the_same_seed_gives_the_same_summary_and_a_different_seed_does_not() {
             ("seed".to_string(), seed.to_string()),
             ("workload.num_requests".to_string(), "300".to_string()),
         ];
-        scenario::load(&path, &o, catalog).unwrap()
+        servesim::loader::load(&path, &o, catalog).unwrap()
     };
     let (a, ra) = run(&load("5"));
     let (b, rb) = run(&load("5"));
@@ -85,7 +84,7 @@ fn changing_the_router_does_not_change_the_generated_workload() {
             ("policies.routing".to_string(), format!("\"{routing}\"")),
             ("workload.num_requests".to_string(), "400".to_string()),
         ];
-        run(&scenario::load(&path, &o, catalog).unwrap()).1
+        run(&servesim::loader::load(&path, &o, catalog).unwrap()).1
     };
     let key = |rows: &[crate::common::Row]| -> Vec<(u64, u64, u64)> {
         rows.iter()

@@ -60,7 +60,7 @@ proptest! {
 fn scheduler_names_and_parameters_are_checked_with_locations() {
     let app = servesim::default_app();
     let catalog = app.world().resource::<Catalog>();
-    let err = servesim::scenario::parse(
+    let err = servesim::loader::parse(
         "(cluster: (groups: [
             (scheduler: \"sarathy\", kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1.0, 0.0, 0.0])),
             (scheduler: \"sarathi\", scheduler_params: {\"chunk\": 64.0}, kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1.0, 0.0, 0.0])),
@@ -119,8 +119,8 @@ fn the_docs_scheduler_table_matches_the_bundled_scenario() {
             "cluster.groups[0].scheduler".to_string(),
             format!("\"{name}\""),
         )];
-        let sc = servesim::scenario::load(&root.join("scenarios/schedulers.ron"), &sets, catalog)
-            .unwrap();
+        let sc =
+            servesim::loader::load(&root.join("scenarios/schedulers.ron"), &sets, catalog).unwrap();
         let s = Simulation::new(&sc, RunOptions::default())
             .unwrap()
             .run()

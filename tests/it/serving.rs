@@ -152,7 +152,7 @@ fn blis_models_keep_the_bare_step_unless_an_engine_is_given() {
 #[test]
 fn a_group_without_latency_and_model_is_told_what_the_default_needs() {
     let app = servesim::default_app();
-    let err = servesim::scenario::parse(
+    let err = servesim::loader::parse(
         "(cluster: (groups: [(kv_blocks: 100)]), workload: (num_requests: 1, clients: [(rate_per_s: 1.0, input_tokens: Constant(10), output_tokens: Constant(2))]))",
         "t.ron",
         &[],
@@ -170,7 +170,7 @@ fn a_group_without_latency_and_model_is_told_what_the_default_needs() {
 #[test]
 fn bad_engine_numbers_are_errors_with_their_path() {
     let app = servesim::default_app();
-    let err = servesim::scenario::parse(
+    let err = servesim::loader::parse(
         "(cluster: (groups: [(model: \"llama-2-7b-hf\", gpu: \"H100\", engine: (api_step_us: -5.0))]), workload: (num_requests: 1, clients: [(rate_per_s: 1.0, input_tokens: Constant(10), output_tokens: Constant(2))]))",
         "t.ron",
         &[],

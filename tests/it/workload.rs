@@ -18,7 +18,7 @@ fn load(name: &str, overrides: &[(&str, &str)]) -> scenario::Scenario {
         .iter()
         .map(|(a, b)| (a.to_string(), b.to_string()))
         .collect();
-    scenario::load(
+    servesim::loader::load(
         &root().join("scenarios").join(name),
         &o,
         app.world().resource::<Catalog>(),
@@ -200,7 +200,7 @@ fn trace_scenario(format: &str, file: &str, extra: &str) -> scenario::Scenario {
         "(cluster: (groups: [(count: 2, kv_blocks: 50000, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [5000.0, 1.0, 50.0]))]),
           workload: (traces: [(format: {format}, file: \"{file}\"{extra})]))"
     );
-    scenario::parse(
+    servesim::loader::parse(
         &src,
         "trace-test.ron",
         &[],

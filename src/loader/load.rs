@@ -4,10 +4,11 @@
 
 use std::path::Path;
 
+use super::ScenarioError;
 use super::locate::{self, SourceMap, apply_override};
 use super::validate;
-use super::{Problem, Scenario, ScenarioError};
-use crate::policy::Catalog;
+use crate::catalog::Catalog;
+use crate::scenario::{Problem, Scenario};
 
 /// Reads, overrides, parses and validates a scenario file.
 pub fn load(

@@ -5,7 +5,7 @@
 //! [`WALL_US_PER_OUTPUT_TOKEN`] µs of wall time per output token on the development machine
 //! (100k requests × 256 tokens in ~3.5 s), plus [`WALL_US_PER_REQUEST`] per request.
 
-use super::{ArrivalSpec, LengthSpec, Scenario};
+use crate::scenario::{ArrivalSpec, LengthSpec, Scenario};
 
 /// Measured wall time per simulated output token (release build), µs.
 pub const WALL_US_PER_OUTPUT_TOKEN: f64 = 0.15;

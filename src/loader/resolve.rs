@@ -3,37 +3,16 @@
 //! problem is reported up front) and when the simulation is built.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use super::{InstanceGroup, LatencySpec, Problem, did_you_mean};
+use crate::catalog::{Catalog, GroupFacts, PolicyArgs};
 use crate::latency::{
     Blackbox, BlisRoofline, Coefficients, LatencyModel, MeasuredTable, PiecewiseLinear, Roofline,
     ServingPath, TrainedPhysics,
 };
 use crate::model::{BUNDLED_MODELS, GpuProfile, ModelConfig, bundled_gpus, find_gpu, kv_capacity};
-use crate::policy::{Catalog, GroupFacts, PolicyArgs};
-
-/// A group with everything looked up.
-#[derive(Clone)]
-pub struct ResolvedGroup {
-    pub model: Option<ModelConfig>,
-    pub gpu: Option<GpuProfile>,
-    pub kv_blocks: u32,
-    pub max_model_len: Option<u32>,
-    /// Shared by every instance of the group (latency models are pure).
-    pub latency: Arc<dyn LatencyModel>,
-    /// Bytes sent between pipeline stages per token (hidden × activation bytes).
-    pub pp_bytes_per_token: f64,
-    /// CPU offload tier: (blocks, µs per block transferred, fixed µs per step with transfers).
-    pub cpu_tier: Option<(u32, f64, f64)>,
-    /// KV bytes of one token over the whole model (every layer and KV head; MLA: one
-    /// compressed row per layer): what a P/D transfer moves. 0 without a model.
-    pub kv_bytes_per_token: f64,
-    /// Layers of the model (1 without one), for layer-wise KV transfer.
-    pub layers: u32,
-    /// The serving path around the steps (`engine`, or the latency model's default).
-    pub serving: ServingPath,
-}
+use crate::scenario::{InstanceGroup, LatencySpec, Memo, Problem, Scenario, did_you_mean};
+use crate::setup::ResolvedGroup;
 
 fn looks_like_path(s: &str) -> bool {
     s.contains('/') || s.contains('\\') || s.ends_with(".json") || s.ends_with(".ron")
@@ -123,68 +102,55 @@ fn three(v: &[f64]) -> [f64; 3] {
     ]
 }
 
-/// Groups resolved before, one slot per group index, each with what it was resolved from
-/// (the group, the base directory and the seed): a slot whose group was edited since
-/// resolves anew. Clones share it; it never makes two scenarios unequal.
-#[derive(Clone, Default)]
-pub struct ResolvedCache(Arc<Mutex<Vec<Option<Slot>>>>);
-
+/// A group resolved before: what it was resolved from (the group, the base directory and
+/// the seed) and the result, kept in the scenario's [`Memo`] (one slot per group index); a
+/// slot whose group was edited since resolves anew.
 type Slot = (InstanceGroup, PathBuf, u64, ResolvedGroup);
 
-impl PartialEq for ResolvedCache {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
+fn remembered(
+    memo: &Memo,
+    i: usize,
+    g: &InstanceGroup,
+    base: &Path,
+    seed: u64,
+) -> Option<ResolvedGroup> {
+    let slots = memo.0.lock().unwrap_or_else(|e| e.into_inner());
+    let slot = slots.get(i)?.as_ref()?.downcast_ref::<Slot>()?;
+    let (group, b, s, r) = slot;
+    (group == g && b == base && *s == seed).then(|| r.clone())
 }
 
-impl std::fmt::Debug for ResolvedCache {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ResolvedCache")
+fn remember(memo: &Memo, i: usize, slot: Slot) {
+    let mut slots = memo.0.lock().unwrap_or_else(|e| e.into_inner());
+    if slots.len() <= i {
+        slots.resize(i + 1, None);
     }
+    slots[i] = Some(Arc::new(slot));
 }
 
-impl ResolvedCache {
-    fn get(&self, i: usize, g: &InstanceGroup, base: &Path, seed: u64) -> Option<ResolvedGroup> {
-        let slots = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        match slots.get(i) {
-            Some(Some((group, b, s, r))) if group == g && b == base && *s == seed => {
-                Some(r.clone())
-            }
-            _ => None,
-        }
+/// Group `i` of `s` resolved: from the scenario's [`Memo`] when validation (or an earlier
+/// run) resolved this very group, otherwise read now (and remembered).
+pub fn resolve_group(
+    s: &Scenario,
+    i: usize,
+    catalog: &Catalog,
+) -> Result<ResolvedGroup, Vec<Problem>> {
+    let g = &s.cluster.groups[i];
+    if let Some(r) = remembered(&s.memo, i, g, &s.base_dir, s.seed) {
+        return Ok(r);
     }
-
-    fn put(&self, i: usize, slot: Slot) {
-        let mut slots = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if slots.len() <= i {
-            slots.resize(i + 1, None);
-        }
-        slots[i] = Some(slot);
-    }
-}
-
-impl super::Scenario {
-    /// Group `i` resolved: from [`Scenario::resolved`] when validation (or an earlier run)
-    /// resolved this very group, otherwise read now (and remembered).
-    pub fn resolve_group(
-        &self,
-        i: usize,
-        catalog: &Catalog,
-    ) -> Result<ResolvedGroup, Vec<Problem>> {
-        let g = &self.cluster.groups[i];
-        if let Some(r) = self.resolved.get(i, g, &self.base_dir, self.seed) {
-            return Ok(r);
-        }
-        let r = resolve_group(g, i, &self.base_dir, catalog, self.seed)?;
-        self.resolved
-            .put(i, (g.clone(), self.base_dir.clone(), self.seed, r.clone()));
-        Ok(r)
-    }
+    let r = read_group(g, i, &s.base_dir, catalog, s.seed)?;
+    remember(
+        &s.memo,
+        i,
+        (g.clone(), s.base_dir.clone(), s.seed, r.clone()),
+    );
+    Ok(r)
 }
 
 /// Resolves group `i`; problems carry paths under `cluster.groups[i]`. Reads the group's
-/// files; [`Scenario::resolve_group`] reads them once.
-pub fn resolve_group(
+/// files; [`resolve_group`] reads them once.
+fn read_group(
     g: &InstanceGroup,
     i: usize,
     base: &Path,
@@ -437,7 +403,7 @@ pub fn resolve_group(
                 pp: g.pp,
             });
             let before = p.len();
-            super::validate::check_member::<crate::latency::LatencyModels>(
+            crate::catalog::check_member::<crate::latency::LatencyModels>(
                 &mut p,
                 catalog,
                 "latency",
@@ -457,7 +423,7 @@ pub fn resolve_group(
         }
     };
     let serving = match &g.engine {
-        Some(e) => e.path(),
+        Some(e) => ServingPath::of(e),
         None if matches!(&*spec, LatencySpec::Roofline { .. }) => ServingPath::VLLM,
         None => ServingPath::BARE,
     };

@@ -7,7 +7,7 @@
 //!
 //! ```
 //! use servesim::bevy_app::App;
-//! use servesim::policy::{Catalog, Entry, PolicyAppExt, PolicyArgs, PolicyFamily};
+//! use servesim::catalog::{Catalog, Entry, PolicyAppExt, PolicyArgs, PolicyFamily};
 //!
 //! /// A family of your own: how a request's deadline is set.
 //! trait Deadline: Send + Sync {
@@ -51,6 +51,7 @@ use bevy_ecs::prelude::*;
 
 use crate::labels::Labels;
 use crate::model::{GpuProfile, ModelConfig};
+use crate::scenario::{Problem, did_you_mean};
 
 /// A family of policies: what its members implement and what scenarios call it.
 pub trait PolicyFamily: Send + Sync + 'static {
@@ -287,5 +288,61 @@ impl PolicyAppExt for App {
             .get_resource_or_init::<Catalog>()
             .add::<F>(entry);
         self
+    }
+}
+
+/// A member of family `F` named `name` (at `name_at`, called a `kind` policy) with
+/// `args.params` (at `params_at`): a known name, parameters it takes, and parameters it
+/// accepts (it is built and thrown away).
+pub fn check_member<F: PolicyFamily>(
+    p: &mut Vec<Problem>,
+    catalog: &Catalog,
+    kind: &str,
+    name_at: &str,
+    params_at: &str,
+    name: &str,
+    args: &PolicyArgs<'_>,
+) {
+    let Some(e) = catalog.find::<F>(name) else {
+        name_in_catalog(p, name_at, kind, name, &catalog.names::<F>());
+        return;
+    };
+    if !e.free_params {
+        for k in args.params.keys() {
+            if !e.params.iter().any(|(n, _)| n == k) {
+                let known: Vec<&str> = e.params.iter().map(|(n, _)| *n).collect();
+                let hint = match did_you_mean(k, known.iter().copied()) {
+                    Some(s) => format!("did you mean \"{s}\"?"),
+                    None if known.is_empty() => format!("{name} takes no parameters"),
+                    None => format!("{name} takes: {}", known.join(", ")),
+                };
+                p.push(
+                    Problem::new(
+                        format!("{params_at}.{k}"),
+                        format!("unknown parameter of {name}"),
+                    )
+                    .hint(hint),
+                );
+            }
+        }
+    }
+    if let Err(msg) = (e.build)(args) {
+        p.push(Problem::new(params_at, msg));
+    }
+}
+
+fn name_in_catalog(
+    problems: &mut Vec<Problem>,
+    path: &str,
+    kind: &str,
+    name: &str,
+    names: &[&str],
+) {
+    if !names.contains(&name) {
+        let hint = match did_you_mean(name, names.iter().copied()) {
+            Some(s) => format!("did you mean \"{s}\"? (`servesim list policies` shows all)"),
+            None => format!("known {kind} policies: {}", names.join(", ")),
+        };
+        problems.push(Problem::new(path, format!("unknown {kind} policy \"{name}\"")).hint(hint));
     }
 }

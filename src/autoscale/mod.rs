@@ -22,6 +22,10 @@
 //! GPU time accrues from provisioning until off (you pay for a node while it boots and
 //! drains). Every transition is a row of `scale_events.csv`.
 
+mod check;
+
+pub use check::check;
+
 use std::fs::File;
 use std::io::BufWriter;
 

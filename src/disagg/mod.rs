@@ -35,6 +35,10 @@
 //!
 //! [`SimSystems::Transfer`]: crate::SimSystems::Transfer
 
+mod check;
+
+pub use check::check;
+
 use bevy_ecs::prelude::*;
 
 use crate::engine::{

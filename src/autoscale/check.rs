@@ -1,0 +1,92 @@
+//! Checks of the autoscaling part of a scenario: each scaled group's bounds and life-cycle
+//! times, and a scaling policy with something to scale.
+
+use crate::scenario::{Problem, Scenario};
+
+/// Checks every group's `scaling` and `policies.autoscale` against them.
+pub fn check(p: &mut Vec<Problem>, s: &Scenario) {
+    for (i, g) in s.cluster.groups.iter().enumerate() {
+        if let Some(sc) = &g.scaling {
+            check_scaling(p, i, g.count, sc);
+        }
+    }
+    if s.policies.autoscale != "static" && s.cluster.groups.iter().all(|g| g.scaling.is_none()) {
+        p.push(
+            Problem::new(
+                "policies.autoscale",
+                format!(
+                    "`{}` scales groups with `scaling`, and no group has it",
+                    s.policies.autoscale
+                ),
+            )
+            .hint("give a group scaling: (min: 1, max: 8), or use \"static\""),
+        );
+    }
+}
+
+/// An autoscaled group's bounds and life-cycle times.
+fn check_scaling(p: &mut Vec<Problem>, i: usize, count: u32, sc: &crate::scenario::ScalingSpec) {
+    let at = |f: &str| format!("cluster.groups[{i}].scaling.{f}");
+    if sc.max == 0 || sc.max > 10_000 {
+        p.push(Problem::new(
+            at("max"),
+            format!("must be within 1..=10,000, got {}", sc.max),
+        ));
+    }
+    if sc.min > sc.max {
+        p.push(Problem::new(
+            at("min"),
+            format!("min ({}) is above max ({})", sc.min, sc.max),
+        ));
+    }
+    if count < sc.min || count > sc.max {
+        p.push(
+            Problem::new(
+                format!("cluster.groups[{i}].count"),
+                format!(
+                    "an autoscaled group starts with count instances, which must be within min..=max ({}..={}), got {count}",
+                    sc.min, sc.max
+                ),
+            )
+            .hint("count is the number serving at t = 0"),
+        );
+    }
+    let mut seconds = |f: &str, v: Option<f64>| {
+        if let Some(v) = v
+            && !(v.is_finite() && (0.0..=1e9).contains(&v))
+        {
+            p.push(Problem::new(
+                at(f),
+                format!("must be seconds within 0..=10⁹, got {v}"),
+            ));
+        }
+    };
+    seconds("provision_s", Some(sc.provision_s));
+    seconds("load_s", sc.load_s);
+    seconds("warmup_s", Some(sc.warmup_s));
+    seconds("scale_up_cooldown_s", Some(sc.scale_up_cooldown_s));
+    seconds("scale_down_cooldown_s", Some(sc.scale_down_cooldown_s));
+    if let Some(v) = sc.interval_s
+        && !(v.is_finite() && (0.001..=1e9).contains(&v))
+    {
+        p.push(Problem::new(
+            at("interval_s"),
+            format!("must be seconds within 0.001..=10⁹, got {v}"),
+        ));
+    }
+    if !(sc.load_gb_per_s.is_finite() && sc.load_gb_per_s >= 1e-3 && sc.load_gb_per_s <= 1e6) {
+        p.push(Problem::new(
+            at("load_gb_per_s"),
+            format!("must be within 0.001..=10⁶ GB/s, got {}", sc.load_gb_per_s),
+        ));
+    }
+    if !(sc.warmup_speed.is_finite() && sc.warmup_speed > 0.0 && sc.warmup_speed <= 1.0) {
+        p.push(
+            Problem::new(
+                at("warmup_speed"),
+                format!("must be within (0, 1], got {}", sc.warmup_speed),
+            )
+            .hint("0.5 = steps take twice as long while warming up"),
+        );
+    }
+}

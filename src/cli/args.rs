@@ -1,0 +1,194 @@
+//! The commands' arguments and what every command does with them first: `--set`
+//! overrides, loading the scenario, announcing a long run.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::ValueEnum;
+
+use super::progress;
+use crate::catalog::Catalog;
+use crate::scenario;
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Format {
+    Text,
+    Json,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct RunArgs {
+    /// Scenario file (RON).
+    pub(crate) scenario: PathBuf,
+    /// Output directory (default: the scenario's outputs.dir, else ./out).
+    #[arg(long)]
+    pub(crate) out: Option<PathBuf>,
+    /// Override the scenario seed.
+    #[arg(long)]
+    pub(crate) seed: Option<u64>,
+    /// Override any field: --set cluster.groups[0].count=4 (value in RON syntax).
+    #[arg(long = "set", value_name = "PATH=VALUE")]
+    pub(crate) set: Vec<String>,
+    /// Summary format on stdout.
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub(crate) format: Format,
+    /// Check every invariant after every tick (slower).
+    #[arg(long)]
+    pub(crate) check_invariants: bool,
+    /// Extra traces: `decisions` writes decisions.csv (one row per routing decision).
+    #[arg(long, value_enum)]
+    pub(crate) trace: Vec<TraceKind>,
+    /// Stop the run after this many seconds of wall time (exit 1; nothing is written,
+    /// as for Ctrl-C).
+    #[arg(long, value_name = "SECONDS")]
+    pub(crate) max_wall_s: Option<f64>,
+    /// Also write report.html into the output directory (as `servesim report` would).
+    #[arg(long)]
+    pub(crate) report: bool,
+    /// Only steps and requests overlapping START..END (simulated seconds) go into
+    /// timeline.json.
+    #[arg(long, value_name = "START..END")]
+    pub(crate) trace_window: Option<String>,
+    /// Fraction of requests drawn in timeline.json (by request id).
+    #[arg(long, value_name = "FRACTION")]
+    pub(crate) trace_sample: Option<f64>,
+    /// Progress bar on stderr.
+    #[arg(long, value_enum, default_value_t = progress::Mode::Auto)]
+    pub(crate) progress: progress::Mode,
+    /// No progress bar and no run statistics on stderr (warnings and errors still).
+    #[arg(long, short)]
+    pub(crate) quiet: bool,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct MergeArgs {
+    /// The shards' output directories.
+    #[arg(required = true)]
+    pub(crate) shards: Vec<PathBuf>,
+    /// Where the merged sweep.csv and sweep.json go.
+    #[arg(long, default_value = "sweep")]
+    pub(crate) out: PathBuf,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct ReportArgs {
+    /// Output directories of earlier runs.
+    #[arg(required = true)]
+    pub(crate) dirs: Vec<PathBuf>,
+    /// Where the page goes (default: DIR/report.html for one directory, ./report.html
+    /// for several).
+    #[arg(long)]
+    pub(crate) out: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct ValidateArgs {
+    pub(crate) scenario: PathBuf,
+    #[arg(long = "set", value_name = "PATH=VALUE")]
+    pub(crate) set: Vec<String>,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct CheckRealArgs {
+    /// Scenario describing the server (its workload is replaced by the measured one).
+    pub(crate) scenario: PathBuf,
+    /// Per-request measurements: a CSV (arrival_s|arrival_ms|arrival_us, input_tokens,
+    /// output_tokens, ttft_ms, e2e_ms[, itl_ms][, stage]) or a vLLM benchmark JSON.
+    pub(crate) measured: PathBuf,
+    /// Where check-real.json goes (default: the scenario's outputs.dir).
+    #[arg(long)]
+    pub(crate) out: Option<PathBuf>,
+    #[arg(long = "set", value_name = "PATH=VALUE")]
+    pub(crate) set: Vec<String>,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub(crate) format: Format,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct CalibrateArgs {
+    /// Scenario describing the server (model, GPU, TP, limits, KV blocks).
+    pub(crate) scenario: PathBuf,
+    /// Per-request measurements (as for check-real).
+    pub(crate) measured: PathBuf,
+    /// Which coefficients to fit.
+    #[arg(long, value_enum, default_value_t = FitModel::Blackbox)]
+    pub(crate) model: FitModel,
+    /// The instance group whose latency model is fitted.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) group: usize,
+    /// Most simulations to run.
+    #[arg(long, default_value_t = 400)]
+    pub(crate) max_evals: usize,
+    #[arg(long = "set", value_name = "PATH=VALUE")]
+    pub(crate) set: Vec<String>,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    pub(crate) format: Format,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct ListArgs {
+    #[arg(value_enum)]
+    pub(crate) what: ListWhat,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum FitModel {
+    /// α0 and β0, β1, β2 of the blackbox model.
+    Blackbox,
+    /// Scale factors on the bundled trained-physics coefficients, and α0.
+    TrainedPhysics,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum TraceKind {
+    /// decisions.csv: one row per routing decision.
+    Decisions,
+    /// timeline.json: steps, requests and counters for Perfetto UI / chrome://tracing.
+    Timeline,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ListWhat {
+    Policies,
+    /// Batch schedulers only (also under `policies`, family `scheduler`).
+    Schedulers,
+    Models,
+    Hardware,
+}
+
+pub(crate) fn parse_overrides(
+    set: &[String],
+    seed: Option<u64>,
+) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    for s in set {
+        let Some((path, value)) = s.split_once('=') else {
+            return Err(format!(
+                "--set {s}: expected PATH=VALUE, e.g. --set cluster.groups[0].count=4"
+            ));
+        };
+        out.push((path.trim().to_string(), value.trim().to_string()));
+    }
+    if let Some(seed) = seed {
+        out.push(("seed".into(), seed.to_string()));
+    }
+    Ok(out)
+}
+
+pub(crate) fn load(
+    path: &Path,
+    overrides: &[(String, String)],
+    catalog: &Catalog,
+) -> Result<scenario::Scenario, ExitCode> {
+    crate::loader::load(path, overrides, catalog).map_err(|e| {
+        eprint!("error: {e}");
+        ExitCode::from(2)
+    })
+}
+
+/// Says on stderr when a scenario will take minutes.
+pub(crate) fn announce(sc: &scenario::Scenario) {
+    if let Some(a) = crate::loader::estimate::estimate(sc).announcement() {
+        eprintln!("warning: {a}");
+    }
+}

@@ -1,0 +1,119 @@
+//! Checks of prefill/decode disaggregation in a scenario.
+
+use crate::catalog::Catalog;
+use crate::policy::{check_policy, family};
+use crate::scenario::{Problem, Scenario};
+
+/// Prefill/decode disaggregation: prefill groups need decode groups and the other way
+/// round, both need a model (it sizes the KV moved) and share the block size; the decode
+/// routing policy is checked only when it is used.
+pub fn check(p: &mut Vec<Problem>, s: &Scenario, catalog: &Catalog) {
+    use crate::scenario::Role;
+    let groups = &s.cluster.groups;
+    let has = |r: Role| groups.iter().any(|g| g.role == r);
+    for (i, g) in groups.iter().enumerate() {
+        let at = |f: &str| format!("cluster.groups[{i}].{f}");
+        if !(g.kv_link_gb_per_s.is_finite() && g.kv_link_gb_per_s > 0.0) {
+            p.push(Problem::new(
+                at("kv_link_gb_per_s"),
+                format!("must be a finite number > 0, got {}", g.kv_link_gb_per_s),
+            ));
+        }
+        if !(g.kv_link_latency_us.is_finite() && (0.0..=1e9).contains(&g.kv_link_latency_us)) {
+            p.push(Problem::new(
+                at("kv_link_latency_us"),
+                format!(
+                    "must be a number within 0..=10⁹ µs, got {}",
+                    g.kv_link_latency_us
+                ),
+            ));
+        }
+        if g.role == Role::Mixed {
+            continue;
+        }
+        if let Some(sc) = &g.scaling
+            && sc.min == 0
+        {
+            p.push(
+                Problem::new(
+                    at("scaling.min"),
+                    format!(
+                        "a {} group cannot scale to zero: requests would have no {} instance to go to",
+                        g.role.name(),
+                        g.role.name()
+                    ),
+                )
+                .hint("use min: 1 or more (scale to zero works for Mixed groups)"),
+            );
+        }
+        if g.model.is_none() {
+            p.push(
+                Problem::new(
+                    at("model"),
+                    format!(
+                        "a {} group needs a model: it sizes the KV blocks sent between prefill and decode instances",
+                        g.role.name()
+                    ),
+                )
+                .hint("set model: \"llama-3.1-8b-instruct\" (or a path to a config.json)"),
+            );
+        }
+        let other = if g.role == Role::Prefill {
+            Role::Decode
+        } else {
+            Role::Prefill
+        };
+        if !has(other) {
+            p.push(
+                Problem::new(
+                    at("role"),
+                    format!(
+                        "a {} group needs a {} group to work with, and the cluster has none",
+                        g.role.name(),
+                        other.name()
+                    ),
+                )
+                .hint(
+                    "add a group with role: Prefill and one with role: Decode, or use role: Mixed",
+                ),
+            );
+        }
+        if let Some((j, first)) = groups
+            .iter()
+            .enumerate()
+            .find(|(_, o)| o.role != Role::Mixed)
+        {
+            if j < i && first.block_size != g.block_size {
+                p.push(Problem::new(
+                    at("block_size"),
+                    format!(
+                        "{} tokens, but cluster.groups[{j}] has {}: prefill and decode groups must use one block size",
+                        g.block_size, first.block_size
+                    ),
+                ));
+            }
+            if j < i && first.model != g.model {
+                p.push(Problem::new(
+                    at("model"),
+                    format!(
+                        "{:?}, but cluster.groups[{j}] serves {:?}: prefill and decode groups must serve one model",
+                        g.model.as_deref().unwrap_or(""),
+                        first.model.as_deref().unwrap_or("")
+                    ),
+                ));
+            }
+        }
+    }
+    if has(Role::Decode) {
+        let pol = &s.policies;
+        check_policy::<family::Routing>(
+            p,
+            catalog,
+            "decode_routing",
+            &pol.decode_routing,
+            &pol.decode_routing_params,
+            &s.labels(),
+            s.seed,
+        );
+    }
+}

@@ -1,0 +1,178 @@
+//! vLLM's batch formation: v1 (the default) and v0 before chunked prefill.
+//!
+//! vLLM v1:
+//!
+//! Per step, with a token budget of `max_num_batched_tokens` (MODELS.md §3.1):
+//! 1. **Running requests first**, in batch order: a prefill (or post-preemption recompute)
+//!    takes `min(remaining, long_prefill_token_threshold if set, budget)` tokens, a decode
+//!    takes 1. If its KV blocks cannot be grown, the **tail** of the running batch is
+//!    preempted (recompute mode: blocks freed, progress reset, generated tokens kept, put back
+//!    at the **front** of the wait queue) until it fits; if the request itself is the tail it
+//!    is preempted and the phase stops. With pipeline parallelism, requests still in flight
+//!    in an earlier micro-batch are skipped and never chosen as victims; a request that
+//!    could only preempt itself while such requests hold blocks waits for them instead
+//!    (otherwise it can preempt itself forever).
+//! 2. **Then waiting requests**, head first, while fewer than `max_num_seqs` run and budget
+//!    remains, but **not in a step that preempted**: the longest cached prompt prefix is
+//!    claimed, the rest is allocated all-or-nothing; a head that does not fit blocks the
+//!    queue (head-of-line, as vLLM).
+
+use super::blocks::{Grow, decode_step, grow_or_preempt, order_waiting, prefill_step};
+use super::{BatchScheduler, BatcherEntry, Ordering};
+use crate::instance::{Limits, Planned, Scheduler, Seq};
+use crate::kv::KvCache;
+use crate::time::SimTime;
+
+pub const VLLM_V1: BatcherEntry = BatcherEntry {
+    name: "vllm_v1",
+    description: "vLLM v1 (default): running requests first, chunked prefill into the token budget, tail preemption",
+    params: &[],
+    free_params: false,
+    build: |_| Ok(Box::new(VllmV1)),
+};
+
+struct VllmV1;
+
+impl BatchScheduler for VllmV1 {
+    fn form(
+        &mut self,
+        s: &mut Scheduler,
+        kv: &mut KvCache,
+        l: &Limits,
+        now: SimTime,
+        o: &Ordering<'_>,
+    ) {
+        form_batch(s, kv, l, now, o);
+    }
+
+    fn lockstep_decodes(&self) -> bool {
+        true
+    }
+}
+
+pub const VLLM_V0: BatcherEntry = BatcherEntry {
+    name: "vllm_v0",
+    description: "vLLM v0 without chunked prefill: a prefill step of whole prompts whenever a waiting request fits, else a decode step; never mixed",
+    params: &[],
+    free_params: false,
+    build: |_| Ok(Box::new(VllmV0)),
+};
+
+struct VllmV0;
+
+impl BatchScheduler for VllmV0 {
+    fn form(
+        &mut self,
+        s: &mut Scheduler,
+        kv: &mut KvCache,
+        l: &Limits,
+        now: SimTime,
+        o: &Ordering<'_>,
+    ) {
+        s.plan.clear();
+        if !prefill_step(s, kv, l, now, o, true, |_, _| true) {
+            decode_step(s, kv, l, now, o);
+        }
+    }
+}
+
+/// Tokens the request would compute this step if the budget allows: (tokens, is_prefill).
+fn next_chunk(seq: &Seq, limits: &Limits, budget: u32) -> (u32, bool) {
+    if seq.in_prefill() {
+        let mut n = seq.known_tokens() - seq.progress;
+        if limits.long_prefill_token_threshold > 0 {
+            n = n.min(limits.long_prefill_token_threshold);
+        }
+        (n.min(budget), true)
+    } else {
+        (1, false)
+    }
+}
+
+/// Fills `sched.plan` with the next step's batch (see the module docs).
+pub fn form_batch(
+    sched: &mut Scheduler,
+    kv: &mut KvCache,
+    limits: &Limits,
+    now: SimTime,
+    ordering: &Ordering<'_>,
+) {
+    let sched = &mut *sched;
+    sched.plan.clear();
+    sched.lockstep.head_blocked = false;
+    let mut budget = limits.max_num_batched_tokens;
+    let mut preempted = false;
+
+    let mut i = 0;
+    while i < sched.running.len() && budget > 0 {
+        if limits.pp > 1 && sched.running[i].busy_until > now {
+            i += 1; // in a micro-batch still in the pipeline
+            continue;
+        }
+        let (tokens, prefill) = next_chunk(&sched.running[i], limits, budget);
+        let context = sched.running[i].progress;
+        let outcome = grow_or_preempt(
+            sched,
+            kv,
+            i,
+            context + tokens,
+            now,
+            ordering,
+            &mut preempted,
+        );
+        match outcome {
+            Grow::Fits => {}
+            Grow::Wait => {
+                i += 1;
+                continue;
+            }
+            Grow::Stop => break,
+        }
+        sched.plan.push(Planned {
+            slot: i as u32,
+            tokens,
+            prefill,
+            context,
+        });
+        budget -= tokens;
+        i += 1;
+    }
+
+    if preempted {
+        return;
+    }
+    order_waiting(sched, now, ordering);
+    let block_size = kv.block_size();
+    while (sched.running.len() as u32) < limits.max_num_seqs && budget > 0 {
+        let Some(head) = sched.waiting.front_mut() else {
+            break;
+        };
+        let known = head.known_tokens();
+        let cached_blocks =
+            kv.cached_prefix_blocks(&head.spec.content, head.spec.input_tokens, known);
+        let start = cached_blocks * block_size;
+        let mut tokens = known - start;
+        if limits.long_prefill_token_threshold > 0 {
+            tokens = tokens.min(limits.long_prefill_token_threshold);
+        }
+        tokens = tokens.min(budget);
+        let content = head.spec.content.clone();
+        let input = head.spec.input_tokens;
+        if !kv.admit(&mut head.kv, &content, input, cached_blocks, start + tokens) {
+            sched.lockstep.head_blocked = true;
+            break;
+        }
+        let mut seq = sched.waiting.pop_front().expect("head exists");
+        seq.progress = start;
+        seq.cached_tokens = start;
+        seq.first_scheduled.get_or_insert(now);
+        sched.running.push(seq);
+        sched.plan.push(Planned {
+            slot: sched.running.len() as u32 - 1,
+            tokens,
+            prefill: true,
+            context: start,
+        });
+        budget -= tokens;
+    }
+}

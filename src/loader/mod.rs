@@ -1,0 +1,54 @@
+//! Loading a scenario: reading the RON file, `--set` overrides, locating each problem at
+//! its line:column, validation (each concern checks its own part) and resolving the
+//! instance groups (model, GPU, tables, latency model). Only the driver, the command line
+//! and the Python package call it; the concerns read the plain schema of
+//! [`scenario`](crate::scenario).
+
+pub mod estimate;
+mod load;
+mod locate;
+mod resolve;
+mod validate;
+
+pub use load::{load, parse};
+pub use locate::{SourceMap, apply_override};
+pub use resolve::resolve_group;
+
+use std::fmt;
+
+use crate::scenario::Problem;
+
+/// A scenario that failed to load: every problem found, in source order.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub struct ScenarioError {
+    /// The file as named by the user (plus "after --set" if overrides were applied).
+    pub file: String,
+    pub problems: Vec<Problem>,
+}
+
+impl fmt::Display for ScenarioError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.problems.len();
+        writeln!(
+            f,
+            "{}: {n} problem{}",
+            self.file,
+            if n == 1 { "" } else { "s" }
+        )?;
+        for p in &self.problems {
+            write!(f, "  {}", self.file)?;
+            if let Some((line, col)) = p.location {
+                write!(f, ":{line}:{col}")?;
+            }
+            if p.path.is_empty() {
+                writeln!(f, ": {}", p.message)?;
+            } else {
+                writeln!(f, ": {}: {}", p.path, p.message)?;
+            }
+            if let Some(h) = &p.hint {
+                writeln!(f, "    hint: {h}")?;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,148 @@
+//! Whole-scenario validation: every problem with its field path, at once. Each concern
+//! checks its own part (`workload::check`, `instance::check_group`, `policy::check`,
+//! `autoscale::check`, `disagg::check`, `metrics::check_outputs`); this adds what is
+//! the whole scenario's: the horizon, the size of the cluster and the memory it needs.
+
+use crate::catalog::Catalog;
+use crate::scenario::{Problem, Scenario, did_you_mean, finite_positive};
+
+/// Turns a RON/serde error into a message and a hint.
+pub(super) fn explain_ron_error(code: &ron::Error) -> (String, Option<String>) {
+    use ron::Error as E;
+    match code {
+        E::NoSuchStructField {
+            expected, found, ..
+        } => {
+            let hint = match did_you_mean(found, expected.iter().copied()) {
+                Some(s) => format!("did you mean `{s}`?"),
+                None => format!("expected one of: {}", expected.join(", ")),
+            };
+            (format!("unknown field `{found}`"), Some(hint))
+        }
+        E::NoSuchEnumVariant {
+            expected, found, ..
+        } => {
+            let hint = match did_you_mean(found, expected.iter().copied()) {
+                Some(s) => format!("did you mean `{s}`?"),
+                None => format!("expected one of: {}", expected.join(", ")),
+            };
+            (format!("unknown variant `{found}`"), Some(hint))
+        }
+        E::MissingStructField { field, outer } => (
+            format!(
+                "missing field `{field}`{}",
+                outer
+                    .as_ref()
+                    .map(|o| format!(" in {o}"))
+                    .unwrap_or_default()
+            ),
+            Some("add the field; docs/scenarios.md lists every field and its default".into()),
+        ),
+        E::IntegerOutOfBounds | E::ExpectedInteger => (
+            format!("{code}: expected a whole number ≥ 0 in range for this field"),
+            Some("counts and token lengths are non-negative integers, e.g. 16".into()),
+        ),
+        E::ExpectedFloat => (
+            format!("{code}: expected a number"),
+            Some("write numbers like 12.0 or 0.5 (not in quotes)".into()),
+        ),
+        other => (
+            other.to_string(),
+            Some("see docs/scenarios.md for the expected syntax".into()),
+        ),
+    }
+}
+
+/// Checks everything serde could not: ranges, finiteness, names, cross-field rules.
+pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
+    let mut p = Vec::new();
+    if let Some(h) = s.horizon_s {
+        finite_positive(
+            &mut p,
+            "horizon_s",
+            h,
+            "simulated seconds; omit it to run until all requests finish",
+        );
+    }
+    if s.cluster.groups.is_empty() {
+        p.push(
+            Problem::new("cluster.groups", "the cluster has no instance groups").hint(
+                "add at least one group, e.g. (count: 1, kv_blocks: 8192, latency: Blackbox(...))",
+            ),
+        );
+    }
+    // Autoscaled groups are spawned at their max.
+    let spawned =
+        |g: &crate::scenario::InstanceGroup| g.scaling.as_ref().map_or(g.count, |x| x.max);
+    let instances: u64 = s.cluster.groups.iter().map(|g| u64::from(spawned(g))).sum();
+    if instances > 10_000 {
+        p.push(
+            Problem::new(
+                "cluster.groups",
+                format!("{instances} instances in all; at most 10,000"),
+            )
+            .hint("simulate a representative slice of the cluster"),
+        );
+    }
+    let mut table_bytes = 0.0;
+    for (i, g) in s.cluster.groups.iter().enumerate() {
+        crate::instance::check_group(&mut p, s, i, catalog);
+        match super::resolve_group(s, i, catalog) {
+            Ok(r) => {
+                table_bytes += f64::from(spawned(g))
+                    * (f64::from(r.kv_blocks) * GPU_BLOCK_BYTES
+                        + f64::from(g.cpu_kv_blocks) * CPU_BLOCK_BYTES);
+            }
+            Err(problems) => p.extend(problems),
+        }
+    }
+    check_limits(&mut p, s, table_bytes);
+    crate::policy::check(&mut p, s, catalog);
+    crate::metrics::check_outputs(&mut p, s);
+    crate::disagg::check(&mut p, s, catalog);
+    crate::autoscale::check(&mut p, s);
+    p.extend(crate::workload::check(s));
+    p
+}
+
+/// Memory one GPU KV block costs the simulator once used (block row, prefix-index entry and
+/// its share of the index's slack), bytes; measured ~120.
+pub const GPU_BLOCK_BYTES: f64 = 128.0;
+/// Memory one CPU-tier block costs (LRU slot and index entry), bytes.
+pub const CPU_BLOCK_BYTES: f64 = 64.0;
+
+fn check_limits(p: &mut Vec<Problem>, s: &crate::scenario::Scenario, table_bytes: f64) {
+    let l = &s.limits;
+    if !l.max_memory_gib.is_finite() || l.max_memory_gib <= 0.0 {
+        p.push(Problem::new(
+            "limits.max_memory_gib",
+            format!("must be a finite number > 0, got {}", l.max_memory_gib),
+        ));
+    } else {
+        let gib = table_bytes / f64::from(1u32 << 30);
+        if gib > l.max_memory_gib {
+            p.push(
+                Problem::new(
+                    "cluster.groups",
+                    format!(
+                        "the KV block tables need about {gib:.1} GiB ({GPU_BLOCK_BYTES} bytes per GPU block, {CPU_BLOCK_BYTES} per CPU-tier block, every instance), above limits.max_memory_gib = {}",
+                        l.max_memory_gib
+                    ),
+                )
+                .hint("simulate fewer instances or blocks, or raise limits.max_memory_gib if the machine has the memory"),
+            );
+        }
+    }
+    if l.max_in_flight == 0 {
+        p.push(Problem::new("limits.max_in_flight", "must be ≥ 1"));
+    }
+    if l.max_waiting_per_instance == Some(0) {
+        p.push(
+            Problem::new("limits.max_waiting_per_instance", "must be ≥ 1")
+                .hint("omit it for an unbounded queue"),
+        );
+    }
+    if l.offline_batch_window == 0 {
+        p.push(Problem::new("limits.offline_batch_window", "must be ≥ 1"));
+    }
+}

@@ -1,0 +1,59 @@
+//! Checks of the outputs part of a scenario: fitness weights, decision and timeline
+//! options.
+
+use super::FITNESS_KEYS;
+use crate::scenario::{Problem, Scenario, did_you_mean};
+
+/// Checks `outputs`: known fitness keys with finite weights, the decision log's top-k, the
+/// sampling interval and the timeline's window and request sample.
+pub fn check_outputs(p: &mut Vec<Problem>, s: &Scenario) {
+    for (k, v) in &s.outputs.fitness {
+        if !FITNESS_KEYS.contains(&k.as_str()) {
+            let hint = match did_you_mean(k, FITNESS_KEYS) {
+                Some(x) => format!("did you mean \"{x}\"?"),
+                None => format!("keys: {}", FITNESS_KEYS.join(", ")),
+            };
+            p.push(Problem::new(format!("outputs.fitness.{k}"), "unknown fitness key").hint(hint));
+        } else if !v.is_finite() {
+            p.push(Problem::new(
+                format!("outputs.fitness.{k}"),
+                format!("weight must be finite, got {v}"),
+            ));
+        }
+    }
+    if s.outputs.decision_top_k == 0 {
+        p.push(Problem::new("outputs.decision_top_k", "must be ≥ 1"));
+    }
+    if let Some(dt) = s.outputs.sample_interval_s
+        && !(dt.is_finite() && dt >= 1e-6)
+    {
+        p.push(
+            Problem::new(
+                "outputs.sample_interval_s",
+                format!("must be a number of seconds ≥ 0.000001, got {dt}"),
+            )
+            .hint("leave it out for about 1,000 samples per run"),
+        );
+    }
+    if let Some((a, b)) = s.outputs.timeline_window_s
+        && !(a.is_finite() && b.is_finite() && 0.0 <= a && a < b)
+    {
+        p.push(
+            Problem::new(
+                "outputs.timeline_window_s",
+                format!("must be (start, end) with 0 ≤ start < end, got ({a}, {b})"),
+            )
+            .hint("e.g. (100.0, 160.0) for one minute from 100 s"),
+        );
+    }
+    let r = s.outputs.timeline_request_sample;
+    if !(r.is_finite() && r > 0.0 && r <= 1.0) {
+        p.push(
+            Problem::new(
+                "outputs.timeline_request_sample",
+                format!("must be a fraction in (0, 1], got {r}"),
+            )
+            .hint("0.01 draws one request in a hundred"),
+        );
+    }
+}
