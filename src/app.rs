@@ -26,7 +26,8 @@ use crate::catalog::Catalog;
 use crate::loader::ScenarioError;
 use crate::metrics::Summary;
 use crate::scenario::Scenario;
-use crate::simulation::{RunOptions, SimError, Simulation};
+use crate::setup::RunOptions;
+use crate::simulation::{SimError, Simulation};
 
 /// Builds servesim apps: the built-in plugins ([`SimPlugins`](crate::SimPlugins)), then every
 /// extension given to [`with`](Self::with), in order. Cheap to clone and shareable across

@@ -128,7 +128,10 @@ impl bevy_app::Plugin for RoutingPlugin {
             .init_resource::<crate::kv::KvEvents>()
             .add_setup(SetupStage::Policies, set_up_routing)
             .add_setup(SetupStage::Cluster, set_up_router_views)
+            .add_setup(SetupStage::Outputs, open_decisions)
+            .add_setup(SetupStage::Outputs, index_kv_events_when_on)
             .add_summary_part(summarize_routing)
+            .add_finish_step(crate::metrics::FinishStage::Concerns, finish_decisions)
             .add_systems(
                 crate::engine::SimStep,
                 route_requests.in_set(crate::engine::SimSystems::Route),
@@ -241,15 +244,7 @@ pub struct RouterSnapshots {
     pub stale: Vec<crate::policy::InstanceSnapshot>,
 }
 
-/// Requests waiting at the router because no instance is routable while autoscaling can
-/// bring one up (scale to zero, cold starts). They count as in transit; when an instance
-/// becomes routable they are routed again, oldest first.
-#[derive(Resource, Debug, Default, Clone)]
-pub struct Parked {
-    /// True when some group autoscales: requests wait instead of being rejected.
-    pub enabled: bool,
-    pub requests: Vec<Entity>,
-}
+pub use crate::engine::Parked;
 
 /// The router: the routing policy and what it reads and writes besides the request (its
 /// signals, decision statistics and trace, parked requests).
@@ -415,6 +410,78 @@ pub struct DecisionLog {
     pub writer: Option<csv::Writer<std::io::BufWriter<std::fs::File>>>,
     pub top_k: usize,
     pub error: Option<String>,
+}
+
+/// `SetupStage::Outputs`: while KV events are on, the routers' index of cached blocks
+/// (`policy::CachedBlocks`) reads them after the instances publish them.
+fn index_kv_events_when_on(app: &mut bevy_app::App, _: &SetupCtx<'_>) -> Result<(), SimError> {
+    use bevy_ecs::schedule::ScheduleLabel;
+    if app.world().resource::<crate::kv::KvEvents>().0 {
+        for label in [
+            crate::engine::SimStep.intern(),
+            crate::engine::SimStepFast.intern(),
+        ] {
+            app.add_systems(
+                label,
+                crate::policy::index_kv_events
+                    .in_set(crate::engine::SimSystems::Observe)
+                    .after(crate::instance::InstanceSystems::PublishKvEvents),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `SetupStage::Outputs`: `decisions.csv` (its header written) when the scenario or the run
+/// options ask for it.
+fn open_decisions(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<(), SimError> {
+    let outputs = &ctx.scenario.outputs;
+    if !(ctx.options.trace_decisions || outputs.decisions_csv) {
+        return Ok(());
+    }
+    let world = app.world_mut();
+    let mut files = world.resource_mut::<crate::output::Outputs>();
+    let Some(file) = files.create("decisions.csv")? else {
+        return Ok(());
+    };
+    let mut writer = csv::Writer::from_writer(file);
+    writer
+        .write_record(DECISION_COLUMNS)
+        .map_err(|e| SimError::Output {
+            path: files.staged_path("decisions.csv"),
+            message: e.to_string(),
+        })?;
+    world.insert_resource(DecisionLog {
+        writer: Some(writer),
+        top_k: outputs.decision_top_k as usize,
+        error: None,
+    });
+    Ok(())
+}
+
+/// `FinishStage::Concerns`: `decisions.csv` flushed (or its first write error).
+fn finish_decisions(world: &mut World, _: &mut crate::metrics::Summary) -> Result<(), SimError> {
+    let path = world
+        .resource::<crate::output::Outputs>()
+        .staged_path("decisions.csv");
+    let io = |e: String| SimError::Output {
+        path: path.clone(),
+        message: e,
+    };
+    let mut log = world.resource_mut::<DecisionLog>();
+    if let Some(err) = log.error.take() {
+        return Err(io(err));
+    }
+    if let Some(writer) = log.writer.take() {
+        writer
+            .into_inner()
+            .map_err(|e| io(e.to_string()))?
+            .into_inner()
+            .map_err(|e| io(e.to_string()))?
+            .sync_all()
+            .map_err(|e| io(e.to_string()))?;
+    }
+    Ok(())
 }
 
 /// Column names of `decisions.csv`.

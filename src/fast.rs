@@ -35,6 +35,68 @@ impl Plugin for FastTicksPlugin {
     }
 }
 
+/// The built-in SimStep systems that SimStepFast may stand in for without running them
+/// itself: those of stages that have no work on its ticks (Enqueue's timeouts, Autoscale),
+/// the four instance systems it runs as one, and the control plane's (SimStepFast runs them
+/// too, on ticks of arrivals).
+fn covered_systems() -> Vec<std::any::TypeId> {
+    fn id<M>(s: impl IntoSystem<(), (), M>) -> std::any::TypeId {
+        IntoSystem::into_system(s).system_type()
+    }
+    use crate::instance::{batch, step};
+    vec![
+        id(crate::workload::spawn_arrivals),
+        id(crate::cluster::admit_requests),
+        id(crate::cluster::route_requests),
+        id(crate::instance::enqueue_requests),
+        id(crate::instance::expire_requests),
+        id(crate::autoscale::evaluate_scaling),
+        id(crate::instance::retire_steps),
+        id(batch::form_batches),
+        id(step::execute_steps),
+        id(step::complete_steps),
+    ]
+}
+
+/// Takes the built [`SimStepFast`] schedule out of `app` when it may stand in for
+/// `schedule` (whose SimStep holds built-in systems alone, with the fast-tick system
+/// there), and sets [`FastLoop`]: fast ticks may run on by themselves unless every tick
+/// must be seen (invariant checks, KV events, P/D hand-offs), and ticks of arrivals run
+/// SimStepFast unless a routed request may have to wait for a cold start.
+pub fn take_fast_schedule(app: &mut App, schedule: &Schedule) -> Option<Schedule> {
+    use bevy_ecs::schedule::Schedules;
+    let fast = app
+        .world_mut()
+        .resource_mut::<Schedules>()
+        .remove(SimStepFast)
+        .and_then(|mut fast| {
+            fast.initialize(app.world_mut()).ok()?;
+            // Without the fast-tick system (its plugin left out) it would run nothing.
+            let has_pipeline = fast.systems().is_ok_and(|mut systems| {
+                let id = IntoSystem::into_system(fast_ticks).system_type();
+                systems.any(|(_, s)| s.system_type() == id)
+            });
+            (has_pipeline && crate::engine::fast_ticks_allowed(schedule, &fast, &covered_systems()))
+                .then_some(fast)
+        });
+    let world = app.world();
+    let check = world.resource::<crate::invariants::CheckInvariants>().0;
+    let kv_events = world
+        .get_resource::<crate::kv::KvEvents>()
+        .is_some_and(|k| k.0);
+    let disaggregated = world
+        .get_resource::<crate::disagg::Disagg>()
+        .is_some_and(|d| d.enabled);
+    let parking = world
+        .get_resource::<crate::engine::Parked>()
+        .is_some_and(|p| p.enabled);
+    let on = fast.is_some() && !check && !kv_events && !disaggregated;
+    let mut fast_loop = app.world_mut().resource_mut::<FastLoop>();
+    fast_loop.on = on;
+    fast_loop.arrivals = on && !parking;
+    fast
+}
+
 /// What the control plane's stages (Arrive, Admit, Route) need on a tick of arrivals.
 #[derive(SystemParam)]
 pub struct ControlPlane<'w, 's> {

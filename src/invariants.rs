@@ -46,7 +46,7 @@ impl bevy_app::Plugin for InvariantsPlugin {
         app.init_resource::<CheckInvariants>().add_setup(
             crate::setup::SetupStage::Policies,
             |app: &mut bevy_app::App, ctx: &crate::setup::SetupCtx<'_>| {
-                app.insert_resource(CheckInvariants(ctx.check_invariants));
+                app.insert_resource(CheckInvariants(ctx.options.check_invariants));
                 Ok(())
             },
         );

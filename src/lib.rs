@@ -124,9 +124,8 @@ pub use app::ServesimApp;
 pub use bevy_app;
 pub use bevy_ecs;
 pub use engine::{EventQueue, Fault, SimClock, SimFinish, SimStep, SimStepFast, SimSystems};
-pub use simulation::{
-    PROGRESS_EVERY, Progress, ProgressHook, RunOptions, SimError, Simulation, default_app,
-};
+pub use setup::{PROGRESS_EVERY, Progress, ProgressHook, RunOptions};
+pub use simulation::{OutputReport, SimError, Simulation, default_app};
 pub use time::{SimDuration, SimTime};
 
 use bevy_app::{PluginGroup, PluginGroupBuilder};
@@ -195,6 +194,7 @@ impl PluginGroup for SimPlugins {
             .add(fast::FastTicksPlugin)
             .add(disagg::DisaggPlugin)
             .add(autoscale::AutoscalePlugin)
+            .add(observe::ObservePlugin)
             .add(metrics::MetricsPlugin)
             .add(invariants::InvariantsPlugin)
     }

@@ -35,6 +35,71 @@ pub const RESULT_FILES: [&str; 8] = [
 /// How many of [`RESULT_FILES`] `servesim run` may write.
 const RUN_FILES: usize = 7;
 
+/// A run's result files: each concern creates its own while the run is set up
+/// ([`create`](Self::create)) and finishes them when it ends; the driver then commits them
+/// all together. The output directory is opened (and locked) by the first file created, so
+/// a run that writes nothing never touches it.
+#[derive(bevy_ecs::prelude::Resource, Default)]
+pub struct Outputs {
+    /// Where results go; `None` writes no file.
+    dir: Option<PathBuf>,
+    opened: Option<OutputDir>,
+    /// Files the run reads (field path, canonical path): a result never replaces one.
+    inputs: Vec<(String, PathBuf)>,
+}
+
+impl Outputs {
+    /// Results into `dir` (none without one); `inputs` are the files the run reads, by
+    /// field path.
+    pub fn new(dir: Option<PathBuf>, inputs: Vec<(String, PathBuf)>) -> Self {
+        let inputs = inputs
+            .into_iter()
+            .filter_map(|(field, p)| Some((field, fs::canonicalize(p).ok()?)))
+            .collect();
+        Outputs {
+            dir,
+            opened: None,
+            inputs,
+        }
+    }
+
+    /// Creates the staged result file `name`; `None` when the run writes no files. Refuses a
+    /// name that would replace a file the run reads (a trace in the output directory, say).
+    pub fn create(&mut self, name: &str) -> Result<Option<BufWriter<File>>, OutputError> {
+        let Some(dir) = &self.dir else {
+            return Ok(None);
+        };
+        if let Ok(target) = fs::canonicalize(dir.join(name))
+            && let Some((field, _)) = self.inputs.iter().find(|(_, p)| *p == target)
+        {
+            return Err(OutputError::Unusable(format!(
+                "{} is an input of this run ({field}) and would be replaced by its {name}; \
+                 give --out another directory (or move the input)",
+                dir.join(name).display()
+            )));
+        }
+        if self.opened.is_none() {
+            self.opened = Some(OutputDir::open(dir)?);
+        }
+        let out = self.opened.as_mut().expect("opened above");
+        out.create(name).map(Some)
+    }
+
+    /// Where `name` is written until it is committed.
+    pub fn staged_path(&self, name: &str) -> PathBuf {
+        match (&self.opened, &self.dir) {
+            (Some(out), _) => out.staged_path(name),
+            (None, Some(dir)) => dir.join(name),
+            (None, None) => PathBuf::from(name),
+        }
+    }
+
+    /// The opened output directory with this run's staged files, to commit or drop.
+    pub fn take(&mut self) -> Option<OutputDir> {
+        self.opened.take()
+    }
+}
+
 /// Why an output directory cannot be used or its results could not be committed.
 #[derive(Debug, thiserror::Error)]
 pub enum OutputError {
@@ -294,6 +359,23 @@ fn remove_leftovers(dir: &Path) -> Vec<String> {
     }
     removed.sort();
     removed
+}
+
+/// A byte buffer several owners can read after the run.
+#[derive(Clone, Debug, Default)]
+pub struct SharedBuffer(pub std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for SharedBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .map_err(|_| std::io::Error::other("buffer poisoned"))?
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -218,3 +218,14 @@ impl FinishedRequest {
         (self.itl_count > 0).then(|| self.itl_sum.as_us() as f64 / f64::from(self.itl_count))
     }
 }
+
+/// What a finished request measured, in µs (for comparing with measurements).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RequestSample {
+    pub id: u64,
+    pub completed: bool,
+    pub ttft_us: Option<u64>,
+    pub e2e_us: Option<u64>,
+    /// Mean inter-token latency (time per output token after the first).
+    pub mean_itl_us: Option<f64>,
+}

@@ -52,6 +52,10 @@ pub enum SetupStage {
     Cluster,
     /// The workload: its sources, first arrivals on the event queue.
     Workload,
+    /// Last: each concern's result files (created in the run's
+    /// [`Outputs`](crate::output::Outputs)), and what depends on every other part being
+    /// built (the KV events' switch).
+    Outputs,
 }
 
 /// What a setup step sees: the scenario (validated; its groups already resolved), the
@@ -61,10 +65,56 @@ pub struct SetupCtx<'a> {
     /// Each group resolved (model, GPU, KV capacity, latency model), in group order.
     pub resolved: &'a [ResolvedGroup],
     pub catalog: &'a Catalog,
-    /// Invariants are checked after every tick.
+    /// How to run: invariant checks, requests to replay, what to collect in memory.
+    pub options: &'a RunOptions,
+}
+
+/// How to run.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// Check every invariant after every tick (panics on a violation: a simulator bug).
     pub check_invariants: bool,
-    /// Requests to replay from memory besides the scenario's workload.
-    pub replay: Option<std::sync::Arc<[crate::workload::trace::TraceRow]>>,
+    /// Output directory; `None` writes no files.
+    pub out_dir: Option<PathBuf>,
+    /// Write `decisions.csv` (also on with the scenario's `outputs.decisions_csv`).
+    pub trace_decisions: bool,
+    /// Set from outside (e.g. a Ctrl-C handler) to stop the run; nothing is committed.
+    pub interrupt: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// Requests to replay from memory, in addition to the scenario's workload (a measured
+    /// run for `check-real` and `calibrate`).
+    pub replay: Option<std::sync::Arc<[crate::workload::TraceRow]>>,
+    /// Collects one [`RequestSample`](crate::request::RequestSample) per request.
+    pub collect: Option<std::sync::Arc<std::sync::Mutex<Vec<crate::request::RequestSample>>>>,
+    /// Writes the bytes `requests.csv` would hold into this buffer (no file needed).
+    pub requests_csv_memory: Option<crate::output::SharedBuffer>,
+    /// Told how far the run has got every [`PROGRESS_EVERY`] ticks (a progress bar).
+    pub progress: Option<ProgressHook>,
+}
+
+/// Ticks between two calls of a [`ProgressHook`].
+pub const PROGRESS_EVERY: u64 = 4096;
+
+/// How far a run has got.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Progress {
+    /// Simulated time.
+    pub now: SimTime,
+    pub ticks: u64,
+    /// Requests that arrived so far, and those that left (completed, rejected, dropped,
+    /// timed out).
+    pub injected: u64,
+    pub ended: u64,
+}
+
+/// Receives [`Progress`] during a run; it must not take long (it runs on the simulation
+/// thread).
+#[derive(Clone)]
+pub struct ProgressHook(pub std::sync::Arc<dyn Fn(&Progress) + Send + Sync>);
+
+impl std::fmt::Debug for ProgressHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ProgressHook")
+    }
 }
 
 /// A setup step: builds part of the run in `app` (resources, entities, events, systems).

@@ -31,7 +31,7 @@ use std::io::BufWriter;
 
 use bevy_ecs::prelude::*;
 
-use crate::cluster::Parked;
+use crate::engine::Parked;
 use crate::engine::{
     ClusterView, Event, EventQueue, RecordDue, RouteDue, ScaleDue, SimClock, SimFault,
 };
@@ -55,12 +55,65 @@ impl bevy_app::Plugin for AutoscalePlugin {
         app.init_resource::<Autoscaler>()
             .add_setup(SetupStage::Policies, set_up_policy)
             .add_setup(SetupStage::Cluster, set_up_groups)
+            .add_setup(SetupStage::Outputs, open_scale_events)
             .add_summary_part(summarize)
+            .add_finish_step(crate::metrics::FinishStage::Concerns, finish_scale_events)
             .add_systems(
                 crate::engine::SimStep,
                 evaluate_scaling.in_set(crate::engine::SimSystems::Autoscale),
             );
     }
+}
+
+/// `SetupStage::Outputs`: `scale_events.csv` (its header written) when a group scales and
+/// the scenario keeps the file.
+fn open_scale_events(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<(), SimError> {
+    let world = app.world_mut();
+    if !(world.resource::<Autoscaler>().active && ctx.scenario.outputs.scale_events_csv) {
+        return Ok(());
+    }
+    let mut files = world.resource_mut::<crate::output::Outputs>();
+    let Some(file) = files.create("scale_events.csv")? else {
+        return Ok(());
+    };
+    let mut writer = csv::Writer::from_writer(file);
+    writer
+        .write_record(SCALE_EVENT_COLUMNS)
+        .map_err(|e| SimError::Output {
+            path: files.staged_path("scale_events.csv"),
+            message: e.to_string(),
+        })?;
+    world.resource_mut::<Autoscaler>().events = Some(writer);
+    Ok(())
+}
+
+/// `FinishStage::Concerns`: `scale_events.csv` flushed (or its first write error).
+fn finish_scale_events(world: &mut World, _: &mut crate::metrics::Summary) -> Result<(), SimError> {
+    let path = world
+        .resource::<crate::output::Outputs>()
+        .staged_path("scale_events.csv");
+    let mut scaler = world.resource_mut::<Autoscaler>();
+    if let Some(err) = scaler.write_error.take() {
+        return Err(SimError::Output {
+            path: std::path::PathBuf::from("scale_events.csv"),
+            message: err,
+        });
+    }
+    let Some(writer) = scaler.events.take() else {
+        return Ok(());
+    };
+    let io = |e: String| SimError::Output {
+        path: path.clone(),
+        message: e,
+    };
+    writer
+        .into_inner()
+        .map_err(|e| io(e.to_string()))?
+        .into_inner()
+        .map_err(|e| io(e.to_string()))?
+        .sync_all()
+        .map_err(|e| io(e.to_string()))?;
+    Ok(())
 }
 
 /// Autoscaling's part of the summary: each group's GPU-hours, cost and scaling history (the
@@ -194,13 +247,13 @@ pub fn set_up_groups(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<(), 
             (
                 advance_phases
                     .in_set(crate::engine::SimSystems::Advance)
-                    .after(crate::instance::retire_steps),
+                    .after(crate::instance::InstanceSystems::Retire),
                 sample_latencies
                     .in_set(crate::engine::SimSystems::Record)
-                    .before(crate::metrics::record_finished),
+                    .before(crate::metrics::MetricsSystems::Record),
                 stop_on_event_write_error
                     .in_set(crate::engine::SimSystems::Record)
-                    .after(crate::metrics::record_finished),
+                    .after(crate::metrics::MetricsSystems::Record),
             ),
         );
     }

@@ -246,11 +246,19 @@ impl Default for FastLoop {
     fn default() -> Self {
         FastLoop {
             on: false,
-            until: SimTime::ZERO,
+            until: SimTime::MAX,
             arrivals: false,
             check_at: u64::MAX,
         }
     }
+}
+
+/// A concern's look at the World before a tick runs (sampling `timeseries.csv`): `hook`
+/// is called before the first tick later than `after`, and moves `after` on itself.
+#[derive(Resource, Default)]
+pub struct BeforeTick {
+    pub after: SimTime,
+    pub hook: Option<fn(&mut World, SimTime)>,
 }
 
 /// Which sources hold part of an offline batch back (by source index), so the Record stage
@@ -404,6 +412,7 @@ impl Plugin for EnginePlugin {
             .init_resource::<SimFault>()
             .init_resource::<HeldBatches>()
             .init_resource::<FastLoop>()
+            .init_resource::<BeforeTick>()
             .init_schedule(SimFinish)
             .init_schedule(SimStepFast)
             .edit_schedule(SimStepFast, strict)
@@ -490,12 +499,12 @@ pub const MAX_SIM_TIME: SimTime = SimTime(1_000_000_000_000_000);
 /// without a tick: they neither advance the clock nor count as simulated time, so a run's
 /// duration ends with its last real event.
 pub fn tick(world: &mut World, schedule: &mut Schedule) -> bool {
-    tick_observed(world, schedule, None, |_, _| {})
+    tick_observed(world, schedule, None)
 }
 
-/// [`tick`], calling `before` with the world as the previous tick left it and the time of
-/// the tick about to run (observers that sample state use it; they must not change it).
-#[inline]
+/// [`tick`], first calling the [`BeforeTick`] hook when it is due, with the world as the
+/// previous tick left it and the time of the tick about to run (observers that sample state
+/// use it; they must not change it).
 ///
 /// With `fast` ([`SimStepFast`], for apps whose [`SimStep`] holds only built-in systems), a
 /// tick whose only events are step ends runs `fast` instead of `schedule`.
@@ -503,7 +512,6 @@ pub fn tick_observed(
     world: &mut World,
     schedule: &mut Schedule,
     fast: Option<&mut Schedule>,
-    before: impl FnOnce(&World, SimTime),
 ) -> bool {
     let horizon = world.resource::<SimClock>().horizon;
     let t = loop {
@@ -538,7 +546,12 @@ pub fn tick_observed(
             break t;
         }
     };
-    before(world, t);
+    let look = world.resource::<BeforeTick>();
+    if t > look.after
+        && let Some(hook) = look.hook
+    {
+        hook(world, t);
+    }
     let ticks = {
         let mut clock = world.resource_mut::<SimClock>();
         assert!(
@@ -570,6 +583,16 @@ pub fn tick_observed(
         }
     }
     world.resource::<SimFault>().0.is_none()
+}
+
+/// Requests waiting at the router because no instance is routable while autoscaling can
+/// bring one up (scale to zero, cold starts). They count as in transit; when an instance
+/// becomes routable they are routed again, oldest first.
+#[derive(Resource, Debug, Default, Clone)]
+pub struct Parked {
+    /// True when some group autoscales: requests wait instead of being rejected.
+    pub enabled: bool,
+    pub requests: Vec<Entity>,
 }
 
 #[cfg(test)]

@@ -17,8 +17,8 @@ pub use measured::MeasuredRequest;
 
 use crate::metrics::RequestSample;
 use crate::scenario::Scenario;
+use crate::setup::RunOptions;
 use crate::setup::SimError;
-use crate::simulation::RunOptions;
 
 /// The scenario with its workload replaced by nothing (the replay is added at run time) and
 /// no output files.

@@ -50,6 +50,24 @@ use crate::policy::InstanceSnapshot;
 use crate::request::{FinalState, FinishedRequest, Lifecycle, RequestSpec};
 use crate::time::{SimDuration, SimTime};
 
+/// The instance plugin's systems, each set inside its engine stage
+/// ([`SimSystems`](crate::SimSystems)): order your own systems against these.
+#[derive(SystemSet, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum InstanceSystems {
+    /// `retire_steps` (Advance).
+    Retire,
+    /// `enqueue_requests`, then `expire_requests` (Enqueue).
+    Enqueue,
+    /// `batch::form_batches` (Batch).
+    Batch,
+    /// `step::execute_steps` (Execute).
+    Execute,
+    /// `step::complete_steps` (Complete).
+    Complete,
+    /// `publish_kv_events` (Observe), while KV events are on.
+    PublishKvEvents,
+}
+
 /// Identity of an instance.
 #[derive(Component, Clone, Debug, PartialEq, Eq)]
 pub struct Instance {

@@ -2,20 +2,25 @@
 
 use bevy_app::{App, Plugin};
 use bevy_ecs::prelude::*;
+use bevy_ecs::schedule::ScheduleLabel;
 
-use super::pipeline::{enqueue_requests, expire_requests, retire_steps};
+use super::pipeline::{enqueue_requests, expire_requests, publish_kv_events, retire_steps};
 use super::schedulers::{self, BatchFormation};
-use super::{InstanceIndex, batch, report, spawn, step};
+use super::{InstanceIndex, InstanceSystems, Scheduler, batch, report, spawn, step};
 use crate::catalog::PolicyAppExt;
-use crate::engine::{SimStep, SimSystems};
-use crate::metrics::SummaryAppExt;
-use crate::setup::{SetupAppExt, SetupStage};
+use crate::engine::{SimStep, SimStepFast, SimSystems};
+use crate::kv::{KvCache, KvEvents};
+use crate::metrics::{FinishStage, Summary, SummaryAppExt};
+use crate::scenario::Scenario;
+use crate::setup::{SetupAppExt, SetupCtx, SetupStage, SimError};
 
-/// The instance stages: `retire_steps` (Advance), `enqueue_requests` and `expire_requests`
-/// (Enqueue), `batch::form_batches` (Batch), `step::execute_steps` (Execute),
-/// `step::complete_steps` (Complete) (`fast::fast_ticks` runs them as one in `SimStepFast`); the batch
-/// schedulers. Sets up the queue policies (`Active<family::Priority>`,
-/// `Active<family::Scheduling>`) and spawns the instances ([`spawn`]). Owns
+/// The instance stages, each in its [`InstanceSystems`] set: `retire_steps` (Advance),
+/// `enqueue_requests` and `expire_requests` (Enqueue), `batch::form_batches` (Batch),
+/// `step::execute_steps` (Execute), `step::complete_steps` (Complete)
+/// (`fast::fast_ticks` runs them as one in `SimStepFast`), and `publish_kv_events` (Observe,
+/// only while KV events are on); the batch schedulers. Sets up the queue policies
+/// (`Active<family::Priority>`, `Active<family::Scheduling>`), spawns the instances
+/// ([`spawn`]) and warns when a wait queue grew past 10,000 requests. Owns
 /// [`InstanceIndex`], [`spawn::Groups`] and the KV events' switch `kv::KvEvents`.
 pub struct InstancePlugin;
 
@@ -35,21 +40,88 @@ impl Plugin for InstancePlugin {
             .add_message::<crate::kv::KvEvent>();
         app.add_setup(SetupStage::Policies, spawn::set_up_queue_policies)
             .add_setup(SetupStage::Instances, spawn::spawn_instances)
-            .add_summary_part(report::summarize);
+            .add_setup(SetupStage::Outputs, switch_kv_events)
+            .add_summary_part(report::summarize)
+            .add_finish_step(FinishStage::Concerns, warn_long_queues);
+        for label in [SimStep.intern(), SimStepFast.intern()] {
+            app.configure_sets(
+                label,
+                (
+                    InstanceSystems::Retire.in_set(SimSystems::Advance),
+                    InstanceSystems::Enqueue.in_set(SimSystems::Enqueue),
+                    InstanceSystems::Batch.in_set(SimSystems::Batch),
+                    InstanceSystems::Execute.in_set(SimSystems::Execute),
+                    InstanceSystems::Complete.in_set(SimSystems::Complete),
+                    InstanceSystems::PublishKvEvents.in_set(SimSystems::Observe),
+                ),
+            );
+        }
         app.init_resource::<InstanceIndex>()
             .init_resource::<spawn::Groups>()
             .add_systems(
                 SimStep,
                 (
-                    retire_steps.in_set(SimSystems::Advance),
-                    enqueue_requests.in_set(SimSystems::Enqueue),
+                    retire_steps.in_set(InstanceSystems::Retire),
+                    enqueue_requests.in_set(InstanceSystems::Enqueue),
                     expire_requests
-                        .in_set(SimSystems::Enqueue)
+                        .in_set(InstanceSystems::Enqueue)
                         .after(enqueue_requests),
-                    batch::form_batches.in_set(SimSystems::Batch),
-                    step::execute_steps.in_set(SimSystems::Execute),
-                    step::complete_steps.in_set(SimSystems::Complete),
+                    batch::form_batches.in_set(InstanceSystems::Batch),
+                    step::execute_steps.in_set(InstanceSystems::Execute),
+                    step::complete_steps.in_set(InstanceSystems::Complete),
                 ),
             );
     }
+}
+
+/// `SetupStage::Outputs`: with KV events on (a router reads caches, the scenario counts
+/// them, or a plugin turned them on), every cache records its block events and
+/// `publish_kv_events` runs each tick; a run without them schedules nothing.
+fn switch_kv_events(app: &mut App, _: &SetupCtx<'_>) -> Result<(), SimError> {
+    let world = app.world_mut();
+    if !world.resource::<KvEvents>().0 {
+        return Ok(());
+    }
+    let mut caches = world.query::<&mut KvCache>();
+    for mut kv in caches.iter_mut(world) {
+        kv.record_events(true);
+    }
+    for label in [SimStep.intern(), SimStepFast.intern()] {
+        app.add_systems(
+            label,
+            publish_kv_events.in_set(InstanceSystems::PublishKvEvents),
+        );
+    }
+    Ok(())
+}
+
+/// `FinishStage::Concerns`: a warning when an unbounded wait queue grew past 10,000
+/// requests.
+fn warn_long_queues(world: &mut World, summary: &mut Summary) -> Result<(), SimError> {
+    if world
+        .resource::<Scenario>()
+        .limits
+        .max_waiting_per_instance
+        .is_some()
+    {
+        return Ok(());
+    }
+    let peak = world
+        .resource::<InstanceIndex>()
+        .0
+        .iter()
+        .enumerate()
+        .map(|(i, &e)| {
+            let c = world.get::<Scheduler>(e).expect("instance").counters;
+            (c.peak_waiting, i)
+        })
+        .max();
+    if let Some((n, i)) = peak.filter(|p| p.0 > 10_000) {
+        summary.warnings.push(format!(
+            "instance {i}'s wait queue reached {n} requests: the load exceeds what it serves; \
+             vLLM has no queue cap either, but limits.max_waiting_per_instance sheds the excess \
+             (rejected as queue_full) and keeps memory bounded"
+        ));
+    }
+    Ok(())
 }

@@ -85,6 +85,7 @@ struct Seen {
 }
 
 /// The sampler: the open file and what the previous sample saw.
+#[derive(bevy_ecs::prelude::Resource)]
 pub struct TimeSeries {
     interval: SimDuration,
     /// The next sample time.

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use serde::Deserialize;
 
 /// A whole simulation: cluster, policies, workload, outputs.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, PartialEq, bevy_ecs::prelude::Resource)]
 #[serde(deny_unknown_fields)]
 pub struct Scenario {
     /// Free-form name, echoed in the summary. Default: the file stem.

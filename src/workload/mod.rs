@@ -28,7 +28,8 @@ pub use arrival::Arrivals;
 pub use check::{MAX_INFERENCE_PERF_USERS, check, check_files};
 pub use lengths::Lengths;
 pub use plugin::{
-    WorkloadPlugin, continue_sessions, release_held, send_on, set_up_workload, spawn_arrivals,
+    WorkloadPlugin, WorkloadSystems, continue_sessions, release_held, send_on, set_up_workload,
+    spawn_arrivals,
 };
 pub use trace::{TraceReader, TraceRow};
 

@@ -16,22 +16,38 @@ use crate::time::{SimDuration, SimTime};
 /// `ended_held`). Its setup step (`set_up_workload`) builds the [`Workload`] resource and primes the queue.
 pub struct WorkloadPlugin;
 
+/// The workload plugin's systems, each set inside its engine stage
+/// ([`SimSystems`](crate::SimSystems)): order your own systems against these.
+#[derive(SystemSet, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum WorkloadSystems {
+    /// `spawn_arrivals` (Arrive).
+    Arrive,
+    /// `continue_sessions`, then `release_held` (Record, after the requests are recorded).
+    Continue,
+}
+
 impl bevy_app::Plugin for WorkloadPlugin {
     fn build(&self, app: &mut bevy_app::App) {
         use crate::engine::{SimStep, SimStepFast, SimSystems};
         use crate::setup::SetupAppExt;
         app.add_setup(crate::setup::SetupStage::Workload, set_up_workload);
         for label in [SimStep.intern(), SimStepFast.intern()] {
+            app.configure_sets(
+                label,
+                (
+                    WorkloadSystems::Arrive.in_set(SimSystems::Arrive),
+                    WorkloadSystems::Continue
+                        .in_set(SimSystems::Record)
+                        .after(crate::metrics::MetricsSystems::Record),
+                ),
+            );
             app.add_systems(
                 label,
                 (
-                    spawn_arrivals.in_set(SimSystems::Arrive),
-                    continue_sessions
-                        .in_set(SimSystems::Record)
-                        .after(crate::metrics::record_finished),
-                    release_held
-                        .in_set(SimSystems::Record)
-                        .after(continue_sessions),
+                    spawn_arrivals.in_set(WorkloadSystems::Arrive),
+                    (continue_sessions, release_held)
+                        .chain()
+                        .in_set(WorkloadSystems::Continue),
                 ),
             );
         }
@@ -47,7 +63,7 @@ pub fn set_up_workload(
     use crate::setup::SimError;
     let world = app.world_mut();
     let mut labels = world.remove_resource::<Labels>().unwrap_or_default();
-    let made = Workload::new(ctx.scenario, &mut labels, ctx.replay.clone());
+    let made = Workload::new(ctx.scenario, &mut labels, ctx.options.replay.clone());
     world.insert_resource(labels);
     let mut workload = made.map_err(SimError::Workload)?;
     workload

@@ -1,0 +1,193 @@
+//! The end of a run, metrics' part: the final diagnoses, `requests.csv` finished and
+//! `summary.json` written.
+
+use std::io::Write as _;
+
+use bevy_ecs::prelude::*;
+
+use super::{RequestLog, Summary, csv_header, fitness_term};
+use crate::output::Outputs;
+use crate::request::FinishedRequest;
+use crate::scenario::Scenario;
+use crate::setup::{SetupCtx, SimError};
+
+/// (blocks, block size) of the largest instance KV cache that may serve, for the diagnosis
+/// of dropped requests.
+#[derive(Resource, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LargestCache(pub u32, pub u32);
+
+impl Default for LargestCache {
+    fn default() -> Self {
+        LargestCache(0, 16)
+    }
+}
+
+impl LargestCache {
+    /// Of the groups that may have instances (autoscaled ones at their max).
+    pub fn of(ctx: &SetupCtx<'_>) -> Self {
+        let (blocks, size) = ctx
+            .scenario
+            .cluster
+            .groups
+            .iter()
+            .zip(ctx.resolved)
+            .filter(|(g, _)| g.scaling.as_ref().map_or(g.count, |s| s.max) > 0)
+            .map(|(g, r)| (r.kv_blocks, g.block_size))
+            .fold((0u32, 16u32), |best, c| {
+                if u64::from(c.0) * u64::from(c.1) > u64::from(best.0) * u64::from(best.1) {
+                    c
+                } else {
+                    best
+                }
+            });
+        LargestCache(blocks, size)
+    }
+}
+
+/// The requests still in the system when the run stopped, as the final Record pass saw
+/// them (for observers that draw them).
+#[derive(Resource, Default)]
+pub struct Unfinished(pub Vec<FinishedRequest>);
+
+/// `summary.json`, created when the run is set up (so that a name clash is an error before
+/// the run), written when it ends.
+#[derive(Resource, Default)]
+pub struct SummaryFile(pub Option<std::io::BufWriter<std::fs::File>>);
+
+/// `SetupStage::Outputs`: `requests.csv` (its header written) and `summary.json`, as the
+/// scenario asks; the rows in memory the run options ask for.
+pub(super) fn open_files(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<(), SimError> {
+    let world = app.world_mut();
+    let outputs = &ctx.scenario.outputs;
+    let mut log = RequestLog {
+        collect: ctx.options.collect.clone(),
+        ..Default::default()
+    };
+    if let Some(buffer) = &ctx.options.requests_csv_memory {
+        let mut w = std::io::BufWriter::new(buffer.clone());
+        w.write_all(&csv_header()).map_err(|e| SimError::Internal {
+            what: "requests in memory",
+            message: e.to_string(),
+        })?;
+        log.memory = Some(w);
+    }
+    let mut files = world.resource_mut::<Outputs>();
+    if outputs.requests_csv
+        && let Some(mut writer) = files.create("requests.csv")?
+    {
+        writer
+            .write_all(&csv_header())
+            .map_err(|e| SimError::Output {
+                path: files.staged_path("requests.csv"),
+                message: e.to_string(),
+            })?;
+        log.writer = Some(writer);
+    }
+    let summary = if outputs.summary_json {
+        files.create("summary.json")?
+    } else {
+        None
+    };
+    world.insert_resource(log);
+    world.insert_resource(SummaryFile(summary));
+    Ok(())
+}
+
+/// Diagnoses of a run's outcome that a user should not miss.
+pub fn diagnose(s: &Summary, LargestCache(blocks, block_size): LargestCache) -> Vec<String> {
+    let r = &s.requests;
+    let mut w = Vec::new();
+    if r.dropped > 0 {
+        w.push(format!(
+            "{} of {} requests were dropped as unservable: prompt + output exceeds max_model_len or what their instance's KV cache can hold (the largest holds {} blocks × {} tokens = {} tokens)",
+            r.dropped,
+            r.injected,
+            blocks,
+            block_size,
+            u64::from(blocks) * u64::from(block_size)
+        ));
+    }
+    if r.injected > 0 && r.rejected == r.injected {
+        w.push("every request was rejected by admission".into());
+    }
+    let left = r.queued + r.running + r.in_transit;
+    if left > 0 {
+        w.push(format!(
+            "{left} requests were still in the system when the run stopped (horizon)"
+        ));
+    }
+    if r.timed_out * 10 > r.injected {
+        w.push(format!(
+            "{} of {} requests timed out",
+            r.timed_out, r.injected
+        ));
+    }
+    if r.injected == 0 {
+        w.push(
+            "no request arrived: the workload's first arrival falls after workload.duration_s or horizon_s (a source's first arrival comes one inter-arrival gap after t = 0); lengthen them or raise the rate"
+                .into(),
+        );
+    }
+    w
+}
+
+/// `FinishStage::Run`: the diagnoses, as summary warnings.
+pub(super) fn diagnose_run(world: &mut World, summary: &mut Summary) -> Result<(), SimError> {
+    let found = diagnose(summary, *world.resource::<LargestCache>());
+    summary.warnings.extend(found);
+    Ok(())
+}
+
+/// `FinishStage::Concerns`: `requests.csv` and the rows in memory, flushed.
+pub(super) fn finish_requests(world: &mut World, _: &mut Summary) -> Result<(), SimError> {
+    let path = world.resource::<Outputs>().staged_path("requests.csv");
+    let mut log = world.resource_mut::<RequestLog>();
+    if let Some(mut m) = log.memory.take() {
+        m.flush().map_err(|e| SimError::Internal {
+            what: "requests in memory",
+            message: e.to_string(),
+        })?;
+    }
+    let io = |message: String| SimError::Output {
+        path: path.clone(),
+        message,
+    };
+    if let Some(err) = log.error.take() {
+        return Err(io(err));
+    }
+    if let Some(writer) = log.writer.take() {
+        writer
+            .into_inner()
+            .map_err(|e| io(e.to_string()))?
+            .sync_all()
+            .map_err(|e| io(e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// `FinishStage::Summary`: the fitness the scenario weighs, and `summary.json`.
+pub(super) fn write_summary(world: &mut World, summary: &mut Summary) -> Result<(), SimError> {
+    let fitness = &world.resource::<Scenario>().outputs.fitness;
+    if !fitness.is_empty() {
+        summary.fitness = Some(
+            fitness
+                .iter()
+                .map(|(k, w)| w * fitness_term(k, summary))
+                .sum(),
+        );
+    }
+    let Some(mut w) = world.resource_mut::<SummaryFile>().0.take() else {
+        return Ok(());
+    };
+    let path = world.resource::<Outputs>().staged_path("summary.json");
+    let io = |e: std::io::Error| SimError::Output {
+        path: path.clone(),
+        message: e.to_string(),
+    };
+    w.write_all(summary.to_json_file().as_bytes()).map_err(io)?;
+    w.into_inner()
+        .map_err(|e| io(e.into_error()))?
+        .sync_all()
+        .map_err(io)?;
+    Ok(())
+}
