@@ -22,7 +22,7 @@
 
 use bevy_ecs::prelude::*;
 
-use crate::autoscale::{Phase, Power};
+use crate::instance::{Phase, Power};
 use crate::engine::{ClusterView, Injected, SimClock};
 use crate::instance::{Instance, Scheduler};
 use crate::kv::KvCache;

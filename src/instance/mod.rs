@@ -68,6 +68,58 @@ pub enum InstanceSystems {
     PublishKvEvents,
 }
 
+/// Where an instance is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Phase {
+    Off,
+    Provisioning,
+    Loading,
+    WarmingUp,
+    Serving,
+    Draining,
+}
+
+impl Phase {
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::Off => "off",
+            Phase::Provisioning => "provisioning",
+            Phase::Loading => "loading",
+            Phase::WarmingUp => "warming_up",
+            Phase::Serving => "serving",
+            Phase::Draining => "draining",
+        }
+    }
+
+    /// Counted in the group's size (starting or serving).
+    pub fn counted(self) -> bool {
+        !matches!(self, Phase::Off | Phase::Draining)
+    }
+
+    /// Has its model loaded and serves (or warms up).
+    pub fn ready(self) -> bool {
+        matches!(self, Phase::WarmingUp | Phase::Serving)
+    }
+
+    pub fn starting(self) -> bool {
+        matches!(
+            self,
+            Phase::Provisioning | Phase::Loading | Phase::WarmingUp
+        )
+    }
+}
+
+/// An instance's life-cycle state.
+#[derive(Component, Clone, Debug)]
+pub struct Power {
+    pub phase: Phase,
+    /// End of the current timed phase (provisioning, loading, warming up).
+    pub phase_end: Option<SimTime>,
+    /// Since when it has been on (not off), for GPU time.
+    pub on_since: Option<SimTime>,
+    pub kv: crate::kv::KvRecipe,
+}
+
 /// Identity of an instance.
 #[derive(Component, Clone, Debug, PartialEq, Eq)]
 pub struct Instance {

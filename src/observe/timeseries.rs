@@ -11,7 +11,7 @@ use std::io::BufWriter;
 
 use bevy_ecs::prelude::*;
 
-use crate::autoscale::{Phase, Power};
+use crate::instance::{Phase, Power};
 use crate::engine::Injected;
 use crate::instance::{InstanceIndex, Scheduler};
 use crate::kv::KvCache;

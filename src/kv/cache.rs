@@ -1,0 +1,508 @@
+//! The KV cache of one instance: its block table and operations (admit, grow, register,
+//! release), the audit of INV-4, and the recipe instances are built from.
+
+use bevy_ecs::prelude::*;
+
+use super::cpu::CpuTier;
+use super::free::FreeQueue;
+use super::index::BlockIndex;
+use super::{Block, KvEventKind, KvTier, NONE, SeqBlocks, block_content, chain_hash};
+use crate::request::PromptContent;
+
+/// The KV cache of one instance.
+#[derive(Component, Debug)]
+pub struct KvCache {
+    pub(super) block_size: u32,
+    pub(super) blocks: Vec<Block>,
+    pub(super) free_queue: FreeQueue,
+    pub(super) free: u32,
+    pub(super) allocated: u32,
+    pub(super) index: BlockIndex,
+    /// Prompt blocks served from the cache at admission (cumulative).
+    pub hit_blocks: u64,
+    /// Prompt blocks that had to be computed at admission (cumulative).
+    pub miss_blocks: u64,
+    /// The CPU offload tier, if the instance has one.
+    pub cpu: Option<CpuTier>,
+    /// Block events since the last [`KvCache::take_events`], while recording.
+    pub(super) events: Option<Vec<(KvEventKind, u64)>>,
+}
+
+impl KvCache {
+    /// A cache of `total_blocks` blocks of `block_size` tokens, all free.
+    pub fn new(total_blocks: u32, block_size: u32) -> Self {
+        assert!(
+            block_size > 0,
+            "block size must be positive (validated upstream)"
+        );
+        let n = total_blocks as usize;
+        let mut blocks = vec![
+            Block {
+                hash: 0,
+                ref_count: 0,
+                free_seq: 0,
+            };
+            n
+        ];
+        let free_queue = FreeQueue::new(&mut blocks);
+        KvCache {
+            block_size,
+            blocks,
+            free_queue,
+            free: total_blocks,
+            allocated: 0,
+            index: BlockIndex::new(n),
+            hit_blocks: 0,
+            miss_blocks: 0,
+            cpu: None,
+            events: None,
+        }
+    }
+
+    /// Starts or stops recording block events ([`KvEvent`]).
+    pub fn record_events(&mut self, on: bool) {
+        if on != self.events.is_some() {
+            self.events = on.then(Vec::new);
+        }
+    }
+
+    /// True while recording block events.
+    pub fn records_events(&self) -> bool {
+        self.events.is_some()
+    }
+
+    /// Records an event (when recording).
+    pub fn note(&mut self, kind: KvEventKind, block: u64) {
+        if let Some(e) = self.events.as_mut() {
+            e.push((kind, block));
+        }
+    }
+
+    /// The events recorded since the last call, oldest first.
+    pub fn take_events(&mut self) -> impl Iterator<Item = (KvEventKind, u64)> + '_ {
+        self.events.iter_mut().flat_map(|e| e.drain(..))
+    }
+
+    /// Every cached block by content id and tier: the GPU's prefix-cached blocks (in use or
+    /// free), then the CPU tier's, least recently used first.
+    pub fn cached_by_tier(&self) -> Vec<(u64, KvTier)> {
+        let mut out: Vec<(u64, KvTier)> = self
+            .blocks
+            .iter()
+            .filter(|b| b.hash != 0)
+            .map(|b| (b.hash, KvTier::Gpu))
+            .collect();
+        if let Some(c) = &self.cpu {
+            let mut cur = c.head;
+            while cur != NONE {
+                let slot = &c.slots[cur as usize];
+                out.push((slot.hash, KvTier::Cpu));
+                cur = slot.next;
+            }
+        }
+        out
+    }
+
+    /// Records the eviction of every cached block on both tiers, before the cache is dropped
+    /// (an instance turned off).
+    pub fn note_cleared(&mut self) {
+        if self.events.is_none() {
+            return;
+        }
+        for (block, tier) in self.cached_by_tier() {
+            self.note(KvEventKind::Evicted { tier }, block);
+        }
+    }
+
+    /// Adds a CPU offload tier.
+    pub fn with_cpu_tier(mut self, tier: CpuTier) -> Self {
+        self.cpu = Some(tier);
+        self
+    }
+
+    /// Blocks offloaded and reloaded since the last call (to be priced into this step).
+    pub fn take_transfers(&mut self) -> (u32, u32) {
+        self.cpu
+            .as_mut()
+            .map_or((0, 0), |c| std::mem::take(&mut c.pending))
+    }
+
+    pub fn block_size(&self) -> u32 {
+        self.block_size
+    }
+
+    pub fn total_blocks(&self) -> u32 {
+        self.blocks.len() as u32
+    }
+
+    pub fn free_blocks(&self) -> u32 {
+        self.free
+    }
+
+    /// Blocks held by at least one request.
+    pub fn allocated_blocks(&self) -> u32 {
+        self.allocated
+    }
+
+    /// Fraction of blocks held by requests, in [0, 1].
+    pub fn utilization(&self) -> f64 {
+        if self.blocks.is_empty() {
+            0.0
+        } else {
+            f64::from(self.allocated) / self.blocks.len() as f64
+        }
+    }
+
+    /// Prefix-cache hit rate so far: hit blocks / (hit + miss blocks); 0 before any admission.
+    pub fn hit_rate(&self) -> f64 {
+        let all = self.hit_blocks + self.miss_blocks;
+        if all == 0 {
+            0.0
+        } else {
+            self.hit_blocks as f64 / all as f64
+        }
+    }
+
+    /// Blocks needed to hold `tokens` tokens.
+    pub fn blocks_for(&self, tokens: u32) -> u32 {
+        tokens.div_ceil(self.block_size)
+    }
+
+    /// The block holding content `hash`, if the index entry for it is still valid.
+    pub(super) fn lookup(&self, hash: u64) -> Option<u32> {
+        self.index.get(hash, &self.blocks)
+    }
+
+    /// Number of leading full prompt blocks present in the cache (free or in use), capped so
+    /// that at least one of the `known_tokens` the request must have in KV is left to
+    /// compute (vLLM recomputes the last token of a fully cached sequence). `known_tokens`
+    /// is the prompt length for a new request, prompt + emitted tokens after a preemption.
+    pub fn cached_prefix_blocks(
+        &self,
+        content: &PromptContent,
+        input_tokens: u32,
+        known_tokens: u32,
+    ) -> u32 {
+        let cap =
+            (input_tokens / self.block_size).min(known_tokens.saturating_sub(1) / self.block_size);
+        let mut h = 0;
+        for k in 0..cap {
+            h = chain_hash(h, block_content(content, k, self.block_size), u64::from(k));
+            if self.lookup(h).is_none() && !self.cpu.as_ref().is_some_and(|c| c.contains(h)) {
+                return k;
+            }
+        }
+        cap
+    }
+
+    /// Admits a request: claims its first `cached_blocks` prompt blocks from the cache and
+    /// fresh blocks so that `tokens` tokens fit. All or nothing; returns false (and changes
+    /// nothing) if the free list cannot cover it.
+    pub fn admit(
+        &mut self,
+        seq: &mut SeqBlocks,
+        content: &PromptContent,
+        input_tokens: u32,
+        cached_blocks: u32,
+        tokens: u32,
+    ) -> bool {
+        debug_assert!(
+            seq.blocks.is_empty(),
+            "admit on a request that holds blocks"
+        );
+        // Check: the hit blocks (on the GPU, or on the CPU tier to reload into fresh blocks),
+        // and how many GPU blocks they take off the free list.
+        let mut hits = Vec::with_capacity(cached_blocks as usize);
+        let mut h = 0;
+        let mut from_free = 0;
+        for k in 0..cached_blocks {
+            h = chain_hash(h, block_content(content, k, self.block_size), u64::from(k));
+            match self.lookup(h) {
+                Some(b) => {
+                    if self.blocks[b as usize].ref_count == 0 {
+                        from_free += 1;
+                    }
+                    hits.push((h, Some(b)));
+                }
+                None if self.cpu.as_ref().is_some_and(|c| c.contains(h)) => {
+                    from_free += 1;
+                    hits.push((h, None));
+                }
+                None => return false,
+            }
+        }
+        let fresh = self.blocks_for(tokens).saturating_sub(cached_blocks);
+        if from_free + fresh > self.free {
+            return false;
+        }
+        // Act: claim GPU hits first, so reloads cannot evict them.
+        for &(_, b) in &hits {
+            if let Some(b) = b {
+                self.claim(b);
+            }
+        }
+        for (h, b) in hits {
+            let b = match b {
+                Some(b) => b,
+                None => {
+                    let b = self.take_fresh();
+                    let indexed = self.index.insert(h, b, &mut self.blocks);
+                    debug_assert!(indexed, "a CPU-tier hit is not on the GPU");
+                    // (Its CPU copy may have just made room for an earlier block of this
+                    // very admission: then nothing is reloaded, and the block counts as
+                    // stored.)
+                    let reloaded = self.cpu.as_mut().is_some_and(|c| c.reload(h));
+                    let kind = if reloaded {
+                        KvEventKind::Reloaded
+                    } else {
+                        KvEventKind::Stored
+                    };
+                    self.note(kind, h);
+                    b
+                }
+            };
+            seq.blocks.push(b);
+        }
+        seq.hashed = cached_blocks;
+        seq.last_hash = h;
+        self.free_queue.touch(fresh as usize, &self.blocks);
+        for _ in 0..fresh {
+            let b = self.take_fresh();
+            seq.blocks.push(b);
+        }
+        let prompt_blocks = self.blocks_for(input_tokens);
+        self.hit_blocks += u64::from(cached_blocks);
+        self.miss_blocks += u64::from(prompt_blocks.saturating_sub(cached_blocks));
+        true
+    }
+
+    /// Grows a running request's allocation so that `tokens` tokens fit. All or nothing.
+    pub fn grow(&mut self, seq: &mut SeqBlocks, tokens: u32) -> bool {
+        let need = self
+            .blocks_for(tokens)
+            .saturating_sub(seq.blocks.len() as u32);
+        if need > self.free {
+            return false;
+        }
+        for _ in 0..need {
+            let b = self.take_fresh();
+            seq.blocks.push(b);
+        }
+        true
+    }
+
+    /// Registers the hashes of prompt blocks that became full now that `computed_tokens`
+    /// tokens of the request are in the cache. A block whose content is already indexed
+    /// (another request computed it concurrently) stays unregistered.
+    pub fn register_full_blocks(
+        &mut self,
+        seq: &mut SeqBlocks,
+        content: &PromptContent,
+        input_tokens: u32,
+        computed_tokens: u32,
+    ) {
+        let full =
+            (computed_tokens.min(input_tokens) / self.block_size).min(seq.blocks.len() as u32);
+        // In chunks: the chunk's hashes first and their index slots touched together, so
+        // the cache misses overlap instead of waiting on each probe (whose first branch goes
+        // either way).
+        let mut hashes = [0u64; 16];
+        while seq.hashed < full {
+            let first = seq.hashed;
+            let n = (full - first).min(hashes.len() as u32) as usize;
+            let mut h = seq.last_hash;
+            for (i, slot) in hashes[..n].iter_mut().enumerate() {
+                let k = first + i as u32;
+                h = chain_hash(h, block_content(content, k, self.block_size), u64::from(k));
+                *slot = h;
+            }
+            self.index.touch(&hashes[..n]);
+            for (i, &h) in hashes[..n].iter().enumerate() {
+                let b = seq.blocks[first as usize + i];
+                if self.index.insert(h, b, &mut self.blocks) {
+                    self.note(KvEventKind::Stored, h);
+                }
+            }
+            seq.last_hash = h;
+            seq.hashed += n as u32;
+        }
+    }
+
+    /// Releases every block the request holds, last block first. Blocks whose reference
+    /// count drops to zero join the tail of the free list with their hash kept.
+    pub fn release(&mut self, seq: &mut SeqBlocks) {
+        // Every block record read first, with no branch on what it holds: the cache misses
+        // overlap instead of queueing behind the stores of the loop below.
+        let mut any = 0;
+        for &b in &seq.blocks {
+            any |= self.blocks[b as usize].ref_count;
+        }
+        std::hint::black_box(any);
+        while let Some(b) = seq.blocks.pop() {
+            let block = &mut self.blocks[b as usize];
+            debug_assert!(block.ref_count > 0, "release of a free block {b}");
+            block.ref_count -= 1;
+            if block.ref_count == 0 {
+                self.push_free_tail(b);
+            }
+        }
+        seq.hashed = 0;
+        seq.last_hash = 0;
+    }
+
+    /// Checks INV-4 in O(1): allocated + free = total.
+    pub fn conserves_blocks(&self) -> bool {
+        self.allocated + self.free == self.total_blocks()
+    }
+
+    /// Checks that the requests holding blocks here account for every reference: each block
+    /// in a holder's list is in use, its reference count equals the number of lists naming
+    /// it, and the blocks named are exactly the allocated ones. O(references held); `seen`
+    /// is scratch space.
+    pub fn check_holders<'a>(
+        &self,
+        holders: impl Iterator<Item = &'a SeqBlocks>,
+        seen: &mut std::collections::HashMap<u32, u32>,
+    ) -> Result<(), String> {
+        seen.clear();
+        for h in holders {
+            for &b in &h.blocks {
+                *seen.entry(b).or_default() += 1;
+            }
+        }
+        for (&b, &n) in seen.iter() {
+            let Some(block) = self.blocks.get(b as usize) else {
+                return Err(format!("a request holds block {b}, past the cache's end"));
+            };
+            if block.ref_count != n {
+                return Err(format!(
+                    "block {b} has reference count {} but {n} requests hold it",
+                    block.ref_count
+                ));
+            }
+        }
+        if seen.len() != self.allocated as usize {
+            return Err(format!(
+                "{} blocks are allocated but requests hold {}",
+                self.allocated,
+                seen.len()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Full O(blocks) audit of the free list, reference counts and hash index.
+    pub fn audit(&self) -> Result<(), String> {
+        let mut on_list = vec![false; self.blocks.len()];
+        let mut count = 0u32;
+        for (b, at) in self.free_queue.iter() {
+            let Some(block) = self.blocks.get(b as usize) else {
+                return Err(format!("free list names block {b}, past the cache's end"));
+            };
+            if block.ref_count != 0 {
+                return Err(format!(
+                    "block {b} is on the free list with refcount {}",
+                    block.ref_count
+                ));
+            }
+            if on_list[b as usize] || block.free_seq != at {
+                return Err(format!("block {b} is on the free list twice"));
+            }
+            on_list[b as usize] = true;
+            count += 1;
+        }
+        if count != self.free {
+            return Err(format!(
+                "free list holds {count} blocks, counter says {}",
+                self.free
+            ));
+        }
+        for (i, b) in self.blocks.iter().enumerate() {
+            if !on_list[i] && b.ref_count == 0 {
+                return Err(format!("block {i} has refcount 0 but is not free"));
+            }
+        }
+        for (i, b) in self.blocks.iter().enumerate() {
+            if b.hash != 0 && self.index.get(b.hash, &self.blocks) != Some(i as u32) {
+                return Err(format!(
+                    "block {i} carries a hash the index does not map to it"
+                ));
+            }
+        }
+        if 4 * self.index.occupied > 3 * self.index.slots.len() {
+            return Err(format!(
+                "prefix index fills {} of {} slots",
+                self.index.occupied,
+                self.index.slots.len()
+            ));
+        }
+        if let Some(c) = &self.cpu {
+            c.audit()?;
+        }
+        if !self.conserves_blocks() {
+            return Err(format!(
+                "allocated {} + free {} != total {}",
+                self.allocated,
+                self.free,
+                self.total_blocks()
+            ));
+        }
+        Ok(())
+    }
+
+    fn claim(&mut self, b: u32) {
+        if self.blocks[b as usize].ref_count == 0 {
+            self.free_queue.remove(b, &self.blocks);
+            self.free -= 1;
+            self.allocated += 1;
+        }
+        self.blocks[b as usize].ref_count += 1;
+    }
+
+    fn take_fresh(&mut self) -> u32 {
+        let b = self.free_queue.pop();
+        self.free -= 1;
+        self.allocated += 1;
+        // Only the event log and the CPU tier need the hash it loses: otherwise the block
+        // record is written, not read (one cache miss fewer a block).
+        if self.events.is_some() || self.cpu.is_some() {
+            let evicted = self.blocks[b as usize].hash;
+            if evicted != 0 {
+                self.note(KvEventKind::Evicted { tier: KvTier::Gpu }, evicted);
+                if let Some(c) = self.cpu.as_mut() {
+                    c.offload(evicted, &mut self.events);
+                }
+            }
+        }
+        let block = &mut self.blocks[b as usize];
+        // Invalidates its index entry, if any (see the module docs).
+        block.hash = 0;
+        block.ref_count = 1;
+        b
+    }
+
+    fn push_free_tail(&mut self, b: u32) {
+        self.free_queue.push(b, &mut self.blocks);
+        self.free += 1;
+        self.allocated -= 1;
+    }
+}
+
+/// How to rebuild an instance's KV cache when it is provisioned.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KvRecipe {
+    pub blocks: u32,
+    pub block_size: u32,
+    /// (CPU tier blocks, thrash window µs).
+    pub cpu: Option<(u32, u64)>,
+}
+
+impl KvRecipe {
+    pub fn build(&self) -> KvCache {
+        let kv = KvCache::new(self.blocks, self.block_size);
+        match self.cpu {
+            Some((blocks, window)) => kv.with_cpu_tier(CpuTier::new(blocks, window)),
+            None => kv,
+        }
+    }
+}

@@ -1,0 +1,416 @@
+//! `cluster`: instance groups, their hardware, limits, scheduler, latency model and
+//! serving path, autoscaling and P/D roles.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+/// The model-server instances, as groups of identical instances.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSpec {
+    pub groups: Vec<InstanceGroup>,
+    /// Prefill/decode disaggregation: a prefill instance streams each layer's KV to the decode
+    /// instance while its last prefill step still computes (LMCache / Mooncake layer-wise
+    /// transfer), so only the part that outlasts the step shows. Needs the link and the
+    /// destination blocks free when the step ends; otherwise the whole transfer follows it.
+    /// Default false (vLLM's NIXL connector sends after the prefill).
+    #[serde(default)]
+    pub kv_transfer_layerwise: bool,
+}
+
+/// What the instances of a group do (prefill/decode disaggregation).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Role {
+    /// Prefill and decode on the same instance (plain vLLM).
+    #[default]
+    Mixed,
+    /// Runs prompts only: after a request's first token its KV blocks go to a decode
+    /// instance (chosen by `policies.decode_routing`).
+    Prefill,
+    /// Receives prefilled requests and decodes them; never picked by `policies.routing`.
+    Decode,
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Mixed => "mixed",
+            Role::Prefill => "prefill",
+            Role::Decode => "decode",
+        }
+    }
+}
+
+/// `count` identical vLLM-style instances.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct InstanceGroup {
+    /// Label used in outputs. Default: `group<i>`.
+    #[serde(default)]
+    pub name: String,
+    /// Number of instances. Default 1.
+    #[serde(default = "one")]
+    pub count: u32,
+    /// Model: a bundled id (`servesim list models`) or a path to a HuggingFace
+    /// `config.json` (relative to the scenario file). Needed by the roofline and
+    /// trained-physics models and to derive `kv_blocks`.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// GPU: a bundled id or alias (`servesim list hardware`) or a path to a RON GPU profile.
+    #[serde(default)]
+    pub gpu: Option<String>,
+    /// Tensor-parallel degree (GPUs per pipeline stage). Default 1.
+    #[serde(default = "one")]
+    pub tp: u32,
+    /// Pipeline-parallel stages; up to `pp` micro-batches are in flight. Default 1.
+    #[serde(default = "one")]
+    pub pp: u32,
+    /// Bandwidth of the link between pipeline stages, GB/s. Default 50.
+    #[serde(default = "default_pp_link")]
+    pub pp_link_gb_per_s: f64,
+    /// Fixed latency of one stage-to-stage transfer, µs. Default 5.
+    #[serde(default = "default_pp_latency")]
+    pub pp_link_latency_us: u64,
+    /// Fraction of GPU memory vLLM may use, for deriving `kv_blocks`. Default 0.9.
+    #[serde(default = "default_util")]
+    pub gpu_memory_utilization: f64,
+    /// KV cache size per instance, in blocks. Default: derived from `model`, `gpu`, `tp`,
+    /// `pp` and `gpu_memory_utilization`.
+    #[serde(default)]
+    pub kv_blocks: Option<u32>,
+    /// Tokens per KV block. Default 16.
+    #[serde(default = "default_block_size")]
+    pub block_size: u32,
+    /// CPU offload tier, in blocks (vLLM CPU offloading): prefix blocks evicted from the GPU
+    /// are copied to host memory (LRU) and reloaded on a later prefix hit. Needs `model`.
+    /// Default 0 (no tier).
+    #[serde(default)]
+    pub cpu_kv_blocks: u32,
+    /// Host link of the CPU tier, GB/s per GPU. Default: the GPU profile's
+    /// `physics.host_link_gb_per_s` (H100: 50).
+    #[serde(default)]
+    pub host_link_gb_per_s: Option<f64>,
+    /// Fixed latency of the transfers of one step, µs. Default: the GPU profile's (10).
+    #[serde(default)]
+    pub host_link_latency_us: Option<f64>,
+    /// A reload of a block offloaded less than this long ago counts as thrashing (s).
+    /// Default 10.
+    #[serde(default = "default_thrash_window")]
+    pub cpu_kv_thrash_window_s: f64,
+    /// Most requests in the running batch (vLLM `max_num_seqs`). Default 256.
+    #[serde(default = "default_max_num_seqs")]
+    pub max_num_seqs: u32,
+    /// Token budget per step (vLLM `max_num_batched_tokens`). Default 2048.
+    #[serde(default = "default_max_num_batched_tokens")]
+    pub max_num_batched_tokens: u32,
+    /// Largest prefill chunk per request and step; 0 = only the budget limits it. Default 0.
+    #[serde(default)]
+    pub long_prefill_token_threshold: u32,
+    /// Longest sequence (prompt + output) the instance serves; longer requests are dropped.
+    /// Default: the model's context length (`max_position_embeddings` × rope factor) when a
+    /// model is given, else unlimited.
+    #[serde(default)]
+    pub max_model_len: Option<u32>,
+    /// How steps are priced. Default (when `model` and `gpu` are given): `Roofline()`.
+    #[serde(default)]
+    pub latency: Option<LatencySpec>,
+    /// The serving path around the steps (vLLM's scheduler mode and API server). Default:
+    /// vLLM 0.15's (`preset: Vllm`) with `Roofline()`, nothing (`preset: Bare`, the BLIS
+    /// reading) with every other latency model.
+    #[serde(default)]
+    pub engine: Option<EngineSpec>,
+    /// Batch scheduler (`servesim list policies`, family `scheduler`). Default `vllm_v1`.
+    #[serde(default = "default_scheduler")]
+    pub scheduler: String,
+    /// Its parameters.
+    #[serde(default)]
+    pub scheduler_params: BTreeMap<String, f64>,
+    /// Price of one GPU-hour (any currency), for the cost outputs. Default 0.
+    #[serde(default)]
+    pub cost_per_gpu_hour: f64,
+    /// Autoscaling bounds and instance life cycle; absent, the group keeps `count`
+    /// instances for the whole run.
+    #[serde(default)]
+    pub scaling: Option<ScalingSpec>,
+    /// `Mixed` (default), `Prefill` or `Decode` (prefill/decode disaggregation).
+    #[serde(default)]
+    pub role: Role,
+    /// KV transfer link of each GPU (P/D disaggregation), GB/s; an instance moves its KV
+    /// over its `tp × pp` GPUs' links in parallel. Default 50 (InfiniBand NDR 400 Gb/s, one
+    /// NIC per GPU as in a DGX H100).
+    #[serde(default = "default_kv_link")]
+    pub kv_link_gb_per_s: f64,
+    /// Fixed cost of one KV transfer (handshake, completion notice), µs. Default 50 (BLIS's
+    /// default).
+    #[serde(default = "default_kv_link_latency")]
+    pub kv_link_latency_us: f64,
+}
+
+fn default_kv_link() -> f64 {
+    50.0
+}
+fn default_kv_link_latency() -> f64 {
+    50.0
+}
+
+/// How an autoscaled group grows and shrinks. `count` is the number serving at t = 0.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ScalingSpec {
+    /// Fewest instances (0 = scale to zero, with cold starts). Default 0.
+    #[serde(default)]
+    pub min: u32,
+    /// Most instances.
+    pub max: u32,
+    /// Node start before the model loads (s). Default 30.
+    #[serde(default = "default_provision_s")]
+    pub provision_s: f64,
+    /// Model load time (s). Default: one GPU's share of the weights / `load_gb_per_s`
+    /// (0 without a model).
+    #[serde(default)]
+    pub load_s: Option<f64>,
+    /// Weight-load bandwidth per GPU (GB/s) for the derived load time. Default 2.
+    #[serde(default = "default_load_gb_per_s")]
+    pub load_gb_per_s: f64,
+    /// Warm-up after loading (s): CUDA graphs, caches. Default 0.
+    #[serde(default)]
+    pub warmup_s: f64,
+    /// Speed during warm-up as a fraction of normal (steps take 1/x as long). Default 1.
+    #[serde(default = "default_one_f64")]
+    pub warmup_speed: f64,
+    /// Whether the router may send requests during warm-up. Default true.
+    #[serde(default = "default_true")]
+    pub routable_during_warmup: bool,
+    /// This group's evaluation interval (s). Default: the policy's (`interval_s`).
+    #[serde(default)]
+    pub interval_s: Option<f64>,
+    /// No scale-up within this long of the previous scale-up (s). Default 0.
+    #[serde(default)]
+    pub scale_up_cooldown_s: f64,
+    /// No scale-down within this long of the previous scaling action (s). Default 0.
+    #[serde(default)]
+    pub scale_down_cooldown_s: f64,
+}
+
+fn default_scheduler() -> String {
+    "vllm_v1".into()
+}
+fn default_provision_s() -> f64 {
+    30.0
+}
+fn default_load_gb_per_s() -> f64 {
+    2.0
+}
+fn default_one_f64() -> f64 {
+    1.0
+}
+fn default_true() -> bool {
+    true
+}
+
+pub(super) fn one() -> u32 {
+    1
+}
+fn default_pp_link() -> f64 {
+    50.0
+}
+fn default_pp_latency() -> u64 {
+    5
+}
+fn default_util() -> f64 {
+    0.9
+}
+pub(super) fn default_block_size() -> u32 {
+    16
+}
+fn default_thrash_window() -> f64 {
+    10.0
+}
+fn default_max_num_seqs() -> u32 {
+    256
+}
+fn default_max_num_batched_tokens() -> u32 {
+    2048
+}
+
+/// Which serving path a group's numbers start from (`engine.preset`).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+pub enum EnginePreset {
+    /// vLLM 0.14 and later: async scheduling, measured scheduler and API-server costs.
+    #[default]
+    Vllm,
+    /// vLLM up to 0.13: the same costs, scheduling between steps.
+    VllmSync,
+    /// The step alone: no scheduler or API-server time (how BLIS's models read a step).
+    Bare,
+}
+
+/// The serving path of a group's instances (`cluster.groups[i].engine`): a preset and any
+/// of its numbers overridden. See `latency::ServingPath` for what each term is.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct EngineSpec {
+    /// The numbers to start from. Default `Vllm`.
+    pub preset: EnginePreset,
+    /// vLLM's async scheduling (on by default since vLLM 0.14).
+    pub async_scheduling: Option<bool>,
+    /// Engine-core CPU per step, µs.
+    pub schedule_us: Option<f64>,
+    /// Engine-core CPU per request in a step, µs.
+    pub schedule_us_per_request: Option<f64>,
+    /// API server per request, µs.
+    pub api_request_us: Option<f64>,
+    /// API server per prompt token, µs.
+    pub api_us_per_prompt_token: Option<f64>,
+    /// API server per step with outputs, µs.
+    pub api_step_us: Option<f64>,
+    /// API server per streamed token, µs.
+    pub api_us_per_output_token: Option<f64>,
+}
+
+impl InstanceGroup {
+    /// The latency model: the one given, or `Roofline()`.
+    pub fn latency(&self) -> std::borrow::Cow<'_, LatencySpec> {
+        match &self.latency {
+            Some(l) => std::borrow::Cow::Borrowed(l),
+            None => std::borrow::Cow::Owned(LatencySpec::default_roofline()),
+        }
+    }
+}
+
+impl LatencySpec {
+    /// `Roofline()` with every field at its default.
+    pub fn default_roofline() -> Self {
+        LatencySpec::Roofline {
+            alpha: None,
+            step_overhead_us: None,
+            request_overhead_us: None,
+            gemm_efficiency: None,
+            attention_efficiency: None,
+            bandwidth_efficiency: None,
+            kernel_overhead_us: None,
+            attention_overhead_us: None,
+            allreduce_gb_per_s: None,
+            allreduce_latency_us: None,
+            elementwise_hidden_passes: None,
+            elementwise_ffn_passes: None,
+            moe_overlap_exponent: None,
+        }
+    }
+}
+
+/// Latency model of an instance group.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub enum LatencySpec {
+    /// BLIS alpha/beta: step = β0 + β1·prefill tokens + β2·decode tokens (µs);
+    /// queueing = α0 + α1·input tokens; α2 per output token.
+    Blackbox { alpha: Vec<f64>, beta: Vec<f64> },
+    /// servesim's physics roofline from the group's `model` and `gpu` (per-kernel GEMMs,
+    /// attention, element-wise work, TP all-reduce, LM head, CPU overheads). Every field is
+    /// optional: the efficiencies default to the GPU profile's `physics` block.
+    Roofline {
+        /// [α0, α1, α2] µs overheads placed as BLIS places them. Default zeros.
+        #[serde(default)]
+        alpha: Option<Vec<f64>>,
+        /// CPU-side cost of each step, µs. Default 400.
+        #[serde(default)]
+        step_overhead_us: Option<f64>,
+        /// CPU-side cost per scheduled request, µs. Default 5.
+        #[serde(default)]
+        request_overhead_us: Option<f64>,
+        #[serde(default)]
+        gemm_efficiency: Option<f64>,
+        #[serde(default)]
+        attention_efficiency: Option<f64>,
+        #[serde(default)]
+        bandwidth_efficiency: Option<f64>,
+        #[serde(default)]
+        kernel_overhead_us: Option<f64>,
+        #[serde(default)]
+        attention_overhead_us: Option<f64>,
+        #[serde(default)]
+        allreduce_gb_per_s: Option<f64>,
+        #[serde(default)]
+        allreduce_latency_us: Option<f64>,
+        #[serde(default)]
+        elementwise_hidden_passes: Option<f64>,
+        #[serde(default)]
+        elementwise_ffn_passes: Option<f64>,
+        #[serde(default)]
+        moe_overlap_exponent: Option<f64>,
+    },
+    /// BLIS's roofline (MODELS.md §2.3), for conformance: one max(compute × MFU, memory)
+    /// crossover, 2-matrix FFN, no communication or overheads; optional [α0, α1, α2].
+    BlisRoofline {
+        #[serde(default)]
+        alpha: Option<Vec<f64>>,
+    },
+    /// BLIS trained-physics from the group's `model` and `gpu`; coefficients default to the
+    /// bundled BLIS "iter29" set.
+    TrainedPhysics {
+        #[serde(default)]
+        alpha: Option<Vec<f64>>,
+        #[serde(default)]
+        beta: Option<Vec<f64>>,
+    },
+    /// RouteSim piecewise-linear throughput curves.
+    PiecewiseLinear {
+        #[serde(default = "pl_prefill")]
+        prefill_tokens_per_s: f64,
+        #[serde(default = "pl_decode1")]
+        decode_tokens_per_s_at_1: f64,
+        #[serde(default = "pl_sat_batch")]
+        saturation_batch: u32,
+        #[serde(default = "pl_sat")]
+        saturation_tokens_per_s: f64,
+    },
+    /// Step times interpolated from a measured CSV (path relative to the scenario).
+    MeasuredTable {
+        file: String,
+        #[serde(default)]
+        extrapolation: Extrapolation,
+    },
+    /// A latency model registered by name (`app.add_policy::<latency::LatencyModels>(…)`,
+    /// `servesim list policies`), with numeric parameters; it is built from them and the
+    /// group's model, GPU, tp and pp.
+    Named {
+        name: String,
+        #[serde(default)]
+        params: BTreeMap<String, f64>,
+    },
+}
+
+/// RouteSim's default throughput curves: what `PiecewiseLinear` fields left out stand for.
+pub mod piecewise_defaults {
+    pub const PREFILL_TOKENS_PER_S: f64 = 50_000.0;
+    pub const DECODE_TOKENS_PER_S_AT_1: f64 = 80.0;
+    pub const SATURATION_BATCH: u32 = 64;
+    pub const SATURATION_TOKENS_PER_S: f64 = 3_200.0;
+}
+fn pl_prefill() -> f64 {
+    piecewise_defaults::PREFILL_TOKENS_PER_S
+}
+fn pl_decode1() -> f64 {
+    piecewise_defaults::DECODE_TOKENS_PER_S_AT_1
+}
+fn pl_sat_batch() -> u32 {
+    piecewise_defaults::SATURATION_BATCH
+}
+fn pl_sat() -> f64 {
+    piecewise_defaults::SATURATION_TOKENS_PER_S
+}
+
+/// What to do with a batch shape outside a measured table's grid
+/// (`latency: MeasuredTable(extrapolation: …)`).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+pub enum Extrapolation {
+    /// Stop the run with an error naming the shape and the table's range (default).
+    #[default]
+    Error,
+    /// Use the nearest edge of the grid.
+    Clamp,
+    /// Extend the outermost segment linearly (never below 1 µs).
+    Linear,
+}

@@ -1,0 +1,288 @@
+//! `workload`: synthetic clients, sessions, traces and inference-perf loads.
+
+use serde::Deserialize;
+
+use super::cluster::{default_block_size, one};
+
+/// The traffic: synthetic clients and/or trace replays, and when to stop generating.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadSpec {
+    /// Stop after this many requests in total (all sources, session turns included).
+    /// Default: unlimited.
+    #[serde(default)]
+    pub num_requests: Option<u64>,
+    /// Stop generating arrivals after this simulated time (seconds). Default: unlimited.
+    #[serde(default)]
+    pub duration_s: Option<f64>,
+    /// Total rate shared by clients that give `rate_share` instead of `rate_per_s`.
+    #[serde(default)]
+    pub aggregate_rate_per_s: Option<f64>,
+    /// Synthetic traffic sources.
+    #[serde(default)]
+    pub clients: Vec<ClientSpec>,
+    /// Recorded traces to replay (streamed from disk).
+    #[serde(default)]
+    pub traces: Vec<TraceSpec>,
+    /// An inference-perf load: staged rates over a shared-prefix user population.
+    #[serde(default)]
+    pub inference_perf: Option<InferencePerfSpec>,
+}
+
+/// inference-perf's staged `shared_prefix` load (the generator behind BLIS's training and
+/// golden data): `num_unique_system_prompts` × `num_users_per_system_prompt` users, each
+/// request = the user's system prompt (`system_prompt_len` tokens, shared by the prompt's
+/// users) + a new question (`question_len` tokens); exactly ⌊rate × duration⌋ requests per
+/// stage.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct InferencePerfSpec {
+    /// Stages run back to back.
+    pub stages: Vec<Stage>,
+    pub shared_prefix: SharedPrefixSpec,
+    /// How the load is read. Default `OpenLoop` (what inference-perf sends).
+    #[serde(default)]
+    pub reading: InferencePerfReading,
+    /// Client timeout of every request (seconds). Default: none (`Blis` reading: 300 s, as
+    /// BLIS gives session clients).
+    #[serde(default)]
+    pub timeout_s: Option<f64>,
+}
+
+/// inference-perf's `data.shared_prefix` block (same field names).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SharedPrefixSpec {
+    pub num_unique_system_prompts: u32,
+    pub num_users_per_system_prompt: u32,
+    pub system_prompt_len: u32,
+    pub question_len: u32,
+    pub output_len: u32,
+    /// Users are multi-turn chat sessions (no context accumulation, as inference-perf).
+    #[serde(default)]
+    pub enable_multi_turn_chat: bool,
+}
+
+/// Two readings of an inference-perf load.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+pub enum InferencePerfReading {
+    /// inference-perf itself: each stage's timer sends exactly ⌊rate × duration⌋ requests
+    /// at the stage rate (`Constant`: normalised-exponential gaps, the last at the stage end;
+    /// `Poisson`: exponential gaps); requests go to the users in turn.
+    #[default]
+    OpenLoop,
+    /// `OpenLoop` with Poisson stage timers.
+    OpenLoopPoisson,
+    /// BLIS's expansion (`sim/workload/inference_perf.go`): with multi-turn chat, every user of
+    /// every stage is a closed-loop session that starts one exponential gap (at rate / users)
+    /// into its stage and sends its share of ⌊rate × duration⌋ requests, each
+    /// ⌊users / rate⌋ s after the previous one completed; without it, each user sends its
+    /// share with normalised-exponential gaps (one stage) or Poisson arrivals (several).
+    Blis,
+}
+
+/// One synthetic traffic source (a client, tenant or user population).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ClientSpec {
+    /// Label. Default: `client<i>`.
+    #[serde(default)]
+    pub name: String,
+    /// Tenant the requests belong to. Default: the client's name.
+    #[serde(default)]
+    pub tenant: Option<String>,
+    /// SLO class of the requests. Default `standard`.
+    #[serde(default)]
+    pub slo_class: Option<String>,
+    /// Request priority (higher = more important). Default 0.
+    #[serde(default)]
+    pub priority: i32,
+    /// Mean arrival rate (requests/s; sessions/s for session clients).
+    #[serde(default)]
+    pub rate_per_s: Option<f64>,
+    /// Share of `workload.aggregate_rate_per_s` (normalised over the clients that give one).
+    #[serde(default)]
+    pub rate_share: Option<f64>,
+    /// Arrival process. Default `Poisson`.
+    #[serde(default)]
+    pub arrival: ArrivalSpec,
+    /// Prompt tokens, in addition to any shared prefix (per turn for sessions).
+    pub input_tokens: LengthSpec,
+    /// Output tokens (each request generates exactly this many, at least 1).
+    pub output_tokens: LengthSpec,
+    /// Tokens of the system prompt shared by every request of a prefix group. Default 0.
+    #[serde(default)]
+    pub shared_prefix_tokens: u32,
+    /// Number of prefix groups the client's requests are spread over (uniformly at random),
+    /// each with its own system prompt. Default 1.
+    #[serde(default = "one")]
+    pub prefix_groups: u32,
+    /// Base id of the client's prefix groups; clients with the same base share prompts.
+    /// Default: groups of their own.
+    #[serde(default)]
+    pub prefix_group: Option<u32>,
+    /// Reuse a fixed pool of this many whole prompts in rotation (same content and length
+    /// each time round), so repeats hit the prefix cache in full. Default: every prompt new.
+    #[serde(default)]
+    pub prompt_pool: Option<u32>,
+    /// Multi-turn sessions: each arrival starts a session of several turns.
+    #[serde(default)]
+    pub session: Option<SessionSpec>,
+    /// A request not finished this long after its arrival is abandoned (seconds).
+    #[serde(default)]
+    pub timeout_s: Option<f64>,
+}
+
+/// Multi-turn conversations (closed loop).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SessionSpec {
+    /// Turns per session.
+    pub turns: LengthSpec,
+    /// Time between a turn's completion and the next turn's arrival (seconds).
+    #[serde(default)]
+    pub think_time_s: f64,
+    /// Each turn's prompt = previous prompt + previous output + the new question.
+    /// Default false (each turn is the shared prefix + a new question).
+    #[serde(default)]
+    pub accumulate: bool,
+}
+
+/// Inter-arrival process.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub enum ArrivalSpec {
+    /// Exponential inter-arrival times.
+    #[default]
+    Poisson,
+    /// Evenly spaced, 1/rate apart.
+    Constant,
+    /// Gamma inter-arrival times with this coefficient of variation (cv > 1 is bursty).
+    Gamma { cv: f64 },
+    /// Weibull inter-arrival times with this coefficient of variation.
+    Weibull { cv: f64 },
+    /// Poisson at the client's rate during `on_s`, silent for `off_s`, repeating.
+    OnOff { on_s: f64, off_s: f64 },
+    /// `count` requests all at t = 0 (offline batch).
+    AllAtZero { count: u64 },
+    /// Poisson stages run back to back; with `exact`, exactly round(rate × duration)
+    /// arrivals are placed uniformly at random in each stage.
+    Staged {
+        stages: Vec<Stage>,
+        #[serde(default)]
+        exact: bool,
+    },
+    /// inference-perf's constant load timer per stage: exactly ⌊rate × duration⌋ arrivals
+    /// whose gaps are exponential draws normalised to sum to the stage duration (the last
+    /// arrival falls on the stage end).
+    ConstantTimer { stages: Vec<Stage> },
+}
+
+/// One stage of a staged load.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Stage {
+    pub rate_per_s: f64,
+    pub duration_s: f64,
+}
+
+/// A token-length distribution. Samples are whole tokens.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub enum LengthSpec {
+    /// Always this many tokens.
+    Constant(u32),
+    /// Uniform over [min, max], inclusive.
+    Uniform { min: u32, max: u32 },
+    /// Normal(mean, stdev), clamped to [min, max], then rounded (BLIS gaussian).
+    Normal {
+        mean: f64,
+        stdev: f64,
+        min: u32,
+        max: u32,
+    },
+    /// exp(N(mu, sigma)), clamped to [min, max], rounded.
+    LogNormal {
+        mu: f64,
+        sigma: f64,
+        #[serde(default)]
+        min: u32,
+        #[serde(default = "max_tokens")]
+        max: u32,
+    },
+    /// Exponential with this mean, clamped to [min, max], rounded.
+    Exponential {
+        mean: f64,
+        #[serde(default)]
+        min: u32,
+        #[serde(default = "max_tokens")]
+        max: u32,
+    },
+    /// Zipf over 1..=max with exponent s: P(k) ∝ k^−s.
+    Zipf { max: u32, exponent: f64 },
+    /// Values drawn uniformly from a column of a CSV file (path relative to the scenario).
+    Empirical { file: String, column: String },
+}
+
+fn max_tokens() -> u32 {
+    u32::MAX
+}
+
+impl LengthSpec {
+    /// Smallest value the distribution can produce (0 for Empirical, unknown up front).
+    pub fn min_value(&self) -> u32 {
+        match *self {
+            LengthSpec::Constant(n) => n,
+            LengthSpec::Uniform { min, .. }
+            | LengthSpec::Normal { min, .. }
+            | LengthSpec::LogNormal { min, .. }
+            | LengthSpec::Exponential { min, .. } => min,
+            LengthSpec::Zipf { .. } => 1,
+            LengthSpec::Empirical { .. } => 0,
+        }
+    }
+}
+
+/// A trace to replay.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TraceSpec {
+    /// `VidurCsv`, `Mooncake` or `ServesimCsv`.
+    pub format: TraceFormat,
+    /// Path relative to the scenario file.
+    pub file: String,
+    /// Multiplies timestamps (2.0 = half the rate). Default 1.
+    #[serde(default = "unit")]
+    pub time_scale: f64,
+    /// Multiplies the arrival rate (divides timestamps). Default 1.
+    #[serde(default = "unit")]
+    pub rate_scale: f64,
+    /// Multiplies token counts (rounded, at least 1). Default 1.
+    #[serde(default = "unit")]
+    pub token_scale: f64,
+    /// Tokens per `hash_ids` entry (Mooncake). Default 16.
+    #[serde(default = "default_block_size")]
+    pub hash_block_tokens: u32,
+    #[serde(default)]
+    pub tenant: Option<String>,
+    #[serde(default)]
+    pub slo_class: Option<String>,
+    #[serde(default)]
+    pub timeout_s: Option<f64>,
+}
+
+fn unit() -> f64 {
+    1.0
+}
+
+/// Trace file formats.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+pub enum TraceFormat {
+    /// Vidur/Splitwise CSV: `arrived_at` (s), `num_prefill_tokens`, `num_decode_tokens`.
+    VidurCsv,
+    /// Mooncake JSON lines: `timestamp` (ms), `input_length`, `output_length`, `hash_ids`.
+    Mooncake,
+    /// servesim CSV: `arrival_us`, `input_tokens`, `output_tokens`, optional `tenant`,
+    /// `slo_class`, `prefix_group`, `prefix_tokens`. A `requests.csv` output replays as is.
+    ServesimCsv,
+}
