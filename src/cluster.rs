@@ -22,7 +22,9 @@ use crate::latency::Latency;
 use crate::metrics::SummaryAppExt;
 use crate::policy::{Active, Admission, RouterView, ScoredCandidate, family};
 use crate::request::{AssignedTo, FinalState, FinishedRequest, Lifecycle, RequestSpec};
-use crate::setup::{SetupAppExt, SetupCtx, SetupStage, SimError, build_policy};
+use crate::setup::{
+    RunError, SetupAppExt, SetupCtx, SetupError, SetupStage, SimError, build_policy,
+};
 use crate::time::{SimDuration, SimTime};
 
 pub use crate::engine::{ClusterDelays, Rejections};
@@ -441,13 +443,13 @@ fn open_decisions(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<(), Sim
     }
     let world = app.world_mut();
     let mut files = world.resource_mut::<crate::output::Outputs>();
-    let Some(file) = files.create("decisions.csv")? else {
+    let Some(file) = files.create("decisions.csv").map_err(SetupError::Outputs)? else {
         return Ok(());
     };
     let mut writer = csv::Writer::from_writer(file);
     writer
         .write_record(DECISION_COLUMNS)
-        .map_err(|e| SimError::Output {
+        .map_err(|e| SetupError::Output {
             path: files.staged_path("decisions.csv"),
             message: e.to_string(),
         })?;
@@ -464,13 +466,13 @@ fn finish_decisions(world: &mut World, _: &mut crate::metrics::Summary) -> Resul
     let path = world
         .resource::<crate::output::Outputs>()
         .staged_path("decisions.csv");
-    let io = |e: String| SimError::Output {
+    let io = |e: String| RunError::Output {
         path: path.clone(),
         message: e,
     };
     let mut log = world.resource_mut::<DecisionLog>();
     if let Some(err) = log.error.take() {
-        return Err(io(err));
+        return Err(io(err).into());
     }
     if let Some(writer) = log.writer.take() {
         writer

@@ -22,9 +22,9 @@
 
 use bevy_ecs::prelude::*;
 
-use crate::instance::{Phase, Power};
 use crate::engine::{ClusterView, Injected, SimClock};
 use crate::instance::{Instance, Scheduler};
+use crate::instance::{Phase, Power};
 use crate::kv::KvCache;
 use crate::metrics::Aggregates;
 use crate::request::Lifecycle;

@@ -35,7 +35,7 @@
 //! - Ties are broken on stable ids (request id, instance index), never on query order.
 //! - Two systems of a tick that touch the same data must be ordered (by set or by
 //!   `.before`/`.after`): an ambiguity is an error when the schedule is built
-//!   ([`SimError::Schedule`]), never a silent order-dependent result.
+//!   ([`SetupError::Schedule`]), never a silent order-dependent result.
 //! - A tick whose only events are step ends and enqueues runs [`SimStepFast`] (the instance
 //!   pipeline alone), and so does a tick of new arrivals alone (Arrive, Admit and Route
 //!   first), while [`SimStep`] holds built-in systems only; the other stages could have no
@@ -125,7 +125,7 @@ pub use bevy_app;
 pub use bevy_ecs;
 pub use engine::{EventQueue, Fault, SimClock, SimFinish, SimStep, SimStepFast, SimSystems};
 pub use setup::{PROGRESS_EVERY, Progress, ProgressHook, RunOptions};
-pub use simulation::{OutputReport, SimError, Simulation, default_app};
+pub use simulation::{OutputReport, RunError, SetupError, SimError, Simulation, default_app};
 pub use time::{SimDuration, SimTime};
 
 use bevy_app::{PluginGroup, PluginGroupBuilder};

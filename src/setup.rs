@@ -161,15 +161,16 @@ pub fn build_policy<F: crate::catalog::PolicyFamily>(
     ctx.catalog
         .build::<F>(name, &PolicyArgs::new(ctx.scenario.seed, params, labels))
         .map_err(|e| match e {
-            BuildError::Unknown { .. } => SimError::UnknownPolicy {
+            BuildError::Unknown { .. } => SetupError::UnknownPolicy {
                 family: field,
                 name: name.to_string(),
             },
-            BuildError::Params(message) => SimError::Policy {
+            BuildError::Params(message) => SetupError::Policy {
                 path: format!("policies.{field}"),
                 message,
             },
         })
+        .map_err(SimError::from)
 }
 
 /// An instance group with everything looked up (by the loader, which validated it): its
@@ -195,13 +196,38 @@ pub struct ResolvedGroup {
     pub serving: ServingPath,
 }
 
-/// A run that could not complete.
+/// A run that could not complete, by phase: loading the scenario fails with
+/// [`ScenarioError`](crate::loader::ScenarioError) before any of these; building the run
+/// with a [`SetupError`]; running it with a [`RunError`].
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SimError {
-    #[error("cannot write {path}: {message}")]
-    Output { path: PathBuf, message: String },
+    /// The run could not be built from its scenario.
+    #[error(transparent)]
+    Setup(#[from] SetupError),
+    /// The run stopped before it finished, or its results could not be written.
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// A calibration that cannot run (`servesim calibrate`).
+    #[error("{0}")]
+    Calibration(String),
+    /// A simulator bug: something the builder or the end of a run relies on failed.
+    #[error("internal error in {what}: {message}")]
+    Internal { what: &'static str, message: String },
+}
+
+/// Why a run could not be built (its scenario passed validation: these are what
+/// validation cannot see, an unusable output directory, or a scenario never validated).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SetupError {
+    /// The output directory cannot be used (locked by another run, not a directory, a
+    /// result would replace an input).
     #[error(transparent)]
     Outputs(#[from] OutputError),
+    /// A result file's first bytes (its header) could not be written.
+    #[error("cannot write {path}: {message}")]
+    Output { path: PathBuf, message: String },
     #[error("unknown {family} policy `{name}` (validate the scenario first)")]
     UnknownPolicy { family: &'static str, name: String },
     /// A policy (or batch scheduler) refused its parameters; `path` names the scenario field.
@@ -213,23 +239,31 @@ pub enum SimError {
     /// The workload could not be built or primed (a trace that cannot be read, say).
     #[error("invalid scenario (validate it first): {0}")]
     Workload(String),
-    /// A calibration that cannot run (`servesim calibrate`).
-    #[error("{0}")]
-    Calibration(String),
-    /// A simulator bug: something the builder relies on failed.
-    #[error("internal error in {what}: {message}")]
-    Internal { what: &'static str, message: String },
-    #[error("the run stopped: {0}")]
-    Fault(Fault),
     #[error(
         "the tick schedule does not build: {0}\nA system added to SimStep must be ordered against every built-in system of its stage that \
          touches the same data: add .before(...) or .after(...) (docs/extending.md lists what each stage's built-in system reads and empties)"
     )]
     Schedule(String),
+}
+
+/// Why a run that was built did not finish with its results in place.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// A fault stopped the run (overload, a stuck instance, a failed write, the clock's
+    /// limit).
+    #[error("the run stopped: {0}")]
+    Fault(Fault),
     #[error(
         "interrupted at simulated time {0}; no result file was written (temporary files removed)"
     )]
     Interrupted(SimTime),
+    /// A result file could not be finished.
+    #[error("cannot write {path}: {message}")]
+    Output { path: PathBuf, message: String },
+    /// The result files could not be moved into place (see [`OutputError`]).
+    #[error(transparent)]
+    Outputs(#[from] OutputError),
 }
 
 fn join_problems(p: &[crate::scenario::Problem]) -> String {
@@ -244,7 +278,7 @@ impl SimError {
     /// failure except a commit whose undo failed too).
     pub fn outputs_unchanged(&self) -> bool {
         match self {
-            SimError::Outputs(e) => e.directory_unchanged(),
+            SimError::Run(RunError::Outputs(e)) => e.directory_unchanged(),
             _ => true,
         }
     }

@@ -15,8 +15,8 @@ use crate::invariants::CheckInvariants;
 use crate::metrics::{self, Aggregates, FinishSteps, Summary, Unfinished};
 use crate::output::Outputs;
 use crate::scenario::Scenario;
-pub use crate::setup::SimError;
 use crate::setup::{PROGRESS_EVERY, Progress, ProgressHook, RunOptions, SetupCtx, SetupSteps};
+pub use crate::setup::{RunError, SetupError, SimError};
 use crate::time::{SimDuration, SimTime};
 
 /// An [`App`] with every built-in plugin: read its [`Catalog`] to validate scenarios, add
@@ -73,7 +73,7 @@ impl Simulation {
         let resolved = (0..scenario.cluster.groups.len())
             .map(|g| crate::loader::resolve_group(scenario, g, &catalog))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(SimError::Group)?;
+            .map_err(SetupError::Group)?;
         world.insert_resource(scenario.clone());
         world.insert_resource(scenario.labels());
         world.insert_resource(SimClock {
@@ -109,9 +109,7 @@ impl Simulation {
             .remove(SimStep)
             .expect("EnginePlugin creates the SimStep schedule");
         if let Err(e) = schedule.initialize(app.world_mut()) {
-            return Err(SimError::Schedule(
-                e.to_string(schedule.graph(), app.world()),
-            ));
+            return Err(SetupError::Schedule(e.to_string(schedule.graph(), app.world())).into());
         }
         let fast = crate::fast::take_fast_schedule(&mut app, &schedule);
         Ok(Simulation {
@@ -170,7 +168,7 @@ impl Simulation {
                 .is_some_and(|f| f.load(std::sync::atomic::Ordering::Relaxed))
             {
                 self.discard_outputs();
-                return Err(SimError::Interrupted(self.world.resource::<SimClock>().now));
+                return Err(RunError::Interrupted(self.world.resource::<SimClock>().now).into());
             }
             let ticks = self.world.resource::<SimClock>().ticks;
             if ticks >= overload_at {
@@ -179,7 +177,7 @@ impl Simulation {
                 self.world.resource_mut::<engine::FastLoop>().check_at = overload_at;
                 if let Some(msg) = self.overloaded() {
                     self.discard_outputs();
-                    return Err(SimError::Fault(msg));
+                    return Err(RunError::Fault(msg).into());
                 }
             }
             if ticks >= progress_at {
@@ -191,7 +189,7 @@ impl Simulation {
         }
         if let Some(msg) = self.world.resource::<SimFault>().0.clone() {
             self.discard_outputs();
-            return Err(SimError::Fault(msg));
+            return Err(RunError::Fault(msg).into());
         }
         self.finish_reporting()
     }
@@ -250,7 +248,7 @@ impl Simulation {
             dir: Some(out.path().to_path_buf()),
             earlier: out.earlier_files(),
             cleaned: out.cleaned().to_vec(),
-            written: out.commit()?,
+            written: out.commit().map_err(RunError::Outputs)?,
         };
         Ok((summary, report))
     }

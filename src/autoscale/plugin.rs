@@ -7,7 +7,9 @@ use crate::engine::{Event, EventQueue, SimClock, SimFault};
 use crate::instance::InstanceIndex;
 use crate::metrics::SummaryAppExt;
 use crate::policy::{Active, family};
-use crate::setup::{SetupAppExt, SetupCtx, SetupStage, SimError, build_policy};
+use crate::setup::{
+    RunError, SetupAppExt, SetupCtx, SetupError, SetupStage, SimError, build_policy,
+};
 use crate::time::{SimDuration, SimTime};
 
 use super::{
@@ -47,13 +49,16 @@ fn open_scale_events(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<(), 
         return Ok(());
     }
     let mut files = world.resource_mut::<crate::output::Outputs>();
-    let Some(file) = files.create("scale_events.csv")? else {
+    let Some(file) = files
+        .create("scale_events.csv")
+        .map_err(SetupError::Outputs)?
+    else {
         return Ok(());
     };
     let mut writer = csv::Writer::from_writer(file);
     writer
         .write_record(SCALE_EVENT_COLUMNS)
-        .map_err(|e| SimError::Output {
+        .map_err(|e| SetupError::Output {
             path: files.staged_path("scale_events.csv"),
             message: e.to_string(),
         })?;
@@ -68,15 +73,16 @@ fn finish_scale_events(world: &mut World, _: &mut crate::metrics::Summary) -> Re
         .staged_path("scale_events.csv");
     let mut scaler = world.resource_mut::<Autoscaler>();
     if let Some(err) = scaler.write_error.take() {
-        return Err(SimError::Output {
+        return Err(RunError::Output {
             path: std::path::PathBuf::from("scale_events.csv"),
             message: err,
-        });
+        }
+        .into());
     }
     let Some(writer) = scaler.events.take() else {
         return Ok(());
     };
-    let io = |e: String| SimError::Output {
+    let io = |e: String| RunError::Output {
         path: path.clone(),
         message: e,
     };

@@ -161,7 +161,9 @@ pub(crate) fn run(app: &ServesimApp, a: RunArgs) -> ExitCode {
         Ok(s) => s,
         // An unusable output directory (another run holds it, a result would
         // replace an input) is found before anything is simulated.
-        Err(crate::SimError::Outputs(e @ crate::output::OutputError::Unusable(_))) => {
+        Err(crate::SimError::Setup(crate::SetupError::Outputs(
+            e @ crate::output::OutputError::Unusable(_),
+        ))) => {
             eprintln!("error: {e}");
             return ExitCode::from(2);
         }
@@ -181,14 +183,16 @@ pub(crate) fn run(app: &ServesimApp, a: RunArgs) -> ExitCode {
     bar.clear();
     let (summary, report) = match outcome {
         Ok(s) => s,
-        Err(e @ crate::SimError::Interrupted(t)) if wall_limit_hit.load(Ordering::Relaxed) => {
+        Err(e @ crate::SimError::Run(crate::RunError::Interrupted(t)))
+            if wall_limit_hit.load(Ordering::Relaxed) =>
+        {
             eprintln!(
                 "error: stopped by --max-wall-s at simulated time {t}{}",
                 as_it_was(&e)
             );
             return ExitCode::from(1);
         }
-        Err(e @ crate::SimError::Interrupted(_)) => {
+        Err(e @ crate::SimError::Run(crate::RunError::Interrupted(_))) => {
             eprintln!("servesim: {e}{}", as_it_was(&e));
             return ExitCode::from(130);
         }

@@ -13,7 +13,7 @@ use crate::labels::Labels;
 use crate::policy::{Active, BuildError, GroupFacts, PolicyArgs, family};
 use crate::scenario::InstanceGroup;
 use crate::setup::ResolvedGroup;
-use crate::setup::{SetupCtx, SimError, build_policy};
+use crate::setup::{SetupCtx, SetupError, SimError, build_policy};
 use crate::time::SimDuration;
 
 /// The instance groups as set up, in `cluster.groups` order.
@@ -117,11 +117,11 @@ pub fn spawn_instances(app: &mut App, ctx: &SetupCtx<'_>) -> Result<(), SimError
                 .catalog
                 .build::<BatchFormation>(&group.scheduler, &args)
                 .map_err(|e| match e {
-                    BuildError::Unknown { name, .. } => SimError::UnknownPolicy {
+                    BuildError::Unknown { name, .. } => SetupError::UnknownPolicy {
                         family: "scheduler",
                         name,
                     },
-                    BuildError::Params(message) => SimError::Policy {
+                    BuildError::Params(message) => SetupError::Policy {
                         path: format!("cluster.groups[{g}].scheduler"),
                         message,
                     },

@@ -9,7 +9,7 @@ use super::{RequestLog, Summary, csv_header, fitness_term};
 use crate::output::Outputs;
 use crate::request::FinishedRequest;
 use crate::scenario::Scenario;
-use crate::setup::{SetupCtx, SimError};
+use crate::setup::{RunError, SetupCtx, SetupError, SimError};
 
 /// (blocks, block size) of the largest instance KV cache that may serve, for the diagnosis
 /// of dropped requests.
@@ -73,18 +73,18 @@ pub(super) fn open_files(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<
     }
     let mut files = world.resource_mut::<Outputs>();
     if outputs.requests_csv
-        && let Some(mut writer) = files.create("requests.csv")?
+        && let Some(mut writer) = files.create("requests.csv").map_err(SetupError::Outputs)?
     {
         writer
             .write_all(&csv_header())
-            .map_err(|e| SimError::Output {
+            .map_err(|e| SetupError::Output {
                 path: files.staged_path("requests.csv"),
                 message: e.to_string(),
             })?;
         log.writer = Some(writer);
     }
     let summary = if outputs.summary_json {
-        files.create("summary.json")?
+        files.create("summary.json").map_err(SetupError::Outputs)?
     } else {
         None
     };
@@ -148,12 +148,12 @@ pub(super) fn finish_requests(world: &mut World, _: &mut Summary) -> Result<(), 
             message: e.to_string(),
         })?;
     }
-    let io = |message: String| SimError::Output {
+    let io = |message: String| RunError::Output {
         path: path.clone(),
         message,
     };
     if let Some(err) = log.error.take() {
-        return Err(io(err));
+        return Err(io(err).into());
     }
     if let Some(writer) = log.writer.take() {
         writer
@@ -180,7 +180,7 @@ pub(super) fn write_summary(world: &mut World, summary: &mut Summary) -> Result<
         return Ok(());
     };
     let path = world.resource::<Outputs>().staged_path("summary.json");
-    let io = |e: std::io::Error| SimError::Output {
+    let io = |e: std::io::Error| RunError::Output {
         path: path.clone(),
         message: e.to_string(),
     };

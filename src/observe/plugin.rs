@@ -11,7 +11,7 @@ use crate::instance::InstanceSystems;
 use crate::instance::spawn::Groups;
 use crate::metrics::{FinishStage, MetricsSystems, Summary, SummaryAppExt, Unfinished};
 use crate::output::Outputs;
-use crate::setup::{SetupAppExt, SetupCtx, SetupStage, SimError};
+use crate::setup::{RunError, SetupAppExt, SetupCtx, SetupError, SetupStage, SimError};
 use crate::time::SimTime;
 
 /// `timeseries.csv` and `timeline.json`, as the scenario asks: opened at
@@ -65,12 +65,14 @@ fn open_observers(app: &mut App, ctx: &SetupCtx<'_>) -> Result<(), SimError> {
     let groups = group_names(app.world());
     let world = app.world_mut();
     let mut files = world.resource_mut::<Outputs>();
-    let io = |files: &Outputs, name: &str, message: String| SimError::Output {
+    let io = |files: &Outputs, name: &str, message: String| SetupError::Output {
         path: files.staged_path(name),
         message,
     };
     let series = match outputs.timeseries_csv {
-        true => files.create("timeseries.csv")?,
+        true => files
+            .create("timeseries.csv")
+            .map_err(SetupError::Outputs)?,
         false => None,
     };
     let series = match series {
@@ -85,7 +87,7 @@ fn open_observers(app: &mut App, ctx: &SetupCtx<'_>) -> Result<(), SimError> {
         None => None,
     };
     let timeline = match outputs.timeline_json {
-        true => files.create("timeline.json")?,
+        true => files.create("timeline.json").map_err(SetupError::Outputs)?,
         false => None,
     };
     let timeline = match timeline {
@@ -164,7 +166,7 @@ fn finish_observers(world: &mut World, summary: &mut Summary) -> Result<(), SimE
         timeline
             .finish()
             .and_then(|f| f.sync_all().map_err(|e| e.to_string()))
-            .map_err(|message| SimError::Output {
+            .map_err(|message| RunError::Output {
                 path: staged(world, "timeline.json"),
                 message,
             })?;
@@ -172,7 +174,7 @@ fn finish_observers(world: &mut World, summary: &mut Summary) -> Result<(), SimE
     if let Some(ts) = world.remove_resource::<TimeSeries>() {
         ts.finish(world, now)
             .and_then(|f| f.sync_all().map_err(|e| e.to_string()))
-            .map_err(|message| SimError::Output {
+            .map_err(|message| RunError::Output {
                 path: staged(world, "timeseries.csv"),
                 message,
             })?;

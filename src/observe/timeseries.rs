@@ -11,9 +11,9 @@ use std::io::BufWriter;
 
 use bevy_ecs::prelude::*;
 
-use crate::instance::{Phase, Power};
 use crate::engine::Injected;
 use crate::instance::{InstanceIndex, Scheduler};
+use crate::instance::{Phase, Power};
 use crate::kv::KvCache;
 use crate::metrics::Aggregates;
 use crate::scenario::Scenario;

@@ -60,15 +60,14 @@ pub fn set_up_workload(
     app: &mut bevy_app::App,
     ctx: &crate::setup::SetupCtx<'_>,
 ) -> Result<(), crate::setup::SimError> {
-    use crate::setup::SimError;
     let world = app.world_mut();
     let mut labels = world.remove_resource::<Labels>().unwrap_or_default();
     let made = Workload::new(ctx.scenario, &mut labels, ctx.options.replay.clone());
     world.insert_resource(labels);
-    let mut workload = made.map_err(SimError::Workload)?;
+    let mut workload = made.map_err(crate::setup::SetupError::Workload)?;
     workload
         .prime(&mut world.resource_mut::<EventQueue>())
-        .map_err(SimError::Workload)?;
+        .map_err(crate::setup::SetupError::Workload)?;
     world.insert_resource(crate::engine::HeldBatches(workload.held_sources()));
     world.insert_resource(workload);
     Ok(())

@@ -2,6 +2,7 @@
 //! setup step of your own sees what the stages before it built, and its error stops the
 //! build.
 
+use servesim::SetupError;
 use servesim::bevy_app::App;
 use servesim::bevy_ecs::prelude::*;
 use servesim::instance::InstanceIndex;
@@ -86,14 +87,15 @@ fn setup_steps_run_by_stage_and_see_what_earlier_stages_built() {
 fn a_setup_step_that_fails_stops_the_build_with_its_error() {
     let mut app = servesim::default_app();
     app.add_setup(SetupStage::Workload, |_: &mut App, ctx: &SetupCtx<'_>| {
-        Err(SimError::Workload(format!(
+        Err(SetupError::Workload(format!(
             "refusing {} groups",
             ctx.scenario.cluster.groups.len()
-        )))
+        ))
+        .into())
     });
     let sc = crate::common::parse(SCENARIO);
     match Simulation::from_app(app, &sc, RunOptions::default()) {
-        Err(SimError::Workload(m)) => assert_eq!(m, "refusing 2 groups"),
+        Err(SimError::Setup(SetupError::Workload(m))) => assert_eq!(m, "refusing 2 groups"),
         Err(e) => panic!("unexpected error {e}"),
         Ok(_) => panic!("the failing step was not run"),
     }

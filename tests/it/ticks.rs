@@ -268,9 +268,11 @@ fn a_run_that_stops_says_why_in_a_typed_fault() {
     let mut sc = parse(SCENARIO);
     sc.limits.max_in_flight = 2;
     match Simulation::new(&sc, RunOptions::default()).unwrap().run() {
-        Err(servesim::SimError::Fault(servesim::Fault::Overloaded {
-            in_flight, limit, ..
-        })) => {
+        Err(servesim::SimError::Run(servesim::RunError::Fault(servesim::Fault::Overloaded {
+            in_flight,
+            limit,
+            ..
+        }))) => {
             assert_eq!(limit, 2);
             assert!(in_flight > 2);
         }
@@ -280,7 +282,7 @@ fn a_run_that_stops_says_why_in_a_typed_fault() {
 
 #[test]
 fn a_scenario_that_skipped_validation_fails_with_a_typed_error() {
-    use servesim::SimError;
+    use servesim::{SetupError, SimError};
     // Valid, then broken behind validation's back, as a program building scenarios might.
     let mut sc = parse(SCENARIO);
     sc.policies.routing = "weighted".into();
@@ -288,7 +290,7 @@ fn a_scenario_that_skipped_validation_fails_with_a_typed_error() {
         .routing_params
         .insert("queue_depth".into(), -1.0);
     match Simulation::new(&sc, RunOptions::default()) {
-        Err(SimError::Policy { path, message }) => {
+        Err(SimError::Setup(SetupError::Policy { path, message })) => {
             assert_eq!(path, "policies.routing");
             assert!(message.contains("queue_depth"), "{message}");
         }
@@ -297,8 +299,8 @@ fn a_scenario_that_skipped_validation_fails_with_a_typed_error() {
     let mut sc = parse(SCENARIO);
     sc.cluster.groups[0].model = Some("no-such-model".into());
     match Simulation::new(&sc, RunOptions::default()) {
-        Err(e @ SimError::Group(_)) => {
-            let SimError::Group(problems) = &e else {
+        Err(e @ SimError::Setup(SetupError::Group(_))) => {
+            let SimError::Setup(SetupError::Group(problems)) = &e else {
                 unreachable!()
             };
             assert_eq!(problems[0].path, "cluster.groups[0].model");
