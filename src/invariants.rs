@@ -190,3 +190,55 @@ pub fn check_invariants(
         "INV-1 at {now}: {live} live requests but {resident} on instances + {in_transit} in transit"
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use bevy_ecs::system::RunSystemOnce;
+
+    use super::*;
+    use crate::instance::Seq;
+
+    /// A bare world: one instance (10 KV blocks) and `injected` requests counted in, of which
+    /// one waits on the instance (with `step` in flight or not).
+    fn world(injected: u64, step: bool) -> World {
+        let mut world = World::new();
+        world.init_resource::<SimClock>();
+        world.init_resource::<Aggregates>();
+        world.init_resource::<ClusterView>();
+        world.insert_resource(Injected(injected));
+        let request = world
+            .spawn(Lifecycle {
+                enqueued: Some(SimTime::ZERO),
+                ..Default::default()
+            })
+            .id();
+        let mut sched = Scheduler::default();
+        sched.waiting.push_back(Seq::new(
+            request,
+            crate::policy::any_request(),
+            Lifecycle::default(),
+        ));
+        if step {
+            sched.step_end = Some(SimTime(5));
+        }
+        world.spawn((Instance { index: 0, group: 0 }, sched, KvCache::new(10, 16)));
+        world
+    }
+
+    #[test]
+    fn a_consistent_world_passes() {
+        world(1, true).run_system_once(check_invariants).unwrap();
+    }
+
+    #[test]
+    #[should_panic(expected = "INV-1")]
+    fn a_request_counted_in_but_nowhere_breaks_conservation() {
+        world(2, true).run_system_once(check_invariants).unwrap();
+    }
+
+    #[test]
+    #[should_panic(expected = "INV-8")]
+    fn an_instance_with_work_and_no_step_breaks_work_conservation() {
+        world(1, false).run_system_once(check_invariants).unwrap();
+    }
+}

@@ -128,3 +128,156 @@ fn retire_steps_leaves_an_instance_whose_step_ends_later_busy() {
         Some(SimTime(200))
     );
 }
+
+/// A bare world for the pipeline systems: two instances (16-token blocks, 64 of them, at
+/// most 4 sequences and 64 batched tokens, vLLM v1, a step of 1,000 µs + 10 µs per prefill
+/// token + 100 µs per decode token), instance `i` with `waiting[i]` requests of 10 + 10
+/// tokens, the queue policies FCFS with constant priority, and the clock at `now`.
+fn pipeline_world(waiting: [u64; 2], now: SimTime) -> World {
+    use crate::catalog::Active;
+    use crate::policy::{ConstantPriority, Fcfs, family};
+    let mut world = World::new();
+    world.init_resource::<crate::engine::InstanceDue>();
+    world.init_resource::<crate::engine::EventQueue>();
+    world.init_resource::<crate::engine::SimFault>();
+    world.init_resource::<crate::engine::FastLoop>();
+    world.init_resource::<crate::engine::ClusterView>();
+    world.init_resource::<crate::metrics::Aggregates>();
+    world.init_resource::<crate::slo::SloTable>();
+    world.init_resource::<schedulers::SchedulingConfig>();
+    world.insert_resource(Active::<family::Scheduling>(Box::new(Fcfs)));
+    world.insert_resource(Active::<family::Priority>(Box::new(ConstantPriority)));
+    world.insert_resource(SimClock {
+        now,
+        ..Default::default()
+    });
+    let labels = crate::labels::Labels::default();
+    let params = Default::default();
+    let mut index = Vec::new();
+    for (i, &n) in waiting.iter().enumerate() {
+        let mut sched = Scheduler::default();
+        for k in 0..n {
+            let mut spec = crate::policy::any_request();
+            spec.id = i as u64 * 100 + k;
+            if let crate::request::PromptContent::Simple { unique_id, .. } = &mut spec.content {
+                *unique_id = spec.id + 1;
+            }
+            sched
+                .waiting
+                .push_back(Seq::new(Entity::PLACEHOLDER, spec, Lifecycle::default()));
+        }
+        let batcher =
+            (schedulers::VLLM_V1.build)(&crate::catalog::PolicyArgs::new(1, &params, &labels))
+                .unwrap();
+        let e = world
+            .spawn((
+                sched,
+                KvCache::new(64, 16),
+                crate::latency::Latency(std::sync::Arc::new(crate::latency::Blackbox {
+                    alpha: [0.0; 3],
+                    beta: [1000.0, 10.0, 100.0],
+                })),
+                Limits::plain(4, 64),
+                schedulers::Batcher(batcher),
+            ))
+            .id();
+        world
+            .resource_mut::<crate::engine::ClusterView>()
+            .instances
+            .push(snapshot(
+                i as u32,
+                &Scheduler::default(),
+                &KvCache::new(64, 16),
+                0,
+            ));
+        index.push(e);
+    }
+    world.insert_resource(InstanceIndex(index));
+    world
+}
+
+#[test]
+fn form_batches_forms_the_listed_instances_batch_only_and_lists_it_for_pricing() {
+    use bevy_ecs::system::RunSystemOnce;
+    let mut world = pipeline_world([3, 2], SimTime(100));
+    world
+        .resource_mut::<crate::engine::InstanceDue>()
+        .batch
+        .push(0);
+    world.run_system_once(batch::form_batches).unwrap();
+    let index = world.resource::<InstanceIndex>().0.clone();
+    let s0 = world.get::<Scheduler>(index[0]).unwrap();
+    // Three whole 10-token prompts fit the 64-token budget and 4 sequences: all run.
+    assert_eq!(s0.running.len(), 3);
+    assert!(s0.waiting.is_empty());
+    let planned: Vec<(u32, u32, bool)> = s0
+        .plan
+        .iter()
+        .map(|p| (p.slot, p.tokens, p.prefill))
+        .collect();
+    assert_eq!(planned, [(0, 10, true), (1, 10, true), (2, 10, true)]);
+    // Each holds ceil(10 / 16) = 1 block.
+    assert_eq!(
+        world.get::<KvCache>(index[0]).unwrap().allocated_blocks(),
+        3
+    );
+    // Instance 1 was not listed: untouched.
+    let s1 = world.get::<Scheduler>(index[1]).unwrap();
+    assert_eq!((s1.running.len(), s1.waiting.len()), (0, 2));
+    let due = world.resource::<crate::engine::InstanceDue>();
+    assert!(due.batch.is_empty(), "its work list is emptied");
+    assert_eq!(due.execute, vec![0]);
+}
+
+#[test]
+fn execute_steps_prices_the_batch_and_schedules_its_end() {
+    use bevy_ecs::system::RunSystemOnce;
+    let mut world = pipeline_world([3, 0], SimTime(100));
+    world
+        .resource_mut::<crate::engine::InstanceDue>()
+        .batch
+        .push(0);
+    world.run_system_once(batch::form_batches).unwrap();
+    world.run_system_once(step::execute_steps).unwrap();
+    // 1,000 µs + 30 prefill tokens × 10 µs = 1,300 µs from t = 100 µs.
+    let index = world.resource::<InstanceIndex>().0.clone();
+    let s0 = world.get::<Scheduler>(index[0]).unwrap();
+    assert_eq!(s0.step_end, Some(SimTime(1_400)));
+    assert_eq!(s0.counters.prefill_tokens, 30);
+    let mut queue = world.resource_mut::<crate::engine::EventQueue>();
+    assert_eq!(queue.peek_time(), Some(SimTime(1_400)));
+    assert!(matches!(
+        queue.pop_at(SimTime(1_400)),
+        Some(crate::engine::Event::StepFinished { instance: 0 })
+    ));
+    let due = world.resource::<crate::engine::InstanceDue>();
+    assert!(due.execute.is_empty());
+    assert_eq!(due.complete, vec![0]);
+}
+
+#[test]
+fn complete_steps_applies_the_progress_a_whole_prompt_gives_its_first_token() {
+    use bevy_ecs::system::RunSystemOnce;
+    let mut world = pipeline_world([1, 0], SimTime(100));
+    world
+        .resource_mut::<crate::engine::InstanceDue>()
+        .batch
+        .push(0);
+    world.run_system_once(batch::form_batches).unwrap();
+    world.run_system_once(step::execute_steps).unwrap();
+    world.run_system_once(step::complete_steps).unwrap();
+    let index = world.resource::<InstanceIndex>().0.clone();
+    let s0 = world.get::<Scheduler>(index[0]).unwrap();
+    let seq = &s0.running[0];
+    // The whole 10-token prompt computed: its first token is due at the step end
+    // (1,000 + 10 × 10 µs after t = 100 µs).
+    assert_eq!(seq.progress, 10);
+    assert_eq!(seq.generated, 1);
+    assert_eq!(seq.first_token, Some(SimTime(1_200)));
+    assert!(
+        world
+            .resource::<crate::engine::InstanceDue>()
+            .complete
+            .is_empty()
+    );
+}

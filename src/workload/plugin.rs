@@ -230,3 +230,95 @@ pub fn release_held(
     ended.clear();
     due.ended_held = ended;
 }
+
+#[cfg(test)]
+mod tests {
+    use bevy_ecs::system::RunSystemOnce;
+
+    use super::*;
+
+    /// A bare world holding what `spawn_arrivals` reads: a workload of one client sending
+    /// 100-token prompts for 8-token answers every 250 ms (`Constant` arrivals at 4/s), at
+    /// most `limit` of them, primed (its first arrival on the queue).
+    fn world(limit: u64) -> World {
+        let catalog = crate::default_app()
+            .world_mut()
+            .remove_resource::<crate::catalog::Catalog>()
+            .unwrap();
+        let sc = crate::loader::parse(
+            &format!(
+                "(cluster: (groups: [(kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [10.0, 0.0, 0.0]))]),
+                  workload: (num_requests: {limit}, clients: [(rate_per_s: 4.0, arrival: Constant,
+                    input_tokens: Constant(100), output_tokens: Constant(8))]))"
+            ),
+            "bare.ron",
+            &[],
+            &catalog,
+        )
+        .unwrap();
+        let mut labels = sc.labels();
+        let mut workload = Workload::new(&sc, &mut labels, None).unwrap();
+        let mut world = World::new();
+        let mut queue = EventQueue::default();
+        workload.prime(&mut queue).unwrap();
+        world.insert_resource(queue);
+        world.insert_resource(workload);
+        world.init_resource::<WorkloadDue>();
+        world.init_resource::<AdmitDue>();
+        world.init_resource::<SimClock>();
+        world.init_resource::<Injected>();
+        world.init_resource::<SimFault>();
+        world.init_resource::<ClusterDelays>();
+        world
+    }
+
+    /// Pops the next event as the engine would and runs `spawn_arrivals` at its time.
+    fn arrive(world: &mut World) -> SimTime {
+        let t = world.resource::<EventQueue>().peek_time().unwrap();
+        let event = world.resource_mut::<EventQueue>().pop_at(t).unwrap();
+        let Event::Arrival { source } = event else {
+            panic!("expected an arrival, got {event:?}");
+        };
+        world.resource_mut::<WorkloadDue>().arrivals.push(source);
+        world.resource_mut::<SimClock>().now = t;
+        world.run_system_once(spawn_arrivals).unwrap();
+        t
+    }
+
+    #[test]
+    fn an_arrival_spawns_its_request_hands_it_to_admission_and_schedules_the_next() {
+        let mut world = world(3);
+        // The first arrival comes one gap (250 ms) after t = 0.
+        assert_eq!(arrive(&mut world), SimTime(250_000));
+        assert_eq!(world.resource::<Injected>().0, 1);
+        let admit = world.resource::<AdmitDue>().0.clone();
+        assert_eq!(admit.len(), 1, "no admission delay: admitted this tick");
+        let spec = world.get::<RequestSpec>(admit[0]).unwrap();
+        assert_eq!(
+            (spec.id, spec.input_tokens, spec.output_tokens),
+            (0, 100, 8)
+        );
+        assert_eq!(
+            world.get::<Lifecycle>(admit[0]).unwrap().arrival,
+            SimTime(250_000)
+        );
+        assert!(world.resource::<WorkloadDue>().arrivals.is_empty());
+        assert_eq!(
+            world.resource::<EventQueue>().peek_time(),
+            Some(SimTime(500_000))
+        );
+    }
+
+    #[test]
+    fn the_workload_stops_at_its_request_limit() {
+        let mut world = world(2);
+        arrive(&mut world);
+        arrive(&mut world);
+        assert_eq!(world.resource::<Injected>().0, 2);
+        assert_eq!(
+            world.resource::<EventQueue>().peek_time(),
+            None,
+            "no arrival after the last request"
+        );
+    }
+}
