@@ -156,7 +156,7 @@ def test_a_sweep_gives_the_rows_of_the_points_run_one_by_one():
 
 
 def send_to_last(request, instances):
-    """A routing policy of one's own (module-level, so a sweep's workers can import it)."""
+    """A routing policy of one's own (module-level: the process pool imports it, Ray gets it by value)."""
     return [i[0] for i in instances if i[6]][-1]
 
 

@@ -59,6 +59,26 @@ def run_point(
     return row
 
 
+def _send_by_value(ray, functions: Sequence[Optional[Callable]]) -> None:
+    """Ray workers import a function's module by name. A module of the user's own (a script
+    beside the driver, a test file collected by pytest) is not on their path, so its functions
+    travel by value; functions of installed packages, of the standard library and of ``__main__`` are left as Ray
+    sends them."""
+    import sys
+    import sysconfig
+
+    installed = tuple(sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib", "platstdlib"))
+    for function in functions:
+        name = getattr(function, "__module__", None)
+        module = sys.modules.get(name) if name else None
+        if module is None or name == "__main__":
+            continue
+        path = getattr(module, "__file__", None) or ""
+        if path.startswith(installed) or name.split(".")[0] == "servesim":
+            continue
+        ray.cloudpickle.register_pickle_by_value(module)
+
+
 def _ray():
     try:
         import ray  # noqa: F401
@@ -81,8 +101,8 @@ def sweep(
     ``backend``: ``"ray"`` (``ray.init()`` is called if Ray is not initialised: set
     ``RAY_ADDRESS`` to use a cluster), ``"process"`` (a local process pool of ``jobs``
     workers, default: every core), or ``"auto"`` (Ray if it is installed). ``routing`` and
-    ``summary_hook`` are passed to every point's ``run`` (module-level functions, so that
-    they reach the workers).
+    ``summary_hook`` are passed to every point's ``run``; on Ray, functions from a module of
+    your own (not an installed package) are sent by value, so the workers need not import it.
     """
     scenario = os.path.abspath(scenario) if os.path.exists(scenario) else scenario
     ray = _ray() if backend in ("auto", "ray") else None
@@ -91,6 +111,7 @@ def sweep(
     if ray is not None:
         if not ray.is_initialized():
             ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False)
+        _send_by_value(ray, (routing, summary_hook))
         task = ray.remote(run_point)
         return ray.get([task.remote(scenario, p, seed, routing, summary_hook) for p in points])
     from concurrent.futures import ProcessPoolExecutor
