@@ -512,3 +512,140 @@ fn sort_fast_events(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Bare-world tests: one instance's fast tick against the four stage systems it stands in
+    //! for, on the instance pipeline's two-instance world.
+
+    use bevy_ecs::prelude::*;
+    use bevy_ecs::system::RunSystemOnce;
+
+    use super::{instance_tick, sort_fast_events};
+    use crate::engine::{ClusterView, Event, EventQueue, InstanceDue, RecordDue, SimClock};
+    use crate::instance::schedulers::QueuePolicies;
+    use crate::instance::{InstanceIndex, Instances, Scheduler, batch, retire_steps, step};
+    use crate::kv::KvCache;
+    use crate::metrics::Aggregates;
+    use crate::time::SimTime;
+
+    /// Everything a tick of instance 0 changes, as text.
+    fn state(world: &World) -> String {
+        let e = world.resource::<InstanceIndex>().0[0];
+        format!(
+            "{:?}\n{:?}\n{:?}\n{:?}\n{:?}\n{:?}",
+            world.get::<Scheduler>(e).unwrap(),
+            world.get::<KvCache>(e).unwrap(),
+            world.resource::<EventQueue>(),
+            world.resource::<ClusterView>(),
+            world.resource::<Aggregates>(),
+            world.resource::<RecordDue>().0.len(),
+        )
+    }
+
+    /// A tick of instance 0 by the stage systems: retire (when its step ends now), form,
+    /// execute, complete.
+    fn staged(world: &mut World, retire: bool) {
+        if retire {
+            world.resource_mut::<InstanceDue>().step_ends.push(0);
+            world.run_system_once(retire_steps).unwrap();
+        } else {
+            world.resource_mut::<InstanceDue>().batch.push(0);
+        }
+        world.run_system_once(batch::form_batches).unwrap();
+        world.run_system_once(step::execute_steps).unwrap();
+        world.run_system_once(step::complete_steps).unwrap();
+    }
+
+    /// The same tick by the fast path's one call.
+    fn fast(world: &mut World, retire: bool) {
+        world
+            .run_system_once(
+                move |mut due: ResMut<InstanceDue>,
+                      mut record: ResMut<RecordDue>,
+                      clock: Res<SimClock>,
+                      index: Res<InstanceIndex>,
+                      policies: QueuePolicies,
+                      mut instances: Instances,
+                      mut queue: ResMut<EventQueue>,
+                      mut view: ResMut<ClusterView>,
+                      mut agg: ResMut<Aggregates>,
+                      mut fault: ResMut<crate::engine::SimFault>| {
+                    let mut items = Vec::new();
+                    instance_tick(
+                        0,
+                        retire.then_some((&mut *due, &mut *record)),
+                        clock.now,
+                        &index,
+                        &policies.ordering(),
+                        false,
+                        &mut instances,
+                        &mut queue,
+                        &mut items,
+                        &mut view,
+                        &mut agg,
+                        &mut fault,
+                    );
+                },
+            )
+            .unwrap();
+    }
+
+    #[test]
+    fn an_instances_fast_tick_leaves_what_the_four_stage_systems_leave() {
+        let worlds = || {
+            let mut w = crate::instance::tests::pipeline_world([3, 0], SimTime(100));
+            w.init_resource::<RecordDue>();
+            w
+        };
+        let (mut a, mut b) = (worlds(), worlds());
+        // A prefill step of three 10-token prompts: 1,000 + 30 × 10 = 1,300 µs.
+        staged(&mut a, false);
+        fast(&mut b, false);
+        assert_eq!(state(&a), state(&b));
+        let e = a.resource::<InstanceIndex>().0[0];
+        assert_eq!(
+            a.get::<Scheduler>(e).unwrap().step_end,
+            Some(SimTime(1_400))
+        );
+        // At its end, the next: three decodes, 1,000 + 3 × 100 = 1,300 µs more.
+        for w in [&mut a, &mut b] {
+            w.resource_mut::<SimClock>().now = SimTime(1_400);
+            let mut queue = w.resource_mut::<EventQueue>();
+            assert!(queue.pop_at(SimTime(1_400)).is_some());
+        }
+        staged(&mut a, true);
+        fast(&mut b, true);
+        assert_eq!(state(&a), state(&b));
+        assert_eq!(
+            a.get::<Scheduler>(e).unwrap().step_end,
+            Some(SimTime(2_700))
+        );
+    }
+
+    #[test]
+    fn a_fast_ticks_events_go_to_their_lists_in_order() {
+        let (r1, r2) = (
+            Entity::from_raw_u32(1).unwrap(),
+            Entity::from_raw_u32(2).unwrap(),
+        );
+        let mut events = vec![
+            Event::Enqueue {
+                request: r2,
+                instance: 1,
+            },
+            Event::StepFinished { instance: 3 },
+            Event::Enqueue {
+                request: r1,
+                instance: 0,
+            },
+            Event::StepFinished { instance: 0 },
+        ];
+        let mut listed = InstanceDue::default();
+        let mut enqueues = Vec::new();
+        sort_fast_events(&mut events, &mut listed, &mut enqueues);
+        assert!(events.is_empty());
+        assert_eq!(listed.step_ends, vec![3, 0]);
+        assert_eq!(enqueues, vec![(r2, 1), (r1, 0)]);
+    }
+}

@@ -26,6 +26,8 @@ mod check;
 mod life;
 mod plugin;
 mod scaling;
+#[cfg(test)]
+mod tests;
 
 pub use check::check;
 pub use life::advance_phases;

@@ -36,6 +36,8 @@
 //! [`SimSystems::Transfer`]: crate::SimSystems::Transfer
 
 mod check;
+#[cfg(test)]
+mod tests;
 
 pub use check::check;
 

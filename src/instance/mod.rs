@@ -30,7 +30,7 @@ pub mod schedulers;
 pub mod spawn;
 pub mod step;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use check::check_group;
 pub use pipeline::{

@@ -133,7 +133,7 @@ fn retire_steps_leaves_an_instance_whose_step_ends_later_busy() {
 /// most 4 sequences and 64 batched tokens, vLLM v1, a step of 1,000 µs + 10 µs per prefill
 /// token + 100 µs per decode token), instance `i` with `waiting[i]` requests of 10 + 10
 /// tokens, the queue policies FCFS with constant priority, and the clock at `now`.
-fn pipeline_world(waiting: [u64; 2], now: SimTime) -> World {
+pub(crate) fn pipeline_world(waiting: [u64; 2], now: SimTime) -> World {
     use crate::catalog::Active;
     use crate::policy::{ConstantPriority, Fcfs, family};
     let mut world = World::new();

@@ -1,8 +1,7 @@
 //! The manual is tested: every RON snippet in README.md and docs/*.md is loaded and validated
 //! as what it is (a whole scenario, an instance group, or a field of the workload, the
-//! policies or a group), every Rust snippet's lines appear in code that a test compiles and
-//! runs (`extending.rs` holds the check for the extending chapter; this one covers every
-//! chapter), and every link between chapters points at a file and heading that exist.
+//! policies or a group), each paragraph of every Rust snippet stands, line after line, in code
+//! that a test compiles and runs, and every link between chapters points at a file and heading that exist.
 
 use std::path::{Path, PathBuf};
 
@@ -113,31 +112,47 @@ fn normalize(line: &str) -> &str {
     l
 }
 
+/// The non-empty lines of `text`, normalized.
+fn code_lines(text: &str) -> Vec<&str> {
+    text.lines()
+        .map(normalize)
+        .filter(|l| !l.is_empty())
+        .collect()
+}
+
 #[test]
 fn every_rust_snippet_in_the_docs_is_compiled_code() {
-    let files = crate::common::rust_files(&[
+    // Each paragraph of a snippet (its lines between blank lines) must stand, line after
+    // line, in one file that is compiled and run: a doc test, a test, an example or the
+    // source itself. Pieces glued from several places, or code edited in the docs only,
+    // fail.
+    let files: Vec<Vec<String>> = crate::common::rust_files(&[
         &root().join("src"),
         &root().join("tests"),
         &root().join("examples"),
-    ]);
-    let known: std::collections::HashSet<String> = files
-        .iter()
-        .flat_map(|f| {
-            std::fs::read_to_string(f)
-                .unwrap()
-                .lines()
-                .map(|l| normalize(l).to_string())
-                .collect::<Vec<_>>()
+    ])
+    .iter()
+    .map(|f| {
+        let text = std::fs::read_to_string(f).unwrap();
+        code_lines(&text).into_iter().map(String::from).collect()
+    })
+    .collect();
+    let found = |paragraph: &[&str]| {
+        files.iter().any(|lines| {
+            lines
+                .windows(paragraph.len())
+                .any(|w| w.iter().zip(paragraph).all(|(a, b)| a == b))
         })
-        .collect();
+    };
     let mut missing = Vec::new();
     let mut checked = 0;
     for (page, text) in pages() {
         for snippet in blocks(&text, "rust") {
             checked += 1;
-            for line in snippet.lines().map(normalize).filter(|l| !l.is_empty()) {
-                if !known.contains(line) {
-                    missing.push(format!("{page}: {line}"));
+            for paragraph in snippet.split("\n\n") {
+                let lines = code_lines(paragraph);
+                if !lines.is_empty() && !found(&lines) {
+                    missing.push(format!("{page}:\n{}", lines.join("\n")));
                 }
             }
         }
@@ -145,8 +160,8 @@ fn every_rust_snippet_in_the_docs_is_compiled_code() {
     assert!(checked >= 7, "found {checked} Rust snippets");
     assert!(
         missing.is_empty(),
-        "Rust lines in the docs found in no compiled source or test:\n{}",
-        missing.join("\n")
+        "Rust code in the docs that stands in no compiled source, test or example:\n\n{}",
+        missing.join("\n\n")
     );
 }
 
