@@ -245,3 +245,35 @@ fn the_readme_is_short_and_the_book_lists_every_chapter() {
         }
     }
 }
+
+#[test]
+fn every_source_path_the_docs_name_exists() {
+    // Paths under src/, tests/, examples/, benches/ and python/ wherever they appear (in
+    // backticks, code blocks or links): a file or folder that moved makes the book lie.
+    let path_char = |c: char| c.is_alphanumeric() || "_-./".contains(c);
+    let mut missing = Vec::new();
+    let mut checked = 0;
+    for (page, text) in pages() {
+        for top in ["src/", "tests/", "examples/", "benches/", "python/"] {
+            for (at, _) in text.match_indices(top) {
+                if text[..at].chars().next_back().is_some_and(path_char) {
+                    continue; // inside a longer path
+                }
+                let path: String = text[at..].chars().take_while(|&c| path_char(c)).collect();
+                let path = path.trim_end_matches('.');
+                checked += 1;
+                if !root().join(path).exists() {
+                    missing.push(format!("{page}: {path}"));
+                }
+            }
+        }
+    }
+    assert!(checked >= 50, "found {checked} paths");
+    missing.sort();
+    missing.dedup();
+    assert!(
+        missing.is_empty(),
+        "paths named in the docs that do not exist:\n{}",
+        missing.join("\n")
+    );
+}

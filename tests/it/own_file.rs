@@ -18,7 +18,12 @@ use servesim::{RunError, SetupError, SimClock, SimError, SimStep, SimSystems};
 pub struct StepLog;
 
 #[derive(Resource)]
-struct StepFile(BufWriter<std::fs::File>);
+struct StepFile {
+    file: BufWriter<std::fs::File>,
+    path: std::path::PathBuf,
+    /// The first failed write, reported when the run ends.
+    error: Option<std::io::Error>,
+}
 
 impl Plugin for StepLog {
     fn build(&self, app: &mut App) {
@@ -35,10 +40,15 @@ fn open_step_log(app: &mut App, _: &SetupCtx<'_>) -> Result<(), SimError> {
     };
     let path = outputs.staged_path("steps.csv");
     writeln!(file, "time_us,instance").map_err(|e| SetupError::Output {
-        path,
+        path: path.clone(),
         message: e.to_string(),
     })?;
-    app.insert_resource(StepFile(file)).add_systems(
+    let log = StepFile {
+        file,
+        path,
+        error: None,
+    };
+    app.insert_resource(log).add_systems(
         SimStep,
         log_steps
             .in_set(SimSystems::Execute)
@@ -48,22 +58,28 @@ fn open_step_log(app: &mut App, _: &SetupCtx<'_>) -> Result<(), SimError> {
 }
 
 /// The instances that start a step now (read before `execute_steps` empties the list).
-fn log_steps(due: Res<InstanceDue>, clock: Res<SimClock>, mut file: ResMut<StepFile>) {
+fn log_steps(due: Res<InstanceDue>, clock: Res<SimClock>, mut log: ResMut<StepFile>) {
     for instance in &due.execute {
-        let _ = writeln!(file.0, "{},{instance}", clock.now.as_us());
+        if let Err(e) = writeln!(log.file, "{},{instance}", clock.now.as_us()) {
+            log.error.get_or_insert(e);
+        }
     }
 }
 
 /// Flushes the file; a failed write fails the run, and then no result file is committed.
 fn finish_step_log(world: &mut World, _: &mut Summary) -> Result<(), SimError> {
-    let Some(mut file) = world.remove_resource::<StepFile>() else {
+    let Some(mut log) = world.remove_resource::<StepFile>() else {
         return Ok(());
     };
-    file.0.flush().map_err(|e| RunError::Output {
-        path: "steps.csv".into(),
-        message: e.to_string(),
-    })?;
-    Ok(())
+    let flushed = log.file.flush();
+    match log.error.map_or(flushed, Err) {
+        Ok(()) => Ok(()),
+        Err(e) => Err(RunError::Output {
+            path: log.path,
+            message: e.to_string(),
+        }
+        .into()),
+    }
 }
 
 fn scenario() -> servesim::scenario::Scenario {
