@@ -162,7 +162,7 @@ impl Simulation {
         // Checked by simulated ticks (a fast tick may run several).
         let (mut overload_at, mut progress_at) = (256u64, PROGRESS_EVERY);
         self.world.resource_mut::<engine::FastLoop>().check_at = overload_at;
-        while self.tick() {
+        while self.tick() && !self.nothing_left() {
             if interrupt
                 .as_ref()
                 .is_some_and(|f| f.load(std::sync::atomic::Ordering::Relaxed))
@@ -203,6 +203,27 @@ impl Simulation {
             injected: self.world.resource::<Injected>().0,
             ended: self.world.resource::<Aggregates>().ended(),
         }
+    }
+
+    /// True when no request is in the system or still to come and only life-cycle timers
+    /// are pending (provisioning, loading, warm-up, scaling evaluations): the run is over,
+    /// rather than ticking on to a timer that serves no one.
+    fn nothing_left(&self) -> bool {
+        let queue = self.world.resource::<engine::EventQueue>();
+        if queue.any(|e| {
+            !matches!(
+                e,
+                engine::Event::PhaseEnd { .. } | engine::Event::AutoscaleTick
+            )
+        }) {
+            return false;
+        }
+        let injected = self.world.resource::<Injected>().0;
+        injected == self.world.resource::<Aggregates>().ended()
+            && self
+                .world
+                .get_resource::<engine::Parked>()
+                .is_none_or(|p| p.requests.is_empty())
     }
 
     /// A diagnosis when more requests are in the system than `limits.max_in_flight`.

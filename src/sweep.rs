@@ -495,18 +495,16 @@ impl Part {
     /// Reads `sweep.json` and `sweep.csv` of `dir`.
     pub fn read(dir: &std::path::Path) -> Result<Part, String> {
         let json = dir.join("sweep.json");
-        let text = std::fs::read_to_string(&json).map_err(|e| {
+        let text = crate::input::read_text(&json).map_err(|e| {
             format!(
-                "cannot read {}: {e} (is {} the --out of a `servesim sweep`?)",
-                json.display(),
+                "{e} (is {} the --out of a `servesim sweep`?)",
                 dir.display()
             )
         })?;
         let plan: Plan =
             serde_json::from_str(&text).map_err(|e| format!("{}: {e}", json.display()))?;
         let path = dir.join("sweep.csv");
-        let mut reader =
-            csv::Reader::from_path(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut reader = csv::Reader::from_reader(crate::input::open_lines(&path)?);
         let header: Vec<String> = reader
             .headers()
             .map_err(|e| format!("{}: {e}", path.display()))?

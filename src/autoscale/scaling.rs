@@ -97,7 +97,11 @@ pub fn evaluate_scaling(
                 false,
             );
         }
-        let more = !queue.is_empty();
+        // Evaluations go on while there is work: requests waiting for an instance, or an
+        // event other than life-cycle timers. A cluster with nothing left to serve stops
+        // evaluating instead of ticking through a long provisioning delay.
+        let more = !parked.requests.is_empty()
+            || queue.any(|e| !matches!(e, Event::PhaseEnd { .. } | Event::AutoscaleTick));
         for &g in &due_groups {
             let group = &mut scaler.groups[g];
             group.window_start = now;

@@ -140,14 +140,22 @@ pub(crate) fn report(a: ReportArgs) -> ExitCode {
         [one] => one.join("report.html"),
         _ => PathBuf::from("report.html"),
     });
-    match super::run::write_report(&dirs, &out) {
+    // What cannot be read is bad input (exit 2); a page that cannot be written, a failure (1).
+    let page = match crate::report::report(&dirs) {
+        Ok(page) => page,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match super::run::write_page(&page, &out) {
         Ok(()) => {
             eprintln!("servesim: report in {}", out.display());
             ExitCode::SUCCESS
         }
-        Err(e) => {
+        Err((code, e)) => {
             eprintln!("error: {e}");
-            ExitCode::from(1)
+            ExitCode::from(code)
         }
     }
 }

@@ -22,23 +22,29 @@ pub(crate) fn peak_rss_mb() -> Option<f64> {
 /// Renders the report of `dirs` and writes it to `out` (staged, then moved into place).
 pub(crate) fn write_report(dirs: &[PathBuf], out: &Path) -> Result<(), String> {
     let page = crate::report::report(dirs).map_err(|e| e.to_string())?;
+    write_page(&page, out).map_err(|(_, e)| e)
+}
+
+/// Writes a report page to `out` (staged, then moved into place). The error carries its
+/// exit code: 2 for an output location that cannot be used, 1 for a failed write.
+pub(crate) fn write_page(page: &str, out: &Path) -> Result<(), (u8, String)> {
     let name = out
         .file_name()
-        .ok_or_else(|| format!("--out {}: expected a file name", out.display()))?
+        .ok_or_else(|| (2, format!("--out {}: expected a file name", out.display())))?
         .to_string_lossy()
         .into_owned();
     let parent = match out.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let mut dir = crate::output::OutputDir::open(&parent).map_err(|e| e.to_string())?;
-    let mut w = dir.create(&name).map_err(|e| e.to_string())?;
+    let mut dir = crate::output::OutputDir::open(&parent).map_err(|e| (2, e.to_string()))?;
+    let mut w = dir.create(&name).map_err(|e| (1, e.to_string()))?;
     use std::io::Write;
     w.write_all(page.as_bytes())
         .and_then(|()| w.flush())
-        .map_err(|e| format!("cannot write {}: {e}", out.display()))?;
+        .map_err(|e| (1, format!("cannot write {}: {e}", out.display())))?;
     drop(w);
-    dir.commit().map_err(|e| e.to_string())?;
+    dir.commit().map_err(|e| (1, e.to_string()))?;
     Ok(())
 }
 

@@ -1,6 +1,6 @@
 //! `servesim sweep` and `servesim merge`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,14 +12,14 @@ use crate::catalog::Catalog;
 
 /// Writes sweep.csv and sweep.json into `out`, together (staged, then moved into place).
 pub(crate) fn write_sweep(
-    out: &Path,
+    mut dir: crate::output::OutputDir,
     plan: &crate::sweep::Plan,
     rows: &std::collections::BTreeMap<usize, Vec<String>>,
 ) -> Result<(), String> {
     use std::io::Write;
+    let out = dir.path().to_path_buf();
     let csv = crate::sweep::to_csv(plan, rows)?;
     let json = serde_json::to_string_pretty(plan).map_err(|e| e.to_string())? + "\n";
-    let mut dir = crate::output::OutputDir::open(out).map_err(|e| e.to_string())?;
     for (name, bytes) in [
         ("sweep.csv", csv.as_slice()),
         ("sweep.json", json.as_bytes()),
@@ -102,9 +102,12 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
         replicas: a.replicas,
         shard,
     };
-    if let Err(e) = crate::output::check_dir(&a.out) {
-        return fail(e.to_string());
-    }
+    // The output directory is opened and locked before anything is simulated, and held
+    // until sweep.csv and sweep.json are committed: a second sweep into it is refused.
+    let out_dir = match crate::output::OutputDir::open(&a.out) {
+        Ok(d) => d,
+        Err(e) => return fail(e.to_string()),
+    };
     // Every point is loaded and validated first; all problems are reported at once.
     let mut points = Vec::new();
     let mut problems: Vec<String> = Vec::new();
@@ -170,10 +173,18 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
     );
     bar.clear();
     let Some(rows) = rows else {
-        eprintln!("servesim: interrupted; no sweep result was written");
+        let kept = match &keep {
+            Some(dir) => format!(
+                "; {} point runs finished before it kept their results under {} (--keep-outputs)",
+                finished.load(Ordering::Relaxed),
+                dir.display()
+            ),
+            None => String::new(),
+        };
+        eprintln!("servesim: interrupted; sweep.csv and sweep.json were not written{kept}");
         return ExitCode::from(130);
     };
-    if let Err(e) = write_sweep(&a.out, &plan, &rows) {
+    if let Err(e) = write_sweep(out_dir, &plan, &rows) {
         eprintln!("error: {e}");
         return ExitCode::from(1);
     }
@@ -218,6 +229,19 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
 /// Joins the shards of a sweep.
 pub(crate) fn merge(a: MergeArgs) -> ExitCode {
     let MergeArgs { shards, out } = a;
+    // The merged sweep never replaces one of its own shards.
+    if let Ok(target) = std::fs::canonicalize(&out)
+        && let Some(shard) = shards
+            .iter()
+            .find(|d| std::fs::canonicalize(d).is_ok_and(|d| d == target))
+    {
+        eprintln!(
+            "error: --out {} is the shard {}: merging into it would replace the shard; give --out another directory",
+            out.display(),
+            shard.display()
+        );
+        return ExitCode::from(2);
+    }
     let parts = match shards
         .iter()
         .map(|d| crate::sweep::Part::read(d))
@@ -236,7 +260,14 @@ pub(crate) fn merge(a: MergeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Err(e) = write_sweep(&out, &plan, &rows) {
+    let out_dir = match crate::output::OutputDir::open(&out) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = write_sweep(out_dir, &plan, &rows) {
         eprintln!("error: {e}");
         return ExitCode::from(1);
     }

@@ -107,6 +107,11 @@ impl EventQueue {
     pub fn is_empty(&self) -> bool {
         self.heap.is_empty()
     }
+
+    /// True when some pending event satisfies `f` (in no particular order).
+    pub fn any(&self, f: impl Fn(&Event) -> bool) -> bool {
+        self.heap.iter().any(|s| f(&s.event))
+    }
 }
 
 #[cfg(test)]

@@ -5,6 +5,12 @@
 //! changes at ticks, so before each tick the driver writes every sample time that falls
 //! before it, with the state as the previous tick left it. A row at time `t` therefore shows
 //! the state after every event at or before `t`; its rates and counts cover `(t − Δ, t]`.
+//!
+//! Between two ticks nothing changes, so the rows of one idle span differ only in their time
+//! after its first (which counts what the tick before did). A span of more than
+//! [`IDLE_ROWS`] sample times is written as its first two rows and its last: the rows left out
+//! would repeat the second. The file then grows with the work simulated, never with simulated
+//! time alone (a trace whose arrivals are years apart writes a few rows per arrival).
 
 use std::fs::File;
 use std::io::BufWriter;
@@ -37,6 +43,10 @@ pub const COLUMNS: [&str; 15] = [
     "arrivals",
     "instances_up",
 ];
+
+/// Sample times of one idle span (between two ticks) written in full; a longer span is
+/// written as its first two rows and its last.
+pub const IDLE_ROWS: u64 = 100;
 
 /// Rows a run gets when `sample_interval_s` is left out.
 pub const TARGET_SAMPLES: f64 = 1000.0;
@@ -128,21 +138,37 @@ impl TimeSeries {
 
     pub fn before_tick(&mut self, world: &World, t: SimTime) {
         if t > self.next && self.error.is_none() {
-            while self.next < t {
-                let at = self.next;
-                self.write(world, at);
-                self.next += self.interval;
+            // Sample times before t: next, next + Δ, …, next + (n − 1)Δ.
+            let n = (t.as_us() - self.next.as_us()).div_ceil(self.interval.as_us().max(1));
+            self.write_idle_span(world, n);
+        }
+    }
+
+    /// Writes the next `n` sample times, over which nothing changes: all of them when they
+    /// are at most [`IDLE_ROWS`], else the first two and the last.
+    fn write_idle_span(&mut self, world: &World, n: u64) {
+        let step = self.interval.as_us().max(1);
+        let mut k = 0;
+        while k < n && self.error.is_none() {
+            if k == 2 && n > IDLE_ROWS {
+                // Rows 2 … n − 2 would repeat row 1 with only the time changed.
+                self.next = SimTime(self.next.as_us().saturating_add((n - 1 - k) * step));
+                k = n - 1;
             }
+            let at = self.next;
+            self.write(world, at);
+            self.next += self.interval;
+            k += 1;
         }
     }
 
     /// At the end of a run at `end`: every sample time up to `end`, then one last row at
     /// `end` itself when it falls between two sample times. Returns the file, flushed.
     pub fn finish(mut self, world: &World, end: SimTime) -> Result<File, String> {
-        while self.error.is_none() && self.next <= end {
-            let at = self.next;
-            self.write(world, at);
-            self.next += self.interval;
+        if self.next <= end {
+            // Sample times up to end: next, …, next + (n − 1)Δ ≤ end.
+            let n = (end.as_us() - self.next.as_us()) / self.interval.as_us().max(1) + 1;
+            self.write_idle_span(world, n);
         }
         if self.error.is_none() && self.last < end {
             self.write(world, end);

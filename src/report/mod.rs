@@ -69,6 +69,12 @@ fn read_err(path: &Path, e: impl std::fmt::Display) -> ReportError {
     }
 }
 
+/// An error of [`crate::input`], which already names the file.
+fn read_err_plain(path: &Path, message: String) -> ReportError {
+    let prefix = format!("cannot read {}: ", path.display());
+    read_err(path, message.strip_prefix(&prefix).unwrap_or(&message))
+}
+
 /// Column positions by name, so files with extra or reordered columns still read.
 fn columns(
     path: &Path,
@@ -95,7 +101,9 @@ fn num(record: &csv::StringRecord, i: usize) -> f64 {
 }
 
 fn read_requests(path: &Path) -> Result<Requests, ReportError> {
-    let mut reader = csv::Reader::from_path(path).map_err(|e| read_err(path, e))?;
+    let mut reader = csv::Reader::from_reader(
+        crate::input::open_lines(path).map_err(|e| read_err_plain(path, e))?,
+    );
     let headers = reader.headers().map_err(|e| read_err(path, e))?.clone();
     let c = columns(
         path,
@@ -141,7 +149,9 @@ fn read_requests(path: &Path) -> Result<Requests, ReportError> {
 }
 
 fn read_samples(path: &Path) -> Result<Samples, ReportError> {
-    let mut reader = csv::Reader::from_path(path).map_err(|e| read_err(path, e))?;
+    let mut reader = csv::Reader::from_reader(
+        crate::input::open_lines(path).map_err(|e| read_err_plain(path, e))?,
+    );
     let headers = reader.headers().map_err(|e| read_err(path, e))?.clone();
     let c = columns(
         path,
@@ -214,9 +224,15 @@ impl Run {
             name,
             ..Default::default()
         };
+        match std::fs::metadata(dir) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Err(read_err(dir, "it is not a directory (give a run's --out)")),
+            Err(e) => return Err(read_err(dir, e)),
+        }
         let summary = dir.join("summary.json");
         if summary.exists() {
-            let text = std::fs::read_to_string(&summary).map_err(|e| read_err(&summary, e))?;
+            let text =
+                crate::input::read_text(&summary).map_err(|e| read_err_plain(&summary, e))?;
             run.summary = Some(serde_json::from_str(&text).map_err(|e| read_err(&summary, e))?);
         }
         let requests = dir.join("requests.csv");

@@ -470,7 +470,7 @@ fn the_report_is_self_contained_and_overlays_several_runs() {
     // A directory without results is an error that says so.
     let empty = tempfile::tempdir().unwrap();
     let out = servesim(&["report", empty.path().to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2), "bad input");
     assert!(String::from_utf8_lossy(&out.stderr).contains("holds no results"));
     assert!(!empty.path().join("report.html").exists());
 }

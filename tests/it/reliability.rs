@@ -529,3 +529,222 @@ fn run_fails_cleanly(src: &str, extra: &[&str], secs: u64) -> String {
     );
     err
 }
+
+/// Issue 30, class 1: a clock that jumps far ahead writes a few time-series rows per jump,
+/// not one per idle sample interval, and the run takes no longer than its work.
+#[test]
+fn an_idle_span_of_the_time_series_is_written_as_three_rows_not_one_per_second() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("s.ron");
+    // Three requests about 8 days apart, sampled every second: ~2·10⁶ idle samples.
+    std::fs::write(
+        &scenario,
+        r#"(cluster: (groups: [(kv_blocks: 1000, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 1.0, 1.0]))]),
+           workload: (num_requests: 3, clients: [(rate_per_s: 1.5e-6, input_tokens: Constant(64), output_tokens: Constant(8))]),
+           outputs: (timeseries_csv: true, sample_interval_s: 1.0))"#,
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let run = servesim_within(
+        &[
+            "run",
+            scenario.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "-q",
+        ],
+        30,
+    );
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let text = std::fs::read_to_string(out.join("timeseries.csv")).unwrap();
+    let cluster: Vec<Vec<&str>> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect::<Vec<_>>())
+        .filter(|r| r[1] == "all")
+        .collect();
+    assert!(cluster.len() < 40, "{} cluster rows", cluster.len());
+    let times: Vec<f64> = cluster.iter().map(|r| r[0].parse().unwrap()).collect();
+    assert!(times.windows(2).all(|w| w[0] < w[1]), "rows in time order");
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("summary.json")).unwrap()).unwrap();
+    let end = summary["sim_duration_s"].as_f64().unwrap();
+    assert!(end > 1e5, "the requests are days apart: {end} s");
+    assert!(
+        (times.last().unwrap() - end).abs() < 1e-6,
+        "the last row is the run's end"
+    );
+    // Where rows were left out (a gap over one interval), the rows on either side are the
+    // same state, time apart: nothing happened in between.
+    let mut gaps = 0;
+    for (a, b) in cluster.iter().zip(&cluster[1..]) {
+        let (ta, tb): (f64, f64) = (a[0].parse().unwrap(), b[0].parse().unwrap());
+        if tb - ta > 1.5 && tb.fract() == 0.0 {
+            gaps += 1;
+            assert_eq!(
+                a[1..],
+                b[1..],
+                "a collapsed span changed state: {a:?} → {b:?}"
+            );
+        }
+    }
+    assert!(gaps >= 2, "{gaps} collapsed spans");
+}
+
+/// Issue 30, class 1: when no request is left to serve, pending life-cycle timers (a
+/// provisioning of 10⁸ s) do not keep the run going, nor bill GPU-hours until they fire.
+#[test]
+fn a_run_with_nothing_left_to_serve_ends_at_its_last_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = servesim_within(
+        &[
+            "run",
+            &root()
+                .join("scenarios/autoscaling.ron")
+                .display()
+                .to_string(),
+            "--set",
+            "cluster.groups[0].scaling.min=0",
+            "--set",
+            "cluster.groups[0].scaling.provision_s=1e8",
+            "--set",
+            "workload.num_requests=2000",
+            "--out",
+            dir.path().to_str().unwrap(),
+            "-q",
+        ],
+        60,
+    );
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("summary.json")).unwrap()).unwrap();
+    let end = summary["sim_duration_s"].as_f64().unwrap();
+    let rows = crate::common::read_rows(&dir.path().join("requests.csv"));
+    let last = rows
+        .iter()
+        .map(|r| r.u64("arrival_us") + r.us("e2e_ms"))
+        .max()
+        .unwrap() as f64
+        / 1e6;
+    // The request's E2E also holds the API server's delay after its last step.
+    assert!(
+        end <= last && last - end < 0.1,
+        "the run ends with its last request ({last} s), not at {end} s"
+    );
+}
+
+/// Issue 30, classes 2 and 7: `report` reads regular files only and a directory that is not
+/// there is bad input (exit 2), like every other.
+#[test]
+fn report_refuses_pipes_devices_and_missing_directories_without_blocking() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo_dir = dir.path().join("fifo");
+    std::fs::create_dir(&fifo_dir).unwrap();
+    let made = Command::new("mkfifo")
+        .arg(fifo_dir.join("summary.json"))
+        .status()
+        .is_ok_and(|s| s.success());
+    let dev_dir = dir.path().join("dev");
+    std::fs::create_dir(&dev_dir).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", dev_dir.join("requests.csv")).unwrap();
+    let mut cases = vec![(dev_dir.clone(), "not a regular file")];
+    if made {
+        cases.push((fifo_dir, "not a regular file"));
+    }
+    cases.push((dir.path().join("missing"), "No such file"));
+    for (d, says) in cases {
+        let out = servesim_within(&["report", d.to_str().unwrap()], 20);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{}: {err}", d.display());
+        assert!(err.contains(says), "{err}");
+        assert!(!d.join("report.html").exists());
+    }
+}
+
+fn tiny_sweep(out: &Path, extra: &[&str]) -> std::process::Output {
+    let scenario = root().join("scenarios/quickstart.ron");
+    let mut args = vec![
+        "sweep",
+        scenario.to_str().unwrap(),
+        "--vary",
+        "workload.num_requests=[10,20]",
+        "--out",
+        out.to_str().unwrap(),
+        "-q",
+    ];
+    args.extend_from_slice(extra);
+    servesim_within(&args, 60)
+}
+
+/// Issue 30, class 3: a sweep locks its output directory before simulating (a second sweep
+/// into it is refused, an unusable location is found first), and a merge never replaces
+/// one of its shards.
+#[test]
+fn sweeps_lock_their_output_and_merges_never_replace_a_shard() {
+    let dir = tempfile::tempdir().unwrap();
+    // Another run holds the directory.
+    let busy = dir.path().join("busy");
+    std::fs::create_dir(&busy).unwrap();
+    let lock = std::fs::File::open(&busy).unwrap();
+    lock.try_lock().unwrap();
+    let out = tiny_sweep(&busy, &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("another servesim run"));
+    assert!(!busy.join("sweep.csv").exists());
+    drop(lock);
+    // A parent that is a file: refused at once, nothing simulated.
+    std::fs::write(dir.path().join("file"), "x").unwrap();
+    let out = tiny_sweep(&dir.path().join("file/sub"), &[]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.stdout.is_empty(), "no point was run");
+    // Two shards, merged into one of them: refused, the shard untouched.
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    assert!(tiny_sweep(&a, &["--shard", "0/2"]).status.success());
+    assert!(tiny_sweep(&b, &["--shard", "1/2"]).status.success());
+    let before = std::fs::read(a.join("sweep.csv")).unwrap();
+    let merge = servesim_within(
+        &[
+            "merge",
+            a.to_str().unwrap(),
+            b.to_str().unwrap(),
+            "--out",
+            a.to_str().unwrap(),
+        ],
+        20,
+    );
+    assert_eq!(merge.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&merge.stderr).contains("would replace the shard"));
+    assert_eq!(std::fs::read(a.join("sweep.csv")).unwrap(), before);
+    let whole = dir.path().join("whole");
+    let merge = servesim_within(
+        &[
+            "merge",
+            a.to_str().unwrap(),
+            b.to_str().unwrap(),
+            "--out",
+            whole.to_str().unwrap(),
+        ],
+        20,
+    );
+    assert!(merge.status.success());
+    assert_eq!(
+        std::fs::read_to_string(whole.join("sweep.csv"))
+            .unwrap()
+            .lines()
+            .count(),
+        3
+    );
+}
