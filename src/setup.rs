@@ -208,7 +208,8 @@ pub enum SimError {
     /// The run stopped before it finished, or its results could not be written.
     #[error(transparent)]
     Run(#[from] RunError),
-    /// A calibration that cannot run (`servesim calibrate`).
+    /// A calibration or a comparison with a measured run that cannot be made
+    /// (`servesim calibrate`, `servesim check-real`).
     #[error("{0}")]
     Calibration(String),
     /// A simulator bug: something the builder or the end of a run relies on failed.

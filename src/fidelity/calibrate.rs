@@ -405,6 +405,9 @@ pub fn calibrate(
     let mut sc = base.clone();
     sc.cluster.groups[group].latency = Some(latency.clone());
     let sim = simulate(app, &sc, measured)?;
+    if let Some(e) = super::none_completed(&sim, "the scenario's cluster with the fitted model") {
+        return Err(e);
+    }
     let holdout_slice = compare_slice("held-back 20 %", measured, &sim, is_holdout);
     let holdout = Report {
         measured_requests: measured

@@ -57,6 +57,13 @@ pub fn load(path: &Path) -> Result<Vec<MeasuredRequest>, String> {
     }
     rows.sort_by_key(|r| r.arrival_us);
     let t0 = rows[0].arrival_us;
+    let span_s = (rows[rows.len() - 1].arrival_us - t0) as f64 / 1e6;
+    if span_s > crate::engine::MAX_SIM_TIME.as_us() as f64 / 1e6 {
+        return Err(format!(
+            "{}: the requests arrive over {span_s:.3e} s, more than the 10⁹ s a run may reach",
+            path.display()
+        ));
+    }
     for r in &mut rows {
         r.arrival_us -= t0;
     }
@@ -201,6 +208,7 @@ pub fn from_vllm_json(text: &str) -> Result<Vec<MeasuredRequest>, String> {
         return Err(format!("more than {MAX_ROWS} requests"));
     }
     let mut out = Vec::with_capacity(n);
+    let max_tokens = f64::from(crate::workload::lengths::MAX_TOKENS);
     for i in 0..n {
         if errors
             .and_then(|e| e.get(i))
@@ -209,30 +217,59 @@ pub fn from_vllm_json(text: &str) -> Result<Vec<MeasuredRequest>, String> {
         {
             continue;
         }
+        // The CSV reader's checks, located by request index and array.
         let f = |a: &serde_json::Value, what: &str| {
             a.as_f64()
                 .filter(|x| x.is_finite() && *x >= 0.0)
-                .ok_or_else(|| format!("request {i}: {what} is not a number ≥ 0"))
+                .ok_or_else(|| format!("request {i}: {what}[{i}] = {a} is not a number ≥ 0"))
         };
-        let input = f(&inputs[i], "input_lens")?;
-        let output = f(&outputs[i], "output_lens")?;
+        let tokens = |a: &serde_json::Value, what: &str| -> Result<f64, String> {
+            let v = f(a, what)?;
+            if v > max_tokens || v.fract() != 0.0 {
+                return Err(format!(
+                    "request {i}: {what}[{i}] = {v} is not a whole number of tokens in [1, {max_tokens}]"
+                ));
+            }
+            Ok(v)
+        };
+        let input = tokens(&inputs[i], "input_lens")?;
+        let output = tokens(&outputs[i], "output_lens")?;
         if input < 1.0 || output < 1.0 {
             continue; // failed or empty request
         }
         let ttft_us = f(&ttfts[i], "ttfts")? * 1e6;
-        let gaps: Vec<f64> = itls
-            .and_then(|a| a.get(i))
-            .and_then(|a| a.as_array())
-            .map(|a| a.iter().filter_map(|x| x.as_f64()).collect())
-            .unwrap_or_default();
+        let gaps: Vec<f64> = match itls.and_then(|a| a.get(i)) {
+            None => Vec::new(),
+            Some(serde_json::Value::Array(a)) => {
+                a.iter().map(|x| f(x, "itls")).collect::<Result<_, _>>()?
+            }
+            Some(other) => {
+                return Err(format!(
+                    "request {i}: itls[{i}] = {other} is not a list of gaps in seconds"
+                ));
+            }
+        };
         let e2e_us = match e2els.and_then(|a| a.get(i)) {
             Some(x) => f(x, "e2els")? * 1e6,
             None => ttft_us + gaps.iter().sum::<f64>() * 1e6,
         };
-        let output_tokens = output.min(f64::from(crate::workload::lengths::MAX_TOKENS)) as u32;
+        if e2e_us < ttft_us {
+            return Err(format!(
+                "request {i}: e2els[{i}] = {} s is below ttfts[{i}] = {} s",
+                e2e_us / 1e6,
+                ttft_us / 1e6
+            ));
+        }
+        let start = f(&starts[i], "start_times")?;
+        if start > MAX_START_S {
+            return Err(format!(
+                "request {i}: start_times[{i}] = {start:e} s is out of range (at most {MAX_START_S:e} s)"
+            ));
+        }
+        let output_tokens = output as u32;
         out.push(MeasuredRequest {
-            arrival_us: (f(&starts[i], "start_times")? * 1e6) as u64,
-            input_tokens: input.min(f64::from(crate::workload::lengths::MAX_TOKENS)) as u32,
+            arrival_us: (start * 1e6) as u64,
+            input_tokens: input as u32,
             output_tokens,
             ttft_us,
             e2e_us,
@@ -246,6 +283,9 @@ pub fn from_vllm_json(text: &str) -> Result<Vec<MeasuredRequest>, String> {
     }
     Ok(out)
 }
+
+/// Latest start time a vLLM result may hold (any origin, so an epoch time passes): 10¹² s.
+const MAX_START_S: f64 = 1e12;
 
 #[cfg(test)]
 mod tests {
@@ -270,6 +310,71 @@ mod tests {
         assert!(e.starts_with("m.csv:3: output_tokens"), "{e}");
         let e = from_csv("arrival,x\n", "m.csv").unwrap_err();
         assert!(e.contains("no arrival column"), "{e}");
+    }
+
+    #[test]
+    fn vllm_json_gets_the_csv_readers_checks_located_by_request() {
+        // One good request and, per case, a second one that breaks one rule.
+        let case = |field: &str, value: &str| {
+            let mut arrays = std::collections::BTreeMap::from([
+                ("input_lens", "100".to_string()),
+                ("output_lens", "3".to_string()),
+                ("ttfts", "0.02".to_string()),
+                ("e2els", "0.1".to_string()),
+                ("start_times", "5.0".to_string()),
+                ("itls", "[0.04, 0.04]".to_string()),
+            ]);
+            arrays.insert(field, value.to_string());
+            let body: Vec<String> = arrays
+                .iter()
+                .map(|(k, v)| {
+                    let good = if *k == "itls" { "[0.04, 0.04]" } else { "1" };
+                    format!("\"{k}\": [{good}, {v}]")
+                })
+                .collect();
+            from_vllm_json(&format!("{{{}}}", body.join(", ")))
+        };
+        assert_eq!(case("ttfts", "0.02").unwrap().len(), 2);
+        for (field, value, says) in [
+            (
+                "itls",
+                "[0.04, -0.01]",
+                "itls[1] = -0.01 is not a number ≥ 0",
+            ),
+            (
+                "itls",
+                "[0.04, \"x\"]",
+                "itls[1] = \"x\" is not a number ≥ 0",
+            ),
+            ("itls", "7", "itls[1] = 7 is not a list"),
+            (
+                "e2els",
+                "0.01",
+                "e2els[1] = 0.01 s is below ttfts[1] = 0.02 s",
+            ),
+            ("ttfts", "\"fast\"", "ttfts[1] = \"fast\" is not a number"),
+            (
+                "start_times",
+                "1e300",
+                "start_times[1] = 1e300 s is out of range",
+            ),
+            (
+                "input_lens",
+                "1e12",
+                "input_lens[1] = 1000000000000 is not a whole number",
+            ),
+            (
+                "output_lens",
+                "2.5",
+                "output_lens[1] = 2.5 is not a whole number",
+            ),
+        ] {
+            let e = case(field, value).unwrap_err();
+            assert!(
+                e.starts_with("request 1: ") && e.contains(says),
+                "{field}: {e}"
+            );
+        }
     }
 
     #[test]

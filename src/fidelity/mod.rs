@@ -173,6 +173,9 @@ pub fn check_real(
 ) -> Result<Report, SimError> {
     let sc = replay_scenario(scenario);
     let simulated = simulate(app, &sc, measured)?;
+    if let Some(e) = none_completed(&simulated, "the scenario's cluster") {
+        return Err(e);
+    }
     let overall = compare_slice("all", measured, &simulated, |_| true);
     let mut names: Vec<&str> = Vec::new();
     for m in measured {
@@ -197,6 +200,23 @@ pub fn check_real(
         overall,
         stages,
     })
+}
+
+/// An error when no replayed request completed: every comparison would be of nothing.
+pub(crate) fn none_completed(
+    simulated: &[crate::metrics::RequestSample],
+    cluster: &str,
+) -> Option<SimError> {
+    if simulated.iter().any(|s| s.completed) {
+        return None;
+    }
+    Some(SimError::Calibration(format!(
+        "none of the {} measured requests completed in the simulation: {cluster} cannot serve \
+         them (run the scenario with the measured requests' lengths and read its warnings: \
+         a KV cache or max_model_len below the prompts drops every request); there is nothing \
+         to compare",
+        simulated.len()
+    )))
 }
 
 impl Report {

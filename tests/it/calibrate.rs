@@ -250,3 +250,61 @@ fn calibrate_and_check_real_run_from_the_command_line() {
         "{err}"
     );
 }
+
+/// Issue 30, class 4: a measured run that the scenario's cluster cannot serve at all (every
+/// prompt longer than its KV cache) is an error for both commands, not "mean APE −0.0 %" or a
+/// fitted model to paste.
+#[test]
+fn measurements_nothing_in_the_scenario_can_serve_are_an_error_not_a_comparison() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("server.ron");
+    std::fs::write(
+        &scenario,
+        "(cluster: (groups: [(kv_blocks: 4, block_size: 16,
+            latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 1.0, 10.0]))]),
+          workload: (num_requests: 1, clients: [(rate_per_s: 1.0, input_tokens: Constant(4), output_tokens: Constant(4))]))",
+    )
+    .unwrap();
+    let measured = dir.path().join("measured.csv");
+    let mut csv = String::from("arrival_s,input_tokens,output_tokens,ttft_ms,e2e_ms\n");
+    for k in 0..20 {
+        csv += &format!("{}.0,500,20,30.0,300.0\n", k);
+    }
+    std::fs::write(&measured, csv).unwrap();
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_servesim"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out_dir = dir.path().join("report");
+    let check = run(&[
+        "check-real",
+        scenario.to_str().unwrap(),
+        measured.to_str().unwrap(),
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&check.stderr);
+    assert_eq!(check.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("none of the 20 measured requests completed"),
+        "{err}"
+    );
+    assert!(!out_dir.join("check-real.json").exists());
+    assert!(!String::from_utf8_lossy(&check.stdout).contains("APE"));
+    let fit = run(&[
+        "calibrate",
+        scenario.to_str().unwrap(),
+        measured.to_str().unwrap(),
+        "--max-evals",
+        "8",
+    ]);
+    let err = String::from_utf8_lossy(&fit.stderr);
+    assert_eq!(fit.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("none of the 20 measured requests completed"),
+        "{err}"
+    );
+    assert!(!String::from_utf8_lossy(&fit.stdout).contains("paste into"));
+}
