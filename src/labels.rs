@@ -16,6 +16,23 @@ pub struct Labels {
     pub groups: Vec<String>,
 }
 
+/// A label as a spreadsheet must show it: as text. A cell that starts with `=`, `+`, `-`,
+/// `@`, a tab or a carriage return is a formula to Excel, LibreOffice and Google Sheets
+/// (OWASP's CSV injection); such a label is written with a leading `'`, which they display
+/// as text. A number (`-1.5`) is left as it is. Every CSV servesim writes passes its labels
+/// (tenants, SLO classes, groups, sweep values) through this.
+pub fn csv_safe(label: &str) -> std::borrow::Cow<'_, str> {
+    let risky = label
+        .as_bytes()
+        .first()
+        .is_some_and(|b| matches!(b, b'=' | b'+' | b'-' | b'@' | b'\t' | b'\r'));
+    if risky && label.parse::<f64>().is_err() {
+        std::borrow::Cow::Owned(format!("'{label}"))
+    } else {
+        std::borrow::Cow::Borrowed(label)
+    }
+}
+
 fn intern(list: &mut Vec<String>, name: &str) -> u32 {
     match list.iter().position(|n| n == name) {
         Some(i) => i as u32,
@@ -32,5 +49,29 @@ impl Labels {
     }
     pub fn slo_class(&mut self, name: &str) -> u32 {
         intern(&mut self.slo_classes, name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::csv_safe;
+
+    #[test]
+    fn formula_like_labels_are_written_as_text_and_numbers_as_they_are() {
+        for (label, written) in [
+            ("=HYPERLINK(\"x\")", "'=HYPERLINK(\"x\")"),
+            ("+cmd", "'+cmd"),
+            ("-rf", "'-rf"),
+            ("@SUM(A1)", "'@SUM(A1)"),
+            ("\tx", "'\tx"),
+            ("\rx", "'\rx"),
+            ("-1.5", "-1.5"),
+            ("+3", "+3"),
+            ("chat", "chat"),
+            ("a=b", "a=b"),
+            ("", ""),
+        ] {
+            assert_eq!(csv_safe(label), written, "{label:?}");
+        }
     }
 }

@@ -343,7 +343,8 @@ pub fn to_csv(plan: &Plan, rows: &BTreeMap<usize, Vec<String>>) -> Result<Vec<u8
     let mut w = csv::Writer::from_writer(Vec::new());
     w.write_record(plan.header()).map_err(|e| e.to_string())?;
     for r in rows.values() {
-        w.write_record(r).map_err(|e| e.to_string())?;
+        w.write_record(r.iter().map(|c| crate::labels::csv_safe(c).into_owned()))
+            .map_err(|e| e.to_string())?;
     }
     w.into_inner().map_err(|e| e.to_string())
 }

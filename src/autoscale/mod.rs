@@ -164,7 +164,7 @@ impl Autoscaler {
         serving: u32,
     ) {
         let on = self.groups[g].on;
-        let name = self.groups[g].name.clone();
+        let name = crate::labels::csv_safe(&self.groups[g].name).into_owned();
         if let Some(w) = self.events.as_mut()
             && self.write_error.is_none()
         {

@@ -139,7 +139,7 @@ pub fn format_row(row: &mut Vec<u8>, f: &FinishedRequest, labels: &Labels) {
         row.push(b',');
     };
     let text = |row: &mut Vec<u8>, s: &str| {
-        csv_field(row, s.as_bytes());
+        csv_field(row, crate::labels::csv_safe(s).as_bytes());
         row.push(b',');
     };
     fn name(list: &[String], i: u32) -> &str {

@@ -123,7 +123,10 @@ impl TimeSeries {
             writer,
             scratch: Scratch::default(),
             seen: vec![Seen::default(); groups.len()],
-            groups,
+            groups: groups
+                .iter()
+                .map(|g| crate::labels::csv_safe(g).into_owned())
+                .collect(),
             cluster: (0, 0),
             error: None,
         })

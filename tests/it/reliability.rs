@@ -748,3 +748,61 @@ fn sweeps_lock_their_output_and_merges_never_replace_a_shard() {
         3
     );
 }
+
+/// Issue 30, class 8: a tenant, SLO class or group whose name a spreadsheet would run as a
+/// formula is written as text in every CSV (OWASP's CSV injection rule).
+#[test]
+fn labels_that_look_like_formulas_are_written_as_text_in_every_csv() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("s.ron");
+    std::fs::write(
+        &scenario,
+        r#"(cluster: (groups: [(name: "+grp", count: 1, kv_blocks: 1000,
+              latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 1.0, 1.0]),
+              scaling: (min: 1, max: 2, provision_s: 1.0))]),
+           policies: (autoscale: "scheduled", autoscale_params: {"0": 1, "0.2": 2},
+              slo_classes: [(name: "@cls", ttft_ms: 100.0)]),
+           workload: (num_requests: 40, clients: [(tenant: "=HYPERLINK(\"http://x\")", slo_class: "@cls",
+              rate_per_s: 50.0, input_tokens: Constant(64), output_tokens: Constant(8))]),
+           outputs: (timeseries_csv: true))"#,
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    let run = servesim_within(
+        &[
+            "run",
+            scenario.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "-q",
+        ],
+        30,
+    );
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    // Every field of every CSV, parsed as a spreadsheet would split it.
+    for name in ["requests.csv", "timeseries.csv", "scale_events.csv"] {
+        let path = out.join(name);
+        assert!(path.exists(), "{name}");
+        let mut reader = csv::Reader::from_path(&path).unwrap();
+        let mut labels = 0;
+        for rec in reader.records() {
+            for cell in rec.unwrap().iter() {
+                assert!(
+                    !cell.starts_with(['=', '+', '@']),
+                    "{name}: a formula cell {cell:?}"
+                );
+                labels += usize::from(cell.starts_with('\''));
+            }
+        }
+        assert!(labels > 0, "{name} holds the labels, as text");
+    }
+    let requests = std::fs::read_to_string(out.join("requests.csv")).unwrap();
+    assert!(
+        requests.contains(r#""'=HYPERLINK(""http://x"")",'@cls"#),
+        "{requests}"
+    );
+}
