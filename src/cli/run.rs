@@ -140,11 +140,7 @@ pub(crate) fn run(app: &ServesimApp, a: RunArgs) -> ExitCode {
             progress_mode
         },
         total,
-        if total.is_some() {
-            "{elapsed_precise} [{bar:30}] {pos}/~{len} requests done, {msg} ({per_sec}, ETA {eta})"
-        } else {
-            "{elapsed_precise} {spinner} {pos} requests done, {msg} ({per_sec})"
-        },
+        progress::Counts::RequestsDone,
     );
     let hook_bar = bar.clone();
     let sim = match Simulation::from_app(

@@ -146,7 +146,7 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
             a.progress
         },
         Some(points.len() as u64),
-        "{elapsed_precise} [{bar:30}] {pos}/{len} points, {msg} (ETA {eta})",
+        progress::Counts::Points,
     );
     let finished = std::sync::atomic::AtomicU64::new(0);
     let total = points.len();

@@ -191,6 +191,20 @@ fn progress_goes_to_stderr_only_and_quiet_silences_it() {
     let err = String::from_utf8_lossy(&shown.stderr);
     assert!(err.contains("requests done"), "{err}");
     assert!(!String::from_utf8_lossy(&shown.stdout).contains("requests done"));
+    // Not a terminal: plain lines, one per 10 s of wall time (this run takes less: one),
+    // no cursor movement, and rates a person can read (whole requests per second).
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("requests done"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(!err.contains('\x1b') && !err.contains('\r'), "{err:?}");
+    let rate = lines[0].rsplit(", ").next().unwrap();
+    assert!(
+        rate.ends_with(" requests/s")
+            && rate.trim_end_matches(" requests/s").parse::<u64>().is_ok(),
+        "{rate}"
+    );
     // Not a terminal: auto shows nothing.
     let auto = quickstart(dir.path(), 2000, &[]);
     let err = String::from_utf8_lossy(&auto.stderr);
