@@ -1,25 +1,47 @@
-//! `least_outstanding` (Vidur LOR): the fewest requests waiting for the instance — queued
-//! plus routed-but-not-yet-queued — ignoring the running batch; ties to the lowest index.
+//! `least_outstanding` (Vidur's LOR): the fewest requests assigned to the instance and not
+//! finished — queued, running, and routed but not yet queued. Ties go round the instances,
+//! starting after the previous pick, so an idle cluster is filled evenly rather than from
+//! the lowest index.
 
-use super::{RouterView, RoutingEntry, RoutingPolicy};
+use super::{InstanceSnapshot, RouterView, RoutingEntry, RoutingPolicy};
 use crate::request::RequestSpec;
 use crate::time::SimTime;
 
 pub(super) const ENTRY: RoutingEntry = RoutingEntry {
     name: "least_outstanding",
-    description: "fewest queued + in-flight requests (Vidur LOR); ties to the lowest index",
+    description: "fewest queued + running + in-flight requests (Vidur LOR); ties in turn",
     params: &[],
     free_params: false,
-    build: |_| Ok(Box::new(LeastOutstanding)),
+    build: |_| Ok(Box::new(LeastOutstanding::default())),
 };
 
-pub struct LeastOutstanding;
+#[derive(Debug, Default)]
+pub struct LeastOutstanding {
+    /// The previous pick: ties are broken starting after it.
+    last: Option<u32>,
+}
+
+/// Requests assigned to an instance and not finished.
+pub(super) fn outstanding(s: &InstanceSnapshot) -> u32 {
+    s.queue_depth + s.batch_size + s.in_flight
+}
+
+/// The routable instance with the fewest outstanding requests; among equals, the first after
+/// `last` in index order (wrapping round). Updates `last`.
+pub(super) fn pick(view: &RouterView<'_>, last: &mut Option<u32>) -> Option<u32> {
+    let fewest = view.routable().map(outstanding).min()?;
+    let tied = || view.routable().filter(move |s| outstanding(s) == fewest);
+    let chosen = tied()
+        .find(|s| last.is_none_or(|l| s.index > l))
+        .or_else(|| tied().next())
+        .map(|s| s.index)?;
+    *last = Some(chosen);
+    Some(chosen)
+}
 
 impl RoutingPolicy for LeastOutstanding {
     fn choose(&mut self, _: &RequestSpec, _: SimTime, view: &RouterView<'_>) -> Option<u32> {
-        view.routable()
-            .min_by_key(|s| (s.queue_depth + s.in_flight, s.index))
-            .map(|s| s.index)
+        pick(view, &mut self.last)
     }
 }
 
@@ -29,15 +51,32 @@ mod tests {
     use crate::policy::{any_request, snapshot};
 
     #[test]
-    fn least_outstanding_ignores_the_running_batch() {
+    fn least_outstanding_counts_queued_running_and_in_flight() {
+        // snapshot(index, queue, batch, in_flight)
         let view = [
             snapshot(0, 1, 0, 1),
             snapshot(1, 0, 50, 1),
             snapshot(2, 1, 0, 0),
         ];
+        let mut p = LeastOutstanding::default();
         assert_eq!(
-            LeastOutstanding.choose(&any_request(), SimTime(0), &RouterView::of(&view)),
-            Some(1)
+            p.choose(&any_request(), SimTime(0), &RouterView::of(&view)),
+            Some(2),
+            "1 outstanding beats 2 and 51"
         );
+    }
+
+    #[test]
+    fn ties_go_round_the_instances_instead_of_to_the_lowest_index() {
+        let view = [
+            snapshot(0, 0, 0, 0),
+            snapshot(1, 0, 0, 0),
+            snapshot(2, 0, 0, 0),
+        ];
+        let mut p = LeastOutstanding::default();
+        let picks: Vec<Option<u32>> = (0..4)
+            .map(|_| p.choose(&any_request(), SimTime(0), &RouterView::of(&view)))
+            .collect();
+        assert_eq!(picks, [Some(0), Some(1), Some(2), Some(0)]);
     }
 }

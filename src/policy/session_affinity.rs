@@ -21,6 +21,7 @@ pub(super) const ENTRY: RoutingEntry = RoutingEntry {
         Ok(Box::new(SessionAffinity {
             sticky: HashMap::new(),
             max: a.at_least("max_sessions", 100_000.0, 2.0)? as usize,
+            last: None,
         }))
     },
 };
@@ -29,6 +30,8 @@ pub struct SessionAffinity {
     /// session → (instance, last use)
     sticky: HashMap<u64, (u32, u64)>,
     max: usize,
+    /// The previous least-outstanding pick (ties are broken after it).
+    last: Option<u32>,
 }
 
 impl RoutingPolicy for SessionAffinity {
@@ -41,10 +44,7 @@ impl RoutingPolicy for SessionAffinity {
             *used = now.as_us();
             return Some(*i);
         }
-        let pick = view
-            .routable()
-            .min_by_key(|s| (s.queue_depth + s.in_flight, s.index))?
-            .index;
+        let pick = super::least_outstanding::pick(view, &mut self.last)?;
         if let Some(sid) = session {
             if self.sticky.len() >= self.max {
                 let mut stamps: Vec<u64> = self.sticky.values().map(|v| v.1).collect();
@@ -70,6 +70,7 @@ mod tests {
         let mut p = SessionAffinity {
             sticky: HashMap::new(),
             max: 10,
+            last: None,
         };
         let mut r = any_request();
         r.session = Some(SessionRef { id: 7, turn: 0 });
