@@ -54,6 +54,23 @@ fn parse_in(
     catalog: &Catalog,
     base_dir: &Path,
 ) -> Result<Scenario, ScenarioError> {
+    if src.starts_with('\u{feff}') {
+        return Err(ScenarioError {
+            file: file.to_string(),
+            problems: vec![Problem {
+                location: Some((1, 1)),
+                path: String::new(),
+                message: "the file starts with a byte-order mark (U+FEFF), which RON does not \
+                          accept"
+                    .into(),
+                hint: Some(
+                    "save the file as UTF-8 without BOM (most editors: \"UTF-8\", not \
+                     \"UTF-8 with BOM\")"
+                        .into(),
+                ),
+            }],
+        });
+    }
     let mut text = src.to_string();
     let mut file = file.to_string();
     for (path, value) in overrides {
@@ -84,7 +101,18 @@ fn parse_in(
         offset += text[offset..].len() - text[offset..].trim_start().len();
         let (line, col) = map.line_col(&text, offset);
         let path = map.path_at(offset).unwrap_or("").to_string();
-        let (message, hint) = validate::explain_ron_error(&e.code);
+        let (message, mut hint) = validate::explain_ron_error(&e.code, &path);
+        // A value given by --set without its quotes.
+        if let Some((_, value)) = overrides.iter().find(|(p, _)| *p == path)
+            && matches!(
+                e.code,
+                ron::Error::ExpectedString | ron::Error::ExpectedStringEnd
+            )
+        {
+            hint = Some(format!(
+                "a string is quoted, also in --set: --set '{path}=\"{value}\"'"
+            ));
+        }
         ScenarioError {
             file: file.clone(),
             problems: vec![Problem {

@@ -7,9 +7,22 @@ use crate::catalog::Catalog;
 use crate::scenario::{Problem, Scenario, did_you_mean, finite_positive};
 
 /// Turns a RON/serde error into a message and a hint.
-pub(super) fn explain_ron_error(code: &ron::Error) -> (String, Option<String>) {
+pub(super) fn explain_ron_error(code: &ron::Error, path: &str) -> (String, Option<String>) {
     use ron::Error as E;
+    let length_field = path.ends_with("input_tokens") || path.ends_with("output_tokens");
     match code {
+        // `output_tokens: 300`: RON reads the bare number as an identifier.
+        E::InvalidIdentifier(found) | E::SuggestRawIdentifier(found)
+            if length_field && found.parse::<f64>().is_ok() =>
+        {
+            (
+                format!("expected a length distribution, found the number {found}"),
+                Some(format!(
+                    "write Constant({found}) for a fixed length, or a distribution such as \
+                 Uniform(min: 1, max: {found})"
+                )),
+            )
+        }
         E::NoSuchStructField {
             expected, found, ..
         } => {
@@ -38,7 +51,15 @@ pub(super) fn explain_ron_error(code: &ron::Error) -> (String, Option<String>) {
             ),
             Some("add the field; docs/scenarios.md lists every field and its default".into()),
         ),
-        E::IntegerOutOfBounds | E::ExpectedInteger => (
+        E::IntegerOutOfBounds => (
+            format!(
+                "{code}: expected a whole number ≥ 0 that fits this field (counts and lengths \
+                 are at most 4,294,967,295; num_requests and seeds at most \
+                 18,446,744,073,709,551,615)"
+            ),
+            Some("counts and token lengths are non-negative integers, e.g. 16".into()),
+        ),
+        E::ExpectedInteger => (
             format!("{code}: expected a whole number ≥ 0 in range for this field"),
             Some("counts and token lengths are non-negative integers, e.g. 16".into()),
         ),

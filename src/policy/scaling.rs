@@ -604,7 +604,7 @@ pub(super) const SCHEDULED: ScaleEntry = ScaleEntry {
             }
             if !(size.is_finite() && size >= 0.0 && size.fract() == 0.0 && size <= 1e6) {
                 return Err(format!(
-                    "`{k}`: the size must be a whole number ≥ 0, got {size}"
+                    "`{k}`: the size must be a whole number of instances in 0..=1,000,000, got {size}"
                 ));
             }
             plan.push((

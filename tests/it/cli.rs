@@ -17,7 +17,9 @@ fn root() -> PathBuf {
 
 /// `// expect: PATH @ LINE:COL : TEXT [| TEXT]` lines at the top of a fixture.
 fn expectations(src: &str) -> Vec<(String, String, Vec<String>)> {
-    src.lines()
+    // A fixture about byte-order marks starts with one.
+    src.trim_start_matches('\u{feff}')
+        .lines()
         .map_while(|l| l.strip_prefix("// expect: "))
         .map(|l| {
             let (path, rest) = l.split_once(" @ ").expect("PATH @ LINE:COL : TEXT");
@@ -392,5 +394,28 @@ fn the_quickstart_outputs_match_their_stored_fingerprint() {
         got,
         [STDOUT_FNV, REQUESTS_FNV, SUMMARY_FNV, TIMESERIES_FNV],
         "stdout, requests.csv, summary.json, timeseries.csv"
+    );
+}
+
+/// Issue 30, class 7: an unquoted string given to --set is told to quote it, with the
+/// command to type.
+#[test]
+fn an_unquoted_string_in_set_is_told_to_quote_it() {
+    let out = servesim(
+        &[
+            "validate",
+            "scenarios/quickstart.ron",
+            "--set",
+            "policies.routing=prefix_aware",
+        ],
+        &root(),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            r#"hint: a string is quoted, also in --set: --set 'policies.routing="prefix_aware"'"#
+        ),
+        "{err}"
     );
 }
