@@ -10,7 +10,7 @@ use bevy_ecs::prelude::*;
 use bevy_ecs::schedule::Schedules;
 
 use crate::catalog::Catalog;
-use crate::engine::{self, Fault, Injected, SimClock, SimFault, SimStep};
+use crate::engine::{self, Injected, SimClock, SimFault, SimStep};
 use crate::invariants::CheckInvariants;
 use crate::metrics::{self, Aggregates, FinishSteps, Summary, Unfinished};
 use crate::output::Outputs;
@@ -162,7 +162,7 @@ impl Simulation {
         // Checked by simulated ticks (a fast tick may run several).
         let (mut overload_at, mut progress_at) = (256u64, PROGRESS_EVERY);
         self.world.resource_mut::<engine::FastLoop>().check_at = overload_at;
-        while self.tick() && !self.nothing_left() {
+        while self.tick() && !metrics::nothing_left(&self.world) {
             if interrupt
                 .as_ref()
                 .is_some_and(|f| f.load(std::sync::atomic::Ordering::Relaxed))
@@ -175,7 +175,7 @@ impl Simulation {
                 overload_at = ticks + 256;
                 // A run of fast ticks stops there too.
                 self.world.resource_mut::<engine::FastLoop>().check_at = overload_at;
-                if let Some(msg) = self.overloaded() {
+                if let Some(msg) = metrics::overloaded(&self.world, self.max_in_flight) {
                     self.discard_outputs();
                     return Err(RunError::Fault(msg).into());
                 }
@@ -203,44 +203,6 @@ impl Simulation {
             injected: self.world.resource::<Injected>().0,
             ended: self.world.resource::<Aggregates>().ended(),
         }
-    }
-
-    /// True when no request is in the system or still to come and only life-cycle timers
-    /// are pending (provisioning, loading, warm-up, scaling evaluations): the run is over,
-    /// rather than ticking on to a timer that serves no one.
-    fn nothing_left(&self) -> bool {
-        let queue = self.world.resource::<engine::EventQueue>();
-        if queue.any(|e| {
-            !matches!(
-                e,
-                engine::Event::PhaseEnd { .. } | engine::Event::AutoscaleTick
-            )
-        }) {
-            return false;
-        }
-        let injected = self.world.resource::<Injected>().0;
-        injected == self.world.resource::<Aggregates>().ended()
-            && self
-                .world
-                .get_resource::<engine::Parked>()
-                .is_none_or(|p| p.requests.is_empty())
-    }
-
-    /// A diagnosis when more requests are in the system than `limits.max_in_flight`.
-    fn overloaded(&self) -> Option<Fault> {
-        let injected = self.world.resource::<Injected>().0;
-        let agg = self.world.resource::<Aggregates>();
-        let in_flight = injected.saturating_sub(agg.ended());
-        if in_flight <= self.max_in_flight {
-            return None;
-        }
-        Some(Fault::Overloaded {
-            in_flight,
-            limit: self.max_in_flight,
-            at: self.world.resource::<SimClock>().now,
-            injected,
-            completed: agg.completed,
-        })
     }
 
     /// Records every request still in the system, computes the summary and commits the

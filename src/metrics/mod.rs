@@ -14,6 +14,7 @@ pub mod percentile;
 mod plugin;
 mod record;
 mod row;
+mod status;
 mod summary;
 #[cfg(test)]
 mod tests;
@@ -30,6 +31,7 @@ pub use record::{
     Recorder, check_causality, count_kv_events, meets_slo, record_finished, record_one,
 };
 pub use row::{CSV_COLUMNS, csv_header, fixed, format_row};
+pub use status::{nothing_left, overloaded};
 pub use summary::{
     CostSummary, DisaggSummary, FITNESS_KEYS, Fairness, GroupUsage, InstanceSummary, KvEventCounts,
     KvSummary, PoolSummary, RequestCounts, RoutingSummary, SliceSummary, SloSummary, Summary,
