@@ -128,7 +128,7 @@ pub fn summarize(world: &mut World, summary: &mut crate::metrics::Summary) {
     c.gpu_hours = summary.groups.iter().map(|g| g.gpu_hours).sum();
     c.total = summary.groups.iter().map(|g| g.cost).sum();
     let mtok = summary.throughput.output_tokens as f64 / 1e6;
-    c.per_million_output_tokens = if mtok > 0.0 { c.total / mtok } else { 0.0 };
+    c.per_million_output_tokens = (mtok > 0.0).then(|| c.total / mtok);
 }
 
 /// `SetupStage::Policies`: the scaling policy.

@@ -176,7 +176,11 @@ pub fn fitness_term(key: &str, s: &Summary) -> f64 {
         }
         // Cheaper is better: 1 / (1 + cost).
         "cost" => 1.0 / (1.0 + s.cost.total),
-        "cost_per_mtok" => 1.0 / (1.0 + s.cost.per_million_output_tokens),
+        // A run that served no token has no cost per token: it scores nothing, not 1.0.
+        "cost_per_mtok" => s
+            .cost
+            .per_million_output_tokens
+            .map_or(0.0, |c| 1.0 / (1.0 + c)),
         _ => 0.0,
     }
 }
@@ -210,8 +214,8 @@ pub struct GroupUsage {
 pub struct CostSummary {
     pub gpu_hours: f64,
     pub total: f64,
-    /// total / (completed output tokens / 10⁶); 0 without output.
-    pub per_million_output_tokens: f64,
+    /// total / (completed output tokens / 10⁶); `None` (null) when no token was served.
+    pub per_million_output_tokens: Option<f64>,
 }
 
 /// KV block events of one instance (`outputs.kv_events`).
@@ -473,8 +477,12 @@ impl Summary {
         if self.groups.iter().any(|g| g.autoscaled || g.cost > 0.0) {
             let _ = writeln!(
                 s,
-                "cost: {:.3} over {:.3} GPU-hours, {:.4} per 1M output tokens",
-                self.cost.total, self.cost.gpu_hours, self.cost.per_million_output_tokens
+                "cost: {:.3} over {:.3} GPU-hours, {} per 1M output tokens",
+                self.cost.total,
+                self.cost.gpu_hours,
+                self.cost
+                    .per_million_output_tokens
+                    .map_or("n/a (no token served)".into(), |c| format!("{c:.4}"))
             );
             let _ = writeln!(
                 s,

@@ -21,6 +21,11 @@ enum Signal {
 }
 
 impl Signal {
+    /// True for the signals that are fractions of capacity (never above 1).
+    fn is_fraction(self) -> bool {
+        matches!(self, Signal::Utilization | Signal::Kv)
+    }
+
     const ALL: [(Signal, &'static str); 4] = [
         (Signal::Utilization, "utilization"),
         (Signal::Queue, "queue"),
@@ -257,6 +262,10 @@ pub(super) const THRESHOLD: ScaleEntry = ScaleEntry {
             let key = format!("{}_{side}", signal.name());
             match args.params.get(&key) {
                 None => Ok(None),
+                Some(v) if signal.is_fraction() && *v > 1.0 => Err(format!(
+                    "{key} is a fraction of capacity in [0, 1], got {v}: the signal never \
+                     gets there, so this bound would never act"
+                )),
                 Some(v) if v.is_finite() && *v >= 0.0 => Ok(Some(*v)),
                 Some(v) => Err(format!("{key} must be a finite number ≥ 0, got {v}")),
             }
@@ -374,6 +383,12 @@ pub(super) const TARGET_TRACKING: ScaleEntry = ScaleEntry {
         let target = args.get(&key, 0.0);
         if !(target.is_finite() && target > 0.0) {
             return Err(format!("{key} must be a finite number > 0, got {target}"));
+        }
+        if signal.is_fraction() && target > 1.0 {
+            return Err(format!(
+                "{key} is a fraction of capacity in (0, 1], got {target}: the signal never \
+                 reaches it, so the group would never scale up"
+            ));
         }
         let window = |name: &str, default: f64| -> Result<SimDuration, String> {
             let s = args.at_least(name, default, 0.0)?;
@@ -617,6 +632,18 @@ pub(super) const SCHEDULED: ScaleEntry = ScaleEntry {
             return Err("give at least one time: {\"0\": 2, \"3600\": 8}".into());
         }
         plan.sort_by_key(|&(t, g, _)| (t, g));
+        // Two keys for one instant ("0" and "0.0"): which wins would depend on how they
+        // are spelt.
+        if let Some(w) = plan
+            .windows(2)
+            .find(|w| (w[0].0, w[0].1) == (w[1].0, w[1].1))
+        {
+            let when = w[0].0.as_us() as f64 / 1e6;
+            return Err(format!(
+                "two sizes for the same group at {when} s ({} and {}): give one",
+                w[0].2, w[1].2
+            ));
+        }
         Ok(Box::new(Scheduled { plan }))
     },
 };
@@ -695,6 +722,30 @@ mod tests {
         );
         assert_eq!(spread(1, &groups), [0, 1], "dear group empties first");
         assert_eq!(spread(0, &groups), [0, 1], "never below a group's min");
+    }
+
+    #[test]
+    fn settings_that_could_never_act_are_refused() {
+        let labels = crate::labels::Labels::default();
+        let build = |entry: &ScaleEntry, p: &[(&str, f64)]| {
+            let params: std::collections::BTreeMap<String, f64> =
+                p.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+            (entry.build)(&PolicyArgs::new(1, &params, &labels)).err()
+        };
+        // A utilisation or KV fraction never exceeds 1.
+        let e = build(&TARGET_TRACKING, &[("target_utilization", 1.5)]).unwrap();
+        assert!(e.contains("fraction of capacity in (0, 1], got 1.5"), "{e}");
+        let e = build(&TARGET_TRACKING, &[("target_kv", 2.0)]).unwrap();
+        assert!(e.contains("target_kv"), "{e}");
+        assert!(build(&TARGET_TRACKING, &[("target_utilization", 1.0)]).is_none());
+        assert!(build(&TARGET_TRACKING, &[("target_in_flight", 24.0)]).is_none());
+        let e = build(&THRESHOLD, &[("utilization_high", 1.2)]).unwrap();
+        assert!(e.contains("utilization_high is a fraction"), "{e}");
+        assert!(build(&THRESHOLD, &[("queue_high", 12.0)]).is_none());
+        // Two spellings of one instant.
+        let e = build(&SCHEDULED, &[("0", 2.0), ("0.0", 3.0)]).unwrap();
+        assert!(e.contains("two sizes for the same group at 0 s"), "{e}");
+        assert!(build(&SCHEDULED, &[("0", 2.0), ("60", 3.0)]).is_none());
     }
 
     #[test]

@@ -806,3 +806,38 @@ fn labels_that_look_like_formulas_are_written_as_text_in_every_csv() {
         "{requests}"
     );
 }
+
+/// Issue 30, class 5: a run that served no token has no cost per token (null, "n/a"), and a
+/// fitness term on it scores nothing rather than a perfect 1.0.
+#[test]
+fn a_run_that_served_no_token_has_no_cost_per_token() {
+    let sc = crate::common::parse(
+        r#"(cluster: (groups: [(count: 1, kv_blocks: 100, cost_per_gpu_hour: 4.0,
+              latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 1.0, 1.0]))]),
+           policies: (admission: "reject_all"),
+           outputs: (fitness: {"cost_per_mtok": 1.0}),
+           workload: (num_requests: 5, clients: [(rate_per_s: 1.0, input_tokens: Constant(8), output_tokens: Constant(4))]))"#,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let s = Simulation::new(
+        &sc,
+        RunOptions {
+            out_dir: Some(dir.path().to_path_buf()),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+    .run()
+    .unwrap();
+    assert_eq!(s.requests.rejected, 5);
+    assert!(s.cost.total > 0.0, "the GPU was paid for");
+    assert_eq!(s.cost.per_million_output_tokens, None);
+    assert_eq!(s.fitness, Some(0.0));
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("summary.json")).unwrap()).unwrap();
+    assert!(json["cost"]["per_million_output_tokens"].is_null());
+    assert!(
+        s.to_text()
+            .contains("n/a (no token served) per 1M output tokens")
+    );
+}
