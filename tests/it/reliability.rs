@@ -530,21 +530,12 @@ fn run_fails_cleanly(src: &str, extra: &[&str], secs: u64) -> String {
     err
 }
 
-/// Issue 30, class 1: a clock that jumps far ahead writes a few time-series rows per jump,
-/// not one per idle sample interval, and the run takes no longer than its work.
-#[test]
-fn an_idle_span_of_the_time_series_is_written_as_three_rows_not_one_per_second() {
-    let dir = tempfile::tempdir().unwrap();
-    let scenario = dir.path().join("s.ron");
-    // Three requests about 8 days apart, sampled every second: ~2·10⁶ idle samples.
-    std::fs::write(
-        &scenario,
-        r#"(cluster: (groups: [(kv_blocks: 1000, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 1.0, 1.0]))]),
-           workload: (num_requests: 3, clients: [(rate_per_s: 1.5e-6, input_tokens: Constant(64), output_tokens: Constant(8))]),
-           outputs: (timeseries_csv: true, sample_interval_s: 1.0))"#,
-    )
-    .unwrap();
-    let out = dir.path().join("out");
+/// Writes `src` as a scenario in `dir`, runs it (at most 30 s) into `dir/out`, which it
+/// returns, and requires success.
+fn run_scenario_text(dir: &Path, src: &str) -> PathBuf {
+    let scenario = dir.join("s.ron");
+    std::fs::write(&scenario, src).unwrap();
+    let out = dir.join("out");
     let run = servesim_within(
         &[
             "run",
@@ -559,6 +550,21 @@ fn an_idle_span_of_the_time_series_is_written_as_three_rows_not_one_per_second()
         run.status.success(),
         "{}",
         String::from_utf8_lossy(&run.stderr)
+    );
+    out
+}
+
+/// Issue 30, class 1: a clock that jumps far ahead writes a few time-series rows per jump,
+/// not one per idle sample interval, and the run takes no longer than its work.
+#[test]
+fn an_idle_span_of_the_time_series_is_written_as_three_rows_not_one_per_second() {
+    let dir = tempfile::tempdir().unwrap();
+    // Three requests about 8 days apart, sampled every second: ~2·10⁶ idle samples.
+    let out = run_scenario_text(
+        dir.path(),
+        r#"(cluster: (groups: [(kv_blocks: 1000, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 1.0, 1.0]))]),
+           workload: (num_requests: 3, clients: [(rate_per_s: 1.5e-6, input_tokens: Constant(64), output_tokens: Constant(8))]),
+           outputs: (timeseries_csv: true, sample_interval_s: 1.0))"#,
     );
     let text = std::fs::read_to_string(out.join("timeseries.csv")).unwrap();
     let cluster: Vec<Vec<&str>> = text
@@ -754,9 +760,8 @@ fn sweeps_lock_their_output_and_merges_never_replace_a_shard() {
 #[test]
 fn labels_that_look_like_formulas_are_written_as_text_in_every_csv() {
     let dir = tempfile::tempdir().unwrap();
-    let scenario = dir.path().join("s.ron");
-    std::fs::write(
-        &scenario,
+    let out = run_scenario_text(
+        dir.path(),
         r#"(cluster: (groups: [(name: "+grp", count: 1, kv_blocks: 1000,
               latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 1.0, 1.0]),
               scaling: (min: 1, max: 2, provision_s: 1.0))]),
@@ -765,23 +770,6 @@ fn labels_that_look_like_formulas_are_written_as_text_in_every_csv() {
            workload: (num_requests: 40, clients: [(tenant: "=HYPERLINK(\"http://x\")", slo_class: "@cls",
               rate_per_s: 50.0, input_tokens: Constant(64), output_tokens: Constant(8))]),
            outputs: (timeseries_csv: true))"#,
-    )
-    .unwrap();
-    let out = dir.path().join("out");
-    let run = servesim_within(
-        &[
-            "run",
-            scenario.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "-q",
-        ],
-        30,
-    );
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
     );
     // Every field of every CSV, parsed as a spreadsheet would split it.
     for name in ["requests.csv", "timeseries.csv", "scale_events.csv"] {
