@@ -155,6 +155,9 @@ pub struct Limits {
     pub role: crate::scenario::Role,
     /// The scheduler mode and API server around the steps.
     pub serving: crate::latency::ServingPath,
+    /// The batch scheduler reserves KV for prompt + output at admission
+    /// ([`BatchScheduler::reserves_whole_request`](schedulers::BatchScheduler::reserves_whole_request)).
+    pub reserves_whole: bool,
 }
 
 #[cfg(test)]
@@ -176,6 +179,7 @@ impl Limits {
             max_waiting: None,
             role: Default::default(),
             serving: crate::latency::ServingPath::BARE,
+            reserves_whole: false,
         }
     }
 }
@@ -476,13 +480,27 @@ pub(crate) fn list_for_batch(due: &mut InstanceDue, i: u32, sched: &mut Schedule
     }
 }
 
-/// A request is servable if its whole sequence (prompt + outputs − 1 tokens in KV at the
-/// last step) fits the cache and `max_model_len`. vLLM checks only the prompt and caps
-/// output at `max_model_len`; checking the whole sequence keeps a request that can never
-/// finish from preempting itself forever.
+/// The most tokens a request ever holds in its instance's KV cache: prompt + output − 1 (the
+/// last token is never fed back), or prompt + output where the scheduler reserves the whole
+/// request at admission.
+pub fn kv_tokens_needed(spec: &RequestSpec, limits: &Limits) -> u64 {
+    let whole = u64::from(spec.input_tokens) + u64::from(spec.output_tokens.max(1));
+    if limits.reserves_whole {
+        whole
+    } else {
+        whole - 1
+    }
+    .max(1)
+}
+
+/// A request is servable if its whole sequence ([`kv_tokens_needed`] at its last step) fits
+/// the cache and `max_model_len`. vLLM checks only the prompt and caps output at
+/// `max_model_len`; checking the whole sequence keeps a request that can never finish from
+/// preempting itself forever, and asking what the scheduler itself reserves keeps one it
+/// could never admit from stalling the instance.
 pub fn servable(spec: &RequestSpec, kv: &KvCache, limits: &Limits) -> bool {
-    let last = u64::from(spec.input_tokens) + u64::from(spec.output_tokens.max(1)) - 1;
-    if last.max(1).div_ceil(u64::from(kv.block_size())) > u64::from(kv.total_blocks()) {
+    let last = kv_tokens_needed(spec, limits);
+    if last.div_ceil(u64::from(kv.block_size())) > u64::from(kv.total_blocks()) {
         return false;
     }
     match limits.max_model_len {

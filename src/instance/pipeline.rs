@@ -185,10 +185,10 @@ pub(crate) fn enqueue(
         let mut seq = Seq::new(entity, spec.clone(), *lifecycle);
         // Room for every block it holds at its last step (`servable` bounds it): its block
         // list never reallocates while it is prefilled and decoded.
-        let last = spec.input_tokens.saturating_add(spec.output_tokens.max(1)) - 1;
+        let last = crate::instance::kv_tokens_needed(spec, limits);
         seq.kv
             .blocks
-            .reserve_exact(kv.blocks_for(last.max(1)) as usize);
+            .reserve_exact(last.div_ceil(u64::from(kv.block_size())) as usize);
         sched.waiting.push_back(seq);
         let waiting = sched.waiting.len() as u64;
         sched.counters.peak_waiting = sched.counters.peak_waiting.max(waiting);

@@ -829,3 +829,45 @@ fn a_run_that_served_no_token_has_no_cost_per_token() {
             .contains("n/a (no token served) per 1M output tokens")
     );
 }
+
+/// Issue 30, class 6: a scheduler that reserves prompt + output at admission (orca,
+/// faster_transformer, lightllm) drops a request one token beyond what the cache can ever
+/// reserve instead of stalling on it; vLLM's scheduler, which never writes the last token's
+/// KV, still serves that request; one token less is served by all. 10 blocks × 16 tokens.
+#[test]
+fn reservation_schedulers_drop_what_they_can_never_admit() {
+    let scenario = |scheduler: &str, output: u32| {
+        crate::common::parse(&format!(
+            "(cluster: (groups: [(kv_blocks: 10, block_size: 16, scheduler: \"{scheduler}\",
+                latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [100.0, 1.0, 1.0]))]),
+              workload: (num_requests: 3, clients: [(rate_per_s: 10.0,
+                input_tokens: Constant(100), output_tokens: Constant({output}))]))"
+        ))
+    };
+    for scheduler in [
+        "orca",
+        "faster_transformer",
+        "lightllm",
+        "vllm_v1",
+        "sarathi",
+    ] {
+        let whole = scheduler != "vllm_v1" && scheduler != "sarathi";
+        // 100 + 61 = 161 tokens: 11 blocks reserved whole, 10 written.
+        let s = summary_of(&scenario(scheduler, 61));
+        let (dropped, completed) = if whole { (3, 0) } else { (0, 3) };
+        assert_eq!(
+            (s.requests.dropped, s.requests.completed),
+            (dropped, completed),
+            "{scheduler} at 161 tokens"
+        );
+        if whole {
+            assert_warns(&s, "dropped as unservable");
+        }
+        let s = summary_of(&scenario(scheduler, 60));
+        assert_eq!(
+            (s.requests.dropped, s.requests.completed),
+            (0, 3),
+            "{scheduler} at 160 tokens"
+        );
+    }
+}

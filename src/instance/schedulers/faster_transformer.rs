@@ -25,6 +25,10 @@ struct FasterTransformer {
 }
 
 impl BatchScheduler for FasterTransformer {
+    fn reserves_whole_request(&self) -> bool {
+        true
+    }
+
     fn form(
         &mut self,
         s: &mut Scheduler,

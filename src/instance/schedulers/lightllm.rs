@@ -34,6 +34,11 @@ pub fn future_peak_blocks(requests: &mut [(u32, u32)], block_size: u32) -> u64 {
 }
 
 impl BatchScheduler for LightLlm {
+    /// Its peak estimate counts every request at prompt + output tokens.
+    fn reserves_whole_request(&self) -> bool {
+        true
+    }
+
     fn form(
         &mut self,
         s: &mut Scheduler,

@@ -118,6 +118,16 @@ pub trait BatchScheduler: Send + Sync + 'static {
     fn lockstep_decodes(&self) -> bool {
         false
     }
+
+    /// True if this scheduler admits a request only with KV for its whole prompt + output
+    /// reserved (Orca, FasterTransformer, LightLLM's peak estimate), rather than growing it
+    /// to prompt + output − 1 tokens (the last token is never fed back) as vLLM does. The
+    /// unservable check ([`crate::instance::servable`]) asks the same of the cache, so a
+    /// request the scheduler could never admit is dropped at once instead of stalling the
+    /// instance. Default: false.
+    fn reserves_whole_request(&self) -> bool {
+        false
+    }
 }
 
 /// A named batch scheduler constructor (parameters from `scheduler_params`).

@@ -25,6 +25,10 @@ struct Orca {
 }
 
 impl BatchScheduler for Orca {
+    fn reserves_whole_request(&self) -> bool {
+        true
+    }
+
     fn form(
         &mut self,
         s: &mut Scheduler,
