@@ -10,6 +10,13 @@
 //! and a run that finds staging directories there knows they belong to runs that were killed,
 //! and removes them.
 //!
+//! The commit itself is recoverable: before its first rename a run writes, inside its staging
+//! directory, a journal naming every file of the set (written aside and renamed, so it is
+//! whole or absent). A run killed between its renames leaves that journal behind, and the
+//! next command to open the directory finishes the commit — moves the rest of the set into
+//! place — before anything else, so a new `requests.csv` never stays beside an old
+//! `summary.json`. Without a journal a staging directory was never committed and is removed.
+//!
 //! Files this run does not write are never touched: an earlier `requests.csv` stays when this
 //! run has `requests_csv: false` (the caller is told, see [`OutputDir::earlier_files`]).
 
@@ -19,6 +26,8 @@ use std::path::{Path, PathBuf};
 
 /// Names of the staging directories (followed by a random suffix).
 const STAGING_PREFIX: &str = ".servesim-run-";
+/// The commit journal inside a staging directory: the names of the files to move, one a line.
+const JOURNAL: &str = ".servesim-commit";
 
 /// Every result file name a servesim command writes (`run`'s first).
 pub const RESULT_FILES: [&str; 8] = [
@@ -143,6 +152,9 @@ pub struct OutputDir {
     staged: Vec<String>,
     /// Leftovers of killed runs removed when the directory was opened.
     cleaned: Vec<String>,
+    /// Files of a run killed while committing that were moved into place when the directory
+    /// was opened.
+    completed: Vec<String>,
 }
 
 impl OutputDir {
@@ -173,13 +185,14 @@ impl OutputDir {
             }
             Err(fs::TryLockError::Error(e)) => return Err(unusable(e)),
         }
-        let cleaned = remove_leftovers(dir);
+        let (cleaned, completed) = remove_leftovers(dir);
         Ok(OutputDir {
             dir: dir.to_path_buf(),
             lock,
             staging: None,
             staged: Vec::new(),
             cleaned,
+            completed,
         })
     }
 
@@ -191,6 +204,32 @@ impl OutputDir {
     /// Leftovers of killed runs (staging directories, old `.partial` files) removed on open.
     pub fn cleaned(&self) -> &[String] {
         &self.cleaned
+    }
+
+    /// Files of a run killed in the middle of its commit that opening the directory moved into
+    /// place (finishing that commit).
+    pub fn completed(&self) -> &[String] {
+        &self.completed
+    }
+
+    /// What opening the directory tidied, as sentences for the user (none when nothing).
+    pub fn notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        if !self.completed.is_empty() {
+            notes.push(format!(
+                "finished the commit of a run killed while moving its results into {}: {} moved into place",
+                self.dir.display(),
+                self.completed.join(", ")
+            ));
+        }
+        if !self.cleaned.is_empty() {
+            notes.push(format!(
+                "removed what killed runs left in {}: {}",
+                self.dir.display(),
+                self.cleaned.join(", ")
+            ));
+        }
+        notes
     }
 
     /// Result files already in the directory that this run has not written (so far): after
@@ -231,6 +270,12 @@ impl OutputDir {
             self.staging = Some(staging);
         }
         let path = self.staged_path(name);
+        if name == JOURNAL || name.ends_with(".earlier") {
+            return Err(write(
+                path,
+                std::io::Error::other("that name is reserved for servesim's commit"),
+            ));
+        }
         let file = OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -242,14 +287,29 @@ impl OutputDir {
 
     /// Moves every staged file into place, all or nothing; returns their names. Dropping an
     /// `OutputDir` without committing removes the staged files.
-    pub fn commit(mut self) -> Result<Vec<String>, OutputError> {
+    pub fn commit(self) -> Result<Vec<String>, OutputError> {
+        self.commit_until(usize::MAX)
+    }
+
+    /// [`commit`](Self::commit), stopping as if killed after `renames` renames (tests).
+    fn commit_until(mut self, renames: usize) -> Result<Vec<String>, OutputError> {
         let Some(staging) = self.staging.take() else {
             return Ok(Vec::new());
         };
+        let journal = staging.path().join(JOURNAL);
+        write_journal(&journal, &self.staged).map_err(|e| OutputError::Write {
+            path: journal.clone(),
+            message: e.to_string(),
+        })?;
         // (name, an earlier file kept aside) for each file moved so far.
         let mut moved: Vec<(&str, Option<PathBuf>)> = Vec::new();
         let mut failure = None;
-        for name in &self.staged {
+        for (k, name) in self.staged.iter().enumerate() {
+            if k == renames {
+                // Killed here: the staging directory and its journal stay behind.
+                let _ = staging.keep();
+                return Ok(Vec::new());
+            }
             let target = self.dir.join(name);
             let backup = staging.path().join(format!("{name}.earlier"));
             let kept = match fs::symlink_metadata(&target) {
@@ -285,6 +345,9 @@ impl OutputDir {
         let Some((path, e)) = failure else {
             return Ok(std::mem::take(&mut self.staged));
         };
+        // Undoing: the journal goes first, so that a kill while undoing is not finished by
+        // the next run as a commit.
+        let _ = fs::remove_file(&journal);
         let mut unrestored = Vec::new();
         for (name, kept) in moved.iter().rev() {
             let target = self.dir.join(name);
@@ -329,17 +392,68 @@ pub fn check_dir(dir: &Path) -> Result<(), OutputError> {
     }
 }
 
-/// Removes staging directories of killed runs (the caller holds the lock, so no live run
-/// owns one) and `.NAME.partial` files of versions before staging directories.
-fn remove_leftovers(dir: &Path) -> Vec<String> {
-    let Ok(entries) = fs::read_dir(dir) else {
+/// For a command about to read results in `dir` (`report`, `merge`): finishes a commit that a
+/// run killed between its renames left half done, taking the directory's lock to do it, so
+/// the files read are one run's. Touches nothing when there is none. Returns what was done,
+/// as sentences for the user.
+pub fn finish_interrupted_commit(dir: &Path) -> Result<Vec<String>, OutputError> {
+    let journaled = fs::read_dir(dir).into_iter().flatten().flatten().any(|e| {
+        e.file_name().to_string_lossy().starts_with(STAGING_PREFIX)
+            && fs::symlink_metadata(e.path().join(JOURNAL)).is_ok()
+    });
+    if !journaled {
+        return Ok(Vec::new());
+    }
+    Ok(OutputDir::open(dir)?.notes())
+}
+
+/// Writes the commit journal whole or not at all: aside, then renamed.
+fn write_journal(path: &Path, names: &[String]) -> std::io::Result<()> {
+    use std::io::Write;
+    let aside = path.with_extension("tmp");
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&aside)?;
+    f.write_all(names.join("\n").as_bytes())?;
+    drop(f);
+    fs::rename(&aside, path)
+}
+
+/// Finishes the commit a killed run journaled in `staging`: moves every file of the set still
+/// staged into place. Returns the files moved.
+fn finish_commit(dir: &Path, staging: &Path) -> Vec<String> {
+    let Ok(text) = fs::read_to_string(staging.join(JOURNAL)) else {
         return Vec::new();
+    };
+    let mut moved = Vec::new();
+    for name in text.lines() {
+        // Only plain file names of the set, never a path or a link.
+        let plain = Path::new(name).file_name().is_some_and(|n| n == name)
+            && name != JOURNAL
+            && !name.starts_with(STAGING_PREFIX);
+        let staged = staging.join(name);
+        let is_file = fs::symlink_metadata(&staged).is_ok_and(|m| m.is_file());
+        if plain && is_file && fs::rename(&staged, dir.join(name)).is_ok() {
+            moved.push(name.to_string());
+        }
+    }
+    moved
+}
+
+/// Removes staging directories of killed runs (the caller holds the lock, so no live run
+/// owns one) after finishing any commit one of them journaled, and `.NAME.partial` files of
+/// versions before staging directories. Returns (removed, moved into place).
+fn remove_leftovers(dir: &Path) -> (Vec<String>, Vec<String>) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return (Vec::new(), Vec::new());
     };
     let partials: Vec<String> = RESULT_FILES
         .iter()
         .map(|n| format!(".{n}.partial"))
         .collect();
     let mut removed = Vec::new();
+    let mut completed = Vec::new();
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         let is_staging = name.starts_with(STAGING_PREFIX);
@@ -349,7 +463,10 @@ fn remove_leftovers(dir: &Path) -> Vec<String> {
         let path = entry.path();
         // Never follows a link: a link is removed itself.
         let gone = match fs::symlink_metadata(&path) {
-            Ok(m) if m.is_dir() => fs::remove_dir_all(&path),
+            Ok(m) if m.is_dir() => {
+                completed.extend(finish_commit(dir, &path));
+                fs::remove_dir_all(&path)
+            }
             Ok(_) => fs::remove_file(&path),
             Err(e) => Err(e),
         };
@@ -358,7 +475,7 @@ fn remove_leftovers(dir: &Path) -> Vec<String> {
         }
     }
     removed.sort();
-    removed
+    (removed, completed)
 }
 
 /// A byte buffer several owners can read after the run.
@@ -464,6 +581,81 @@ mod tests {
             "old rows"
         );
         assert_eq!(names(tmp.path()), ["requests.csv", "summary.json"]);
+    }
+
+    #[test]
+    fn a_commit_killed_between_its_renames_is_finished_by_the_next_open() {
+        // Killed before the first rename, after the first, and not killed (both renamed).
+        for killed_after in 0..3 {
+            let tmp = tempfile::tempdir().unwrap();
+            fs::write(tmp.path().join("requests.csv"), "old rows").unwrap();
+            fs::write(tmp.path().join("summary.json"), "old summary").unwrap();
+            fs::write(tmp.path().join("timeseries.csv"), "old series").unwrap();
+            let mut out = OutputDir::open(tmp.path()).unwrap();
+            write(&mut out, "requests.csv", "new rows");
+            write(&mut out, "summary.json", "new summary");
+            out.commit_until(killed_after).unwrap();
+            let read = |n: &str| fs::read_to_string(tmp.path().join(n)).unwrap();
+            // Killed after one rename: new rows beside the old summary, until the next open.
+            if killed_after == 1 {
+                assert_eq!(read("requests.csv"), "new rows");
+                assert_eq!(read("summary.json"), "old summary");
+            }
+            let notes = finish_interrupted_commit(tmp.path()).unwrap();
+            if killed_after == 2 {
+                assert!(notes.is_empty(), "a whole commit leaves nothing: {notes:?}");
+            } else {
+                let moved = ["requests.csv", "summary.json"][killed_after..].join(", ");
+                assert_eq!(notes.len(), 2, "{notes:?}");
+                assert!(notes[0].contains(&moved), "{notes:?}");
+            }
+            assert_eq!(
+                read("requests.csv"),
+                "new rows",
+                "killed after {killed_after}"
+            );
+            assert_eq!(
+                read("summary.json"),
+                "new summary",
+                "killed after {killed_after}"
+            );
+            assert_eq!(
+                read("timeseries.csv"),
+                "old series",
+                "not in the set: untouched"
+            );
+            assert_eq!(
+                names(tmp.path()),
+                ["requests.csv", "summary.json", "timeseries.csv"]
+            );
+            // Nothing left to finish: a second look touches nothing.
+            assert!(finish_interrupted_commit(tmp.path()).unwrap().is_empty());
+        }
+    }
+
+    #[test]
+    fn a_staging_directory_without_a_journal_is_never_moved_into_place() {
+        let tmp = tempfile::tempdir().unwrap();
+        fs::write(tmp.path().join("summary.json"), "old summary").unwrap();
+        let staging = tmp.path().join(".servesim-run-x1");
+        fs::create_dir(&staging).unwrap();
+        fs::write(staging.join("summary.json"), "half-written").unwrap();
+        assert!(finish_interrupted_commit(tmp.path()).unwrap().is_empty());
+        let out = OutputDir::open(tmp.path()).unwrap();
+        assert!(out.completed().is_empty());
+        assert_eq!(out.cleaned(), [".servesim-run-x1"]);
+        assert_eq!(
+            fs::read_to_string(tmp.path().join("summary.json")).unwrap(),
+            "old summary"
+        );
+        // A journal naming a path outside the directory moves nothing there.
+        let staging = tmp.path().join(".servesim-run-x2");
+        fs::create_dir(&staging).unwrap();
+        fs::write(staging.join(JOURNAL), "../escape\nsummary.json").unwrap();
+        drop(out);
+        let out = OutputDir::open(tmp.path()).unwrap();
+        assert!(out.completed().is_empty(), "{:?}", out.completed());
+        assert_eq!(names(tmp.path()), ["summary.json"]);
     }
 
     #[cfg(unix)]

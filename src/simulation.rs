@@ -38,6 +38,9 @@ pub struct OutputReport {
     pub earlier: Vec<String>,
     /// Leftovers of killed runs removed before this run wrote anything.
     pub cleaned: Vec<String>,
+    /// Files of a run killed while committing its results, moved into place (that commit
+    /// finished) before this run wrote anything.
+    pub completed: Vec<String>,
 }
 
 /// A ready-to-run simulation: the ECS world and the tick schedules.
@@ -231,6 +234,7 @@ impl Simulation {
             dir: Some(out.path().to_path_buf()),
             earlier: out.earlier_files(),
             cleaned: out.cleaned().to_vec(),
+            completed: out.completed().to_vec(),
             written: out.commit().map_err(RunError::Outputs)?,
         };
         Ok((summary, report))

@@ -51,7 +51,10 @@ pub(crate) fn check_real(app: &ServesimApp, a: CheckRealArgs) -> ExitCode {
     let json = serde_json::to_string_pretty(&report).expect("the report serialises");
     let dir = out.unwrap_or_else(|| PathBuf::from(&sc.outputs.dir));
     let mut out_dir = match crate::output::OutputDir::open(&dir) {
-        Ok(d) => d,
+        Ok(d) => {
+            d.notes().iter().for_each(|n| eprintln!("servesim: {n}"));
+            d
+        }
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::from(2);

@@ -141,6 +141,15 @@ pub(crate) fn report(a: ReportArgs) -> ExitCode {
         _ => PathBuf::from("report.html"),
     });
     // What cannot be read is bad input (exit 2); a page that cannot be written, a failure (1).
+    for d in &dirs {
+        match crate::output::finish_interrupted_commit(d) {
+            Ok(notes) => notes.iter().for_each(|n| eprintln!("servesim: {n}")),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
     let page = match crate::report::report(&dirs) {
         Ok(page) => page,
         Err(e) => {

@@ -38,6 +38,7 @@ pub(crate) fn write_page(page: &str, out: &Path) -> Result<(), (u8, String)> {
         _ => PathBuf::from("."),
     };
     let mut dir = crate::output::OutputDir::open(&parent).map_err(|e| (2, e.to_string()))?;
+    dir.notes().iter().for_each(|n| eprintln!("servesim: {n}"));
     let mut w = dir.create(&name).map_err(|e| (1, e.to_string()))?;
     use std::io::Write;
     w.write_all(page.as_bytes())
@@ -203,6 +204,13 @@ pub(crate) fn run(app: &ServesimApp, a: RunArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    if !report.completed.is_empty() {
+        eprintln!(
+            "servesim: finished the commit of a run killed while moving its results into {}: {} moved into place (this run then replaced what it writes)",
+            out_dir.display(),
+            report.completed.join(", ")
+        );
+    }
     if !report.cleaned.is_empty() {
         eprintln!(
             "servesim: removed what killed runs left in {}: {}",

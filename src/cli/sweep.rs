@@ -105,7 +105,10 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
     // The output directory is opened and locked before anything is simulated, and held
     // until sweep.csv and sweep.json are committed: a second sweep into it is refused.
     let out_dir = match crate::output::OutputDir::open(&a.out) {
-        Ok(d) => d,
+        Ok(d) => {
+            d.notes().iter().for_each(|n| eprintln!("servesim: {n}"));
+            d
+        }
         Err(e) => return fail(e.to_string()),
     };
     // Every point is loaded and validated first; all problems are reported at once.
@@ -242,6 +245,15 @@ pub(crate) fn merge(a: MergeArgs) -> ExitCode {
         );
         return ExitCode::from(2);
     }
+    for d in &shards {
+        match crate::output::finish_interrupted_commit(d) {
+            Ok(notes) => notes.iter().for_each(|n| eprintln!("servesim: {n}")),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
     let parts = match shards
         .iter()
         .map(|d| crate::sweep::Part::read(d))
@@ -261,7 +273,10 @@ pub(crate) fn merge(a: MergeArgs) -> ExitCode {
         }
     };
     let out_dir = match crate::output::OutputDir::open(&out) {
-        Ok(d) => d,
+        Ok(d) => {
+            d.notes().iter().for_each(|n| eprintln!("servesim: {n}"));
+            d
+        }
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::from(2);

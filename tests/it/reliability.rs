@@ -871,3 +871,40 @@ fn reservation_schedulers_drop_what_they_can_never_admit() {
         );
     }
 }
+
+/// Issue 30, class 3: a run killed between the renames of its commit (here: its
+/// `requests.csv` moved, its `summary.json` still staged, the journal written) is finished
+/// by the next command that reads the directory, so `report` never shows one run's rows
+/// beside another's summary.
+#[test]
+fn a_commit_killed_halfway_is_finished_before_report_reads_the_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = run_scenario_text(
+        dir.path(),
+        r#"(cluster: (groups: [(kv_blocks: 1000, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 1.0, 1.0]))]),
+           workload: (num_requests: 20, clients: [(rate_per_s: 5.0, input_tokens: Constant(64), output_tokens: Constant(8))]))"#,
+    );
+    let summary = std::fs::read_to_string(out.join("summary.json")).unwrap();
+    let staging = out.join(".servesim-run-k1ll3d");
+    std::fs::create_dir(&staging).unwrap();
+    let newer = summary.replace("\"completed\"", "\"completed\" ");
+    assert_ne!(newer, summary);
+    std::fs::write(staging.join("summary.json"), &newer).unwrap();
+    std::fs::write(
+        staging.join(".servesim-commit"),
+        "requests.csv\nsummary.json",
+    )
+    .unwrap();
+    let report = servesim_within(&["report", out.to_str().unwrap()], 30);
+    let err = String::from_utf8_lossy(&report.stderr);
+    assert!(report.status.success(), "{err}");
+    assert!(
+        err.contains("finished the commit of a run killed") && err.contains("summary.json"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.join("summary.json")).unwrap(),
+        newer
+    );
+    assert!(!staging.exists());
+}
