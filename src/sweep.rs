@@ -156,10 +156,57 @@ pub fn parse_shard(s: &str) -> Result<(u32, u32), String> {
     Ok((i, n))
 }
 
+/// The most runs one `sweep` invocation (one shard) takes on: more is split with `--shard`.
+pub const MAX_RUNS_PER_SHARD: u64 = 100_000;
+
 impl Plan {
-    /// Runs in the whole sweep.
+    /// Runs in the whole sweep (call [`check_size`](Self::check_size) first: it may not fit).
     pub fn len(&self) -> usize {
         self.axes.iter().map(|a| a.values.len()).product::<usize>() * self.replicas as usize
+    }
+
+    /// Checks the plan before anything is allocated for it: replicas ≥ 1, a shard I/N with
+    /// I < N, and at most [`MAX_RUNS_PER_SHARD`] runs in this shard. Returns the runs in the
+    /// whole sweep.
+    pub fn check_size(&self) -> Result<u64, String> {
+        let (i, n) = self.shard;
+        if n == 0 || i >= n {
+            return Err(format!("shard {i}/{n}: expected I/N with 0 ≤ I < N"));
+        }
+        if self.replicas == 0 {
+            return Err("replicas must be at least 1".into());
+        }
+        let points = self
+            .axes
+            .iter()
+            .try_fold(1u64, |acc, a| acc.checked_mul(a.values.len() as u64));
+        let total = points.and_then(|p| p.checked_mul(u64::from(self.replicas)));
+        let per_shard = total.map(|t| (t + u64::from(n) - 1 - u64::from(i)) / u64::from(n));
+        match (points, total, per_shard) {
+            (Some(_), Some(total), Some(runs))
+                if runs <= MAX_RUNS_PER_SHARD && usize::try_from(total).is_ok() =>
+            {
+                Ok(total)
+            }
+            _ => {
+                let shown =
+                    |x: Option<u64>| x.map_or("more than 2^64".to_string(), |v| v.to_string());
+                let shards = total.map_or("many".into(), |t| {
+                    t.div_ceil(MAX_RUNS_PER_SHARD).to_string()
+                });
+                Err(format!(
+                    "this sweep is {} runs ({} points × {} replicas){}; one invocation runs at most {MAX_RUNS_PER_SHARD}: split it with --shard I/{shards} (run each part, then `servesim merge` them), or vary fewer values",
+                    shown(total),
+                    shown(points),
+                    self.replicas,
+                    if n > 1 {
+                        format!(", {} in shard {i}/{n}", shown(per_shard))
+                    } else {
+                        String::new()
+                    },
+                ))
+            }
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -169,8 +216,8 @@ impl Plan {
     /// The runs of this shard, in order; the last axis varies fastest, replicas innermost.
     pub fn points(&self) -> Vec<Point> {
         let (shard, shards) = (self.shard.0 as usize, self.shard.1.max(1) as usize);
-        (0..self.len())
-            .filter(|i| i % shards == shard)
+        (shard..self.len())
+            .step_by(shards)
             .map(|index| {
                 let replica = (index % self.replicas as usize) as u32;
                 let mut rest = index / self.replicas as usize;
@@ -504,6 +551,8 @@ impl Part {
         })?;
         let plan: Plan =
             serde_json::from_str(&text).map_err(|e| format!("{}: {e}", json.display()))?;
+        plan.check_size()
+            .map_err(|e| format!("{}: {e} (was it edited?)", json.display()))?;
         let path = dir.join("sweep.csv");
         let mut reader = csv::Reader::from_reader(crate::input::open_lines(&path)?);
         let header: Vec<String> = reader
@@ -627,6 +676,41 @@ mod tests {
             replicas,
             shard,
         }
+    }
+
+    #[test]
+    fn a_sweep_too_large_for_one_invocation_is_refused_before_anything_is_allocated() {
+        let ten: Vec<String> = (0..10).map(|i| i.to_string()).collect();
+        let ten: Vec<&str> = ten.iter().map(String::as_str).collect();
+        // 10 × 10 × 10 × 10 × 10 points × 1 replica = 100,000: the most one shard runs.
+        let axes = [("a", &ten[..]); 5];
+        assert_eq!(plan(&axes, 1, (0, 1)).check_size(), Ok(100_000));
+        let err = plan(&axes, 2, (0, 1)).check_size().unwrap_err();
+        assert!(
+            err.contains("200000 runs") && err.contains("--shard I/2"),
+            "{err}"
+        );
+        // Split in two, each shard holds 100,000 runs: within the bound.
+        assert_eq!(plan(&axes, 2, (1, 2)).check_size(), Ok(200_000));
+        // Replicas near u32::MAX over two points, or axes whose product overflows: refused.
+        let err = plan(&[("a", &["1", "2"])], u32::MAX, (0, 1))
+            .check_size()
+            .unwrap_err();
+        assert!(err.contains("8589934590 runs"), "{err}");
+        let huge = [("a", &ten[..]); 20];
+        assert!(
+            plan(&huge, 1, (0, 1))
+                .check_size()
+                .unwrap_err()
+                .contains("more than 2^64")
+        );
+        // A tampered shard or replica count.
+        assert!(plan(&axes[..1], 1, (3, 2)).check_size().is_err());
+        assert!(plan(&axes[..1], 0, (0, 1)).check_size().is_err());
+        // Points of a shard step through the sweep without visiting the others.
+        let p = plan(&axes[..1], 3, (1, 4));
+        let got: Vec<usize> = p.points().iter().map(|x| x.index).collect();
+        assert_eq!(got, [1, 5, 9, 13, 17, 21, 25, 29]);
     }
 
     #[test]

@@ -102,6 +102,9 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
         replicas: a.replicas,
         shard,
     };
+    if let Err(e) = plan.check_size() {
+        return fail(e);
+    }
     // The output directory is opened and locked before anything is simulated, and held
     // until sweep.csv and sweep.json are committed: a second sweep into it is refused.
     let out_dir = match crate::output::OutputDir::open(&a.out) {
