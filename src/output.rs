@@ -186,10 +186,21 @@ impl OutputDir {
             Err(fs::TryLockError::Error(e)) => return Err(unusable(e)),
         }
         let (cleaned, completed) = remove_leftovers(dir);
+        // The staging directory is made now, so a directory this run cannot write to (its
+        // permissions, a read-only file system) is refused before anything is simulated.
+        let staging = tempfile::Builder::new()
+            .prefix(STAGING_PREFIX)
+            .tempdir_in(dir)
+            .map_err(|e| {
+                OutputError::Unusable(format!(
+                    "cannot write to output directory {}: {e}; give --out a directory you can write to",
+                    dir.display()
+                ))
+            })?;
         Ok(OutputDir {
             dir: dir.to_path_buf(),
             lock,
-            staging: None,
+            staging: Some(staging),
             staged: Vec::new(),
             cleaned,
             completed,
@@ -262,13 +273,6 @@ impl OutputDir {
             path,
             message: e.to_string(),
         };
-        if self.staging.is_none() {
-            let staging = tempfile::Builder::new()
-                .prefix(STAGING_PREFIX)
-                .tempdir_in(&self.dir)
-                .map_err(|e| write(self.dir.join(name), e))?;
-            self.staging = Some(staging);
-        }
         let path = self.staged_path(name);
         if name == JOURNAL || name.ends_with(".earlier") {
             return Err(write(
@@ -296,6 +300,9 @@ impl OutputDir {
         let Some(staging) = self.staging.take() else {
             return Ok(Vec::new());
         };
+        if self.staged.is_empty() {
+            return Ok(Vec::new());
+        }
         let journal = staging.path().join(JOURNAL);
         write_journal(&journal, &self.staged).map_err(|e| OutputError::Write {
             path: journal.clone(),

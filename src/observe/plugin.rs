@@ -156,6 +156,14 @@ fn finish_observers(world: &mut World, summary: &mut Summary) -> Result<(), SimE
     let staged = |world: &World, name: &str| world.resource::<Outputs>().staged_path(name);
     if let Some(mut timeline) = world.remove_resource::<Timeline>() {
         draw_unfinished(&mut timeline, &world.resource::<Unfinished>().0, now);
+        if timeline.window_start_us() > now.0 {
+            summary.warnings.push(format!(
+                "the timeline window starts at {:.3} s, after the run ended at {:.3} s: timeline.json holds no step or request; \
+                 give --trace-window a START within the run",
+                timeline.window_start_us() as f64 / 1e6,
+                now.as_us() as f64 / 1e6
+            ));
+        }
         let mb = timeline.bytes as f64 / 1e6;
         if mb > 300.0 {
             summary.warnings.push(format!(

@@ -49,6 +49,11 @@ fn mix(id: u64) -> u64 {
 }
 
 impl Timeline {
+    /// The start of the simulated-time window drawn, µs (0 without a window).
+    pub fn window_start_us(&self) -> u64 {
+        self.window.0
+    }
+
     /// Starts the file: the trace header and a name for every instance track.
     pub fn new(
         file: File,

@@ -908,3 +908,88 @@ fn a_commit_killed_halfway_is_finished_before_report_reads_the_directory() {
     );
     assert!(!staging.exists());
 }
+
+/// Issue 30, class 7: an existing output directory the run cannot write to (here on a
+/// file system remounted read-only) is bad input, exit 2 before anything is simulated, as
+/// docs/command-line.md says — not a run failure found when the first result is staged.
+#[test]
+fn an_output_directory_that_cannot_be_written_is_refused_with_exit_2() {
+    let Some((_keep, mnt)) = tmpfs("size=1m") else {
+        return;
+    };
+    let out_dir = mnt.join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    std::fs::write(out_dir.join("summary.json"), "earlier").unwrap();
+    let remounted = Command::new("mount")
+        .args(["-o", "remount,ro"])
+        .arg(&mnt)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !remounted {
+        unmount(&mnt);
+        return;
+    }
+    let scenario = root().join("scenarios/quickstart.ron");
+    let out = servesim_within(
+        &[
+            "run",
+            scenario.to_str().unwrap(),
+            "--out",
+            out_dir.to_str().unwrap(),
+            "-q",
+        ],
+        30,
+    );
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    let earlier = std::fs::read_to_string(out_dir.join("summary.json")).unwrap();
+    unmount(&mnt);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("cannot write to output directory") && err.contains("Read-only"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+    assert_eq!(earlier, "earlier");
+}
+
+/// Issue 30, class 7: a `--trace-window` that starts after the run ended says so instead of
+/// leaving an empty timeline without a word.
+#[test]
+fn a_trace_window_after_the_end_of_the_run_warns() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("s.ron");
+    std::fs::write(
+        &scenario,
+        r#"(cluster: (groups: [(kv_blocks: 1000, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 1.0, 1.0]))]),
+           workload: (num_requests: 20, clients: [(rate_per_s: 5.0, input_tokens: Constant(64), output_tokens: Constant(8))]))"#,
+    )
+    .unwrap();
+    let out_dir = dir.path().join("out");
+    let run = |window: &str| {
+        servesim_within(
+            &[
+                "run",
+                scenario.to_str().unwrap(),
+                "--out",
+                out_dir.to_str().unwrap(),
+                "-q",
+                "--trace",
+                "timeline",
+                "--trace-window",
+                window,
+            ],
+            30,
+        )
+    };
+    let late = run("5000..6000");
+    let err = String::from_utf8_lossy(&late.stderr);
+    assert!(late.status.success(), "{err}");
+    assert!(
+        err.contains("the timeline window starts at 5000.000 s, after the run ended"),
+        "{err}"
+    );
+    let within = run("0..2");
+    let err = String::from_utf8_lossy(&within.stderr);
+    assert!(within.status.success(), "{err}");
+    assert!(!err.contains("timeline window"), "{err}");
+}
