@@ -22,6 +22,46 @@ pub fn check(p: &mut Vec<Problem>, s: &Scenario) {
             .hint("give a group scaling: (min: 1, max: 8), or use \"static\""),
         );
     }
+    check_pool_intervals(p, s);
+}
+
+/// A pool (`cheapest_first: 1`) is sized as one at each evaluation, from the groups due
+/// then: its groups must share one interval, or each evaluation would size the pool from
+/// part of it.
+fn check_pool_intervals(p: &mut Vec<Problem>, s: &Scenario) {
+    let params = &s.policies.autoscale_params;
+    if params.get("cheapest_first") != Some(&1.0) {
+        return;
+    }
+    let policy_default = if s.policies.autoscale == "slo_aware" {
+        30.0
+    } else {
+        15.0
+    };
+    let policy_s = params.get("interval_s").copied().unwrap_or(policy_default);
+    let mut first: Option<(usize, f64)> = None;
+    for (i, g) in s.cluster.groups.iter().enumerate() {
+        let Some(sc) = &g.scaling else { continue };
+        let own = sc.interval_s.unwrap_or(policy_s);
+        match first {
+            None => first = Some((i, own)),
+            Some((j, other)) if other != own => {
+                p.push(
+                    Problem::new(
+                        format!("cluster.groups[{i}].scaling.interval_s"),
+                        format!(
+                            "with cheapest_first: 1 the autoscaled groups are sized as one pool, so they must share one evaluation interval: group {} is evaluated every {own} s, group {} every {other} s",
+                            g.name,
+                            s.cluster.groups[j].name
+                        ),
+                    )
+                    .hint("give every pooled group the same scaling.interval_s, or leave it out (the policy's interval_s)"),
+                );
+                return;
+            }
+            Some(_) => {}
+        }
+    }
 }
 
 /// An autoscaled group's bounds and life-cycle times.

@@ -11,36 +11,48 @@ use crate::request::FinishedRequest;
 use crate::scenario::Scenario;
 use crate::setup::{RunError, SetupCtx, SetupError, SimError};
 
-/// (blocks, block size) of the largest instance KV cache that may serve, for the diagnosis
-/// of dropped requests.
+/// (blocks, block size) of the largest instance KV caches that may serve, for the diagnosis
+/// of dropped requests: of the instances requests are routed to, and of the decode pool
+/// (P/D disaggregation) if there is one.
 #[derive(Resource, Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LargestCache(pub u32, pub u32);
+pub struct LargestCache {
+    pub routed: (u32, u32),
+    pub decode: Option<(u32, u32)>,
+}
 
 impl Default for LargestCache {
     fn default() -> Self {
-        LargestCache(0, 16)
+        LargestCache {
+            routed: (0, 16),
+            decode: None,
+        }
     }
 }
 
 impl LargestCache {
     /// Of the groups that may have instances (autoscaled ones at their max).
     pub fn of(ctx: &SetupCtx<'_>) -> Self {
-        let (blocks, size) = ctx
-            .scenario
-            .cluster
-            .groups
-            .iter()
-            .zip(ctx.resolved)
-            .filter(|(g, _)| g.scaling.as_ref().map_or(g.count, |s| s.max) > 0)
-            .map(|(g, r)| (r.kv_blocks, g.block_size))
-            .fold((0u32, 16u32), |best, c| {
-                if u64::from(c.0) * u64::from(c.1) > u64::from(best.0) * u64::from(best.1) {
-                    c
-                } else {
-                    best
-                }
-            });
-        LargestCache(blocks, size)
+        let largest = |decode: bool| {
+            ctx.scenario
+                .cluster
+                .groups
+                .iter()
+                .zip(ctx.resolved)
+                .filter(|(g, _)| g.scaling.as_ref().map_or(g.count, |s| s.max) > 0)
+                .filter(|(g, _)| (g.role == crate::scenario::Role::Decode) == decode)
+                .map(|(g, r)| (r.kv_blocks, g.block_size))
+                .reduce(|best, c| {
+                    if u64::from(c.0) * u64::from(c.1) > u64::from(best.0) * u64::from(best.1) {
+                        c
+                    } else {
+                        best
+                    }
+                })
+        };
+        LargestCache {
+            routed: largest(false).unwrap_or((0, 16)),
+            decode: largest(true),
+        }
     }
 }
 
@@ -94,17 +106,32 @@ pub(super) fn open_files(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<
 }
 
 /// Diagnoses of a run's outcome that a user should not miss.
-pub fn diagnose(s: &Summary, LargestCache(blocks, block_size): LargestCache) -> Vec<String> {
+pub fn diagnose(s: &Summary, largest: LargestCache) -> Vec<String> {
     let r = &s.requests;
     let mut w = Vec::new();
-    if r.dropped > 0 {
+    let holds = |(blocks, size): (u32, u32)| {
+        format!(
+            "{blocks} blocks × {size} tokens = {} tokens",
+            u64::from(blocks) * u64::from(size)
+        )
+    };
+    // P/D: requests no decode instance can hold are dropped after their prefill.
+    let after_prefill = s.disaggregation.as_ref().map_or(0, |d| d.dropped);
+    let at_entry = r.dropped.saturating_sub(after_prefill);
+    if at_entry > 0 {
         w.push(format!(
-            "{} of {} requests were dropped as unservable: prompt + output exceeds max_model_len or what their instance's KV cache can hold (the largest holds {} blocks × {} tokens = {} tokens)",
-            r.dropped,
+            "{} of {} requests were dropped as unservable: prompt + output exceeds max_model_len or what their instance's KV cache can hold (the largest holds {})",
+            at_entry,
             r.injected,
-            blocks,
-            block_size,
-            u64::from(blocks) * u64::from(block_size)
+            holds(largest.routed)
+        ));
+    }
+    if after_prefill > 0 {
+        w.push(format!(
+            "{} of {} requests were dropped as unservable after their prefill: prompt + output exceeds what any decode instance's KV cache can hold (the largest decode cache holds {}); give the decode pool more KV blocks",
+            after_prefill,
+            r.injected,
+            holds(largest.decode.unwrap_or((0, 16)))
         ));
     }
     if r.injected > 0 && r.rejected == r.injected {

@@ -501,3 +501,28 @@ fn hand_offs_that_found_no_decode_instance_are_retried_until_one_is_found() {
         );
     }
 }
+
+/// Issue 30, class 5: when the decode pool is what cannot hold a request, the unservable
+/// warning says so and cites the decode pool's capacity, not the prefill pool's.
+#[test]
+fn requests_no_decode_instance_can_hold_are_blamed_on_the_decode_pool() {
+    // 160 + 40 − 1 = 199 tokens need 13 blocks of 16; the decode cache has 12 (192 tokens),
+    // the prefill cache 1,000.
+    let sc = parse(&with_decode_blocks(
+        &pd(1, 1, "", &all_at_zero(4, 160, 40)),
+        12,
+    ));
+    let (s, _) = run(&sc);
+    assert_eq!(s.requests.dropped, 4);
+    assert_eq!(s.disaggregation.as_ref().unwrap().dropped, 4);
+    let w = s.warnings.join("\n");
+    assert!(
+        w.contains("4 of 4 requests were dropped as unservable after their prefill")
+            && w.contains("the largest decode cache holds 12 blocks × 16 tokens = 192 tokens"),
+        "{w}"
+    );
+    assert!(
+        !w.contains("1000 blocks"),
+        "the prefill pool is not the limit: {w}"
+    );
+}
