@@ -92,7 +92,9 @@ pub fn check(p: &mut Vec<Problem>, s: &Scenario, catalog: &Catalog) {
                     ),
                 ));
             }
-            if j < i && first.model != g.model {
+            let name =
+                |m: &Option<String>| m.as_deref().map(crate::model::ModelConfig::canonical_name);
+            if j < i && name(&first.model) != name(&g.model) {
                 p.push(Problem::new(
                     at("model"),
                     format!(

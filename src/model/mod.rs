@@ -129,6 +129,18 @@ fn dtype_bytes(s: &str) -> Option<f64> {
     }
 }
 
+/// The bundled (id, config.json) that `id` names: exactly (case-insensitive), or as the one
+/// bundled id it is a prefix of.
+fn bundled_entry(id: &str) -> Option<&'static (&'static str, &'static str)> {
+    let lower = id.to_ascii_lowercase();
+    let exact = BUNDLED_MODELS.iter().find(|(k, _)| *k == lower);
+    exact.or_else(|| {
+        let mut it = BUNDLED_MODELS.iter().filter(|(k, _)| k.starts_with(&lower));
+        let first = it.next();
+        if it.next().is_some() { None } else { first }
+    })
+}
+
 impl ModelConfig {
     /// Parses a HuggingFace `config.json` (`text_config` keys override top-level ones).
     pub fn from_hf_json(id: &str, text: &str) -> Result<Self, String> {
@@ -278,14 +290,14 @@ impl ModelConfig {
 
     /// A bundled model by id (case-insensitive; a unique prefix also matches).
     pub fn bundled(id: &str) -> Option<Self> {
-        let lower = id.to_ascii_lowercase();
-        let exact = BUNDLED_MODELS.iter().find(|(k, _)| *k == lower);
-        let found = exact.or_else(|| {
-            let mut it = BUNDLED_MODELS.iter().filter(|(k, _)| k.starts_with(&lower));
-            let first = it.next();
-            if it.next().is_some() { None } else { first }
-        })?;
+        let found = bundled_entry(id)?;
         Some(Self::from_hf_json(found.0, found.1).expect("bundled model configs parse (tested)"))
+    }
+
+    /// The full id of the bundled model `name` names (case-insensitive, or a unique prefix),
+    /// else `name` itself (a path to a config): two names of one model compare equal.
+    pub fn canonical_name(name: &str) -> String {
+        bundled_entry(name).map_or_else(|| name.to_string(), |(id, _)| id.to_string())
     }
 
     pub fn is_moe(&self) -> bool {

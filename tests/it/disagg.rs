@@ -526,3 +526,27 @@ fn requests_no_decode_instance_can_hold_are_blamed_on_the_decode_pool() {
         "the prefill pool is not the limit: {w}"
     );
 }
+
+/// Issue 30, class 5: a model named by a unique prefix or in another case is the same model
+/// wherever a full name is accepted — here the P/D check that both pools serve one model.
+#[test]
+fn a_model_named_by_a_unique_prefix_is_the_same_model_in_both_pools() {
+    let text = pd(1, 1, "", &all_at_zero(2, 160, 4));
+    let first = text.find("llama-3.1-8b-instruct").unwrap();
+    let mut short = text.clone();
+    short.replace_range(first..first + "llama-3.1-8b-instruct".len(), "LLaMA-3.1-8B");
+    let (s, _) = run(&parse(&short));
+    assert_eq!(s.requests.completed, 2);
+    // A different model is still refused.
+    let other = text.replacen("llama-3.1-8b-instruct", "qwen2.5-7b-instruct", 1);
+    let app = servesim::default_app();
+    let err = servesim::loader::parse(
+        &other,
+        "test.ron",
+        &[],
+        app.world().resource::<servesim::policy::Catalog>(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("must serve one model"), "{err}");
+}
