@@ -187,8 +187,11 @@ pub(crate) fn load(
 }
 
 /// Says on stderr when a scenario will take minutes.
-pub(crate) fn announce(sc: &scenario::Scenario) {
+pub(crate) fn announce(sc: &scenario::Scenario, catalog: &crate::catalog::Catalog) {
     if let Some(a) = crate::loader::estimate::estimate(sc).announcement() {
         eprintln!("warning: {a}");
+    }
+    for w in crate::loader::estimate::slow_inputs(sc, catalog) {
+        eprintln!("warning: {w}");
     }
 }

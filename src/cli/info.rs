@@ -126,7 +126,7 @@ pub(crate) fn validate(app: &ServesimApp, a: ValidateArgs) -> ExitCode {
         Ok(sc) => {
             println!("{}: ok", scenario.display());
             print!("{}", setup(&sc, catalog));
-            announce(&sc);
+            announce(&sc, catalog);
             ExitCode::SUCCESS
         }
         Err(code) => code,

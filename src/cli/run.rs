@@ -106,7 +106,7 @@ pub(crate) fn run(app: &ServesimApp, a: RunArgs) -> ExitCode {
         eprintln!("error: {e}");
         return ExitCode::from(2);
     }
-    announce(&sc);
+    announce(&sc, catalog);
     // Ctrl-C, SIGTERM and SIGHUP stop the run at the next tick; staged files are
     // removed and the output directory is left as it was.
     let interrupt = Arc::new(AtomicBool::new(false));

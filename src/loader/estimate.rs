@@ -109,6 +109,76 @@ pub fn estimate(s: &Scenario) -> WorkEstimate {
     }
 }
 
+/// A span of simulated time past which `validate` and `run` warn that an input will keep the
+/// run idle or waiting: one hour for a single transfer, a day between arrivals.
+const SLOW_TRANSFER_S: f64 = 3600.0;
+const SPARSE_ARRIVALS_S: f64 = 86_400.0;
+
+/// Inputs that will leave a run idle or waiting for long simulated spans (a KV or host link
+/// so slow that one prompt's KV takes hours to move, arrivals days apart), as warnings. The
+/// run handles them (idle spans cost nothing, see docs/guarantees.md), but they are more
+/// often a wrong unit than an intent.
+pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<String> {
+    let mut w = Vec::new();
+    let prompts: Vec<f64> = s
+        .workload
+        .clients
+        .iter()
+        .filter_map(|c| mean_tokens(&c.input_tokens))
+        .collect();
+    let prompt = if prompts.is_empty() {
+        1024.0
+    } else {
+        prompts.iter().sum::<f64>() / prompts.len() as f64
+    };
+    let span = |secs: f64| {
+        if secs >= 86_400.0 {
+            format!("{:.1} days", secs / 86_400.0)
+        } else {
+            format!("{:.1} hours", secs / 3600.0)
+        }
+    };
+    for (i, g) in s.cluster.groups.iter().enumerate() {
+        let Ok(r) = super::resolve_group(s, i, catalog) else {
+            continue;
+        };
+        let gpus = f64::from(g.tp.max(1) * g.pp.max(1));
+        if g.role != crate::scenario::Role::Mixed && r.kv_bytes_per_token > 0.0 {
+            let secs = prompt * r.kv_bytes_per_token / (g.kv_link_gb_per_s * 1e9 * gpus);
+            if secs > SLOW_TRANSFER_S {
+                w.push(format!(
+                    "cluster.groups[{i}].kv_link_gb_per_s = {}: moving one mean prompt's KV ({prompt:.0} tokens, {:.1} MB) to the decode pool takes {} — every request waits that long (is it in GB/s?)",
+                    g.kv_link_gb_per_s,
+                    prompt * r.kv_bytes_per_token / 1e6,
+                    span(secs)
+                ));
+            }
+        }
+        if let Some((_, us_per_block, _)) = r.cpu_tier {
+            let secs = (prompt / f64::from(g.block_size.max(1))).ceil() * us_per_block / 1e6;
+            if secs > SLOW_TRANSFER_S {
+                w.push(format!(
+                    "cluster.groups[{i}]: the CPU KV tier's host link moves one mean prompt's blocks in {} (is host_link_gb_per_s in GB/s?)",
+                    span(secs)
+                ));
+            }
+        }
+    }
+    for (i, c) in s.workload.clients.iter().enumerate() {
+        if matches!(c.arrival, ArrivalSpec::AllAtZero { .. }) {
+            continue;
+        }
+        let rate = crate::workload::client_rate(s, c);
+        if rate > 0.0 && 1.0 / rate > SPARSE_ARRIVALS_S {
+            w.push(format!(
+                "workload.clients[{i}]: requests arrive about every {} ({rate:.3e} req/s): the run will be idle most of its simulated time (is the rate per second?)",
+                span(1.0 / rate)
+            ));
+        }
+    }
+    w
+}
+
 impl WorkEstimate {
     /// A line for stderr when the run will take a while, else `None`.
     pub fn announcement(&self) -> Option<String> {

@@ -993,3 +993,38 @@ fn a_trace_window_after_the_end_of_the_run_warns() {
     assert!(within.status.success(), "{err}");
     assert!(!err.contains("timeline window"), "{err}");
 }
+
+/// Issue 30, class 1: `validate` (and `run`, before it starts) warns of inputs that will
+/// keep a run idle or waiting for long simulated spans — a KV link so slow that one prompt
+/// takes days to move, arrivals days apart — and says nothing for ordinary ones.
+#[test]
+fn validate_warns_of_links_and_rates_that_leave_a_run_idle_for_days() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("s.ron");
+    let text = |link: &str, rate: &str| {
+        format!(
+            r#"(cluster: (groups: [
+                 (name: "p", role: Prefill, model: "llama-3.1-8b-instruct", kv_blocks: 1000, kv_link_gb_per_s: {link}, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 1.0, 1.0])),
+                 (name: "d", role: Decode, model: "llama-3.1-8b-instruct", kv_blocks: 1000, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 1.0, 1.0]))]),
+               workload: (num_requests: 3, clients: [(rate_per_s: {rate}, input_tokens: Constant(64), output_tokens: Constant(8))]))"#
+        )
+    };
+    let validate = |src: String| {
+        std::fs::write(&scenario, src).unwrap();
+        let out = servesim_within(&["validate", scenario.to_str().unwrap()], 20);
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    // 64 tokens × 131,072 B = 8.4 MB at 1 B/s: 97 days; one request every 11.6 days.
+    let err = validate(text("1.0e-9", "1.0e-6"));
+    assert!(
+        err.contains("cluster.groups[0].kv_link_gb_per_s = 0.000000001: moving one mean prompt's KV (64 tokens, 8.4 MB) to the decode pool takes 97.1 days"),
+        "{err}"
+    );
+    assert!(
+        err.contains("workload.clients[0]: requests arrive about every 11.6 days"),
+        "{err}"
+    );
+    let err = validate(text("50.0", "5.0"));
+    assert!(!err.contains("warning"), "{err}");
+}
