@@ -5,6 +5,7 @@
 //! side by side (tables, per-instance charts).
 
 pub mod chart;
+pub mod dist;
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -13,6 +14,8 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use chart::{BarChart, LineChart, Series, colour, esc, thin};
+pub use dist::Requests;
+use dist::{Dist, EXACT_CAP};
 
 /// A report that could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -28,8 +31,6 @@ pub enum ReportError {
 /// Points per CDF line and per time-series line: enough for a 560-pixel-wide chart.
 const CDF_POINTS: usize = 400;
 const SERIES_POINTS: usize = 1200;
-/// Time buckets of the latency-over-time chart.
-const TIME_BUCKETS: usize = 100;
 /// Per-instance lines drawn per chart (the rest are summarised by the cluster charts).
 const MAX_INSTANCE_LINES: usize = 16;
 
@@ -40,17 +41,6 @@ pub struct Run {
     pub summary: Option<Value>,
     pub requests: Option<Requests>,
     pub samples: Option<Samples>,
-}
-
-/// What `requests.csv` says about completed requests.
-#[derive(Debug, Default)]
-pub struct Requests {
-    /// Sorted, ms.
-    pub ttft: Vec<f64>,
-    pub itl: Vec<f64>,
-    pub e2e: Vec<f64>,
-    /// (completion s, TTFT ms, output tokens) of every completed request, by completion.
-    pub done: Vec<(f64, f64, f64)>,
 }
 
 /// What `timeseries.csv` says: cluster rows and per-instance rows.
@@ -108,16 +98,10 @@ fn read_requests(path: &Path) -> Result<Requests, ReportError> {
     let c = columns(
         path,
         &headers,
-        &[
-            "state",
-            "ttft_ms",
-            "e2e_ms",
-            "mean_itl_ms",
-            "completion_us",
-            "generated_tokens",
-        ],
+        &["state", "ttft_ms", "e2e_ms", "mean_itl_ms", "completion_us"],
     )?;
-    let mut r = Requests::default();
+    // Streamed: memory is bounded however long the file (see `dist`).
+    let mut r = Requests::new(EXACT_CAP);
     let mut record = csv::StringRecord::new();
     while reader
         .read_record(&mut record)
@@ -127,24 +111,9 @@ fn read_requests(path: &Path) -> Result<Requests, ReportError> {
             continue;
         }
         let (ttft, e2e, itl) = (num(&record, c[1]), num(&record, c[2]), num(&record, c[3]));
-        if ttft.is_finite() {
-            r.ttft.push(ttft);
-        }
-        if e2e.is_finite() {
-            r.e2e.push(e2e);
-        }
-        if itl.is_finite() {
-            r.itl.push(itl);
-        }
-        let done = num(&record, c[4]) / 1e6;
-        if done.is_finite() {
-            r.done.push((done, ttft, num(&record, c[5])));
-        }
+        r.add(ttft, e2e, itl, num(&record, c[4]) / 1e6);
     }
-    for v in [&mut r.ttft, &mut r.itl, &mut r.e2e] {
-        v.sort_by(f64::total_cmp);
-    }
-    r.done.sort_by(|a, b| a.0.total_cmp(&b.0));
+    r.finish();
     Ok(r)
 }
 
@@ -263,13 +232,8 @@ impl Run {
         let Some(r) = &self.requests else {
             return f64::NAN;
         };
-        let sorted = match metric {
-            "ttft" => &r.ttft,
-            "itl" => &r.itl,
-            _ => &r.e2e,
-        };
         let q: f64 = p.trim_start_matches('p').parse().unwrap_or(50.0) / 100.0;
-        nearest_rank(sorted, q)
+        r.metric(metric).quantile(q)
     }
 }
 
@@ -317,17 +281,15 @@ pub fn report(dirs: &[PathBuf]) -> Result<String, ReportError> {
 }
 
 /// CDF points of sorted values: `CDF_POINTS` quantiles.
-fn cdf(sorted: &[f64]) -> Vec<(f64, f64)> {
-    if sorted.is_empty() {
+fn cdf(values: &Dist) -> Vec<(f64, f64)> {
+    if values.is_empty() {
         return Vec::new();
     }
-    let n = sorted.len();
-    let k = CDF_POINTS.min(n);
+    let k = CDF_POINTS.min(values.len());
     (0..=k)
         .map(|i| {
             let q = i as f64 / k as f64;
-            let idx = ((q * n as f64).ceil() as usize).clamp(1, n) - 1;
-            (sorted[idx], q)
+            (values.quantile(q), q)
         })
         .collect()
 }
@@ -452,36 +414,16 @@ fn series(name: &str, i: usize, points: Vec<(f64, f64)>) -> Series {
     }
 }
 
-/// p50 and p99 TTFT of requests completing in each of `TIME_BUCKETS` windows.
+/// p50 and p99 TTFT of requests completing in each of [`dist::SLOTS`] windows.
 /// Points of a line: (x, y).
 type Line = Vec<(f64, f64)>;
 
 fn ttft_over_time(r: &Requests) -> (Line, Line) {
-    let Some(end) = r.done.last().map(|d| d.0) else {
-        return Default::default();
-    };
-    let width = (end / TIME_BUCKETS as f64).max(1e-6);
-    let (mut p50, mut p99) = (Vec::new(), Vec::new());
-    let mut i = 0;
-    let mut bucket = Vec::new();
-    for b in 0..TIME_BUCKETS {
-        let hi = width * (b + 1) as f64;
-        bucket.clear();
-        while i < r.done.len() && (r.done[i].0 <= hi || b + 1 == TIME_BUCKETS) {
-            if r.done[i].1.is_finite() {
-                bucket.push(r.done[i].1);
-            }
-            i += 1;
-        }
-        if bucket.is_empty() {
-            continue;
-        }
-        bucket.sort_by(f64::total_cmp);
-        let mid = hi - width / 2.0;
-        p50.push((mid, nearest_rank(&bucket, 0.5)));
-        p99.push((mid, nearest_rank(&bucket, 0.99)));
-    }
-    (p50, p99)
+    r.done
+        .p50_p99()
+        .into_iter()
+        .map(|(t, p50, p99)| ((t, p50), (t, p99)))
+        .unzip()
 }
 
 fn charts(runs: &[Run]) -> (String, String, String) {
@@ -496,12 +438,7 @@ fn charts(runs: &[Run]) -> (String, String, String) {
             .enumerate()
             .filter_map(|(i, r)| {
                 let req = r.requests.as_ref()?;
-                let v = match metric {
-                    "ttft" => &req.ttft,
-                    "itl" => &req.itl,
-                    _ => &req.e2e,
-                };
-                Some(series(&r.name, i, cdf(v)))
+                Some(series(&r.name, i, cdf(req.metric(metric))))
             })
             .collect();
         // A log axis when the tail is long (p99.9 over 20 × the minimum).
@@ -802,7 +739,7 @@ mod tests {
 
     #[test]
     fn cdf_runs_from_the_minimum_to_the_maximum() {
-        let v: Vec<f64> = (1..=1000).map(f64::from).collect();
+        let v = Dist::Exact((1..=1000).map(f64::from).collect());
         let c = cdf(&v);
         assert_eq!(c.first(), Some(&(1.0, 0.0)));
         assert_eq!(c.last(), Some(&(1000.0, 1.0)));
@@ -822,12 +759,12 @@ mod tests {
 
     #[test]
     fn ttft_over_time_buckets_by_completion() {
-        let r = Requests {
-            done: (0..200)
-                .map(|i| (f64::from(i) / 2.0, if i < 100 { 10.0 } else { 50.0 }, 1.0))
-                .collect(),
-            ..Default::default()
-        };
+        let mut r = Requests::new(usize::MAX);
+        for i in 0..200 {
+            let ttft = if i < 100 { 10.0 } else { 50.0 };
+            r.add(ttft, f64::NAN, f64::NAN, f64::from(i) / 2.0);
+        }
+        r.finish();
         let (p50, p99) = ttft_over_time(&r);
         assert_eq!(p50.first().unwrap().1, 10.0);
         assert_eq!(p50.last().unwrap().1, 50.0);
