@@ -566,6 +566,7 @@ mod tests {
             out.cleaned(),
             [".requests.csv.partial", ".servesim-run-abc123"]
         );
+        drop(out); // and its own (empty) staging directory
         assert_eq!(names(tmp.path()), ["notes.txt"]);
     }
 
@@ -662,6 +663,7 @@ mod tests {
         drop(out);
         let out = OutputDir::open(tmp.path()).unwrap();
         assert!(out.completed().is_empty(), "{:?}", out.completed());
+        drop(out);
         assert_eq!(names(tmp.path()), ["summary.json"]);
     }
 

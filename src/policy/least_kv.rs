@@ -1,30 +1,34 @@
-//! `least_kv` (RouteSim): the lowest KV-cache utilisation (used / total blocks); ties to
-//! the lowest index.
+//! `least_kv` (RouteSim): the lowest KV-cache utilisation (used / total blocks); ties are
+//! taken in turn ([`InTurn`]).
 
-use super::{RouterView, RoutingEntry, RoutingPolicy};
+use super::{Best, InTurn, RouterView, RoutingEntry, RoutingPolicy};
 use crate::request::RequestSpec;
 use crate::time::SimTime;
 
 pub(super) const ENTRY: RoutingEntry = RoutingEntry {
     name: "least_kv",
-    description: "lowest KV-cache utilisation; ties to the lowest index",
+    description: "lowest KV-cache utilisation; ties in turn",
     params: &[],
     free_params: false,
-    build: |_| Ok(Box::new(LeastKv)),
+    build: |_| Ok(Box::new(LeastKv::default())),
 };
 
-pub struct LeastKv;
+#[derive(Debug, Default)]
+pub struct LeastKv {
+    ties: InTurn,
+}
 
 impl RoutingPolicy for LeastKv {
     fn choose(&mut self, _: &RequestSpec, _: SimTime, view: &RouterView<'_>) -> Option<u32> {
-        // Compare used/total exactly as cross products (no float ties).
-        view.routable()
-            .min_by(|a, b| {
-                let l = u64::from(a.kv_used_blocks) * u64::from(b.kv_total_blocks.max(1));
-                let r = u64::from(b.kv_used_blocks) * u64::from(a.kv_total_blocks.max(1));
-                l.cmp(&r).then(a.index.cmp(&b.index))
-            })
-            .map(|s| s.index)
+        // used / total of block counts below 2²⁴: two different fractions differ by more
+        // than a rounding step, and equal ones round alike, so the f64 order is exact.
+        self.ties.pick(
+            view.routable().map(|s| {
+                let used = f64::from(s.kv_used_blocks) / f64::from(s.kv_total_blocks.max(1));
+                (s.index, used)
+            }),
+            Best::Low,
+        )
     }
 }
 
@@ -43,10 +47,11 @@ mod tests {
         view[0].kv_used_blocks = 50; // 50 %
         view[1].kv_used_blocks = 60;
         view[1].kv_total_blocks = 200; // 30 %
-        view[2].kv_used_blocks = 30; // 30 %: tie with 1, lower index wins
-        assert_eq!(
-            LeastKv.choose(&any_request(), SimTime(0), &RouterView::of(&view)),
-            Some(1)
-        );
+        view[2].kv_used_blocks = 30; // 30 %: tie with 1, taken in turn
+        let mut p = LeastKv::default();
+        let picks: Vec<Option<u32>> = (0..3)
+            .map(|_| p.choose(&any_request(), SimTime(0), &RouterView::of(&view)))
+            .collect();
+        assert_eq!(picks, [Some(1), Some(2), Some(1)]);
     }
 }

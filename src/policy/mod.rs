@@ -89,7 +89,7 @@ impl<'a> RouterView<'a> {
         }
     }
 
-    pub fn routable(&self) -> impl Iterator<Item = &'a InstanceSnapshot> {
+    pub fn routable(&self) -> impl Iterator<Item = &'a InstanceSnapshot> + Clone {
         self.instances.iter().filter(|s| s.routable)
     }
 }
@@ -260,15 +260,44 @@ pub mod family {
     );
 }
 
-/// Tie-break: among candidates, the highest score wins, then the lowest index.
-pub fn argmax(scores: impl IntoIterator<Item = (u32, f64)>) -> Option<u32> {
-    let mut best: Option<(u32, f64)> = None;
-    for (i, s) in scores {
-        if best.is_none_or(|(bi, bs)| s > bs || (s == bs && i < bi)) {
-            best = Some((i, s));
-        }
+/// How a router breaks ties: the best of the candidates (index, value) — the highest value
+/// with `High`, the lowest with `Low` — and among equals the first index after the previous
+/// pick, wrapping round, so that equal instances are taken in turn and an idle cluster is
+/// filled evenly rather than from the lowest index. Remembers the pick.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct InTurn {
+    last: Option<u32>,
+}
+
+/// Which end of the values is best, for [`InTurn`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Best {
+    High,
+    Low,
+}
+
+impl InTurn {
+    pub fn pick<T: PartialOrd + Copy>(
+        &mut self,
+        candidates: impl Iterator<Item = (u32, T)> + Clone,
+        best: Best,
+    ) -> Option<u32> {
+        let better = |a: T, b: T| match best {
+            Best::High => a > b,
+            Best::Low => a < b,
+        };
+        let top = candidates
+            .clone()
+            .map(|c| c.1)
+            .reduce(|a, b| if better(b, a) { b } else { a })?;
+        let tied = || candidates.clone().filter(move |c| c.1 == top).map(|c| c.0);
+        let last = self.last;
+        let chosen = tied()
+            .find(|&i| last.is_none_or(|l| i > l))
+            .or_else(|| tied().next())?;
+        self.last = Some(chosen);
+        Some(chosen)
     }
-    best.map(|(i, _)| i)
 }
 
 #[cfg(test)]

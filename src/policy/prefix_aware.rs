@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use super::{RouterView, RoutingEntry, RoutingPolicy, ScoredCandidate, argmax};
+use super::{Best, InTurn, RouterView, RoutingEntry, RoutingPolicy, ScoredCandidate};
 use crate::request::{PromptContent, RequestSpec};
 use crate::time::SimTime;
 
@@ -18,6 +18,7 @@ pub(super) const ENTRY: RoutingEntry = RoutingEntry {
             seen: HashMap::new(),
             max_queue: a.at_least("max_queue_depth", 256.0, 1.0)?,
             last: Vec::new(),
+            ties: InTurn::default(),
         }))
     },
 };
@@ -27,6 +28,8 @@ pub struct PrefixAware {
     seen: HashMap<u64, Vec<u32>>,
     max_queue: f64,
     last: Vec<ScoredCandidate>,
+    /// Equal scores are taken in turn.
+    ties: InTurn,
 }
 
 /// The request's shared-prefix identity, if it has one.
@@ -46,10 +49,11 @@ impl RoutingPolicy for PrefixAware {
     fn choose(&mut self, r: &RequestSpec, _: SimTime, view: &RouterView<'_>) -> Option<u32> {
         self.last.clear();
         let Some(prefix) = prefix_of(r) else {
-            return view
-                .routable()
-                .min_by_key(|s| (s.queue_depth + s.in_flight, s.index))
-                .map(|s| s.index);
+            return self.ties.pick(
+                view.routable()
+                    .map(|s| (s.index, s.queue_depth + s.in_flight)),
+                Best::Low,
+            );
         };
         let seen = self.seen.entry(prefix).or_default();
         for s in view.routable() {
@@ -65,7 +69,9 @@ impl RoutingPolicy for PrefixAware {
                 ],
             });
         }
-        let pick = argmax(self.last.iter().map(|c| (c.instance, c.score)))?;
+        let pick = self
+            .ties
+            .pick(self.last.iter().map(|c| (c.instance, c.score)), Best::High)?;
         if !seen.contains(&pick) {
             seen.push(pick);
         }
@@ -89,6 +95,7 @@ mod tests {
             seen: HashMap::new(),
             max_queue: 10.0,
             last: Vec::new(),
+            ties: InTurn::default(),
         };
         let mut r = any_request();
         r.content = PromptContent::Simple {

@@ -4,7 +4,7 @@
 //! least outstanding. The overlap is a set intersection on the router's own index.
 
 use super::prefix_index::PrefixIndex;
-use super::{RouterView, RoutingEntry, RoutingPolicy, ScoredCandidate, argmax};
+use super::{Best, InTurn, RouterView, RoutingEntry, RoutingPolicy, ScoredCandidate};
 use crate::kv::prompt_block_hashes;
 use crate::request::RequestSpec;
 use crate::time::SimTime;
@@ -22,6 +22,7 @@ pub(super) const ENTRY: RoutingEntry = RoutingEntry {
             index: PrefixIndex::new(a.at_least("index_blocks", 10_000.0, 1.0)? as usize),
             max_queue: a.at_least("max_queue_depth", 256.0, 1.0)?,
             last: Vec::new(),
+            ties: InTurn::default(),
         }))
     },
 };
@@ -30,6 +31,8 @@ pub struct PrefixOverlap {
     index: PrefixIndex,
     max_queue: f64,
     last: Vec<ScoredCandidate>,
+    /// Equal scores are taken in turn.
+    ties: InTurn,
 }
 
 impl RoutingPolicy for PrefixOverlap {
@@ -37,10 +40,11 @@ impl RoutingPolicy for PrefixOverlap {
         let hashes = prompt_block_hashes(&r.content, r.input_tokens, view.block_size);
         self.last.clear();
         if hashes.is_empty() {
-            return view
-                .routable()
-                .min_by_key(|s| (s.queue_depth + s.in_flight, s.index))
-                .map(|s| s.index);
+            return self.ties.pick(
+                view.routable()
+                    .map(|s| (s.index, s.queue_depth + s.in_flight)),
+                Best::Low,
+            );
         }
         for s in view.routable() {
             let load = (f64::from(s.queue_depth + s.batch_size) / self.max_queue).min(1.0);
@@ -56,7 +60,9 @@ impl RoutingPolicy for PrefixOverlap {
                 parts: vec![("overlap", overlap), ("load_ratio", load)],
             });
         }
-        let pick = argmax(self.last.iter().map(|c| (c.instance, c.score)))?;
+        let pick = self
+            .ties
+            .pick(self.last.iter().map(|c| (c.instance, c.score)), Best::High)?;
         self.index.record(pick, &hashes);
         Some(pick)
     }
@@ -77,6 +83,7 @@ mod tests {
             index: PrefixIndex::new(100),
             max_queue: 10.0,
             last: Vec::new(),
+            ties: InTurn::default(),
         }
     }
 
@@ -94,7 +101,7 @@ mod tests {
         assert_eq!(
             p.choose(&r, SimTime(0), &RouterView::of(&view)),
             Some(0),
-            "tie → lowest index"
+            "a first tie → the lowest index (later ones in turn)"
         );
         view[0].queue_depth = 5; // 0.7·1 + 0.3·0.5 = 0.85 beats 0.3
         assert_eq!(p.choose(&r, SimTime(0), &RouterView::of(&view)), Some(0));

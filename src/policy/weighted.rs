@@ -1,6 +1,6 @@
 //! `weighted` (BLIS §6.3): score every routable instance with named scorers, each in
-//! [0, 1], combine them with weights normalised to sum 1, and pick the best (ties to the
-//! lowest index). Parameters are scorer weights; with none given, BLIS's default profile
+//! [0, 1], combine them with weights normalised to sum 1, and pick the best (ties taken in
+//! turn, [`InTurn`]). Parameters are scorer weights; with none given, BLIS's default profile
 //! (precise_prefix 2, queue_depth 1, kv_utilization 1).
 //!
 //! | scorer | score |
@@ -13,7 +13,7 @@
 //! | `no_hit_lru` | if any instance has a cache hit: 0.5 for all; else never-chosen first, then least recently chosen: 1 − rank/(n − 1) |
 
 use super::prefix_index::PrefixIndex;
-use super::{RouterView, RoutingEntry, RoutingPolicy, ScoredCandidate, argmax};
+use super::{Best, InTurn, RouterView, RoutingEntry, RoutingPolicy, ScoredCandidate};
 use crate::kv::prompt_block_hashes;
 use crate::request::RequestSpec;
 use crate::time::SimTime;
@@ -30,7 +30,7 @@ pub const SCORERS: [&str; 6] = [
 
 pub(super) const ENTRY: RoutingEntry = RoutingEntry {
     name: "weighted",
-    description: "weighted sum of scorers (argmax, ties to the lowest index)",
+    description: "weighted sum of scorers (argmax, ties in turn)",
     params: &[
         ("precise_prefix", "weight [2 if no weights given]"),
         ("prefix_affinity", "weight [0]"),
@@ -76,6 +76,7 @@ pub struct Weighted {
     last_chosen: Vec<Option<u64>>,
     decisions: u64,
     last: Vec<ScoredCandidate>,
+    ties: InTurn,
 }
 
 impl Weighted {
@@ -86,6 +87,7 @@ impl Weighted {
             last_chosen: Vec::new(),
             decisions: 0,
             last: Vec::new(),
+            ties: InTurn::default(),
         }
     }
 }
@@ -196,7 +198,9 @@ impl RoutingPolicy for Weighted {
                 parts: named,
             });
         }
-        let pick = argmax(self.last.iter().map(|c| (c.instance, c.score)))?;
+        let pick = self
+            .ties
+            .pick(self.last.iter().map(|c| (c.instance, c.score)), Best::High)?;
         if !hashes.is_empty() {
             self.index.record(pick, &hashes);
         }
@@ -253,11 +257,11 @@ mod tests {
             probe: &probe,
             block_size: 16,
         };
-        assert_eq!(
-            only("precise_prefix").choose(&any_request(), SimTime(0), &v),
-            Some(1),
-            "tie 1 vs 2 → lowest index"
-        );
+        let mut precise = only("precise_prefix");
+        let picks: Vec<Option<u32>> = (0..3)
+            .map(|_| precise.choose(&any_request(), SimTime(0), &v))
+            .collect();
+        assert_eq!(picks, [Some(1), Some(2), Some(1)], "1 and 2 tie: in turn");
         // With queue depth weighed equally, instance 2 (cached and idle) wins.
         let mut both = Weighted::new([0.5, 0.0, 0.5, 0.0, 0.0, 0.0]);
         assert_eq!(both.choose(&any_request(), SimTime(0), &v), Some(2));

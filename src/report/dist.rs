@@ -17,6 +17,15 @@ const MAX_EXP: i32 = 44;
 /// Time slots of the latency-over-time chart (the chart's buckets are these).
 pub const SLOTS: usize = 100;
 
+/// The nearest-rank quantile of sorted values (NaN when empty).
+pub fn nearest_rank(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (q * sorted.len() as f64).ceil().max(1.0) as usize;
+    sorted[rank.min(sorted.len()) - 1]
+}
+
 /// A histogram of positive values on log-spaced buckets (zero and below counted apart).
 #[derive(Clone, Debug)]
 pub struct LogHist {
@@ -126,7 +135,7 @@ impl Dist {
     /// The nearest-rank quantile (NaN when empty).
     pub fn quantile(&self, q: f64) -> f64 {
         match self {
-            Dist::Exact(sorted) => super::nearest_rank(sorted, q),
+            Dist::Exact(sorted) => nearest_rank(sorted, q),
             Dist::Sketch(h) => h.quantile(q),
         }
     }
@@ -214,10 +223,7 @@ impl ByTime {
                         continue;
                     }
                     bucket.sort_by(f64::total_cmp);
-                    let (p50, p99) = (
-                        super::nearest_rank(&bucket, 0.5),
-                        super::nearest_rank(&bucket, 0.99),
-                    );
+                    let (p50, p99) = (nearest_rank(&bucket, 0.5), nearest_rank(&bucket, 0.99));
                     out.push((hi - width / 2.0, p50, p99));
                 }
             }

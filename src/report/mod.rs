@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use chart::{BarChart, LineChart, Series, colour, esc, thin};
-pub use dist::Requests;
 use dist::{Dist, EXACT_CAP};
+pub use dist::{Requests, nearest_rank};
 
 /// A report that could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -235,15 +235,6 @@ impl Run {
         let q: f64 = p.trim_start_matches('p').parse().unwrap_or(50.0) / 100.0;
         r.metric(metric).quantile(q)
     }
-}
-
-/// The nearest-rank quantile of sorted values (NaN when empty).
-pub fn nearest_rank(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = (q * sorted.len() as f64).ceil().max(1.0) as usize;
-    sorted[rank.min(sorted.len()) - 1]
 }
 
 /// Names for the runs: directory names, or whole paths where two names would be the same.
