@@ -322,15 +322,13 @@ pub enum Fault {
     /// An instance stopped making progress (the watchdog's diagnosis).
     #[error("no progress: {0}")]
     NoProgress(String),
-    /// An input pushes the next event past [`MAX_SIM_TIME`].
+    /// An input pushes the next event past [`MAX_SIM_TIME`]; `cause` says which input.
     #[error(
         "the next event is at {:.3e} s of simulated time, past the 10⁹ s a run may reach: \
-         an input makes times that large (trace timestamps × time_scale, a tiny arrival \
-         rate, huge latency coefficients, delays or think times); the run stops rather \
-         than saturate the clock",
+         {cause}; the run stops rather than saturate the clock",
         .at.as_us() as f64 / 1e6
     )]
-    ClockLimit { at: SimTime },
+    ClockLimit { at: SimTime, cause: String },
     /// A workload source failed (a trace row that cannot be read, say).
     #[error("{0}")]
     Workload(String),
@@ -522,10 +520,14 @@ pub fn tick_observed(
             return false;
         }
         if t > MAX_SIM_TIME {
+            let cause = world
+                .resource::<EventQueue>()
+                .peek()
+                .map_or_else(String::new, |e| e.too_late().to_string());
             world
                 .resource_mut::<SimFault>()
                 .0
-                .get_or_insert(Fault::ClockLimit { at: t });
+                .get_or_insert(Fault::ClockLimit { at: t, cause });
             return false;
         }
         // Pop into a reused buffer (no resource_scope: taking a resource out of the world

@@ -39,6 +39,36 @@ pub enum Event {
     TransferDone { instance: u32 },
 }
 
+impl Event {
+    /// Which input makes this event come later than a run may reach, for the diagnosis.
+    pub fn too_late(&self) -> String {
+        match self {
+            Event::Arrival { source } | Event::Release { source } => format!(
+                "it is the next arrival of workload source {source} (a tiny `rate_per_s`, or trace timestamps × `time_scale` / `rate_scale`)"
+            ),
+            Event::StepFinished { instance } => format!(
+                "it is the end of a step of instance {instance}, priced that long by its group's latency model (its `latency` coefficients, or the `gpu` and `model` a roofline prices: a GPU profile with tiny TFLOPS or TB/s?)"
+            ),
+            Event::TransferDone { instance } => format!(
+                "it is the end of a KV transfer to decode instance {instance} (the groups' `kv_link_gb_per_s` and `kv_link_latency_us`)"
+            ),
+            Event::PhaseEnd { instance } => format!(
+                "it is the end of a life-cycle phase of instance {instance} (its group's `scaling.provision_s`, `load_s` or `warmup_s`)"
+            ),
+            Event::SessionTurn { .. } => {
+                "it is the next turn of a session (the client's `session.think_time_s`)".into()
+            }
+            Event::Timeout { .. } => "it is a request's timeout (the workload's or client's `timeout_s`)".into(),
+            Event::Admit(_) | Event::Enqueue { .. } => {
+                "it is a request on its way to an instance (`policies.admission_latency_us`, `routing_latency_us`)".into()
+            }
+            Event::AutoscaleTick | Event::Unpark => {
+                "it is an autoscaling evaluation (`interval_s`)".into()
+            }
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Scheduled {
     time: SimTime,
@@ -89,6 +119,11 @@ impl EventQueue {
     /// Time of the earliest pending event.
     pub fn peek_time(&self) -> Option<SimTime> {
         self.heap.peek().map(|s| s.time)
+    }
+
+    /// The earliest pending event.
+    pub fn peek(&self) -> Option<&Event> {
+        self.heap.peek().map(|s| &s.event)
     }
 
     /// Pops the earliest event if it is due at `time`.

@@ -317,8 +317,20 @@ pub struct Summary {
     pub warnings: Vec<String>,
 }
 
+/// A table cell: 3 decimals, or scientific notation where that would not fit a 10-wide
+/// column with a space before it (so columns never run together).
 fn f(v: Option<f64>) -> String {
-    v.map_or_else(|| "-".to_string(), |x| format!("{x:.3}"))
+    v.map_or_else(
+        || "-".to_string(),
+        |x| {
+            let fixed = format!("{x:.3}");
+            if fixed.len() <= 9 {
+                fixed
+            } else {
+                format!("{x:.3e}")
+            }
+        },
+    )
 }
 
 impl Summary {

@@ -462,6 +462,48 @@ fn a_run_that_would_pass_the_clock_s_range_stops_with_a_diagnosis() {
         30,
     );
     assert!(err.contains("past the 10⁹ s a run may reach"), "{err}");
+    assert!(
+        err.contains("it is the next arrival of workload source 0"),
+        "names the input: {err}"
+    );
+}
+
+/// Issue 30, class 7: a latency that grows past the clock's range at run time (a roofline on
+/// a GPU profile of 0.001 TFLOPS and TB/s, a 16M-token prompt) names what priced it.
+#[test]
+fn a_step_priced_past_the_clock_s_range_names_the_latency_model() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("slow.ron"),
+        r#"(id: "slow", tflops_bf16: 0.001, tflops_fp8: 0.0, bandwidth_tb_per_s: 0.001, mfu_prefill: 0.45, mfu_decode: 0.30, memory_gib: 8000.0, source: "test")"#,
+    )
+    .unwrap();
+    let scenario = dir.path().join("s.ron");
+    std::fs::write(
+        &scenario,
+        r#"(cluster: (groups: [(model: "llama-2-70b-hf", gpu: "slow.ron", kv_blocks: 1048576, max_model_len: 16777216, latency: Roofline())]),
+           workload: (num_requests: 2, clients: [(rate_per_s: 1.0, input_tokens: Constant(16000000), output_tokens: Constant(8))]))"#,
+    )
+    .unwrap();
+    let out_dir = dir.path().join("out");
+    let out = servesim_within(
+        &[
+            "run",
+            scenario.to_str().unwrap(),
+            "--out",
+            out_dir.to_str().unwrap(),
+            "-q",
+        ],
+        60,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(
+            "it is the end of a step of instance 0, priced that long by its group's latency model"
+        ) && err.contains("`gpu` and `model`"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -1027,4 +1069,21 @@ fn validate_warns_of_links_and_rates_that_leave_a_run_idle_for_days() {
     );
     let err = validate(text("50.0", "5.0"));
     assert!(!err.contains("warning"), "{err}");
+}
+
+/// Issue 30, class 7: a latency too large for the summary's 10-wide columns is written in
+/// scientific notation instead of running into its neighbours.
+#[test]
+fn huge_latencies_keep_the_summary_table_in_columns() {
+    let sc = crate::common::parse(
+        "(cluster: (groups: [(kv_blocks: 1000, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1.0e11, 1.0, 1.0]))]),
+          workload: (num_requests: 2, clients: [(rate_per_s: 1.0, input_tokens: Constant(8), output_tokens: Constant(2))]))",
+    );
+    let text = summary_of(&sc).to_text();
+    let ttft = text.lines().find(|l| l.starts_with("ttft")).unwrap();
+    let cells: Vec<&str> = ttft[22..].split_whitespace().collect();
+    assert_eq!(cells.len(), 6, "{ttft}");
+    assert!(cells.iter().all(|c| c.contains('e')), "{ttft}");
+    // A 10⁵-second step: 10⁸ ms, first token after one step.
+    assert_eq!(cells[4], "1.000e8", "{ttft}");
 }
