@@ -266,7 +266,7 @@ impl Requests {
     /// One completed request (NaN where a value is missing).
     pub fn add(&mut self, ttft: f64, e2e: f64, itl: f64, done_s: f64) {
         self.completed += 1;
-        if self.completed == self.cap + 1 {
+        if self.completed - 1 == self.cap {
             for d in [&mut self.ttft, &mut self.itl, &mut self.e2e] {
                 d.sketch();
             }
