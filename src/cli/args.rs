@@ -195,3 +195,18 @@ pub(crate) fn announce(sc: &scenario::Scenario, catalog: &crate::catalog::Catalo
         eprintln!("warning: {w}");
     }
 }
+
+/// Before reading results in `dirs` (`report`, `merge`): finishes any commit a killed run left
+/// half done there, saying so on stderr; a directory that cannot be tidied is bad input (2).
+pub(crate) fn finish_interrupted_commits(dirs: &[std::path::PathBuf]) -> Result<(), ExitCode> {
+    for d in dirs {
+        match crate::output::finish_interrupted_commit(d) {
+            Ok(notes) => notes.iter().for_each(|n| eprintln!("servesim: {n}")),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return Err(ExitCode::from(2));
+            }
+        }
+    }
+    Ok(())
+}

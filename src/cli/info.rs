@@ -3,7 +3,10 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use super::args::{ListArgs, ListWhat, ReportArgs, ValidateArgs, announce, load, parse_overrides};
+use super::args::{
+    ListArgs, ListWhat, ReportArgs, ValidateArgs, announce, finish_interrupted_commits, load,
+    parse_overrides,
+};
 use crate::catalog::Catalog;
 use crate::{ServesimApp, scenario};
 
@@ -141,14 +144,8 @@ pub(crate) fn report(a: ReportArgs) -> ExitCode {
         _ => PathBuf::from("report.html"),
     });
     // What cannot be read is bad input (exit 2); a page that cannot be written, a failure (1).
-    for d in &dirs {
-        match crate::output::finish_interrupted_commit(d) {
-            Ok(notes) => notes.iter().for_each(|n| eprintln!("servesim: {n}")),
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(2);
-            }
-        }
+    if let Err(code) = finish_interrupted_commits(&dirs) {
+        return code;
     }
     let page = match crate::report::report(&dirs) {
         Ok(page) => page,

@@ -248,14 +248,8 @@ pub(crate) fn merge(a: MergeArgs) -> ExitCode {
         );
         return ExitCode::from(2);
     }
-    for d in &shards {
-        match crate::output::finish_interrupted_commit(d) {
-            Ok(notes) => notes.iter().for_each(|n| eprintln!("servesim: {n}")),
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(2);
-            }
-        }
+    if let Err(code) = super::args::finish_interrupted_commits(&shards) {
+        return code;
     }
     let parts = match shards
         .iter()

@@ -3,7 +3,7 @@
 //! starting after the previous pick, so an idle cluster is filled evenly rather than from
 //! the lowest index.
 
-use super::{InstanceSnapshot, RouterView, RoutingEntry, RoutingPolicy};
+use super::{Best, InTurn, InstanceSnapshot, RouterView, RoutingEntry, RoutingPolicy};
 use crate::request::RequestSpec;
 use crate::time::SimTime;
 
@@ -17,8 +17,7 @@ pub(super) const ENTRY: RoutingEntry = RoutingEntry {
 
 #[derive(Debug, Default)]
 pub struct LeastOutstanding {
-    /// The previous pick: ties are broken starting after it.
-    last: Option<u32>,
+    ties: InTurn,
 }
 
 /// Requests assigned to an instance and not finished.
@@ -26,22 +25,17 @@ pub(super) fn outstanding(s: &InstanceSnapshot) -> u32 {
     s.queue_depth + s.batch_size + s.in_flight
 }
 
-/// The routable instance with the fewest outstanding requests; among equals, the first after
-/// `last` in index order (wrapping round). Updates `last`.
-pub(super) fn pick(view: &RouterView<'_>, last: &mut Option<u32>) -> Option<u32> {
-    let fewest = view.routable().map(outstanding).min()?;
-    let tied = || view.routable().filter(move |s| outstanding(s) == fewest);
-    let chosen = tied()
-        .find(|s| last.is_none_or(|l| s.index > l))
-        .or_else(|| tied().next())
-        .map(|s| s.index)?;
-    *last = Some(chosen);
-    Some(chosen)
+/// The routable instance with the fewest outstanding requests, ties taken in turn.
+pub(super) fn pick(view: &RouterView<'_>, ties: &mut InTurn) -> Option<u32> {
+    ties.pick(
+        view.routable().map(|s| (s.index, outstanding(s))),
+        Best::Low,
+    )
 }
 
 impl RoutingPolicy for LeastOutstanding {
     fn choose(&mut self, _: &RequestSpec, _: SimTime, view: &RouterView<'_>) -> Option<u32> {
-        pick(view, &mut self.last)
+        pick(view, &mut self.ties)
     }
 }
 

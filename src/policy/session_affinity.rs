@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use super::{RouterView, RoutingEntry, RoutingPolicy};
+use super::{InTurn, RouterView, RoutingEntry, RoutingPolicy};
 use crate::request::RequestSpec;
 use crate::time::SimTime;
 
@@ -21,7 +21,7 @@ pub(super) const ENTRY: RoutingEntry = RoutingEntry {
         Ok(Box::new(SessionAffinity {
             sticky: HashMap::new(),
             max: a.at_least("max_sessions", 100_000.0, 2.0)? as usize,
-            last: None,
+            ties: InTurn::default(),
         }))
     },
 };
@@ -30,8 +30,8 @@ pub struct SessionAffinity {
     /// session → (instance, last use)
     sticky: HashMap<u64, (u32, u64)>,
     max: usize,
-    /// The previous least-outstanding pick (ties are broken after it).
-    last: Option<u32>,
+    /// Ties of the least-outstanding pick, taken in turn.
+    ties: InTurn,
 }
 
 impl RoutingPolicy for SessionAffinity {
@@ -44,7 +44,7 @@ impl RoutingPolicy for SessionAffinity {
             *used = now.as_us();
             return Some(*i);
         }
-        let pick = super::least_outstanding::pick(view, &mut self.last)?;
+        let pick = super::least_outstanding::pick(view, &mut self.ties)?;
         if let Some(sid) = session {
             if self.sticky.len() >= self.max {
                 let mut stamps: Vec<u64> = self.sticky.values().map(|v| v.1).collect();
@@ -70,7 +70,7 @@ mod tests {
         let mut p = SessionAffinity {
             sticky: HashMap::new(),
             max: 10,
-            last: None,
+            ties: InTurn::default(),
         };
         let mut r = any_request();
         r.session = Some(SessionRef { id: 7, turn: 0 });

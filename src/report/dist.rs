@@ -4,7 +4,8 @@
 //! (nearest rank). Past it the values move into log-spaced histograms of
 //! [`BUCKETS_PER_OCTAVE`] buckets per doubling, whose quantiles are within 0.3 % of the exact
 //! ones, and completions are binned by time into [`SLOTS`] histograms whose width doubles as
-//! the run's end grows: a report of 80 million requests holds ~7 MB per run instead of ~4 GB.
+//! the run's end grows: 103 histograms of 64 KiB, ~7 MB per run, where keeping every value
+//! costs 48 bytes per completed request.
 
 /// Completed requests kept value by value; more are summarised in histograms.
 pub const EXACT_CAP: usize = 1 << 20;

@@ -473,31 +473,21 @@ fn a_run_that_would_pass_the_clock_s_range_stops_with_a_diagnosis() {
 #[test]
 fn a_step_priced_past_the_clock_s_range_names_the_latency_model() {
     let dir = tempfile::tempdir().unwrap();
+    let gpu = dir.path().join("slow.ron");
     std::fs::write(
-        dir.path().join("slow.ron"),
+        &gpu,
         r#"(id: "slow", tflops_bf16: 0.001, tflops_fp8: 0.0, bandwidth_tb_per_s: 0.001, mfu_prefill: 0.45, mfu_decode: 0.30, memory_gib: 8000.0, source: "test")"#,
     )
     .unwrap();
-    let scenario = dir.path().join("s.ron");
-    std::fs::write(
-        &scenario,
-        r#"(cluster: (groups: [(model: "llama-2-70b-hf", gpu: "slow.ron", kv_blocks: 1048576, max_model_len: 16777216, latency: Roofline())]),
-           workload: (num_requests: 2, clients: [(rate_per_s: 1.0, input_tokens: Constant(16000000), output_tokens: Constant(8))]))"#,
-    )
-    .unwrap();
-    let out_dir = dir.path().join("out");
-    let out = servesim_within(
-        &[
-            "run",
-            scenario.to_str().unwrap(),
-            "--out",
-            out_dir.to_str().unwrap(),
-            "-q",
-        ],
+    let err = run_fails_cleanly(
+        &format!(
+            r#"(cluster: (groups: [(model: "llama-2-70b-hf", gpu: "{}", kv_blocks: 1048576, max_model_len: 16777216, latency: Roofline())]),
+               workload: (num_requests: 2, clients: [(rate_per_s: 1.0, input_tokens: Constant(16000000), output_tokens: Constant(8))]))"#,
+            gpu.display()
+        ),
+        &["-q"],
         60,
     );
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
         err.contains(
             "it is the end of a step of instance 0, priced that long by its group's latency model"
@@ -572,22 +562,26 @@ fn run_fails_cleanly(src: &str, extra: &[&str], secs: u64) -> String {
     err
 }
 
+/// `servesim run SCENARIO --out OUT -q EXTRA...`, at most 30 s.
+fn run_to(scenario: &Path, out: &Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        "run",
+        scenario.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "-q",
+    ];
+    args.extend_from_slice(extra);
+    servesim_within(&args, 30)
+}
+
 /// Writes `src` as a scenario in `dir`, runs it (at most 30 s) into `dir/out`, which it
 /// returns, and requires success.
 fn run_scenario_text(dir: &Path, src: &str) -> PathBuf {
     let scenario = dir.join("s.ron");
     std::fs::write(&scenario, src).unwrap();
     let out = dir.join("out");
-    let run = servesim_within(
-        &[
-            "run",
-            scenario.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "-q",
-        ],
-        30,
-    );
+    let run = run_to(&scenario, &out, &[]);
     assert!(
         run.status.success(),
         "{}",
@@ -971,17 +965,7 @@ fn an_output_directory_that_cannot_be_written_is_refused_with_exit_2() {
         unmount(&mnt);
         return;
     }
-    let scenario = root().join("scenarios/quickstart.ron");
-    let out = servesim_within(
-        &[
-            "run",
-            scenario.to_str().unwrap(),
-            "--out",
-            out_dir.to_str().unwrap(),
-            "-q",
-        ],
-        30,
-    );
+    let out = run_to(&root().join("scenarios/quickstart.ron"), &out_dir, &[]);
     let err = String::from_utf8_lossy(&out.stderr).to_string();
     let earlier = std::fs::read_to_string(out_dir.join("summary.json")).unwrap();
     unmount(&mnt);
@@ -1008,19 +992,10 @@ fn a_trace_window_after_the_end_of_the_run_warns() {
     .unwrap();
     let out_dir = dir.path().join("out");
     let run = |window: &str| {
-        servesim_within(
-            &[
-                "run",
-                scenario.to_str().unwrap(),
-                "--out",
-                out_dir.to_str().unwrap(),
-                "-q",
-                "--trace",
-                "timeline",
-                "--trace-window",
-                window,
-            ],
-            30,
+        run_to(
+            &scenario,
+            &out_dir,
+            &["--trace", "timeline", "--trace-window", window],
         )
     };
     let late = run("5000..6000");
