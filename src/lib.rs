@@ -88,6 +88,7 @@
 
 pub mod app;
 pub mod autoscale;
+pub mod capacity;
 pub mod catalog;
 #[cfg(feature = "cli")]
 pub mod cli;
@@ -98,6 +99,7 @@ pub mod fast;
 pub mod fidelity;
 pub mod input;
 pub mod instance;
+pub mod interval;
 pub mod invariants;
 pub mod kv;
 pub mod labels;

@@ -224,6 +224,14 @@ impl FinishedRequest {
 pub struct RequestSample {
     pub id: u64,
     pub completed: bool,
+    /// When it arrived (µs of simulated time).
+    pub arrival_us: u64,
+    /// When it completed, if it did.
+    pub completed_us: Option<u64>,
+    /// Its SLO class (label index, as `Labels::slo_classes`).
+    pub slo_class: u32,
+    /// Whether it met every target of its SLO class.
+    pub good: bool,
     pub ttft_us: Option<u64>,
     pub e2e_us: Option<u64>,
     /// Mean inter-token latency (time per output token after the first).

@@ -5,10 +5,12 @@
 //!
 //! Exit codes: 0 success, 1 run failure (I/O, a step outside a measured table, no progress, a
 //! sweep with failed points), 2 bad input (scenario or arguments), 130 interrupted (Ctrl-C).
-//! One file per command group: [`run`] (`run`), [`sweep`] (`sweep`, `merge`), [`fidelity`]
+//! One file per command group: [`run`] (`run`), [`sweep`] (`sweep`, `merge`), [`capacity`]
+//! (`capacity`), [`fidelity`]
 //! (`check-real`, `calibrate`), [`info`] (`validate`, `list`, `report`).
 
 mod args;
+mod capacity;
 mod fidelity;
 mod info;
 mod progress;
@@ -44,6 +46,10 @@ enum Command {
     /// point: the varied values and every summary metric) and sweep.json, and prints a
     /// comparison table.
     Sweep(sweep::SweepArgs),
+    /// The largest arrival rate the deployment sustains, and the largest at which each
+    /// declared SLO holds (bisection on a multiple of the workload's rates, per seed, with a
+    /// 95 % interval over seeds); prints it, or JSON, and writes capacity.json with --out.
+    Capacity(capacity::CapacityArgs),
     /// Join the sweep.csv of every shard of a sweep (`sweep --shard I/N`) into the
     /// sweep.csv one unsharded run gives.
     Merge(MergeArgs),
@@ -77,6 +83,7 @@ where
     match cli.command {
         Command::Run(a) => run::run(&app, a),
         Command::Sweep(a) => sweep::sweep(&app, a),
+        Command::Capacity(a) => capacity::capacity(&app, a),
         Command::Merge(a) => sweep::merge(a),
         Command::Report(a) => info::report(a),
         Command::Validate(a) => info::validate(&app, a),

@@ -106,6 +106,10 @@ pub fn record_one(
             .push(RequestSample {
                 id: f.spec.id,
                 completed: f.state == FinalState::Completed,
+                arrival_us: f.lifecycle.arrival.as_us(),
+                completed_us: f.completed.map(|c| c.as_us()),
+                slo_class: f.spec.slo_class,
+                good,
                 ttft_us: f.ttft.map(|d| d.as_us()),
                 e2e_us: f.e2e.map(|d| d.as_us()),
                 mean_itl_us: (f.itl_count > 0)

@@ -84,6 +84,17 @@ pub fn check(p: &mut Vec<Problem>, s: &Scenario, catalog: &Catalog) {
                 ));
             }
         }
+        if let Some(a) = c.attainment
+            && !(a > 0.0 && a <= 1.0)
+        {
+            p.push(
+                Problem::new(
+                    format!("policies.slo_classes[{i}].attainment"),
+                    format!("must be a fraction in (0, 1], got {a}"),
+                )
+                .hint("e.g. attainment: 0.99 (99 % of the class's requests meet its targets)"),
+            );
+        }
         if pol.slo_classes[..i].iter().any(|o| o.name == c.name) {
             p.push(Problem::new(
                 format!("policies.slo_classes[{i}].name"),

@@ -87,4 +87,19 @@ pub struct SloClassSpec {
     pub itl_ms: Option<f64>,
     #[serde(default)]
     pub e2e_ms: Option<f64>,
+    /// The fraction of the class's requests that must meet every target for the SLO to
+    /// hold (`capacity` searches for the largest rate at which it does): 0.99 makes the
+    /// targets p99 targets. Default 0.99.
+    #[serde(default)]
+    pub attainment: Option<f64>,
+}
+
+/// The attainment an SLO class must reach when it does not say ([`SloClassSpec::attainment`]).
+pub const DEFAULT_ATTAINMENT: f64 = 0.99;
+
+impl SloClassSpec {
+    /// Whether the class declares any latency target.
+    pub fn has_targets(&self) -> bool {
+        self.ttft_ms.is_some() || self.itl_ms.is_some() || self.e2e_ms.is_some()
+    }
 }

@@ -29,6 +29,87 @@ pub struct WorkloadSpec {
     pub inference_perf: Option<InferencePerfSpec>,
 }
 
+impl WorkloadSpec {
+    /// Multiplies every arrival rate by `factor` (> 0), keeping the workload's shape: client
+    /// and aggregate rates, stage rates (stage lengths kept), inference-perf stage rates and
+    /// trace replay rates. Session clients' rates are session arrivals. Fails for a source
+    /// without a rate (`AllAtZero`: every request at t = 0).
+    pub fn scale_rates(&mut self, factor: f64) -> Result<(), String> {
+        if let Some(r) = &mut self.aggregate_rate_per_s {
+            *r *= factor;
+        }
+        for (i, c) in self.clients.iter_mut().enumerate() {
+            if let Some(r) = &mut c.rate_per_s {
+                *r *= factor;
+            }
+            match &mut c.arrival {
+                ArrivalSpec::AllAtZero { .. } => {
+                    return Err(format!(
+                        "workload.clients[{i}] sends every request at t = 0 (AllAtZero): it has no rate to scale"
+                    ));
+                }
+                ArrivalSpec::Staged { stages, .. } | ArrivalSpec::ConstantTimer { stages } => {
+                    stages.iter_mut().for_each(|s| s.rate_per_s *= factor);
+                }
+                _ => {}
+            }
+        }
+        for t in &mut self.traces {
+            t.rate_scale *= factor;
+        }
+        if let Some(ip) = &mut self.inference_perf {
+            ip.stages.iter_mut().for_each(|s| s.rate_per_s *= factor);
+        }
+        Ok(())
+    }
+
+    /// The mean request rate the workload states (requests/s over its stages and on/off
+    /// cycles), or `None` where it is not stated up front: traces, session clients (whose
+    /// turns follow completions) and sources without a rate.
+    pub fn nominal_rate(&self) -> Option<f64> {
+        let staged = |stages: &[Stage]| {
+            let time: f64 = stages.iter().map(|s| s.duration_s).sum();
+            (time > 0.0).then(|| {
+                stages
+                    .iter()
+                    .map(|s| s.rate_per_s * s.duration_s)
+                    .sum::<f64>()
+                    / time
+            })
+        };
+        if !self.traces.is_empty() {
+            return None;
+        }
+        let shares: f64 = self.clients.iter().filter_map(|c| c.rate_share).sum();
+        let mut total = 0.0;
+        for c in &self.clients {
+            if c.session.is_some() {
+                return None;
+            }
+            let rate = match (c.rate_per_s, c.rate_share) {
+                (Some(r), _) => r,
+                (None, Some(share)) if shares > 0.0 => self.aggregate_rate_per_s? * share / shares,
+                _ => return None,
+            };
+            total += match &c.arrival {
+                ArrivalSpec::AllAtZero { .. } => return None,
+                ArrivalSpec::Staged { stages, .. } | ArrivalSpec::ConstantTimer { stages } => {
+                    staged(stages)?
+                }
+                ArrivalSpec::OnOff { on_s, off_s } => rate * on_s / (on_s + off_s),
+                _ => rate,
+            };
+        }
+        if let Some(ip) = &self.inference_perf {
+            if ip.reading == InferencePerfReading::Blis {
+                return None; // closed-loop sessions
+            }
+            total += staged(&ip.stages)?;
+        }
+        Some(total)
+    }
+}
+
 /// inference-perf's staged `shared_prefix` load (the generator behind BLIS's training and
 /// golden data): `num_unique_system_prompts` × `num_users_per_system_prompt` users, each
 /// request = the user's system prompt (`system_prompt_len` tokens, shared by the prompt's

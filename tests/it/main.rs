@@ -4,6 +4,7 @@ mod app;
 mod architecture;
 mod autoscale;
 mod calibrate;
+mod capacity;
 mod cli;
 mod common;
 mod conformance;

@@ -1,0 +1,138 @@
+//! `servesim capacity`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::args::{Format, parse_overrides};
+use crate::ServesimApp;
+use crate::capacity::{CapacityError, SERVED_SHARE, Settings};
+
+#[derive(clap::Args)]
+pub(crate) struct CapacityArgs {
+    /// Scenario file (RON): the deployment, and the workload whose rates are scaled.
+    scenario: PathBuf,
+    /// Override a field (as for `run`).
+    #[arg(long = "set", value_name = "PATH=VALUE")]
+    set: Vec<String>,
+    /// Seeds searched (the scenario's seed, +1, …): each gets its own answer, and the
+    /// answers their mean and 95 % interval.
+    #[arg(long, default_value_t = 3)]
+    replicas: u32,
+    /// Relative width at which a bracket is settled.
+    #[arg(long, default_value_t = 0.02)]
+    tolerance: f64,
+    /// Share of a window's arrivals that must be completed in it for the rate to be
+    /// sustained.
+    #[arg(long, default_value_t = SERVED_SHARE)]
+    served_share: f64,
+    /// Parallel searches (default: every core).
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Also write capacity.json here.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+    /// No run statistics on stderr (warnings and errors still).
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+pub(crate) fn capacity(app: &ServesimApp, a: CapacityArgs) -> ExitCode {
+    let fail = |e: String| {
+        eprintln!("error: {e}");
+        ExitCode::from(2)
+    };
+    let set = match parse_overrides(&a.set, None) {
+        Ok(o) => o,
+        Err(e) => return fail(e),
+    };
+    let built = app.build();
+    let catalog = built.world().resource::<crate::catalog::Catalog>();
+    let scenario = match super::args::load(&a.scenario, &set, catalog) {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    super::args::announce(&scenario, catalog);
+    // The output directory is opened (and locked) before anything is simulated.
+    let out_dir = match a
+        .out
+        .as_deref()
+        .map(crate::output::OutputDir::open)
+        .transpose()
+    {
+        Ok(d) => {
+            d.iter()
+                .flat_map(|d| d.notes())
+                .for_each(|n| eprintln!("servesim: {n}"));
+            d
+        }
+        Err(e) => return fail(e.to_string()),
+    };
+    let interrupt = Arc::new(AtomicBool::new(false));
+    let flag = interrupt.clone();
+    let _ = ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed));
+    let settings = Settings {
+        replicas: a.replicas,
+        tolerance: a.tolerance,
+        served_share: a.served_share,
+        jobs: a
+            .jobs
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from))
+            .max(1),
+        interrupt: Some(interrupt),
+    };
+    #[expect(
+        clippy::disallowed_methods,
+        reason = "wall-clock timing goes to stderr only"
+    )]
+    let started = std::time::Instant::now();
+    let result = match crate::capacity::search(app, &scenario, &settings) {
+        Ok(r) => r,
+        Err(CapacityError::Input(e)) => return fail(e),
+        Err(CapacityError::Interrupted) => {
+            eprintln!("servesim: interrupted; nothing was written");
+            return ExitCode::from(130);
+        }
+        Err(e @ CapacityError::Run { .. }) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let json = serde_json::to_string_pretty(&result).unwrap_or_default() + "\n";
+    if let Some(mut dir) = out_dir {
+        use std::io::Write;
+        let path = dir.path().join("capacity.json");
+        let written = dir
+            .create("capacity.json")
+            .map_err(|e| e.to_string())
+            .and_then(|mut w| {
+                w.write_all(json.as_bytes())
+                    .and_then(|()| w.flush())
+                    .map_err(|e| format!("cannot write {}: {e}", path.display()))
+            })
+            .and_then(|()| dir.commit().map_err(|e| e.to_string()));
+        if let Err(e) = written {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    }
+    for w in &result.warnings {
+        eprintln!("warning: {w}");
+    }
+    match a.format {
+        Format::Text => print!("{}", result.text()),
+        Format::Json => print!("{json}"),
+    }
+    if !a.quiet {
+        eprintln!(
+            "servesim: {} runs on {} threads in {:.2} s wall",
+            result.runs,
+            settings.jobs.min(result.seeds.len()),
+            started.elapsed().as_secs_f64()
+        );
+    }
+    ExitCode::SUCCESS
+}
