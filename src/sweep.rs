@@ -437,6 +437,7 @@ pub fn table(header: &[String], rows: &BTreeMap<usize, Vec<String>>) -> String {
             for (_, metric) in TABLE {
                 let v = col(metric).map_or("", |c| r[c].as_str());
                 line.push(match v.parse::<f64>() {
+                    Err(_) if metric == "slo.attainment" && v.is_empty() => "n/a".into(),
                     Ok(x) if metric == "slo.attainment" => format!("{x:.3}"),
                     Ok(x) if x.fract() == 0.0 && x.abs() < 1e12 => format!("{x:.0}"),
                     Ok(x) if x.abs() >= 100.0 => format!("{x:.1}"),

@@ -29,7 +29,11 @@ pub fn assemble(
     let secs = clock.now.as_us() as f64 / 1e6;
     let per_s = |x: u64| if secs > 0.0 { x as f64 / secs } else { 0.0 };
     let labels = world.resource::<Labels>();
-    let slice = |name: &str, b: Option<&Breakdown>| {
+    let slo_table = world.resource::<crate::slo::SloTable>();
+    let has_targets =
+        |c: &crate::slo::SloClass| c.ttft.is_some() || c.itl.is_some() || c.e2e.is_some();
+    let any_targets = slo_table.classes.iter().any(has_targets);
+    let slice = |name: &str, b: Option<&Breakdown>, targeted: bool| {
         let b = b.cloned().unwrap_or_default();
         SliceSummary {
             name: name.to_string(),
@@ -40,11 +44,13 @@ pub fn assemble(
             timed_out: b.timed_out,
             output_tokens: b.output_tokens,
             good: b.good,
-            slo_attainment: if b.injected == 0 {
-                0.0
-            } else {
-                b.good as f64 / b.injected as f64
-            },
+            slo_attainment: targeted.then(|| {
+                if b.injected == 0 {
+                    0.0
+                } else {
+                    b.good as f64 / b.injected as f64
+                }
+            }),
             ttft_ms: b.ttft.summarize_ms(),
             e2e_ms: b.e2e.summarize_ms(),
         }
@@ -53,13 +59,16 @@ pub fn assemble(
         .tenants
         .iter()
         .enumerate()
-        .map(|(i, n)| slice(n, agg.per_tenant.get(i)))
+        .map(|(i, n)| slice(n, agg.per_tenant.get(i), any_targets))
         .collect();
     let slo_classes: Vec<SliceSummary> = labels
         .slo_classes
         .iter()
         .enumerate()
-        .map(|(i, n)| slice(n, agg.per_class.get(i)))
+        .map(|(i, n)| {
+            let targeted = slo_table.classes.get(i).is_some_and(has_targets);
+            slice(n, agg.per_class.get(i), targeted)
+        })
         .collect();
     let tenant_tokens: Vec<f64> = tenants.iter().map(|t| t.output_tokens as f64).collect();
     let injected = counts.injected;
@@ -91,12 +100,14 @@ pub fn assemble(
             .unwrap_or_default(),
         slo: SloSummary {
             good: agg.good,
-            attainment: if injected == 0 {
-                0.0
-            } else {
-                agg.good as f64 / injected as f64
-            },
-            goodput_per_s: per_s(agg.good),
+            attainment: any_targets.then(|| {
+                if injected == 0 {
+                    0.0
+                } else {
+                    agg.good as f64 / injected as f64
+                }
+            }),
+            goodput_per_s: any_targets.then(|| per_s(agg.good)),
         },
         fairness: Fairness {
             jain_tenant_output_tokens: jain(&tenant_tokens),

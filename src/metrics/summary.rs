@@ -83,8 +83,10 @@ pub struct SliceSummary {
     pub output_tokens: u64,
     /// Completed within every latency target of its SLO class.
     pub good: u64,
-    /// good / injected (rejections, drops and timeouts count as misses).
-    pub slo_attainment: f64,
+    /// good / injected (rejections, drops and timeouts count as misses); `None` (JSON `null`,
+    /// text `n/a`) when no target applies: a class without targets, or a tenant when no class
+    /// declares any.
+    pub slo_attainment: Option<f64>,
     pub ttft_ms: Distribution,
     pub e2e_ms: Distribution,
 }
@@ -103,11 +105,14 @@ pub struct Fairness {
 /// SLO attainment over every request.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct SloSummary {
+    /// Requests completed within every target of their class (every completed request when
+    /// no class declares a target).
     pub good: u64,
-    /// good / injected.
-    pub attainment: f64,
-    /// good requests per second of simulated time.
-    pub goodput_per_s: f64,
+    /// good / injected; `None` (JSON `null`, text `n/a`) when no SLO class declares a
+    /// target: there is nothing to attain.
+    pub attainment: Option<f64>,
+    /// good requests per second of simulated time; `None` when no target is declared.
+    pub goodput_per_s: Option<f64>,
 }
 
 /// Routing decisions and their counterfactual regret (best score − chosen score).
@@ -409,15 +414,17 @@ impl Summary {
         for (reason, n) in &self.rejections {
             let _ = writeln!(s, "rejected by {reason}: {n}");
         }
+        let slo = match (self.slo.attainment, self.slo.goodput_per_s) {
+            (Some(a), Some(g)) => format!(
+                "SLO: {} of {} requests good (attainment {a:.4}), goodput {g:.3} req/s",
+                self.slo.good, r.injected
+            ),
+            _ => "SLO: attainment n/a (no latency target declared)".to_string(),
+        };
         let _ = writeln!(
             s,
-            "SLO: {} of {} requests good (attainment {:.4}), goodput {:.3} req/s; Jain fairness: tenants {:.4}, instances {:.4}",
-            self.slo.good,
-            r.injected,
-            self.slo.attainment,
-            self.slo.goodput_per_s,
-            self.fairness.jain_tenant_output_tokens,
-            self.fairness.jain_instance_completed
+            "{slo}; Jain fairness: tenants {:.4}, instances {:.4}",
+            self.fairness.jain_tenant_output_tokens, self.fairness.jain_instance_completed
         );
         if let Some(d) = &self.disaggregation {
             let _ = writeln!(
@@ -473,14 +480,15 @@ impl Summary {
             for (kind, x) in slices {
                 let _ = writeln!(
                     s,
-                    "{:<22}{:>10}{:>10}{:>10}{:>10}{:>10}{:>11.4}{:>10}{:>10}",
+                    "{:<22}{:>10}{:>10}{:>10}{:>10}{:>10}{:>11}{:>10}{:>10}",
                     format!("{kind} {}", x.name),
                     x.injected,
                     x.completed,
                     x.rejected,
                     x.timed_out,
                     x.good,
-                    x.slo_attainment,
+                    x.slo_attainment
+                        .map_or("n/a".to_string(), |a| format!("{a:.4}")),
                     f(x.ttft_ms.p90),
                     f(x.e2e_ms.p90)
                 );

@@ -298,7 +298,7 @@ fn fmt_value(v: &Value) -> String {
             }
         }
         Value::String(s) => esc(s),
-        Value::Null => "–".into(),
+        Value::Null => "n/a".into(),
         other => esc(&other.to_string()),
     }
 }

@@ -397,7 +397,11 @@ fn the_docs_cost_table_matches_the_bundled_scenario() {
             .unwrap();
         let cols = row(prefix);
         let g = &s.groups[0];
-        assert_eq!(cols[2], format!("{:.3}", s.slo.attainment), "{prefix}");
+        assert_eq!(
+            cols[2],
+            format!("{:.3}", s.slo.attainment.unwrap()),
+            "{prefix}"
+        );
         assert_eq!(cols[5], format!("{:.2}", g.gpu_hours), "{prefix}");
         assert_eq!(cols[6], format!("{:.2}", s.cost.total), "{prefix}");
         assert_eq!(

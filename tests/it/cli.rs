@@ -318,25 +318,37 @@ fn validate_prints_the_resolved_set_up() {
 fn the_text_summary_shows_slo_attainment_goodput_and_each_tenant_and_class() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_str().unwrap();
-    let run = |format: &str| {
-        let out = servesim(
-            &[
-                "run",
-                "scenarios/multi-tenant.ron",
-                "--out",
-                d,
-                "--format",
-                format,
-                "--set",
-                "workload.num_requests=600",
-            ],
-            &root(),
-        );
+    let run = |format: &str, extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "scenarios/multi-tenant.ron",
+            "--out",
+            d,
+            "--format",
+            format,
+            "--set",
+            "workload.num_requests=600",
+        ];
+        args.extend_from_slice(extra);
+        let out = servesim(&args, &root());
         assert!(out.status.success());
         String::from_utf8(out.stdout).unwrap()
     };
-    let text = run("text");
-    let json: serde_json::Value = serde_json::from_str(&run("json")).unwrap();
+    // The scenario declares no target: attainment and goodput are n/a, not 1.000.
+    let text = run("text", &[]);
+    let json: serde_json::Value = serde_json::from_str(&run("json", &[])).unwrap();
+    assert!(json["slo"]["attainment"].is_null() && json["slo"]["goodput_per_s"].is_null());
+    assert!(
+        text.contains("SLO: attainment n/a (no latency target declared)"),
+        "{text}"
+    );
+    // With a TTFT target on `interactive` only: every number, and n/a for `batch`.
+    let targets = [
+        "--set",
+        r#"policies.slo_classes=[(name: "interactive", ttft_ms: 30.0), (name: "batch")]"#,
+    ];
+    let text = run("text", &targets);
+    let json: serde_json::Value = serde_json::from_str(&run("json", &targets)).unwrap();
     let slo = &json["slo"];
     let line = format!(
         "SLO: {} of {} requests good (attainment {:.4}), goodput {:.3} req/s",
@@ -346,6 +358,7 @@ fn the_text_summary_shows_slo_attainment_goodput_and_each_tenant_and_class() {
         slo["goodput_per_s"].as_f64().unwrap()
     );
     assert!(text.contains(&line), "{line}\n{text}");
+    assert!(slo["attainment"].as_f64().unwrap() < 1.0, "{line}");
     for (kind, list) in [("tenant", "tenants"), ("class", "slo_classes")] {
         let slices = json[list].as_array().unwrap();
         assert!(!slices.is_empty());
@@ -358,6 +371,16 @@ fn the_text_summary_shows_slo_attainment_goodput_and_each_tenant_and_class() {
             assert_eq!(cols[2], x["injected"].to_string(), "{row}");
             assert_eq!(cols[3], x["completed"].to_string(), "{row}");
             assert_eq!(cols[6], x["good"].to_string(), "{row}");
+            let attainment = match x["slo_attainment"].as_f64() {
+                Some(a) => format!("{a:.4}"),
+                None => "n/a".into(),
+            };
+            assert_eq!(cols[7], attainment, "{row}");
+            assert_eq!(
+                x["slo_attainment"].is_null(),
+                x["name"] == "batch",
+                "only the class without targets has no attainment: {row}"
+            );
             let ttft_p90: f64 = cols[8].parse().unwrap();
             assert!((ttft_p90 - x["ttft_ms"]["p90"].as_f64().unwrap()).abs() < 1e-3);
         }
@@ -365,9 +388,9 @@ fn the_text_summary_shows_slo_attainment_goodput_and_each_tenant_and_class() {
 }
 
 /// The stored fingerprints (FNV-1a of each file's bytes).
-const STDOUT_FNV: u64 = 0x248f_4eba_e6b5_5c89;
+const STDOUT_FNV: u64 = 0xa321_34dd_98f1_6e0c;
 const REQUESTS_FNV: u64 = 0x83fb_12fe_aa06_3573;
-const SUMMARY_FNV: u64 = 0x43a1_29b6_c8f5_7186;
+const SUMMARY_FNV: u64 = 0x3cfa_e4b2_de44_261c;
 const TIMESERIES_FNV: u64 = 0xeea6_f235_4073_3990;
 
 /// FNV-1a, 64 bits (stable across Rust versions, unlike `DefaultHasher`).

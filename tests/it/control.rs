@@ -263,10 +263,10 @@ fn slo_attainment_counts_only_requests_within_every_target() {
         )
     };
     let (met, _) = run(&parse(&src(2.1, 4.05)));
-    assert_eq!((met.slo.good, met.slo.attainment), (1, 1.0));
-    assert_eq!(met.slo_classes[0].slo_attainment, 1.0);
+    assert_eq!((met.slo.good, met.slo.attainment), (1, Some(1.0)));
+    assert_eq!(met.slo_classes[0].slo_attainment, Some(1.0));
     let (missed, _) = run(&parse(&src(2.099, 5.0)));
-    assert_eq!((missed.slo.good, missed.slo.attainment), (0, 0.0));
+    assert_eq!((missed.slo.good, missed.slo.attainment), (0, Some(0.0)));
     // Fitness = 2·1/(1 + 2.1) + 1·r/(r + 100), r = 1 request / simulated seconds.
     let r = met.throughput.requests_per_s;
     let expected = 2.0 / (1.0 + 2.1) + r / (r + 100.0);
