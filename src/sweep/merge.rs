@@ -1,0 +1,133 @@
+//! Reading a shard back and joining shards (`servesim merge`).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use super::Plan;
+
+/// A shard's (or a whole sweep's) results read back: its plan and rows by point.
+pub struct Part {
+    pub dir: PathBuf,
+    pub plan: Plan,
+    pub header: Vec<String>,
+    pub rows: BTreeMap<usize, Vec<String>>,
+}
+
+impl Part {
+    /// Reads `sweep.json` and `sweep.csv` of `dir`.
+    pub fn read(dir: &std::path::Path) -> Result<Part, String> {
+        let json = dir.join("sweep.json");
+        let text = crate::input::read_text(&json).map_err(|e| {
+            format!(
+                "{e} (is {} the --out of a `servesim sweep`?)",
+                dir.display()
+            )
+        })?;
+        let plan: Plan =
+            serde_json::from_str(&text).map_err(|e| format!("{}: {e}", json.display()))?;
+        plan.check_size()
+            .map_err(|e| format!("{}: {e} (was it edited?)", json.display()))?;
+        let path = dir.join("sweep.csv");
+        let mut reader = csv::Reader::from_reader(crate::input::open_lines(&path)?);
+        let header: Vec<String> = reader
+            .headers()
+            .map_err(|e| format!("{}: {e}", path.display()))?
+            .iter()
+            .map(String::from)
+            .collect();
+        if header != plan.header() {
+            return Err(format!(
+                "{}: its columns are not those of the sweep in {} (written by another servesim version?)",
+                path.display(),
+                json.display()
+            ));
+        }
+        let mut rows = BTreeMap::new();
+        for (line, record) in reader.records().enumerate() {
+            let record = record.map_err(|e| format!("{}: {e}", path.display()))?;
+            let row: Vec<String> = record.iter().map(String::from).collect();
+            let index: usize = row[0].parse().map_err(|_| {
+                format!(
+                    "{} line {}: `{}` is not a point number",
+                    path.display(),
+                    line + 2,
+                    row[0]
+                )
+            })?;
+            if rows.insert(index, row).is_some() {
+                return Err(format!("{}: point {index} appears twice", path.display()));
+            }
+        }
+        Ok(Part {
+            dir: dir.to_path_buf(),
+            plan,
+            header,
+            rows,
+        })
+    }
+}
+
+/// Joins shards into the whole sweep: they must be shards of one plan, each once, and
+/// together hold every point exactly once.
+pub fn merge(parts: Vec<Part>) -> Result<(Plan, BTreeMap<usize, Vec<String>>), String> {
+    let Some(first) = parts.first() else {
+        return Err("no shard to merge".into());
+    };
+    let whole = Plan {
+        shard: (0, 1),
+        ..first.plan.clone()
+    };
+    let mut seen_shards = BTreeMap::new();
+    let mut rows = BTreeMap::new();
+    for part in &parts {
+        let same = Plan {
+            shard: (0, 1),
+            ..part.plan.clone()
+        } == whole;
+        if !same {
+            return Err(format!(
+                "{} is a shard of another sweep than {} (scenario, --vary, --set or --replicas differ)",
+                part.dir.display(),
+                first.dir.display()
+            ));
+        }
+        if part.plan.shard.1 != first.plan.shard.1 {
+            return Err(format!(
+                "{} was split into {} shards, {} into {}",
+                part.dir.display(),
+                part.plan.shard.1,
+                first.dir.display(),
+                first.plan.shard.1
+            ));
+        }
+        if let Some(other) = seen_shards.insert(part.plan.shard.0, &part.dir) {
+            return Err(format!(
+                "{} and {} are the same shard {}/{}",
+                other.display(),
+                part.dir.display(),
+                part.plan.shard.0,
+                part.plan.shard.1
+            ));
+        }
+        let expected: Vec<usize> = part.plan.points().iter().map(|p| p.index).collect();
+        let got: Vec<usize> = part.rows.keys().copied().collect();
+        if expected != got {
+            return Err(format!(
+                "{} holds {} of its shard's {} points: the shard did not finish",
+                part.dir.display(),
+                got.len(),
+                expected.len()
+            ));
+        }
+        rows.extend(part.rows.clone());
+    }
+    let shards = first.plan.shard.1;
+    let missing: Vec<String> = (0..shards)
+        .filter(|s| !seen_shards.contains_key(s))
+        .map(|s| format!("{s}/{shards}"))
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!("missing shards: {}", missing.join(", ")));
+    }
+    Ok((whole, rows))
+}

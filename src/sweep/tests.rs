@@ -1,0 +1,182 @@
+//! Sweep plans, tables and merging.
+
+use std::path::PathBuf;
+
+use super::*;
+
+fn plan(axes: &[(&str, &[&str])], replicas: u32, shard: (u32, u32)) -> Plan {
+    Plan {
+        scenario: "s.ron".into(),
+        set: vec![],
+        axes: axes
+            .iter()
+            .map(|(p, v)| Axis {
+                path: p.to_string(),
+                values: v.iter().map(|x| x.to_string()).collect(),
+            })
+            .collect(),
+        replicas,
+        shard,
+    }
+}
+
+#[test]
+fn a_sweep_too_large_for_one_invocation_is_refused_before_anything_is_allocated() {
+    let ten: Vec<String> = (0..10).map(|i| i.to_string()).collect();
+    let ten: Vec<&str> = ten.iter().map(String::as_str).collect();
+    // 10 × 10 × 10 × 10 × 10 points × 1 replica = 100,000: the most one shard runs.
+    let axes = [("a", &ten[..]); 5];
+    assert_eq!(plan(&axes, 1, (0, 1)).check_size(), Ok(100_000));
+    let err = plan(&axes, 2, (0, 1)).check_size().unwrap_err();
+    assert!(
+        err.contains("200000 runs") && err.contains("--shard I/2"),
+        "{err}"
+    );
+    // Split in two, each shard holds 100,000 runs: within the bound.
+    assert_eq!(plan(&axes, 2, (1, 2)).check_size(), Ok(200_000));
+    // Replicas near u32::MAX over two points, or axes whose product overflows: refused.
+    let err = plan(&[("a", &["1", "2"])], u32::MAX, (0, 1))
+        .check_size()
+        .unwrap_err();
+    assert!(err.contains("8589934590 runs"), "{err}");
+    let huge = [("a", &ten[..]); 20];
+    assert!(
+        plan(&huge, 1, (0, 1))
+            .check_size()
+            .unwrap_err()
+            .contains("more than 2^64")
+    );
+    // A tampered shard or replica count.
+    assert!(plan(&axes[..1], 1, (3, 2)).check_size().is_err());
+    assert!(plan(&axes[..1], 0, (0, 1)).check_size().is_err());
+    // Points of a shard step through the sweep without visiting the others.
+    let p = plan(&axes[..1], 3, (1, 4));
+    let got: Vec<usize> = p.points().iter().map(|x| x.index).collect();
+    assert_eq!(got, [1, 5, 9, 13, 17, 21, 25, 29]);
+}
+
+#[test]
+fn axes_split_at_top_level_commas_only() {
+    let a = parse_axis(r#"policies.routing=["round_robin", "a,b"]"#).unwrap();
+    assert_eq!(a.path, "policies.routing");
+    assert_eq!(a.values, vec![r#""round_robin""#, r#""a,b""#]);
+    let a = parse_axis("x=[Constant(64), Uniform(min: 1, max: 9), [1,2]]").unwrap();
+    assert_eq!(
+        a.values,
+        vec!["Constant(64)", "Uniform(min: 1, max: 9)", "[1,2]"]
+    );
+    assert!(parse_axis("x=1,2").is_err());
+    assert!(parse_axis("x=[]").is_err());
+    assert!(parse_axis("x=[1,,2]").is_err());
+    assert!(parse_axis("nothing").is_err());
+}
+
+#[test]
+fn linked_paths_vary_together() {
+    let a = parse_axis("g[0].role,g[0].count=[(Mixed, 2), (Prefill, 1)]").unwrap();
+    assert_eq!(a.values, vec!["(Mixed, 2)", "(Prefill, 1)"]);
+    assert_eq!(
+        a.assignments(&a.values[1]).unwrap(),
+        vec![
+            ("g[0].role".to_string(), "Prefill".to_string()),
+            ("g[0].count".to_string(), "1".to_string())
+        ]
+    );
+    let plan = Plan {
+        scenario: "s.ron".into(),
+        set: vec![],
+        axes: vec![a],
+        replicas: 1,
+        shard: (0, 1),
+    };
+    assert_eq!(plan.len(), 2, "one axis, not a product of its paths");
+    let e = parse_axis("a,b=[(1, 2), (3)]").unwrap_err();
+    assert!(e.contains("(3) must be a tuple of 2 values"), "{e}");
+    assert!(parse_axis("a,b=[(1, 2, 3)]").is_err());
+    assert!(parse_axis("a,b=[1]").is_err());
+}
+
+#[test]
+fn shards_parse() {
+    assert_eq!(parse_shard("1/4"), Ok((1, 4)));
+    assert!(parse_shard("4/4").is_err());
+    assert!(parse_shard("0/0").is_err());
+    assert!(parse_shard("a/2").is_err());
+}
+
+#[test]
+fn points_are_the_cartesian_product_last_axis_fastest() {
+    let p = plan(&[("a", &["1", "2"]), ("b", &["x", "y", "z"])], 1, (0, 1));
+    let pts = p.points();
+    assert_eq!(pts.len(), 6);
+    let vals: Vec<String> = pts.iter().map(|p| p.values.join("")).collect();
+    assert_eq!(vals, ["1x", "1y", "1z", "2x", "2y", "2z"]);
+    let r = plan(&[("a", &["1", "2"])], 3, (0, 1)).points();
+    assert_eq!(r.len(), 6);
+    assert_eq!(
+        r.iter()
+            .map(|p| (p.values[0].as_str(), p.replica))
+            .collect::<Vec<_>>(),
+        [("1", 0), ("1", 1), ("1", 2), ("2", 0), ("2", 1), ("2", 2)]
+    );
+}
+
+#[test]
+fn shards_partition_the_points() {
+    let whole = plan(&[("a", &["1", "2", "3"]), ("b", &["x", "y"])], 2, (0, 1));
+    let mut all: Vec<usize> = Vec::new();
+    for i in 0..5 {
+        let part = Plan {
+            shard: (i, 5),
+            ..whole.clone()
+        };
+        all.extend(part.points().iter().map(|p| p.index));
+    }
+    all.sort_unstable();
+    assert_eq!(all, (0..12).collect::<Vec<_>>());
+}
+
+#[test]
+fn merge_refuses_gaps_duplicates_and_strangers() {
+    let part = |i: u32, n: u32| {
+        let plan = plan(&[("a", &["1", "2", "3"])], 1, (i, n));
+        let rows = plan
+            .points()
+            .iter()
+            .map(|p| (p.index, vec![p.index.to_string()]))
+            .collect();
+        Part {
+            dir: PathBuf::from(format!("shard{i}")),
+            header: plan.header(),
+            plan,
+            rows,
+        }
+    };
+    let (whole, rows) = merge(vec![part(1, 2), part(0, 2)]).unwrap();
+    assert_eq!(whole.shard, (0, 1));
+    assert_eq!(rows.keys().copied().collect::<Vec<_>>(), [0, 1, 2]);
+    assert!(
+        merge(vec![part(0, 2)])
+            .unwrap_err()
+            .contains("missing shards: 1/2")
+    );
+    assert!(
+        merge(vec![part(0, 2), part(0, 2)])
+            .unwrap_err()
+            .contains("same shard")
+    );
+    let mut short = part(1, 2);
+    short.rows.clear();
+    assert!(
+        merge(vec![part(0, 2), short])
+            .unwrap_err()
+            .contains("did not finish")
+    );
+    let mut other = part(1, 2);
+    other.plan.replicas = 2;
+    assert!(
+        merge(vec![part(0, 2), other])
+            .unwrap_err()
+            .contains("another sweep")
+    );
+}
