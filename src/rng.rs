@@ -9,7 +9,14 @@ use rand_core::SeedableRng;
 
 /// FNV-1a 64-bit hash (offset 0xcbf29ce484222325, prime 0x100000001b3).
 pub fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    fnv1a_continue(FNV1A_OFFSET, bytes)
+}
+
+/// The FNV-1a state before any byte.
+pub const FNV1A_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// FNV-1a from state `h` over more bytes: a hash of data read in chunks.
+pub fn fnv1a_continue(mut h: u64, bytes: &[u8]) -> u64 {
     for b in bytes {
         h ^= u64::from(*b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);

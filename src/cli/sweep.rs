@@ -10,7 +10,8 @@ use super::progress;
 use crate::ServesimApp;
 use crate::catalog::Catalog;
 
-/// Writes sweep.csv and sweep.json into `out`, together (staged, then moved into place).
+/// Writes sweep.csv and sweep.json (and with replicas sweep-points.csv) into `out`, together
+/// (staged, then moved into place).
 pub(crate) fn write_sweep(
     mut dir: crate::output::OutputDir,
     plan: &crate::sweep::Plan,
@@ -20,10 +21,19 @@ pub(crate) fn write_sweep(
     let out = dir.path().to_path_buf();
     let csv = crate::sweep::to_csv(plan, rows)?;
     let json = serde_json::to_string_pretty(plan).map_err(|e| e.to_string())? + "\n";
-    for (name, bytes) in [
+    let per_point = if plan.replicas > 1 {
+        crate::sweep::replicas::to_csv(plan, rows)?
+    } else {
+        Vec::new()
+    };
+    let mut files = vec![
         ("sweep.csv", csv.as_slice()),
         ("sweep.json", json.as_bytes()),
-    ] {
+    ];
+    if plan.replicas > 1 {
+        files.push((crate::sweep::replicas::FILE, per_point.as_slice()));
+    }
+    for (name, bytes) in files {
         let mut w = dir.create(name).map_err(|e| e.to_string())?;
         w.write_all(bytes)
             .and_then(|()| w.flush())
@@ -31,6 +41,18 @@ pub(crate) fn write_sweep(
     }
     dir.commit().map_err(|e| e.to_string())?;
     Ok(())
+}
+
+/// The table printed: one line per run, or with replicas one per point (mean ± 95 %).
+fn comparison(
+    plan: &crate::sweep::Plan,
+    rows: &std::collections::BTreeMap<usize, Vec<String>>,
+) -> String {
+    if plan.replicas > 1 {
+        crate::sweep::replicas::table(plan, rows)
+    } else {
+        crate::sweep::table(&plan.header(), rows)
+    }
 }
 
 #[derive(clap::Args)]
@@ -60,6 +82,10 @@ pub(crate) struct SweepArgs {
     /// Also keep every point's result files in OUT/point-NNNN.
     #[arg(long)]
     keep_outputs: bool,
+    /// Keep the runs an earlier, killed attempt of this same sweep finished in OUT
+    /// (OUT/sweep.progress.csv) and run only the rest.
+    #[arg(long)]
+    resume: bool,
     #[arg(long, value_enum, default_value_t = progress::Mode::Auto)]
     progress: progress::Mode,
     #[arg(long, short)]
@@ -95,12 +121,14 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
         Ok(o) => o,
         Err(e) => return fail(e),
     };
-    let plan = Plan {
+    let mut plan = Plan {
         scenario: a.scenario.display().to_string(),
         set,
         axes,
         replicas: a.replicas,
         shard,
+        inputs: Default::default(),
+        version: crate::sweep::VERSION.into(),
     };
     if let Err(e) = plan.check_size() {
         return fail(e);
@@ -137,6 +165,40 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
         }
         return ExitCode::from(2);
     }
+    plan.inputs = match crate::sweep::hash_inputs(points.iter().map(|(_, sc)| sc)) {
+        Ok(h) => h,
+        Err(e) => return fail(e),
+    };
+    // Runs an earlier attempt finished (with --resume), and the file this one appends to.
+    use crate::sweep::progress as kept;
+    let finished = if a.resume {
+        match kept::finished(&a.out, &plan) {
+            Ok(rows) => rows,
+            Err(e) => return fail(e),
+        }
+    } else {
+        if a.out.join(kept::ROWS).exists() && !a.quiet {
+            eprintln!(
+                "servesim: starting over: {} held the runs of an earlier attempt (--resume keeps them)",
+                a.out.display()
+            );
+        }
+        Default::default()
+    };
+    let progress_file = match kept::Progress::start(&a.out, &plan, &finished) {
+        Ok(p) => p,
+        Err(e) => return fail(e),
+    };
+    if !finished.is_empty() && !a.quiet {
+        eprintln!(
+            "servesim: resuming: {} of {} runs already finished in {}",
+            finished.len(),
+            points.len(),
+            a.out.display()
+        );
+    }
+    points.retain(|(p, _)| !finished.contains_key(&p.index));
+    let progress_error = std::sync::Mutex::new(None::<String>);
     let jobs = a
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from))
@@ -154,7 +216,7 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
         Some(points.len() as u64),
         progress::Counts::Points,
     );
-    let finished = std::sync::atomic::AtomicU64::new(0);
+    let done = std::sync::atomic::AtomicU64::new(0);
     let total = points.len();
     #[expect(
         clippy::disallowed_methods,
@@ -168,8 +230,14 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
         jobs,
         keep.as_deref(),
         Some(interrupt),
-        &|point, outcome| {
-            let n = finished.fetch_add(1, Ordering::Relaxed) + 1;
+        &|point, outcome, row| {
+            if let Err(e) = progress_file.append(row) {
+                progress_error
+                    .lock()
+                    .expect("no thread panics holding it")
+                    .get_or_insert(e);
+            }
+            let n = done.fetch_add(1, Ordering::Relaxed) + 1;
             let what = match outcome {
                 Ok(_) => "ok",
                 Err(_) => "failed",
@@ -178,23 +246,33 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
         },
     );
     bar.clear();
-    let Some(rows) = rows else {
+    let progress_error = progress_error.into_inner().expect("no thread panicked");
+    if let Some(e) = &progress_error {
+        eprintln!("warning: finished runs were not all kept for --resume: {e}");
+    }
+    let Some(new_rows) = rows else {
         let kept = match &keep {
             Some(dir) => format!(
-                "; {} point runs finished before it kept their results under {} (--keep-outputs)",
-                finished.load(Ordering::Relaxed),
+                "; their result files are under {} (--keep-outputs)",
                 dir.display()
             ),
             None => String::new(),
         };
-        eprintln!("servesim: interrupted; sweep.csv and sweep.json were not written{kept}");
+        eprintln!(
+            "servesim: interrupted; sweep.csv and sweep.json were not written; the {} runs finished are kept in {}{kept}: run the same command with --resume to finish the rest",
+            finished.len() as u64 + done.load(Ordering::Relaxed),
+            a.out.join(kept::ROWS).display()
+        );
         return ExitCode::from(130);
     };
+    let mut rows = finished;
+    rows.extend(new_rows);
     if let Err(e) = write_sweep(out_dir, &plan, &rows) {
         eprintln!("error: {e}");
         return ExitCode::from(1);
     }
-    print!("{}", crate::sweep::table(&plan.header(), &rows));
+    kept::remove(&a.out);
+    print!("{}", comparison(&plan, &rows));
     // Every failed run, by point and replica, with its error.
     let header = plan.header();
     let status = header.iter().position(|h| h == "status");
@@ -214,8 +292,13 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
         .collect();
     if !a.quiet {
         eprintln!(
-            "servesim: {total} runs on {jobs} threads in {:.2} s wall; wrote sweep.csv, sweep.json in {}",
+            "servesim: {total} runs on {jobs} threads in {:.2} s wall; wrote sweep.csv, sweep.json{} in {}",
             started.elapsed().as_secs_f64(),
+            if plan.replicas > 1 {
+                format!(", {}", crate::sweep::replicas::FILE)
+            } else {
+                String::new()
+            },
             a.out.display()
         );
     }
@@ -223,8 +306,9 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     eprintln!(
-        "error: {} of {total} runs failed (their rows in sweep.csv say so in `status`):",
-        failures.len()
+        "error: {} of {} runs failed (their rows in sweep.csv say so in `status`):",
+        failures.len(),
+        rows.len()
     );
     for f in &failures {
         eprintln!("  {f}");
@@ -283,7 +367,7 @@ pub(crate) fn merge(a: MergeArgs) -> ExitCode {
         eprintln!("error: {e}");
         return ExitCode::from(1);
     }
-    print!("{}", crate::sweep::table(&plan.header(), &rows));
+    print!("{}", comparison(&plan, &rows));
     eprintln!(
         "servesim: merged {} shards, {} points, into {}",
         shards.len(),

@@ -67,6 +67,14 @@ impl Part {
     }
 }
 
+fn shown(version: &str) -> &str {
+    if version.is_empty() {
+        "(a version that did not record it)"
+    } else {
+        version
+    }
+}
+
 /// Joins shards into the whole sweep: they must be shards of one plan, each once, and
 /// together hold every point exactly once.
 pub fn merge(parts: Vec<Part>) -> Result<(Plan, BTreeMap<usize, Vec<String>>), String> {
@@ -80,6 +88,38 @@ pub fn merge(parts: Vec<Part>) -> Result<(Plan, BTreeMap<usize, Vec<String>>), S
     let mut seen_shards = BTreeMap::new();
     let mut rows = BTreeMap::new();
     for part in &parts {
+        if part.plan.version != first.plan.version {
+            return Err(format!(
+                "{} was run by servesim {}, {} by servesim {}: rerun the shards with one version",
+                part.dir.display(),
+                shown(&part.plan.version),
+                first.dir.display(),
+                shown(&first.plan.version)
+            ));
+        }
+        let changed: Vec<&str> = part
+            .plan
+            .inputs
+            .iter()
+            .filter(|(k, v)| first.plan.inputs.get(*k) != Some(*v))
+            .chain(
+                first
+                    .plan
+                    .inputs
+                    .iter()
+                    .filter(|(k, _)| !part.plan.inputs.contains_key(*k)),
+            )
+            .map(|(k, _)| k.as_str())
+            .collect();
+        if !changed.is_empty() {
+            return Err(format!(
+                "{} and {} were run on different inputs: {} differ{} (edited between the shards' runs?); rerun the shards run before the edit",
+                part.dir.display(),
+                first.dir.display(),
+                changed.join(", "),
+                if changed.len() == 1 { "s" } else { "" }
+            ));
+        }
         let same = Plan {
             shard: (0, 1),
             ..part.plan.clone()

@@ -35,6 +35,50 @@ pub struct Plan {
     pub replicas: u32,
     /// This part's shard (index, count); (0, 1) for a whole sweep.
     pub shard: (u32, u32),
+    /// What every point read, by path relative to the scenario's directory: the scenario
+    /// file and each file it names (traces, tables, length distributions), as `fnv1a:` and
+    /// the FNV-1a 64 hash of its bytes. Shards run on edited inputs are not merged.
+    #[serde(default)]
+    pub inputs: BTreeMap<String, String>,
+    /// The servesim version that ran it.
+    #[serde(default)]
+    pub version: String,
+}
+
+/// The servesim version a sweep records.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// Hashes every file the scenarios read ([`Plan::inputs`]).
+pub fn hash_inputs<'a>(
+    scenarios: impl IntoIterator<Item = &'a crate::scenario::Scenario>,
+) -> Result<BTreeMap<String, String>, String> {
+    use std::io::Read;
+    let mut out = BTreeMap::new();
+    for sc in scenarios {
+        for (_, path) in sc.input_files() {
+            let key = path
+                .strip_prefix(&sc.base_dir)
+                .unwrap_or(&path)
+                .display()
+                .to_string();
+            if out.contains_key(&key) {
+                continue;
+            }
+            let cannot = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
+            let mut file = std::fs::File::open(&path).map_err(cannot)?;
+            let mut buf = vec![0u8; 1 << 16];
+            let mut h = crate::rng::FNV1A_OFFSET;
+            loop {
+                let n = file.read(&mut buf).map_err(cannot)?;
+                if n == 0 {
+                    break;
+                }
+                h = crate::rng::fnv1a_continue(h, &buf[..n]);
+            }
+            out.insert(key, format!("fnv1a:{h:016x}"));
+        }
+    }
+    Ok(out)
 }
 
 /// One run of a sweep.
@@ -395,8 +439,12 @@ pub fn to_csv(plan: &Plan, rows: &BTreeMap<usize, Vec<String>>) -> Result<Vec<u8
     w.into_inner().map_err(|e| e.to_string())
 }
 
+/// What [`run`] tells after each run: the point, its outcome and its `sweep.csv` row.
+pub type RunDone<'a> = dyn Fn(&Point, &Result<Summary, String>, &[String]) + Sync + 'a;
+
 /// Runs `points` (each with its loaded scenario) on `jobs` threads; `keep` gives each run
-/// an output directory `point-NNNN` under it. `done` is told after every finished run.
+/// an output directory `point-NNNN` under it. `done` is told after every finished run, with
+/// its row.
 /// Stops taking new runs once `interrupt` is set (then returns `None`).
 pub fn run(
     app: &crate::ServesimApp,
@@ -405,7 +453,7 @@ pub fn run(
     jobs: usize,
     keep: Option<&std::path::Path>,
     interrupt: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
-    done: &(dyn Fn(&Point, &Result<Summary, String>) + Sync),
+    done: &RunDone<'_>,
 ) -> Option<BTreeMap<usize, Vec<String>>> {
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -436,8 +484,8 @@ pub fn run(
                     if stopped() {
                         break;
                     }
-                    done(point, &outcome);
                     let r = row(plan, point, scenario.seed, &outcome);
+                    done(point, &outcome, &r);
                     rows.lock()
                         .expect("no thread panics holding it")
                         .insert(point.index, r);
@@ -452,6 +500,8 @@ pub fn run(
 }
 
 mod merge;
+pub mod progress;
+pub mod replicas;
 mod table;
 #[cfg(test)]
 mod tests;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use super::display_value;
 
 /// Columns of the one-screen comparison table: (header, `sweep.csv` column).
-const TABLE: [(&str, &str); 8] = [
+pub(super) const COLUMNS: [(&str, &str); 8] = [
     ("done", "requests.completed"),
     ("req/s", "throughput.requests_per_s"),
     ("tok/s", "throughput.output_tokens_per_s"),
@@ -18,7 +18,6 @@ const TABLE: [(&str, &str); 8] = [
 
 /// The comparison table printed on stdout: one line per row of `sweep.csv`.
 pub fn table(header: &[String], rows: &BTreeMap<usize, Vec<String>>) -> String {
-    use std::fmt::Write;
     let col = |name: &str| header.iter().position(|h| h == name);
     let status = col("status").unwrap_or(0);
     let varied: Vec<usize> = (1..col("replica").unwrap_or(1)).collect();
@@ -31,7 +30,7 @@ pub fn table(header: &[String], rows: &BTreeMap<usize, Vec<String>>) -> String {
     if replicas {
         head.push("seed".into());
     }
-    head.extend(TABLE.iter().map(|t| t.0.to_string()));
+    head.extend(COLUMNS.iter().map(|t| t.0.to_string()));
     lines.push(head);
     for r in rows.values() {
         let mut line = vec![r[0].clone()];
@@ -42,7 +41,7 @@ pub fn table(header: &[String], rows: &BTreeMap<usize, Vec<String>>) -> String {
         if r[status] != "ok" {
             line.push(r[status].clone());
         } else {
-            for (_, metric) in TABLE {
+            for (_, metric) in COLUMNS {
                 let v = col(metric).map_or("", |c| r[c].as_str());
                 line.push(match v.parse::<f64>() {
                     Err(_) if metric == "slo.attainment" && v.is_empty() => "n/a".into(),
@@ -56,6 +55,13 @@ pub fn table(header: &[String], rows: &BTreeMap<usize, Vec<String>>) -> String {
         }
         lines.push(line);
     }
+    layout(&lines, varied.len() + 1)
+}
+
+/// Lines of cells as aligned text: the first `left` columns left-aligned, the rest right; a
+/// line's last cell is written as it is (an error message does not widen its column).
+pub(super) fn layout(lines: &[Vec<String>], left: usize) -> String {
+    use std::fmt::Write;
     let widths: Vec<usize> = (0..lines[0].len())
         .map(|k| {
             lines
@@ -68,12 +74,12 @@ pub fn table(header: &[String], rows: &BTreeMap<usize, Vec<String>>) -> String {
         })
         .collect();
     let mut s = String::new();
-    for l in &lines {
+    for l in lines {
         for (k, cell) in l.iter().enumerate() {
             let w = widths.get(k).copied().unwrap_or(0);
             if k + 1 == l.len() {
                 let _ = write!(s, "{cell}");
-            } else if k == 0 || k <= varied.len() {
+            } else if k < left {
                 let _ = write!(s, "{cell:<w$}  ");
             } else {
                 let _ = write!(s, "{cell:>w$}  ");

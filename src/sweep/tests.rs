@@ -17,6 +17,8 @@ fn plan(axes: &[(&str, &[&str])], replicas: u32, shard: (u32, u32)) -> Plan {
             .collect(),
         replicas,
         shard,
+        inputs: [("s.ron".to_string(), "fnv1a:0000000000000001".to_string())].into(),
+        version: VERSION.into(),
     }
 }
 
@@ -88,6 +90,8 @@ fn linked_paths_vary_together() {
         axes: vec![a],
         replicas: 1,
         shard: (0, 1),
+        inputs: Default::default(),
+        version: VERSION.into(),
     };
     assert_eq!(plan.len(), 2, "one axis, not a product of its paths");
     let e = parse_axis("a,b=[(1, 2), (3)]").unwrap_err();
@@ -179,4 +183,16 @@ fn merge_refuses_gaps_duplicates_and_strangers() {
             .unwrap_err()
             .contains("another sweep")
     );
+    // A shard run after the scenario was edited, or by another version.
+    let mut edited = part(1, 2);
+    edited
+        .plan
+        .inputs
+        .insert("s.ron".into(), "fnv1a:0000000000000002".into());
+    let e = merge(vec![part(0, 2), edited]).unwrap_err();
+    assert!(e.contains("different inputs: s.ron differs"), "{e}");
+    let mut newer = part(1, 2);
+    newer.plan.version = "9.9.9".into();
+    let e = merge(vec![part(0, 2), newer]).unwrap_err();
+    assert!(e.contains("by servesim 9.9.9"), "{e}");
 }

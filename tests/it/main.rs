@@ -28,5 +28,6 @@ mod scenarios;
 mod schedulers;
 mod serving;
 mod setup;
+mod sweeps;
 mod ticks;
 mod workload;
