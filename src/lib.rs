@@ -109,6 +109,7 @@ pub mod metrics;
 pub mod model;
 pub mod observe;
 pub mod output;
+pub mod plan;
 pub mod policy;
 pub mod report;
 pub mod request;

@@ -6,13 +6,14 @@
 //! Exit codes: 0 success, 1 run failure (I/O, a step outside a measured table, no progress, a
 //! sweep with failed points), 2 bad input (scenario or arguments), 130 interrupted (Ctrl-C).
 //! One file per command group: [`run`] (`run`), [`sweep`] (`sweep`, `merge`), [`capacity`]
-//! (`capacity`), [`fidelity`]
+//! (`capacity`), [`plan`] (`plan`), [`fidelity`]
 //! (`check-real`, `calibrate`), [`info`] (`validate`, `list`, `report`).
 
 mod args;
 mod capacity;
 mod fidelity;
 mod info;
+mod plan;
 mod progress;
 mod run;
 mod sweep;
@@ -50,6 +51,11 @@ enum Command {
     /// declared SLO holds (bisection on a multiple of the workload's rates, per seed, with a
     /// 95 % interval over seeds); prints it, or JSON, and writes capacity.json with --out.
     Capacity(capacity::CapacityArgs),
+    /// The cheapest configuration of an instance group (GPU, TP, PP, batch limits,
+    /// scheduler, routing, instances) that meets every SLO at the workload's rate, from the
+    /// scenario's `plan` block; prints it with its margin, the Pareto front and the
+    /// runners-up, and writes plan.csv, pareto.csv and plan.json with --out.
+    Plan(plan::PlanArgs),
     /// Join the sweep.csv of every shard of a sweep (`sweep --shard I/N`) into the
     /// sweep.csv one unsharded run gives.
     Merge(MergeArgs),
@@ -84,6 +90,7 @@ where
         Command::Run(a) => run::run(&app, a),
         Command::Sweep(a) => sweep::sweep(&app, a),
         Command::Capacity(a) => capacity::capacity(&app, a),
+        Command::Plan(a) => plan::plan(&app, a),
         Command::Merge(a) => sweep::merge(a),
         Command::Report(a) => info::report(a),
         Command::Validate(a) => info::validate(&app, a),

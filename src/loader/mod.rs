@@ -7,6 +7,7 @@
 pub mod estimate;
 mod load;
 mod locate;
+mod plan;
 mod resolve;
 mod validate;
 

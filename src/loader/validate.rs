@@ -1,6 +1,7 @@
 //! Whole-scenario validation: every problem with its field path, at once. Each concern
 //! checks its own part (`workload::check`, `instance::check_group`, `policy::check`,
-//! `autoscale::check`, `disagg::check`, `metrics::check_outputs`); this adds what is
+//! `autoscale::check`, `disagg::check`, `metrics::check_outputs`); this adds what is the whole scenario's (and `plan.rs`, the `plan`
+//! block):
 //! the whole scenario's: the horizon, the size of the cluster and the memory it needs.
 
 use crate::catalog::Catalog;
@@ -122,6 +123,7 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
     crate::metrics::check_outputs(&mut p, s);
     crate::disagg::check(&mut p, s, catalog);
     crate::autoscale::check(&mut p, s);
+    super::plan::check(&mut p, s, catalog);
     p.extend(crate::workload::check(s));
     p
 }

@@ -6,12 +6,14 @@
 
 mod cluster;
 mod outputs;
+mod plan;
 mod policies;
 mod problem;
 mod workload;
 
 pub use cluster::*;
 pub use outputs::*;
+pub use plan::*;
 pub use policies::*;
 pub use problem::{Problem, did_you_mean, finite_positive};
 pub use workload::*;
@@ -45,6 +47,9 @@ pub struct Scenario {
     /// Guards that keep a run's memory bounded.
     #[serde(default)]
     pub limits: LimitsSpec,
+    /// What `servesim plan` searches (ignored by every other command).
+    #[serde(default)]
+    pub plan: Option<PlanSpec>,
     /// Directory that relative paths in the scenario are resolved against (the scenario
     /// file's directory; not a RON field).
     #[serde(skip)]

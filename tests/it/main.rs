@@ -22,6 +22,7 @@ mod lockstep;
 mod observe;
 mod outputs;
 mod own_file;
+mod plan;
 mod properties;
 mod reliability;
 mod scenarios;

@@ -1,0 +1,176 @@
+//! Checks of a scenario's `plan` block (what `servesim plan` searches): every name known, every list sensible, a price for
+//! every GPU, and a group whose size and speed follow from what is varied.
+
+use crate::catalog::Catalog;
+use crate::model::price_of;
+use crate::scenario::{LatencySpec, Problem, Scenario, did_you_mean};
+
+/// Adds the `plan` block's problems (none when the scenario has no `plan`).
+pub fn check(p: &mut Vec<Problem>, s: &Scenario, catalog: &Catalog) {
+    let Some(plan) = &s.plan else {
+        return;
+    };
+    let Some(g) = s.cluster.groups.get(plan.group) else {
+        p.push(Problem::new(
+            "plan.group",
+            format!(
+                "no group {} (the cluster has {})",
+                plan.group,
+                s.cluster.groups.len()
+            ),
+        ));
+        return;
+    };
+    let gpus: Vec<String> = crate::model::bundled_gpus()
+        .iter()
+        .map(|g| g.id.clone())
+        .collect();
+    for (k, name) in plan.gpus.iter().enumerate() {
+        if crate::model::find_gpu(name).is_none() {
+            let hint = did_you_mean(name, gpus.iter().map(String::as_str))
+                .map_or(format!("bundled: {}", gpus.join(", ")), |s| {
+                    format!("did you mean \"{s}\"?")
+                });
+            p.push(
+                Problem::new(format!("plan.gpus[{k}]"), format!("unknown GPU \"{name}\""))
+                    .hint(hint),
+            );
+        }
+    }
+    for (field, list) in [
+        ("tp", &plan.tp),
+        ("pp", &plan.pp),
+        ("max_num_seqs", &plan.max_num_seqs),
+        ("max_num_batched_tokens", &plan.max_num_batched_tokens),
+    ] {
+        for (k, v) in list.iter().enumerate() {
+            if *v == 0 {
+                p.push(Problem::new(format!("plan.{field}[{k}]"), "must be ≥ 1"));
+            }
+        }
+    }
+    for (k, name) in plan.schedulers.iter().enumerate() {
+        known::<crate::instance::schedulers::BatchFormation>(
+            p,
+            catalog,
+            &format!("plan.schedulers[{k}]"),
+            "scheduler",
+            name,
+        );
+    }
+    for (k, name) in plan.routing.iter().enumerate() {
+        known::<crate::policy::family::Routing>(
+            p,
+            catalog,
+            &format!("plan.routing[{k}]"),
+            "routing policy",
+            name,
+        );
+    }
+    if plan.max_instances == 0 || plan.max_instances > 10_000 {
+        p.push(Problem::new(
+            "plan.max_instances",
+            format!("must be in 1..=10000, got {}", plan.max_instances),
+        ));
+    }
+    for (name, price) in &plan.prices {
+        if crate::model::find_gpu(name).is_none() {
+            p.push(Problem::new(
+                format!("plan.prices.{name}"),
+                format!("unknown GPU \"{name}\""),
+            ));
+        }
+        if !price.is_finite() || *price <= 0.0 {
+            p.push(Problem::new(
+                format!("plan.prices.{name}"),
+                format!("must be a finite price > 0 per GPU-hour, got {price}"),
+            ));
+        }
+    }
+    // Every GPU planned needs a price.
+    let planned: Vec<&String> = if plan.gpus.is_empty() {
+        g.gpu.iter().collect()
+    } else {
+        plan.gpus.iter().collect()
+    };
+    if planned.is_empty() {
+        p.push(
+            Problem::new(
+                format!("cluster.groups[{}].gpu", plan.group),
+                "the planned group names no GPU",
+            )
+            .hint("give the group a gpu, or plan.gpus"),
+        );
+    }
+    for name in planned {
+        if crate::model::find_gpu(name).is_some() && price_of(name, &plan.prices).is_none() {
+            p.push(
+                Problem::new("plan.prices", format!("no price for GPU \"{name}\""))
+                    .hint(format!("e.g. prices: {{\"{name}\": 1.50}} (per GPU-hour); assets/prices.ron has defaults for some GPUs")),
+            );
+        }
+    }
+    // What is varied must change what the group's instances can do.
+    let at = |f: &str| format!("cluster.groups[{}].{f}", plan.group);
+    let hardware_varies = !plan.gpus.is_empty() || !plan.tp.is_empty() || !plan.pp.is_empty();
+    if hardware_varies {
+        if g.model.is_none() {
+            p.push(
+                Problem::new(
+                    at("model"),
+                    "plan varies the GPU or parallelism of a group without a model",
+                )
+                .hint("give the group a model, so its KV cache and step times follow the hardware"),
+            );
+        }
+        if g.kv_blocks.is_some() {
+            p.push(
+                Problem::new(
+                    at("kv_blocks"),
+                    "is fixed, but plan varies the GPU or parallelism it follows from",
+                )
+                .hint("remove kv_blocks so each configuration derives its own"),
+            );
+        }
+        if let Some(l) = &g.latency
+            && !matches!(
+                l,
+                LatencySpec::Roofline { .. }
+                    | LatencySpec::BlisRoofline { .. }
+                    | LatencySpec::TrainedPhysics { .. }
+            )
+        {
+            p.push(
+                Problem::new(
+                    at("latency"),
+                    "prices steps the same on every GPU, but plan varies the GPU or parallelism",
+                )
+                .hint("use Roofline() (or leave latency out), which follows the hardware"),
+            );
+        }
+    }
+    if g.scaling.is_some() {
+        p.push(
+            Problem::new(at("scaling"), "plan sizes the group itself")
+                .hint("remove scaling from the planned group"),
+        );
+    }
+}
+
+fn known<F: crate::catalog::PolicyFamily>(
+    p: &mut Vec<Problem>,
+    catalog: &Catalog,
+    at: &str,
+    kind: &str,
+    name: &str,
+) {
+    if catalog.find::<F>(name).is_some() {
+        return;
+    }
+    let names = catalog.names::<F>();
+    let hint = did_you_mean(name, names.iter().copied())
+        .map_or(format!("known: {}", names.join(", ")), |s| {
+            format!("did you mean \"{s}\"?")
+        });
+    p.push(Problem::new(at, format!("unknown {kind} \"{name}\"")).hint(hint));
+}

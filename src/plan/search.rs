@@ -1,0 +1,608 @@
+//! The plan's search: configurations, trials, the branch and bound, and what it writes.
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use crate::model::price_of;
+
+use crate::capacity::{SERVED_SHARE, Target, Window};
+use crate::interval::Estimate;
+use crate::scenario::{PlanObjective, PlanSpec, Scenario};
+
+/// Configurations searched at once against one bound.
+pub const ROUND: usize = 4;
+
+/// One configuration of the planned group.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Config {
+    pub gpu: String,
+    pub tp: u32,
+    pub pp: u32,
+    pub max_num_seqs: u32,
+    pub max_num_batched_tokens: u32,
+    pub scheduler: String,
+    pub routing: String,
+    /// Price of one GPU-hour.
+    pub price_per_gpu_hour: f64,
+}
+
+impl Config {
+    /// Price of one instance-hour.
+    pub fn price_per_instance(&self) -> f64 {
+        f64::from(self.tp * self.pp) * self.price_per_gpu_hour
+    }
+
+    /// `H100 tp4 pp1 seqs256 tokens8192 vllm_v1 least_loaded`.
+    pub fn label(&self) -> String {
+        format!(
+            "{} tp{} pp{} seqs{} tokens{} {} {}",
+            self.gpu,
+            self.tp,
+            self.pp,
+            self.max_num_seqs,
+            self.max_num_batched_tokens,
+            self.scheduler,
+            self.routing
+        )
+    }
+
+    /// The overrides that make the scenario this configuration at `n` instances.
+    pub fn overrides(&self, group: usize, n: u32) -> Vec<(String, String)> {
+        let g = |f: &str| format!("cluster.groups[{group}].{f}");
+        vec![
+            (g("gpu"), format!("{:?}", self.gpu)),
+            (g("tp"), self.tp.to_string()),
+            (g("pp"), self.pp.to_string()),
+            (g("max_num_seqs"), self.max_num_seqs.to_string()),
+            (
+                g("max_num_batched_tokens"),
+                self.max_num_batched_tokens.to_string(),
+            ),
+            (g("scheduler"), format!("{:?}", self.scheduler)),
+            (
+                g("cost_per_gpu_hour"),
+                format!("{:?}", self.price_per_gpu_hour),
+            ),
+            (g("count"), n.to_string()),
+            (
+                "policies.routing".to_string(),
+                format!("{:?}", self.routing),
+            ),
+        ]
+    }
+}
+
+/// Every configuration of `plan` over `scenario`'s group, in the order the lists give
+/// (validated: every GPU has a price).
+pub fn configurations(scenario: &Scenario, plan: &PlanSpec) -> Vec<Config> {
+    let g = &scenario.cluster.groups[plan.group];
+    let or = |list: &[u32], own: u32| {
+        if list.is_empty() {
+            vec![own]
+        } else {
+            list.to_vec()
+        }
+    };
+    let or_s = |list: &[String], own: &str| {
+        if list.is_empty() {
+            vec![own.to_string()]
+        } else {
+            list.to_vec()
+        }
+    };
+    let gpus = or_s(&plan.gpus, g.gpu.as_deref().unwrap_or(""));
+    let mut out = Vec::new();
+    for gpu in &gpus {
+        let price = price_of(gpu, &plan.prices).unwrap_or(f64::NAN);
+        for &tp in &or(&plan.tp, g.tp) {
+            for &pp in &or(&plan.pp, g.pp) {
+                for &seqs in &or(&plan.max_num_seqs, g.max_num_seqs) {
+                    for &tokens in &or(&plan.max_num_batched_tokens, g.max_num_batched_tokens) {
+                        for scheduler in &or_s(&plan.schedulers, &g.scheduler) {
+                            for routing in &or_s(&plan.routing, &scenario.policies.routing) {
+                                out.push(Config {
+                                    gpu: gpu.clone(),
+                                    tp,
+                                    pp,
+                                    max_num_seqs: seqs,
+                                    max_num_batched_tokens: tokens,
+                                    scheduler: scheduler.clone(),
+                                    routing: routing.clone(),
+                                    price_per_gpu_hour: price,
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// How a configuration fared.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// The cheapest that meets every SLO.
+    Best,
+    /// Meets every SLO at `instances`, at a higher price than the best.
+    Feasible,
+    /// Could not be cheaper than a configuration already found, whatever it did.
+    Dominated,
+    /// Fails an SLO at the most instances that could still be cheaper (or at
+    /// `max_instances`).
+    Infeasible,
+    /// The loader refused it (does not fit, a limit).
+    Excluded,
+}
+
+/// One run (over every seed) of a configuration at some size.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Trial {
+    pub instances: u32,
+    pub passes: bool,
+    pub price_per_hour: f64,
+    /// Mean over seeds.
+    pub ttft_p99_ms: f64,
+    pub output_tokens_per_s: f64,
+    /// Per target (in [`PlanResult::targets`] order): attainment over seeds.
+    pub attainment: Vec<Estimate>,
+    /// Worst served share over seeds.
+    pub served_share: f64,
+    /// Why it failed, when it did.
+    pub failed: Option<String>,
+}
+
+/// A configuration's outcome.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Outcome {
+    pub config: Config,
+    pub status: Status,
+    /// Fewest instances meeting every SLO (feasible and best).
+    pub instances: Option<u32>,
+    pub price_per_hour: Option<f64>,
+    pub price_per_million_tokens: Option<f64>,
+    /// The trial at `instances` (feasible), or the failing trial (infeasible).
+    pub trial: Option<Trial>,
+    /// The trial at one instance fewer, when run (why no fewer will do).
+    pub one_fewer: Option<Trial>,
+    /// Every trial that met the SLOs (for the Pareto front).
+    #[serde(skip)]
+    pub passing: Vec<Trial>,
+    /// Why it lost, in words.
+    pub reason: String,
+    pub runs: u32,
+}
+
+/// What `plan` answers.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PlanResult {
+    pub scenario: String,
+    pub group: String,
+    pub objective: PlanObjective,
+    pub seeds: Vec<u64>,
+    pub targets: Vec<Target>,
+    /// Every configuration, cheapest first (best, then feasible by price, then the rest).
+    pub outcomes: Vec<Outcome>,
+    /// Every trial that met the SLOs and is not beaten on both price and p99 TTFT by
+    /// another: (configuration index in `outcomes`, trial).
+    pub pareto: Vec<(usize, Trial)>,
+    pub runs: u32,
+}
+
+/// Settings of a plan search.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub replicas: u32,
+    pub jobs: usize,
+    pub interrupt: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+}
+
+/// Why a plan stopped short.
+#[derive(Debug, thiserror::Error)]
+pub enum PlanError {
+    #[error("{0}")]
+    Input(String),
+    #[error("{0}")]
+    Run(String),
+    #[error("interrupted")]
+    Interrupted,
+}
+
+/// Searches the plan of the scenario at `path` (with `overrides`), already loaded as
+/// `scenario`.
+pub fn search(
+    app: &crate::ServesimApp,
+    path: &Path,
+    overrides: &[(String, String)],
+    scenario: &Scenario,
+    settings: &Settings,
+) -> Result<PlanResult, PlanError> {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let Some(spec) = &scenario.plan else {
+        return Err(PlanError::Input(format!(
+            "{} has no plan block: add plan: (gpus: [...], tp: [...], ...) (docs/capacity.md)",
+            path.display()
+        )));
+    };
+    if settings.replicas == 0 {
+        return Err(PlanError::Input("replicas must be at least 1".into()));
+    }
+    let targets = crate::capacity::targets(scenario);
+    let seeds: Vec<u64> = (0..settings.replicas)
+        .map(|r| scenario.seed.wrapping_add(u64::from(r)))
+        .collect();
+    let mut configs = configurations(scenario, spec);
+    // Cheapest instance first; the list's own order among equals.
+    configs.sort_by(|a, b| a.price_per_instance().total_cmp(&b.price_per_instance()));
+    let built = app.build();
+    let catalog = built.world().resource::<crate::catalog::Catalog>();
+    let ctx = Ctx {
+        app,
+        path,
+        overrides,
+        catalog,
+        group: spec.group,
+        targets: &targets,
+        seeds: &seeds,
+        interrupt: settings.interrupt.as_ref(),
+    };
+    let mut outcomes: Vec<Outcome> = Vec::with_capacity(configs.len());
+    let mut best: Option<f64> = None;
+    for round in configs.chunks(ROUND) {
+        let bound = best;
+        let next = AtomicUsize::new(0);
+        let results: Mutex<Vec<Option<Result<Outcome, PlanError>>>> =
+            Mutex::new((0..round.len()).map(|_| None).collect());
+        std::thread::scope(|scope| {
+            for _ in 0..settings.jobs.clamp(1, round.len()) {
+                scope.spawn(|| {
+                    loop {
+                        let k = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(config) = round.get(k) else { break };
+                        let r = ctx.decide(config, bound, spec.max_instances);
+                        results.lock().expect("no thread panics holding it")[k] = Some(r);
+                    }
+                });
+            }
+        });
+        for r in results.into_inner().expect("no thread panicked") {
+            let outcome = r.expect("every configuration was decided")?;
+            if let Some(p) = outcome.price_per_hour {
+                best = Some(best.map_or(p, |b| b.min(p)));
+            }
+            outcomes.push(outcome);
+        }
+    }
+    finish(scenario, spec, seeds, targets, outcomes)
+}
+
+/// What every configuration's search needs.
+struct Ctx<'a> {
+    app: &'a crate::ServesimApp,
+    path: &'a Path,
+    overrides: &'a [(String, String)],
+    catalog: &'a crate::catalog::Catalog,
+    group: usize,
+    targets: &'a [Target],
+    seeds: &'a [u64],
+    interrupt: Option<&'a std::sync::Arc<std::sync::atomic::AtomicBool>>,
+}
+
+impl Ctx<'_> {
+    fn load(&self, config: &Config, n: u32) -> Result<Scenario, String> {
+        let mut o = self.overrides.to_vec();
+        o.extend(config.overrides(self.group, n));
+        crate::loader::load(self.path, &o, self.catalog).map_err(|e| {
+            e.problems
+                .iter()
+                .map(|p| format!("{}: {}", p.path, p.message))
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+    }
+
+    /// Runs the configuration at `n` instances on every seed.
+    fn trial(&self, config: &Config, n: u32) -> Result<Trial, PlanError> {
+        use std::sync::atomic::Ordering;
+        let sc = self.load(config, n).map_err(PlanError::Input)?;
+        let (mut ttft, mut tokens, mut served) = (0.0, 0.0, f64::INFINITY);
+        let mut attainment: Vec<Vec<f64>> = vec![Vec::new(); self.targets.len()];
+        let mut failed = None;
+        for &seed in self.seeds {
+            if self.interrupt.is_some_and(|f| f.load(Ordering::Relaxed)) {
+                return Err(PlanError::Interrupted);
+            }
+            let mut run = sc.clone();
+            run.seed = seed;
+            let collect = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+            let options = crate::RunOptions {
+                collect: Some(collect.clone()),
+                interrupt: self.interrupt.cloned(),
+                ..Default::default()
+            };
+            let summary = match self.app.run(&run, options) {
+                Ok(s) => s,
+                Err(e) if self.interrupt.is_some_and(|f| f.load(Ordering::Relaxed)) => {
+                    let _ = e;
+                    return Err(PlanError::Interrupted);
+                }
+                Err(crate::simulation::SimError::Run(crate::setup::RunError::Fault(
+                    crate::engine::Fault::Overloaded { .. },
+                ))) => {
+                    failed.get_or_insert_with(|| {
+                        format!("seed {seed}: overloaded past limits.max_in_flight")
+                    });
+                    served = 0.0;
+                    continue;
+                }
+                Err(e) => {
+                    return Err(PlanError::Run(format!(
+                        "{} at {n} instances (seed {seed}): {e}",
+                        config.label()
+                    )));
+                }
+            };
+            let samples = std::mem::take(&mut *collect.lock().expect("the run has ended"));
+            let w = Window::measure(&samples, self.targets)
+                .map_err(|e| PlanError::Input(format!("{}: {e}", config.label())))?;
+            ttft += summary.ttft_ms.p99.unwrap_or(f64::NAN);
+            tokens += summary.throughput.output_tokens_per_s;
+            served = served.min(w.served_share);
+            for (k, a) in w.attainment.iter().enumerate() {
+                attainment[k].push(*a);
+            }
+            let verdicts = w.verdicts(self.targets, SERVED_SHARE);
+            if failed.is_none() {
+                if !verdicts[0] {
+                    failed = Some(format!(
+                        "seed {seed}: falls behind (completes {:.1} % of arrivals)",
+                        w.served_share * 100.0
+                    ));
+                } else if let Some(k) = verdicts[1..].iter().position(|v| !v) {
+                    let t = &self.targets[k];
+                    failed = Some(format!(
+                        "seed {seed}: SLO {} met by {:.2} % < {} % ({})",
+                        t.class,
+                        w.attainment[k] * 100.0,
+                        t.attainment * 100.0,
+                        t.targets
+                    ));
+                }
+            }
+        }
+        let runs = self.seeds.len() as f64;
+        Ok(Trial {
+            instances: n,
+            passes: failed.is_none(),
+            price_per_hour: f64::from(n) * config.price_per_instance(),
+            ttft_p99_ms: ttft / runs,
+            output_tokens_per_s: tokens / runs,
+            attainment: attainment
+                .iter()
+                .map(|v| {
+                    let v: Vec<f64> = v.iter().copied().filter(|x| !x.is_nan()).collect();
+                    if v.is_empty() {
+                        Estimate::of(&[f64::NAN])
+                    } else {
+                        Estimate::of(&v)
+                    }
+                })
+                .collect(),
+            served_share: served,
+            failed,
+        })
+    }
+
+    /// Decides one configuration against the best price so far.
+    fn decide(
+        &self,
+        config: &Config,
+        bound: Option<f64>,
+        max_instances: u32,
+    ) -> Result<Outcome, PlanError> {
+        let mut outcome = Outcome {
+            config: config.clone(),
+            status: Status::Excluded,
+            instances: None,
+            price_per_hour: None,
+            price_per_million_tokens: None,
+            trial: None,
+            one_fewer: None,
+            passing: Vec::new(),
+            reason: String::new(),
+            runs: 0,
+        };
+        if let Err(e) = self.load(config, 1) {
+            outcome.reason = format!("excluded: {e}");
+            return Ok(outcome);
+        }
+        let per_instance = config.price_per_instance();
+        let cap = match bound {
+            Some(best) => {
+                let fewer = ((best / per_instance).ceil() as u32).saturating_sub(1);
+                fewer.min(max_instances)
+            }
+            None => max_instances,
+        };
+        if cap == 0 {
+            outcome.status = Status::Dominated;
+            outcome.reason = format!(
+                "dominated: one instance costs {per_instance:.2}/h, not less than the best found ({:.2}/h)",
+                bound.unwrap_or(0.0)
+            );
+            return Ok(outcome);
+        }
+        let at_cap = self.trial(config, cap)?;
+        outcome.runs += self.seeds.len() as u32;
+        if !at_cap.passes {
+            outcome.status = Status::Infeasible;
+            outcome.reason = match bound {
+                Some(best) => format!(
+                    "cannot beat {best:.2}/h: at {cap} instances ({:.2}/h, the most that would cost less) it fails: {}",
+                    at_cap.price_per_hour,
+                    at_cap.failed.as_deref().unwrap_or("")
+                ),
+                None => format!(
+                    "fails even at plan.max_instances = {cap}: {}",
+                    at_cap.failed.as_deref().unwrap_or("")
+                ),
+            };
+            outcome.trial = Some(at_cap);
+            return Ok(outcome);
+        }
+        // Fewest instances that pass: bisection on (fails at lo, passes at hi].
+        outcome.passing.push(at_cap.clone());
+        let (mut lo, mut hi, mut passing, mut failing) = (0u32, cap, at_cap, None::<Trial>);
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            let t = self.trial(config, mid)?;
+            outcome.runs += self.seeds.len() as u32;
+            if t.passes {
+                hi = mid;
+                outcome.passing.push(t.clone());
+                passing = t;
+            } else {
+                lo = mid;
+                failing = Some(t);
+            }
+        }
+        outcome.status = Status::Feasible;
+        outcome.instances = Some(hi);
+        outcome.price_per_hour = Some(passing.price_per_hour);
+        outcome.price_per_million_tokens = (passing.output_tokens_per_s > 0.0)
+            .then(|| passing.price_per_hour / (passing.output_tokens_per_s * 3600.0 / 1e6));
+        outcome.one_fewer = failing.filter(|f| f.instances + 1 == hi);
+        outcome.trial = Some(passing);
+        Ok(outcome)
+    }
+}
+
+/// `1 instance`, `3 instances`.
+pub(super) fn instances(n: u32) -> String {
+    format!("{n} instance{}", if n == 1 { "" } else { "s" })
+}
+
+/// Ranks the outcomes, names the best, builds the Pareto front and the runners-up's reasons.
+fn finish(
+    scenario: &Scenario,
+    spec: &PlanSpec,
+    seeds: Vec<u64>,
+    targets: Vec<Target>,
+    mut outcomes: Vec<Outcome>,
+) -> Result<PlanResult, PlanError> {
+    let objective = |o: &Outcome| match spec.objective {
+        PlanObjective::CostPerHour => o.price_per_hour,
+        PlanObjective::CostPerMillionTokens => o.price_per_million_tokens,
+    };
+    // Feasible by the objective (ties: cheaper per hour, then lower p99 TTFT, then the
+    // search's order), then the rest by price per instance.
+    let ttft = |o: &Outcome| o.trial.as_ref().map_or(f64::INFINITY, |t| t.ttft_p99_ms);
+    let mut order: Vec<usize> = (0..outcomes.len()).collect();
+    order.sort_by(|&a, &b| {
+        let (x, y) = (&outcomes[a], &outcomes[b]);
+        match (objective(x), objective(y)) {
+            (Some(p), Some(q)) => p
+                .total_cmp(&q)
+                .then(
+                    x.price_per_hour
+                        .unwrap_or(0.0)
+                        .total_cmp(&y.price_per_hour.unwrap_or(0.0)),
+                )
+                .then(ttft(x).total_cmp(&ttft(y)))
+                .then(a.cmp(&b)),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (None, None) => a.cmp(&b),
+        }
+    });
+    let mut sorted: Vec<Outcome> = order.into_iter().map(|k| outcomes[k].clone()).collect();
+    outcomes.clear();
+    let best_value = sorted.first().and_then(objective);
+    if let Some(b) = best_value {
+        sorted[0].status = Status::Best;
+        sorted[0].reason = "the cheapest that meets every SLO".into();
+        let best_ttft = ttft(&sorted[0]);
+        for o in sorted.iter_mut().skip(1) {
+            if o.status == Status::Feasible
+                && let Some(v) = objective(o)
+            {
+                let n = o.instances.unwrap_or(0);
+                o.reason = if v > b {
+                    format!(
+                        "meets every SLO with {}, but costs {:.1} % more",
+                        instances(n),
+                        (v / b - 1.0) * 100.0
+                    )
+                } else {
+                    format!(
+                        "ties with the best on price ({}), with a higher p99 TTFT ({:.1} ms against {best_ttft:.1})",
+                        instances(n),
+                        ttft(o)
+                    )
+                };
+            }
+        }
+    }
+    // Pareto front over every passing trial: price per hour against p99 TTFT.
+    let mut passing: Vec<(usize, Trial)> = sorted
+        .iter()
+        .enumerate()
+        .flat_map(|(k, o)| o.passing.iter().map(move |t| (k, t.clone())))
+        .collect();
+    passing.sort_by(|a, b| {
+        a.1.price_per_hour
+            .total_cmp(&b.1.price_per_hour)
+            .then(a.1.ttft_p99_ms.total_cmp(&b.1.ttft_p99_ms))
+    });
+    let mut pareto = Vec::new();
+    let mut lowest = f64::INFINITY;
+    for (k, t) in passing {
+        if t.ttft_p99_ms < lowest {
+            lowest = t.ttft_p99_ms;
+            pareto.push((k, t));
+        }
+    }
+    let runs = sorted.iter().map(|o| o.runs).sum();
+    Ok(PlanResult {
+        scenario: scenario.name.clone(),
+        group: scenario.cluster.groups[spec.group].name.clone(),
+        objective: spec.objective,
+        seeds,
+        targets,
+        outcomes: sorted,
+        pareto,
+        runs,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_configuration_prices_its_gpus_and_sets_every_varied_field() {
+        let c = Config {
+            gpu: "H100".into(),
+            tp: 4,
+            pp: 2,
+            max_num_seqs: 128,
+            max_num_batched_tokens: 8192,
+            scheduler: "vllm_v1".into(),
+            routing: "round_robin".into(),
+            price_per_gpu_hour: 3.0,
+        };
+        assert_eq!(c.price_per_instance(), 24.0);
+        let o = c.overrides(1, 5);
+        assert!(o.contains(&("cluster.groups[1].count".into(), "5".into())));
+        assert!(o.contains(&("cluster.groups[1].gpu".into(), "\"H100\"".into())));
+        assert!(o.contains(&("policies.routing".into(), "\"round_robin\"".into())));
+        assert_eq!(
+            c.label(),
+            "H100 tp4 pp2 seqs128 tokens8192 vllm_v1 round_robin"
+        );
+    }
+}

@@ -1,0 +1,183 @@
+//! `servesim plan`: answers known by construction, the bound never losing the optimum,
+//! exclusions with their reason, determinism.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+/// Llama-3.1-8B at 30 req/s of ~1k-token prompts; p95 TTFT ≤ 150 ms. Eight configurations:
+/// A100-80 or H100, TP 1 or 2, 32 or 64 sequences.
+const SMALL: &str = r#"(
+    name: "small-plan",
+    seed: 3,
+    cluster: (groups: [(name: "g", count: 1, model: "llama-3.1-8b-instruct", gpu: "H100", max_num_seqs: 64)]),
+    policies: (routing: "round_robin", slo_classes: [(name: "standard", ttft_ms: 150.0, attainment: 0.95)]),
+    workload: (num_requests: 1500, clients: [(rate_per_s: 30.0,
+        input_tokens: Normal(mean: 1024.0, stdev: 128.0, min: 64, max: 2048),
+        output_tokens: Normal(mean: 128.0, stdev: 32.0, min: 8, max: 512))]),
+    plan: (gpus: ["A100-80", "H100"], tp: [1, 2], max_num_seqs: [32, 64], max_instances: 16,
+        prices: {"A100-80": 2.0, "H100": 2.0}),
+)"#;
+
+fn servesim(args: &[&str], cwd: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_servesim"))
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .expect("the binary runs")
+}
+
+fn plan_json(dir: &Path, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["plan", "small.ron", "--format", "json", "-q"];
+    args.extend_from_slice(extra);
+    let out = servesim(&args, dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn small() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("small.ron"), SMALL).unwrap();
+    dir
+}
+
+fn best(plan: &serde_json::Value) -> (&str, f64, u64) {
+    let b = &plan["outcomes"][0];
+    assert_eq!(b["status"], "best", "{plan}");
+    (
+        b["config"]["gpu"].as_str().unwrap(),
+        b["price_per_hour"].as_f64().unwrap(),
+        b["instances"].as_u64().unwrap(),
+    )
+}
+
+#[test]
+fn a_faster_gpu_at_the_same_price_wins_and_loses_once_it_costs_ten_times_more() {
+    let dir = small();
+    // H100: 3.2× the A100's compute and 1.6× its bandwidth, at the same price.
+    let same = plan_json(dir.path(), &[]);
+    let (gpu, price, n) = best(&same);
+    assert_eq!(gpu, "H100");
+    // Every A100 configuration that meets the SLOs needs more GPUs, so costs more.
+    for o in same["outcomes"].as_array().unwrap() {
+        if o["config"]["gpu"] == "A100-80" && o["price_per_hour"].is_number() {
+            assert!(o["price_per_hour"].as_f64().unwrap() > price, "{o}");
+        }
+    }
+    // At ten times the price the H100 cannot pay for itself: the A100 wins.
+    let dear = plan_json(
+        dir.path(),
+        &["--set", r#"plan.prices={"A100-80": 2.0, "H100": 20.0}"#],
+    );
+    let (gpu, dear_price, _) = best(&dear);
+    assert_eq!(gpu, "A100-80");
+    assert!(dear_price < 20.0 * n as f64, "{dear_price}");
+}
+
+#[test]
+fn the_bound_never_prunes_the_cheapest_configuration() {
+    let dir = small();
+    let whole = plan_json(dir.path(), &[]);
+    let (_, price, _) = best(&whole);
+    // Each configuration planned on its own (no bound: its fewest instances).
+    let mut cheapest = f64::INFINITY;
+    for gpu in ["A100-80", "H100"] {
+        for tp in ["1", "2"] {
+            for seqs in ["32", "64"] {
+                let one = plan_json(
+                    dir.path(),
+                    &[
+                        "--set",
+                        &format!("plan.gpus=[{gpu:?}]"),
+                        "--set",
+                        &format!("plan.tp=[{tp}]"),
+                        "--set",
+                        &format!("plan.max_num_seqs=[{seqs}]"),
+                    ],
+                );
+                if let Some(p) = one["outcomes"][0]["price_per_hour"].as_f64() {
+                    cheapest = cheapest.min(p);
+                }
+            }
+        }
+    }
+    assert_eq!(price, cheapest);
+    // And the bound saved runs: fewer than planning every configuration on its own.
+    assert!(whole["runs"].as_u64().unwrap() < 8 * 5, "{}", whole["runs"]);
+}
+
+#[test]
+fn plan_writes_every_configuration_and_the_front_the_same_on_any_number_of_threads() {
+    let dir = small();
+    let run = |out: &str, jobs: &str| {
+        let o = servesim(
+            &["plan", "small.ron", "--out", out, "--jobs", jobs, "-q"],
+            dir.path(),
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        o.stdout
+    };
+    let one = run("a", "1");
+    let two = run("b", "2");
+    assert_eq!(one, two);
+    for f in ["plan.csv", "pareto.csv", "plan.json"] {
+        assert_eq!(
+            std::fs::read(dir.path().join("a").join(f)).unwrap(),
+            std::fs::read(dir.path().join("b").join(f)).unwrap(),
+            "{f}"
+        );
+    }
+    let rows = crate::common::read_rows(&dir.path().join("a/plan.csv"));
+    assert_eq!(rows.len(), 8);
+    assert_eq!(rows[0].str("status"), "best");
+    // The front: cheapest first, each strictly lower p99 TTFT than every cheaper point.
+    let front = crate::common::read_rows(&dir.path().join("a/pareto.csv"));
+    assert!(!front.is_empty());
+    for w in front.windows(2) {
+        let f = |r: &crate::common::Row, c: &str| -> f64 { r.str(c).parse().unwrap() };
+        assert!(f(&w[0], "price_per_hour") <= f(&w[1], "price_per_hour"));
+        assert!(f(&w[0], "ttft_p99_ms") > f(&w[1], "ttft_p99_ms"));
+    }
+    let text = String::from_utf8(one).unwrap();
+    assert!(text.contains("best: "), "{text}");
+    assert!(text.contains("runners-up:"), "{text}");
+}
+
+#[test]
+fn configurations_the_model_does_not_fit_are_excluded_with_the_reason_at_no_run() {
+    let dir = small();
+    let out = servesim(
+        &[
+            "plan",
+            "small.ron",
+            "--set",
+            r#"cluster.groups[0].model="llama-3.1-70b-instruct""#,
+            "--set",
+            "cluster.groups[0].tp=4",
+            "--set",
+            r#"plan.gpus=["L40S"]"#,
+            "--set",
+            "plan.tp=[1]",
+            "--set",
+            r#"plan.prices={"L40S": 1.0}"#,
+            "--format",
+            "json",
+            "-q",
+        ],
+        dir.path(),
+    );
+    // No configuration can serve: exit 1, with every reason.
+    assert_eq!(out.status.code(), Some(1));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["runs"], 0);
+    for o in plan["outcomes"].as_array().unwrap() {
+        assert_eq!(o["status"], "excluded");
+        assert!(
+            o["reason"].as_str().unwrap().contains("does not fit"),
+            "{o}"
+        );
+    }
+}
