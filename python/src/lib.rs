@@ -1,6 +1,6 @@
 //! Python bindings of servesim: run scenarios from Python, get the summary and the
 //! per-request rows in memory, route requests with a Python function and add results of a
-//! Python function to the summary. Every app is built by one [`ServesimApp`] ([`app`]), as the
+//! Python function to the summary; find a deployment's capacity and plan the cheapest one. Every app is built by one [`ServesimApp`] ([`app`]), as the
 //! command line's are, so an extension compiled into it works here as there.
 //!
 //! The Python package (`pysrc/servesim`) wraps these functions; see docs/python.md.
@@ -259,6 +259,70 @@ fn run(
     Ok((json, csv))
 }
 
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+/// `servesim capacity`: its answer as the JSON `--format json` prints.
+#[pyfunction]
+#[pyo3(signature = (source, is_text, overrides, replicas=3, tolerance=0.02, served_share=0.97, jobs=None))]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the Python function's keyword arguments"
+)]
+fn capacity(
+    py: Python<'_>,
+    source: &str,
+    is_text: bool,
+    overrides: Vec<(String, String)>,
+    replicas: u32,
+    tolerance: f64,
+    served_share: f64,
+    jobs: Option<usize>,
+) -> PyResult<String> {
+    use servesim::capacity::{CapacityError, Settings, search};
+    let app = app();
+    let sc = load(&app, source, is_text, &overrides)?;
+    let settings = Settings {
+        replicas,
+        tolerance,
+        served_share,
+        jobs: jobs.unwrap_or_else(cores).max(1),
+        interrupt: None,
+    };
+    match py.detach(|| search(&app, &sc, &settings)) {
+        Ok(c) => serde_json::to_string_pretty(&c).map_err(|e| RunError::new_err(e.to_string())),
+        Err(CapacityError::Input(e)) => Err(ScenarioError::new_err(e)),
+        Err(e) => Err(RunError::new_err(e.to_string())),
+    }
+}
+
+/// `servesim plan` of a scenario file with a `plan` block: its answer as JSON.
+#[pyfunction]
+#[pyo3(signature = (path, overrides, replicas=1, jobs=None))]
+fn plan(
+    py: Python<'_>,
+    path: &str,
+    overrides: Vec<(String, String)>,
+    replicas: u32,
+    jobs: Option<usize>,
+) -> PyResult<String> {
+    use servesim::plan::{PlanError, Settings, search};
+    let app = app();
+    let sc = load(&app, path, false, &overrides)?;
+    let settings = Settings {
+        replicas,
+        jobs: jobs.unwrap_or_else(cores).max(1),
+        interrupt: None,
+    };
+    let path = std::path::Path::new(path);
+    match py.detach(|| search(&app, path, &overrides, &sc, &settings)) {
+        Ok(p) => serde_json::to_string_pretty(&p).map_err(|e| RunError::new_err(e.to_string())),
+        Err(PlanError::Input(e)) => Err(ScenarioError::new_err(e)),
+        Err(e) => Err(RunError::new_err(e.to_string())),
+    }
+}
+
 /// summary.json's exact text.
 fn serde_json_pretty(summary: &servesim::metrics::Summary) -> String {
     summary.to_json_file()
@@ -268,6 +332,8 @@ fn serde_json_pretty(summary: &servesim::metrics::Summary) -> String {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run, m)?)?;
     m.add_function(wrap_pyfunction!(validate, m)?)?;
+    m.add_function(wrap_pyfunction!(capacity, m)?)?;
+    m.add_function(wrap_pyfunction!(plan, m)?)?;
     m.add("ScenarioError", m.py().get_type::<ScenarioError>())?;
     m.add("RunError", m.py().get_type::<RunError>())?;
     Ok(())

@@ -182,3 +182,37 @@ def test_a_custom_policy_and_summary_system_work_in_a_run_and_in_a_sweep():
 def test_a_summary_hook_that_returns_no_dict_stops_the_run():
     with pytest.raises(servesim.RunError, match="must return a dict"):
         servesim.run(QUICK, overrides=small(10), summary_hook=lambda state: [1, 2])
+
+
+def test_capacity_and_plan_give_what_the_cli_prints(tmp_path):
+    cap = str(ROOT / "scenarios" / "capacity.ron")
+    args = ["--set", "workload.num_requests=1500", "--set", "cluster.groups[0].count=2"]
+    cli_out = subprocess.run(
+        [cli(), "capacity", cap, *args, "--replicas", "2", "--format", "json", "-q"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    mine = servesim.capacity(
+        cap, {"workload.num_requests": 1500, "cluster.groups[0].count": 2}, replicas=2
+    )
+    import json
+
+    assert mine == json.loads(cli_out)
+    assert mine["limits"][0]["criterion"] == "sustained"
+    plan_file = str(ROOT / "scenarios" / "plan.ron")
+    small_plan = {
+        "workload.num_requests": 800,
+        "plan.gpus": '["H100"]',
+        "plan.tp": "[4]",
+        "plan.pp": "[1]",
+        "plan.max_num_seqs": "[256]",
+        "plan.max_num_batched_tokens": "[8192]",
+        "plan.routing": '["round_robin"]',
+        "plan.max_instances": 8,
+    }
+    p = servesim.plan(plan_file, small_plan)
+    assert len(p["outcomes"]) == 1
+    assert p["outcomes"][0]["status"] in ("best", "infeasible")
+    with pytest.raises(servesim.ScenarioError):
+        servesim.capacity(QUICK, {"workload.clients[0].arrival": "AllAtZero(count: 10)"})

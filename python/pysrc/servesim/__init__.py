@@ -27,6 +27,8 @@ __all__ = [
     "validate",
     "Scenario",
     "evaluate",
+    "capacity",
+    "plan",
     "Result",
     "Request",
     "Instance",
@@ -162,6 +164,42 @@ def run(
         source, is_text, ov, out=out, router=routing, requests=requests, summary_hook=summary_hook
     )
     return Result(summary, rows)
+
+
+def capacity(
+    scenario: Any,
+    overrides: Optional[Mapping[str, Any]] = None,
+    replicas: int = 3,
+    tolerance: float = 0.02,
+    served_share: float = 0.97,
+    jobs: Optional[int] = None,
+) -> Dict[str, Any]:
+    """``servesim capacity``: the largest rate the deployment sustains and the largest at which
+    each SLO class holds, as the dict ``--format json`` prints (``limits[k]["requests_per_s"]``
+    holds ``mean``, ``low`` and ``high`` over ``replicas`` seeds). Raises ScenarioError for a
+    scenario or setting it cannot search, RunError when a run fails."""
+    source, is_text, ov = _resolve(scenario, overrides, None)
+    return json.loads(
+        _native.capacity(
+            source, is_text, ov, replicas=replicas, tolerance=tolerance,
+            served_share=served_share, jobs=jobs,
+        )
+    )
+
+
+def plan(
+    scenario: str,
+    overrides: Optional[Mapping[str, Any]] = None,
+    replicas: int = 1,
+    jobs: Optional[int] = None,
+) -> Dict[str, Any]:
+    """``servesim plan`` of a scenario file with a ``plan`` block: the dict ``--format json``
+    prints (``outcomes[0]`` is the best when its ``status`` is ``"best"``; ``pareto``; the
+    reason every other configuration lost)."""
+    source, is_text, ov = _resolve(scenario, overrides, None)
+    if is_text:
+        raise ValueError("plan needs a scenario file (its configurations are loaded from it)")
+    return json.loads(_native.plan(source, ov, replicas=replicas, jobs=jobs))
 
 
 def evaluate(
