@@ -210,3 +210,36 @@ pub(crate) fn finish_interrupted_commits(dirs: &[std::path::PathBuf]) -> Result<
     }
     Ok(())
 }
+
+/// Opens (and locks) an optional `--out` before anything is simulated, saying what opening it
+/// tidied; an unusable directory is bad input (2).
+pub(crate) fn open_out(out: Option<&Path>) -> Result<Option<crate::output::OutputDir>, ExitCode> {
+    match out.map(crate::output::OutputDir::open).transpose() {
+        Ok(d) => {
+            d.iter()
+                .flat_map(|d| d.notes())
+                .for_each(|n| eprintln!("servesim: {n}"));
+            Ok(d)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            Err(ExitCode::from(2))
+        }
+    }
+}
+
+/// Writes `files` into `dir` and moves them into place together (all or nothing).
+pub(crate) fn write_files(
+    mut dir: crate::output::OutputDir,
+    files: &[(&str, &[u8])],
+) -> Result<(), String> {
+    use std::io::Write;
+    for (name, bytes) in files {
+        let path = dir.path().join(name);
+        let mut w = dir.create(name).map_err(|e| e.to_string())?;
+        w.write_all(bytes)
+            .and_then(|()| w.flush())
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
+    dir.commit().map(drop).map_err(|e| e.to_string())
+}

@@ -57,19 +57,9 @@ pub(crate) fn capacity(app: &ServesimApp, a: CapacityArgs) -> ExitCode {
     };
     super::args::announce(&scenario, catalog);
     // The output directory is opened (and locked) before anything is simulated.
-    let out_dir = match a
-        .out
-        .as_deref()
-        .map(crate::output::OutputDir::open)
-        .transpose()
-    {
-        Ok(d) => {
-            d.iter()
-                .flat_map(|d| d.notes())
-                .for_each(|n| eprintln!("servesim: {n}"));
-            d
-        }
-        Err(e) => return fail(e.to_string()),
+    let out_dir = match super::args::open_out(a.out.as_deref()) {
+        Ok(d) => d,
+        Err(code) => return code,
     };
     let interrupt = Arc::new(AtomicBool::new(false));
     let flag = interrupt.clone();
@@ -102,22 +92,11 @@ pub(crate) fn capacity(app: &ServesimApp, a: CapacityArgs) -> ExitCode {
         }
     };
     let json = serde_json::to_string_pretty(&result).unwrap_or_default() + "\n";
-    if let Some(mut dir) = out_dir {
-        use std::io::Write;
-        let path = dir.path().join("capacity.json");
-        let written = dir
-            .create("capacity.json")
-            .map_err(|e| e.to_string())
-            .and_then(|mut w| {
-                w.write_all(json.as_bytes())
-                    .and_then(|()| w.flush())
-                    .map_err(|e| format!("cannot write {}: {e}", path.display()))
-            })
-            .and_then(|()| dir.commit().map_err(|e| e.to_string()));
-        if let Err(e) = written {
-            eprintln!("error: {e}");
-            return ExitCode::from(1);
-        }
+    if let Some(dir) = out_dir
+        && let Err(e) = super::args::write_files(dir, &[("capacity.json", json.as_bytes())])
+    {
+        eprintln!("error: {e}");
+        return ExitCode::from(1);
     }
     for w in &result.warnings {
         eprintln!("warning: {w}");

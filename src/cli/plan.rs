@@ -51,19 +51,9 @@ pub(crate) fn plan(app: &ServesimApp, a: PlanArgs) -> ExitCode {
         Ok(s) => s,
         Err(code) => return code,
     };
-    let out_dir = match a
-        .out
-        .as_deref()
-        .map(crate::output::OutputDir::open)
-        .transpose()
-    {
-        Ok(d) => {
-            d.iter()
-                .flat_map(|d| d.notes())
-                .for_each(|n| eprintln!("servesim: {n}"));
-            d
-        }
-        Err(e) => return fail(e.to_string()),
+    let out_dir = match super::args::open_out(a.out.as_deref()) {
+        Ok(d) => d,
+        Err(code) => return code,
     };
     let interrupt = Arc::new(AtomicBool::new(false));
     let flag = interrupt.clone();
@@ -95,27 +85,19 @@ pub(crate) fn plan(app: &ServesimApp, a: PlanArgs) -> ExitCode {
         }
     };
     let json = serde_json::to_string_pretty(&result).unwrap_or_default() + "\n";
-    if let Some(mut dir) = out_dir {
-        use std::io::Write;
-        let files = [
-            ("plan.csv", result.csv()),
-            ("pareto.csv", result.pareto_csv()),
-            ("plan.json", Ok(json.clone().into_bytes())),
-        ];
-        let mut written = Ok(());
-        for (name, bytes) in files {
-            let path = dir.path().join(name);
-            written = bytes.and_then(|bytes| {
-                let mut w = dir.create(name).map_err(|e| e.to_string())?;
-                w.write_all(&bytes)
-                    .and_then(|()| w.flush())
-                    .map_err(|e| format!("cannot write {}: {e}", path.display()))
-            });
-            if written.is_err() {
-                break;
-            }
-        }
-        if let Err(e) = written.and_then(|()| dir.commit().map(|_| ()).map_err(|e| e.to_string())) {
+    if let Some(dir) = out_dir {
+        let written = result.csv().and_then(|plan| {
+            let pareto = result.pareto_csv()?;
+            super::args::write_files(
+                dir,
+                &[
+                    ("plan.csv", &plan),
+                    ("pareto.csv", &pareto),
+                    ("plan.json", json.as_bytes()),
+                ],
+            )
+        });
+        if let Err(e) = written {
             eprintln!("error: {e}");
             return ExitCode::from(1);
         }

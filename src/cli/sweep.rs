@@ -13,34 +13,22 @@ use crate::catalog::Catalog;
 /// Writes sweep.csv and sweep.json (and with replicas sweep-points.csv) into `out`, together
 /// (staged, then moved into place).
 pub(crate) fn write_sweep(
-    mut dir: crate::output::OutputDir,
+    dir: crate::output::OutputDir,
     plan: &crate::sweep::Plan,
     rows: &std::collections::BTreeMap<usize, Vec<String>>,
 ) -> Result<(), String> {
-    use std::io::Write;
-    let out = dir.path().to_path_buf();
     let csv = crate::sweep::to_csv(plan, rows)?;
     let json = serde_json::to_string_pretty(plan).map_err(|e| e.to_string())? + "\n";
-    let per_point = if plan.replicas > 1 {
-        crate::sweep::replicas::to_csv(plan, rows)?
-    } else {
-        Vec::new()
-    };
     let mut files = vec![
         ("sweep.csv", csv.as_slice()),
         ("sweep.json", json.as_bytes()),
     ];
+    let per_point;
     if plan.replicas > 1 {
+        per_point = crate::sweep::replicas::to_csv(plan, rows)?;
         files.push((crate::sweep::replicas::FILE, per_point.as_slice()));
     }
-    for (name, bytes) in files {
-        let mut w = dir.create(name).map_err(|e| e.to_string())?;
-        w.write_all(bytes)
-            .and_then(|()| w.flush())
-            .map_err(|e| format!("cannot write {}: {e}", out.join(name).display()))?;
-    }
-    dir.commit().map_err(|e| e.to_string())?;
-    Ok(())
+    super::args::write_files(dir, &files)
 }
 
 /// The table printed: one line per run, or with replicas one per point (mean ± 95 %).

@@ -1,7 +1,7 @@
 //! `servesim capacity`: the search against queueing theory, its command line, determinism.
 
+use crate::common::servesim;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use servesim::capacity::{Settings, search};
 
@@ -90,14 +90,6 @@ fn capacity_of_an_md1_server_matches_queueing_theory() {
     );
     assert_eq!(c.limits[1].criterion, "slo:standard");
     assert!(c.warnings.is_empty(), "{:?}", c.warnings);
-}
-
-fn servesim(args: &[&str], cwd: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_servesim"))
-        .args(args)
-        .current_dir(cwd)
-        .output()
-        .expect("the binary runs")
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {

@@ -145,3 +145,12 @@ pub fn assert_conserved(s: &Summary, rows: &[Row]) {
         .count() as u64;
     assert_eq!(completed, r.completed);
 }
+
+/// Runs the `servesim` binary with `args` in `cwd`.
+pub fn servesim(args: &[&str], cwd: &Path) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_servesim"))
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .expect("the binary runs")
+}

@@ -1,8 +1,8 @@
 //! `servesim plan`: answers known by construction, the bound never losing the optimum,
 //! exclusions with their reason, determinism.
 
+use crate::common::servesim;
 use std::path::Path;
-use std::process::{Command, Output};
 
 /// Llama-3.1-8B at 30 req/s of ~1k-token prompts; p95 TTFT ≤ 150 ms. Eight configurations:
 /// A100-80 or H100, TP 1 or 2, 32 or 64 sequences.
@@ -17,14 +17,6 @@ const SMALL: &str = r#"(
     plan: (gpus: ["A100-80", "H100"], tp: [1, 2], max_num_seqs: [32, 64], max_instances: 16,
         prices: {"A100-80": 2.0, "H100": 2.0}),
 )"#;
-
-fn servesim(args: &[&str], cwd: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_servesim"))
-        .args(args)
-        .current_dir(cwd)
-        .output()
-        .expect("the binary runs")
-}
 
 fn plan_json(dir: &Path, extra: &[&str]) -> serde_json::Value {
     let mut args = vec!["plan", "small.ron", "--format", "json", "-q"];

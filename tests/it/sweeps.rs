@@ -1,19 +1,12 @@
 //! Sweeps at cluster scale: results kept as runs finish, `--resume` after a kill, merge
 //! refusing shards run on edited inputs, intervals over replicas.
 
+use crate::common::servesim;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_servesim"))
-}
-
-fn servesim(args: &[&str], cwd: &Path) -> Output {
-    bin()
-        .args(args)
-        .current_dir(cwd)
-        .output()
-        .expect("the binary runs")
 }
 
 /// A copy of the quickstart in `dir` (so a test can edit it), 8 points.
