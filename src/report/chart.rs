@@ -333,6 +333,9 @@ pub struct BarChart {
     pub categories: Vec<String>,
     /// (run name, colour, one value per category).
     pub bars: Vec<(String, &'static str, Vec<f64>)>,
+    /// Name the bars in a legend (top right; the y axis leaves room for it). Without it the
+    /// page's run swatches name them.
+    pub legend: bool,
 }
 
 impl BarChart {
@@ -343,7 +346,18 @@ impl BarChart {
             .flat_map(|b| b.2.iter().copied())
             .filter(|v| v.is_finite())
             .fold(0.0f64, f64::max);
-        let top = if max > 0.0 { max * 1.08 } else { 1.0 };
+        let entries = if self.legend {
+            self.bars.len().min(12)
+        } else {
+            0
+        };
+        let legend_h = if entries > 0 {
+            entries as f64 * 14.0 + 6.0
+        } else {
+            0.0
+        };
+        let plot_h = H - TOP - BOTTOM;
+        let top = if max > 0.0 { max * 1.08 } else { 1.0 } * plot_h / (plot_h - legend_h);
         let py = |y: f64| H - BOTTOM - y / top * (H - TOP - BOTTOM);
         let mut s = String::new();
         let _ = write!(
@@ -387,6 +401,18 @@ impl BarChart {
                 LEFT + slot * (c as f64 + 0.5),
                 H - BOTTOM + 16.0,
                 esc(cat)
+            );
+        }
+        for (i, (name, colour, _)) in self.bars.iter().enumerate().take(entries) {
+            let y = TOP + 12.0 + i as f64 * 14.0;
+            let _ = write!(
+                s,
+                r#"<g class="legend" data-name="{n}"><rect x="{}" y="{}" width="10" height="10" fill="{colour}"/><text x="{}" y="{}" text-anchor="end">{n}</text></g>"#,
+                W - RIGHT - 16.0,
+                y - 5.0,
+                W - RIGHT - 20.0,
+                y + 4.0,
+                n = esc(name)
             );
         }
         s.push_str("</svg>");

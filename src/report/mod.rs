@@ -6,6 +6,7 @@
 
 pub mod chart;
 pub mod dist;
+pub mod many;
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -26,6 +27,10 @@ pub enum ReportError {
     NoResults(String),
     #[error("cannot read {path}: {message}")]
     Read { path: PathBuf, message: String },
+    #[error(
+        "{dir} holds a {kind}'s results: report it on its own (`servesim report {dir}`); several directories are compared only when each holds one run's results (a sweep's runs: `sweep --keep-outputs`, then `report OUT/point-*`)"
+    )]
+    Mixed { dir: String, kind: &'static str },
 }
 
 /// Points per CDF line and per time-series line: enough for a 560-pixel-wide chart.
@@ -261,8 +266,20 @@ pub fn run_names(dirs: &[PathBuf]) -> Vec<String> {
         .collect()
 }
 
-/// Loads every directory and renders the page.
+/// Loads every directory and renders the page. One sweep, plan or capacity directory gets
+/// its own page ([`many`]); run directories are overlaid.
 pub fn report(dirs: &[PathBuf]) -> Result<String, ReportError> {
+    for d in dirs {
+        if let Some(kind) = many::Kind::of(d) {
+            if let [one] = dirs {
+                return many::report(one, kind);
+            }
+            return Err(ReportError::Mixed {
+                dir: d.display().to_string(),
+                kind: kind.name(),
+            });
+        }
+    }
     let runs = dirs
         .iter()
         .zip(run_names(dirs))
@@ -472,6 +489,7 @@ fn charts(runs: &[Run]) -> (String, String, String) {
                         )
                     })
                     .collect(),
+                legend: false,
             }
             .svg(),
         );
@@ -614,7 +632,7 @@ svg.chart .frame{fill:none;stroke:#999}svg.chart .series{fill:none;stroke-width:
 svg.chart .legend{cursor:pointer}svg.chart .legend.off{opacity:.35}
 svg.chart .series.off,svg.chart .bar.off{display:none}
 #tip{position:fixed;pointer-events:none;background:#222;color:#fff;padding:2px 6px;border-radius:3px;font-size:12px;display:none}
-.note{color:#666;font-size:12px}
+.note{color:#666;font-size:12px}table.points td{white-space:nowrap}figure{margin:0}td.reason{text-align:left;min-width:24em}table.plan tbody th{white-space:nowrap}
 "#;
 
 /// Legend clicks hide or show a run's lines in every chart; the cursor shows the chart's
@@ -649,15 +667,14 @@ const SCRIPT: &str = r#"
 })();
 "#;
 
-/// The whole page.
-pub fn render(runs: &[Run]) -> String {
-    let names: Vec<&str> = runs.iter().map(|r| r.name.as_str()).collect();
-    let (dist, time, per_instance) = charts(runs);
+/// A whole page: `title` (plain text), `header` and `body` (HTML), the style and the script.
+/// `extra_script` runs after the common one.
+pub(crate) fn page(title: &str, header: &str, body: &str, extra_script: &str) -> String {
     let mut s = String::new();
     let _ = write!(
         s,
         r#"<!doctype html><html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width"><title>servesim report: {}</title><style>{STYLE}</style>"#,
-        esc(&names.join(", "))
+        esc(title)
     );
     // Installed first, so an error anywhere later on the page is counted.
     s.push_str(
@@ -665,7 +682,20 @@ pub fn render(runs: &[Run]) -> String {
     );
     let _ = write!(
         s,
-        r#"</head><body><header><h1>servesim report</h1><p>{} run{}: {}</p></header>"#,
+        r#"</head><body><header><h1>servesim report</h1>{header}</header>{body}<div id="tip"></div><footer class="note">servesim {} — charts are inline SVG; click a legend entry to hide or show that line.</footer><script>{extra_script}{SCRIPT}</script></body></html>"#,
+        env!("CARGO_PKG_VERSION")
+    );
+    s.push('\n');
+    s
+}
+
+/// The whole page.
+pub fn render(runs: &[Run]) -> String {
+    let names: Vec<&str> = runs.iter().map(|r| r.name.as_str()).collect();
+    let (dist, time, per_instance) = charts(runs);
+    let mut s = String::new();
+    let header = format!(
+        r#"<p>{} run{}: {}</p>"#,
         runs.len(),
         if runs.len() == 1 { "" } else { "s" },
         runs.iter()
@@ -705,13 +735,7 @@ pub fn render(runs: &[Run]) -> String {
             r#"<section id="slices"><h2>Tenants and SLO classes</h2>{tenants}{classes}</section>"#
         );
     }
-    let _ = write!(
-        s,
-        r#"<div id="tip"></div><footer class="note">servesim {} — charts are inline SVG; click a legend entry to hide or show that line.</footer><script>{SCRIPT}</script></body></html>"#,
-        env!("CARGO_PKG_VERSION")
-    );
-    s.push('\n');
-    s
+    page(&names.join(", "), &header, &s, "")
 }
 
 #[cfg(test)]

@@ -293,6 +293,7 @@ impl Plan {
         h.extend(self.axes.iter().map(|a| a.path.clone()));
         h.extend(["replica", "seed", "status"].map(String::from));
         h.extend(METRICS.iter().map(|m| m.to_string()));
+        h.extend(INSTANCE_COLUMNS.iter().map(|m| m.to_string()));
         h.push("extras".into());
         h
     }
@@ -392,6 +393,31 @@ pub fn metric_values(summary: &Summary) -> Vec<String> {
         .collect()
 }
 
+/// Per-instance load, one column per quantity, each holding one value per instance in index
+/// order separated by spaces (`"498 502"`): what `report` shows to explain a routing result.
+pub const INSTANCE_COLUMNS: [&str; 3] = [
+    "instances.completed",
+    "instances.busy_fraction",
+    "instances.kv_hit_rate",
+];
+
+/// The [`INSTANCE_COLUMNS`] of one summary (fractions to four decimals).
+pub fn instance_values(summary: &Summary) -> [String; 3] {
+    let join = |f: &dyn Fn(&crate::metrics::InstanceSummary) -> String| {
+        summary
+            .instances
+            .iter()
+            .map(f)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    [
+        join(&|i| i.completed.to_string()),
+        join(&|i| format!("{:.4}", i.busy_fraction)),
+        join(&|i| format!("{:.4}", i.kv_hit_rate)),
+    ]
+}
+
 /// The `extras` column: the results of systems of one's own (`SummaryExtras`) as compact
 /// JSON, empty when there are none.
 pub fn extras_value(summary: &Summary) -> String {
@@ -416,11 +442,13 @@ pub fn row(
         Ok(summary) => {
             r.push("ok".into());
             r.extend(metric_values(summary));
+            r.extend(instance_values(summary));
             r.push(extras_value(summary));
         }
         Err(e) => {
             r.push(format!("error: {e}"));
             r.extend(METRICS.iter().map(|_| String::new()));
+            r.extend(INSTANCE_COLUMNS.iter().map(|_| String::new()));
             r.push(String::new());
         }
     }

@@ -25,6 +25,7 @@ mod own_file;
 mod plan;
 mod properties;
 mod reliability;
+mod report_views;
 mod scenarios;
 mod schedulers;
 mod serving;

@@ -494,7 +494,7 @@ fn the_report_is_self_contained_and_overlays_several_runs() {
 
 /// Chromium from the distribution's packages (`apt-get install chromium`), or
 /// `SERVESIM_CHROMIUM`.
-fn chromium() -> Option<PathBuf> {
+pub(crate) fn chromium() -> Option<PathBuf> {
     std::env::var_os("SERVESIM_CHROMIUM")
         .map(PathBuf::from)
         .or_else(|| {
@@ -509,7 +509,7 @@ fn chromium() -> Option<PathBuf> {
         })
 }
 
-fn headless(browser: &Path, profile: &Path, args: &[&str]) -> Output {
+pub(crate) fn headless(browser: &Path, profile: &Path, args: &[&str]) -> Output {
     Command::new(browser)
         .args([
             "--headless",
