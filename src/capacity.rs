@@ -26,7 +26,7 @@
 //! falls into. Criteria are assumed monotone in the rate. The answer is the largest multiple
 //! known to pass (never one that failed).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::interval::Estimate;
 use crate::request::RequestSample;
@@ -44,7 +44,7 @@ pub const MAX_SCALE: f64 = 1024.0;
 pub const MIN_SCALE: f64 = 1.0 / 1024.0;
 
 /// One SLO class with latency targets.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Target {
     /// The class's name.
     pub class: String,

@@ -1,7 +1,7 @@
 //! A metric over seeds: its mean and a 95 % confidence interval for the mean (Student's t,
 //! two-sided), as `capacity` and `sweep --replicas` report them.
 
-use serde::Serialize;
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// Two-sided 95 % quantiles of Student's t for 1..=30 degrees of freedom (any statistics
 /// table, e.g. NIST/SEMATECH e-Handbook of Statistical Methods, table 1.3.6.7.2).
@@ -21,9 +21,16 @@ pub fn t95(df: usize) -> f64 {
     }
 }
 
+/// A number JSON wrote as `null` (serde_json writes NaN so) read back as NaN: for results
+/// read back from a file (`plan` shards).
+pub fn null_as_nan<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Option::<f64>::deserialize(d).map(|v| v.unwrap_or(f64::NAN))
+}
+
 /// Mean and 95 % interval of one metric over seeds; `low`/`high` are absent with one seed.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Estimate {
+    #[serde(deserialize_with = "null_as_nan")]
     pub mean: f64,
     pub low: Option<f64>,
     pub high: Option<f64>,

@@ -313,7 +313,7 @@ fn plan(
     let settings = Settings {
         replicas,
         jobs: jobs.unwrap_or_else(cores).max(1),
-        interrupt: None,
+        ..Default::default()
     };
     let path = std::path::Path::new(path);
     match py.detach(|| search(&app, path, &overrides, &sc, &settings)) {

@@ -65,7 +65,8 @@ pub(crate) struct MergeArgs {
     /// The shards' output directories.
     #[arg(required = true)]
     pub(crate) shards: Vec<PathBuf>,
-    /// Where the merged sweep.csv and sweep.json go.
+    /// Where the merged sweep.csv and sweep.json (or a plan's plan.csv, pareto.csv and
+    /// plan.json) go.
     #[arg(long, default_value = "sweep")]
     pub(crate) out: PathBuf,
 }

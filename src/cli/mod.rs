@@ -57,7 +57,8 @@ enum Command {
     /// runners-up, and writes plan.csv, pareto.csv and plan.json with --out.
     Plan(plan::PlanArgs),
     /// Join the sweep.csv of every shard of a sweep (`sweep --shard I/N`) into the
-    /// sweep.csv one unsharded run gives.
+    /// sweep.csv one unsharded run gives, or the shards of a plan (`plan --shard I/N`) into
+    /// its answer.
     Merge(MergeArgs),
     /// Write one self-contained report.html from one or more output directories (several
     /// are overlaid and put side by side).

@@ -23,9 +23,18 @@ pub(crate) struct PlanArgs {
     /// Parallel trials (default: every core).
     #[arg(long)]
     jobs: Option<usize>,
-    /// Also write plan.csv (every configuration), pareto.csv and plan.json here.
+    /// Also write plan.csv (every configuration), pareto.csv and plan.json here; each trial
+    /// is recorded in OUT/plan.progress.jsonl as it finishes (for --resume).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Search only the configurations whose place in the search's order is I modulo N (a
+    /// Slurm array task or a Kubernetes Indexed Job pod); join the parts with `servesim merge`.
+    #[arg(long, value_name = "I/N")]
+    shard: Option<String>,
+    /// Reuse the trials an earlier, killed attempt of this same plan finished in --out and run
+    /// only the rest (the answer is byte-identical to an uninterrupted plan).
+    #[arg(long, requires = "out")]
+    resume: bool,
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
     /// Runners-up listed with why they lost.
@@ -55,6 +64,38 @@ pub(crate) fn plan(app: &ServesimApp, a: PlanArgs) -> ExitCode {
         Ok(d) => d,
         Err(code) => return code,
     };
+    let shard = match a
+        .shard
+        .as_deref()
+        .map(crate::sweep::parse_shard)
+        .transpose()
+    {
+        Ok(s) => s.unwrap_or((0, 1)),
+        Err(e) => return fail(e),
+    };
+    let trials = match &out_dir {
+        Some(dir) => {
+            let origin = match crate::plan::origin(&a.scenario, &set, &scenario, a.replicas, shard)
+            {
+                Ok(o) => o,
+                Err(e) => return fail(e),
+            };
+            match crate::plan::progress::Trials::start(dir.path(), &origin, a.resume) {
+                Ok(t) => {
+                    if a.resume {
+                        eprintln!(
+                            "servesim: resuming: {} trials kept from {}",
+                            t.kept(),
+                            t.path().display()
+                        );
+                    }
+                    Some(Arc::new(t))
+                }
+                Err(e) => return fail(e),
+            }
+        }
+        None => None,
+    };
     let interrupt = Arc::new(AtomicBool::new(false));
     let flag = interrupt.clone();
     let _ = ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed));
@@ -66,6 +107,8 @@ pub(crate) fn plan(app: &ServesimApp, a: PlanArgs) -> ExitCode {
         replicas: a.replicas,
         jobs,
         interrupt: Some(interrupt),
+        shard,
+        trials: trials.clone(),
     };
     #[expect(
         clippy::disallowed_methods,
@@ -76,7 +119,13 @@ pub(crate) fn plan(app: &ServesimApp, a: PlanArgs) -> ExitCode {
         Ok(r) => r,
         Err(PlanError::Input(e)) => return fail(e),
         Err(PlanError::Interrupted) => {
-            eprintln!("servesim: interrupted; nothing was written");
+            match &trials {
+                Some(t) => eprintln!(
+                    "servesim: interrupted; the finished trials are in {}: run the same command with --resume to go on",
+                    t.path().display()
+                ),
+                None => eprintln!("servesim: interrupted; nothing was written"),
+            }
             return ExitCode::from(130);
         }
         Err(PlanError::Run(e)) => {
@@ -86,21 +135,12 @@ pub(crate) fn plan(app: &ServesimApp, a: PlanArgs) -> ExitCode {
     };
     let json = serde_json::to_string_pretty(&result).unwrap_or_default() + "\n";
     if let Some(dir) = out_dir {
-        let written = result.csv().and_then(|plan| {
-            let pareto = result.pareto_csv()?;
-            super::args::write_files(
-                dir,
-                &[
-                    ("plan.csv", &plan),
-                    ("pareto.csv", &pareto),
-                    ("plan.json", json.as_bytes()),
-                ],
-            )
-        });
-        if let Err(e) = written {
+        let path = dir.path().to_path_buf();
+        if let Err(e) = write_plan(dir, &result, &json) {
             eprintln!("error: {e}");
             return ExitCode::from(1);
         }
+        crate::plan::progress::remove(&path);
     }
     match a.format {
         Format::Text => print!("{}", result.text(a.runners_up)),
@@ -114,6 +154,77 @@ pub(crate) fn plan(app: &ServesimApp, a: PlanArgs) -> ExitCode {
             started.elapsed().as_secs_f64()
         );
     }
+    if result.best().is_none() {
+        return ExitCode::from(1);
+    }
+    ExitCode::SUCCESS
+}
+
+/// Writes `plan.csv`, `pareto.csv` and `plan.json` (`json`) into `dir`, all or nothing.
+fn write_plan(
+    dir: crate::output::OutputDir,
+    result: &crate::plan::PlanResult,
+    json: &str,
+) -> Result<(), String> {
+    let plan = result.csv()?;
+    let pareto = result.pareto_csv()?;
+    super::args::write_files(
+        dir,
+        &[
+            ("plan.csv", &plan),
+            ("pareto.csv", &pareto),
+            ("plan.json", json.as_bytes()),
+        ],
+    )
+}
+
+/// Joins the shards of a plan (`merge` on directories holding `plan.json`): the merged answer
+/// on stdout, its files in `out`.
+pub(crate) fn merge(shards: &[PathBuf], out: &std::path::Path) -> ExitCode {
+    let mut parts = Vec::new();
+    for d in shards {
+        let path = d.join("plan.json");
+        let read = crate::input::read_text(&path).and_then(|text| {
+            serde_json::from_str::<crate::plan::PlanResult>(&text)
+                .map_err(|e| format!("{}: not a plan's result: {e}", path.display()))
+        });
+        match read {
+            Ok(p) => parts.push((d.display().to_string(), p)),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let result = match crate::plan::merge(parts) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let dir = match crate::output::OutputDir::open(out) {
+        Ok(d) => {
+            d.notes().iter().for_each(|n| eprintln!("servesim: {n}"));
+            d
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let json = serde_json::to_string_pretty(&result).unwrap_or_default() + "\n";
+    if let Err(e) = write_plan(dir, &result, &json) {
+        eprintln!("error: {e}");
+        return ExitCode::from(1);
+    }
+    print!("{}", result.text(5));
+    eprintln!(
+        "servesim: merged {} plan shards, {} configurations, into {}",
+        shards.len(),
+        result.outcomes.len(),
+        out.join("plan.csv").display()
+    );
     if result.best().is_none() {
         return ExitCode::from(1);
     }

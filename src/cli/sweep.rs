@@ -323,6 +323,13 @@ pub(crate) fn merge(a: MergeArgs) -> ExitCode {
     if let Err(code) = super::args::finish_interrupted_commits(&shards) {
         return code;
     }
+    // Shards of a plan hold plan.json and no sweep.json.
+    if shards
+        .first()
+        .is_some_and(|d| d.join("plan.json").is_file() && !d.join("sweep.json").exists())
+    {
+        return super::plan::merge(&shards, &out);
+    }
     let parts = match shards
         .iter()
         .map(|d| crate::sweep::Part::read(d))

@@ -24,7 +24,14 @@
 //!
 //! The order of configurations and rounds does not depend on the number of threads, so the
 //! answer and every configuration's status are the same on any machine.
+//!
+//! **Shards** (`--shard I/N`) search the configurations whose place in that order is I
+//! modulo N, each with its own bound; [`merge`] joins them into the same best configuration
+//! (they prune less, so they run more). **Resume**: with `--out`, every finished trial is
+//! appended to [`progress::FILE`]; `--resume` reuses them, and because the search is
+//! deterministic it replays the same decisions, so the answer is byte-identical.
 
+pub mod progress;
 mod search;
 mod write;
 

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::model::price_of;
 
@@ -14,7 +14,7 @@ use crate::scenario::{PlanObjective, PlanSpec, Scenario};
 pub const ROUND: usize = 4;
 
 /// One configuration of the planned group.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Config {
     pub gpu: String,
     pub tp: u32,
@@ -122,7 +122,7 @@ pub fn configurations(scenario: &Scenario, plan: &PlanSpec) -> Vec<Config> {
 }
 
 /// How a configuration fared.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     /// The cheapest that meets every SLO.
@@ -139,26 +139,32 @@ pub enum Status {
 }
 
 /// One run (over every seed) of a configuration at some size.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Trial {
     pub instances: u32,
     pub passes: bool,
     pub price_per_hour: f64,
     /// Mean over seeds.
+    #[serde(deserialize_with = "crate::interval::null_as_nan")]
     pub ttft_p99_ms: f64,
+    #[serde(deserialize_with = "crate::interval::null_as_nan")]
     pub output_tokens_per_s: f64,
     /// Per target (in [`PlanResult::targets`] order): attainment over seeds.
     pub attainment: Vec<Estimate>,
     /// Worst served share over seeds.
+    #[serde(deserialize_with = "crate::interval::null_as_nan")]
     pub served_share: f64,
     /// Why it failed, when it did.
     pub failed: Option<String>,
 }
 
 /// A configuration's outcome.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Outcome {
     pub config: Config,
+    /// Its place in the search's order over every configuration (cheapest instance first;
+    /// shards take every N-th).
+    pub position: usize,
     pub status: Status,
     /// Fewest instances meeting every SLO (feasible and best).
     pub instances: Option<u32>,
@@ -168,17 +174,32 @@ pub struct Outcome {
     pub trial: Option<Trial>,
     /// The trial at one instance fewer, when run (why no fewer will do).
     pub one_fewer: Option<Trial>,
-    /// Every trial that met the SLOs (for the Pareto front).
-    #[serde(skip)]
+    /// Every trial that met the SLOs (for the Pareto front, and for merging shards).
     pub passing: Vec<Trial>,
     /// Why it lost, in words.
     pub reason: String,
     pub runs: u32,
 }
 
+/// What a plan ran: what `merge` checks shards share and `--resume` checks an earlier
+/// attempt shares.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Origin {
+    /// The scenario file as given.
+    pub file: String,
+    pub set: Vec<(String, String)>,
+    pub replicas: u32,
+    /// (I, N): the configurations whose place in the search's order is I modulo N.
+    pub shard: (u32, u32),
+    /// The FNV-1a hash of the scenario and of every file it names, by path relative to it.
+    pub inputs: std::collections::BTreeMap<String, String>,
+    pub version: String,
+}
+
 /// What `plan` answers.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PlanResult {
+    pub origin: Origin,
     pub scenario: String,
     pub group: String,
     pub objective: PlanObjective,
@@ -198,6 +219,41 @@ pub struct Settings {
     pub replicas: u32,
     pub jobs: usize,
     pub interrupt: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// (I, N): search only the configurations whose place in the order is I modulo N.
+    pub shard: (u32, u32),
+    /// Trials of an earlier attempt to reuse, and where to record new ones (`--out`).
+    pub trials: Option<std::sync::Arc<super::progress::Trials>>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            replicas: 1,
+            jobs: 1,
+            interrupt: None,
+            shard: (0, 1),
+            trials: None,
+        }
+    }
+}
+
+/// What a search of `scenario` (at `path`, with `overrides`) runs, for `plan.json`, shards
+/// and `--resume`.
+pub fn origin(
+    path: &Path,
+    overrides: &[(String, String)],
+    scenario: &Scenario,
+    replicas: u32,
+    shard: (u32, u32),
+) -> Result<Origin, String> {
+    Ok(Origin {
+        file: path.display().to_string(),
+        set: overrides.to_vec(),
+        replicas,
+        shard,
+        inputs: crate::sweep::hash_inputs([scenario])?,
+        version: crate::sweep::VERSION.to_string(),
+    })
 }
 
 /// Why a plan stopped short.
@@ -231,13 +287,26 @@ pub fn search(
     if settings.replicas == 0 {
         return Err(PlanError::Input("replicas must be at least 1".into()));
     }
+    let (shard, shards) = settings.shard;
+    if shards == 0 || shard >= shards {
+        return Err(PlanError::Input(format!(
+            "shard {shard}/{shards}: give I/N with I < N"
+        )));
+    }
+    let origin = origin(path, overrides, scenario, settings.replicas, settings.shard)
+        .map_err(PlanError::Input)?;
     let targets = crate::capacity::targets(scenario);
     let seeds: Vec<u64> = (0..settings.replicas)
         .map(|r| scenario.seed.wrapping_add(u64::from(r)))
         .collect();
-    let mut configs = configurations(scenario, spec);
-    // Cheapest instance first; the list's own order among equals.
-    configs.sort_by(|a, b| a.price_per_instance().total_cmp(&b.price_per_instance()));
+    let mut all = configurations(scenario, spec);
+    // Cheapest instance first; the list's own order among equals. A shard takes every N-th.
+    all.sort_by(|a, b| a.price_per_instance().total_cmp(&b.price_per_instance()));
+    let configs: Vec<(usize, Config)> = all
+        .into_iter()
+        .enumerate()
+        .filter(|(j, _)| *j % shards as usize == shard as usize)
+        .collect();
     let built = app.build();
     let catalog = built.world().resource::<crate::catalog::Catalog>();
     let ctx = Ctx {
@@ -249,6 +318,7 @@ pub fn search(
         targets: &targets,
         seeds: &seeds,
         interrupt: settings.interrupt.as_ref(),
+        trials: settings.trials.as_deref(),
     };
     let mut outcomes: Vec<Outcome> = Vec::with_capacity(configs.len());
     let mut best: Option<f64> = None;
@@ -262,8 +332,15 @@ pub fn search(
                 scope.spawn(|| {
                     loop {
                         let k = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(config) = round.get(k) else { break };
-                        let r = ctx.decide(config, bound, spec.max_instances);
+                        let Some((position, config)) = round.get(k) else {
+                            break;
+                        };
+                        let r = ctx
+                            .decide(config, bound, spec.max_instances)
+                            .map(|o| Outcome {
+                                position: *position,
+                                ..o
+                            });
                         results.lock().expect("no thread panics holding it")[k] = Some(r);
                     }
                 });
@@ -277,7 +354,17 @@ pub fn search(
             outcomes.push(outcome);
         }
     }
-    finish(scenario, spec, seeds, targets, outcomes)
+    Ok(finish(
+        Header {
+            origin,
+            scenario: scenario.name.clone(),
+            group: scenario.cluster.groups[spec.group].name.clone(),
+            objective: spec.objective,
+            seeds,
+            targets,
+        },
+        outcomes,
+    ))
 }
 
 /// What every configuration's search needs.
@@ -290,6 +377,7 @@ struct Ctx<'a> {
     targets: &'a [Target],
     seeds: &'a [u64],
     interrupt: Option<&'a std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    trials: Option<&'a super::progress::Trials>,
 }
 
 impl Ctx<'_> {
@@ -305,8 +393,21 @@ impl Ctx<'_> {
         })
     }
 
-    /// Runs the configuration at `n` instances on every seed.
+    /// The configuration at `n` instances on every seed: an earlier attempt's trial, or run
+    /// now (and recorded).
     fn trial(&self, config: &Config, n: u32) -> Result<Trial, PlanError> {
+        if let Some(t) = self.trials.and_then(|k| k.get(config, n)) {
+            return Ok(t);
+        }
+        let t = self.run_trial(config, n)?;
+        if let Some(k) = self.trials {
+            k.record(config, n, &t).map_err(PlanError::Run)?;
+        }
+        Ok(t)
+    }
+
+    /// Runs the configuration at `n` instances on every seed.
+    fn run_trial(&self, config: &Config, n: u32) -> Result<Trial, PlanError> {
         use std::sync::atomic::Ordering;
         let sc = self.load(config, n).map_err(PlanError::Input)?;
         let (mut ttft, mut tokens, mut served) = (0.0, 0.0, f64::INFINITY);
@@ -406,6 +507,7 @@ impl Ctx<'_> {
     ) -> Result<Outcome, PlanError> {
         let mut outcome = Outcome {
             config: config.clone(),
+            position: 0,
             status: Status::Excluded,
             instances: None,
             price_per_hour: None,
@@ -486,15 +588,20 @@ pub(super) fn instances(n: u32) -> String {
     format!("{n} instance{}", if n == 1 { "" } else { "s" })
 }
 
-/// Ranks the outcomes, names the best, builds the Pareto front and the runners-up's reasons.
-fn finish(
-    scenario: &Scenario,
-    spec: &PlanSpec,
+/// What a plan's result says besides its outcomes.
+struct Header {
+    origin: Origin,
+    scenario: String,
+    group: String,
+    objective: PlanObjective,
     seeds: Vec<u64>,
     targets: Vec<Target>,
-    mut outcomes: Vec<Outcome>,
-) -> Result<PlanResult, PlanError> {
-    let objective = |o: &Outcome| match spec.objective {
+}
+
+/// Ranks the outcomes (given in the search's order), names the best, builds the Pareto front
+/// and the runners-up's reasons.
+fn finish(head: Header, mut outcomes: Vec<Outcome>) -> PlanResult {
+    let objective = |o: &Outcome| match head.objective {
         PlanObjective::CostPerHour => o.price_per_hour,
         PlanObjective::CostPerMillionTokens => o.price_per_million_tokens,
     };
@@ -567,16 +674,106 @@ fn finish(
         }
     }
     let runs = sorted.iter().map(|o| o.runs).sum();
-    Ok(PlanResult {
-        scenario: scenario.name.clone(),
-        group: scenario.cluster.groups[spec.group].name.clone(),
-        objective: spec.objective,
-        seeds,
-        targets,
+    PlanResult {
+        origin: head.origin,
+        scenario: head.scenario,
+        group: head.group,
+        objective: head.objective,
+        seeds: head.seeds,
+        targets: head.targets,
         outcomes: sorted,
         pareto,
         runs,
-    })
+    }
+}
+
+/// Joins the results of a plan's shards (`plan --shard I/N`, each one's `plan.json`) into
+/// the plan's result: the same best configuration as one unsharded search (each shard's best
+/// is the cheapest of its configurations, and the cheapest of those is the cheapest of all);
+/// the shards pruned less, so more configurations were run and the front may hold more.
+/// Refuses parts that are not the N shards of one plan on the same inputs.
+pub fn merge(parts: Vec<(String, PlanResult)>) -> Result<PlanResult, String> {
+    let Some((first_name, first)) = parts.first() else {
+        return Err("no shards to merge".into());
+    };
+    let n = first.origin.shard.1;
+    let mut seen = vec![None::<&str>; n as usize];
+    for (name, p) in &parts {
+        let o = &p.origin;
+        let f = &first.origin;
+        let differs = if o.inputs != f.inputs {
+            Some(format!(
+                "its inputs differ ({}): the scenario or a file it names was edited between shards",
+                o.inputs
+                    .iter()
+                    .filter(|(k, v)| f.inputs.get(*k) != Some(*v))
+                    .chain(f.inputs.iter().filter(|(k, _)| !o.inputs.contains_key(*k)))
+                    .map(|(k, _)| k.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        } else if o.version != f.version {
+            Some(format!(
+                "servesim {} ran it, {} the other",
+                o.version, f.version
+            ))
+        } else if (&o.file, &o.set, o.replicas, o.shard.1) != (&f.file, &f.set, f.replicas, n) {
+            Some("the scenario path, --set, --replicas or the number of shards differ".into())
+        } else {
+            None
+        };
+        if let Some(why) = differs {
+            return Err(format!(
+                "{name} is not a shard of the plan in {first_name}: {why}"
+            ));
+        }
+        let i = o.shard.0 as usize;
+        match seen.get_mut(i) {
+            Some(Some(other)) => {
+                return Err(format!(
+                    "{name} and {other} are both shard {i}/{n}: give each shard once"
+                ));
+            }
+            Some(slot) => *slot = Some(name),
+            None => return Err(format!("{name}: shard {i}/{n} is out of range")),
+        }
+    }
+    let missing: Vec<String> = seen
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.is_none())
+        .map(|(i, _)| format!("{i}/{n}"))
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!(
+            "shard {} missing: a plan's answer needs every shard",
+            missing.join(", ")
+        ));
+    }
+    let mut outcomes: Vec<Outcome> = parts
+        .iter()
+        .flat_map(|(_, p)| p.outcomes.iter().cloned())
+        .map(|mut o| {
+            if o.status == Status::Best {
+                o.status = Status::Feasible;
+            }
+            o
+        })
+        .collect();
+    outcomes.sort_by_key(|o| o.position);
+    let mut origin = first.origin.clone();
+    origin.shard = (0, 1);
+    Ok(finish(
+        Header {
+            origin,
+            scenario: first.scenario.clone(),
+            group: first.group.clone(),
+            objective: first.objective,
+            seeds: first.seeds.clone(),
+            targets: first.targets.clone(),
+        },
+        outcomes,
+    ))
 }
 
 #[cfg(test)]

@@ -173,3 +173,157 @@ fn configurations_the_model_does_not_fit_are_excluded_with_the_reason_at_no_run(
         );
     }
 }
+
+/// Lines of a plan's progress file after its first (the plan's description).
+fn trials(path: &Path) -> usize {
+    std::fs::read_to_string(path)
+        .map(|t| t.matches('\n').count().saturating_sub(1))
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_plan_killed_midway_and_resumed_gives_the_bytes_of_an_uninterrupted_plan() {
+    let dir = small();
+    let d = dir.path();
+    // Longer runs, so the plan can be killed between trials.
+    let args = |out: &'static str, extra: &[&'static str]| {
+        let mut a = vec![
+            "plan",
+            "small.ron",
+            "--set",
+            "workload.num_requests=6000",
+            "--out",
+            out,
+            "-q",
+        ];
+        a.extend_from_slice(extra);
+        a
+    };
+    let whole = servesim(&args("whole", &["--jobs", "2"]), d);
+    assert!(
+        whole.status.success(),
+        "{}",
+        String::from_utf8_lossy(&whole.stderr)
+    );
+    // Killed (SIGKILL: no chance to tidy up) once three trials are recorded.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_servesim"))
+        .args(args("cut", &["--jobs", "1"]))
+        .current_dir(d)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let progress = d.join("cut/plan.progress.jsonl");
+    loop {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the plan finished before it could be killed"
+        );
+        if trials(&progress) >= 3 {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    assert!(!d.join("cut/plan.csv").exists());
+    let kept = trials(&progress);
+    // Resumed on another thread count: the same bytes, the kept trials not run again.
+    let resumed = servesim(&args("cut", &["--resume", "--jobs", "2"]), d);
+    let err = String::from_utf8_lossy(&resumed.stderr);
+    assert!(resumed.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("resuming: {kept} trials kept")),
+        "{err}"
+    );
+    assert_eq!(resumed.stdout, whole.stdout);
+    for f in ["plan.csv", "pareto.csv", "plan.json"] {
+        assert_eq!(
+            std::fs::read(d.join("cut").join(f)).unwrap(),
+            std::fs::read(d.join("whole").join(f)).unwrap(),
+            "{f}"
+        );
+    }
+    assert!(
+        !progress.exists(),
+        "the progress file goes once the plan is written"
+    );
+}
+
+#[test]
+fn a_sharded_plan_merges_into_the_unsharded_best_and_merge_refuses_what_is_not_its_shards() {
+    let dir = small();
+    let d = dir.path();
+    let run = |extra: &[&str]| {
+        let mut a = vec!["plan", "small.ron", "-q"];
+        a.extend_from_slice(extra);
+        servesim(&a, d)
+    };
+    let whole = run(&["--format", "json"]);
+    let whole: serde_json::Value = serde_json::from_slice(&whole.stdout).unwrap();
+    for i in 0..3 {
+        let shard = format!("{i}/3");
+        let out = format!("s{i}");
+        let o = run(&["--shard", &shard, "--out", &out]);
+        // A shard's own best may be beaten in another shard: exit 0 or 1 both fine.
+        assert!(o.status.code().is_some_and(|c| c <= 1), "{shard}");
+        let rows = crate::common::read_rows(&d.join(&out).join("plan.csv"));
+        // Every third configuration of the search's order.
+        assert!((2..=3).contains(&rows.len()), "{shard}: {}", rows.len());
+    }
+    let merged = servesim(&["merge", "s0", "s1", "s2", "--out", "m"], d);
+    assert!(
+        merged.status.success(),
+        "{}",
+        String::from_utf8_lossy(&merged.stderr)
+    );
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("m/plan.json")).unwrap()).unwrap();
+    assert_eq!(best(&m), best(&whole));
+    assert_eq!(m["outcomes"].as_array().unwrap().len(), 8);
+    let positions: std::collections::BTreeSet<u64> = m["outcomes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["position"].as_u64().unwrap())
+        .collect();
+    assert_eq!(positions, (0..8).collect());
+    // Merging again gives the same bytes.
+    let again = servesim(&["merge", "s2", "s0", "s1", "--out", "m2"], d);
+    assert_eq!(again.stdout, merged.stdout);
+    for f in ["plan.csv", "pareto.csv", "plan.json"] {
+        assert_eq!(
+            std::fs::read(d.join("m").join(f)).unwrap(),
+            std::fs::read(d.join("m2").join(f)).unwrap(),
+            "{f}"
+        );
+    }
+    let refused = |args: &[&str], why: &str| {
+        let o = servesim(args, d);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(why), "{args:?}: {err}");
+    };
+    refused(&["merge", "s0", "s1", "--out", "x"], "shard 2/3 missing");
+    refused(
+        &["merge", "s0", "s0", "s1", "--out", "x"],
+        "are both shard 0/3",
+    );
+    // A shard run after the scenario was edited.
+    std::fs::write(
+        d.join("small.ron"),
+        SMALL.replace("max_instances: 16", "max_instances: 15"),
+    )
+    .unwrap();
+    assert!(
+        run(&["--shard", "2/3", "--out", "s2"])
+            .status
+            .code()
+            .is_some_and(|c| c <= 1)
+    );
+    refused(
+        &["merge", "s0", "s1", "s2", "--out", "x"],
+        "s2 is not a shard of the plan in s0: its inputs differ (small.ron)",
+    );
+    assert!(!d.join("x").exists());
+}
