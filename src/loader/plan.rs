@@ -3,7 +3,9 @@
 
 use crate::catalog::Catalog;
 use crate::model::price_of;
-use crate::scenario::{LatencySpec, Problem, Scenario, did_you_mean};
+use crate::scenario::{
+    InstanceGroup, LatencySpec, PlanSpec, Problem, Role, Scenario, did_you_mean,
+};
 
 /// Adds the `plan` block's problems (none when the scenario has no `plan`).
 pub fn check(p: &mut Vec<Problem>, s: &Scenario, catalog: &Catalog) {
@@ -111,8 +113,16 @@ pub fn check(p: &mut Vec<Problem>, s: &Scenario, catalog: &Catalog) {
         }
     }
     // What is varied must change what the group's instances can do.
-    let at = |f: &str| format!("cluster.groups[{}].{f}", plan.group);
     let hardware_varies = !plan.gpus.is_empty() || !plan.tp.is_empty() || !plan.pp.is_empty();
+    sized_by_plan(p, plan.group, g, hardware_varies);
+    if !plan.pd_splits.is_empty() {
+        check_pd_splits(p, s, plan, hardware_varies);
+    }
+}
+
+/// Checks of a group the plan sizes (and, when `hardware_varies`, re-equips).
+fn sized_by_plan(p: &mut Vec<Problem>, index: usize, g: &InstanceGroup, hardware_varies: bool) {
+    let at = |f: &str| format!("cluster.groups[{index}].{f}");
     if hardware_varies {
         if g.model.is_none() {
             p.push(
@@ -154,6 +164,50 @@ pub fn check(p: &mut Vec<Problem>, s: &Scenario, catalog: &Catalog) {
             Problem::new(at("scaling"), "plan sizes the group itself")
                 .hint("remove scaling from the planned group"),
         );
+    }
+}
+
+/// `pd_splits` size the planned `Prefill` group with the one `Decode` group.
+fn check_pd_splits(p: &mut Vec<Problem>, s: &Scenario, plan: &PlanSpec, hardware_varies: bool) {
+    let groups = &s.cluster.groups;
+    if groups[plan.group].role != Role::Prefill {
+        p.push(
+            Problem::new(
+                format!("cluster.groups[{}].role", plan.group),
+                format!(
+                    "plan.pd_splits sizes a Prefill group with the Decode group, but the planned group is {}",
+                    groups[plan.group].role.name()
+                ),
+            )
+            .hint("set plan.group to the Prefill group, or remove pd_splits"),
+        );
+    }
+    let decodes: Vec<usize> = (0..groups.len())
+        .filter(|&k| groups[k].role == Role::Decode)
+        .collect();
+    match decodes.as_slice() {
+        [d] => sized_by_plan(p, *d, &groups[*d], hardware_varies),
+        _ => p.push(
+            Problem::new(
+                "plan.pd_splits",
+                format!(
+                    "needs exactly one Decode group to size with the prefill group; the cluster has {}",
+                    decodes.len()
+                ),
+            )
+            .hint("give one group role: Decode (docs/disaggregation.md)"),
+        ),
+    }
+    for (k, &(pre, dec)) in plan.pd_splits.iter().enumerate() {
+        if pre == 0 || dec == 0 || pre > 64 || dec > 64 {
+            p.push(
+                Problem::new(
+                    format!("plan.pd_splits[{k}]"),
+                    format!("must be (prefill, decode) instances per unit, each in 1..=64, got ({pre}, {dec})"),
+                )
+                .hint("e.g. pd_splits: [(1, 1), (1, 2), (1, 3)]"),
+            );
+        }
     }
 }
 

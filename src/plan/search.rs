@@ -25,51 +25,82 @@ pub struct Config {
     pub routing: String,
     /// Price of one GPU-hour.
     pub price_per_gpu_hour: f64,
+    /// With `plan.pd_splits`: (prefill, decode) instances per unit; the prefill and the
+    /// decode group both run this configuration.
+    #[serde(default)]
+    pub pd_split: Option<(u32, u32)>,
 }
 
 impl Config {
-    /// Price of one instance-hour.
-    pub fn price_per_instance(&self) -> f64 {
-        f64::from(self.tp * self.pp) * self.price_per_gpu_hour
+    /// Instances per unit: 1, or a P/D split's prefill + decode instances.
+    pub fn instances_per_unit(&self) -> u32 {
+        self.pd_split.map_or(1, |(p, d)| p + d)
     }
 
-    /// `H100 tp4 pp1 seqs256 tokens8192 vllm_v1 least_loaded`.
+    /// Price of one unit-hour (one instance, or a P/D split's instances).
+    pub fn price_per_unit(&self) -> f64 {
+        f64::from(self.instances_per_unit() * self.tp * self.pp) * self.price_per_gpu_hour
+    }
+
+    /// `H100 tp4 pp1 seqs256 tokens8192 vllm_v1 least_loaded` (and ` pd1:3` with a split).
     pub fn label(&self) -> String {
         format!(
-            "{} tp{} pp{} seqs{} tokens{} {} {}",
+            "{} tp{} pp{} seqs{} tokens{} {} {}{}",
             self.gpu,
             self.tp,
             self.pp,
             self.max_num_seqs,
             self.max_num_batched_tokens,
             self.scheduler,
-            self.routing
+            self.routing,
+            self.pd_split
+                .map_or(String::new(), |(p, d)| format!(" pd{p}:{d}"))
         )
     }
 
-    /// The overrides that make the scenario this configuration at `n` instances.
-    pub fn overrides(&self, group: usize, n: u32) -> Vec<(String, String)> {
-        let g = |f: &str| format!("cluster.groups[{group}].{f}");
-        vec![
-            (g("gpu"), format!("{:?}", self.gpu)),
-            (g("tp"), self.tp.to_string()),
-            (g("pp"), self.pp.to_string()),
-            (g("max_num_seqs"), self.max_num_seqs.to_string()),
-            (
-                g("max_num_batched_tokens"),
-                self.max_num_batched_tokens.to_string(),
-            ),
-            (g("scheduler"), format!("{:?}", self.scheduler)),
-            (
-                g("cost_per_gpu_hour"),
-                format!("{:?}", self.price_per_gpu_hour),
-            ),
-            (g("count"), n.to_string()),
-            (
-                "policies.routing".to_string(),
-                format!("{:?}", self.routing),
-            ),
-        ]
+    /// What one unit is, in words: `instance`, or `unit (1 prefill + 3 decode)`.
+    pub fn unit(&self) -> String {
+        match self.pd_split {
+            Some((p, d)) => format!("unit ({p} prefill + {d} decode)"),
+            None => "instance".into(),
+        }
+    }
+
+    /// The overrides that make the scenario this configuration at `n` units: `group` (and,
+    /// with a P/D split, the decode group `decode`) set to it.
+    pub fn overrides(&self, group: usize, decode: Option<usize>, n: u32) -> Vec<(String, String)> {
+        let mut o = Vec::new();
+        let mut set = |group: usize, count: u32| {
+            let g = |f: &str| format!("cluster.groups[{group}].{f}");
+            o.extend([
+                (g("gpu"), format!("{:?}", self.gpu)),
+                (g("tp"), self.tp.to_string()),
+                (g("pp"), self.pp.to_string()),
+                (g("max_num_seqs"), self.max_num_seqs.to_string()),
+                (
+                    g("max_num_batched_tokens"),
+                    self.max_num_batched_tokens.to_string(),
+                ),
+                (g("scheduler"), format!("{:?}", self.scheduler)),
+                (
+                    g("cost_per_gpu_hour"),
+                    format!("{:?}", self.price_per_gpu_hour),
+                ),
+                (g("count"), count.to_string()),
+            ]);
+        };
+        match (self.pd_split, decode) {
+            (Some((p, d)), Some(decode)) => {
+                set(group, p * n);
+                set(decode, d * n);
+            }
+            _ => set(group, n),
+        }
+        o.push((
+            "policies.routing".to_string(),
+            format!("{:?}", self.routing),
+        ));
+        o
     }
 }
 
@@ -92,6 +123,11 @@ pub fn configurations(scenario: &Scenario, plan: &PlanSpec) -> Vec<Config> {
         }
     };
     let gpus = or_s(&plan.gpus, g.gpu.as_deref().unwrap_or(""));
+    let splits: Vec<Option<(u32, u32)>> = if plan.pd_splits.is_empty() {
+        vec![None]
+    } else {
+        plan.pd_splits.iter().copied().map(Some).collect()
+    };
     let mut out = Vec::new();
     for gpu in &gpus {
         let price = price_of(gpu, &plan.prices).unwrap_or(f64::NAN);
@@ -101,16 +137,19 @@ pub fn configurations(scenario: &Scenario, plan: &PlanSpec) -> Vec<Config> {
                     for &tokens in &or(&plan.max_num_batched_tokens, g.max_num_batched_tokens) {
                         for scheduler in &or_s(&plan.schedulers, &g.scheduler) {
                             for routing in &or_s(&plan.routing, &scenario.policies.routing) {
-                                out.push(Config {
-                                    gpu: gpu.clone(),
-                                    tp,
-                                    pp,
-                                    max_num_seqs: seqs,
-                                    max_num_batched_tokens: tokens,
-                                    scheduler: scheduler.clone(),
-                                    routing: routing.clone(),
-                                    price_per_gpu_hour: price,
-                                });
+                                for &pd_split in &splits {
+                                    out.push(Config {
+                                        gpu: gpu.clone(),
+                                        tp,
+                                        pp,
+                                        max_num_seqs: seqs,
+                                        max_num_batched_tokens: tokens,
+                                        scheduler: scheduler.clone(),
+                                        routing: routing.clone(),
+                                        price_per_gpu_hour: price,
+                                        pd_split,
+                                    });
+                                }
                             }
                         }
                     }
@@ -301,7 +340,7 @@ pub fn search(
         .collect();
     let mut all = configurations(scenario, spec);
     // Cheapest instance first; the list's own order among equals. A shard takes every N-th.
-    all.sort_by(|a, b| a.price_per_instance().total_cmp(&b.price_per_instance()));
+    all.sort_by(|a, b| a.price_per_unit().total_cmp(&b.price_per_unit()));
     let configs: Vec<(usize, Config)> = all
         .into_iter()
         .enumerate()
@@ -315,6 +354,15 @@ pub fn search(
         overrides,
         catalog,
         group: spec.group,
+        decode: (!spec.pd_splits.is_empty())
+            .then(|| {
+                scenario
+                    .cluster
+                    .groups
+                    .iter()
+                    .position(|g| g.role == crate::scenario::Role::Decode)
+            })
+            .flatten(),
         targets: &targets,
         seeds: &seeds,
         interrupt: settings.interrupt.as_ref(),
@@ -374,6 +422,8 @@ struct Ctx<'a> {
     overrides: &'a [(String, String)],
     catalog: &'a crate::catalog::Catalog,
     group: usize,
+    /// The decode group a P/D split sizes with the planned (prefill) group.
+    decode: Option<usize>,
     targets: &'a [Target],
     seeds: &'a [u64],
     interrupt: Option<&'a std::sync::Arc<std::sync::atomic::AtomicBool>>,
@@ -383,7 +433,7 @@ struct Ctx<'a> {
 impl Ctx<'_> {
     fn load(&self, config: &Config, n: u32) -> Result<Scenario, String> {
         let mut o = self.overrides.to_vec();
-        o.extend(config.overrides(self.group, n));
+        o.extend(config.overrides(self.group, self.decode, n));
         crate::loader::load(self.path, &o, self.catalog).map_err(|e| {
             e.problems
                 .iter()
@@ -479,7 +529,7 @@ impl Ctx<'_> {
         Ok(Trial {
             instances: n,
             passes: failed.is_none(),
-            price_per_hour: f64::from(n) * config.price_per_instance(),
+            price_per_hour: f64::from(n) * config.price_per_unit(),
             ttft_p99_ms: ttft / runs,
             output_tokens_per_s: tokens / runs,
             attainment: attainment
@@ -522,10 +572,10 @@ impl Ctx<'_> {
             outcome.reason = format!("excluded: {e}");
             return Ok(outcome);
         }
-        let per_instance = config.price_per_instance();
+        let per_unit = config.price_per_unit();
         let cap = match bound {
             Some(best) => {
-                let fewer = ((best / per_instance).ceil() as u32).saturating_sub(1);
+                let fewer = ((best / per_unit).ceil() as u32).saturating_sub(1);
                 fewer.min(max_instances)
             }
             None => max_instances,
@@ -533,7 +583,8 @@ impl Ctx<'_> {
         if cap == 0 {
             outcome.status = Status::Dominated;
             outcome.reason = format!(
-                "dominated: one instance costs {per_instance:.2}/h, not less than the best found ({:.2}/h)",
+                "dominated: one {} costs {per_unit:.2}/h, not less than the best found ({:.2}/h)",
+                config.unit(),
                 bound.unwrap_or(0.0)
             );
             return Ok(outcome);
@@ -544,7 +595,8 @@ impl Ctx<'_> {
             outcome.status = Status::Infeasible;
             outcome.reason = match bound {
                 Some(best) => format!(
-                    "cannot beat {best:.2}/h: at {cap} instances ({:.2}/h, the most that would cost less) it fails: {}",
+                    "cannot beat {best:.2}/h: at {} ({:.2}/h, the most that would cost less) it fails: {}",
+                    sized(cap, config),
                     at_cap.price_per_hour,
                     at_cap.failed.as_deref().unwrap_or("")
                 ),
@@ -583,9 +635,13 @@ impl Ctx<'_> {
     }
 }
 
-/// `1 instance`, `3 instances`.
-pub(super) fn instances(n: u32) -> String {
-    format!("{n} instance{}", if n == 1 { "" } else { "s" })
+/// `1 instance`, `3 instances`; with a P/D split `2 units (1 prefill + 3 decode each)`.
+pub(super) fn sized(n: u32, c: &Config) -> String {
+    let s = if n == 1 { "" } else { "s" };
+    match c.pd_split {
+        Some((p, d)) => format!("{n} unit{s} ({p} prefill + {d} decode each)"),
+        None => format!("{n} instance{s}"),
+    }
 }
 
 /// What a plan's result says besides its outcomes.
@@ -641,13 +697,13 @@ fn finish(head: Header, mut outcomes: Vec<Outcome>) -> PlanResult {
                 o.reason = if v > b {
                     format!(
                         "meets every SLO with {}, but costs {:.1} % more",
-                        instances(n),
+                        sized(n, &o.config),
                         (v / b - 1.0) * 100.0
                     )
                 } else {
                     format!(
                         "ties with the best on price ({}), with a higher p99 TTFT ({:.1} ms against {best_ttft:.1})",
-                        instances(n),
+                        sized(n, &o.config),
                         ttft(o)
                     )
                 };
@@ -791,9 +847,10 @@ mod tests {
             scheduler: "vllm_v1".into(),
             routing: "round_robin".into(),
             price_per_gpu_hour: 3.0,
+            pd_split: None,
         };
-        assert_eq!(c.price_per_instance(), 24.0);
-        let o = c.overrides(1, 5);
+        assert_eq!(c.price_per_unit(), 24.0);
+        let o = c.overrides(1, None, 5);
         assert!(o.contains(&("cluster.groups[1].count".into(), "5".into())));
         assert!(o.contains(&("cluster.groups[1].gpu".into(), "\"H100\"".into())));
         assert!(o.contains(&("policies.routing".into(), "\"round_robin\"".into())));
@@ -801,5 +858,17 @@ mod tests {
             c.label(),
             "H100 tp4 pp2 seqs128 tokens8192 vllm_v1 round_robin"
         );
+        // A P/D split: one unit is 1 prefill + 3 decode instances, both groups set.
+        let pd = Config {
+            pd_split: Some((1, 3)),
+            ..c
+        };
+        assert_eq!(pd.price_per_unit(), 96.0);
+        let o = pd.overrides(0, Some(2), 5);
+        assert!(o.contains(&("cluster.groups[0].count".into(), "5".into())));
+        assert!(o.contains(&("cluster.groups[2].count".into(), "15".into())));
+        assert!(o.contains(&("cluster.groups[2].tp".into(), "4".into())));
+        assert!(pd.label().ends_with("round_robin pd1:3"));
+        assert_eq!(pd.unit(), "unit (1 prefill + 3 decode)");
     }
 }

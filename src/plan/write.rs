@@ -1,6 +1,6 @@
 //! What `plan` prints and writes: `plan.csv`, `pareto.csv` and the text answer.
 
-use super::search::{Outcome, PlanResult, Status, instances};
+use super::search::{Outcome, PlanResult, Status, sized};
 
 impl PlanResult {
     /// The best outcome, if any configuration met every SLO.
@@ -20,6 +20,7 @@ impl PlanResult {
             "max_num_batched_tokens",
             "scheduler",
             "routing",
+            "pd_split",
             "price_per_gpu_hour",
             "status",
             "instances",
@@ -52,14 +53,17 @@ impl PlanResult {
                 c.max_num_batched_tokens.to_string(),
                 c.scheduler.clone(),
                 c.routing.clone(),
+                c.pd_split
+                    .map_or(String::new(), |(p, d)| format!("{p}:{d}")),
                 c.price_per_gpu_hour.to_string(),
                 serde_json::to_value(o.status)
                     .ok()
                     .and_then(|v| v.as_str().map(String::from))
                     .unwrap_or_default(),
                 o.instances.map_or(String::new(), |n| n.to_string()),
-                o.instances
-                    .map_or(String::new(), |n| (n * c.tp * c.pp).to_string()),
+                o.instances.map_or(String::new(), |n| {
+                    (n * c.instances_per_unit() * c.tp * c.pp).to_string()
+                }),
                 num(o.price_per_hour),
                 num(o.price_per_million_tokens),
                 num(t.map(|t| t.ttft_p99_ms)),
@@ -93,7 +97,7 @@ impl PlanResult {
             w.write_record([
                 c.label(),
                 t.instances.to_string(),
-                (t.instances * c.tp * c.pp).to_string(),
+                (t.instances * c.instances_per_unit() * c.tp * c.pp).to_string(),
                 t.price_per_hour.to_string(),
                 t.ttft_p99_ms.to_string(),
                 t.output_tokens_per_s.to_string(),
@@ -159,7 +163,7 @@ impl PlanResult {
             s,
             "best: {n} × {} = {} GPUs, {:.2}/h{}",
             c.label(),
-            n * c.tp * c.pp,
+            n * c.instances_per_unit() * c.tp * c.pp,
             best.price_per_hour.unwrap_or(0.0),
             best.price_per_million_tokens
                 .map_or(String::new(), |m| format!(
@@ -197,7 +201,7 @@ impl PlanResult {
                 let _ = writeln!(
                     s,
                     "  with {} it fails: {}",
-                    instances(f.instances),
+                    sized(f.instances, c),
                     f.failed.as_deref().unwrap_or("")
                 );
             }

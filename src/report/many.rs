@@ -704,14 +704,19 @@ fn plan_page(dir: &Path) -> Result<String, ReportError> {
         "max_num_batched_tokens",
         "scheduler",
         "routing",
+        "pd_split",
     ];
     // As `plan` labels a configuration (`H100 tp2 pp1 seqs64 tokens2048 vllm_v1 round_robin`).
-    let prefixes = ["", "tp", "pp", "seqs", "tokens", "", ""];
+    let prefixes = ["", "tp", "pp", "seqs", "tokens", "", "", "pd"];
     let label = |r: &[String]| {
         config_cols
             .iter()
             .zip(prefixes)
-            .filter_map(|(c, p)| plan.col(c).map(|i| format!("{p}{}", r[i])))
+            .filter_map(|(c, p)| {
+                plan.col(c)
+                    .filter(|&i| !r[i].is_empty())
+                    .map(|i| format!("{p}{}", r[i]))
+            })
             .collect::<Vec<_>>()
             .join(" ")
     };

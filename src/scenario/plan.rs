@@ -32,7 +32,13 @@ pub struct PlanSpec {
     /// Routing policies (`policies.routing`).
     #[serde(default)]
     pub routing: Vec<String>,
-    /// The most instances of one configuration. Default 64.
+    /// Prefill/decode splits to consider when the planned group is a `Prefill` group:
+    /// `(prefill, decode)` instances per unit, e.g. `[(1, 1), (1, 3)]`; each configuration is
+    /// then sized in units, and the scenario's `Decode` group runs the same configuration.
+    /// Empty (the default): the planned group alone is sized.
+    #[serde(default)]
+    pub pd_splits: Vec<(u32, u32)>,
+    /// The most instances (units, with `pd_splits`) of one configuration. Default 64.
     #[serde(default = "default_max_instances")]
     pub max_instances: u32,
     /// Price of one GPU-hour by GPU, overriding the bundled defaults

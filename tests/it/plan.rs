@@ -327,3 +327,79 @@ fn a_sharded_plan_merges_into_the_unsharded_best_and_merge_refuses_what_is_not_i
     );
     assert!(!d.join("x").exists());
 }
+
+#[test]
+fn p_d_splits_size_both_pools_and_a_doubled_split_never_beats_the_split_it_doubles() {
+    // The bundled P/D scenario (one Prefill and one Decode group), planned over splits.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let root = env!("CARGO_MANIFEST_DIR");
+    let text = std::fs::read_to_string(format!("{root}/scenarios/pd-disaggregation.ron"))
+        .unwrap()
+        .replace(
+            "    outputs:",
+            r#"    plan: (gpus: ["H100"], pd_splits: [(1, 1), (2, 2), (1, 3)], max_instances: 8),
+    outputs:"#,
+        );
+    std::fs::write(d.join("pd.ron"), text).unwrap();
+    let out = servesim(
+        &[
+            "plan",
+            "pd.ron",
+            "--set",
+            "workload.num_requests=3000",
+            "--format",
+            "json",
+            "--out",
+            "o",
+            "-q",
+        ],
+        d,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let outcomes = plan["outcomes"].as_array().unwrap();
+    assert_eq!(outcomes.len(), 3);
+    let of = |p: u64, q: u64| {
+        outcomes
+            .iter()
+            .find(|o| o["config"]["pd_split"] == serde_json::json!([p, q]))
+            .unwrap()
+    };
+    // A unit of (2, 2) is two units of (1, 1): the (1, 1) split never costs more.
+    let price = |o: &serde_json::Value| o["price_per_hour"].as_f64();
+    let best = price(&outcomes[0]).unwrap();
+    assert_eq!(price(of(1, 1)), Some(best), "{}", of(1, 1));
+    if let Some(p22) = price(of(2, 2)) {
+        assert!(p22 >= best);
+    }
+    // Where both ran the same deployment — (2, 2) × k and (1, 1) × 2k — they measured the
+    // same p99 TTFT: both pools were sized, the same way.
+    let mut same = 0;
+    for t in of(2, 2)["passing"].as_array().unwrap() {
+        let k = t["instances"].as_u64().unwrap();
+        if let Some(u) = of(1, 1)["passing"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|u| u["instances"].as_u64() == Some(2 * k))
+        {
+            assert_eq!(u["ttft_p99_ms"], t["ttft_p99_ms"]);
+            assert_eq!(u["price_per_hour"], t["price_per_hour"]);
+            same += 1;
+        }
+    }
+    assert!(same >= 1, "no deployment run under both splits: {plan}");
+    // plan.csv: the split, and the GPUs of both pools.
+    let rows = crate::common::read_rows(&d.join("o/plan.csv"));
+    let r13 = rows.iter().find(|r| r.str("pd_split") == "1:3").unwrap();
+    if !r13.str("instances").is_empty() {
+        assert_eq!(r13.u64("gpus"), 4 * r13.u64("instances"));
+    }
+    let r11 = rows.iter().find(|r| r.str("pd_split") == "1:1").unwrap();
+    assert_eq!(r11.u64("gpus"), 2 * r11.u64("instances"));
+}
