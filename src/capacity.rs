@@ -307,6 +307,9 @@ pub struct Limit {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Capacity {
     pub scenario: String,
+    /// The instance group searched alone (`--group`), or none for the whole deployment.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
     pub seeds: Vec<u64>,
     pub tolerance: f64,
     pub served_share: f64,
@@ -355,6 +358,32 @@ pub enum CapacityError {
     },
     #[error("interrupted")]
     Interrupted,
+}
+
+/// `scenario` with only its group `name` (`capacity --group`): what that group alone
+/// sustains under the whole workload. A prefill or decode group cannot serve alone.
+pub fn group_alone(scenario: &Scenario, name: &str) -> Result<Scenario, String> {
+    let groups = &scenario.cluster.groups;
+    let Some(g) = groups.iter().find(|g| g.name == name) else {
+        let names: Vec<&str> = groups.iter().map(|g| g.name.as_str()).collect();
+        return Err(format!(
+            "no instance group \"{name}\"{}",
+            crate::scenario::did_you_mean(name, names.iter().copied()).map_or_else(
+                || format!(" (the groups: {})", names.join(", ")),
+                |s| format!(": did you mean \"{s}\"?")
+            )
+        ));
+    };
+    if g.role != crate::scenario::Role::Mixed {
+        return Err(format!(
+            "group \"{name}\" is a {} pool, which cannot serve requests alone: search the whole deployment (without --group), or vary its size with plan.pd_splits",
+            g.role.name()
+        ));
+    }
+    let mut alone = scenario.clone();
+    alone.cluster.groups.retain(|g| g.name == name);
+    alone.plan = None;
+    Ok(alone)
 }
 
 /// Searches `scenario` (loaded and validated).
@@ -522,6 +551,7 @@ pub fn search(
     }
     Ok(Capacity {
         scenario: scenario.name.clone(),
+        group: None,
         seeds,
         tolerance: settings.tolerance,
         served_share: settings.served_share,
@@ -572,8 +602,11 @@ impl Capacity {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "capacity of {} ({} seed{}, {} runs, brackets within {} %):",
+            "capacity of {}{} ({} seed{}, {} runs, brackets within {} %):",
             self.scenario,
+            self.group
+                .as_ref()
+                .map_or(String::new(), |g| format!(", group {g} alone")),
             self.seeds.len(),
             if self.seeds.len() == 1 { "" } else { "s" },
             self.runs,

@@ -265,7 +265,7 @@ fn cores() -> usize {
 
 /// `servesim capacity`: its answer as the JSON `--format json` prints.
 #[pyfunction]
-#[pyo3(signature = (source, is_text, overrides, replicas=3, tolerance=0.02, served_share=0.97, jobs=None))]
+#[pyo3(signature = (source, is_text, overrides, replicas=3, tolerance=0.02, served_share=0.97, jobs=None, group=None))]
 #[expect(
     clippy::too_many_arguments,
     reason = "the Python function's keyword arguments"
@@ -279,10 +279,15 @@ fn capacity(
     tolerance: f64,
     served_share: f64,
     jobs: Option<usize>,
+    group: Option<String>,
 ) -> PyResult<String> {
-    use servesim::capacity::{CapacityError, Settings, search};
+    use servesim::capacity::{Capacity, CapacityError, Settings, group_alone, search};
     let app = app();
     let sc = load(&app, source, is_text, &overrides)?;
+    let sc = match &group {
+        Some(name) => group_alone(&sc, name).map_err(ScenarioError::new_err)?,
+        None => sc,
+    };
     let settings = Settings {
         replicas,
         tolerance,
@@ -291,7 +296,8 @@ fn capacity(
         interrupt: None,
     };
     match py.detach(|| search(&app, &sc, &settings)) {
-        Ok(c) => serde_json::to_string_pretty(&c).map_err(|e| RunError::new_err(e.to_string())),
+        Ok(c) => serde_json::to_string_pretty(&Capacity { group, ..c })
+            .map_err(|e| RunError::new_err(e.to_string())),
         Err(CapacityError::Input(e)) => Err(ScenarioError::new_err(e)),
         Err(e) => Err(RunError::new_err(e.to_string())),
     }

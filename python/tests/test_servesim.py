@@ -216,3 +216,19 @@ def test_capacity_and_plan_give_what_the_cli_prints(tmp_path):
     assert p["outcomes"][0]["status"] in ("best", "infeasible")
     with pytest.raises(servesim.ScenarioError):
         servesim.capacity(QUICK, {"workload.clients[0].arrival": "AllAtZero(count: 10)"})
+    # One group alone (--group): the CLI's answer, naming the group; an unknown group refused.
+    alone = servesim.capacity(
+        cap, {"workload.num_requests": 1500, "cluster.groups[0].count": 2}, replicas=1,
+        group="70b-tp4",
+    )
+    cli_alone = subprocess.run(
+        [cli(), "capacity", cap, *args, "--replicas", "1", "--group", "70b-tp4",
+         "--format", "json", "-q"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert alone == json.loads(cli_alone)
+    assert alone["group"] == "70b-tp4"
+    with pytest.raises(servesim.ScenarioError, match="did you mean"):
+        servesim.capacity(cap, group="70b-tp5")

@@ -30,6 +30,10 @@ pub(crate) struct CapacityArgs {
     /// Parallel searches (default: every core).
     #[arg(long)]
     jobs: Option<usize>,
+    /// Search this instance group alone (every other group left out): what it sustains
+    /// under the whole workload. Run once per group to compare them.
+    #[arg(long, value_name = "NAME")]
+    group: Option<String>,
     /// Also write capacity.json here.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -54,6 +58,13 @@ pub(crate) fn capacity(app: &ServesimApp, a: CapacityArgs) -> ExitCode {
     let scenario = match super::args::load(&a.scenario, &set, catalog) {
         Ok(s) => s,
         Err(code) => return code,
+    };
+    let scenario = match a.group.as_deref() {
+        Some(name) => match crate::capacity::group_alone(&scenario, name) {
+            Ok(s) => s,
+            Err(e) => return fail(e),
+        },
+        None => scenario,
     };
     super::args::announce(&scenario, catalog);
     // The output directory is opened (and locked) before anything is simulated.
@@ -80,7 +91,10 @@ pub(crate) fn capacity(app: &ServesimApp, a: CapacityArgs) -> ExitCode {
     )]
     let started = std::time::Instant::now();
     let result = match crate::capacity::search(app, &scenario, &settings) {
-        Ok(r) => r,
+        Ok(r) => crate::capacity::Capacity {
+            group: a.group.clone(),
+            ..r
+        },
         Err(CapacityError::Input(e)) => return fail(e),
         Err(CapacityError::Interrupted) => {
             eprintln!("servesim: interrupted; nothing was written");

@@ -851,8 +851,11 @@ fn capacity_page(dir: &Path) -> Result<String, ReportError> {
     let scenario = c.get("scenario").and_then(Value::as_str).unwrap_or("?");
     let seeds = c.get("seeds").and_then(Value::as_array).map_or(0, Vec::len);
     let header = format!(
-        "<p>capacity of {}: {} limit{} over {} seed{}, {} runs; stated rate {} req/s</p>",
+        "<p>capacity of {}{}: {} limit{} over {} seed{}, {} runs; stated rate {} req/s</p>",
         esc(scenario),
+        c.get("group")
+            .and_then(Value::as_str)
+            .map_or(String::new(), |g| format!(", group {} alone", esc(g))),
         limits.len(),
         if limits.len() == 1 { "" } else { "s" },
         seeds,

@@ -198,3 +198,81 @@ fn scaling_the_rates_keeps_the_shape_of_every_source() {
     };
     assert_eq!((stages[1].rate_per_s, stages[1].duration_s), (8.0, 30.0));
 }
+
+#[test]
+fn a_group_alone_explains_the_deployment_round_robin_falls_behind_with_its_slowest_group() {
+    // The quickstart's two H100s beside two A100-80s, same model, round robin.
+    let dir = tempfile::tempdir().unwrap();
+    let root = env!("CARGO_MANIFEST_DIR");
+    let two = std::fs::read_to_string(format!("{root}/scenarios/quickstart.ron"))
+        .unwrap()
+        .replacen(
+            "            ),\n        ],",
+            r#"            ),
+            (name: "a100", count: 2, model: "llama-3.1-8b-instruct", gpu: "A100-80"),
+        ],"#,
+            1,
+        );
+    write(dir.path(), "two.ron", &two);
+    let sustained = |group: Option<&str>| {
+        let mut args = vec![
+            "capacity",
+            "two.ron",
+            "--set",
+            "workload.num_requests=4000",
+            "--set",
+            r#"policies.routing="round_robin""#,
+            "--replicas",
+            "1",
+            "--format",
+            "json",
+            "-q",
+        ];
+        if let Some(g) = group {
+            args.extend(["--group", g]);
+        }
+        let out = servesim(&args, dir.path());
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let c: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(c["group"].as_str(), group);
+        c["limits"][0]["requests_per_s"]["mean"].as_f64().unwrap()
+    };
+    let whole = sustained(None);
+    let h100 = sustained(Some("h100"));
+    let a100 = sustained(Some("a100"));
+    // Round robin gives each group half the requests: the deployment falls behind when the
+    // A100s do, at twice what they sustain alone (within the 2 % brackets and run noise).
+    assert!(
+        (whole / (2.0 * a100) - 1.0).abs() < 0.05,
+        "{whole} vs 2 × {a100}"
+    );
+    assert!(
+        h100 > whole,
+        "the H100s alone ({h100}) beat round robin over both ({whole})"
+    );
+    // Unknown and P/D groups are refused with the reason.
+    let out = servesim(&["capacity", "two.ron", "--group", "h10"], dir.path());
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains(r#"no instance group "h10": did you mean "h100"?"#)
+    );
+    let out = servesim(
+        &[
+            "capacity",
+            &format!("{root}/scenarios/pd-disaggregation.ron"),
+            "--group",
+            "decode",
+        ],
+        dir.path(),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("is a decode pool, which cannot serve requests alone")
+    );
+}

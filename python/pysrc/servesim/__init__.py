@@ -173,16 +173,18 @@ def capacity(
     tolerance: float = 0.02,
     served_share: float = 0.97,
     jobs: Optional[int] = None,
+    group: Optional[str] = None,
 ) -> Dict[str, Any]:
     """``servesim capacity``: the largest rate the deployment sustains and the largest at which
     each SLO class holds, as the dict ``--format json`` prints (``limits[k]["requests_per_s"]``
-    holds ``mean``, ``low`` and ``high`` over ``replicas`` seeds). Raises ScenarioError for a
-    scenario or setting it cannot search, RunError when a run fails."""
+    holds ``mean``, ``low`` and ``high`` over ``replicas`` seeds). ``group`` searches that
+    instance group alone (``--group``). Raises ScenarioError for a scenario or setting it
+    cannot search, RunError when a run fails."""
     source, is_text, ov = _resolve(scenario, overrides, None)
     return json.loads(
         _native.capacity(
             source, is_text, ov, replicas=replicas, tolerance=tolerance,
-            served_share=served_share, jobs=jobs,
+            served_share=served_share, jobs=jobs, group=group,
         )
     )
 
