@@ -31,8 +31,10 @@
 //! appended to [`progress::FILE`]; `--resume` reuses them, and because the search is
 //! deterministic it replays the same decisions, so the answer is byte-identical.
 
+mod merge;
 pub mod progress;
 mod search;
 mod write;
 
+pub use merge::merge;
 pub use search::*;

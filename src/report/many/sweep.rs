@@ -1,9 +1,5 @@
-//! `report` of a directory of many runs: a sweep (`sweep.csv`), a plan (`plan.csv`,
-//! `pareto.csv`) or a capacity search (`capacity.json`). A sweep's page charts any metric
-//! against any swept axis (one line per value of the other axes; bars when the axis is not
-//! numeric), lists each run's configuration beside its results, and tabulates each run's
-//! per-instance load; a plan's page draws its Pareto front and lists every configuration with
-//! its verdict; a capacity page lists each limit with its interval over seeds.
+//! A sweep's page: any metric against any swept axis, points with their intervals, every
+//! run's configuration beside its results, and each run's per-instance load.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -11,115 +7,15 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use super::chart::{BarChart, LineChart, Series, colour, esc, label};
-use super::{ReportError, page, read_err, read_err_plain};
+use super::super::chart::{BarChart, LineChart, Series, colour, esc, label};
+use super::super::page::{ReportError, page as whole_page, read_err};
+use super::table::{MAX_TABLE_ROWS, Table, cell, more_rows, read_json};
 use crate::interval::Estimate;
 use crate::sweep::{INSTANCE_COLUMNS, METRICS};
 
-/// What kind of directory of many runs `dir` is, if it is one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    Sweep,
-    Plan,
-    Capacity,
-}
-
-impl Kind {
-    pub fn of(dir: &Path) -> Option<Kind> {
-        if dir.join("sweep.csv").is_file() {
-            Some(Kind::Sweep)
-        } else if dir.join("plan.csv").is_file() {
-            Some(Kind::Plan)
-        } else if dir.join("capacity.json").is_file() {
-            Some(Kind::Capacity)
-        } else {
-            None
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Kind::Sweep => "sweep",
-            Kind::Plan => "plan",
-            Kind::Capacity => "capacity",
-        }
-    }
-}
-
-/// Rows shown in one table at most (the files hold them all).
-const MAX_TABLE_ROWS: usize = 2000;
 /// Runs and instances in the per-instance load tables at most.
 const MAX_LOAD_RUNS: usize = 500;
 const MAX_LOAD_INSTANCES: usize = 64;
-
-/// The page of the directory `dir` of kind `kind`.
-pub fn report(dir: &Path, kind: Kind) -> Result<String, ReportError> {
-    match kind {
-        Kind::Sweep => sweep_page(dir),
-        Kind::Plan => plan_page(dir),
-        Kind::Capacity => capacity_page(dir),
-    }
-}
-
-/// A whole CSV file: its header and rows.
-struct Table {
-    header: Vec<String>,
-    rows: Vec<Vec<String>>,
-}
-
-impl Table {
-    fn read(path: &Path) -> Result<Table, ReportError> {
-        let mut reader = csv::Reader::from_reader(
-            crate::input::open_lines(path).map_err(|e| read_err_plain(path, e))?,
-        );
-        let header: Vec<String> = reader
-            .headers()
-            .map_err(|e| read_err(path, e))?
-            .iter()
-            .map(String::from)
-            .collect();
-        let mut rows = Vec::new();
-        for r in reader.records() {
-            let r = r.map_err(|e| read_err(path, e))?;
-            rows.push(r.iter().map(String::from).collect());
-        }
-        Ok(Table { header, rows })
-    }
-
-    fn col(&self, name: &str) -> Option<usize> {
-        self.header.iter().position(|h| h == name)
-    }
-
-    fn need(&self, path: &Path, name: &str) -> Result<usize, ReportError> {
-        self.col(name).ok_or_else(|| {
-            read_err(
-                path,
-                format!("no `{name}` column (is it a servesim result file?)"),
-            )
-        })
-    }
-}
-
-fn read_json(path: &Path) -> Result<Value, ReportError> {
-    let text = crate::input::read_text(path).map_err(|e| read_err_plain(path, e))?;
-    serde_json::from_str(&text).map_err(|e| read_err(path, e))
-}
-
-/// A number as a table shows it: empty for none, integers as they are, else 3 decimals
-/// (1 from 100 on).
-fn cell(v: &str) -> String {
-    match v.parse::<f64>() {
-        Ok(x) if v.contains('.') || v.contains('e') => {
-            if x.abs() >= 100.0 {
-                format!("{x:.1}")
-            } else {
-                format!("{x:.3}")
-            }
-        }
-        _ if v.is_empty() => "–".into(),
-        _ => esc(v),
-    }
-}
 
 /// Headline columns of the per-run and per-point tables: (heading, `sweep.csv` column).
 const HEADLINE: [(&str, &str); 10] = [
@@ -340,7 +236,7 @@ const PICK_SCRIPT: &str = r#"
 })();
 "#;
 
-fn sweep_page(dir: &Path) -> Result<String, ReportError> {
+pub(super) fn page(dir: &Path) -> Result<String, ReportError> {
     let sweep = Sweep::read(dir)?;
     let meta = dir.join("sweep.json");
     let meta = if meta.is_file() {
@@ -450,7 +346,7 @@ fn sweep_page(dir: &Path) -> Result<String, ReportError> {
     }
     body.push_str(&runs_table(&sweep));
     body.push_str(&load_tables(&sweep));
-    Ok(page(
+    Ok(whole_page(
         &format!("sweep of {scenario}"),
         &header,
         &body,
@@ -511,15 +407,6 @@ fn points_table(sweep: &Sweep) -> String {
     more_rows(&mut s, sweep.points.len(), "sweep-points.csv");
     s.push_str("</section>");
     s
-}
-
-fn more_rows(s: &mut String, n: usize, file: &str) {
-    if n > MAX_TABLE_ROWS {
-        let _ = write!(
-            s,
-            r#"<p class="note">The first {MAX_TABLE_ROWS} of {n} rows; every row is in {file}.</p>"#
-        );
-    }
 }
 
 /// Every run: its configuration (point, axis values, replica, seed) beside its results.
@@ -666,267 +553,6 @@ fn spread(v: &[f64]) -> Option<f64> {
     (!v.is_empty() && mean > 0.0).then(|| v.iter().copied().fold(f64::MIN, f64::max) / mean)
 }
 
-fn plan_page(dir: &Path) -> Result<String, ReportError> {
-    let plan_path = dir.join("plan.csv");
-    let plan = Table::read(&plan_path)?;
-    let meta = dir.join("plan.json");
-    let meta = if meta.is_file() {
-        Some(read_json(&meta)?)
-    } else {
-        None
-    };
-    let get = |k: &str| meta.as_ref().and_then(|m| m.get(k)).cloned();
-    let scenario = get("scenario")
-        .and_then(|v| v.as_str().map(String::from))
-        .unwrap_or_else(|| "?".into());
-    let status = plan.need(&plan_path, "status")?;
-    let count = |st: &str| plan.rows.iter().filter(|r| r[status] == st).count();
-    let header = format!(
-        "<p>plan of {} (group {}): {} configurations, {} runs; {} feasible, {} infeasible, {} dominated, {} excluded</p>",
-        esc(&scenario),
-        esc(get("group")
-            .and_then(|v| v.as_str().map(String::from))
-            .as_deref()
-            .unwrap_or("?")),
-        plan.rows.len(),
-        get("runs").map_or("?".into(), |v| v.to_string()),
-        count("best") + count("feasible"),
-        count("infeasible"),
-        count("dominated"),
-        count("excluded"),
-    );
-    let mut body = String::new();
-    let config_cols = [
-        "gpu",
-        "tp",
-        "pp",
-        "max_num_seqs",
-        "max_num_batched_tokens",
-        "scheduler",
-        "routing",
-        "pd_split",
-    ];
-    // As `plan` labels a configuration (`H100 tp2 pp1 seqs64 tokens2048 vllm_v1 round_robin`).
-    let prefixes = ["", "tp", "pp", "seqs", "tokens", "", "", "pd"];
-    let label = |r: &[String]| {
-        config_cols
-            .iter()
-            .zip(prefixes)
-            .filter_map(|(c, p)| {
-                plan.col(c)
-                    .filter(|&i| !r[i].is_empty())
-                    .map(|i| format!("{p}{}", r[i]))
-            })
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
-    if let Some(best) = plan.rows.iter().find(|r| r[status] == "best") {
-        let f = |c: &str| plan.col(c).map_or("–".into(), |i| cell(&best[i]));
-        let _ = write!(
-            body,
-            r#"<section id="best"><h2>Cheapest configuration that meets every SLO</h2><p><b>{} × {}</b> = {} GPUs at {}/h; p99 TTFT {} ms, {} output tokens/s.</p><p class="note">{}</p></section>"#,
-            f("instances"),
-            esc(&label(best)),
-            f("gpus"),
-            f("price_per_hour"),
-            f("ttft_p99_ms"),
-            f("output_tokens_per_s"),
-            esc(&best[plan.need(&plan_path, "reason")?])
-        );
-    } else {
-        body.push_str(r#"<section id="best"><h2>No configuration meets every SLO</h2><p class="note">Why each failed is in the table below.</p></section>"#);
-    }
-    let pareto_path = dir.join("pareto.csv");
-    if pareto_path.is_file() {
-        let front = Table::read(&pareto_path)?;
-        let c = |n: &str| front.need(&pareto_path, n);
-        let (price, ttft, tok, name, n) = (
-            c("price_per_hour")?,
-            c("ttft_p99_ms")?,
-            c("output_tokens_per_s")?,
-            c("configuration")?,
-            c("instances")?,
-        );
-        let pts = |y: usize| -> Vec<(f64, f64)> {
-            front
-                .rows
-                .iter()
-                .filter_map(|r| Some((r[price].parse().ok()?, r[y].parse().ok()?)))
-                .collect()
-        };
-        let line = |title: &str, y_label: &str, y: usize, step: bool| {
-            LineChart {
-                title: title.into(),
-                x_label: "price per hour".into(),
-                y_label: y_label.into(),
-                series: vec![Series {
-                    name: "Pareto front".into(),
-                    colour: colour(0),
-                    points: pts(y),
-                    dashed: false,
-                }],
-                step,
-                ..Default::default()
-            }
-            .svg()
-        };
-        let _ = write!(
-            body,
-            r#"<section id="pareto"><h2>Pareto front</h2><p class="note">Every passing run that no cheaper run beats on p99 TTFT.</p><div class="grid">{}{}</div><table class="pareto"><thead><tr><th>configuration</th><th>instances</th><th>price/h</th><th>TTFT p99 (ms)</th><th>output tok/s</th></tr></thead><tbody>"#,
-            line("p99 TTFT against price", "p99 TTFT (ms)", ttft, true),
-            line("throughput against price", "output tokens/s", tok, false)
-        );
-        for r in &front.rows {
-            let _ = write!(
-                body,
-                "<tr><th>{}</th><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                esc(&r[name]),
-                esc(&r[n]),
-                cell(&r[price]),
-                cell(&r[ttft]),
-                cell(&r[tok])
-            );
-        }
-        body.push_str("</tbody></table></section>");
-    }
-    // The configuration in one cell, then the verdict's columns, the reason last.
-    let shown: Vec<usize> = (0..plan.header.len())
-        .filter(|&i| {
-            let h = plan.header[i].as_str();
-            !config_cols.contains(&h) && h != "rank" && h != "reason"
-        })
-        .collect();
-    let _ = write!(
-        body,
-        r#"<section id="configurations"><h2>Every configuration and its verdict</h2><table class="plan"><thead><tr><th>rank</th><th>configuration</th>"#
-    );
-    for &i in &shown {
-        let _ = write!(body, "<th>{}</th>", esc(&plan.header[i].replace('_', " ")));
-    }
-    body.push_str("<th>reason</th></tr></thead><tbody>");
-    let rank = plan.col("rank");
-    let reason = plan.col("reason");
-    for r in plan.rows.iter().take(MAX_TABLE_ROWS) {
-        let _ = write!(
-            body,
-            "<tr><td>{}</td><th>{}</th>",
-            rank.map_or("–".into(), |c| esc(&r[c])),
-            esc(&label(r))
-        );
-        for &i in &shown {
-            let _ = write!(body, "<td>{}</td>", cell(&r[i]));
-        }
-        let _ = write!(
-            body,
-            r#"<td class="reason">{}</td></tr>"#,
-            reason.map_or(String::new(), |c| esc(&r[c]))
-        );
-    }
-    body.push_str("</tbody></table>");
-    more_rows(&mut body, plan.rows.len(), "plan.csv");
-    body.push_str("</section>");
-    Ok(page(&format!("plan of {scenario}"), &header, &body, ""))
-}
-
-/// An [`Estimate`] as `capacity.json` holds it, shown as `mean [low, high]`.
-fn estimate(v: Option<&Value>, digits: usize) -> String {
-    let Some(v) = v.filter(|v| !v.is_null()) else {
-        return "–".into();
-    };
-    let f = |k: &str| v.get(k).and_then(Value::as_f64);
-    match (f("mean"), f("low"), f("high")) {
-        (Some(m), Some(l), Some(h)) => format!("{m:.digits$} [{l:.digits$}, {h:.digits$}]"),
-        (Some(m), _, _) => format!("{m:.digits$}"),
-        _ => "–".into(),
-    }
-}
-
-fn capacity_page(dir: &Path) -> Result<String, ReportError> {
-    let path = dir.join("capacity.json");
-    let c = read_json(&path)?;
-    let limits = c
-        .get("limits")
-        .and_then(Value::as_array)
-        .ok_or_else(|| read_err(&path, "no `limits` (is it a servesim capacity.json?)"))?;
-    let scenario = c.get("scenario").and_then(Value::as_str).unwrap_or("?");
-    let seeds = c.get("seeds").and_then(Value::as_array).map_or(0, Vec::len);
-    let header = format!(
-        "<p>capacity of {}{}: {} limit{} over {} seed{}, {} runs; stated rate {} req/s</p>",
-        esc(scenario),
-        c.get("group")
-            .and_then(Value::as_str)
-            .map_or(String::new(), |g| format!(", group {} alone", esc(g))),
-        limits.len(),
-        if limits.len() == 1 { "" } else { "s" },
-        seeds,
-        if seeds == 1 { "" } else { "s" },
-        c.get("runs").map_or("?".into(), Value::to_string),
-        c.get("stated_requests_per_s")
-            .and_then(Value::as_f64)
-            .map_or("?".into(), |r| format!("{r:.3}"))
-    );
-    let mut body = String::from(
-        r#"<section id="limits"><h2>Limits: mean [95 % interval] over seeds</h2><table class="limits"><thead><tr><th>criterion</th><th>holds when</th><th>requests/s</th><th>multiple of the stated rates</th><th>per seed</th><th>completed/s when overloaded</th></tr></thead><tbody>"#,
-    );
-    let mut bars = Vec::new();
-    for l in limits {
-        let name = l.get("criterion").and_then(Value::as_str).unwrap_or("?");
-        let per_seed = l
-            .get("scale_per_seed")
-            .and_then(Value::as_array)
-            .map(|v| {
-                v.iter()
-                    .map(|x| x.as_f64().map_or("–".into(), |x| format!("{x:.3}")))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            })
-            .unwrap_or_default();
-        let at_least = l.get("at_least").and_then(Value::as_bool) == Some(true);
-        let _ = write!(
-            body,
-            r#"<tr><th>{}</th><td class="reason">{}</td><td>{}{}</td><td>{}</td><td>{}</td><td>{}</td></tr>"#,
-            esc(name),
-            esc(l.get("holds_when").and_then(Value::as_str).unwrap_or("")),
-            if at_least { "≥ " } else { "" },
-            estimate(l.get("requests_per_s"), 2),
-            estimate(l.get("scale"), 3),
-            per_seed,
-            estimate(l.get("overloaded_completed_per_s"), 2)
-        );
-        let mean = l
-            .pointer("/requests_per_s/mean")
-            .and_then(Value::as_f64)
-            .unwrap_or(f64::NAN);
-        bars.push((name.to_string(), mean));
-    }
-    body.push_str("</tbody></table>");
-    let chart = BarChart {
-        title: "Largest rate each criterion allows (mean over seeds)".into(),
-        y_label: "requests/s".into(),
-        categories: bars.iter().map(|b| b.0.clone()).collect(),
-        bars: vec![(
-            "requests/s".into(),
-            colour(0),
-            bars.iter().map(|b| b.1).collect(),
-        )],
-        legend: false,
-    };
-    let _ = write!(body, r#"<div class="grid">{}</div>"#, chart.svg());
-    if let Some(w) = c
-        .get("warnings")
-        .and_then(Value::as_array)
-        .filter(|w| !w.is_empty())
-    {
-        body.push_str(r#"<h3>Warnings</h3><ul>"#);
-        for x in w {
-            let _ = write!(body, "<li>{}</li>", esc(x.as_str().unwrap_or("")));
-        }
-        body.push_str("</ul>");
-    }
-    body.push_str("</section>");
-    Ok(page(&format!("capacity of {scenario}"), &header, &body, ""))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -938,14 +564,5 @@ mod tests {
         assert_eq!(spread(&[0.0, 0.0]), None);
         assert_eq!(spread(&[]), None);
         assert_eq!(spread(&[f64::NAN, 4.0]), Some(1.0));
-    }
-
-    #[test]
-    fn cells_round_decimals_and_keep_integers_and_text() {
-        assert_eq!(cell("42"), "42");
-        assert_eq!(cell("3.14159"), "3.142");
-        assert_eq!(cell("1234.56"), "1234.6");
-        assert_eq!(cell(""), "–");
-        assert_eq!(cell("a<b"), "a&lt;b");
     }
 }
