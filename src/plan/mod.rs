@@ -14,10 +14,11 @@
 //! window after a 25 % warm-up. Meeting them is assumed to be monotone in `n`.
 //!
 //! **The search is a branch and bound** on the price per hour. Configurations are taken in
-//! order of price per instance (GPUs per instance × price per GPU-hour), [`ROUND`] at a time
+//! order of price per unit (GPUs per unit × price per GPU-hour), [`ROUND`] at a time
 //! (in parallel), each against the best price found before its round:
-//! - with a best price `C`, the most instances that could still be cheaper is
-//!   `m = ⌈C / price per instance⌉ − 1`; `m = 0` is *dominated* at no run;
+//! - with a best price `C`, the most instances (units) that cost no more is
+//!   `m = ⌊C / price per unit⌋` (a tie is searched, and decided on p99 TTFT); `m = 0` is
+//!   *dominated* at no run;
 //! - one run at `m` (or at `max_instances` before anything is found): failing it, the
 //!   configuration cannot win (*infeasible* within the bound);
 //! - passing it, a bisection on `n` in `1..=m` finds its fewest instances (*feasible*).

@@ -574,16 +574,13 @@ impl Ctx<'_> {
         }
         let per_unit = config.price_per_unit();
         let cap = match bound {
-            Some(best) => {
-                let fewer = ((best / per_unit).ceil() as u32).saturating_sub(1);
-                fewer.min(max_instances)
-            }
+            Some(best) => most_units(best, per_unit, max_instances),
             None => max_instances,
         };
         if cap == 0 {
             outcome.status = Status::Dominated;
             outcome.reason = format!(
-                "dominated: one {} costs {per_unit:.2}/h, not less than the best found ({:.2}/h)",
+                "dominated: one {} costs {per_unit:.2}/h, more than the best found ({:.2}/h)",
                 config.unit(),
                 bound.unwrap_or(0.0)
             );
@@ -595,7 +592,7 @@ impl Ctx<'_> {
             outcome.status = Status::Infeasible;
             outcome.reason = match bound {
                 Some(best) => format!(
-                    "cannot beat {best:.2}/h: at {} ({:.2}/h, the most that would cost less) it fails: {}",
+                    "cannot match {best:.2}/h: at {} ({:.2}/h, the most that would not cost more) it fails: {}",
                     sized(cap, config),
                     at_cap.price_per_hour,
                     at_cap.failed.as_deref().unwrap_or("")
@@ -633,6 +630,14 @@ impl Ctx<'_> {
         outcome.trial = Some(passing);
         Ok(outcome)
     }
+}
+
+/// The most units at `per_unit` that cost no more than `best` (at most `max`): a
+/// configuration that can tie is searched, so a tie is decided on p99 TTFT rather than on the
+/// search's order. The relative 1e-9 keeps a quotient such as 0.3 / 0.1 = 2.999… from losing
+/// the tie to rounding.
+fn most_units(best: f64, per_unit: f64, max: u32) -> u32 {
+    (((best / per_unit) * (1.0 + 1e-9)).floor() as u32).min(max)
 }
 
 /// `1 instance`, `3 instances`; with a P/D split `2 units (1 prefill + 3 decode each)`.
@@ -700,9 +705,15 @@ pub(super) fn finish(head: Header, mut outcomes: Vec<Outcome>) -> PlanResult {
                         sized(n, &o.config),
                         (v / b - 1.0) * 100.0
                     )
-                } else {
+                } else if ttft(o) > best_ttft {
                     format!(
                         "ties with the best on price ({}), with a higher p99 TTFT ({:.1} ms against {best_ttft:.1})",
+                        sized(n, &o.config),
+                        ttft(o)
+                    )
+                } else {
+                    format!(
+                        "ties with the best on price ({}) and p99 TTFT ({:.1} ms); the best comes first in the search's order",
                         sized(n, &o.config),
                         ttft(o)
                     )
@@ -746,6 +757,15 @@ pub(super) fn finish(head: Header, mut outcomes: Vec<Outcome>) -> PlanResult {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_bound_keeps_every_size_that_could_tie() {
+        assert_eq!(most_units(60.0, 12.0, 64), 5);
+        assert_eq!(most_units(59.99, 12.0, 64), 4);
+        assert_eq!(most_units(0.3, 0.1, 64), 3); // 0.3 / 0.1 = 2.9999999999999996
+        assert_eq!(most_units(11.0, 12.0, 64), 0);
+        assert_eq!(most_units(1e6, 1.0, 64), 64);
+    }
 
     #[test]
     fn a_configuration_prices_its_gpus_and_sets_every_varied_field() {
