@@ -39,3 +39,4 @@ mod write;
 
 pub use merge::merge;
 pub use search::*;
+pub use write::CONFIG_COLUMNS;

@@ -2,6 +2,18 @@
 
 use super::search::{Outcome, PlanResult, Status, sized};
 
+/// The columns of `plan.csv` that name a configuration (the report reads them back).
+pub const CONFIG_COLUMNS: [&str; 8] = [
+    "gpu",
+    "tp",
+    "pp",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "scheduler",
+    "routing",
+    "pd_split",
+];
+
 impl PlanResult {
     /// The best outcome, if any configuration met every SLO.
     pub fn best(&self) -> Option<&Outcome> {
@@ -11,28 +23,22 @@ impl PlanResult {
     /// `plan.csv`: one row per configuration.
     pub fn csv(&self) -> Result<Vec<u8>, String> {
         let mut w = csv::Writer::from_writer(Vec::new());
-        let mut head: Vec<String> = [
-            "rank",
-            "gpu",
-            "tp",
-            "pp",
-            "max_num_seqs",
-            "max_num_batched_tokens",
-            "scheduler",
-            "routing",
-            "pd_split",
-            "price_per_gpu_hour",
-            "status",
-            "instances",
-            "gpus",
-            "price_per_hour",
-            "price_per_million_tokens",
-            "ttft_p99_ms",
-            "output_tokens_per_s",
-            "runs",
-        ]
-        .map(String::from)
-        .to_vec();
+        let mut head: Vec<String> = ["rank"]
+            .into_iter()
+            .chain(CONFIG_COLUMNS)
+            .chain([
+                "price_per_gpu_hour",
+                "status",
+                "instances",
+                "gpus",
+                "price_per_hour",
+                "price_per_million_tokens",
+                "ttft_p99_ms",
+                "output_tokens_per_s",
+                "runs",
+            ])
+            .map(String::from)
+            .collect();
         head.extend(
             self.targets
                 .iter()

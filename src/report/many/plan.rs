@@ -40,16 +40,7 @@ pub(super) fn plan_page(dir: &Path) -> Result<String, ReportError> {
         count("excluded"),
     );
     let mut body = String::new();
-    let config_cols = [
-        "gpu",
-        "tp",
-        "pp",
-        "max_num_seqs",
-        "max_num_batched_tokens",
-        "scheduler",
-        "routing",
-        "pd_split",
-    ];
+    let config_cols = crate::plan::CONFIG_COLUMNS;
     // As `plan` labels a configuration (`H100 tp2 pp1 seqs64 tokens2048 vllm_v1 round_robin`).
     let prefixes = ["", "tp", "pp", "seqs", "tokens", "", "", "pd"];
     let label = |r: &[String]| {
