@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Times issue 32's targets on this machine (release build; wall-clock, so run it on an idle
 # machine): capacity of the 16-instance cluster, plan over 256 and 1,024 configurations of the
-# 70B question, and the same plan in two shards joined by merge. Numbers: docs/capacity.md.
+# 70B question, the same plan in two shards joined by merge, and in four shards from a shared
+# plan.bound. Numbers: docs/capacity.md.
 #
-#   bash benches/capacity-plan.sh            # everything (~4 minutes on 2 cores)
+#   bash benches/capacity-plan.sh            # everything (~5 minutes on 2 cores)
 #   QUICK=1 bash benches/capacity-plan.sh    # capacity and the 256-configuration plan only
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,4 +37,10 @@ if [ -z "${QUICK:-}" ]; then
   timed "plan shard 1/2" $bin plan scenarios/plan.ron --shard 1/2 --out "$out/s1"
   $bin merge "$out/s0" "$out/s1" --out "$out/merged" >"$out/merged.txt" 2>/dev/null
   echo "merged best: $(grep '^best:' "$out/merged.txt")"
+  for i in 0 1 2 3; do
+    timed "plan shard $i/4, plan.bound=80" $bin plan scenarios/plan.ron \
+      --set plan.bound=80 --shard "$i/4" --out "$out/b$i"
+  done
+  $bin merge "$out"/b0 "$out"/b1 "$out"/b2 "$out"/b3 --out "$out/bmerged" >"$out/bmerged.txt" 2>/dev/null
+  echo "merged best (bound): $(grep '^best:' "$out/bmerged.txt")"
 fi

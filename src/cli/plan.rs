@@ -29,6 +29,7 @@ pub(crate) struct PlanArgs {
     out: Option<PathBuf>,
     /// Search only the configurations whose place in the search's order is I modulo N (a
     /// Slurm array task or a Kubernetes Indexed Job pod); join the parts with `servesim merge`.
+    /// Give every shard the same `--set plan.bound=PRICE` so they prune as one search does.
     #[arg(long, value_name = "I/N")]
     shard: Option<String>,
     /// Reuse the trials an earlier, killed attempt of this same plan finished in --out and run

@@ -75,6 +75,19 @@ pub fn check(p: &mut Vec<Problem>, s: &Scenario, catalog: &Catalog) {
             format!("must be in 1..=10000, got {}", plan.max_instances),
         ));
     }
+    if let Some(b) = plan.bound
+        && !(b.is_finite() && b > 0.0)
+    {
+        p.push(
+            Problem::new(
+                "plan.bound",
+                format!("must be a finite price > 0 per hour, got {b}"),
+            )
+            .hint(
+                "e.g. bound: Some(60.0), the price per hour of a deployment known to meet the SLOs",
+            ),
+        );
+    }
     for (name, price) in &plan.prices {
         if crate::model::find_gpu(name).is_none() {
             p.push(Problem::new(

@@ -86,6 +86,7 @@ pub fn merge(parts: Vec<(String, PlanResult)>) -> Result<PlanResult, String> {
             objective: first.objective,
             seeds: first.seeds.clone(),
             targets: first.targets.clone(),
+            bound: first.bound,
         },
         outcomes,
     ))

@@ -28,7 +28,8 @@
 //!
 //! **Shards** (`--shard I/N`) search the configurations whose place in that order is I
 //! modulo N, each with its own bound; [`merge`] joins them into the same best configuration
-//! (they prune less, so they run more). **Resume**: with `--out`, every finished trial is
+//! (they prune less, so they run more, unless all start from one `plan.bound`: the search
+//! then begins as if a deployment at that price had been found). **Resume**: with `--out`, every finished trial is
 //! appended to [`progress::FILE`]; `--resume` reuses them, and because the search is
 //! deterministic it replays the same decisions, so the answer is byte-identical.
 

@@ -244,6 +244,9 @@ pub struct PlanResult {
     pub objective: PlanObjective,
     pub seeds: Vec<u64>,
     pub targets: Vec<Target>,
+    /// `plan.bound`: the price per hour the search started from, when given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound: Option<f64>,
     /// Every configuration, cheapest first (best, then feasible by price, then the rest).
     pub outcomes: Vec<Outcome>,
     /// Every trial that met the SLOs and is not beaten on both price and p99 TTFT by
@@ -369,7 +372,10 @@ pub fn search(
         trials: settings.trials.as_deref(),
     };
     let mut outcomes: Vec<Outcome> = Vec::with_capacity(configs.len());
-    let mut best: Option<f64> = None;
+    let mut best: Option<Bound> = spec.bound.map(|price| Bound {
+        price,
+        found: false,
+    });
     for round in configs.chunks(ROUND) {
         let bound = best;
         let next = AtomicUsize::new(0);
@@ -396,8 +402,13 @@ pub fn search(
         });
         for r in results.into_inner().expect("no thread panicked") {
             let outcome = r.expect("every configuration was decided")?;
-            if let Some(p) = outcome.price_per_hour {
-                best = Some(best.map_or(p, |b| b.min(p)));
+            if let Some(p) = outcome.price_per_hour
+                && best.is_none_or(|b| p <= b.price)
+            {
+                best = Some(Bound {
+                    price: p,
+                    found: true,
+                });
             }
             outcomes.push(outcome);
         }
@@ -410,9 +421,28 @@ pub fn search(
             objective: spec.objective,
             seeds,
             targets,
+            bound: spec.bound,
         },
         outcomes,
     ))
+}
+
+/// The price per hour a configuration must match: the best found before its round, or
+/// `plan.bound` until something is found below it.
+#[derive(Clone, Copy, Debug)]
+struct Bound {
+    price: f64,
+    found: bool,
+}
+
+impl Bound {
+    fn what(&self) -> &'static str {
+        if self.found {
+            "the best found"
+        } else {
+            "plan.bound"
+        }
+    }
 }
 
 /// What every configuration's search needs.
@@ -552,7 +582,7 @@ impl Ctx<'_> {
     fn decide(
         &self,
         config: &Config,
-        bound: Option<f64>,
+        bound: Option<Bound>,
         max_instances: u32,
     ) -> Result<Outcome, PlanError> {
         let mut outcome = Outcome {
@@ -574,15 +604,18 @@ impl Ctx<'_> {
         }
         let per_unit = config.price_per_unit();
         let cap = match bound {
-            Some(best) => most_units(best, per_unit, max_instances),
+            Some(best) => most_units(best.price, per_unit, max_instances),
             None => max_instances,
         };
-        if cap == 0 {
+        if let Some(best) = bound
+            && cap == 0
+        {
             outcome.status = Status::Dominated;
             outcome.reason = format!(
-                "dominated: one {} costs {per_unit:.2}/h, more than the best found ({:.2}/h)",
+                "dominated: one {} costs {per_unit:.2}/h, more than {} ({:.2}/h)",
                 config.unit(),
-                bound.unwrap_or(0.0)
+                best.what(),
+                best.price
             );
             return Ok(outcome);
         }
@@ -592,7 +625,9 @@ impl Ctx<'_> {
             outcome.status = Status::Infeasible;
             outcome.reason = match bound {
                 Some(best) => format!(
-                    "cannot match {best:.2}/h: at {} ({:.2}/h, the most that would not cost more) it fails: {}",
+                    "cannot match {} ({:.2}/h): at {} ({:.2}/h, the most that would not cost more) it fails: {}",
+                    best.what(),
+                    best.price,
                     sized(cap, config),
                     at_cap.price_per_hour,
                     at_cap.failed.as_deref().unwrap_or("")
@@ -657,6 +692,7 @@ pub(super) struct Header {
     pub(super) objective: PlanObjective,
     pub(super) seeds: Vec<u64>,
     pub(super) targets: Vec<Target>,
+    pub(super) bound: Option<f64>,
 }
 
 /// Ranks the outcomes (given in the search's order), names the best, builds the Pareto front
@@ -748,6 +784,7 @@ pub(super) fn finish(head: Header, mut outcomes: Vec<Outcome>) -> PlanResult {
         objective: head.objective,
         seeds: head.seeds,
         targets: head.targets,
+        bound: head.bound,
         outcomes: sorted,
         pareto,
         runs,

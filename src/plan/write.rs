@@ -149,7 +149,9 @@ impl PlanResult {
         let Some(best) = self.best() else {
             let _ = writeln!(
                 s,
-                "no configuration meets every SLO within plan.max_instances; why each failed:"
+                "no configuration meets every SLO within plan.max_instances{}; why each failed:",
+                self.bound
+                    .map_or(String::new(), |b| format!(" and plan.bound ({b:.2}/h)"))
             );
             for o in self.outcomes.iter().take(runners_up) {
                 let _ = writeln!(s, "  {}: {}", o.config.label(), o.reason);

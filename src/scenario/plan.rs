@@ -48,6 +48,12 @@ pub struct PlanSpec {
     /// What "cheapest" means. Default `CostPerHour`.
     #[serde(default)]
     pub objective: PlanObjective,
+    /// A price per hour no answer may exceed: the search starts with it as the best found,
+    /// so nothing dearer is run. Give every shard the same bound (e.g. the deployment run
+    /// today, or a budget) and the shards prune as one search does. A bound below the
+    /// cheapest answer leaves nothing that meets the SLOs. Default none.
+    #[serde(default)]
+    pub bound: Option<f64>,
 }
 
 fn default_max_instances() -> u32 {

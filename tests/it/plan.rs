@@ -329,6 +329,85 @@ fn a_sharded_plan_merges_into_the_unsharded_best_and_merge_refuses_what_is_not_i
 }
 
 #[test]
+fn a_bound_at_the_best_price_finds_it_with_fewer_runs_in_every_shard_and_one_below_finds_none() {
+    let dir = small();
+    let d = dir.path();
+    let whole = plan_json(d, &[]);
+    let (gpu, price, n) = best(&whole);
+    let bound = format!("plan.bound={price}");
+    let at = plan_json(d, &["--set", &bound]);
+    assert_eq!(best(&at), (gpu, price, n));
+    assert_eq!(at["bound"].as_f64(), Some(price));
+    // The first round no longer runs at plan.max_instances.
+    assert!(at["runs"].as_u64() < whole["runs"].as_u64(), "{at}");
+    for o in at["outcomes"].as_array().unwrap() {
+        if let Some(p) = o["price_per_hour"].as_f64() {
+            assert!(p <= price, "{o}");
+        }
+    }
+    // Each of three shards starts from the bound, so each finds the best or knows it lost.
+    for i in 0..3 {
+        let shard = format!("{i}/3");
+        let out = format!("s{i}");
+        let o = servesim(
+            &[
+                "plan",
+                "small.ron",
+                "-q",
+                "--set",
+                &bound,
+                "--shard",
+                &shard,
+                "--out",
+                &out,
+            ],
+            d,
+        );
+        assert!(o.status.code().is_some_and(|c| c <= 1), "{shard}");
+    }
+    let merged = servesim(&["merge", "s0", "s1", "s2", "--out", "m"], d);
+    assert!(merged.status.success());
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("m/plan.json")).unwrap()).unwrap();
+    assert_eq!(best(&m), (gpu, price, n));
+    // Just below the best price nothing is left, and every configuration says why.
+    let below = servesim(
+        &[
+            "plan",
+            "small.ron",
+            "-q",
+            "--set",
+            &format!("plan.bound={}", price - 0.5),
+        ],
+        d,
+    );
+    assert_eq!(below.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&below.stdout);
+    assert!(
+        text.contains(&format!(
+            "no configuration meets every SLO within plan.max_instances and plan.bound ({:.2}/h)",
+            price - 0.5
+        )),
+        "{text}"
+    );
+    let below = plan_json_any(d, &["--set", &format!("plan.bound={}", price - 0.5)]);
+    for o in below["outcomes"].as_array().unwrap() {
+        let reason = o["reason"].as_str().unwrap();
+        assert!(
+            reason.starts_with("excluded") || reason.contains("plan.bound"),
+            "{reason}"
+        );
+    }
+}
+
+/// The plan's JSON whatever its exit code.
+fn plan_json_any(dir: &Path, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["plan", "small.ron", "--format", "json", "-q"];
+    args.extend_from_slice(extra);
+    serde_json::from_slice(&servesim(&args, dir).stdout).unwrap()
+}
+
+#[test]
 fn p_d_splits_size_both_pools_and_a_doubled_split_never_beats_the_split_it_doubles() {
     // The bundled P/D scenario (one Prefill and one Decode group), planned over splits.
     let dir = tempfile::tempdir().unwrap();
