@@ -265,7 +265,7 @@ fn cores() -> usize {
 
 /// `servesim capacity`: its answer as the JSON `--format json` prints.
 #[pyfunction]
-#[pyo3(signature = (source, is_text, overrides, replicas=3, tolerance=0.02, served_share=0.97, jobs=None, group=None))]
+#[pyo3(signature = (source, is_text, overrides, replicas=3, tolerance=0.02, served_share=0.97, jobs=None, group=None, each_group=false))]
 #[expect(
     clippy::too_many_arguments,
     reason = "the Python function's keyword arguments"
@@ -280,8 +280,14 @@ fn capacity(
     served_share: f64,
     jobs: Option<usize>,
     group: Option<String>,
+    each_group: bool,
 ) -> PyResult<String> {
-    use servesim::capacity::{Capacity, CapacityError, Settings, group_alone, search};
+    use servesim::capacity::{
+        Capacity, CapacityError, Settings, group_alone, search, search_each_group,
+    };
+    if each_group && group.is_some() {
+        return Err(ScenarioError::new_err("give group or each_group, not both"));
+    }
     let app = app();
     let sc = load(&app, source, is_text, &overrides)?;
     let sc = match &group {
@@ -295,7 +301,14 @@ fn capacity(
         jobs: jobs.unwrap_or_else(cores).max(1),
         interrupt: None,
     };
-    match py.detach(|| search(&app, &sc, &settings)) {
+    let searched = py.detach(|| {
+        if each_group {
+            search_each_group(&app, &sc, &settings)
+        } else {
+            search(&app, &sc, &settings)
+        }
+    });
+    match searched {
         Ok(c) => serde_json::to_string_pretty(&Capacity { group, ..c })
             .map_err(|e| RunError::new_err(e.to_string())),
         Err(CapacityError::Input(e)) => Err(ScenarioError::new_err(e)),

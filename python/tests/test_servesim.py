@@ -232,3 +232,13 @@ def test_capacity_and_plan_give_what_the_cli_prints(tmp_path):
     assert alone["group"] == "70b-tp4"
     with pytest.raises(servesim.ScenarioError, match="did you mean"):
         servesim.capacity(cap, group="70b-tp5")
+    # Every group alone (--each-group): a one-group deployment has nothing to split, and says so.
+    each = servesim.capacity(
+        cap, {"workload.num_requests": 1500, "cluster.groups[0].count": 2}, replicas=1,
+        each_group=True,
+    )
+    assert "groups" not in each
+    assert each["limits"] == alone["limits"]
+    assert any("its capacity alone is the deployment's" in w for w in each["warnings"])
+    with pytest.raises(servesim.ScenarioError, match="not both"):
+        servesim.capacity(cap, group="70b-tp4", each_group=True)

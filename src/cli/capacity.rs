@@ -31,9 +31,13 @@ pub(crate) struct CapacityArgs {
     #[arg(long)]
     jobs: Option<usize>,
     /// Search this instance group alone (every other group left out): what it sustains
-    /// under the whole workload. Run once per group to compare them.
+    /// under the whole workload.
     #[arg(long, value_name = "NAME")]
     group: Option<String>,
+    /// Search the deployment, then each of its instance groups alone under the whole
+    /// workload (which group limits it; JSON: `groups`).
+    #[arg(long, conflicts_with = "group")]
+    each_group: bool,
     /// Also write capacity.json here.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -90,7 +94,12 @@ pub(crate) fn capacity(app: &ServesimApp, a: CapacityArgs) -> ExitCode {
         reason = "wall-clock timing goes to stderr only"
     )]
     let started = std::time::Instant::now();
-    let result = match crate::capacity::search(app, &scenario, &settings) {
+    let searched = if a.each_group {
+        crate::capacity::search_each_group(app, &scenario, &settings)
+    } else {
+        crate::capacity::search(app, &scenario, &settings)
+    };
+    let result = match searched {
         Ok(r) => crate::capacity::Capacity {
             group: a.group.clone(),
             ..r
@@ -115,6 +124,14 @@ pub(crate) fn capacity(app: &ServesimApp, a: CapacityArgs) -> ExitCode {
     for w in &result.warnings {
         eprintln!("warning: {w}");
     }
+    for g in &result.groups {
+        for w in &g.warnings {
+            eprintln!(
+                "warning: group {} alone: {w}",
+                g.group.as_deref().unwrap_or("?")
+            );
+        }
+    }
     match a.format {
         Format::Text => print!("{}", result.text()),
         Format::Json => print!("{json}"),
@@ -122,7 +139,7 @@ pub(crate) fn capacity(app: &ServesimApp, a: CapacityArgs) -> ExitCode {
     if !a.quiet {
         eprintln!(
             "servesim: {} runs on {} threads in {:.2} s wall",
-            result.runs,
+            result.runs + result.groups.iter().map(|g| g.runs).sum::<u32>(),
             settings.jobs.min(result.seeds.len()),
             started.elapsed().as_secs_f64()
         );

@@ -254,6 +254,62 @@ fn a_group_alone_explains_the_deployment_round_robin_falls_behind_with_its_slowe
         h100 > whole,
         "the H100s alone ({h100}) beat round robin over both ({whole})"
     );
+    // --each-group: the same three answers from one invocation, the groups in the cluster's
+    // order, in JSON, in the text and on the report's page.
+    let each = |format: &str| {
+        servesim(
+            &[
+                "capacity",
+                "two.ron",
+                "--set",
+                "workload.num_requests=4000",
+                "--set",
+                r#"policies.routing="round_robin""#,
+                "--replicas",
+                "1",
+                "--each-group",
+                "--format",
+                format,
+                "-q",
+                "--out",
+                &format!("each-{format}"),
+            ],
+            dir.path(),
+        )
+    };
+    let out = each("json");
+    assert!(out.status.success());
+    let c: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mean = |v: &serde_json::Value| v["limits"][0]["requests_per_s"]["mean"].as_f64().unwrap();
+    assert_eq!(mean(&c), whole);
+    let groups = c["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 2);
+    assert_eq!(
+        (groups[0]["group"].as_str(), mean(&groups[0])),
+        (Some("h100"), h100)
+    );
+    assert_eq!(
+        (groups[1]["group"].as_str(), mean(&groups[1])),
+        (Some("a100"), a100)
+    );
+    let text = String::from_utf8(each("text").stdout).unwrap();
+    assert!(
+        text.contains(&format!(
+            "sum of the groups' means     {:.2} req/s, against {whole:.2} req/s",
+            h100 + a100
+        )),
+        "{text}"
+    );
+    assert!(text.contains("group a100 alone"), "{text}");
+    let page = servesim(&["report", "each-json", "--out", "each.html"], dir.path());
+    assert!(page.status.success());
+    let html = std::fs::read_to_string(dir.path().join("each.html")).unwrap();
+    assert!(html.contains(r#"id="group-1""#) && html.contains("Group a100 alone"));
+    let both = servesim(
+        &["capacity", "two.ron", "--each-group", "--group", "h100"],
+        dir.path(),
+    );
+    assert_eq!(both.status.code(), Some(2));
     // Unknown and P/D groups are refused with the reason.
     let out = servesim(&["capacity", "two.ron", "--group", "h10"], dir.path());
     assert_eq!(out.status.code(), Some(2));

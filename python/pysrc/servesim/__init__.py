@@ -174,17 +174,19 @@ def capacity(
     served_share: float = 0.97,
     jobs: Optional[int] = None,
     group: Optional[str] = None,
+    each_group: bool = False,
 ) -> Dict[str, Any]:
     """``servesim capacity``: the largest rate the deployment sustains and the largest at which
     each SLO class holds, as the dict ``--format json`` prints (``limits[k]["requests_per_s"]``
     holds ``mean``, ``low`` and ``high`` over ``replicas`` seeds). ``group`` searches that
-    instance group alone (``--group``). Raises ScenarioError for a scenario or setting it
+    instance group alone (``--group``); ``each_group=True`` adds every group searched alone
+    under ``groups`` (``--each-group``). Raises ScenarioError for a scenario or setting it
     cannot search, RunError when a run fails."""
     source, is_text, ov = _resolve(scenario, overrides, None)
     return json.loads(
         _native.capacity(
             source, is_text, ov, replicas=replicas, tolerance=tolerance,
-            served_share=served_share, jobs=jobs, group=group,
+            served_share=served_share, jobs=jobs, group=group, each_group=each_group,
         )
     )
 

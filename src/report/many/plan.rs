@@ -185,8 +185,9 @@ pub(super) fn capacity_page(dir: &Path) -> Result<String, ReportError> {
         .ok_or_else(|| read_err(&path, "no `limits` (is it a servesim capacity.json?)"))?;
     let scenario = c.get("scenario").and_then(Value::as_str).unwrap_or("?");
     let seeds = c.get("seeds").and_then(Value::as_array).map_or(0, Vec::len);
+    let groups = c.get("groups").and_then(Value::as_array);
     let header = format!(
-        "<p>capacity of {}{}: {} limit{} over {} seed{}, {} runs; stated rate {} req/s</p>",
+        "<p>capacity of {}{}: {} limit{} over {} seed{}, {} runs; stated rate {} req/s{}</p>",
         esc(scenario),
         c.get("group")
             .and_then(Value::as_str)
@@ -198,13 +199,71 @@ pub(super) fn capacity_page(dir: &Path) -> Result<String, ReportError> {
         c.get("runs").map_or("?".into(), Value::to_string),
         c.get("stated_requests_per_s")
             .and_then(Value::as_f64)
-            .map_or("?".into(), |r| format!("{r:.3}"))
+            .map_or("?".into(), |r| format!("{r:.3}")),
+        groups.map_or(String::new(), |g| format!(
+            "; each of {} groups also searched alone",
+            g.len()
+        ))
     );
-    let mut body = String::from(
-        r#"<section id="limits"><h2>Limits: mean [95 % interval] over seeds</h2><table class="limits"><thead><tr><th>criterion</th><th>holds when</th><th>requests/s</th><th>multiple of the stated rates</th><th>per seed</th><th>completed/s when overloaded</th></tr></thead><tbody>"#,
+    let mut body = limits_section(&c, "limits", "Limits: mean [95 % interval] over seeds");
+    if let Some(groups) = groups {
+        let name = |g: &Value| {
+            g.get("group")
+                .and_then(Value::as_str)
+                .unwrap_or("?")
+                .to_string()
+        };
+        let sustained = |g: &Value| {
+            g.pointer("/limits/0/requests_per_s/mean")
+                .and_then(Value::as_f64)
+                .unwrap_or(f64::NAN)
+        };
+        let chart = BarChart {
+            title: "Sustained rate: the deployment and each group alone (mean over seeds)".into(),
+            y_label: "requests/s".into(),
+            categories: std::iter::once("deployment".to_string())
+                .chain(groups.iter().map(name))
+                .collect(),
+            bars: vec![(
+                "requests/s".into(),
+                colour(0),
+                std::iter::once(sustained(&c))
+                    .chain(groups.iter().map(sustained))
+                    .collect(),
+            )],
+            legend: false,
+        };
+        let _ = write!(
+            body,
+            r#"<section id="groups"><h2>Each group alone under the whole workload</h2><div class="grid">{}</div></section>"#,
+            chart.svg()
+        );
+        for (k, g) in groups.iter().enumerate() {
+            body.push_str(&limits_section(
+                g,
+                &format!("group-{k}"),
+                &format!(
+                    "Group {} alone: mean [95 % interval] over seeds",
+                    esc(&name(g))
+                ),
+            ));
+        }
+    }
+    Ok(page(&format!("capacity of {scenario}"), &header, &body, ""))
+}
+
+/// One capacity answer's limits: a table, a bar chart and its warnings.
+fn limits_section(c: &Value, id: &str, title: &str) -> String {
+    let mut body = format!(
+        r#"<section id="{id}"><h2>{title}</h2><table class="limits"><thead><tr><th>criterion</th><th>holds when</th><th>requests/s</th><th>multiple of the stated rates</th><th>per seed</th><th>completed/s when overloaded</th></tr></thead><tbody>"#,
     );
     let mut bars = Vec::new();
-    for l in limits {
+    for l in c
+        .get("limits")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
         let name = l.get("criterion").and_then(Value::as_str).unwrap_or("?");
         let per_seed = l
             .get("scale_per_seed")
@@ -259,5 +318,5 @@ pub(super) fn capacity_page(dir: &Path) -> Result<String, ReportError> {
         body.push_str("</ul>");
     }
     body.push_str("</section>");
-    Ok(page(&format!("capacity of {scenario}"), &header, &body, ""))
+    body
 }

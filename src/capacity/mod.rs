@@ -33,6 +33,11 @@ use crate::request::RequestSample;
 use crate::scenario::{DEFAULT_ATTAINMENT, Scenario};
 use crate::simulation::SimError;
 
+mod groups;
+mod text;
+
+pub use groups::{group_alone, search_each_group};
+
 /// Arrivals (by order) left out of the test as warm-up.
 pub const WARM_UP: f64 = 0.25;
 /// Default share of a window's arrivals that must be completed within it.
@@ -323,6 +328,10 @@ pub struct Capacity {
     pub runs: u32,
     /// What makes the answer less certain than its interval says.
     pub warnings: Vec<String>,
+    /// `--each-group`: each instance group searched alone under the whole workload, in the
+    /// cluster's order (empty otherwise).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<Capacity>,
 }
 
 /// A window shorter than this many times the requests in flight at its start is mostly
@@ -358,32 +367,6 @@ pub enum CapacityError {
     },
     #[error("interrupted")]
     Interrupted,
-}
-
-/// `scenario` with only its group `name` (`capacity --group`): what that group alone
-/// sustains under the whole workload. A prefill or decode group cannot serve alone.
-pub fn group_alone(scenario: &Scenario, name: &str) -> Result<Scenario, String> {
-    let groups = &scenario.cluster.groups;
-    let Some(g) = groups.iter().find(|g| g.name == name) else {
-        let names: Vec<&str> = groups.iter().map(|g| g.name.as_str()).collect();
-        return Err(format!(
-            "no instance group \"{name}\"{}",
-            crate::scenario::did_you_mean(name, names.iter().copied()).map_or_else(
-                || format!(" (the groups: {})", names.join(", ")),
-                |s| format!(": did you mean \"{s}\"?")
-            )
-        ));
-    };
-    if g.role != crate::scenario::Role::Mixed {
-        return Err(format!(
-            "group \"{name}\" is a {} pool, which cannot serve requests alone: search the whole deployment (without --group), or vary its size with plan.pd_splits",
-            g.role.name()
-        ));
-    }
-    let mut alone = scenario.clone();
-    alone.cluster.groups.retain(|g| g.name == name);
-    alone.plan = None;
-    Ok(alone)
 }
 
 /// Searches `scenario` (loaded and validated).
@@ -561,6 +544,7 @@ pub fn search(
         limits,
         runs: searches.iter().map(|s| s.runs).sum(),
         warnings,
+        groups: Vec::new(),
     })
 }
 
@@ -593,69 +577,6 @@ fn parallel<T: Send>(
         .into_iter()
         .map(|r| r.expect("every seed was searched"))
         .collect()
-}
-
-impl Capacity {
-    /// The table `capacity` prints.
-    pub fn text(&self) -> String {
-        use std::fmt::Write;
-        let mut s = String::new();
-        let _ = writeln!(
-            s,
-            "capacity of {}{} ({} seed{}, {} runs, brackets within {} %):",
-            self.scenario,
-            self.group
-                .as_ref()
-                .map_or(String::new(), |g| format!(", group {g} alone")),
-            self.seeds.len(),
-            if self.seeds.len() == 1 { "" } else { "s" },
-            self.runs,
-            self.tolerance * 100.0
-        );
-        match self.stated_requests_per_s {
-            Some(r) => {
-                let _ = writeln!(s, "  the scenario offers {r} req/s (1×)");
-            }
-            None => {
-                let _ = writeln!(
-                    s,
-                    "  the scenario states no rate (traces or sessions): req/s is measured in each run's window"
-                );
-            }
-        }
-        let interval = if self.seeds.len() > 1 {
-            " (mean [95 % interval])"
-        } else {
-            ""
-        };
-        let _ = writeln!(s, "  largest rate{interval} at which");
-        for l in &self.limits {
-            let what = match l.criterion.strip_prefix("slo:") {
-                Some(class) => format!("SLO {class} holds"),
-                None => "the deployment keeps up".to_string(),
-            };
-            let value = match (&l.requests_per_s, &l.scale) {
-                (Some(r), Some(x)) => format!(
-                    "{}{} req/s  ({}×)",
-                    if l.at_least { "≥ " } else { "" },
-                    r.show(2),
-                    x.show(3)
-                ),
-                _ => format!("none: fails even at {}× the scenario's rates", MIN_SCALE),
-            };
-            let _ = writeln!(s, "    {what:<28} {value}");
-            if let Some(o) = &l.overloaded_completed_per_s {
-                let _ = writeln!(
-                    s,
-                    "    {:<28} {} req/s completed at the smallest rate that failed",
-                    "",
-                    o.show(2)
-                );
-            }
-            let _ = writeln!(s, "      ({})", l.holds_when);
-        }
-        s
-    }
 }
 
 #[cfg(test)]
