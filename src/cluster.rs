@@ -458,7 +458,61 @@ fn open_decisions(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<(), Sim
         top_k: outputs.decision_top_k as usize,
         error: None,
     });
+    use bevy_ecs::schedule::ScheduleLabel;
+    for label in [
+        crate::engine::SimStep.intern(),
+        crate::engine::SimStepFast.intern(),
+    ] {
+        app.add_systems(
+            label,
+            write_anomaly_rows.in_set(crate::engine::SimSystems::Observe),
+        );
+    }
     Ok(())
+}
+
+/// Writes the anomalies detected since the last tick (by the instances, by time and index,
+/// then by scaling) as rows of `decisions.csv`: `chosen` is the instance (empty for
+/// scaling), `kind` and `detail` say what happened.
+fn write_anomaly_rows(
+    mut log: ResMut<DecisionLog>,
+    mut others: ResMut<crate::instance::AnomalyLog>,
+    mut instances: Query<(&crate::instance::Instance, &mut crate::instance::Scheduler)>,
+) {
+    let log = &mut *log;
+    let mut rows: Vec<(u32, crate::instance::AnomalyRow)> = Vec::new();
+    for (instance, mut sched) in &mut instances {
+        if let Some(r) = sched.anomaly_rows.as_mut().filter(|r| !r.is_empty()) {
+            rows.extend(r.drain(..).map(|row| (instance.index, row)));
+        }
+    }
+    rows.sort_by_key(|(i, row)| (row.time, *i));
+    let scaling = others.0.drain(..).map(|row| (u32::MAX, row));
+    for (i, row) in rows.into_iter().chain(scaling) {
+        let Some(w) = log.writer.as_mut().filter(|_| log.error.is_none()) else {
+            return;
+        };
+        let at = if i == u32::MAX {
+            String::new()
+        } else {
+            i.to_string()
+        };
+        let record = [
+            row.time.as_us().to_string(),
+            row.request.map_or(String::new(), |r| r.to_string()),
+            at,
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+            String::new(),
+            row.kind.to_string(),
+            row.detail,
+        ];
+        if let Err(e) = w.write_record(record) {
+            log.error = Some(e.to_string());
+        }
+    }
 }
 
 /// `FinishStage::Concerns`: `decisions.csv` flushed (or its first write error).
@@ -487,7 +541,7 @@ fn finish_decisions(world: &mut World, _: &mut crate::metrics::Summary) -> Resul
 }
 
 /// Column names of `decisions.csv`.
-pub const DECISION_COLUMNS: [&str; 8] = [
+pub const DECISION_COLUMNS: [&str; 10] = [
     "time_us",
     "request_id",
     "chosen",
@@ -496,6 +550,8 @@ pub const DECISION_COLUMNS: [&str; 8] = [
     "best_score",
     "regret",
     "top_candidates",
+    "kind",
+    "detail",
 ];
 
 /// Applies the routing policy and sends each request on its way to the chosen instance.
@@ -653,6 +709,8 @@ fn trace_decision(
             format!("{:.6}", best.score),
             format!("{regret:.6}"),
             list,
+            "route".to_string(),
+            String::new(),
         ];
         if let Err(e) = w.write_record(row) {
             log.error = Some(e.to_string());

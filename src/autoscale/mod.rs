@@ -87,6 +87,10 @@ pub struct GroupScaling {
     pub cold_starts: u64,
     pub last_up: Option<SimTime>,
     pub last_action: Option<SimTime>,
+    /// The direction (up: true) and time of the group's last scaling action.
+    pub last_move: Option<(bool, SimTime)>,
+    /// Actions opposite to the previous one within the larger cooldown of it.
+    pub oscillations: u64,
     /// Σ busy time of the group's instances at the previous evaluation.
     pub busy_mark: SimDuration,
     /// The group's next evaluation, and the start of its current window.
@@ -130,6 +134,8 @@ pub struct Autoscaler {
     pub write_error: Option<String>,
     /// True when some group autoscales (collect latency samples, park requests).
     pub active: bool,
+    /// `decisions.csv` rows of scale oscillations, until they are written (only while it is).
+    pub anomaly_rows: Option<Vec<crate::instance::AnomalyRow>>,
 }
 
 /// Column names of `scale_events.csv`.

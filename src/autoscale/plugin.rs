@@ -123,6 +123,7 @@ pub fn summarize(world: &mut World, summary: &mut crate::metrics::Summary) {
             cold_starts: g.cold_starts,
             scale_downs: g.scale_downs,
         });
+        summary.anomalies.scale_oscillations += g.oscillations;
     }
     let c = &mut summary.cost;
     c.gpu_hours = summary.groups.iter().map(|g| g.gpu_hours).sum();
@@ -165,6 +166,8 @@ pub fn set_up_groups(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<(), 
         .any(|g| g.scaling.is_some());
     let mut scaler = Autoscaler {
         active: autoscaled,
+        anomaly_rows: (ctx.options.trace_decisions || ctx.scenario.outputs.decisions_csv)
+            .then(Vec::new),
         ..Default::default()
     };
     for (group, info) in ctx.scenario.cluster.groups.iter().zip(&set_up.0) {

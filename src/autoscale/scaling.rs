@@ -71,6 +71,7 @@ pub fn evaluate_scaling(
     mut queue: ResMut<EventQueue>,
     mut instances: Query<(&mut Power, &mut Scheduler, &mut KvCache)>,
     groups: Query<&Instance>,
+    mut anomalies: ResMut<crate::instance::AnomalyLog>,
 ) {
     let now = clock.now;
     let scaler = &mut *scaler;
@@ -119,6 +120,9 @@ pub fn evaluate_scaling(
         cold_start(now, scaler, &index, &mut view, &mut queue, &mut instances);
     }
     finish_drains(now, &index, scaler, &view, &mut instances, &groups);
+    if let Some(rows) = &mut scaler.anomaly_rows {
+        anomalies.0.append(rows);
+    }
 }
 
 /// What the policy sees of each autoscaled group.
@@ -254,6 +258,9 @@ fn apply(
                 scaler.log(now, g, i, event, target.reason, target.signal, serving_now);
             }
         }
+        if need < desired - current {
+            moved(scaler, g, true, now, &t);
+        }
         let group = &mut scaler.groups[g];
         group.last_up = Some(now);
         group.last_action = Some(now);
@@ -311,8 +318,42 @@ fn apply(
             let serving_now = serving(instances, index, &scaler.groups[g]);
             scaler.log(now, g, i, event, target.reason, target.signal, serving_now);
         }
+        if cut < current - desired {
+            moved(scaler, g, false, now, &t);
+        }
         scaler.groups[g].last_action = Some(now);
     }
+}
+
+/// Records a scaling action of group `g` (`up` or down) at `now`: opposite to the group's
+/// previous action and within the larger of its cooldowns of it, a scale oscillation.
+fn moved(scaler: &mut Autoscaler, g: usize, up: bool, now: SimTime, t: &super::Timing) {
+    let window = t.up_cooldown.max(t.down_cooldown);
+    let group = &mut scaler.groups[g];
+    if let Some((was_up, at)) = group.last_move
+        && was_up != up
+        && now.since(at) <= window
+    {
+        group.oscillations += 1;
+        if let Some(rows) = &mut scaler.anomaly_rows {
+            let word = |u: bool| if u { "up" } else { "down" };
+            rows.push(crate::instance::AnomalyRow {
+                time: now,
+                kind: "scale_oscillation",
+                request: None,
+                detail: format!(
+                    "group {} scaled {} {:.3} s after scaling {} (cooldowns: up {:.3} s, down {:.3} s)",
+                    group.name,
+                    word(up),
+                    now.since(at).as_secs_f64(),
+                    word(was_up),
+                    t.up_cooldown.as_secs_f64(),
+                    t.down_cooldown.as_secs_f64()
+                ),
+            });
+        }
+    }
+    group.last_move = Some((up, now));
 }
 
 /// Parked requests and nothing on its way: start one instance in the cheapest autoscaled

@@ -99,7 +99,9 @@ pub(crate) fn form_one(
         sched.running.push(seq);
     }
     let unseen = unseen_arrivals(sched, limits, now);
+    sched.scheduled.clear();
     batcher.0.form(sched, kv, limits, now, ordering);
+    super::anomaly::check_overtaking(sched, now, ordering);
     if let Some(mut unseen) = unseen {
         sched.waiting.append(&mut unseen);
     }

@@ -20,6 +20,7 @@
 //! Keeps INV-4 (KV conservation) and INV-8 (work conservation: an instance with queued or
 //! running requests always has a step in flight).
 
+pub mod anomaly;
 pub mod batch;
 mod check;
 pub mod lockstep;
@@ -345,6 +346,10 @@ pub struct InstanceCounters {
     pub queue_full: u64,
     /// P/D: requests handed to a decode instance after their prefill here.
     pub handed_off: u64,
+    /// Requests taken from the wait queue past a waiting one that arrived earlier, and past
+    /// one that also has a higher priority ([`anomaly`](crate::instance::anomaly)).
+    pub hol_blocking: u64,
+    pub priority_inversions: u64,
 }
 
 /// The scheduler state of an instance.
@@ -390,6 +395,31 @@ pub struct Scheduler {
     /// Lockstep decode steps: while `lockstep.lag()` > 0 the per-token fields of the running
     /// requests are that many steps behind; [`settle`](Self::settle) brings them up to date.
     pub lockstep: Lockstep,
+    /// Requests taken from the wait queue by the batch being formed ([`anomaly`](crate::instance::anomaly)).
+    pub scheduled: Vec<Entity>,
+    /// The wait queue may hold a request ahead of one that arrived before it (a preempted
+    /// request put back at its head, a request enqueued after a later arrival): only then
+    /// can FCFS formation overtake, so only then is it checked ([`anomaly`](crate::instance::anomaly)).
+    pub unordered: bool,
+    /// `decisions.csv` rows of the anomalies detected here, until they are written (only
+    /// while it is written).
+    pub anomaly_rows: Option<Vec<AnomalyRow>>,
+}
+
+/// Anomaly rows of stages that are not instances (scaling), until `decisions.csv` takes
+/// them.
+#[derive(Resource, Debug, Default)]
+pub struct AnomalyLog(pub Vec<AnomalyRow>);
+
+/// One detected anomaly, as a row of `decisions.csv` (kind `priority_inversion`,
+/// `hol_blocking` or `scale_oscillation`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct AnomalyRow {
+    pub time: SimTime,
+    pub kind: &'static str,
+    /// The request scheduled past another (none for scaling).
+    pub request: Option<u64>,
+    pub detail: String,
 }
 
 impl Scheduler {

@@ -189,6 +189,13 @@ pub(crate) fn enqueue(
         seq.kv
             .blocks
             .reserve_exact(last.div_ceil(u64::from(kv.block_size())) as usize);
+        if sched
+            .waiting
+            .back()
+            .is_some_and(|b| b.lifecycle.arrival > seq.lifecycle.arrival)
+        {
+            sched.unordered = true;
+        }
         sched.waiting.push_back(seq);
         let waiting = sched.waiting.len() as u64;
         sched.counters.peak_waiting = sched.counters.peak_waiting.max(waiting);

@@ -6,7 +6,7 @@ use bevy_ecs::schedule::ScheduleLabel;
 
 use super::pipeline::{enqueue_requests, expire_requests, publish_kv_events, retire_steps};
 use super::schedulers::{self, BatchFormation};
-use super::{InstanceIndex, InstanceSystems, Scheduler, batch, report, spawn, step};
+use super::{AnomalyLog, InstanceIndex, InstanceSystems, Scheduler, batch, report, spawn, step};
 use crate::catalog::PolicyAppExt;
 use crate::engine::{SimStep, SimStepFast, SimSystems};
 use crate::kv::{KvCache, KvEvents};
@@ -57,6 +57,7 @@ impl Plugin for InstancePlugin {
             );
         }
         app.init_resource::<InstanceIndex>()
+            .init_resource::<AnomalyLog>()
             .init_resource::<spawn::Groups>()
             .add_systems(
                 SimStep,

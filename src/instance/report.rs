@@ -97,6 +97,8 @@ pub fn summarize(world: &mut World, summary: &mut Summary) {
             thrashed += c.thrashed;
         }
         let c = sched.counters;
+        summary.anomalies.priority_inversions += c.priority_inversions;
+        summary.anomalies.hol_blocking += c.hol_blocking;
         let latency = agg.per_instance.get(i);
         summary.instances.push(InstanceSummary {
             index: i as u32,
@@ -135,4 +137,5 @@ pub fn summarize(world: &mut World, summary: &mut Summary) {
         reloaded_blocks: reloaded,
         thrashing_rate: ratio(thrashed, reloaded),
     };
+    summary.anomalies.kv_thrashing = thrashed;
 }

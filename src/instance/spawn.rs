@@ -100,6 +100,7 @@ pub fn spawn_instances(app: &mut App, ctx: &SetupCtx<'_>) -> Result<(), SimError
         };
         let args = PolicyArgs::new(scenario.seed, &group.scheduler_params, &labels).in_group(facts);
         let first = index.len() as u32;
+        let traced = ctx.options.trace_decisions || scenario.outputs.decisions_csv;
         for k in 0..spawned {
             let i = index.len() as u32;
             let on = k < group.count;
@@ -111,6 +112,7 @@ pub fn spawn_instances(app: &mut App, ctx: &SetupCtx<'_>) -> Result<(), SimError
             };
             let scheduler = Scheduler {
                 unroutable: !on,
+                anomaly_rows: traced.then(Vec::new),
                 ..Default::default()
             };
             let batcher = ctx

@@ -53,6 +53,31 @@ pub struct KvSummary {
     pub thrashing_rate: f64,
 }
 
+/// Failure modes a policy search should see, counted over the run (docs/outputs.md defines
+/// each; with `decisions.csv`, each event is also a row of it).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Anomalies {
+    /// A request taken from an instance's wait queue while a request of higher priority that
+    /// arrived before it still waits in that queue.
+    pub priority_inversions: u64,
+    /// A request taken from an instance's wait queue while a request that arrived before it
+    /// still waits in that queue (it was overtaken).
+    pub hol_blocking: u64,
+    /// A scaling action in the opposite direction of the group's previous one, within the
+    /// larger of its two cooldowns of it.
+    pub scale_oscillations: u64,
+    /// Reloads from the CPU KV tier of a block offloaded within `cpu_kv_thrash_window_s`
+    /// (the numerator of `kv.thrashing_rate`).
+    pub kv_thrashing: u64,
+}
+
+impl Anomalies {
+    pub fn any(&self) -> bool {
+        self.priority_inversions + self.hol_blocking + self.scale_oscillations + self.kv_thrashing
+            > 0
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct InstanceSummary {
     pub index: u32,
@@ -298,6 +323,7 @@ pub struct Summary {
     pub preemptions: u64,
     pub rejections: BTreeMap<String, u64>,
     pub kv: KvSummary,
+    pub anomalies: Anomalies,
     pub slo: SloSummary,
     pub fairness: Fairness,
     pub routing: RoutingSummary,
@@ -409,6 +435,14 @@ impl Summary {
                 self.kv.gpu_hit_rate,
                 self.kv.cpu_hit_rate,
                 self.kv.thrashing_rate
+            );
+        }
+        if self.anomalies.any() {
+            let a = &self.anomalies;
+            let _ = writeln!(
+                s,
+                "anomalies: {} priority inversions, {} head-of-line blocking, {} scale oscillations, {} KV thrashing reloads",
+                a.priority_inversions, a.hol_blocking, a.scale_oscillations, a.kv_thrashing
             );
         }
         for (reason, n) in &self.rejections {

@@ -1,5 +1,6 @@
 //! Integration tests: real scenarios end to end, with every invariant checked every tick.
 
+mod anomalies;
 mod app;
 mod architecture;
 mod autoscale;

@@ -82,6 +82,7 @@ fn make_room(
         let mut victim = sched.running.remove(tail);
         preempt(&mut victim, kv);
         sched.waiting.push_front(victim);
+        sched.unordered = true;
         sched.counters.preemptions += 1;
         *preempted = true;
         if tail == i {
@@ -230,6 +231,7 @@ pub fn admit_head(
         return false;
     }
     let mut seq = sched.waiting.pop_front().expect("head exists");
+    sched.scheduled.push(seq.entity);
     seq.progress = start;
     seq.cached_tokens = start;
     seq.first_scheduled.get_or_insert(now);

@@ -163,6 +163,7 @@ pub fn form_batch(
             break;
         }
         let mut seq = sched.waiting.pop_front().expect("head exists");
+        sched.scheduled.push(seq.entity);
         seq.progress = start;
         seq.cached_tokens = start;
         seq.first_scheduled.get_or_insert(now);
