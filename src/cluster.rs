@@ -83,6 +83,10 @@ pub fn set_up_routing(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<(),
         .insert_resource(RouterSnapshots {
             interval: SimDuration(p.snapshot_refresh_interval_us),
             ..Default::default()
+        })
+        .insert_resource(RoutingStats {
+            worst_k: ctx.scenario.outputs.worst_decisions as usize,
+            ..Default::default()
         });
     Ok(())
 }
@@ -157,6 +161,7 @@ pub fn summarize_routing(world: &mut World, summary: &mut crate::metrics::Summar
             stats.regret_sum / stats.decisions as f64
         },
         max_regret: stats.regret_max,
+        worst: stats.worst.clone(),
     };
 }
 
@@ -404,6 +409,24 @@ pub struct RoutingStats {
     pub decisions: u64,
     pub regret_sum: f64,
     pub regret_max: f64,
+    /// `outputs.worst_decisions`: how many of the highest-regret decisions to keep.
+    pub worst_k: usize,
+    /// Those decisions, highest regret first (ties: earliest).
+    pub worst: Vec<crate::metrics::WorstDecision>,
+}
+
+impl RoutingStats {
+    /// Keeps `d` if it is among the `worst_k` highest regrets so far.
+    fn keep_if_worst(&mut self, d: crate::metrics::WorstDecision) {
+        if self.worst.len() == self.worst_k
+            && self.worst.last().is_none_or(|w| w.regret >= d.regret)
+        {
+            return;
+        }
+        let at = self.worst.partition_point(|w| w.regret >= d.regret);
+        self.worst.insert(at, d);
+        self.worst.truncate(self.worst_k);
+    }
 }
 
 /// Streaming `decisions.csv` (present only when decision tracing is on).
@@ -651,7 +674,20 @@ fn trace_decision(
                     .map(|s| s.effective_load()),
             }
             .unwrap_or(least);
-            record_regret(stats, -f64::from(least) - -f64::from(chosen_load));
+            let regret = record_regret(stats, -f64::from(least) - -f64::from(chosen_load));
+            if stats.worst_k > 0 && regret > 0.0 {
+                let best = instances
+                    .iter()
+                    .find(|s| s.routable && s.effective_load() == least)
+                    .map_or(chosen, |s| s.index);
+                stats.keep_if_worst(crate::metrics::WorstDecision {
+                    time_us: now.as_us(),
+                    request_id: id,
+                    chosen,
+                    best,
+                    regret,
+                });
+            }
         }
         return;
     }
@@ -681,6 +717,15 @@ fn trace_decision(
         .find(|c| c.instance == chosen)
         .map_or(best.score, |c| c.score);
     let regret = record_regret(stats, best.score - chosen_score);
+    if stats.worst_k > 0 && regret > 0.0 {
+        stats.keep_if_worst(crate::metrics::WorstDecision {
+            time_us: now.as_us(),
+            request_id: id,
+            chosen,
+            best: best.instance,
+            regret,
+        });
+    }
     if let Some(w) = log.writer.as_mut()
         && log.error.is_none()
     {

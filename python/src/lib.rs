@@ -316,6 +316,44 @@ fn capacity(
     }
 }
 
+/// `servesim evaluate`: the evaluation as the JSON `--format json` prints.
+#[pyfunction]
+#[pyo3(signature = (source, is_text, overrides, seeds=1, weights=std::collections::BTreeMap::new(), worst=5, jobs=None))]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the Python function's keyword arguments"
+)]
+fn evaluate(
+    py: Python<'_>,
+    source: &str,
+    is_text: bool,
+    overrides: Vec<(String, String)>,
+    seeds: u32,
+    weights: std::collections::BTreeMap<String, f64>,
+    worst: u32,
+    jobs: Option<usize>,
+) -> PyResult<String> {
+    use servesim::evaluate::{Settings, evaluate};
+    let app = app();
+    let sc = load(&app, source, is_text, &overrides)?;
+    if worst > 1000 {
+        return Err(ScenarioError::new_err(format!(
+            "worst={worst}: at most 1000"
+        )));
+    }
+    let settings = Settings {
+        seeds,
+        jobs: jobs.unwrap_or_else(cores).max(1),
+        worst,
+        weights,
+    };
+    match py.detach(|| evaluate(&app, &sc, &settings)) {
+        Ok(e) => serde_json::to_string_pretty(&e).map_err(|e| RunError::new_err(e.to_string())),
+        Err(e) if e.starts_with("seed ") => Err(RunError::new_err(e)),
+        Err(e) => Err(ScenarioError::new_err(e)),
+    }
+}
+
 /// `servesim plan` of a scenario file with a `plan` block: its answer as JSON.
 #[pyfunction]
 #[pyo3(signature = (path, overrides, replicas=1, jobs=None))]
@@ -352,6 +390,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run, m)?)?;
     m.add_function(wrap_pyfunction!(validate, m)?)?;
     m.add_function(wrap_pyfunction!(capacity, m)?)?;
+    m.add_function(wrap_pyfunction!(evaluate, m)?)?;
     m.add_function(wrap_pyfunction!(plan, m)?)?;
     m.add("ScenarioError", m.py().get_type::<ScenarioError>())?;
     m.add("RunError", m.py().get_type::<RunError>())?;

@@ -1,6 +1,7 @@
 """The Python package: results equal the CLI's byte for byte, located exceptions, Python
 routers, the evaluator, and sweeps. Run: pytest python/tests (after `maturin develop`)."""
 
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -127,21 +128,33 @@ def test_router_errors_stop_the_run():
         servesim.run(QUICK, overrides=small(10), routing=lambda r, i: 7)
 
 
-def test_evaluate_returns_the_summary_fitness():
-    fitness = {"ttft_p99": 1.0, "requests_per_s": 2.0}
-    value = servesim.evaluate(QUICK, small(200), fitness=fitness, seed=2)
-    s = servesim.run(
-        QUICK,
-        {**small(200), "outputs.fitness.ttft_p99": 1.0, "outputs.fitness.requests_per_s": 2.0},
-        seed=2,
-        requests=False,
-    ).summary
-    assert value == s["fitness"]
-    p99 = s["ttft_ms"]["p99"]
-    rps = s["throughput"]["requests_per_s"]
-    assert abs(value - (1.0 / (1.0 + p99) + 2.0 * rps / (rps + 100.0))) < 1e-12
-    with pytest.raises(ValueError):
-        servesim.evaluate(QUICK, small(20))
+def test_evaluate_returns_the_objectives_of_the_run_and_the_cli_s_json(tmp_path):
+    e = servesim.evaluate(QUICK, small(200), seed=2, weights={"fairness": 0.0})
+    s = servesim.run(QUICK, small(200), seed=2, requests=False).summary
+    # Each objective from the run's own summary, by its definition (docs/evaluate.md).
+    f = e["fitness"]
+    assert f["ttft_p99"] == 1.0 / (1.0 + s["ttft_ms"]["p99"] / 100.0)
+    assert f["itl_p99"] == 1.0 / (1.0 + s["itl_ms"]["p99"] / 10.0)
+    assert f["e2e_p99"] == 1.0 / (1.0 + s["e2e_ms"]["p99"] / 1000.0)
+    assert f["served"] == s["requests"]["completed"] / s["requests"]["injected"]
+    rest = [k for k in f if k != "fairness"]
+    assert abs(e["combined"] - sum(f[k] for k in rest) / len(rest) * f["served"]) < 1e-12
+    assert e["overall"]["injected"] == s["requests"]["injected"]
+    assert e["anomalies"] == s["anomalies"]
+    assert e["checks"]["accounted"] and e["checks"]["flags"] == []
+    assert e["trace"]["text"].startswith("Evaluation of quickstart over 1 seed")
+    # The CLI prints the same JSON; the same candidate twice, and on two threads, the same.
+    cli_out = subprocess.run(
+        [cli(), "evaluate", QUICK, "--set", "workload.num_requests=200", "--set", "seed=2",
+         "--weight", "fairness=0", "--format", "json"],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    assert e == json.loads(cli_out)
+    two = servesim.evaluate(QUICK, small(200), seeds=3, jobs=2)
+    assert two == servesim.evaluate(QUICK, small(200), seeds=3, jobs=1)
+    assert two["seeds"] == [two["seeds"][0] + k for k in range(3)]
+    with pytest.raises(servesim.ScenarioError, match="no objective"):
+        servesim.evaluate(QUICK, small(20), weights={"speed": 1.0})
 
 
 def test_a_sweep_gives_the_rows_of_the_points_run_one_by_one():

@@ -458,7 +458,7 @@ pub fn search(
             (Err(e), None) => Err(CapacityError::Input(e)),
         }
     };
-    let searches = parallel(&seeds, settings.jobs, one_seed)?;
+    let searches = crate::parallel::per_seed(&seeds, settings.jobs, one_seed)?;
     let stated = scenario.workload.nominal_rate();
     let mut limits = Vec::new();
     for k in 0..=targets.len() {
@@ -546,37 +546,6 @@ pub fn search(
         warnings,
         groups: Vec::new(),
     })
-}
-
-/// Runs `f` for every seed on up to `jobs` threads; results in seed order.
-fn parallel<T: Send>(
-    seeds: &[u64],
-    jobs: usize,
-    f: impl Fn(u64) -> Result<T, CapacityError> + Sync,
-) -> Result<Vec<T>, CapacityError> {
-    use std::sync::Mutex;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<Result<T, CapacityError>>>> =
-        Mutex::new((0..seeds.len()).map(|_| None).collect());
-    std::thread::scope(|scope| {
-        for _ in 0..jobs.clamp(1, seeds.len().max(1)) {
-            scope.spawn(|| {
-                loop {
-                    let k = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&seed) = seeds.get(k) else { break };
-                    let r = f(seed);
-                    results.lock().expect("no thread panics holding it")[k] = Some(r);
-                }
-            });
-        }
-    });
-    results
-        .into_inner()
-        .expect("no thread panicked")
-        .into_iter()
-        .map(|r| r.expect("every seed was searched"))
-        .collect()
 }
 
 #[cfg(test)]

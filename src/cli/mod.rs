@@ -6,11 +6,12 @@
 //! Exit codes: 0 success, 1 run failure (I/O, a step outside a measured table, no progress, a
 //! sweep with failed points), 2 bad input (scenario or arguments), 130 interrupted (Ctrl-C).
 //! One file per command group: [`run`] (`run`), [`sweep`] (`sweep`, `merge`), [`capacity`]
-//! (`capacity`), [`plan`] (`plan`), [`fidelity`]
+//! (`capacity`), [`plan`] (`plan`), [`evaluate`] (`evaluate`), [`fidelity`]
 //! (`check-real`, `calibrate`), [`info`] (`validate`, `list`, `report`).
 
 mod args;
 mod capacity;
+mod evaluate;
 mod fidelity;
 mod info;
 mod plan;
@@ -56,6 +57,10 @@ enum Command {
     /// scenario's `plan` block; prints it with its margin, the Pareto front and the
     /// runners-up, and writes plan.csv, pareto.csv and plan.json with --out.
     Plan(plan::PlanArgs),
+    /// Score a candidate (the scenario's policies) for a policy search: named objectives in
+    /// [0, 1], their weighted combination, metrics per SLO class, anomaly counts, the checks
+    /// against gaming the score, and a trace summary in words (text) or all of it (JSON).
+    Evaluate(evaluate::EvaluateArgs),
     /// Join the sweep.csv of every shard of a sweep (`sweep --shard I/N`) into the
     /// sweep.csv one unsharded run gives, or the shards of a plan (`plan --shard I/N`) into
     /// its answer.
@@ -92,6 +97,7 @@ where
         Command::Sweep(a) => sweep::sweep(&app, a),
         Command::Capacity(a) => capacity::capacity(&app, a),
         Command::Plan(a) => plan::plan(&app, a),
+        Command::Evaluate(a) => evaluate::evaluate(&app, a),
         Command::Merge(a) => sweep::merge(a),
         Command::Report(a) => info::report(a),
         Command::Validate(a) => info::validate(&app, a),

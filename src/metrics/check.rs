@@ -21,6 +21,12 @@ pub fn check_outputs(p: &mut Vec<Problem>, s: &Scenario) {
             ));
         }
     }
+    if s.outputs.worst_decisions > 1000 {
+        p.push(Problem::new(
+            "outputs.worst_decisions",
+            format!("must be at most 1000, got {}", s.outputs.worst_decisions),
+        ));
+    }
     if s.outputs.decision_top_k == 0 {
         p.push(Problem::new("outputs.decision_top_k", "must be ≥ 1"));
     }

@@ -33,9 +33,9 @@ pub use record::{
 pub use row::{CSV_COLUMNS, csv_header, fixed, format_row};
 pub use status::{nothing_left, overloaded};
 pub use summary::{
-    CostSummary, DisaggSummary, FITNESS_KEYS, Fairness, GroupUsage, InstanceSummary, KvEventCounts,
-    KvSummary, PoolSummary, RequestCounts, RoutingSummary, SliceSummary, SloSummary, Summary,
-    Throughput, cov, fitness_term, jain,
+    Anomalies, CostSummary, DisaggSummary, FITNESS_KEYS, Fairness, GroupUsage, InstanceSummary,
+    KvEventCounts, KvSummary, PoolSummary, RequestCounts, RoutingSummary, SliceSummary, SloSummary,
+    Summary, Throughput, WorstDecision, cov, fitness_term, jain,
 };
 
 use std::fs::File;

@@ -146,6 +146,21 @@ pub struct RoutingSummary {
     pub decisions: u64,
     pub mean_regret: f64,
     pub max_regret: f64,
+    /// With `outputs.worst_decisions`: the decisions of highest regret, highest first (ties:
+    /// earliest).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub worst: Vec<WorstDecision>,
+}
+
+/// A routing decision and what it cost against the best-scored instance.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct WorstDecision {
+    pub time_us: u64,
+    pub request_id: u64,
+    pub chosen: u32,
+    pub best: u32,
+    /// Best score − chosen score (scores: the policy's own, or −(effective load)).
+    pub regret: f64,
 }
 
 /// Jain's fairness index: 1 if every value is equal (or all zero), 1/n at worst.

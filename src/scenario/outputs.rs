@@ -47,6 +47,9 @@ pub struct OutputSpec {
     /// transferred) and count them per instance in `summary.json` (`kv_events`). On anyway,
     /// without the counts, when a routing policy reads caches. Default false.
     pub kv_events: bool,
+    /// Keep the routing decisions of highest regret (best score − chosen score), at most this
+    /// many, in `summary.json` `routing.worst` (`servesim evaluate` reads them). Default 0.
+    pub worst_decisions: u32,
 }
 
 impl Default for OutputSpec {
@@ -66,6 +69,7 @@ impl Default for OutputSpec {
             timeline_request_sample: 1.0,
             report_html: false,
             kv_events: false,
+            worst_decisions: 0,
         }
     }
 }

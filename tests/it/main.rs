@@ -13,6 +13,7 @@ mod control;
 mod disagg;
 mod docs;
 mod energy;
+mod evaluate;
 mod families;
 mod fidelity;
 mod golden;

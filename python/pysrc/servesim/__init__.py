@@ -207,19 +207,27 @@ def plan(
 
 
 def evaluate(
-    scenario: str,
+    scenario: Any,
     params: Optional[Mapping[str, Any]] = None,
-    fitness: Optional[Mapping[str, float]] = None,
+    weights: Optional[Mapping[str, float]] = None,
+    seeds: int = 1,
+    worst: int = 5,
+    jobs: Optional[int] = None,
     seed: Optional[int] = None,
-) -> float:
-    """The scenario's fitness with ``params`` (overrides) applied: Σ weight · normalised
-    metric, the summary's own ``fitness`` (keys as in ``outputs.fitness``: ttft_p99,
-    e2e_mean, requests_per_s, cost, ...). An evaluator for policy search."""
-    overrides = dict(params or {})
-    for key, weight in (fitness or {}).items():
-        overrides[f"outputs.fitness.{key}"] = float(weight)
-    result = run(scenario, overrides, seed=seed, requests=False)
-    value = result.summary.get("fitness")
-    if value is None:
-        raise ValueError("no fitness weights: give fitness={...} or outputs.fitness in the scenario")
-    return float(value)
+) -> Dict[str, Any]:
+    """``servesim evaluate``: a candidate's evaluation for a policy search, as the dict
+    ``--format json`` prints. ``params`` are overrides (the candidate's policies and their
+    parameters); ``fitness`` maps each objective (``ttft_p99``, ``itl_p99``, ``e2e_p99``,
+    ``slo_attainment``, ``served``, ``cost``, ``fairness``; each in [0, 1], higher is better)
+    to its mean over ``seeds`` seeds, ``combined`` is Σ weight · objective / Σ weight × served
+    (``weights``: 1 each unless given); ``overall`` and ``classes`` the raw metrics,
+    ``anomalies`` the failure-mode counts, ``checks`` what argues against the score (load
+    shed, a class starved, requests unaccounted for) and ``trace["text"]`` a summary in words
+    for an LLM. Raises ScenarioError for a bad scenario or setting, RunError when a run fails."""
+    source, is_text, ov = _resolve(scenario, params, seed)
+    return json.loads(
+        _native.evaluate(
+            source, is_text, ov, seeds=seeds, weights=dict(weights or {}), worst=worst,
+            jobs=jobs,
+        )
+    )
