@@ -107,7 +107,10 @@ def sweep(
     scenario = os.path.abspath(scenario) if os.path.exists(scenario) else scenario
     ray = _ray() if backend in ("auto", "ray") else None
     if backend == "ray" and ray is None:
-        raise RuntimeError("backend='ray' but Ray is not installed (pip install 'servesim[ray]')")
+        raise RuntimeError(
+            "backend='ray' but Ray is not installed: pip install './python[ray]' from a "
+            "servesim checkout (servesim is not on a package index)"
+        )
     if ray is not None:
         if not ray.is_initialized():
             ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False)
