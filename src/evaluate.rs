@@ -163,6 +163,17 @@ pub fn evaluate(
     scenario: &Scenario,
     settings: &Settings,
 ) -> Result<Evaluation, String> {
+    evaluate_with(app, scenario, settings, &|_, _| Ok(()))
+}
+
+/// [`evaluate`], with `prepare(seed, simulation)` called on each run before it starts (the
+/// Python package installs its policies there, a fresh copy per seed).
+pub fn evaluate_with(
+    app: &crate::ServesimApp,
+    scenario: &Scenario,
+    settings: &Settings,
+    prepare: &(dyn Fn(u64, &mut crate::Simulation) -> Result<(), String> + Sync),
+) -> Result<Evaluation, String> {
     if settings.seeds == 0 {
         return Err("seeds must be at least 1".into());
     }
@@ -196,7 +207,14 @@ pub fn evaluate(
         let mut sc = scenario.clone();
         sc.seed = seed;
         sc.outputs.worst_decisions = settings.worst;
-        match app.run(&sc, crate::RunOptions::default()) {
+        let run = app
+            .simulation(&sc, crate::RunOptions::default())
+            .map_err(|e| format!("seed {seed}: {e}"))
+            .and_then(|mut sim| {
+                prepare(seed, &mut sim).map_err(|e| format!("seed {seed}: {e}"))?;
+                Ok(sim.run())
+            })?;
+        match run {
             Ok(s) => Ok(Ok(s)),
             Err(SimError::Run(RunError::Fault(f @ crate::engine::Fault::Overloaded { .. }))) => {
                 Ok(Err(f.to_string()))

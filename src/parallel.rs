@@ -1,8 +1,9 @@
 //! Independent runs, one per seed, on up to `jobs` threads (no `multi_threaded` Bevy: each
 //! run is its own World on its own thread).
 
-/// Runs `f` for every seed on up to `jobs` threads; results in seed order, or the first
-/// error in seed order. The results do not depend on `jobs`.
+/// Runs `f` for every seed on up to `jobs` threads (`jobs` ≤ 1: on this thread, stopping at
+/// the first error); results in seed order, or the first error in seed order. The results do
+/// not depend on `jobs`.
 pub fn per_seed<T: Send, E: Send>(
     seeds: &[u64],
     jobs: usize,
@@ -10,6 +11,10 @@ pub fn per_seed<T: Send, E: Send>(
 ) -> Result<Vec<T>, E> {
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicUsize, Ordering};
+    if jobs <= 1 {
+        // On the calling thread (which may hold a lock its callbacks need, e.g. Python's).
+        return seeds.iter().map(|&s| f(s)).collect();
+    }
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<Result<T, E>>>> =
         Mutex::new((0..seeds.len()).map(|_| None).collect());

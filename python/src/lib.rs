@@ -5,17 +5,17 @@
 //!
 //! The Python package (`pysrc/servesim`) wraps these functions; see docs/python.md.
 
+mod policies;
+
 use std::sync::{Arc, Mutex};
 
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3::types::{PyDict, PyList};
 use servesim::bevy_ecs;
 use servesim::bevy_ecs::prelude::{Query, Res, ResMut, Resource};
 use servesim::instance::{Instance, Limits, Scheduler};
 use servesim::metrics::SharedBuffer;
-use servesim::policy::{Active, RouterView, RoutingPolicy, family};
-use servesim::request::RequestSpec;
 use servesim::scenario::Scenario;
 use servesim::{RunOptions, ServesimApp, SimTime};
 
@@ -57,75 +57,6 @@ fn load(
 #[pyo3(signature = (source, is_text, overrides))]
 fn validate(source: &str, is_text: bool, overrides: Vec<(String, String)>) -> PyResult<()> {
     load(&app(), source, is_text, &overrides).map(drop)
-}
-
-/// A routing policy written in Python: `router(request, instances) -> index`.
-struct PyRouter {
-    f: Py<PyAny>,
-    /// The first exception the function raised (the run stops and re-raises it).
-    error: Arc<Mutex<Option<PyErr>>>,
-}
-
-impl RoutingPolicy for PyRouter {
-    fn choose(&mut self, r: &RequestSpec, now: SimTime, view: &RouterView<'_>) -> Option<u32> {
-        if self.error.lock().map_or(true, |e| e.is_some()) {
-            return None;
-        }
-        Python::attach(|py| {
-            let call = || -> PyResult<Option<u32>> {
-                let request = (
-                    r.id,
-                    r.input_tokens,
-                    r.output_tokens,
-                    r.tenant,
-                    r.slo_class,
-                    r.priority,
-                    now.as_us(),
-                );
-                let instances: Vec<_> = view
-                    .instances
-                    .iter()
-                    .map(|s| {
-                        (
-                            s.index,
-                            s.queue_depth,
-                            s.batch_size,
-                            s.in_flight,
-                            s.kv_used_blocks,
-                            s.kv_total_blocks,
-                            s.routable,
-                        )
-                    })
-                    .collect();
-                let args = PyTuple::new(
-                    py,
-                    [
-                        request.into_pyobject(py)?.into_any(),
-                        instances.into_pyobject(py)?.into_any(),
-                    ],
-                )?;
-                let out = self.f.bind(py).call1(args)?;
-                let pick: Option<u32> = out.extract()?;
-                if let Some(i) = pick
-                    && !view.instances.get(i as usize).is_some_and(|s| s.routable)
-                {
-                    return Err(RunError::new_err(format!(
-                        "the Python router returned {i}, which is not a routable instance"
-                    )));
-                }
-                Ok(pick)
-            };
-            match call() {
-                Ok(pick) => pick,
-                Err(e) => {
-                    if let Ok(mut slot) = self.error.lock() {
-                        slot.get_or_insert(e);
-                    }
-                    None
-                }
-            }
-        })
-    }
 }
 
 /// What a summary hook sees when the run ends: every instance's counters.
@@ -196,7 +127,7 @@ fn call_summary_hook(
 
 /// Runs a scenario. Returns (summary.json text, requests.csv text or None).
 #[pyfunction]
-#[pyo3(signature = (source, is_text, overrides, out=None, router=None, requests=true, summary_hook=None))]
+#[pyo3(signature = (source, is_text, overrides, out=None, router=None, requests=true, summary_hook=None, admission=None, priority=None, queue_order=None))]
 #[expect(
     clippy::too_many_arguments,
     reason = "the Python function's keyword arguments"
@@ -210,10 +141,18 @@ fn run(
     router: Option<Py<PyAny>>,
     requests: bool,
     summary_hook: Option<Py<PyAny>>,
+    admission: Option<Py<PyAny>>,
+    priority: Option<Py<PyAny>>,
+    queue_order: Option<Py<PyAny>>,
 ) -> PyResult<(String, Option<String>)> {
-    let error = Arc::new(Mutex::new(None));
+    let error: policies::Failure = Arc::new(Mutex::new(None));
     let mut builder = app();
-    let python_code = router.is_some() || summary_hook.is_some();
+    let python_code = router.is_some()
+        || summary_hook.is_some()
+        || admission.is_some()
+        || priority.is_some()
+        || queue_order.is_some();
+    let reads_cache = policies::reads_cache(py, router.as_ref());
     if let Some(hook) = summary_hook {
         let (hook, error) = (Arc::new(hook), error.clone());
         builder = builder.with(move |app| {
@@ -224,7 +163,9 @@ fn run(
             .add_systems(servesim::SimFinish, call_summary_hook);
         });
     }
-    let sc = load(&builder, source, is_text, &overrides)?;
+    let mut sc = load(&builder, source, is_text, &overrides)?;
+    // A router that reads caches needs the instances' KV events (as a Rust one turns on).
+    sc.outputs.kv_events |= reads_cache;
     let buffer = requests.then(SharedBuffer::default);
     let options = RunOptions {
         out_dir: out.map(Into::into),
@@ -234,13 +175,14 @@ fn run(
     let mut sim = builder
         .simulation(&sc, options)
         .map_err(|e| RunError::new_err(e.to_string()))?;
-    if let Some(f) = router {
-        sim.world_mut()
-            .insert_resource(Active::<family::Routing>(Box::new(PyRouter {
-                f,
-                error: error.clone(),
-            })));
+    policies::Given {
+        router,
+        admission,
+        priority,
+        queue_order,
+        reads_cache,
     }
+    .install(sim.world_mut(), &error);
     let result = if python_code {
         sim.run()
     } else {
@@ -318,7 +260,7 @@ fn capacity(
 
 /// `servesim evaluate`: the evaluation as the JSON `--format json` prints.
 #[pyfunction]
-#[pyo3(signature = (source, is_text, overrides, seeds=1, weights=std::collections::BTreeMap::new(), worst=5, jobs=None))]
+#[pyo3(signature = (source, is_text, overrides, seeds=1, weights=std::collections::BTreeMap::new(), worst=5, jobs=None, router=None, admission=None, priority=None, queue_order=None))]
 #[expect(
     clippy::too_many_arguments,
     reason = "the Python function's keyword arguments"
@@ -332,10 +274,23 @@ fn evaluate(
     weights: std::collections::BTreeMap<String, f64>,
     worst: u32,
     jobs: Option<usize>,
+    router: Option<Py<PyAny>>,
+    admission: Option<Py<PyAny>>,
+    priority: Option<Py<PyAny>>,
+    queue_order: Option<Py<PyAny>>,
 ) -> PyResult<String> {
-    use servesim::evaluate::{Settings, evaluate};
+    use servesim::evaluate::{Settings, evaluate_with};
     let app = app();
-    let sc = load(&app, source, is_text, &overrides)?;
+    let mut sc = load(&app, source, is_text, &overrides)?;
+    let given = policies::Given {
+        reads_cache: policies::reads_cache(py, router.as_ref()),
+        router,
+        admission,
+        priority,
+        queue_order,
+    };
+    sc.outputs.kv_events |= given.reads_cache;
+    let failure: policies::Failure = Arc::new(Mutex::new(None));
     if worst > 1000 {
         return Err(ScenarioError::new_err(format!(
             "worst={worst}: at most 1000"
@@ -347,7 +302,31 @@ fn evaluate(
         worst,
         weights,
     };
-    match py.detach(|| evaluate(&app, &sc, &settings)) {
+    // Each run gets its own copy of the policies, so seeds do not share their state and the
+    // answer does not depend on the thread count.
+    let prepare = |_: u64, sim: &mut servesim::Simulation| -> Result<(), String> {
+        if !given.any() {
+            return Ok(());
+        }
+        let fresh = Python::attach(|py| given.fresh(py)).map_err(|e| e.to_string())?;
+        fresh.install(sim.world_mut(), &failure);
+        Ok(())
+    };
+    let evaluated = if given.any() {
+        // Python policies run under the GIL anyway: one seed after the other on this thread,
+        // which holds it (taking it on another thread for every call costs ~35 µs).
+        let settings = Settings {
+            jobs: 1,
+            ..settings
+        };
+        evaluate_with(&app, &sc, &settings, &prepare)
+    } else {
+        py.detach(|| evaluate_with(&app, &sc, &settings, &prepare))
+    };
+    if let Some(e) = failure.lock().ok().and_then(|mut e| e.take()) {
+        return Err(e);
+    }
+    match evaluated {
         Ok(e) => serde_json::to_string_pretty(&e).map_err(|e| RunError::new_err(e.to_string())),
         Err(e) if e.starts_with("seed ") => Err(RunError::new_err(e)),
         Err(e) => Err(ScenarioError::new_err(e)),
@@ -388,6 +367,8 @@ fn serde_json_pretty(summary: &servesim::metrics::Summary) -> String {
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run, m)?)?;
+    m.add_class::<policies::Request>()?;
+    m.add_class::<policies::Instance>()?;
     m.add_function(wrap_pyfunction!(validate, m)?)?;
     m.add_function(wrap_pyfunction!(capacity, m)?)?;
     m.add_function(wrap_pyfunction!(evaluate, m)?)?;

@@ -255,3 +255,113 @@ def test_capacity_and_plan_give_what_the_cli_prints(tmp_path):
     assert any("its capacity alone is the deployment's" in w for w in each["warnings"])
     with pytest.raises(servesim.ScenarioError, match="not both"):
         servesim.capacity(cap, group="70b-tp4", each_group=True)
+
+
+TENANTS = str(ROOT / "scenarios" / "multi-tenant.ron")
+
+
+class LeastLoaded:
+    """A port of the built-in least_loaded router: fewest queued + running + in-flight
+    requests, ties in turn (the next index after the last pick, wrapping)."""
+
+    def __init__(self):
+        self.last = None
+
+    def __call__(self, request, instances):
+        cands = [(i.index, i.load) for i in instances if i.routable]
+        if not cands:
+            return None
+        top = min(load for _, load in cands)
+        tied = [i for i, load in cands if load == top]
+        after = [i for i in tied if self.last is None or i > self.last]
+        self.last = (after or tied)[0]
+        return self.last
+
+
+class TokenBucket:
+    """A port of the built-in token_bucket admission: a request costs its prompt tokens."""
+
+    def __init__(self, capacity, refill_per_s):
+        self.capacity, self.refill_per_us = capacity, refill_per_s / 1e6
+        self.tokens, self.last = capacity, 0
+
+    def __call__(self, request, instances):
+        elapsed = float(request.now_us - self.last)
+        self.tokens = min(self.tokens + elapsed * self.refill_per_us, self.capacity)
+        self.last = request.now_us
+        if self.tokens >= request.input_tokens:
+            self.tokens -= request.input_tokens
+            return True
+        return "token_bucket"
+
+
+def test_python_ports_of_built_in_policies_give_byte_identical_results():
+    def both(overrides, **policies):
+        rust = servesim.run(TENANTS, overrides)
+        mine = servesim.run(TENANTS, overrides, **policies)
+        assert mine.summary_json == rust.summary_json
+        assert mine.requests_csv == rust.requests_csv
+        return rust.summary
+
+    # Routing: least_loaded, on the typed views.
+    both({"policies.routing": '"least_loaded"'}, routing=LeastLoaded())
+    # Admission: a token bucket that rejects part of the load.
+    bucket = {"policies.admission": '"token_bucket"',
+              "policies.admission_params": '{"capacity": 20000.0, "refill_per_s": 30000.0}'}
+    s = both(bucket, admission=TokenBucket(20000.0, 30000.0))
+    assert 0 < s["rejections"]["token_bucket"] < s["requests"]["injected"]
+    # Priority (slo_based with an age weight) under a priority queue order.
+    slo = {"policies.scheduling": '"priority_fcfs"', "policies.priority": '"slo_based"',
+           "policies.priority_params": '{"age_weight": 0.5}'}
+    both(slo, priority=lambda r, class_priority, age_s: class_priority + 0.5 * age_s)
+    # Queue order: shortest prompt first.
+    both({"policies.scheduling": '"sjf"'},
+         queue_order=lambda r, arrival_s, priority: (float(r.input_tokens), arrival_s))
+
+
+def test_the_views_carry_names_sessions_and_prefixes():
+    seen = []
+
+    def router(request, instances):
+        seen.append((request, instances))
+        return min((i for i in instances if i.routable), key=lambda i: (i.load, i.index)).index
+
+    servesim.run(TENANTS, {"workload.num_requests": 200}, routing=router)
+    r, insts = seen[-1]
+    assert r.tenant_name in ("acme", "globex", "initech")
+    assert r.slo_class_name in ("interactive", "batch")
+    assert tuple(r[k] for k in range(7)) == (
+        r.id, r.input_tokens, r.output_tokens, r.tenant, r.slo_class, r.priority, r.now_us)
+    assert [i.index for i in insts] == [0, 1, 2, 3]
+    assert all(i.free_blocks == i.kv_total_blocks - i.kv_used_blocks for i in insts)
+    assert all(i.load == i.queue_depth + i.batch_size + i.in_flight for i in insts)
+    assert all(i.cached_blocks is None for i in insts)
+    # The chat tenant shares a 512-token system prompt among 4 variants: 4 prefix ids.
+    chat = {q.prefix_id for q, _ in seen if q.tenant_name == "acme"}
+    assert len(chat) == 4 and all(q.shared_prefix_tokens == 512 for q, _ in seen
+                                  if q.tenant_name == "acme")
+    # A router that reads caches sees the blocks each instance holds of the request.
+    cached = []
+
+    def reader(request, instances):
+        cached.append(max(i.cached_blocks for i in instances))
+        return router(request, instances)
+
+    reader.reads_cache = True
+    servesim.run(TENANTS, {"workload.num_requests": 200}, routing=reader)
+    assert max(cached) >= 512 // 16
+    # An admission policy's reason is counted; an exception stops the run.
+    r = servesim.run(TENANTS, {"workload.num_requests": 100},
+                     admission=lambda q, i: q.tenant_name != "globex" or "no batch today")
+    assert r.summary["rejections"]["no batch today"] > 0
+    with pytest.raises(ZeroDivisionError):
+        servesim.run(TENANTS, {"workload.num_requests": 50, "policies.scheduling": '"priority_fcfs"'},
+                     priority=lambda q, c, a: 1 / 0)
+
+
+def test_evaluate_takes_python_policies_each_seed_with_its_own_copy():
+    rust = servesim.evaluate(TENANTS, {"policies.routing": '"least_loaded"'}, seeds=3, jobs=2)
+    mine = servesim.evaluate(TENANTS, seeds=3, jobs=2, routing=LeastLoaded())
+    assert mine == rust
+    with pytest.raises(ZeroDivisionError):
+        servesim.evaluate(TENANTS, {"workload.num_requests": 50}, routing=lambda r, i: 1 / 0)

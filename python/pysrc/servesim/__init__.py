@@ -36,13 +36,21 @@ __all__ = [
     "RunError",
 ]
 
-Request = Tuple[int, int, int, int, int, int, int]
-"""What a Python router sees of a request: (id, input_tokens, output_tokens, tenant,
+Request = _native.Request
+"""What a Python policy sees of a request: ``id``, ``input_tokens``, ``output_tokens``,
+``tenant`` / ``tenant_name``, ``slo_class`` / ``slo_class_name``, ``priority`` (the
+workload's), ``arrival_s``, ``now_us`` / ``now_s``, ``session`` and ``turn`` (None outside
+sessions), ``shared_prefix_tokens`` and ``prefix_id`` (equal ids: the same shared prefix).
+Indexing gives the tuple of earlier versions: (id, input_tokens, output_tokens, tenant,
 slo_class, priority, now_us)."""
 
-Instance = Tuple[int, int, int, int, int, int, bool]
-"""What a Python router sees of an instance (the same snapshot Rust policies see):
-(index, queue_depth, batch_size, in_flight, kv_used_blocks, kv_total_blocks, routable)."""
+Instance = _native.Instance
+"""What a Python policy sees of an instance (the routers' snapshot): ``index``, ``group`` /
+``group_name``, ``queue_depth``, ``batch_size``, ``in_flight``, ``kv_used_blocks``,
+``kv_total_blocks``, ``free_blocks``, ``load`` (queue + batch + in flight), ``routable``, and
+``cached_blocks`` (the request's leading prompt blocks cached there, when the router function
+has ``reads_cache = True``; else None). Indexing gives the tuple of earlier versions: (index,
+queue_depth, batch_size, in_flight, kv_used_blocks, kv_total_blocks, routable)."""
 
 
 def _ron(value: Any) -> str:
@@ -146,6 +154,9 @@ def run(
     routing: Optional[Callable[[Request, Sequence[Instance]], Optional[int]]] = None,
     requests: bool = True,
     summary_hook: Optional[Callable[[Dict[str, Any]], Dict[str, Any]]] = None,
+    admission: Optional[Callable[[Request, Sequence[Instance]], Any]] = None,
+    priority: Optional[Callable[[Request, int, float], float]] = None,
+    queue_order: Optional[Callable[[Request, float, float], Tuple[float, float]]] = None,
 ) -> Result:
     """Runs a scenario (a path, RON text, or a ``Scenario`` from ``load``).
 
@@ -158,10 +169,18 @@ def run(
     ``instances`` (each instance's ``index``, ``group``, ``gpus``, ``steps``, ``busy_s``,
     ``completed``, ``preemptions``, ``prefill_tokens``, ``decode_tokens``); the dict it returns
     goes into the summary's ``extras`` (and ``summary.json``).
+
+    Policies of other families replace the scenario's the same way (docs/python.md):
+    ``admission(request, instances)`` returns True to admit, False or a reason (str, counted
+    under ``rejections``) to reject; ``priority(request, class_priority, age_s)`` returns the
+    request's priority (higher first in priority queue orders); ``queue_order(request,
+    arrival_s, priority)`` returns a sort key (two numbers, smaller first) for each instance's
+    wait queue.
     """
     source, is_text, ov = _resolve(scenario, overrides, seed)
     summary, rows = _native.run(
-        source, is_text, ov, out=out, router=routing, requests=requests, summary_hook=summary_hook
+        source, is_text, ov, out=out, router=routing, requests=requests, summary_hook=summary_hook,
+        admission=admission, priority=priority, queue_order=queue_order,
     )
     return Result(summary, rows)
 
@@ -214,6 +233,10 @@ def evaluate(
     worst: int = 5,
     jobs: Optional[int] = None,
     seed: Optional[int] = None,
+    routing: Optional[Callable[[Request, Sequence[Instance]], Optional[int]]] = None,
+    admission: Optional[Callable[[Request, Sequence[Instance]], Any]] = None,
+    priority: Optional[Callable[[Request, int, float], float]] = None,
+    queue_order: Optional[Callable[[Request, float, float], Tuple[float, float]]] = None,
 ) -> Dict[str, Any]:
     """``servesim evaluate``: a candidate's evaluation for a policy search, as the dict
     ``--format json`` prints. ``params`` are overrides (the candidate's policies and their
@@ -223,11 +246,14 @@ def evaluate(
     (``weights``: 1 each unless given); ``overall`` and ``classes`` the raw metrics,
     ``anomalies`` the failure-mode counts, ``checks`` what argues against the score (load
     shed, a class starved, requests unaccounted for) and ``trace["text"]`` a summary in words
-    for an LLM. Raises ScenarioError for a bad scenario or setting, RunError when a run fails."""
+    for an LLM. Python policies (as for ``run``) replace the scenario's; each seed's run gets
+    its own ``copy.deepcopy`` of them, so seeds share no state. Raises ScenarioError for a bad
+    scenario or setting, RunError when a run fails (a policy's exception is re-raised)."""
     source, is_text, ov = _resolve(scenario, params, seed)
     return json.loads(
         _native.evaluate(
             source, is_text, ov, seeds=seeds, weights=dict(weights or {}), worst=worst,
-            jobs=jobs,
+            jobs=jobs, router=routing, admission=admission, priority=priority,
+            queue_order=queue_order,
         )
     )

@@ -1,0 +1,472 @@
+//! Policies written in Python, and the typed views they see (docs/python.md, "Policies in
+//! Python"): `Request` and `Instance` objects with named attributes (which also index as the
+//! tuples of earlier versions did). Each family is a plain function; its first exception
+//! stops the run and is raised by `servesim.run`.
+
+use std::sync::{Arc, Mutex};
+
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+use servesim::SimTime;
+use servesim::bevy_ecs::world::World;
+use servesim::engine::InstanceSnapshot;
+use servesim::policy::{
+    Active, Admission, AdmissionPolicy, PriorityPolicy, QueueOrder, RouterView, RoutingPolicy,
+    family,
+};
+use servesim::request::{PromptContent, RequestSpec};
+use servesim::time::SimDuration;
+
+use crate::RunError;
+
+/// Where a Python policy's first exception goes (the run stops and re-raises it).
+pub type Failure = Arc<Mutex<Option<PyErr>>>;
+
+/// A request as a Python policy sees it.
+#[pyclass(frozen, get_all, module = "servesim")]
+pub struct Request {
+    pub id: u64,
+    pub input_tokens: u32,
+    pub output_tokens: u32,
+    /// Tenant and SLO class: index, and name.
+    pub tenant: u32,
+    pub tenant_name: String,
+    pub slo_class: u32,
+    pub slo_class_name: String,
+    /// The workload's priority (the SLO class's is added by the priority policy).
+    pub priority: i32,
+    /// Arrival at the cluster, seconds.
+    pub arrival_s: f64,
+    /// The simulated time of the decision, µs and seconds.
+    pub now_us: u64,
+    pub now_s: f64,
+    /// Session id and turn (0 first), or None outside sessions.
+    pub session: Option<u64>,
+    pub turn: Option<u32>,
+    /// Leading prompt tokens shared with other requests (a system prompt, a session's earlier
+    /// turns), 0 when none, and the shared part's content id (equal ids: the same prefix).
+    pub shared_prefix_tokens: u32,
+    pub prefix_id: Option<u64>,
+}
+
+/// The shared prefix of a prompt: its content id and length in tokens.
+fn prefix(c: &PromptContent) -> (Option<u64>, u32) {
+    match c {
+        PromptContent::Simple {
+            prefix_id,
+            prefix_tokens,
+            ..
+        } => ((*prefix_tokens > 0).then_some(*prefix_id), *prefix_tokens),
+        PromptContent::Segments(s) if s.len() > 1 => (Some(s[0].id), s[s.len() - 2].end),
+        PromptContent::Segments(_) => (None, 0),
+    }
+}
+
+#[pymethods]
+impl Request {
+    /// The tuple of earlier versions: (id, input_tokens, output_tokens, tenant, slo_class,
+    /// priority, now_us).
+    fn __getitem__(&self, py: Python<'_>, k: isize) -> PyResult<Py<PyAny>> {
+        let t = (
+            self.id,
+            self.input_tokens,
+            self.output_tokens,
+            self.tenant,
+            self.slo_class,
+            self.priority,
+            self.now_us,
+        )
+            .into_pyobject(py)?;
+        Ok(t.get_item(if k < 0 { k + 7 } else { k } as usize)?.unbind())
+    }
+
+    fn __len__(&self) -> usize {
+        7
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Request(id={}, input_tokens={}, output_tokens={}, tenant={:?}, slo_class={:?}, priority={}, arrival_s={})",
+            self.id,
+            self.input_tokens,
+            self.output_tokens,
+            self.tenant_name,
+            self.slo_class_name,
+            self.priority,
+            self.arrival_s
+        )
+    }
+}
+
+/// An instance as a Python policy sees it (the routers' view: possibly stale by
+/// `snapshot_refresh_interval_us`).
+#[pyclass(frozen, get_all, module = "servesim")]
+pub struct Instance {
+    pub index: u32,
+    /// Index of its group in `cluster.groups`, and the group's name.
+    pub group: u32,
+    pub group_name: String,
+    pub queue_depth: u32,
+    pub batch_size: u32,
+    pub in_flight: u32,
+    pub kv_used_blocks: u32,
+    pub kv_total_blocks: u32,
+    pub free_blocks: u32,
+    /// queue_depth + batch_size + in_flight.
+    pub load: u32,
+    pub routable: bool,
+    /// Leading prompt blocks of the request being routed that this instance has cached, when
+    /// the router reads caches (`router.reads_cache = True`), else None.
+    pub cached_blocks: Option<u32>,
+}
+
+#[pymethods]
+impl Instance {
+    /// The tuple of earlier versions: (index, queue_depth, batch_size, in_flight,
+    /// kv_used_blocks, kv_total_blocks, routable).
+    fn __getitem__(&self, py: Python<'_>, k: isize) -> PyResult<Py<PyAny>> {
+        let t = (
+            self.index,
+            self.queue_depth,
+            self.batch_size,
+            self.in_flight,
+            self.kv_used_blocks,
+            self.kv_total_blocks,
+            self.routable,
+        )
+            .into_pyobject(py)?;
+        Ok(t.get_item(if k < 0 { k + 7 } else { k } as usize)?.unbind())
+    }
+
+    fn __len__(&self) -> usize {
+        7
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Instance(index={}, group={:?}, queue_depth={}, batch_size={}, in_flight={}, kv_used_blocks={}/{}, routable={})",
+            self.index,
+            self.group_name,
+            self.queue_depth,
+            self.batch_size,
+            self.in_flight,
+            self.kv_used_blocks,
+            self.kv_total_blocks,
+            self.routable
+        )
+    }
+}
+
+/// Names the views carry.
+#[derive(Clone, Debug, Default)]
+pub struct Names {
+    pub tenants: Vec<String>,
+    pub slo_classes: Vec<String>,
+    /// Group index and name of each instance, by index.
+    pub instance_groups: Vec<(u32, String)>,
+}
+
+impl Names {
+    fn request(&self, r: &RequestSpec, arrival: Option<SimTime>, now: SimTime) -> Request {
+        let name = |v: &[String], k: u32| v.get(k as usize).cloned().unwrap_or_default();
+        Request {
+            id: r.id,
+            input_tokens: r.input_tokens,
+            output_tokens: r.output_tokens,
+            tenant: r.tenant,
+            tenant_name: name(&self.tenants, r.tenant),
+            slo_class: r.slo_class,
+            slo_class_name: name(&self.slo_classes, r.slo_class),
+            priority: r.priority,
+            arrival_s: arrival.unwrap_or(now).as_us() as f64 / 1e6,
+            now_us: now.as_us(),
+            now_s: now.as_us() as f64 / 1e6,
+            session: r.session.map(|s| s.id),
+            turn: r.session.map(|s| s.turn),
+            shared_prefix_tokens: prefix(&r.content).1,
+            prefix_id: prefix(&r.content).0,
+        }
+    }
+
+    fn instance(&self, s: &InstanceSnapshot, cached_blocks: Option<u32>) -> Instance {
+        let (group, group_name) = self
+            .instance_groups
+            .get(s.index as usize)
+            .cloned()
+            .unwrap_or_default();
+        Instance {
+            index: s.index,
+            group,
+            group_name,
+            queue_depth: s.queue_depth,
+            batch_size: s.batch_size,
+            in_flight: s.in_flight,
+            kv_used_blocks: s.kv_used_blocks,
+            kv_total_blocks: s.kv_total_blocks,
+            free_blocks: s.kv_total_blocks.saturating_sub(s.kv_used_blocks),
+            load: s.effective_load(),
+            routable: s.routable,
+            cached_blocks,
+        }
+    }
+
+    fn instances<'py>(
+        &self,
+        py: Python<'py>,
+        snapshots: &[InstanceSnapshot],
+        cached: impl Fn(&InstanceSnapshot) -> Option<u32>,
+    ) -> PyResult<Vec<Bound<'py, Instance>>> {
+        snapshots
+            .iter()
+            .map(|s| Bound::new(py, self.instance(s, cached(s))))
+            .collect()
+    }
+}
+
+/// Calls `f` with the GIL unless an earlier call failed; records the first failure.
+fn guarded<T>(failure: &Failure, fallback: T, f: impl FnOnce(Python<'_>) -> PyResult<T>) -> T {
+    if failure.lock().map_or(true, |e| e.is_some()) {
+        return fallback;
+    }
+    Python::attach(|py| match f(py) {
+        Ok(v) => v,
+        Err(e) => {
+            if let Ok(mut slot) = failure.lock() {
+                slot.get_or_insert(e);
+            }
+            fallback
+        }
+    })
+}
+
+/// `routing(request, instances) -> index or None`.
+pub struct PyRouter {
+    pub f: Py<PyAny>,
+    pub names: Names,
+    /// The function has `reads_cache = True`: instances carry `cached_blocks`.
+    pub reads_cache: bool,
+    pub failure: Failure,
+}
+
+impl RoutingPolicy for PyRouter {
+    fn choose(&mut self, r: &RequestSpec, now: SimTime, view: &RouterView<'_>) -> Option<u32> {
+        guarded(&self.failure, None, |py| {
+            let request = Bound::new(py, self.names.request(r, None, now))?;
+            let instances = self.names.instances(py, view.instances, |s| {
+                self.reads_cache.then(|| {
+                    view.probe
+                        .cached_blocks(s.index, &r.content, r.input_tokens)
+                })
+            })?;
+            let args = PyTuple::new(
+                py,
+                [request.into_any(), instances.into_pyobject(py)?.into_any()],
+            )?;
+            let pick: Option<u32> = self.f.bind(py).call1(args)?.extract()?;
+            if let Some(i) = pick
+                && !view.instances.get(i as usize).is_some_and(|s| s.routable)
+            {
+                return Err(RunError::new_err(format!(
+                    "the Python router returned {i}, which is not a routable instance"
+                )));
+            }
+            Ok(pick)
+        })
+    }
+
+    fn wants_kv_events(&self) -> bool {
+        self.reads_cache
+    }
+}
+
+/// `admission(request, instances) -> True (admit), or False / a reason (reject)`.
+pub struct PyAdmission {
+    pub f: Py<PyAny>,
+    pub names: Names,
+    pub failure: Failure,
+    /// Reasons given so far, leaked once each (the counters key on `&'static str`).
+    pub reasons: Vec<&'static str>,
+}
+
+impl AdmissionPolicy for PyAdmission {
+    fn admit(
+        &mut self,
+        r: &RequestSpec,
+        now: SimTime,
+        instances: &[InstanceSnapshot],
+    ) -> Admission {
+        let failure = self.failure.clone();
+        let said: Option<String> = guarded(&failure, None, |py| {
+            let request = Bound::new(py, self.names.request(r, None, now))?;
+            let list = self.names.instances(py, instances, |_| None)?;
+            let out = self.f.bind(py).call1((request, list))?;
+            if let Ok(admit) = out.extract::<bool>() {
+                return Ok((!admit).then(|| "python".to_string()));
+            }
+            out.extract::<String>().map(Some).map_err(|_| {
+                RunError::new_err(
+                    "the Python admission policy must return True, False or a reason (str)",
+                )
+            })
+        });
+        match said {
+            None => Admission::Admit,
+            Some(reason) => {
+                let reason = match self.reasons.iter().find(|x| **x == reason) {
+                    Some(r) => *r,
+                    None => {
+                        let leaked: &'static str = Box::leak(reason.into_boxed_str());
+                        self.reasons.push(leaked);
+                        leaked
+                    }
+                };
+                Admission::Reject(reason)
+            }
+        }
+    }
+}
+
+/// `priority(request, class_priority, age_s) -> number` (higher is served first by priority
+/// queue orders).
+pub struct PyPriority {
+    pub f: Py<PyAny>,
+    pub names: Names,
+    pub failure: Failure,
+}
+
+impl PriorityPolicy for PyPriority {
+    fn priority(&self, r: &RequestSpec, class_priority: i32, age: SimDuration) -> f64 {
+        guarded(&self.failure, 0.0, |py| {
+            let request = Bound::new(py, self.names.request(r, None, SimTime::ZERO))?;
+            self.f
+                .bind(py)
+                .call1((request, class_priority, age.as_secs_f64()))?
+                .extract::<f64>()
+        })
+    }
+}
+
+/// `queue_order(request, arrival_s, priority) -> (number, number)`: the wait queue is sorted
+/// by it before each batch, smaller first (ties: request id).
+pub struct PyQueueOrder {
+    pub f: Py<PyAny>,
+    pub names: Names,
+    pub failure: Failure,
+}
+
+impl QueueOrder for PyQueueOrder {
+    fn key(&self, r: &RequestSpec, arrival: SimTime, priority: f64) -> (f64, f64) {
+        guarded(&self.failure, (0.0, 0.0), |py| {
+            let request = Bound::new(py, self.names.request(r, Some(arrival), arrival))?;
+            self.f
+                .bind(py)
+                .call1((request, arrival.as_us() as f64 / 1e6, priority))?
+                .extract::<(f64, f64)>()
+        })
+    }
+}
+
+/// True when the router function has `reads_cache = True`.
+pub fn reads_cache(py: Python<'_>, router: Option<&Py<PyAny>>) -> bool {
+    router.is_some_and(|f| {
+        f.bind(py)
+            .getattr("reads_cache")
+            .and_then(|v| v.is_truthy())
+            .unwrap_or(false)
+    })
+}
+
+/// The Python policies given to `run` or `evaluate`.
+pub struct Given {
+    pub router: Option<Py<PyAny>>,
+    pub admission: Option<Py<PyAny>>,
+    pub priority: Option<Py<PyAny>>,
+    pub queue_order: Option<Py<PyAny>>,
+    pub reads_cache: bool,
+}
+
+impl Given {
+    pub fn any(&self) -> bool {
+        self.router.is_some()
+            || self.admission.is_some()
+            || self.priority.is_some()
+            || self.queue_order.is_some()
+    }
+
+    /// Puts the policies in place of the scenario's in a built run.
+    pub fn install(self, world: &mut World, failure: &Failure) {
+        let names = names(world);
+        if let Some(f) = self.router {
+            world.insert_resource(Active::<family::Routing>(Box::new(PyRouter {
+                f,
+                names: names.clone(),
+                reads_cache: self.reads_cache,
+                failure: failure.clone(),
+            })));
+        }
+        if let Some(f) = self.admission {
+            world.insert_resource(Active::<family::Admission>(Box::new(PyAdmission {
+                f,
+                names: names.clone(),
+                failure: failure.clone(),
+                reasons: Vec::new(),
+            })));
+        }
+        if let Some(f) = self.priority {
+            world.insert_resource(Active::<family::Priority>(Box::new(PyPriority {
+                f,
+                names: names.clone(),
+                failure: failure.clone(),
+            })));
+        }
+        if let Some(f) = self.queue_order {
+            world.insert_resource(Active::<family::Scheduling>(Box::new(PyQueueOrder {
+                f,
+                names,
+                failure: failure.clone(),
+            })));
+        }
+    }
+
+    /// A deep copy of every policy (`copy.deepcopy`), so each run of an evaluation starts
+    /// from the state the caller gave (a router's counters, a bucket's tokens).
+    pub fn fresh(&self, py: Python<'_>) -> PyResult<Given> {
+        let deepcopy = py.import("copy")?.getattr("deepcopy")?;
+        let copy = |f: &Option<Py<PyAny>>| -> PyResult<Option<Py<PyAny>>> {
+            f.as_ref()
+                .map(|f| deepcopy.call1((f.bind(py),)).map(Bound::unbind))
+                .transpose()
+        };
+        Ok(Given {
+            router: copy(&self.router)?,
+            admission: copy(&self.admission)?,
+            priority: copy(&self.priority)?,
+            queue_order: copy(&self.queue_order)?,
+            reads_cache: self.reads_cache,
+        })
+    }
+}
+
+/// The names the policy views carry, from the run's labels and instances.
+fn names(world: &mut World) -> Names {
+    let labels = world.resource::<servesim::labels::Labels>().clone();
+    let mut groups: Vec<(u32, u32)> = world
+        .query::<&servesim::instance::Instance>()
+        .iter(world)
+        .map(|i| (i.index, i.group))
+        .collect();
+    groups.sort_unstable();
+    Names {
+        instance_groups: groups
+            .into_iter()
+            .map(|(_, g)| {
+                (
+                    g,
+                    labels.groups.get(g as usize).cloned().unwrap_or_default(),
+                )
+            })
+            .collect(),
+        tenants: labels.tenants,
+        slo_classes: labels.slo_classes,
+    }
+}
