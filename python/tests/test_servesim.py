@@ -365,3 +365,20 @@ def test_evaluate_takes_python_policies_each_seed_with_its_own_copy():
     assert mine == rust
     with pytest.raises(ZeroDivisionError):
         servesim.evaluate(TENANTS, {"workload.num_requests": 50}, routing=lambda r, i: 1 / 0)
+
+
+def shortest_first(request, arrival_s, priority):
+    """A port of the built-in sjf queue order (module-level: the process pool imports it)."""
+    return (float(request.input_tokens), arrival_s)
+
+
+def test_python_policies_of_each_family_work_in_a_sweep():
+    points = [{"workload.num_requests": n} for n in (300, 600)]
+    mine = sweep(TENANTS, points, jobs=2, seed=5, routing=LeastLoaded(),
+                 admission=TokenBucket(20000.0, 30000.0), queue_order=shortest_first)
+    builtin = {"policies.routing": '"least_loaded"', "policies.admission": '"token_bucket"',
+               "policies.admission_params": '{"capacity": 20000.0, "refill_per_s": 30000.0}',
+               "policies.scheduling": '"sjf"'}
+    rust = sweep(TENANTS, [{**p, **builtin} for p in points], jobs=2, seed=5)
+    assert [{m: r[m] for m in METRICS} for r in mine] == [{m: r[m] for m in METRICS} for r in rust]
+    assert mine[0]["requests.rejected"] > 0

@@ -47,11 +47,14 @@ def run_point(
     seed: Optional[int] = None,
     routing: Optional[Callable] = None,
     summary_hook: Optional[Callable] = None,
+    policies: Optional[Mapping[str, Callable]] = None,
 ) -> Dict[str, Any]:
     """One sweep point: the point's values, the summary metrics and the summary's ``extras``
-    (as ``extras.<name>``): a row."""
+    (as ``extras.<name>``): a row. ``policies``: Python policies by family (``admission``,
+    ``priority``, ``queue_order``), as ``run`` takes them."""
     summary = run(
-        scenario, point, seed=seed, requests=False, routing=routing, summary_hook=summary_hook
+        scenario, point, seed=seed, requests=False, routing=routing, summary_hook=summary_hook,
+        **dict(policies or {}),
     ).summary
     row: Dict[str, Any] = dict(point)
     row.update({m: _get(summary, m) for m in METRICS})
@@ -95,15 +98,22 @@ def sweep(
     seed: Optional[int] = None,
     routing: Optional[Callable] = None,
     summary_hook: Optional[Callable] = None,
+    admission: Optional[Callable] = None,
+    priority: Optional[Callable] = None,
+    queue_order: Optional[Callable] = None,
 ) -> List[Dict[str, Any]]:
     """Runs every point (a dict of overrides) and returns one row per point, in order.
 
     ``backend``: ``"ray"`` (``ray.init()`` is called if Ray is not initialised: set
     ``RAY_ADDRESS`` to use a cluster), ``"process"`` (a local process pool of ``jobs``
-    workers, default: every core), or ``"auto"`` (Ray if it is installed). ``routing`` and
-    ``summary_hook`` are passed to every point's ``run``; on Ray, functions from a module of
-    your own (not an installed package) are sent by value, so the workers need not import it.
+    workers, default: every core), or ``"auto"`` (Ray if it is installed). ``routing``,
+    ``admission``, ``priority``, ``queue_order`` and ``summary_hook`` are passed to every
+    point's ``run`` (each point gets its own copy: they travel pickled); on Ray, functions from
+    a module of your own (not an installed package) are sent by value, so the workers need not
+    import it.
     """
+    policies = {k: f for k, f in (("admission", admission), ("priority", priority),
+                                  ("queue_order", queue_order)) if f is not None}
     scenario = os.path.abspath(scenario) if os.path.exists(scenario) else scenario
     ray = _ray() if backend in ("auto", "ray") else None
     if backend == "ray" and ray is None:
@@ -114,13 +124,18 @@ def sweep(
     if ray is not None:
         if not ray.is_initialized():
             ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False)
-        _send_by_value(ray, (routing, summary_hook))
+        _send_by_value(ray, (routing, summary_hook, *policies.values()))
         task = ray.remote(run_point)
-        return ray.get([task.remote(scenario, p, seed, routing, summary_hook) for p in points])
+        return ray.get(
+            [task.remote(scenario, p, seed, routing, summary_hook, policies) for p in points]
+        )
     from concurrent.futures import ProcessPoolExecutor
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=jobs or os.cpu_count(), mp_context=ctx) as pool:
-        futures = [pool.submit(run_point, scenario, p, seed, routing, summary_hook) for p in points]
+        futures = [
+            pool.submit(run_point, scenario, p, seed, routing, summary_hook, policies)
+            for p in points
+        ]
         return [f.result() for f in futures]
