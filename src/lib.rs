@@ -93,6 +93,7 @@ pub mod catalog;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod cluster;
+pub mod decisions;
 pub mod disagg;
 pub mod engine;
 pub mod evaluate;
