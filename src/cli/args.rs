@@ -157,6 +157,13 @@ pub(crate) enum ListWhat {
     Hardware,
 }
 
+/// `--jobs`: as given (at least 1), or every core.
+pub(crate) fn jobs(given: Option<usize>) -> usize {
+    given
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from))
+        .max(1)
+}
+
 pub(crate) fn parse_overrides(
     set: &[String],
     seed: Option<u64>,

@@ -83,10 +83,7 @@ pub(crate) fn capacity(app: &ServesimApp, a: CapacityArgs) -> ExitCode {
         replicas: a.replicas,
         tolerance: a.tolerance,
         served_share: a.served_share,
-        jobs: a
-            .jobs
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from))
-            .max(1),
+        jobs: super::args::jobs(a.jobs),
         interrupt: Some(interrupt),
     };
     #[expect(

@@ -62,10 +62,7 @@ pub(crate) fn evaluate(app: &ServesimApp, a: EvaluateArgs) -> ExitCode {
     };
     let settings = Settings {
         seeds: a.seeds,
-        jobs: a
-            .jobs
-            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from))
-            .max(1),
+        jobs: super::args::jobs(a.jobs),
         worst: a.worst,
         weights,
     };

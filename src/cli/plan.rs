@@ -100,10 +100,7 @@ pub(crate) fn plan(app: &ServesimApp, a: PlanArgs) -> ExitCode {
     let interrupt = Arc::new(AtomicBool::new(false));
     let flag = interrupt.clone();
     let _ = ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed));
-    let jobs = a
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from))
-        .max(1);
+    let jobs = super::args::jobs(a.jobs);
     let settings = Settings {
         replicas: a.replicas,
         jobs,

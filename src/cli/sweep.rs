@@ -187,10 +187,7 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
     }
     points.retain(|(p, _)| !finished.contains_key(&p.index));
     let progress_error = std::sync::Mutex::new(None::<String>);
-    let jobs = a
-        .jobs
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from))
-        .max(1);
+    let jobs = super::args::jobs(a.jobs);
     let interrupt = Arc::new(AtomicBool::new(false));
     let flag = interrupt.clone();
     let _ = ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed));
