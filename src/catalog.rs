@@ -73,6 +73,9 @@ pub struct PolicyArgs<'a> {
     /// The instance group, for per-instance families (batch formation, latency); empty for
     /// cluster-wide ones.
     pub group: GroupFacts<'a>,
+    /// The entry's name, set by [`Catalog::build`] (one build function can serve many
+    /// entries: the Python package's registered policies share one per family).
+    pub name: &'a str,
 }
 
 /// What a per-instance policy may know of its instance group.
@@ -93,6 +96,7 @@ impl<'a> PolicyArgs<'a> {
             params,
             labels,
             group: GroupFacts::default(),
+            name: "",
         }
     }
 
@@ -254,7 +258,11 @@ impl Catalog {
             name: name.to_string(),
             known: self.names::<F>(),
         })?;
-        (entry.build)(args).map_err(BuildError::Params)
+        (entry.build)(&PolicyArgs {
+            name: entry.name,
+            ..*args
+        })
+        .map_err(BuildError::Params)
     }
 
     /// Names of the known families, in registration order.
@@ -326,7 +334,10 @@ pub fn check_member<F: PolicyFamily>(
             }
         }
     }
-    if let Err(msg) = (e.build)(args) {
+    if let Err(msg) = (e.build)(&PolicyArgs {
+        name: e.name,
+        ..*args
+    }) {
         p.push(Problem::new(params_at, msg));
     }
 }

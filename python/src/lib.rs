@@ -5,7 +5,9 @@
 //!
 //! The Python package (`pysrc/servesim`) wraps these functions; see docs/python.md.
 
+mod autoscale;
 mod policies;
+mod registry;
 
 use std::sync::{Arc, Mutex};
 
@@ -32,9 +34,71 @@ pyo3::create_exception!(
     "The run could not complete (an output directory problem, an overloaded cluster, a router error...)."
 );
 
-/// The app builder every function here uses.
+/// The app builder every function here uses: the catalogue holds the policies registered
+/// from Python ([`registry`]).
 fn app() -> ServesimApp {
-    ServesimApp::new()
+    registry::with_registered(ServesimApp::new())
+}
+
+/// A Python scaler given to `run` or `evaluate` (`autoscale=`), waiting for the set-up step
+/// that puts it in place of the scenario's policy.
+#[derive(Resource)]
+struct PendingScaler {
+    f: Py<PyAny>,
+    failure: policies::Failure,
+}
+
+/// Installs a Python scaler for every app `app` builds: each build (each run, each seed)
+/// gets its own `copy.deepcopy` of it, put in place while the run is set up — after the
+/// scenario's policy is built and before the first evaluation is scheduled from it.
+fn with_scaler(app: ServesimApp, scaler: Py<PyAny>, failure: policies::Failure) -> ServesimApp {
+    use servesim::setup::{SetupAppExt, SetupStage};
+    let scaler = Arc::new(scaler);
+    app.with(move |app| {
+        let copy = Python::attach(|py| -> PyResult<Py<PyAny>> {
+            let deepcopy = py.import("copy")?.getattr("deepcopy")?;
+            Ok(deepcopy.call1((scaler.bind(py),))?.unbind())
+        });
+        let f = match copy {
+            Ok(f) => f,
+            Err(e) => {
+                if let Ok(mut slot) = failure.lock() {
+                    slot.get_or_insert(e);
+                }
+                Python::attach(|py| scaler.clone_ref(py))
+            }
+        };
+        app.insert_resource(PendingScaler {
+            f,
+            failure: failure.clone(),
+        })
+        .add_setup(SetupStage::Policies, install_scaler);
+    })
+}
+
+fn install_scaler(
+    app: &mut servesim::bevy_app::App,
+    _: &servesim::setup::SetupCtx<'_>,
+) -> Result<(), servesim::SimError> {
+    use servesim::policy::{Active, family};
+    let Some(p) = app.world_mut().remove_resource::<PendingScaler>() else {
+        return Ok(());
+    };
+    let every = Python::attach(|py| autoscale::interval(py, &p.f)).map_err(|e| {
+        servesim::SimError::Setup(servesim::SetupError::Policy {
+            path: "autoscale".into(),
+            message: e.to_string(),
+        })
+    })?;
+    let groups = app
+        .world()
+        .resource::<servesim::labels::Labels>()
+        .groups
+        .clone();
+    app.insert_resource(Active::<family::Autoscale>(Box::new(
+        autoscale::PyScaler::new(p.f, every, groups, "python", p.failure),
+    )));
+    Ok(())
 }
 
 /// Loads a scenario from a path, or from RON text when `is_text`.
@@ -127,7 +191,7 @@ fn call_summary_hook(
 
 /// Runs a scenario. Returns (summary.json text, requests.csv text or None).
 #[pyfunction]
-#[pyo3(signature = (source, is_text, overrides, out=None, router=None, requests=true, summary_hook=None, admission=None, priority=None, queue_order=None))]
+#[pyo3(signature = (source, is_text, overrides, out=None, router=None, requests=true, summary_hook=None, admission=None, priority=None, queue_order=None, autoscale=None))]
 #[expect(
     clippy::too_many_arguments,
     reason = "the Python function's keyword arguments"
@@ -144,14 +208,19 @@ fn run(
     admission: Option<Py<PyAny>>,
     priority: Option<Py<PyAny>>,
     queue_order: Option<Py<PyAny>>,
+    autoscale: Option<Py<PyAny>>,
 ) -> PyResult<(String, Option<String>)> {
     let error: policies::Failure = Arc::new(Mutex::new(None));
     let mut builder = app();
-    let python_code = router.is_some()
+    let mut python_code = router.is_some()
         || summary_hook.is_some()
         || admission.is_some()
         || priority.is_some()
-        || queue_order.is_some();
+        || queue_order.is_some()
+        || autoscale.is_some();
+    if let Some(scaler) = autoscale {
+        builder = with_scaler(builder, scaler, error.clone());
+    }
     let reads_cache = policies::reads_cache(py, router.as_ref());
     if let Some(hook) = summary_hook {
         let (hook, error) = (Arc::new(hook), error.clone());
@@ -164,6 +233,7 @@ fn run(
         });
     }
     let mut sc = load(&builder, source, is_text, &overrides)?;
+    python_code |= registry::used_by(&sc);
     // A router that reads caches needs the instances' KV events (as a Rust one turns on).
     sc.outputs.kv_events |= reads_cache;
     let buffer = requests.then(SharedBuffer::default);
@@ -172,9 +242,13 @@ fn run(
         requests_csv_memory: buffer.clone(),
         ..Default::default()
     };
-    let mut sim = builder
-        .simulation(&sc, options)
-        .map_err(|e| RunError::new_err(e.to_string()))?;
+    let scope = registry::Scope::open();
+    let built = builder.simulation(&sc, options);
+    if let Some(e) = error.lock().ok().and_then(|mut e| e.take()) {
+        return Err(e);
+    }
+    let mut sim = built.map_err(|e| RunError::new_err(e.to_string()))?;
+    scope.bind(sim.world_mut());
     policies::Given {
         router,
         admission,
@@ -192,6 +266,9 @@ fn run(
     if let Some(e) = error.lock().ok().and_then(|mut e| e.take()) {
         return Err(e);
     }
+    if let Some(e) = scope.failure() {
+        return Err(e);
+    }
     let summary = result.map_err(|e| RunError::new_err(e.to_string()))?;
     let json = serde_json_pretty(&summary);
     let csv = buffer.map(|b| {
@@ -199,6 +276,17 @@ fn run(
         String::from_utf8_lossy(&bytes).into_owned()
     });
     Ok((json, csv))
+}
+
+/// `capacity` and `plan` run their simulations on threads without Python: a scenario that
+/// names a policy registered from Python is refused with the way round it.
+fn no_python_policies(sc: &Scenario, what: &str) -> PyResult<()> {
+    if registry::used_by(sc) {
+        return Err(ScenarioError::new_err(format!(
+            "{what} runs the built-in (Rust) policies only, and this scenario names a policy registered from Python; search with servesim.evaluate or servesim.sweep over rates instead"
+        )));
+    }
+    Ok(())
 }
 
 fn cores() -> usize {
@@ -232,6 +320,7 @@ fn capacity(
     }
     let app = app();
     let sc = load(&app, source, is_text, &overrides)?;
+    no_python_policies(&sc, "capacity")?;
     let sc = match &group {
         Some(name) => group_alone(&sc, name).map_err(ScenarioError::new_err)?,
         None => sc,
@@ -260,7 +349,7 @@ fn capacity(
 
 /// `servesim evaluate`: the evaluation as the JSON `--format json` prints.
 #[pyfunction]
-#[pyo3(signature = (source, is_text, overrides, seeds=1, weights=std::collections::BTreeMap::new(), worst=5, jobs=None, router=None, admission=None, priority=None, queue_order=None))]
+#[pyo3(signature = (source, is_text, overrides, seeds=1, weights=std::collections::BTreeMap::new(), worst=5, jobs=None, router=None, admission=None, priority=None, queue_order=None, autoscale=None))]
 #[expect(
     clippy::too_many_arguments,
     reason = "the Python function's keyword arguments"
@@ -278,9 +367,15 @@ fn evaluate(
     admission: Option<Py<PyAny>>,
     priority: Option<Py<PyAny>>,
     queue_order: Option<Py<PyAny>>,
+    autoscale: Option<Py<PyAny>>,
 ) -> PyResult<String> {
     use servesim::evaluate::{Settings, evaluate_with};
-    let app = app();
+    let failure: policies::Failure = Arc::new(Mutex::new(None));
+    let mut app = app();
+    let scales = autoscale.is_some();
+    if let Some(scaler) = autoscale {
+        app = with_scaler(app, scaler, failure.clone());
+    }
     let mut sc = load(&app, source, is_text, &overrides)?;
     let given = policies::Given {
         reads_cache: policies::reads_cache(py, router.as_ref()),
@@ -290,7 +385,7 @@ fn evaluate(
         queue_order,
     };
     sc.outputs.kv_events |= given.reads_cache;
-    let failure: policies::Failure = Arc::new(Mutex::new(None));
+    let python_code = given.any() || scales || registry::used_by(&sc);
     if worst > 1000 {
         return Err(ScenarioError::new_err(format!(
             "worst={worst}: at most 1000"
@@ -304,7 +399,9 @@ fn evaluate(
     };
     // Each run gets its own copy of the policies, so seeds do not share their state and the
     // answer does not depend on the thread count.
+    let scope = registry::Scope::open();
     let prepare = |_: u64, sim: &mut servesim::Simulation| -> Result<(), String> {
+        scope.bind(sim.world_mut());
         if !given.any() {
             return Ok(());
         }
@@ -312,7 +409,7 @@ fn evaluate(
         fresh.install(sim.world_mut(), &failure);
         Ok(())
     };
-    let evaluated = if given.any() {
+    let evaluated = if python_code {
         // Python policies run under the GIL anyway: one seed after the other on this thread,
         // which holds it (taking it on another thread for every call costs ~35 µs).
         let settings = Settings {
@@ -324,6 +421,9 @@ fn evaluate(
         py.detach(|| evaluate_with(&app, &sc, &settings, &prepare))
     };
     if let Some(e) = failure.lock().ok().and_then(|mut e| e.take()) {
+        return Err(e);
+    }
+    if let Some(e) = scope.failure() {
         return Err(e);
     }
     match evaluated {
@@ -346,6 +446,7 @@ fn plan(
     use servesim::plan::{PlanError, Settings, search};
     let app = app();
     let sc = load(&app, path, false, &overrides)?;
+    no_python_policies(&sc, "plan")?;
     let settings = Settings {
         replicas,
         jobs: jobs.unwrap_or_else(cores).max(1),
@@ -369,6 +470,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run, m)?)?;
     m.add_class::<policies::Request>()?;
     m.add_class::<policies::Instance>()?;
+    m.add_class::<autoscale::Group>()?;
+    m.add_function(wrap_pyfunction!(registry::register, m)?)?;
+    m.add_function(wrap_pyfunction!(registry::registered, m)?)?;
     m.add_function(wrap_pyfunction!(validate, m)?)?;
     m.add_function(wrap_pyfunction!(capacity, m)?)?;
     m.add_function(wrap_pyfunction!(evaluate, m)?)?;

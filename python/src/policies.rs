@@ -3,7 +3,7 @@
 //! tuples of earlier versions did). Each family is a plain function; its first exception
 //! stops the run and is raised by `servesim.run`.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -157,6 +157,35 @@ impl Instance {
     }
 }
 
+/// Names the views carry, shared by the policies of a run: set when they are installed, or —
+/// for a policy the catalogue builds before the run's instances exist — bound once the run
+/// is built ([`crate::registry::Scope::bind`]).
+#[derive(Clone, Debug, Default)]
+pub struct SharedNames(Arc<OnceLock<Names>>);
+
+static NO_NAMES: Names = Names {
+    tenants: Vec::new(),
+    slo_classes: Vec::new(),
+    instance_groups: Vec::new(),
+};
+
+impl SharedNames {
+    pub fn of(names: Names) -> Self {
+        let cell = OnceLock::new();
+        let _ = cell.set(names);
+        SharedNames(Arc::new(cell))
+    }
+
+    /// Sets the names if they are not set yet.
+    pub fn bind(&self, names: &Names) {
+        let _ = self.0.set(names.clone());
+    }
+
+    fn get(&self) -> &Names {
+        self.0.get().unwrap_or(&NO_NAMES)
+    }
+}
+
 /// Names the views carry.
 #[derive(Clone, Debug, Default)]
 pub struct Names {
@@ -224,7 +253,7 @@ impl Names {
 }
 
 /// Calls `f` with the GIL unless an earlier call failed; records the first failure.
-fn guarded<T>(failure: &Failure, fallback: T, f: impl FnOnce(Python<'_>) -> PyResult<T>) -> T {
+pub fn guarded<T>(failure: &Failure, fallback: T, f: impl FnOnce(Python<'_>) -> PyResult<T>) -> T {
     if failure.lock().map_or(true, |e| e.is_some()) {
         return fallback;
     }
@@ -242,7 +271,7 @@ fn guarded<T>(failure: &Failure, fallback: T, f: impl FnOnce(Python<'_>) -> PyRe
 /// `routing(request, instances) -> index or None`.
 pub struct PyRouter {
     pub f: Py<PyAny>,
-    pub names: Names,
+    pub names: SharedNames,
     /// The function has `reads_cache = True`: instances carry `cached_blocks`.
     pub reads_cache: bool,
     pub failure: Failure,
@@ -251,8 +280,8 @@ pub struct PyRouter {
 impl RoutingPolicy for PyRouter {
     fn choose(&mut self, r: &RequestSpec, now: SimTime, view: &RouterView<'_>) -> Option<u32> {
         guarded(&self.failure, None, |py| {
-            let request = Bound::new(py, self.names.request(r, None, now))?;
-            let instances = self.names.instances(py, view.instances, |s| {
+            let request = Bound::new(py, self.names.get().request(r, None, now))?;
+            let instances = self.names.get().instances(py, view.instances, |s| {
                 self.reads_cache.then(|| {
                     view.probe
                         .cached_blocks(s.index, &r.content, r.input_tokens)
@@ -282,7 +311,7 @@ impl RoutingPolicy for PyRouter {
 /// `admission(request, instances) -> True (admit), or False / a reason (reject)`.
 pub struct PyAdmission {
     pub f: Py<PyAny>,
-    pub names: Names,
+    pub names: SharedNames,
     pub failure: Failure,
     /// Reasons given so far, leaked once each (the counters key on `&'static str`).
     pub reasons: Vec<&'static str>,
@@ -297,8 +326,8 @@ impl AdmissionPolicy for PyAdmission {
     ) -> Admission {
         let failure = self.failure.clone();
         let said: Option<String> = guarded(&failure, None, |py| {
-            let request = Bound::new(py, self.names.request(r, None, now))?;
-            let list = self.names.instances(py, instances, |_| None)?;
+            let request = Bound::new(py, self.names.get().request(r, None, now))?;
+            let list = self.names.get().instances(py, instances, |_| None)?;
             let out = self.f.bind(py).call1((request, list))?;
             if let Ok(admit) = out.extract::<bool>() {
                 return Ok((!admit).then(|| "python".to_string()));
@@ -330,14 +359,14 @@ impl AdmissionPolicy for PyAdmission {
 /// queue orders).
 pub struct PyPriority {
     pub f: Py<PyAny>,
-    pub names: Names,
+    pub names: SharedNames,
     pub failure: Failure,
 }
 
 impl PriorityPolicy for PyPriority {
     fn priority(&self, r: &RequestSpec, class_priority: i32, age: SimDuration) -> f64 {
         guarded(&self.failure, 0.0, |py| {
-            let request = Bound::new(py, self.names.request(r, None, SimTime::ZERO))?;
+            let request = Bound::new(py, self.names.get().request(r, None, SimTime::ZERO))?;
             self.f
                 .bind(py)
                 .call1((request, class_priority, age.as_secs_f64()))?
@@ -350,14 +379,14 @@ impl PriorityPolicy for PyPriority {
 /// by it before each batch, smaller first (ties: request id).
 pub struct PyQueueOrder {
     pub f: Py<PyAny>,
-    pub names: Names,
+    pub names: SharedNames,
     pub failure: Failure,
 }
 
 impl QueueOrder for PyQueueOrder {
     fn key(&self, r: &RequestSpec, arrival: SimTime, priority: f64) -> (f64, f64) {
         guarded(&self.failure, (0.0, 0.0), |py| {
-            let request = Bound::new(py, self.names.request(r, Some(arrival), arrival))?;
+            let request = Bound::new(py, self.names.get().request(r, Some(arrival), arrival))?;
             self.f
                 .bind(py)
                 .call1((request, arrival.as_us() as f64 / 1e6, priority))?
@@ -395,7 +424,7 @@ impl Given {
 
     /// Puts the policies in place of the scenario's in a built run.
     pub fn install(self, world: &mut World, failure: &Failure) {
-        let names = names(world);
+        let names = SharedNames::of(names(world));
         if let Some(f) = self.router {
             world.insert_resource(Active::<family::Routing>(Box::new(PyRouter {
                 f,
@@ -448,7 +477,7 @@ impl Given {
 }
 
 /// The names the policy views carry, from the run's labels and instances.
-fn names(world: &mut World) -> Names {
+pub fn names(world: &mut World) -> Names {
     let labels = world.resource::<servesim::labels::Labels>().clone();
     let mut groups: Vec<(u32, u32)> = world
         .query::<&servesim::instance::Instance>()

@@ -32,6 +32,9 @@ __all__ = [
     "Result",
     "Request",
     "Instance",
+    "Group",
+    "register",
+    "registered",
     "ScenarioError",
     "RunError",
 ]
@@ -51,6 +54,45 @@ Instance = _native.Instance
 ``cached_blocks`` (the request's leading prompt blocks cached there, when the router function
 has ``reads_cache = True``; else None). Indexing gives the tuple of earlier versions: (index,
 queue_depth, batch_size, in_flight, kv_used_blocks, kv_total_blocks, routable)."""
+
+
+Group = _native.Group
+"""What a Python scaler sees of an autoscaled group at an evaluation: ``group`` (index) and
+``name``, ``current`` (starting or serving instances), ``ready``, ``min``, ``max``,
+``instance_cost_per_hour``, ``utilization`` (busy fraction over the window),
+``queue_per_instance``, ``kv_usage``, ``in_flight_per_instance``, ``ttft_p90_ms`` and
+``itl_p90_ms`` (None when no request of the group finished in the window)."""
+
+FAMILIES = ("admission", "routing", "priority", "scheduling", "autoscale")
+
+
+def register(
+    family: str,
+    name: str,
+    make: Callable[[Dict[str, float]], Any],
+    description: str = "",
+    params: Optional[Mapping[str, str]] = None,
+) -> None:
+    """Registers a Python policy under ``name`` in the catalogue, so scenarios name it as they
+    name a built-in one (``policies.routing: "my_router"``, its ``routing_params``) in
+    ``run``, ``evaluate``, ``sweep`` and ``validate``. ``family`` is the scenario field:
+    ``admission``, ``routing`` (also ``decode_routing``), ``priority``, ``scheduling`` (the
+    queue order) or ``autoscale``. ``make(params)`` gets the scenario's parameters (a dict of
+    floats) for every run and returns the policy — a callable with the protocol of ``run``'s
+    keyword of that family, or for ``autoscale`` a scaler (``interval_s``, called as
+    ``scaler(now_s, groups)``) — or raises (ValueError, ...) to refuse the parameters: the
+    loader reports that at the parameters' field, as for a built-in policy. ``params`` (name
+    -> meaning) makes any other parameter name an error with a did-you-mean; without it any
+    name is accepted. Registering a name again replaces it; a built-in name is refused.
+    ``capacity`` and ``plan`` refuse scenarios that name a Python policy (they run on threads
+    without Python)."""
+    _native.register(family, name, make, description, dict(params) if params is not None else None)
+
+
+def registered() -> List[Tuple[str, str, Callable, str, Optional[Dict[str, str]]]]:
+    """(family, name, make, description, params) of every policy registered in this process
+    (``servesim.sweep`` registers them again in its worker processes)."""
+    return [tuple(r) for r in _native.registered()]
 
 
 def _ron(value: Any) -> str:
@@ -157,6 +199,7 @@ def run(
     admission: Optional[Callable[[Request, Sequence[Instance]], Any]] = None,
     priority: Optional[Callable[[Request, int, float], float]] = None,
     queue_order: Optional[Callable[[Request, float, float], Tuple[float, float]]] = None,
+    autoscale: Optional[Any] = None,
 ) -> Result:
     """Runs a scenario (a path, RON text, or a ``Scenario`` from ``load``).
 
@@ -175,12 +218,16 @@ def run(
     under ``rejections``) to reject; ``priority(request, class_priority, age_s)`` returns the
     request's priority (higher first in priority queue orders); ``queue_order(request,
     arrival_s, priority)`` returns a sort key (two numbers, smaller first) for each instance's
-    wait queue.
+    wait queue. ``autoscale`` is a scaler for the groups with ``scaling``: its ``interval_s``
+    (default 15) spaces the evaluations, the first one interval after t = 0, and
+    ``autoscale(now_s, groups)`` (each a ``servesim.Group``) returns ``{group: desired}``
+    (groups left out keep their size; min, max and cooldowns apply as for built-in policies).
+    Each run gets its own ``copy.deepcopy`` of the scaler.
     """
     source, is_text, ov = _resolve(scenario, overrides, seed)
     summary, rows = _native.run(
         source, is_text, ov, out=out, router=routing, requests=requests, summary_hook=summary_hook,
-        admission=admission, priority=priority, queue_order=queue_order,
+        admission=admission, priority=priority, queue_order=queue_order, autoscale=autoscale,
     )
     return Result(summary, rows)
 
@@ -237,6 +284,7 @@ def evaluate(
     admission: Optional[Callable[[Request, Sequence[Instance]], Any]] = None,
     priority: Optional[Callable[[Request, int, float], float]] = None,
     queue_order: Optional[Callable[[Request, float, float], Tuple[float, float]]] = None,
+    autoscale: Optional[Any] = None,
 ) -> Dict[str, Any]:
     """``servesim evaluate``: a candidate's evaluation for a policy search, as the dict
     ``--format json`` prints. ``params`` are overrides (the candidate's policies and their
@@ -254,6 +302,6 @@ def evaluate(
         _native.evaluate(
             source, is_text, ov, seeds=seeds, weights=dict(weights or {}), worst=worst,
             jobs=jobs, router=routing, admission=admission, priority=priority,
-            queue_order=queue_order,
+            queue_order=queue_order, autoscale=autoscale,
         )
     )

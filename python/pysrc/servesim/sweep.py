@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
-from . import run
+from . import register, registered, run
 
 #: Summary fields copied into each row (dotted paths into summary.json).
 METRICS = (
@@ -48,10 +48,15 @@ def run_point(
     routing: Optional[Callable] = None,
     summary_hook: Optional[Callable] = None,
     policies: Optional[Mapping[str, Callable]] = None,
+    catalogue: Sequence[tuple] = (),
 ) -> Dict[str, Any]:
     """One sweep point: the point's values, the summary metrics and the summary's ``extras``
     (as ``extras.<name>``): a row. ``policies``: Python policies by family (``admission``,
-    ``priority``, ``queue_order``), as ``run`` takes them."""
+    ``priority``, ``queue_order``, ``autoscale``), as ``run`` takes them. ``catalogue``:
+    ``servesim.registered()`` of the process that made the sweep, registered here first (a
+    worker process starts with an empty one)."""
+    for family, name, make, description, params in catalogue:
+        register(family, name, make, description, params)
     summary = run(
         scenario, point, seed=seed, requests=False, routing=routing, summary_hook=summary_hook,
         **dict(policies or {}),
@@ -101,19 +106,23 @@ def sweep(
     admission: Optional[Callable] = None,
     priority: Optional[Callable] = None,
     queue_order: Optional[Callable] = None,
+    autoscale: Optional[Any] = None,
 ) -> List[Dict[str, Any]]:
     """Runs every point (a dict of overrides) and returns one row per point, in order.
 
     ``backend``: ``"ray"`` (``ray.init()`` is called if Ray is not initialised: set
     ``RAY_ADDRESS`` to use a cluster), ``"process"`` (a local process pool of ``jobs``
     workers, default: every core), or ``"auto"`` (Ray if it is installed). ``routing``,
-    ``admission``, ``priority``, ``queue_order`` and ``summary_hook`` are passed to every
-    point's ``run`` (each point gets its own copy: they travel pickled); on Ray, functions from
-    a module of your own (not an installed package) are sent by value, so the workers need not
-    import it.
+    ``admission``, ``priority``, ``queue_order``, ``autoscale`` and ``summary_hook`` are
+    passed to every point's ``run`` (each point gets its own copy: they travel pickled), and
+    the policies registered with ``servesim.register`` are registered in every worker; on
+    Ray, functions from a module of your own (not an installed package) are sent by value, so
+    the workers need not import it.
     """
     policies = {k: f for k, f in (("admission", admission), ("priority", priority),
-                                  ("queue_order", queue_order)) if f is not None}
+                                  ("queue_order", queue_order), ("autoscale", autoscale))
+                if f is not None}
+    catalogue = registered()
     scenario = os.path.abspath(scenario) if os.path.exists(scenario) else scenario
     ray = _ray() if backend in ("auto", "ray") else None
     if backend == "ray" and ray is None:
@@ -124,10 +133,11 @@ def sweep(
     if ray is not None:
         if not ray.is_initialized():
             ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False)
-        _send_by_value(ray, (routing, summary_hook, *policies.values()))
+        _send_by_value(ray, (routing, summary_hook, *policies.values(), *(c[2] for c in catalogue)))
         task = ray.remote(run_point)
         return ray.get(
-            [task.remote(scenario, p, seed, routing, summary_hook, policies) for p in points]
+            [task.remote(scenario, p, seed, routing, summary_hook, policies, catalogue)
+             for p in points]
         )
     from concurrent.futures import ProcessPoolExecutor
     import multiprocessing
@@ -135,7 +145,7 @@ def sweep(
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=jobs or os.cpu_count(), mp_context=ctx) as pool:
         futures = [
-            pool.submit(run_point, scenario, p, seed, routing, summary_hook, policies)
+            pool.submit(run_point, scenario, p, seed, routing, summary_hook, policies, catalogue)
             for p in points
         ]
         return [f.result() for f in futures]
