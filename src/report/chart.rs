@@ -20,6 +20,8 @@ pub struct Series {
     pub colour: &'static str,
     pub points: Vec<(f64, f64)>,
     pub dashed: bool,
+    /// A dot at each point instead of a line through them (a scatter of trials).
+    pub markers: bool,
 }
 
 /// A line chart: x and y axes with ticks, one polyline per series, a legend.
@@ -248,8 +250,28 @@ impl LineChart {
             esc(&self.y_label)
         );
         s.push_str("</g>");
-        // Lines.
-        for series in &self.series {
+        // Lines, and dots for the series drawn as points.
+        for series in self.series.iter().filter(|s| s.markers) {
+            let _ = write!(
+                s,
+                r#"<g class="markers" data-name="{}" fill="{}">"#,
+                esc(&series.name),
+                series.colour
+            );
+            for &(x, y) in &series.points {
+                let x = tx(x);
+                if x.is_finite() && y.is_finite() {
+                    let _ = write!(
+                        s,
+                        r#"<circle cx="{:.1}" cy="{:.1}" r="3"/>"#,
+                        px(x),
+                        py(y.clamp(y0, y1))
+                    );
+                }
+            }
+            s.push_str("</g>");
+        }
+        for series in self.series.iter().filter(|s| !s.markers) {
             let mut d = String::new();
             let mut last: Option<(f64, f64)> = None;
             for &(x, y) in &series.points {
@@ -304,6 +326,18 @@ impl LineChart {
         }
         for (i, series) in self.series.iter().enumerate().take(12) {
             let y = TOP + 12.0 + i as f64 * 14.0;
+            if series.markers {
+                let _ = write!(
+                    s,
+                    r#"<g class="legend" data-name="{n}"><circle cx="{}" cy="{y}" r="3" fill="{}"/><text x="{}" y="{}" text-anchor="end">{n}</text></g>"#,
+                    W - RIGHT - 14.0,
+                    series.colour,
+                    W - RIGHT - 26.0,
+                    y + 4.0,
+                    n = esc(&series.name)
+                );
+                continue;
+            }
             let _ = write!(
                 s,
                 r#"<g class="legend" data-name="{n}"><line x1="{}" x2="{}" y1="{y}" y2="{y}" stroke="{}" stroke-width="2"{}/><text x="{}" y="{}" text-anchor="end">{n}</text></g>"#,
@@ -464,12 +498,14 @@ mod tests {
                     colour: colour(0),
                     points: vec![(0.0, 0.0), (1.0, 2.0), (2.0, 1.0)],
                     dashed: false,
+                    markers: false,
                 },
                 Series {
                     name: "b".into(),
                     colour: colour(1),
                     points: vec![(0.0, 1.0), (2.0, 3.0)],
                     dashed: true,
+                    markers: false,
                 },
             ],
             ..Default::default()

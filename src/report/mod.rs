@@ -394,6 +394,7 @@ fn series(name: &str, i: usize, points: Vec<(f64, f64)>) -> Series {
         colour: colour(i),
         points: thin(&points, SERIES_POINTS),
         dashed: false,
+        markers: false,
     }
 }
 

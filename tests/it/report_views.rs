@@ -1,4 +1,4 @@
-//! `servesim report` on a sweep, a plan and a capacity directory: the metric-against-axis
+//! `servesim report` on a sweep, a plan, a capacity and a search directory: the metric-against-axis
 //! charts carry the means of the runs, every run's configuration sits beside its results,
 //! the per-instance load matches each run's own summary, and the page works in a browser.
 
@@ -286,4 +286,76 @@ fn plan_and_capacity_directories_get_their_own_pages_and_mixing_them_is_refused(
         "{err}"
     );
     assert!(!dir.join("both.html").exists());
+}
+
+#[test]
+fn a_search_directory_draws_every_trial_and_the_front_and_names_what_is_missing() {
+    // Four trials minimising (ttft, cost): 0 and 2 form the front, 1 is dominated by 0,
+    // 3 is infeasible (it would dominate everything).
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let s = dir.join("s");
+    std::fs::create_dir(&s).unwrap();
+    std::fs::write(
+        s.join("search.csv"),
+        "trial,ttft_p99_ms,cost_per_mtok,feasible,pareto,weight\n\
+         0,90.5,1.25,true,true,0.5\n\
+         1,95.0,1.30,true,false,1.5\n\
+         2,120.0,0.90,true,true,2.5\n\
+         3,10.0,0.10,false,false,3.5\n",
+    )
+    .unwrap();
+    std::fs::write(
+        s.join("search.json"),
+        r#"{"objectives": ["ttft_p99_ms", "cost_per_mtok"], "directions": ["minimize", "minimize"], "parameters": ["weight"], "scenario": "autoscaling", "tool": "optuna", "trials": 4}"#,
+    )
+    .unwrap();
+    ok(&servesim(&["report", "s"], dir));
+    let html = page(&s);
+    assert!(
+        html.contains(
+            "search of autoscaling by optuna: 4 trials, 3 feasible, 2 on the Pareto front"
+        )
+    );
+    // The front's rows, sorted by cost, with their parameter; every trial in the second table.
+    let row = r#"<tr class="front"><th>"#;
+    let front: Vec<&str> = html
+        .match_indices(row)
+        .map(|(i, _)| &html[i + row.len()..i + row.len() + 1])
+        .collect();
+    assert_eq!(front, ["2", "0"]);
+    assert_eq!(html.matches(r#"<tr class="trial">"#).count(), 4);
+    assert!(html.contains("<td>2.500</td>"));
+    // Three feasible dots, one infeasible, and the front's step line through two points.
+    let dots = |name: &str| {
+        let at = html
+            .find(&format!(r#"<g class="markers" data-name="{name}""#))
+            .unwrap();
+        html[at..]
+            .split("</g>")
+            .next()
+            .unwrap()
+            .matches("<circle")
+            .count()
+    };
+    assert_eq!((dots("feasible trials"), dots("infeasible trials")), (3, 1));
+    let at = html
+        .find(r#"<path class="series" data-name="Pareto front" d="M"#)
+        .unwrap();
+    let d = html[at..].split("\" stroke").next().unwrap();
+    assert_eq!(d.matches('H').count(), 1, "{d}");
+
+    // A search.json without directions, or a missing objective column: exit 2, saying which.
+    std::fs::write(s.join("search.json"), r#"{"objectives": ["ttft_p99_ms"]}"#).unwrap();
+    let out = servesim(&["report", "s"], dir);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no `directions` list"));
+    std::fs::write(
+        s.join("search.json"),
+        r#"{"objectives": ["latency"], "directions": ["minimize"]}"#,
+    )
+    .unwrap();
+    let out = servesim(&["report", "s"], dir);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no `latency` column"));
 }

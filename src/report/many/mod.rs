@@ -1,11 +1,13 @@
 //! `report` of a directory of many runs: a sweep (`sweep.csv`), a plan (`plan.csv`,
-//! `pareto.csv`) or a capacity search (`capacity.json`). A sweep's page charts any metric
+//! `pareto.csv`), a capacity search (`capacity.json`) or a policy search (`search.csv`). A sweep's page charts any metric
 //! against any swept axis (one line per value of the other axes; bars when the axis is not
 //! numeric), lists each run's configuration beside its results, and tabulates each run's
 //! per-instance load; a plan's page draws its Pareto front and lists every configuration with
-//! its verdict; a capacity page lists each limit with its interval over seeds.
+//! its verdict; a capacity page lists each limit with its interval over seeds; a policy
+//! search's page draws its trials and their Pareto front.
 
 mod plan;
+mod search;
 mod sweep;
 mod table;
 
@@ -19,6 +21,7 @@ pub enum Kind {
     Sweep,
     Plan,
     Capacity,
+    Search,
 }
 
 impl Kind {
@@ -29,6 +32,8 @@ impl Kind {
             Some(Kind::Plan)
         } else if dir.join("capacity.json").is_file() {
             Some(Kind::Capacity)
+        } else if dir.join("search.csv").is_file() {
+            Some(Kind::Search)
         } else {
             None
         }
@@ -39,6 +44,7 @@ impl Kind {
             Kind::Sweep => "sweep",
             Kind::Plan => "plan",
             Kind::Capacity => "capacity",
+            Kind::Search => "search",
         }
     }
 }
@@ -49,5 +55,6 @@ pub fn report(dir: &Path, kind: Kind) -> Result<String, ReportError> {
         Kind::Sweep => sweep::page(dir),
         Kind::Plan => plan::plan_page(dir),
         Kind::Capacity => plan::capacity_page(dir),
+        Kind::Search => search::page_of(dir),
     }
 }

@@ -99,6 +99,7 @@ pub(super) fn plan_page(dir: &Path) -> Result<String, ReportError> {
                     colour: colour(0),
                     points: pts(y),
                     dashed: false,
+                    markers: false,
                 }],
                 step,
                 ..Default::default()

@@ -182,6 +182,7 @@ impl Sweep {
                             colour: colour(i),
                             points,
                             dashed: false,
+                            markers: false,
                         }
                     })
                     .collect();

@@ -1,0 +1,67 @@
+"""Result directories that ``servesim report`` draws, written from Python.
+
+``write_search`` writes a policy search's trials (Optuna, GEPA, OpenEvolve, a script of your
+own) as a search directory: ``search.csv`` (one row per trial: ``trial``, the objectives,
+``feasible``, ``pareto``, then the trial's parameters) and ``search.json`` (the objectives,
+their directions, the scenario and the tool). ``servesim report DIR`` then draws every trial
+with the Pareto front of the first two objectives and lists the front with its parameters.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(v) if math.isfinite(v) else ""
+    return "" if v is None else str(v)
+
+
+def write_search(
+    out: str,
+    trials: Sequence[Mapping[str, Any]],
+    objectives: Sequence[str],
+    directions: Sequence[str],
+    scenario: str = "",
+    tool: str = "",
+) -> None:
+    """Writes ``out/search.csv`` and ``out/search.json``. Each trial is a mapping with
+    ``trial`` (a number), every name in ``objectives``, ``feasible`` and ``pareto`` (bools)
+    and any parameters; ``directions`` holds ``"minimize"`` or ``"maximize"`` per objective.
+    Raises ValueError for a trial without an objective or a direction that is neither."""
+    if len(objectives) != len(directions) or not objectives:
+        raise ValueError("give one direction per objective, and at least one objective")
+    for d in directions:
+        if d not in ("minimize", "maximize"):
+            raise ValueError(f"direction {d!r} is neither 'minimize' nor 'maximize'")
+    fixed = ["trial", *objectives, "feasible", "pareto"]
+    params: List[str] = []
+    for t in trials:
+        missing = [k for k in fixed if k not in t]
+        if missing:
+            raise ValueError(f"trial {t.get('trial', '?')} has no {', '.join(missing)}")
+        params.extend(k for k in t if k not in fixed and k not in params)
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "search.csv"), "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f, lineterminator="\n")
+        w.writerow(fixed + params)
+        for t in trials:
+            w.writerow([_cell(t.get(k)) for k in fixed + params])
+    meta: Dict[str, Any] = {
+        "objectives": list(objectives),
+        "directions": list(directions),
+        "parameters": params,
+        "scenario": scenario,
+        "tool": tool,
+        "trials": len(trials),
+    }
+    with open(os.path.join(out, "search.json"), "w", encoding="utf-8") as f:
+        json.dump(meta, f, indent=2)
+        f.write("\n")
