@@ -6,6 +6,7 @@
 //! The Python package (`pysrc/servesim`) wraps these functions; see docs/python.md.
 
 mod autoscale;
+mod live;
 mod policies;
 mod registry;
 
@@ -233,7 +234,20 @@ fn run(
         });
     }
     let mut sc = load(&builder, source, is_text, &overrides)?;
-    python_code |= registry::used_by(&sc);
+    let registered = registry::used_by(&sc);
+    python_code |= registered;
+    let given = policies::Given {
+        router,
+        admission,
+        priority,
+        queue_order,
+        reads_cache,
+    };
+    let wants_live = given.wants_live(py);
+    if wants_live || registered {
+        // The policies' views of states, last steps and group sizes.
+        builder = builder.with(live::plugin);
+    }
     // A router that reads caches needs the instances' KV events (as a Rust one turns on).
     sc.outputs.kv_events |= reads_cache;
     let buffer = requests.then(SharedBuffer::default);
@@ -249,14 +263,10 @@ fn run(
     }
     let mut sim = built.map_err(|e| RunError::new_err(e.to_string()))?;
     scope.bind(sim.world_mut());
-    policies::Given {
-        router,
-        admission,
-        priority,
-        queue_order,
-        reads_cache,
+    if wants_live || scope.wants_live() {
+        live::every_tick(sim.world_mut());
     }
-    .install(sim.world_mut(), &error);
+    given.install(sim.world_mut(), &error);
     let result = if python_code {
         sim.run()
     } else {
@@ -385,7 +395,12 @@ fn evaluate(
         queue_order,
     };
     sc.outputs.kv_events |= given.reads_cache;
-    let python_code = given.any() || scales || registry::used_by(&sc);
+    let registered = registry::used_by(&sc);
+    let python_code = given.any() || scales || registered;
+    let wants_live = given.wants_live(py);
+    if wants_live || registered {
+        app = app.with(live::plugin);
+    }
     if worst > 1000 {
         return Err(ScenarioError::new_err(format!(
             "worst={worst}: at most 1000"
@@ -402,6 +417,9 @@ fn evaluate(
     let scope = registry::Scope::open();
     let prepare = |_: u64, sim: &mut servesim::Simulation| -> Result<(), String> {
         scope.bind(sim.world_mut());
+        if wants_live || scope.wants_live() {
+            live::every_tick(sim.world_mut());
+        }
         if !given.any() {
             return Ok(());
         }
@@ -471,6 +489,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<policies::Request>()?;
     m.add_class::<policies::Instance>()?;
     m.add_class::<autoscale::Group>()?;
+    m.add_class::<live::Cluster>()?;
     m.add_function(wrap_pyfunction!(registry::register, m)?)?;
     m.add_function(wrap_pyfunction!(registry::registered, m)?)?;
     m.add_function(wrap_pyfunction!(validate, m)?)?;

@@ -118,6 +118,14 @@ pub struct Instance {
     /// Leading prompt blocks of the request being routed that this instance has cached, when
     /// the router reads caches (`router.reads_cache = True`), else None.
     pub cached_blocks: Option<u32>,
+    /// The group's role: `mixed`, `prefill` or `decode`.
+    pub role: &'static str,
+    /// Life-cycle state: `serving`, `provisioning`, `loading`, `warming_up`, `draining` or
+    /// `off`, at the decision — for policies with `wants_cluster = True`, else None.
+    pub state: Option<&'static str>,
+    /// Duration of the instance's last step, ms (None before its first, and for policies
+    /// without `wants_cluster = True`).
+    pub last_step_ms: Option<f64>,
 }
 
 #[pymethods]
@@ -167,6 +175,9 @@ static NO_NAMES: Names = Names {
     tenants: Vec::new(),
     slo_classes: Vec::new(),
     instance_groups: Vec::new(),
+    roles: Vec::new(),
+    groups: Vec::new(),
+    live: None,
 };
 
 impl SharedNames {
@@ -193,6 +204,12 @@ pub struct Names {
     pub slo_classes: Vec<String>,
     /// Group index and name of each instance, by index.
     pub instance_groups: Vec<(u32, String)>,
+    /// Role of each instance's group, by index.
+    pub roles: Vec<&'static str>,
+    /// Group names, by group index.
+    pub groups: Vec<String>,
+    /// States, last steps and group sizes, refreshed before each routing decision.
+    pub live: Option<crate::live::Live>,
 }
 
 impl Names {
@@ -217,7 +234,13 @@ impl Names {
         }
     }
 
-    fn instance(&self, s: &InstanceSnapshot, cached_blocks: Option<u32>) -> Instance {
+    fn instance(
+        &self,
+        s: &InstanceSnapshot,
+        cached_blocks: Option<u32>,
+        live: Option<&crate::live::LiveData>,
+    ) -> Instance {
+        let now = live.and_then(|d| d.instances.get(s.index as usize));
         let (group, group_name) = self
             .instance_groups
             .get(s.index as usize)
@@ -236,18 +259,36 @@ impl Names {
             load: s.effective_load(),
             routable: s.routable,
             cached_blocks,
+            role: self.roles.get(s.index as usize).copied().unwrap_or("mixed"),
+            state: now.map(|l| l.state),
+            last_step_ms: now.and_then(|l| l.last_step_ms),
         }
     }
 
+    /// The cluster at a decision, for policies with `wants_cluster = True`.
+    pub fn cluster(&self) -> crate::live::Cluster {
+        self.live.as_ref().map_or_else(
+            || crate::live::Live::default().cluster(&self.groups),
+            |l| l.cluster(&self.groups),
+        )
+    }
+
+    /// The views of `snapshots`; with `live`, each carries its state and last step.
     fn instances<'py>(
         &self,
         py: Python<'py>,
         snapshots: &[InstanceSnapshot],
+        live: bool,
         cached: impl Fn(&InstanceSnapshot) -> Option<u32>,
     ) -> PyResult<Vec<Bound<'py, Instance>>> {
+        let live = self
+            .live
+            .as_ref()
+            .filter(|_| live)
+            .and_then(|l| l.0.lock().ok());
         snapshots
             .iter()
-            .map(|s| Bound::new(py, self.instance(s, cached(s))))
+            .map(|s| Bound::new(py, self.instance(s, cached(s), live.as_deref())))
             .collect()
     }
 }
@@ -274,6 +315,8 @@ pub struct PyRouter {
     pub names: SharedNames,
     /// The function has `reads_cache = True`: instances carry `cached_blocks`.
     pub reads_cache: bool,
+    /// The function has `wants_cluster = True`: a `servesim.Cluster` is its third argument.
+    pub wants_cluster: bool,
     pub failure: Failure,
 }
 
@@ -281,17 +324,20 @@ impl RoutingPolicy for PyRouter {
     fn choose(&mut self, r: &RequestSpec, now: SimTime, view: &RouterView<'_>) -> Option<u32> {
         guarded(&self.failure, None, |py| {
             let request = Bound::new(py, self.names.get().request(r, None, now))?;
-            let instances = self.names.get().instances(py, view.instances, |s| {
-                self.reads_cache.then(|| {
-                    view.probe
-                        .cached_blocks(s.index, &r.content, r.input_tokens)
-                })
-            })?;
-            let args = PyTuple::new(
-                py,
-                [request.into_any(), instances.into_pyobject(py)?.into_any()],
-            )?;
-            let pick: Option<u32> = self.f.bind(py).call1(args)?.extract()?;
+            let instances =
+                self.names
+                    .get()
+                    .instances(py, view.instances, self.wants_cluster, |s| {
+                        self.reads_cache.then(|| {
+                            view.probe
+                                .cached_blocks(s.index, &r.content, r.input_tokens)
+                        })
+                    })?;
+            let mut args = vec![request.into_any(), instances.into_pyobject(py)?.into_any()];
+            if self.wants_cluster {
+                args.push(Bound::new(py, self.names.get().cluster())?.into_any());
+            }
+            let pick: Option<u32> = self.f.bind(py).call1(PyTuple::new(py, args)?)?.extract()?;
             if let Some(i) = pick
                 && !view.instances.get(i as usize).is_some_and(|s| s.routable)
             {
@@ -312,6 +358,8 @@ impl RoutingPolicy for PyRouter {
 pub struct PyAdmission {
     pub f: Py<PyAny>,
     pub names: SharedNames,
+    /// As the router's: a `servesim.Cluster` third argument.
+    pub wants_cluster: bool,
     pub failure: Failure,
     /// Reasons given so far, leaked once each (the counters key on `&'static str`).
     pub reasons: Vec<&'static str>,
@@ -327,8 +375,16 @@ impl AdmissionPolicy for PyAdmission {
         let failure = self.failure.clone();
         let said: Option<String> = guarded(&failure, None, |py| {
             let request = Bound::new(py, self.names.get().request(r, None, now))?;
-            let list = self.names.get().instances(py, instances, |_| None)?;
-            let out = self.f.bind(py).call1((request, list))?;
+            let list = self
+                .names
+                .get()
+                .instances(py, instances, self.wants_cluster, |_| None)?;
+            let out = if self.wants_cluster {
+                let cluster = Bound::new(py, self.names.get().cluster())?;
+                self.f.bind(py).call1((request, list, cluster))?
+            } else {
+                self.f.bind(py).call1((request, list))?
+            };
             if let Ok(admit) = out.extract::<bool>() {
                 return Ok((!admit).then(|| "python".to_string()));
             }
@@ -397,9 +453,14 @@ impl QueueOrder for PyQueueOrder {
 
 /// True when the router function has `reads_cache = True`.
 pub fn reads_cache(py: Python<'_>, router: Option<&Py<PyAny>>) -> bool {
-    router.is_some_and(|f| {
+    flag(py, router, "reads_cache")
+}
+
+/// True when the policy has the attribute `name` and it is true.
+pub fn flag(py: Python<'_>, policy: Option<&Py<PyAny>>, name: &str) -> bool {
+    policy.is_some_and(|f| {
         f.bind(py)
-            .getattr("reads_cache")
+            .getattr(name)
             .and_then(|v| v.is_truthy())
             .unwrap_or(false)
     })
@@ -415,6 +476,12 @@ pub struct Given {
 }
 
 impl Given {
+    /// A router or admission policy has `wants_cluster = True`.
+    pub fn wants_live(&self, py: Python<'_>) -> bool {
+        flag(py, self.router.as_ref(), "wants_cluster")
+            || flag(py, self.admission.as_ref(), "wants_cluster")
+    }
+
     pub fn any(&self) -> bool {
         self.router.is_some()
             || self.admission.is_some()
@@ -426,17 +493,21 @@ impl Given {
     pub fn install(self, world: &mut World, failure: &Failure) {
         let names = SharedNames::of(names(world));
         if let Some(f) = self.router {
+            let wants_cluster = Python::attach(|py| flag(py, Some(&f), "wants_cluster"));
             world.insert_resource(Active::<family::Routing>(Box::new(PyRouter {
                 f,
                 names: names.clone(),
                 reads_cache: self.reads_cache,
+                wants_cluster,
                 failure: failure.clone(),
             })));
         }
         if let Some(f) = self.admission {
+            let wants_cluster = Python::attach(|py| flag(py, Some(&f), "wants_cluster"));
             world.insert_resource(Active::<family::Admission>(Box::new(PyAdmission {
                 f,
                 names: names.clone(),
+                wants_cluster,
                 failure: failure.clone(),
                 reasons: Vec::new(),
             })));
@@ -479,23 +550,26 @@ impl Given {
 /// The names the policy views carry, from the run's labels and instances.
 pub fn names(world: &mut World) -> Names {
     let labels = world.resource::<servesim::labels::Labels>().clone();
-    let mut groups: Vec<(u32, u32)> = world
-        .query::<&servesim::instance::Instance>()
+    let mut groups: Vec<(u32, u32, &'static str)> = world
+        .query::<(&servesim::instance::Instance, &servesim::instance::Limits)>()
         .iter(world)
-        .map(|i| (i.index, i.group))
+        .map(|(i, l)| (i.index, i.group, l.role.name()))
         .collect();
     groups.sort_unstable();
     Names {
         instance_groups: groups
-            .into_iter()
-            .map(|(_, g)| {
+            .iter()
+            .map(|&(_, g, _)| {
                 (
                     g,
                     labels.groups.get(g as usize).cloned().unwrap_or_default(),
                 )
             })
             .collect(),
+        roles: groups.iter().map(|g| g.2).collect(),
+        groups: labels.groups,
         tenants: labels.tenants,
         slo_classes: labels.slo_classes,
+        live: world.get_resource::<crate::live::Live>().cloned(),
     }
 }

@@ -31,7 +31,7 @@ use servesim::scenario::Scenario;
 
 use crate::autoscale::{PyScaler, interval};
 use crate::policies::{
-    Failure, Names, PyAdmission, PyPriority, PyQueueOrder, PyRouter, SharedNames, names,
+    Failure, Names, PyAdmission, PyPriority, PyQueueOrder, PyRouter, SharedNames, flag, names,
     reads_cache,
 };
 
@@ -219,6 +219,8 @@ pub fn used_by(sc: &Scenario) -> bool {
 struct Built {
     names: Vec<SharedNames>,
     failures: Vec<Failure>,
+    /// Some policy has `wants_cluster = True`.
+    wants_live: bool,
 }
 
 thread_local! {
@@ -239,6 +241,11 @@ impl Scope {
     pub fn bind(&self, world: &mut World) {
         let names: Names = names(world);
         BUILT.with(|b| b.borrow().names.iter().for_each(|n| n.bind(&names)));
+    }
+
+    /// A policy built so far has `wants_cluster = True` (see [`crate::live`]).
+    pub fn wants_live(&self) -> bool {
+        BUILT.with(|b| b.borrow().wants_live)
     }
 
     /// The first exception a built policy raised.
@@ -294,15 +301,26 @@ struct Made {
     failure: Failure,
 }
 
+fn wants_live(yes: bool) {
+    BUILT.with(|b| b.borrow_mut().wants_live |= yes);
+}
+
 fn build_routing(args: &PolicyArgs<'_>) -> Result<Box<dyn RoutingPolicy>, String> {
     let Made {
         f, names, failure, ..
     } = make("routing", args)?;
-    let reads_cache = Python::attach(|py| reads_cache(py, Some(&f)));
+    let (reads_cache, wants_cluster) = Python::attach(|py| {
+        (
+            reads_cache(py, Some(&f)),
+            flag(py, Some(&f), "wants_cluster"),
+        )
+    });
+    wants_live(wants_cluster);
     Ok(Box::new(PyRouter {
         f,
         names,
         reads_cache,
+        wants_cluster,
         failure,
     }))
 }
@@ -311,9 +329,12 @@ fn build_admission(args: &PolicyArgs<'_>) -> Result<Box<dyn AdmissionPolicy>, St
     let Made {
         f, names, failure, ..
     } = make("admission", args)?;
+    let wants_cluster = Python::attach(|py| flag(py, Some(&f), "wants_cluster"));
+    wants_live(wants_cluster);
     Ok(Box::new(PyAdmission {
         f,
         names,
+        wants_cluster,
         failure,
         reasons: Vec::new(),
     }))

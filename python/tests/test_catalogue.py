@@ -184,3 +184,62 @@ def test_a_registered_policy_sees_the_names_and_its_exceptions_stop_the_run():
         servesim.run(QUICK, {"workload.num_requests": 5, "policies.routing": '"py_boom"'})
     with pytest.raises(LookupError, match="lost the instances"):
         servesim.evaluate(QUICK, {"workload.num_requests": 5, "policies.routing": '"py_boom"'}, seeds=2)
+
+
+def test_policies_see_states_last_steps_roles_and_the_cluster():
+    seen = []
+
+    def spy(request, instances, cluster):
+        seen.append((request.now_s, [(i.state, i.role, i.last_step_ms) for i in instances], cluster))
+        return min((i for i in instances if i.routable), key=lambda i: i.load).index
+
+    spy.wants_cluster = True
+    servesim.run(QUICK, {"workload.num_requests": 50}, routing=spy)
+    now, first, cluster = seen[0]
+    assert first == [("serving", "mixed", None), ("serving", "mixed", None)]
+    assert cluster.now_s == now and cluster.groups == [("h100", 2, 0, 0)]
+    # Later decisions see the steps the instances have taken (a few ms each on an H100).
+    steps = [ms for _, views, _ in seen[1:] for _, _, ms in views if ms is not None]
+    assert steps and all(0.0 < ms < 200.0 for ms in steps)
+
+    # Asking for the live views changes what the policy sees, not the run's results.
+    class LiveLeastLoaded(LeastLoaded):
+        wants_cluster = True
+
+        def __call__(self, request, instances, cluster):
+            return LeastLoaded.__call__(self, request, instances)
+
+    ov = {"workload.num_requests": 300, "cluster.groups[0].count": 3}
+    plain = servesim.run(QUICK, ov, routing=LeastLoaded())
+    live = servesim.run(QUICK, ov, routing=LiveLeastLoaded())
+    assert live.requests_csv == plain.requests_csv and live.summary_json == plain.summary_json
+    no_live = []
+    servesim.run(QUICK, {"workload.num_requests": 5},
+                 routing=lambda r, i: no_live.append((i[0].state, i[0].last_step_ms)) or 0)
+    assert set(no_live) == {(None, None)}
+
+    # An autoscaled run: the cluster shows scale-ups under way, the instances their states.
+    states, starting = set(), 0
+
+    def watch(request, instances, cluster):
+        nonlocal starting
+        states.update(i.state for i in instances)
+        starting = max(starting, cluster.groups[0][2])
+        return min((i for i in instances if i.routable), key=lambda i: i.load).index
+
+    watch.wants_cluster = True
+    servesim.run(SCALING, BUILT_IN_THRESHOLD, routing=watch, requests=False)
+    assert {"serving", "provisioning", "off"} <= states and starting > 0
+
+    # Roles of a P/D pair; admission gets the cluster too.
+    roles, sizes = set(), []
+
+    def admit(request, instances, cluster):
+        roles.update(i.role for i in instances)
+        sizes.append(cluster.groups)
+        return True
+
+    admit.wants_cluster = True
+    servesim.run(str(ROOT / "scenarios" / "pd-disaggregation.ron"), {"workload.num_requests": 20},
+                 admission=admit, requests=False)
+    assert "prefill" in roles and len(sizes) == 20

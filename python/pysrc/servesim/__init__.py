@@ -33,6 +33,7 @@ __all__ = [
     "Request",
     "Instance",
     "Group",
+    "Cluster",
     "register",
     "registered",
     "ScenarioError",
@@ -52,8 +53,16 @@ Instance = _native.Instance
 ``group_name``, ``queue_depth``, ``batch_size``, ``in_flight``, ``kv_used_blocks``,
 ``kv_total_blocks``, ``free_blocks``, ``load`` (queue + batch + in flight), ``routable``, and
 ``cached_blocks`` (the request's leading prompt blocks cached there, when the router function
-has ``reads_cache = True``; else None). Indexing gives the tuple of earlier versions: (index,
-queue_depth, batch_size, in_flight, kv_used_blocks, kv_total_blocks, routable)."""
+has ``reads_cache = True``; else None), ``role`` (``mixed``, ``prefill``, ``decode``), and —
+when the policy has ``wants_cluster = True`` — ``state`` (``serving``, ``provisioning``,
+``loading``, ``warming_up``, ``draining``, ``off``) and ``last_step_ms`` (else None).
+Indexing gives the tuple of earlier versions: (index, queue_depth, batch_size, in_flight,
+kv_used_blocks, kv_total_blocks, routable)."""
+
+Cluster = _native.Cluster
+"""The third argument of a router or admission policy with ``wants_cluster = True``:
+``now_s`` and ``groups``, per group (name, serving, starting, draining) — starting instances
+are scale-ups under way (provisioning, loading, warming up), draining ones scale-downs."""
 
 
 Group = _native.Group
