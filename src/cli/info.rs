@@ -49,6 +49,21 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
         if g.cpu_kv_blocks > 0 {
             let _ = write!(s, " + {} CPU-tier blocks", g.cpu_kv_blocks);
         }
+        if let Some(m) = r
+            .model
+            .as_ref()
+            .filter(|_| g.weight_dtype.is_some() || g.kv_cache_dtype.is_some())
+        {
+            let _ = write!(
+                s,
+                "; weights {} ({} B each, {:.1} GiB), KV cache {} ({} B per element)",
+                g.weight_dtype.as_deref().unwrap_or("as the model"),
+                m.weight_bytes,
+                crate::model::params(m) * m.weight_bytes / f64::from(1u32 << 30),
+                g.kv_cache_dtype.as_deref().unwrap_or("auto"),
+                m.kv_bytes
+            );
+        }
         if let Some(sc) = &g.scaling {
             let _ = write!(
                 s,

@@ -167,7 +167,7 @@ impl Roofline {
         };
         // Attention: prefill FLOPs (QK^T and PV), decode K/V reads.
         let pf_flops = 4.0 * q_dim * load.prefill_pairs;
-        let kv_bytes = kv_tensors * kv_dim * load.decode_context * m.act_bytes;
+        let kv_bytes = kv_tensors * kv_dim * load.decode_context * m.kv_bytes;
         us += (pf_flops / (self.peak_bf16() * ph.attention_efficiency)
             + kv_bytes / self.bandwidth())
             * 1e6

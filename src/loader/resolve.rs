@@ -165,6 +165,39 @@ fn read_group(
             .ok(),
         None => None,
     };
+    // The model as the group serves it (quantised weights, KV cache).
+    let model =
+        match (
+            model,
+            g.weight_dtype.is_some() || g.kv_cache_dtype.is_some(),
+        ) {
+            (Some(m), true) => crate::model::dtype::quantised(
+                m,
+                g.weight_dtype.as_deref(),
+                g.kv_cache_dtype.as_deref(),
+            )
+            .map_err(|e| {
+                for (field, msg) in e {
+                    p.push(Problem::new(at(field), msg));
+                }
+            })
+            .ok(),
+            (m, _) => {
+                if m.is_none() && g.model.is_none() {
+                    for (field, set) in [
+                        ("weight_dtype", g.weight_dtype.is_some()),
+                        ("kv_cache_dtype", g.kv_cache_dtype.is_some()),
+                    ] {
+                        if set {
+                            p.push(Problem::new(at(field), "has no model to apply to").hint(
+                                "give the group a model (and gpu), or leave the data type out",
+                            ));
+                        }
+                    }
+                }
+                m
+            }
+        };
     let gpu = match &g.gpu {
         Some(name) => load_gpu(name, base)
             .map_err(|e| p.push(Problem::new(at("gpu"), e)))

@@ -54,9 +54,9 @@ pub fn params(m: &ModelConfig) -> f64 {
 pub fn kv_bytes_per_token(m: &ModelConfig, tp: u32, pp: u32) -> f64 {
     let layers = f64::from(m.layers) / f64::from(pp.max(1));
     if m.kv_lora_rank > 0 {
-        layers * f64::from(m.kv_lora_rank + m.qk_rope_head_dim) * m.act_bytes
+        layers * f64::from(m.kv_lora_rank + m.qk_rope_head_dim) * m.kv_bytes
     } else {
-        layers * 2.0 * f64::from(m.head_dim) * f64::from(m.kv_heads) * m.act_bytes
+        layers * 2.0 * f64::from(m.head_dim) * f64::from(m.kv_heads) * m.kv_bytes
             / f64::from(tp.max(1))
     }
 }

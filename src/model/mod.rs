@@ -5,6 +5,7 @@
 //! them by id from any directory; a scenario may also point at its own files.
 
 mod capacity;
+pub mod dtype;
 mod gpu;
 mod prices;
 
@@ -111,10 +112,13 @@ pub struct ModelConfig {
     pub first_dense_layers: u32,
     pub vocab: u32,
     pub tied_embeddings: bool,
-    /// Bytes per activation / KV element (from `torch_dtype`; 2 if absent).
+    /// Bytes per activation element (from `torch_dtype`; 2 if absent).
     pub act_bytes: f64,
     /// Bytes per weight (quantisation aware).
     pub weight_bytes: f64,
+    /// Bytes per KV-cache element: `act_bytes` unless the group sets `kv_cache_dtype`
+    /// ([`dtype`]).
+    pub kv_bytes: f64,
     pub max_position_embeddings: u64,
     /// MLA: compressed KV rank (0 = standard attention).
     pub kv_lora_rank: u32,
@@ -279,6 +283,7 @@ impl ModelConfig {
                 .unwrap_or(false),
             act_bytes,
             weight_bytes,
+            kv_bytes: act_bytes,
             max_position_embeddings: (max_pos as f64 * rope.max(1.0)) as u64,
             kv_lora_rank: uint("kv_lora_rank").unwrap_or(0) as u32,
             qk_rope_head_dim: uint("qk_rope_head_dim").unwrap_or(0) as u32,

@@ -75,6 +75,17 @@ pub struct InstanceGroup {
     /// Fraction of GPU memory vLLM may use, for deriving `kv_blocks`. Default 0.9.
     #[serde(default = "default_util")]
     pub gpu_memory_utilization: f64,
+    /// Weight data type as the group serves the model: `bf16`, `fp16`, `fp8`, `int8`,
+    /// `int4` (`awq`, `gptq`). Default: the model's own (its `torch_dtype`, or its
+    /// `quantization_config`). Sets the weights' memory, bytes read and GEMM rate
+    /// (`model::dtype`).
+    #[serde(default)]
+    pub weight_dtype: Option<String>,
+    /// KV-cache data type, vLLM's `--kv-cache-dtype`: `auto` (default: the model's),
+    /// `bf16`, `fp16`, `fp8`, `fp8_e4m3`, `fp8_e5m2`. Sets the derived KV blocks and the KV
+    /// bytes attention reads and transfers move.
+    #[serde(default)]
+    pub kv_cache_dtype: Option<String>,
     /// KV cache size per instance, in blocks. Default: derived from `model`, `gpu`, `tp`,
     /// `pp` and `gpu_memory_utilization`.
     #[serde(default)]

@@ -159,3 +159,47 @@ fn reject_all_rejects_every_request_into_its_own_bucket() {
             .all(|r| r.str("state") == "rejected" && r.str("instance").is_empty())
     );
 }
+
+#[test]
+fn quantised_weights_shorten_weight_bound_steps_and_bad_data_types_are_located() {
+    // A decode step of one request on Llama-3.1-70B TP2 reads every weight once: in fp8 it
+    // reads half the bytes, so the step takes a little over half as long (the all-reduces,
+    // the KV read and the fixed costs stay).
+    let dir = tempfile::tempdir().unwrap();
+    let root = env!("CARGO_MANIFEST_DIR");
+    let scenario = format!("{root}/scenarios/quantisation.ron");
+    let step_of_one = |sets: &[&str]| -> f64 {
+        let mut args = vec!["validate", scenario.as_str()];
+        for s in sets {
+            args.extend(["--set", s]);
+        }
+        let out = crate::common::servesim(&args, dir.path());
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let at = text.find("context each takes ").unwrap() + "context each takes ".len();
+        text[at..].split(" ms").next().unwrap().parse().unwrap()
+    };
+    let fp8 = step_of_one(&[]);
+    let bf16 = step_of_one(&[r#"cluster.groups[0].weight_dtype="bf16""#]);
+    let ratio = fp8 / bf16;
+    assert!((0.5..0.7).contains(&ratio), "fp8 {fp8} ms, bf16 {bf16} ms");
+    let out = crate::common::servesim(
+        &[
+            "validate",
+            &scenario,
+            "--set",
+            r#"cluster.groups[0].kv_cache_dtype="int4""#,
+        ],
+        dir.path(),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cluster.groups[0].kv_cache_dtype: unknown kv_cache_dtype \"int4\": auto or one of bf16, fp16, fp8"),
+        "{err}"
+    );
+}
