@@ -74,6 +74,9 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
         let _ = writeln!(s);
         let _ = writeln!(s, "    serving path: {}", r.serving.describe());
         let _ = writeln!(s, "    steps: {}", step_examples(&r));
+        if let Some(gpu) = &r.gpu {
+            let _ = writeln!(s, "    {}: {}", gpu.id, gpu.calibration.note());
+        }
     }
     let w = crate::loader::estimate::estimate(sc);
     if w.requests > 0.0 {
@@ -209,12 +212,12 @@ pub(crate) fn list(app: &ServesimApp, a: ListArgs) -> ExitCode {
         }
         ListWhat::Hardware => {
             println!(
-                "{:<10}{:>10}{:>10}{:>8}{:>8}{:>8}{:>8}  aliases",
-                "gpu", "bf16 TF", "fp8 TF", "TB/s", "mfu_p", "mfu_d", "GiB"
+                "{:<10}{:>10}{:>10}{:>8}{:>8}{:>8}{:>8}  {:<12}aliases",
+                "gpu", "bf16 TF", "fp8 TF", "TB/s", "mfu_p", "mfu_d", "GiB", "calibration"
             );
             for g in crate::model::bundled_gpus() {
                 println!(
-                    "{:<10}{:>10}{:>10}{:>8}{:>8}{:>8}{:>8}  {}",
+                    "{:<10}{:>10}{:>10}{:>8}{:>8}{:>8}{:>8}  {:<12}{}",
                     g.id,
                     g.tflops_bf16,
                     g.tflops_fp8,
@@ -222,9 +225,13 @@ pub(crate) fn list(app: &ServesimApp, a: ListArgs) -> ExitCode {
                     g.mfu_prefill,
                     g.mfu_decode,
                     g.memory_gib,
+                    g.calibration.name(),
                     g.aliases.join(", ")
                 );
             }
+            println!(
+                "calibration: measured = our roofline fitted to kernels measured on the GPU; same die = a measured GPU's compute die; datasheet = peaks only, the H100's efficiencies assumed"
+            );
             ExitCode::SUCCESS
         }
         what @ (ListWhat::Policies | ListWhat::Schedulers) => {

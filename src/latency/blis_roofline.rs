@@ -123,6 +123,7 @@ mod tests {
                 mfu_decode: 0.25,
                 memory_gib: 1.0,
                 source: String::new(),
+                calibration: Default::default(),
                 physics: Default::default(),
             },
             tp: 1,

@@ -23,10 +23,50 @@ pub struct GpuProfile {
     pub memory_gib: f64,
     #[serde(default)]
     pub source: String,
+    /// What our roofline's efficiencies on this GPU rest on. Default `Datasheet`.
+    #[serde(default)]
+    pub calibration: Calibration,
     /// Efficiencies and overheads of our [`Roofline`](crate::latency::Roofline), fitted to
     /// the H100 microbenchmark (docs/fidelity.md). Defaults: H100's.
     #[serde(default)]
     pub physics: GpuPhysics,
+}
+
+/// What our roofline's efficiencies ([`GpuPhysics`]) on a GPU rest on.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+pub enum Calibration {
+    /// Fitted to kernels measured on this GPU (the H100: `h100_torch_microbench.csv`).
+    Measured,
+    /// The compute die of a measured GPU with other memory (H200: the H100's die): the
+    /// efficiencies carry over, the peaks are the datasheet's.
+    SameDie,
+    /// Datasheet peaks only: the efficiencies are the H100's, an assumption until the GPU is
+    /// measured (`servesim calibrate`, or a GPU file with its own `physics`).
+    #[default]
+    Datasheet,
+}
+
+impl Calibration {
+    pub fn name(self) -> &'static str {
+        match self {
+            Calibration::Measured => "measured",
+            Calibration::SameDie => "same die",
+            Calibration::Datasheet => "datasheet",
+        }
+    }
+
+    /// What `validate` says of the roofline on such a GPU.
+    pub fn note(self) -> &'static str {
+        match self {
+            Calibration::Measured => "our roofline is calibrated on kernels measured on this GPU",
+            Calibration::SameDie => {
+                "our roofline uses the efficiencies measured on the same compute die (H100) with this GPU's datasheet peaks"
+            }
+            Calibration::Datasheet => {
+                "datasheet figures only: our roofline assumes the H100's measured efficiencies on this GPU (servesim calibrate fits them to your measurements)"
+            }
+        }
+    }
 }
 
 /// What a GPU achieves, as opposed to its datasheet peaks (our roofline's calibration).
@@ -203,16 +243,63 @@ mod tests {
     #[test]
     fn bundled_gpus_are_sane_and_findable() {
         let all = bundled_gpus();
-        assert_eq!(all.len(), 5);
+        assert_eq!(all.len(), 10);
         for g in &all {
             assert!(g.problems().is_empty(), "{}: {:?}", g.id, g.problems());
             assert!(!g.source.is_empty());
         }
         assert_eq!(find_gpu("h100-sxm").unwrap().id, "H100");
         assert_eq!(find_gpu("A100-SXM").unwrap().id, "A100-80");
-        assert!(find_gpu("B200").is_none());
+        assert_eq!(find_gpu("gb200-nvl72").unwrap().id, "GB200");
         let h100 = find_gpu("H100").unwrap();
         assert_eq!(h100.peak_flops(1.0), 1979.0e12);
         assert_eq!(h100.peak_flops(2.0), 989.5e12);
+    }
+
+    #[test]
+    fn only_the_h100_is_measured_and_the_newer_gpus_carry_their_datasheets() {
+        let cal = |id: &str| find_gpu(id).unwrap().calibration;
+        assert_eq!(cal("H100"), Calibration::Measured);
+        assert_eq!(cal("H200"), Calibration::SameDie);
+        for id in [
+            "A100-80", "A100-40", "L40S", "B200", "GB200", "H20", "MI300X", "MI325X",
+        ] {
+            assert_eq!(cal(id), Calibration::Datasheet, "{id}");
+        }
+        // Per-GPU shares of the system datasheets: DGX B200 1,440 GB / 8 = 180 GB, GB200 NVL72
+        // 13.4 TB / 72 = 186 GB; GB → GiB (÷ 1.073741824), to 0.1 GiB.
+        for (id, gb) in [
+            ("B200", 180.0),
+            ("GB200", 186.0),
+            ("H20", 96.0),
+            ("MI300X", 192.0),
+            ("MI325X", 256.0),
+        ] {
+            let g = find_gpu(id).unwrap();
+            assert!(
+                (g.memory_gib - gb / 1.073_741_824).abs() < 0.06,
+                "{id}: {}",
+                g.memory_gib
+            );
+        }
+        let mi300x = find_gpu("MI300X").unwrap();
+        assert_eq!(mi300x.peak_flops(1.0), 2614.9e12);
+        assert_eq!(
+            mi300x.peak_flops(0.5),
+            1307.4e12,
+            "W4A16 runs at the bf16 rate"
+        );
+    }
+
+    #[test]
+    fn llama_70b_fits_one_mi300x_with_room_for_kv() {
+        // 178.8 GiB × 0.9 = 160.92; − 131.44 (weights) − 5.5 − 0.15 = 23.83 GiB; 5 MiB per
+        // block of 16 tokens (80 layers × 2 × 128 × 8 heads × 2 B × 16) → ⌊23.83 × 1024 / 5⌋
+        // ≈ 4,880 blocks (±2 for the weights' last digit); an H100 cannot hold it at all.
+        let m = crate::model::ModelConfig::bundled("llama-3.1-70b-instruct").unwrap();
+        let c = crate::model::kv_capacity(&m, &find_gpu("MI300X").unwrap(), 1, 1, 0.9, 16).unwrap();
+        assert_eq!(c.per_block_bytes, 5_242_880.0);
+        assert!((4_875..=4_885).contains(&c.blocks), "{}", c.blocks);
+        assert!(crate::model::kv_capacity(&m, &find_gpu("H100").unwrap(), 1, 1, 0.9, 16).is_err());
     }
 }

@@ -10,7 +10,7 @@ mod gpu;
 mod prices;
 
 pub use capacity::{KvCapacity, kv_bytes_per_token, kv_capacity, params};
-pub use gpu::{GpuPhysics, GpuProfile, bundled_gpus, find_gpu};
+pub use gpu::{Calibration, GpuPhysics, GpuProfile, bundled_gpus, find_gpu};
 pub use prices::{Price, bundled_prices, price_of};
 
 use serde_json::Value;

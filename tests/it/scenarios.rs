@@ -203,3 +203,47 @@ fn quantised_weights_shorten_weight_bound_steps_and_bad_data_types_are_located()
         "{err}"
     );
 }
+
+#[test]
+fn validate_and_list_say_what_the_roofline_on_each_gpu_rests_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let quick = format!("{}/scenarios/quickstart.ron", env!("CARGO_MANIFEST_DIR"));
+    let validate = |gpu: &str| {
+        let out = crate::common::servesim(
+            &[
+                "validate",
+                &quick,
+                "--set",
+                &format!(r#"cluster.groups[0].gpu="{gpu}""#),
+            ],
+            dir.path(),
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    assert!(
+        validate("H100")
+            .contains("H100: our roofline is calibrated on kernels measured on this GPU")
+    );
+    assert!(
+        validate("H200")
+            .contains("H200: our roofline uses the efficiencies measured on the same compute die")
+    );
+    let mi = validate("MI300X");
+    assert!(mi.contains("MI300X: datasheet figures only"), "{mi}");
+    let out = crate::common::servesim(&["list", "hardware"], dir.path());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for id in ["B200", "GB200", "H20", "MI300X", "MI325X"] {
+        let row = text
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(id))
+            .unwrap();
+        assert!(row.contains("datasheet"), "{row}");
+    }
+    let h100 = text.lines().find(|l| l.starts_with("H100 ")).unwrap();
+    assert!(h100.contains("measured"), "{h100}");
+}
