@@ -95,6 +95,7 @@ pub mod cli;
 pub mod cluster;
 pub mod decisions;
 pub mod disagg;
+pub mod energy;
 pub mod engine;
 pub mod evaluate;
 pub mod fast;
@@ -200,6 +201,7 @@ impl PluginGroup for SimPlugins {
             .add(fast::FastTicksPlugin)
             .add(disagg::DisaggPlugin)
             .add(autoscale::AutoscalePlugin)
+            .add(energy::EnergyPlugin)
             .add(observe::ObservePlugin)
             .add(metrics::MetricsPlugin)
             .add(invariants::InvariantsPlugin)

@@ -175,6 +175,9 @@ pub struct FinishedRequest {
     /// First token to KV ready on the decode instance (P/D disaggregation): waiting for
     /// decode-side KV room, for the link, and the transfer itself.
     pub kv_transfer: Option<SimDuration>,
+    /// Its share of the energy of the steps it took part in, nanojoules (0 without
+    /// `energy`).
+    pub energy_nj: u64,
 }
 
 impl FinishedRequest {
@@ -205,6 +208,7 @@ impl FinishedRequest {
             prefill_instance: None,
             decode_instance: None,
             kv_transfer: None,
+            energy_nj: 0,
         }
     }
 

@@ -382,3 +382,21 @@ def test_python_policies_of_each_family_work_in_a_sweep():
     rust = sweep(TENANTS, [{**p, **builtin} for p in points], jobs=2, seed=5)
     assert [{m: r[m] for m in METRICS} for r in mine] == [{m: r[m] for m in METRICS} for r in rust]
     assert mine[0]["requests.rejected"] > 0
+
+
+def test_energy_accounts_reach_python(tmp_path):
+    """scenarios/energy.ron: the requests frame has energy_j, the summary its energy block,
+    and the requests' shares add up to the steps' energy (to each row's millijoule)."""
+    energy = str(ROOT / "scenarios" / "energy.ron")
+    r = servesim.run(energy, {"workload.num_requests": 200})
+    e = r.summary["energy"]
+    df = r.requests
+    assert "energy_j" in df.columns
+    assert abs(df["energy_j"].sum() - e["step_kwh"] * 3.6e6) <= 0.0005 * len(df)
+    assert e["facility_kwh"] == pytest.approx(1.3 * e["gpu_kwh"])
+    rows = sweep(energy, [{"workload.num_requests": 100}], backend="process", jobs=1)
+    assert rows[0]["energy.facility_kwh"] > 0
+    # Without an energy block the column and the block are absent.
+    plain = servesim.run(QUICK, small(50))
+    assert "energy_j" not in plain.requests.columns
+    assert "energy" not in plain.summary

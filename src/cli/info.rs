@@ -77,6 +77,22 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
         if let Some(gpu) = &r.gpu {
             let _ = writeln!(s, "    {}: {}", gpu.id, gpu.calibration.note());
         }
+        if sc.energy.is_some()
+            && let Some(p) = crate::energy::power_of(g, &r)
+        {
+            let _ = writeln!(
+                s,
+                "    energy: per GPU {} W idle, {}–{} W in a step as its utilisation grows ({})",
+                p.idle_w,
+                p.floor_w,
+                p.max_w,
+                if g.power.is_some() {
+                    "the group's power"
+                } else {
+                    "the GPU profile's power, assets/gpus.ron"
+                }
+            );
+        }
     }
     let w = crate::loader::estimate::estimate(sc);
     if w.requests > 0.0 {

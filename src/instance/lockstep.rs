@@ -49,9 +49,11 @@ impl Scheduler {
                 seq.itl_count += l.steps;
                 seq.last_token = l.last_end;
                 seq.busy_until = l.last_end;
+                seq.energy_nj += l.energy_nj;
             }
             l.steps = 0;
             l.itl = SimDuration::ZERO;
+            l.energy_nj = 0;
         }
         l.cohort = false;
         l.built = false;

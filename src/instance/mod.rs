@@ -221,6 +221,9 @@ pub struct Seq {
     pub prefill_instance: Option<u32>,
     /// P/D: first token to KV ready on this (decode) instance.
     pub kv_transfer: Option<SimDuration>,
+    /// Its share of the energy of the steps it took part in, nanojoules (`energy`; 0
+    /// without). Whole units, so that lockstep steps sum it exactly as normal steps do.
+    pub energy_nj: u64,
 }
 
 impl Seq {
@@ -245,6 +248,7 @@ impl Seq {
             busy_until: SimTime::ZERO,
             prefill_instance: None,
             kv_transfer: None,
+            energy_nj: 0,
         }
     }
 
@@ -287,6 +291,7 @@ impl Seq {
             prefill_instance: self.prefill_instance,
             decode_instance: (self.generated > 1).then_some(instance),
             kv_transfer: self.kv_transfer,
+            energy_nj: self.energy_nj,
         }
     }
 }
@@ -404,6 +409,8 @@ pub struct Scheduler {
     /// `decisions.csv` rows of the anomalies detected here, until they are written (only
     /// while it is written).
     pub anomaly_rows: Option<Vec<AnomalyRow>>,
+    /// The instance's energy meter, when the scenario has `energy` ([`crate::energy`]).
+    pub energy: Option<Box<crate::energy::Meter>>,
 }
 
 /// Anomaly rows of stages that are not instances (scaling), until `decisions.csv` takes
@@ -564,6 +571,8 @@ pub struct Lockstep {
     /// The last normal step stopped admitting because the head of the wait queue did not
     /// fit the free blocks (vLLM v1's head-of-line blocking).
     pub(crate) head_blocked: bool,
+    /// Σ each running request's share of the energy of those steps, nanojoules (`energy`).
+    pub(crate) energy_nj: u64,
 }
 
 impl Lockstep {

@@ -177,6 +177,10 @@ pub(crate) fn execute_one(
         limits.serving.step(compute, requests)
     };
     let dt = reload + compute.max(offload);
+    if !empty && let Some(mut meter) = sched.energy.take() {
+        meter_step(&mut meter, sched, items, decode_tokens, dt);
+        sched.energy = Some(meter);
+    }
     // Pipeline parallelism (Vidur): each of the pp stages runs 1/pp of the layers and
     // hands its activations to the next; the first stage frees after one stage, the
     // micro-batch finishes after all of them, never before the one ahead of it.
@@ -209,6 +213,51 @@ pub(crate) fn execute_one(
         queue.push(done, Event::StepFinished { instance: i });
     }
     true
+}
+
+/// Meters a step of `dt` (energy on): its work from the lockstep batch's sums or the
+/// plan, its energy charged to its requests in proportion to the tokens computed for them.
+#[inline(never)]
+fn meter_step(
+    meter: &mut crate::energy::Meter,
+    sched: &mut Scheduler,
+    items: &[StepItem],
+    decodes: u32,
+    dt: SimDuration,
+) {
+    use crate::energy::StepWork;
+    let dt_s = dt.as_us() as f64 * 1e-6;
+    if sched.lockstep.active {
+        // Every running request decodes one token: equal shares, settled with the rest.
+        let work = if items.is_empty() {
+            let (n, context) = super::lockstep::shape(sched);
+            StepWork::decodes(n, context)
+        } else {
+            let mut w = StepWork::default();
+            for it in items {
+                w.add(it.new_tokens, it.context_tokens, it.prefill);
+            }
+            w
+        };
+        let joules = meter.step(&work, dt_s);
+        sched.lockstep.energy_nj += nanojoules(joules / f64::from(decodes.max(1)));
+        return;
+    }
+    let mut work = StepWork::default();
+    for it in items {
+        work.add(it.new_tokens, it.context_tokens, it.prefill);
+    }
+    let joules = meter.step(&work, dt_s);
+    let per_token = joules / work.tokens.max(1.0);
+    for p in &sched.plan {
+        sched.running[p.slot as usize].energy_nj +=
+            nanojoules(per_token * f64::from(p.tokens.max(1)));
+    }
+}
+
+/// Joules as whole nanojoules (rounded).
+fn nanojoules(joules: f64) -> u64 {
+    (joules * 1e9).round() as u64
 }
 
 /// Applies the token progress of every batch priced this tick.

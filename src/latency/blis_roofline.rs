@@ -125,6 +125,7 @@ mod tests {
                 source: String::new(),
                 calibration: Default::default(),
                 physics: Default::default(),
+                power: None,
             },
             tp: 1,
             alpha: [0.0; 3],

@@ -111,6 +111,7 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
         crate::instance::check_group(&mut p, s, i, catalog);
         match super::resolve_group(s, i, catalog) {
             Ok(r) => {
+                crate::energy::check_group(&mut p, s, i, &r);
                 table_bytes += f64::from(spawned(g))
                     * (f64::from(r.kv_blocks) * GPU_BLOCK_BYTES
                         + f64::from(g.cpu_kv_blocks) * CPU_BLOCK_BYTES);
@@ -123,6 +124,7 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
     crate::metrics::check_outputs(&mut p, s);
     crate::disagg::check(&mut p, s, catalog);
     crate::autoscale::check(&mut p, s);
+    crate::energy::check(&mut p, s);
     super::plan::check(&mut p, s, catalog);
     p.extend(crate::workload::check(s));
     p

@@ -14,6 +14,14 @@ pub fn check_outputs(p: &mut Vec<Problem>, s: &Scenario) {
                 None => format!("keys: {}", FITNESS_KEYS.join(", ")),
             };
             p.push(Problem::new(format!("outputs.fitness.{k}"), "unknown fitness key").hint(hint));
+        } else if k == "joules_per_token" && s.energy.is_none() {
+            p.push(
+                Problem::new(
+                    format!("outputs.fitness.{k}"),
+                    "weighs energy, but the scenario has no energy block",
+                )
+                .hint("add `energy: ()` at the top level"),
+            );
         } else if !v.is_finite() {
             p.push(Problem::new(
                 format!("outputs.fitness.{k}"),

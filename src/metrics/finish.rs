@@ -71,16 +71,19 @@ pub struct SummaryFile(pub Option<std::io::BufWriter<std::fs::File>>);
 pub(super) fn open_files(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<(), SimError> {
     let world = app.world_mut();
     let outputs = &ctx.scenario.outputs;
+    let energy = ctx.scenario.energy.is_some();
     let mut log = RequestLog {
         collect: ctx.options.collect.clone(),
+        energy,
         ..Default::default()
     };
     if let Some(buffer) = &ctx.options.requests_csv_memory {
         let mut w = std::io::BufWriter::new(buffer.clone());
-        w.write_all(&csv_header()).map_err(|e| SimError::Internal {
-            what: "requests in memory",
-            message: e.to_string(),
-        })?;
+        w.write_all(&csv_header(energy))
+            .map_err(|e| SimError::Internal {
+                what: "requests in memory",
+                message: e.to_string(),
+            })?;
         log.memory = Some(w);
     }
     let mut files = world.resource_mut::<Outputs>();
@@ -88,7 +91,7 @@ pub(super) fn open_files(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<
         && let Some(mut writer) = files.create("requests.csv").map_err(SetupError::Outputs)?
     {
         writer
-            .write_all(&csv_header())
+            .write_all(&csv_header(energy))
             .map_err(|e| SetupError::Output {
                 path: files.staged_path("requests.csv"),
                 message: e.to_string(),

@@ -30,7 +30,7 @@ pub use plugin::{MetricsPlugin, set_up_metrics};
 pub use record::{
     Recorder, check_causality, count_kv_events, meets_slo, record_finished, record_one,
 };
-pub use row::{CSV_COLUMNS, csv_header, fixed, format_row};
+pub use row::{CSV_COLUMNS, ENERGY_COLUMN, csv_header, fixed, format_row};
 pub use status::{nothing_left, overloaded};
 pub use summary::{
     Anomalies, CostSummary, DisaggSummary, FITNESS_KEYS, Fairness, GroupUsage, InstanceSummary,
@@ -148,6 +148,8 @@ pub struct RequestLog {
     pub collect: Option<std::sync::Arc<std::sync::Mutex<Vec<RequestSample>>>>,
     /// The same rows as `requests.csv`, into memory (the Python package).
     pub memory: Option<BufWriter<SharedBuffer>>,
+    /// Rows end with the request's energy (the scenario has `energy`).
+    pub energy: bool,
 }
 
 /// Totals for one slice of the requests (an instance, a tenant, an SLO class). Its

@@ -151,13 +151,14 @@ pub fn record_one(
         error,
         scratch,
         memory,
+        energy,
         ..
     } = log;
     use std::io::Write as _;
     if (writer.is_none() && memory.is_none()) || error.is_some() {
         return;
     }
-    format_row(scratch, f, labels);
+    format_row(scratch, f, labels, *energy);
     if let Some(w) = writer.as_mut()
         && let Err(e) = w.write_all(scratch)
     {

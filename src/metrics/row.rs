@@ -96,8 +96,12 @@ pub fn fixed(row: &mut Vec<u8>, x: f64, decimals: u32, digits: &mut itoa::Buffer
     }
 }
 
-/// The header line of `requests.csv`.
-pub fn csv_header() -> Vec<u8> {
+/// The column `requests.csv` ends with when the scenario has `energy`: the request's share
+/// of the energy of the steps it took part in, joules.
+pub const ENERGY_COLUMN: &str = "energy_j";
+
+/// The header line of `requests.csv` (with [`ENERGY_COLUMN`] last when `energy`).
+pub fn csv_header(energy: bool) -> Vec<u8> {
     let mut row = Vec::new();
     for (k, c) in CSV_COLUMNS.iter().enumerate() {
         if k > 0 {
@@ -105,16 +109,21 @@ pub fn csv_header() -> Vec<u8> {
         }
         csv_field(&mut row, c.as_bytes());
     }
+    if energy {
+        row.push(b',');
+        csv_field(&mut row, ENERGY_COLUMN.as_bytes());
+    }
     row.push(b'\n');
     row
 }
 
-/// Formats the CSV row of a finished request, in [`CSV_COLUMNS`] order, into `row` (cleared
+/// Formats the CSV row of a finished request, in [`CSV_COLUMNS`] order (then its energy
+/// when `energy`), into `row` (cleared
 /// first), byte for byte as the csv crate would write it (fields quoted only when needed,
 /// `\n` ends the row). Integers go through itoa and milliseconds are whole µs with three
 /// decimals: `core::fmt` and a per-field CSV writer cost several hundred instructions a
 /// field, and a row is mostly integers.
-pub fn format_row(row: &mut Vec<u8>, f: &FinishedRequest, labels: &Labels) {
+pub fn format_row(row: &mut Vec<u8>, f: &FinishedRequest, labels: &Labels, energy: bool) {
     row.clear();
     let mut digits = itoa::Buffer::new();
     let mut int = |row: &mut Vec<u8>, v: Option<u64>| {
@@ -170,6 +179,20 @@ pub fn format_row(row: &mut Vec<u8>, f: &FinishedRequest, labels: &Labels) {
     int(row, f.prefill_instance.map(u64::from));
     int(row, f.decode_instance.map(u64::from));
     ms(row, f.kv_transfer);
+    if energy {
+        // Joules to the millijoule, rounded half up from whole nanojoules.
+        let mj = (f.energy_nj + 500_000) / 1_000_000;
+        let mut digits = itoa::Buffer::new();
+        row.extend_from_slice(digits.format(mj / 1000).as_bytes());
+        let frac = mj % 1000;
+        row.extend_from_slice(&[
+            b'.',
+            b'0' + (frac / 100) as u8,
+            b'0' + (frac / 10 % 10) as u8,
+            b'0' + (frac % 10) as u8,
+            b',',
+        ]);
+    }
     // The last field ends the row, not a comma.
     *row.last_mut().expect("a row has fields") = b'\n';
 }

@@ -190,7 +190,7 @@ pub fn cov(xs: &[f64]) -> f64 {
 }
 
 /// The keys `outputs.fitness` may weigh ([`fitness_term`]; MODELS.md §5.2 normalisation).
-pub const FITNESS_KEYS: [&str; 10] = [
+pub const FITNESS_KEYS: [&str; 11] = [
     "ttft_mean",
     "ttft_p50",
     "ttft_p99",
@@ -201,10 +201,12 @@ pub const FITNESS_KEYS: [&str; 10] = [
     "output_tokens_per_s",
     "cost",
     "cost_per_mtok",
+    "joules_per_token",
 ];
 
 /// Fitness normalisation of one metric (BLIS §5.2): latencies, in µs, 1/(1 + v/1000);
-/// requests/s v/(v + 100); tokens/s v/(v + 10,000).
+/// requests/s v/(v + 100); tokens/s v/(v + 10,000); cost, cost per Mtok and joules per
+/// token 1/(1 + v).
 pub fn fitness_term(key: &str, s: &Summary) -> f64 {
     // Distributions are in ms: v µs / 1000 = v ms.
     let lat = |ms: Option<f64>| ms.map_or(0.0, |v| 1.0 / (1.0 + v));
@@ -226,6 +228,12 @@ pub fn fitness_term(key: &str, s: &Summary) -> f64 {
             .cost
             .per_million_output_tokens
             .map_or(0.0, |c| 1.0 / (1.0 + c)),
+        // Facility joules per output token (needs `energy`): 1 / (1 + J).
+        "joules_per_token" => s
+            .energy
+            .as_ref()
+            .and_then(|e| e.joules_per_output_token)
+            .map_or(0.0, |j| 1.0 / (1.0 + j)),
         _ => 0.0,
     }
 }
@@ -348,6 +356,9 @@ pub struct Summary {
     /// Per instance group: GPU-hours, cost, instance counts, scaling actions.
     pub groups: Vec<GroupUsage>,
     pub cost: CostSummary,
+    /// Energy: per step, per group and for the run (only with the scenario's `energy`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub energy: Option<crate::energy::EnergySummary>,
     pub tenants: Vec<SliceSummary>,
     pub slo_classes: Vec<SliceSummary>,
     /// Prefill/decode disaggregation (only when the cluster has decode instances).
@@ -581,6 +592,25 @@ impl Summary {
                     g.cold_starts
                 );
             }
+        }
+        if let Some(e) = &self.energy {
+            let _ = writeln!(
+                s,
+                "energy: {:.4} kWh GPU ({:.4} in steps, {:.4} idle), {:.4} kWh facility (pue {}), mean {:.1} W, {} J per output token{}",
+                e.gpu_kwh,
+                e.step_kwh,
+                e.idle_kwh,
+                e.facility_kwh,
+                e.pue,
+                e.mean_power_w,
+                e.joules_per_output_token
+                    .map_or("n/a".into(), |j| format!("{j:.4}")),
+                if e.electricity_cost > 0.0 {
+                    format!(", electricity {:.4}", e.electricity_cost)
+                } else {
+                    String::new()
+                }
+            );
         }
         let _ = writeln!(
             s,

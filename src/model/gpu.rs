@@ -30,6 +30,10 @@ pub struct GpuProfile {
     /// the H100 microbenchmark (docs/fidelity.md). Defaults: H100's.
     #[serde(default)]
     pub physics: GpuPhysics,
+    /// Power figures for the energy accounts (the energy accounts); none for a GPU file
+    /// without them.
+    #[serde(default, deserialize_with = "crate::scenario::deserialize_power")]
+    pub power: Option<crate::scenario::PowerFigures>,
 }
 
 /// What our roofline's efficiencies ([`GpuPhysics`]) on a GPU rest on.
@@ -219,21 +223,41 @@ impl GpuProfile {
             p.push(format!("tflops_fp8 must be ≥ 0, got {}", self.tflops_fp8));
         }
         p.extend(self.physics.problems());
+        if let Some(power) = &self.power {
+            p.extend(
+                power
+                    .problems()
+                    .into_iter()
+                    .map(|(field, message)| format!("power.{field} {message}")),
+            );
+        }
         p
     }
 }
 
+/// The bundled GPUs, parsed once per process.
+fn bundled() -> &'static [GpuProfile] {
+    static GPUS: std::sync::OnceLock<Vec<GpuProfile>> = std::sync::OnceLock::new();
+    GPUS.get_or_init(|| {
+        ron::from_str(include_str!("../../assets/gpus.ron"))
+            .expect("bundled GPU profiles parse (tested)")
+    })
+}
+
 /// Every bundled GPU.
 pub fn bundled_gpus() -> Vec<GpuProfile> {
-    ron::from_str(include_str!("../../assets/gpus.ron"))
-        .expect("bundled GPU profiles parse (tested)")
+    bundled().to_vec()
 }
 
 /// A bundled GPU by id or alias (case-insensitive).
 pub fn find_gpu(name: &str) -> Option<GpuProfile> {
-    bundled_gpus().into_iter().find(|g| {
-        g.id.eq_ignore_ascii_case(name) || g.aliases.iter().any(|a| a.eq_ignore_ascii_case(name))
-    })
+    bundled()
+        .iter()
+        .find(|g| {
+            g.id.eq_ignore_ascii_case(name)
+                || g.aliases.iter().any(|a| a.eq_ignore_ascii_case(name))
+        })
+        .cloned()
 }
 
 #[cfg(test)]

@@ -295,7 +295,7 @@ fn fmt_value(v: &Value) -> String {
     }
 }
 
-const SUMMARY_ROWS: [(&str, &str); 24] = [
+const SUMMARY_ROWS: [(&str, &str); 28] = [
     ("scenario", "/scenario"),
     ("seed", "/seed"),
     ("requests injected", "/requests/injected"),
@@ -319,6 +319,10 @@ const SUMMARY_ROWS: [(&str, &str); 24] = [
     ("KV hit rate", "/kv/hit_rate"),
     ("GPU-hours", "/cost/gpu_hours"),
     ("cost", "/cost/total"),
+    ("energy, facility kWh", "/energy/facility_kwh"),
+    ("mean GPU power (W)", "/energy/mean_power_w"),
+    ("J per output token", "/energy/joules_per_output_token"),
+    ("electricity cost", "/energy/electricity_cost"),
     ("fitness", "/fitness"),
 ];
 

@@ -140,6 +140,10 @@ pub struct InstanceGroup {
     /// Price of one GPU-hour (any currency), for the cost outputs. Default 0.
     #[serde(default)]
     pub cost_per_gpu_hour: f64,
+    /// Power figures of each GPU (idle, floor, max watts) for the energy accounts; default
+    /// the GPU profile's (`assets/gpus.ron`). Needs the scenario's `energy` block.
+    #[serde(default, deserialize_with = "crate::scenario::deserialize_power")]
+    pub power: Option<crate::scenario::PowerFigures>,
     /// Autoscaling bounds and instance life cycle; absent, the group keeps `count`
     /// instances for the whole run.
     #[serde(default)]

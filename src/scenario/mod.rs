@@ -5,6 +5,7 @@
 //! overrides and validation are the [`loader`](crate::loader)'s.
 
 mod cluster;
+mod energy;
 mod outputs;
 mod plan;
 mod policies;
@@ -12,6 +13,7 @@ mod problem;
 mod workload;
 
 pub use cluster::*;
+pub use energy::{EnergySpec, PowerFigures, deserialize_power};
 pub use outputs::*;
 pub use plan::*;
 pub use policies::*;
@@ -50,6 +52,10 @@ pub struct Scenario {
     /// What `servesim plan` searches (ignored by every other command).
     #[serde(default)]
     pub plan: Option<PlanSpec>,
+    /// Energy accounts (GPU power per step, energy per request and for the run); absent,
+    /// none are kept. `energy: ()` turns them on with the defaults.
+    #[serde(default)]
+    pub energy: Option<EnergySpec>,
     /// Directory that relative paths in the scenario are resolved against (the scenario
     /// file's directory; not a RON field).
     #[serde(skip)]

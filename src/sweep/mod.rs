@@ -309,7 +309,7 @@ pub fn display_value(v: &str) -> &str {
 /// Every scalar of a summary, as dotted paths (arrays — instances, tenants, groups,
 /// warnings — and the per-reason rejection map left out so every point has the same
 /// columns).
-pub const METRICS: [&str; 64] = [
+pub const METRICS: [&str; 68] = [
     "requests.injected",
     "requests.completed",
     "requests.rejected",
@@ -374,6 +374,10 @@ pub const METRICS: [&str; 64] = [
     "disaggregation.transfer_ms.p99",
     "disaggregation.decode_kv_wait_ms.p99",
     "disaggregation.waited_for_kv",
+    "energy.facility_kwh",
+    "energy.mean_power_w",
+    "energy.joules_per_output_token",
+    "energy.electricity_cost",
 ];
 
 /// The metric columns of one summary, in [`METRICS`] order.

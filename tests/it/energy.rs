@@ -80,3 +80,182 @@ fn the_energy_meter_is_one_file_and_one_line() {
     assert!((kwh - total * 700.0 / 3.6e6).abs() < 1e-12);
     assert_eq!(s.extras["energy_kwh"], json["extras"]["energy_kwh"]);
 }
+
+// ---- The built-in energy accounts (`energy:` in a scenario; docs/energy.md). ----
+
+fn invalid(src: &str) -> String {
+    let app = servesim::default_app();
+    match servesim::loader::parse(
+        src,
+        "test.ron",
+        &[],
+        app.world().resource::<servesim::policy::Catalog>(),
+    ) {
+        Ok(_) => panic!("accepted: {src}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn one_request_is_charged_its_steps_by_hand() {
+    // Blackbox steps (β = 5,000 µs + 1 µs per prefill token + 10 µs per decode): a 100-token
+    // prompt and 3 output tokens take one 5,100-µs prefill step and two 5,010-µs decode
+    // steps, 15,120 µs. floor_w = max_w = 400 W, so a step draws 400 W whatever its
+    // utilisation: 400 W · 0.01512 s = 6.048 J, all the request's. The rest of the run the
+    // GPU idles at 50 W.
+    let sc = crate::common::parse(
+        r#"(cluster: (groups: [(count: 1, model: "llama-3.1-8b-instruct", gpu: "H100",
+            kv_blocks: 100, power: (idle_w: 50.0, floor_w: 400.0, max_w: 400.0),
+            latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [5000.0, 1.0, 10.0]))]),
+          workload: (num_requests: 1, clients: [(rate_per_s: 1.0, input_tokens: Constant(100),
+            output_tokens: Constant(3))]),
+          energy: ())"#,
+    );
+    let (summary, rows) = crate::common::run(&sc);
+    assert_eq!(rows[0].str("energy_j"), "6.048");
+    let e = summary.energy.expect("energy block");
+    assert!((e.step_kwh * 3.6e6 - 6.048).abs() < 1e-9, "{}", e.step_kwh);
+    let idle = 50.0 * (summary.sim_duration_s - 0.015_12);
+    assert!(
+        (e.idle_kwh * 3.6e6 - idle).abs() < 1e-6,
+        "{} vs {idle}",
+        e.idle_kwh * 3.6e6
+    );
+    assert_eq!(e.facility_kwh, e.gpu_kwh, "pue 1 by default");
+    assert!((e.joules_per_output_token.unwrap() - (6.048 + idle) / 3.0).abs() < 1e-6);
+    assert!((e.groups[0].busy_gpu_hours * 3600.0 - 0.015_12).abs() < 1e-12);
+}
+
+#[test]
+fn every_joule_of_the_steps_is_charged_to_a_request() {
+    // P/D (a request's energy follows it to its decode instance), an autoscaled group (off
+    // instances draw nothing: idle is the GPU time on less the busy time), tp 2 and a pue.
+    let sc = crate::common::parse(
+        r#"(seed: 4, cluster: (groups: [
+            (name: "prefill", count: 1, role: Prefill, model: "llama-3.1-8b-instruct",
+             gpu: "H100", tp: 2, latency: Roofline()),
+            (name: "decode", count: 1, role: Decode, model: "llama-3.1-8b-instruct",
+             gpu: "H100", latency: Roofline(),
+             scaling: (min: 1, max: 3, provision_s: 1.0, load_s: 1.0, interval_s: 2.0))]),
+          policies: (autoscale: "threshold", autoscale_params: {"in_flight_high": 16.0, "in_flight_low": 2.0}),
+          workload: (num_requests: 600, clients: [(rate_per_s: 40.0,
+            input_tokens: Uniform(min: 64, max: 2000), output_tokens: Uniform(min: 1, max: 200))]),
+          energy: (pue: 1.25, price_per_kwh: 0.2))"#,
+    );
+    let (summary, rows) = crate::common::run(&sc);
+    assert_eq!(summary.requests.completed, 600);
+    let e = summary.energy.expect("energy block");
+    let charged: f64 = rows
+        .iter()
+        .map(|r| r.str("energy_j").parse::<f64>().unwrap())
+        .sum();
+    let steps_j = e.step_kwh * 3.6e6;
+    // Each row is rounded to the millijoule.
+    assert!(
+        (charged - steps_j).abs() <= 0.0005 * rows.len() as f64,
+        "{charged} J charged, {steps_j} J in steps"
+    );
+    assert!(
+        rows.iter()
+            .all(|r| r.str("energy_j").parse::<f64>().unwrap() > 0.0)
+    );
+    for (g, usage) in e.groups.iter().zip(&summary.groups) {
+        let p = g.power.unwrap();
+        assert_eq!(g.gpu_hours, usage.gpu_hours);
+        let idle = p.idle_w * (usage.gpu_hours - g.busy_gpu_hours) * 3600.0;
+        assert!((g.idle_kwh * 3.6e6 - idle).abs() < 1e-6 * idle.max(1.0));
+        assert!(g.mean_utilisation > 0.0 && g.mean_utilisation < 1.0);
+        // Between floor and max per busy GPU-second.
+        let per_busy = g.step_kwh * 3.6e6 / (g.busy_gpu_hours * 3600.0);
+        assert!(per_busy > p.floor_w && per_busy < p.max_w, "{per_busy} W");
+    }
+    assert!(summary.groups[1].scale_ups > 0, "the decode group scaled");
+    assert!((e.gpu_kwh - e.step_kwh - e.idle_kwh).abs() < 1e-12);
+    assert!((e.facility_kwh - 1.25 * e.gpu_kwh).abs() < 1e-12);
+    assert!((e.electricity_cost - 0.2 * e.facility_kwh).abs() < 1e-12);
+    let tokens = summary.throughput.output_tokens as f64;
+    assert!((e.joules_per_output_token.unwrap() - e.facility_kwh * 3.6e6 / tokens).abs() < 1e-9);
+}
+
+#[test]
+fn energy_off_changes_no_output() {
+    // Without `energy`: no column, no summary block.
+    let sc = crate::common::parse(
+        r#"(cluster: (groups: [(count: 1, model: "llama-3.1-8b-instruct", gpu: "H100")]),
+          workload: (num_requests: 20, clients: [(rate_per_s: 5.0, input_tokens: Constant(64),
+            output_tokens: Constant(8))]))"#,
+    );
+    let (summary, rows) = crate::common::run(&sc);
+    assert!(summary.energy.is_none());
+    assert!(!rows[0].0.contains_key("energy_j"));
+    let json = serde_json::to_value(&summary).unwrap();
+    assert!(json.get("energy").is_none());
+}
+
+#[test]
+fn bad_energy_inputs_are_located_errors() {
+    let group = r#"model: "llama-3.1-8b-instruct", gpu: "H100""#;
+    let wl = r#"workload: (num_requests: 1, clients: [(rate_per_s: 1.0, input_tokens: Constant(8), output_tokens: Constant(2))])"#;
+    let e = invalid(&format!(
+        "(cluster: (groups: [({group})]), {wl}, energy: (pue: 0.5))"
+    ));
+    assert!(e.contains("energy.pue") && e.contains("≥ 1"), "{e}");
+    let e = invalid(&format!(
+        "(cluster: (groups: [({group}, power: (idle_w: 1.0, floor_w: 2.0, max_w: 3.0))]), {wl})"
+    ));
+    assert!(
+        e.contains("cluster.groups[0].power") && e.contains("no energy block"),
+        "{e}"
+    );
+    let e = invalid(&format!(
+        "(cluster: (groups: [({group}, power: (idle_w: 500.0, floor_w: 300.0, max_w: 700.0))]), {wl}, energy: ())"
+    ));
+    assert!(e.contains("cluster.groups[0].power.floor_w"), "{e}");
+    let e = invalid(&format!(
+        "(cluster: (groups: [(kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1.0, 1.0, 1.0]))]), {wl}, energy: ())"
+    ));
+    assert!(
+        e.contains("cluster.groups[0].model") && e.contains("energy needs"),
+        "{e}"
+    );
+    let e = invalid(&format!(
+        "(cluster: (groups: [({group})]), {wl}, outputs: (fitness: {{\"joules_per_token\": 1.0}}))"
+    ));
+    assert!(e.contains("outputs.fitness.joules_per_token"), "{e}");
+    // Located: line and column of the field.
+    let e = invalid(&format!(
+        "(cluster: (groups: [({group})]), {wl},\n energy: (pue: -1.0))"
+    ));
+    assert!(e.contains("2:"), "{e}");
+}
+
+#[test]
+fn the_docs_energy_table_matches_the_bundled_scenario() {
+    let doc = crate::common::doc("energy");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let app = servesim::default_app();
+    let catalog = app.world().resource::<servesim::policy::Catalog>();
+    for gpu in ["H100", "B200"] {
+        let line = doc
+            .lines()
+            .rfind(|l| l.starts_with(&format!("| {gpu} |")))
+            .unwrap_or_else(|| panic!("docs/energy.md has no row for {gpu}"));
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let sc = servesim::loader::load(
+            &root.join("scenarios/energy.ron"),
+            &[("cluster.groups[0].gpu".into(), format!("\"{gpu}\""))],
+            catalog,
+        )
+        .unwrap();
+        let s = crate::common::run_app_checked(servesim::default_app(), &sc);
+        let e = s.energy.unwrap();
+        let g = &e.groups[0];
+        let got = [
+            format!("{:.3}", s.itl_ms.p50.unwrap()),
+            format!("{:.2}", g.mean_utilisation),
+            format!("{:.0}", g.mean_power_w / 2.0),
+            format!("{:.2}", e.joules_per_output_token.unwrap()),
+        ];
+        assert_eq!(&cells[2..6], &got.each_ref().map(String::as_str), "{gpu}");
+    }
+}

@@ -74,6 +74,23 @@ fn steady_decodes_take_lockstep_steps_and_change_nothing() {
 }
 
 #[test]
+fn energy_accounts_are_the_same_with_lockstep_steps() {
+    // A lockstep step charges each running request 1/n of its energy in whole nanojoules,
+    // settled later: the same sums, in requests.csv's energy_j and the summary's energy.
+    let s = same_both_ways(
+        r#"(seed: 9,
+        cluster: (groups: [(count: 2, model: "llama-3.1-8b-instruct", gpu: "H100",
+            kv_blocks: 4000, max_num_seqs: 64, latency: Roofline())]),
+        workload: (num_requests: 300, clients: [(rate_per_s: 20.0,
+            input_tokens: Uniform(min: 16, max: 900), output_tokens: Uniform(min: 1, max: 300))]),
+        energy: (),
+    )"#,
+        20,
+    );
+    assert!(s.energy.unwrap().step_kwh > 0.0);
+}
+
+#[test]
 fn kv_pressure_preemption_and_a_full_batch_change_nothing() {
     // Few blocks: due blocks are often missing (the scheduler preempts); max_num_seqs 8 keeps
     // the batch full with a queue behind it (FIFO: lockstep steps go on); block size 32.

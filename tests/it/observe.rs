@@ -371,15 +371,17 @@ fn a_sweep_row_is_what_a_single_run_of_that_point_gives() {
         );
     }
     // Every metric column is filled for a good point, but the fitness (no weights given), the
-    // P/D columns (no decode instances), the results of systems of one's own (none here) and
-    // the SLO's attainment and goodput (no target declared).
+    // P/D columns (no decode instances), the energy columns (no energy block), the results of
+    // systems of one's own (none here) and the SLO's attainment and goodput (no target
+    // declared).
     assert!(
         point.0.iter().all(|(k, v)| !v.is_empty()
             || k == "fitness"
             || k == "extras"
             || k == "slo.attainment"
             || k == "slo.goodput_per_s"
-            || k.starts_with("disaggregation.")),
+            || k.starts_with("disaggregation.")
+            || k.starts_with("energy.")),
         "{point:?}"
     );
 }

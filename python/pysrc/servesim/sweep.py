@@ -29,6 +29,8 @@ METRICS = (
     "slo.attainment",
     "cost.total",
     "fitness",
+    "energy.facility_kwh",
+    "energy.joules_per_output_token",
 )
 
 
