@@ -185,6 +185,11 @@ def test_a_registered_policy_sees_the_names_and_its_exceptions_stop_the_run():
     with pytest.raises(LookupError, match="lost the instances"):
         servesim.evaluate(QUICK, {"workload.num_requests": 5, "policies.routing": '"py_boom"'}, seeds=2)
 
+    # A sweep ships only the registered policies it names: the closures above cannot be
+    # pickled, yet a process-pool sweep that names neither runs.
+    rows = sweep(QUICK, [{"workload.num_requests": 20}], backend="process", jobs=1)
+    assert rows[0]["requests.completed"] == 20
+
 
 def test_policies_see_states_last_steps_roles_and_the_cluster():
     seen = []

@@ -97,6 +97,18 @@ def _ray():
     return ray
 
 
+def _named(catalogue: Sequence[tuple], scenario: str, points: Sequence[Mapping[str, Any]]):
+    """The registered policies a sweep can name: those whose name appears in the scenario's
+    text or in a point's values. Only they travel to the workers, so a registered policy the
+    sweep does not use (a closure that cannot be pickled, say) cannot break it."""
+    text = scenario
+    if os.path.exists(scenario):
+        with open(scenario, encoding="utf-8") as f:
+            text = f.read()
+    text += "\n".join(str(v) for p in points for v in p.values())
+    return [c for c in catalogue if c[1] in text]
+
+
 def sweep(
     scenario: str,
     points: Sequence[Mapping[str, Any]],
@@ -119,13 +131,14 @@ def sweep(
     passed to every point's ``run`` (each point gets its own copy: they travel pickled), and
     the policies registered with ``servesim.register`` are registered in every worker; on
     Ray, functions from a module of your own (not an installed package) are sent by value, so
-    the workers need not import it.
+    the workers need not import it. Only the registered policies whose name appears in the
+    scenario or the points travel.
     """
     policies = {k: f for k, f in (("admission", admission), ("priority", priority),
                                   ("queue_order", queue_order), ("autoscale", autoscale))
                 if f is not None}
-    catalogue = registered()
     scenario = os.path.abspath(scenario) if os.path.exists(scenario) else scenario
+    catalogue = _named(registered(), scenario, points)
     ray = _ray() if backend in ("auto", "ray") else None
     if backend == "ray" and ray is None:
         raise RuntimeError(
