@@ -130,8 +130,8 @@ pub(crate) fn capacity(app: &ServesimApp, a: CapacityArgs) -> ExitCode {
         }
     }
     match a.format {
-        Format::Text => print!("{}", result.text()),
-        Format::Json => print!("{json}"),
+        Format::Text => out!("{}", result.text()),
+        Format::Json => out!("{json}"),
     }
     if !a.quiet {
         eprintln!(

@@ -70,9 +70,9 @@ pub(crate) fn evaluate(app: &ServesimApp, a: EvaluateArgs) -> ExitCode {
         Ok(e) => {
             match a.format {
                 Format::Json => {
-                    println!("{}", serde_json::to_string_pretty(&e).unwrap_or_default())
+                    outln!("{}", serde_json::to_string_pretty(&e).unwrap_or_default())
                 }
-                Format::Text => println!("{}", e.trace.text),
+                Format::Text => outln!("{}", e.trace.text),
             }
             ExitCode::SUCCESS
         }

@@ -75,8 +75,8 @@ pub(crate) fn check_real(app: &ServesimApp, a: CheckRealArgs) -> ExitCode {
         return ExitCode::from(1);
     }
     match format {
-        Format::Text => print!("{}", report.to_text()),
-        Format::Json => println!("{json}"),
+        Format::Text => out!("{}", report.to_text()),
+        Format::Json => outln!("{json}"),
     }
     eprintln!(
         "servesim: report in {}",
@@ -122,20 +122,20 @@ pub(crate) fn calibrate(app: &ServesimApp, a: CalibrateArgs) -> ExitCode {
     };
     match format {
         Format::Text => {
-            println!(
+            outln!(
                 "fitted on {} requests in {} simulations (loss {:.6})",
                 rows.len() - fit.holdout.measured_requests,
                 fit.evaluations,
                 fit.train_loss
             );
             for (name, v) in &fit.params {
-                println!("  {name:<30} {v:.6}");
+                outln!("  {name:<30} {v:.6}");
             }
-            println!("\npaste into cluster.groups[{group}]:\n    {}", fit.ron);
-            println!("\nerror on the held-back 20 %:");
-            print!("{}", fit.holdout.to_text());
+            outln!("\npaste into cluster.groups[{group}]:\n    {}", fit.ron);
+            outln!("\nerror on the held-back 20 %:");
+            out!("{}", fit.holdout.to_text());
         }
-        Format::Json => println!(
+        Format::Json => outln!(
             "{}",
             serde_json::to_string_pretty(&fit).expect("the fit serialises")
         ),

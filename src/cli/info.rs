@@ -161,8 +161,8 @@ pub(crate) fn validate(app: &ServesimApp, a: ValidateArgs) -> ExitCode {
     };
     match load(&scenario, &overrides, catalog) {
         Ok(sc) => {
-            println!("{}: ok", scenario.display());
-            print!("{}", setup(&sc, catalog));
+            outln!("{}: ok", scenario.display());
+            out!("{}", setup(&sc, catalog));
             announce(&sc, catalog);
             ExitCode::SUCCESS
         }
@@ -206,13 +206,19 @@ pub(crate) fn list(app: &ServesimApp, a: ListArgs) -> ExitCode {
     let catalog = built.world().resource::<Catalog>();
     match a.what {
         ListWhat::Models => {
-            println!(
+            outln!(
                 "{:<44}{:>7}{:>8}{:>7}{:>5}{:>8}{:>10}  weights",
-                "model", "layers", "hidden", "heads", "kv", "experts", "params_b"
+                "model",
+                "layers",
+                "hidden",
+                "heads",
+                "kv",
+                "experts",
+                "params_b"
             );
             for (id, _) in crate::model::BUNDLED_MODELS {
                 let m = crate::model::ModelConfig::bundled(id).expect("bundled models parse");
-                println!(
+                outln!(
                     "{:<44}{:>7}{:>8}{:>7}{:>5}{:>8}{:>10.2}  {} B/param",
                     m.id,
                     m.layers,
@@ -227,13 +233,21 @@ pub(crate) fn list(app: &ServesimApp, a: ListArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         ListWhat::Hardware => {
-            println!(
-                "{:<10}{:>10}{:>10}{:>8}{:>8}{:>8}{:>8}  {:<12}aliases",
-                "gpu", "bf16 TF", "fp8 TF", "TB/s", "mfu_p", "mfu_d", "GiB", "calibration"
+            outln!(
+                "{:<10}{:>10}{:>10}{:>8}{:>8}{:>8}{:>8}{:>18}  {:<12}aliases",
+                "gpu",
+                "bf16 TF",
+                "fp8 TF",
+                "TB/s",
+                "mfu_p",
+                "mfu_d",
+                "GiB",
+                "W idle/floor/max",
+                "calibration"
             );
             for g in crate::model::bundled_gpus() {
-                println!(
-                    "{:<10}{:>10}{:>10}{:>8}{:>8}{:>8}{:>8}  {:<12}{}",
+                outln!(
+                    "{:<10}{:>10}{:>10}{:>8}{:>8}{:>8}{:>8}{:>18}  {:<12}{}",
                     g.id,
                     g.tflops_bf16,
                     g.tflops_fp8,
@@ -241,12 +255,16 @@ pub(crate) fn list(app: &ServesimApp, a: ListArgs) -> ExitCode {
                     g.mfu_prefill,
                     g.mfu_decode,
                     g.memory_gib,
+                    g.power.map_or("-".to_string(), |p| format!(
+                        "{}/{}/{}",
+                        p.idle_w, p.floor_w, p.max_w
+                    )),
                     g.calibration.name(),
                     g.aliases.join(", ")
                 );
             }
-            println!(
-                "calibration: measured = our roofline fitted to kernels measured on the GPU; same die = a measured GPU's compute die; datasheet = peaks only, the H100's efficiencies assumed"
+            outln!(
+                "calibration: measured = our roofline fitted to kernels measured on the GPU; same die = a measured GPU's compute die; datasheet = peaks only, the H100's efficiencies assumed; power (watts per GPU, docs/energy.md): max the datasheet's board power, floor the H100's ML.ENERGY figure scaled by max, idle assumed 10 % of max"
             );
             ExitCode::SUCCESS
         }
@@ -258,12 +276,12 @@ pub(crate) fn list(app: &ServesimApp, a: ListArgs) -> ExitCode {
                     continue;
                 }
                 if fam != family {
-                    println!("{fam}:");
+                    outln!("{fam}:");
                     family = fam;
                 }
-                println!("  {name:<20} {description}");
+                outln!("  {name:<20} {description}");
                 for (p, meaning) in params {
-                    println!("    {:<32} {meaning}", format!("{fam}_params.{p}"));
+                    outln!("    {:<32} {meaning}", format!("{fam}_params.{p}"));
                 }
             }
             ExitCode::SUCCESS

@@ -9,6 +9,16 @@
 //! (`capacity`), [`plan`] (`plan`), [`evaluate`] (`evaluate`), [`fidelity`]
 //! (`check-real`, `calibrate`), [`info`] (`validate`, `list`, `report`).
 
+/// `print!` that a closed stdout cannot turn into a panic: see [`write_stdout`].
+macro_rules! out {
+    ($($t:tt)*) => { $crate::cli::write_stdout(format_args!($($t)*), false) };
+}
+
+/// `println!` that a closed stdout cannot turn into a panic: see [`write_stdout`].
+macro_rules! outln {
+    ($($t:tt)*) => { $crate::cli::write_stdout(format_args!($($t)*), true) };
+}
+
 mod args;
 mod capacity;
 mod evaluate;
@@ -104,5 +114,31 @@ where
         Command::CheckReal(a) => fidelity::check_real(&app, a),
         Command::Calibrate(a) => fidelity::calibrate(&app, a),
         Command::List(a) => info::list(&app, a),
+    }
+}
+
+/// Writes to stdout. When the reader has gone (`servesim list hardware | head -3`), the
+/// process ends quietly with status 141, as SIGPIPE ends other command-line tools, instead
+/// of panicking (`run` has committed its result files before it prints).
+pub(crate) fn write_stdout(text: std::fmt::Arguments<'_>, newline: bool) {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    let written = stdout
+        .write_fmt(text)
+        .and_then(|()| {
+            if newline {
+                stdout.write_all(b"\n")
+            } else {
+                Ok(())
+            }
+        })
+        .and_then(|()| stdout.flush());
+    match written {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(141),
+        Err(e) => {
+            eprintln!("servesim: cannot write to stdout: {e}");
+            std::process::exit(1);
+        }
     }
 }

@@ -141,8 +141,8 @@ pub(crate) fn plan(app: &ServesimApp, a: PlanArgs) -> ExitCode {
         crate::plan::progress::remove(&path);
     }
     match a.format {
-        Format::Text => print!("{}", result.text(a.runners_up)),
-        Format::Json => print!("{json}"),
+        Format::Text => out!("{}", result.text(a.runners_up)),
+        Format::Json => out!("{json}"),
     }
     if !a.quiet {
         eprintln!(
@@ -216,7 +216,7 @@ pub(crate) fn merge(shards: &[PathBuf], out: &std::path::Path) -> ExitCode {
         eprintln!("error: {e}");
         return ExitCode::from(1);
     }
-    print!("{}", result.text(5));
+    out!("{}", result.text(5));
     eprintln!(
         "servesim: merged {} plan shards, {} configurations, into {}",
         shards.len(),

@@ -223,8 +223,8 @@ pub(crate) fn run(app: &ServesimApp, a: RunArgs) -> ExitCode {
     }
     let wall = started.elapsed().as_secs_f64();
     match format {
-        Format::Text => print!("{}", summary.to_text()),
-        Format::Json => println!(
+        Format::Text => out!("{}", summary.to_text()),
+        Format::Json => outln!(
             "{}",
             serde_json::to_string_pretty(&summary).expect("summary serialises")
         ),

@@ -257,7 +257,7 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
         return ExitCode::from(1);
     }
     kept::remove(&a.out);
-    print!("{}", comparison(&plan, &rows));
+    out!("{}", comparison(&plan, &rows));
     // Every failed run, by point and replica, with its error.
     let header = plan.header();
     let status = header.iter().position(|h| h == "status");
@@ -359,7 +359,7 @@ pub(crate) fn merge(a: MergeArgs) -> ExitCode {
         eprintln!("error: {e}");
         return ExitCode::from(1);
     }
-    print!("{}", comparison(&plan, &rows));
+    out!("{}", comparison(&plan, &rows));
     eprintln!(
         "servesim: merged {} shards, {} points, into {}",
         shards.len(),

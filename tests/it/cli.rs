@@ -442,3 +442,36 @@ fn an_unquoted_string_in_set_is_told_to_quote_it() {
         "{err}"
     );
 }
+
+#[test]
+fn a_reader_that_goes_away_ends_the_output_quietly() {
+    // `servesim list hardware | head -1`: stdout closed before anything is written. Every
+    // command then stops with status 141 (as SIGPIPE ends other tools), not a panic.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for args in [
+        &["list", "hardware"][..],
+        &[
+            "run",
+            "scenarios/quickstart.ron",
+            "--set",
+            "outputs.requests_csv=false",
+            "--set",
+            "outputs.summary_json=false",
+            "--set",
+            "outputs.timeseries_csv=false",
+        ][..],
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_servesim"))
+            .args(args)
+            .current_dir(root)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_eq!(out.status.code(), Some(141), "{args:?}: {stderr}");
+    }
+}
