@@ -133,24 +133,10 @@ pub(crate) fn finish_decisions(
     let path = world
         .resource::<crate::output::Outputs>()
         .staged_path("decisions.csv");
-    let io = |e: String| RunError::Output {
-        path: path.clone(),
-        message: e,
-    };
     let mut log = world.resource_mut::<DecisionLog>();
-    if let Some(err) = log.error.take() {
-        return Err(io(err).into());
-    }
-    if let Some(writer) = log.writer.take() {
-        writer
-            .into_inner()
-            .map_err(|e| io(e.to_string()))?
-            .into_inner()
-            .map_err(|e| io(e.to_string()))?
-            .sync_all()
-            .map_err(|e| io(e.to_string()))?;
-    }
-    Ok(())
+    let (writer, error) = (log.writer.take(), log.error.take());
+    crate::output::finish_streamed(writer, error)
+        .map_err(|message| RunError::Output { path, message }.into())
 }
 
 /// Column names of `decisions.csv`.

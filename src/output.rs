@@ -485,6 +485,40 @@ fn remove_leftovers(dir: &Path) -> (Vec<String>, Vec<String>) {
     (removed, completed)
 }
 
+/// A result file written as the run goes: what it takes to get its bytes to disk.
+pub trait StreamedFile {
+    /// Flushes the buffers; the file, to sync.
+    fn into_file(self) -> Result<File, String>;
+}
+
+impl StreamedFile for BufWriter<File> {
+    fn into_file(self) -> Result<File, String> {
+        self.into_inner().map_err(|e| e.to_string())
+    }
+}
+
+impl StreamedFile for csv::Writer<BufWriter<File>> {
+    fn into_file(self) -> Result<File, String> {
+        self.into_inner().map_err(|e| e.to_string())?.into_file()
+    }
+}
+
+/// Finishes a streamed result file at the end of a run: its first write error if it had one,
+/// else its buffers flushed and its bytes synced to disk (what a commit relies on). Nothing
+/// to do for a file that was not written (`writer` none).
+pub fn finish_streamed(
+    writer: Option<impl StreamedFile>,
+    error: Option<String>,
+) -> Result<(), String> {
+    if let Some(err) = error {
+        return Err(err);
+    }
+    match writer {
+        Some(w) => w.into_file()?.sync_all().map_err(|e| e.to_string()),
+        None => Ok(()),
+    }
+}
+
 /// A byte buffer several owners can read after the run.
 #[derive(Clone, Debug, Default)]
 pub struct SharedBuffer(pub std::sync::Arc<std::sync::Mutex<Vec<u8>>>);

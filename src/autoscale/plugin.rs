@@ -79,21 +79,8 @@ fn finish_scale_events(world: &mut World, _: &mut crate::metrics::Summary) -> Re
         }
         .into());
     }
-    let Some(writer) = scaler.events.take() else {
-        return Ok(());
-    };
-    let io = |e: String| RunError::Output {
-        path: path.clone(),
-        message: e,
-    };
-    writer
-        .into_inner()
-        .map_err(|e| io(e.to_string()))?
-        .into_inner()
-        .map_err(|e| io(e.to_string()))?
-        .sync_all()
-        .map_err(|e| io(e.to_string()))?;
-    Ok(())
+    crate::output::finish_streamed(scaler.events.take(), None)
+        .map_err(|message| RunError::Output { path, message }.into())
 }
 
 /// Autoscaling's part of the summary: each group's GPU-hours, cost and scaling history (the

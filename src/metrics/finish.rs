@@ -178,21 +178,9 @@ pub(super) fn finish_requests(world: &mut World, _: &mut Summary) -> Result<(), 
             message: e.to_string(),
         })?;
     }
-    let io = |message: String| RunError::Output {
-        path: path.clone(),
-        message,
-    };
-    if let Some(err) = log.error.take() {
-        return Err(io(err).into());
-    }
-    if let Some(writer) = log.writer.take() {
-        writer
-            .into_inner()
-            .map_err(|e| io(e.to_string()))?
-            .sync_all()
-            .map_err(|e| io(e.to_string()))?;
-    }
-    Ok(())
+    let (writer, error) = (log.writer.take(), log.error.take());
+    crate::output::finish_streamed(writer, error)
+        .map_err(|message| RunError::Output { path, message }.into())
 }
 
 /// `FinishStage::Summary`: the fitness the scenario weighs, and `summary.json`.
