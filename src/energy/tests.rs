@@ -1,5 +1,5 @@
 use super::*;
-use crate::model::find_gpu;
+use crate::model::{ModelConfig, find_gpu};
 
 fn h100_power() -> PowerFigures {
     PowerFigures {

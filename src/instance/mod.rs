@@ -23,6 +23,7 @@
 pub mod anomaly;
 pub mod batch;
 mod check;
+pub mod energy;
 pub mod lockstep;
 pub mod pipeline;
 mod plugin;
@@ -409,8 +410,8 @@ pub struct Scheduler {
     /// `decisions.csv` rows of the anomalies detected here, until they are written (only
     /// while it is written).
     pub anomaly_rows: Option<Vec<AnomalyRow>>,
-    /// The instance's energy meter, when the scenario has `energy` ([`crate::energy`]).
-    pub energy: Option<Box<crate::energy::Meter>>,
+    /// The instance's energy meter, when the scenario has `energy` ([`energy`]).
+    pub energy: Option<Box<energy::Meter>>,
 }
 
 /// Anomaly rows of stages that are not instances (scaling), until `decisions.csv` takes

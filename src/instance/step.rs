@@ -219,13 +219,13 @@ pub(crate) fn execute_one(
 /// plan, its energy charged to its requests in proportion to the tokens computed for them.
 #[inline(never)]
 fn meter_step(
-    meter: &mut crate::energy::Meter,
+    meter: &mut super::energy::Meter,
     sched: &mut Scheduler,
     items: &[StepItem],
     decodes: u32,
     dt: SimDuration,
 ) {
-    use crate::energy::StepWork;
+    use super::energy::StepWork;
     let dt_s = dt.as_us() as f64 * 1e-6;
     if sched.lockstep.active {
         // Every running request decodes one token: equal shares, settled with the rest.

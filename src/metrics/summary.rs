@@ -262,6 +262,46 @@ pub struct GroupUsage {
     pub scale_downs: u64,
 }
 
+/// Energy of one instance group over the run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct GroupEnergy {
+    pub group: String,
+    pub power: Option<crate::scenario::PowerFigures>,
+    /// GPU energy in steps and idle (on, between steps), kWh.
+    pub step_kwh: f64,
+    pub idle_kwh: f64,
+    pub gpu_kwh: f64,
+    /// GPU energy over the run's duration, watts (all the group's GPUs).
+    pub mean_power_w: f64,
+    /// Mean utilisation u of its busy GPU time (0 when it ran no step).
+    pub mean_utilisation: f64,
+    /// GPU-hours busy in steps, and on in all (as in `groups`).
+    pub busy_gpu_hours: f64,
+    pub gpu_hours: f64,
+}
+
+/// The run's energy (`summary.energy`, present when the scenario has `energy`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct EnergySummary {
+    pub pue: f64,
+    /// The GPUs' energy (steps + idle), and the facility's (× pue), kWh.
+    pub gpu_kwh: f64,
+    pub facility_kwh: f64,
+    /// Of the GPU energy: in steps (charged to requests) and idle.
+    pub step_kwh: f64,
+    pub idle_kwh: f64,
+    /// GPU energy over the run's duration, watts.
+    pub mean_power_w: f64,
+    /// Facility joules per output token of completed requests, and watt-hours per
+    /// completed request (null when none).
+    pub joules_per_output_token: Option<f64>,
+    pub wh_per_request: Option<f64>,
+    /// facility_kwh × price_per_kwh.
+    pub electricity_cost: f64,
+    /// Per instance group, in `cluster.groups` order.
+    pub groups: Vec<GroupEnergy>,
+}
+
 /// What the run cost, all groups together.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct CostSummary {
@@ -358,7 +398,7 @@ pub struct Summary {
     pub cost: CostSummary,
     /// Energy: per step, per group and for the run (only with the scenario's `energy`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub energy: Option<crate::energy::EnergySummary>,
+    pub energy: Option<EnergySummary>,
     pub tenants: Vec<SliceSummary>,
     pub slo_classes: Vec<SliceSummary>,
     /// Prefill/decode disaggregation (only when the cluster has decode instances).

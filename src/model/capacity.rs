@@ -49,6 +49,28 @@ pub fn params(m: &ModelConfig) -> f64 {
     v * d + attn + mlp + if m.tied_embeddings { 0.0 } else { v * d } + d
 }
 
+/// FLOPs per token of a model's matrix multiplications, without the embedding and the
+/// logits (LM head) rows: attention projections, dense MLPs, and for MoE layers the k
+/// routed experts a token uses, its shared experts and the router.
+pub fn flops_per_token(m: &ModelConfig) -> f64 {
+    let d = f64::from(m.hidden);
+    let l = f64::from(m.layers);
+    let q = f64::from(m.heads) * f64::from(m.head_dim);
+    let kv = f64::from(m.kv_heads) * f64::from(m.head_dim);
+    let attention = l * d * (q + 2.0 * kv + q);
+    let mlp = if m.is_moe() {
+        let dense = f64::from(m.dense_layers()) * 3.0 * d * f64::from(m.ffn_dense);
+        let moe = f64::from(m.moe_layers())
+            * (3.0 * d * f64::from(m.ffn_expert) * m.k()
+                + 3.0 * d * f64::from(m.ffn_shared)
+                + f64::from(m.experts) * d);
+        dense + moe
+    } else {
+        l * 3.0 * d * f64::from(m.ffn_dense)
+    };
+    2.0 * (attention + mlp)
+}
+
 /// Blocks of `block_size` tokens that fit on one replica of `tp` GPUs.
 /// KV bytes per token on one GPU of a TP × PP group (MLA: the compressed row, not split).
 pub fn kv_bytes_per_token(m: &ModelConfig, tp: u32, pp: u32) -> f64 {
