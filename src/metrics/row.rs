@@ -100,6 +100,19 @@ pub fn fixed(row: &mut Vec<u8>, x: f64, decimals: u32, digits: &mut itoa::Buffer
 /// of the energy of the steps it took part in, joules.
 pub const ENERGY_COLUMN: &str = "energy_j";
 
+/// Appends `units` thousandths as a decimal with exactly three decimals (whole µs as ms,
+/// whole mJ as J).
+fn thousandths(row: &mut Vec<u8>, units: u64, digits: &mut itoa::Buffer) {
+    row.extend_from_slice(digits.format(units / 1000).as_bytes());
+    let frac = units % 1000;
+    row.extend_from_slice(&[
+        b'.',
+        b'0' + (frac / 100) as u8,
+        b'0' + (frac / 10 % 10) as u8,
+        b'0' + (frac % 10) as u8,
+    ]);
+}
+
 /// The header line of `requests.csv` (with [`ENERGY_COLUMN`] last when `energy`).
 pub fn csv_header(energy: bool) -> Vec<u8> {
     let mut row = Vec::new();
@@ -135,15 +148,7 @@ pub fn format_row(row: &mut Vec<u8>, f: &FinishedRequest, labels: &Labels, energ
     let mut whole_ms = itoa::Buffer::new();
     let mut ms = |row: &mut Vec<u8>, d: Option<SimDuration>| {
         if let Some(d) = d {
-            let us = d.as_us();
-            row.extend_from_slice(whole_ms.format(us / 1000).as_bytes());
-            let frac = us % 1000;
-            row.extend_from_slice(&[
-                b'.',
-                b'0' + (frac / 100) as u8,
-                b'0' + (frac / 10 % 10) as u8,
-                b'0' + (frac % 10) as u8,
-            ]);
+            thousandths(row, d.as_us(), &mut whole_ms);
         }
         row.push(b',');
     };
@@ -182,16 +187,8 @@ pub fn format_row(row: &mut Vec<u8>, f: &FinishedRequest, labels: &Labels, energ
     if energy {
         // Joules to the millijoule, rounded half up from whole nanojoules.
         let mj = (f.energy_nj + 500_000) / 1_000_000;
-        let mut digits = itoa::Buffer::new();
-        row.extend_from_slice(digits.format(mj / 1000).as_bytes());
-        let frac = mj % 1000;
-        row.extend_from_slice(&[
-            b'.',
-            b'0' + (frac / 100) as u8,
-            b'0' + (frac / 10 % 10) as u8,
-            b'0' + (frac % 10) as u8,
-            b',',
-        ]);
+        thousandths(row, mj, &mut itoa::Buffer::new());
+        row.push(b',');
     }
     // The last field ends the row, not a comma.
     *row.last_mut().expect("a row has fields") = b'\n';
