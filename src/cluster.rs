@@ -14,7 +14,8 @@ use bevy_ecs::prelude::*;
 use bevy_ecs::system::SystemParam;
 
 use crate::engine::{
-    AdmitDue, ClusterView, EnqueueDue, Event, EventQueue, RecordDue, RouteDue, ScaleDue, SimClock,
+    AdmitDue, ClusterView, EnqueueDue, Event, EventQueue, GateDue, RecordDue, RouteDue, ScaleDue,
+    SimClock,
 };
 use crate::instance::InstanceIndex;
 use crate::labels::Labels;
@@ -173,6 +174,7 @@ pub fn summarize_routing(world: &mut World, summary: &mut crate::metrics::Summar
 pub fn admit_requests(
     mut admit: ResMut<AdmitDue>,
     mut route: ResMut<RouteDue>,
+    mut gate: ResMut<GateDue>,
     mut record: ResMut<RecordDue>,
     clock: Res<SimClock>,
     view: Res<ClusterView>,
@@ -181,12 +183,18 @@ pub fn admit_requests(
     mut requests: Query<(&RequestSpec, &mut Lifecycle)>,
 ) {
     let mut work = std::mem::take(&mut admit.0);
+    // With flow control, admitted requests wait in the gateway's bands first.
+    let next = if gate.on {
+        &mut gate.admitted
+    } else {
+        &mut route.0
+    };
     for &entity in &work {
         let Ok((spec, mut life)) = requests.get_mut(entity) else {
             continue; // timed out before admission
         };
         match admit_one(&mut policy, spec, &mut life, clock.now, &view) {
-            Ok(()) => route.0.push(entity),
+            Ok(()) => next.push(entity),
             Err(reason) => reject(entity, spec, &life, reason, &mut rejections, &mut record),
         }
     }
@@ -232,13 +240,91 @@ pub fn reject(
     ));
 }
 
-/// The work lists routing empties and fills.
+/// What sending a request on from the router takes: the instances' latency models (the
+/// delay to their queues), the work lists and the event queue it fills, and the
+/// rejection counts. Used by the Route stage and by the gateway's (flow control).
 #[derive(SystemParam)]
-pub struct RouteWork<'w> {
-    route: ResMut<'w, RouteDue>,
+pub struct Dispatch<'w, 's> {
+    commands: Commands<'w, 's>,
+    index: Res<'w, InstanceIndex>,
+    queue: ResMut<'w, EventQueue>,
     enqueue: ResMut<'w, EnqueueDue>,
     scale: ResMut<'w, ScaleDue>,
     record: ResMut<'w, RecordDue>,
+    rejections: ResMut<'w, Rejections>,
+    latencies: Query<'w, 's, (&'static Latency, &'static crate::instance::Limits)>,
+}
+
+impl Dispatch<'_, '_> {
+    /// Routes one request with `router` and sends it on: to its instance's queue (after
+    /// the routing delay, the latency model's queueing delay and the API server's work),
+    /// parked for a cold start, or rejected when nothing is routable.
+    pub fn route(
+        &mut self,
+        router: &mut Router,
+        entity: Entity,
+        spec: &RequestSpec,
+        life: &mut Lifecycle,
+        now: SimTime,
+        view: &mut ClusterView,
+    ) {
+        match router.route(entity, spec, life, now, view, &mut self.scale) {
+            Routed::To(i) => {
+                self.commands.entity(entity).insert(AssignedTo(i));
+                let (latency, limits) = self
+                    .latencies
+                    .get(self.index.0[i as usize])
+                    .expect("instance entity exists for the whole run");
+                let delay = router.delay(spec, latency, &limits.serving);
+                send_to(
+                    entity,
+                    i,
+                    delay,
+                    now,
+                    &mut self.enqueue.requests,
+                    &mut self.queue,
+                );
+            }
+            Routed::Parked => {}
+            Routed::Unroutable => reject(
+                entity,
+                spec,
+                life,
+                "no_routable_instance",
+                &mut self.rejections,
+                &mut self.record,
+            ),
+        }
+    }
+
+    /// Sheds a request that will not be routed (a reason of the gateway's): counted by
+    /// reason and handed to Record as rejected.
+    pub fn shed(
+        &mut self,
+        entity: Entity,
+        spec: &RequestSpec,
+        life: &Lifecycle,
+        reason: &'static str,
+    ) {
+        reject(
+            entity,
+            spec,
+            life,
+            reason,
+            &mut self.rejections,
+            &mut self.record,
+        );
+    }
+
+    /// Schedules an event (the gateway's wake-ups).
+    pub fn push_event(&mut self, at: SimTime, event: Event) {
+        self.queue.push(at, event);
+    }
+
+    /// The client timeouts firing now (the Enqueue stage records them).
+    pub fn timeouts(&self) -> &[Entity] {
+        &self.enqueue.timeouts
+    }
 }
 
 /// Instance snapshots as the router sees them: live, or refreshed every `interval`
@@ -249,6 +335,35 @@ pub struct RouterSnapshots {
     pub interval: SimDuration,
     pub last_refresh: SimTime,
     pub stale: Vec<crate::policy::InstanceSnapshot>,
+}
+
+impl RouterSnapshots {
+    /// What a router deciding at `now` sees of the `live` instances, without refreshing the
+    /// snapshots: the same signals [`Router::route`] reads (a refresh due now gives the live
+    /// values, which is what the refresh would copy), decode instances not routable under
+    /// P/D disaggregation. The gateway's saturation detector reads these.
+    pub fn sees<'a>(
+        &'a self,
+        now: SimTime,
+        live: &'a [crate::policy::InstanceSnapshot],
+        disagg: &'a crate::disagg::Disagg,
+    ) -> impl Iterator<Item = crate::policy::InstanceSnapshot> + 'a {
+        let fresh = self.interval.as_us() == 0 || now.since(self.last_refresh) >= self.interval;
+        live.iter().enumerate().map(move |(k, l)| {
+            let mut s = if fresh {
+                *l
+            } else {
+                crate::policy::InstanceSnapshot {
+                    in_flight: l.in_flight,
+                    routable: l.routable,
+                    ..self.stale[k]
+                }
+            };
+            s.routable &=
+                !(disagg.enabled && disagg.role(s.index) == crate::scenario::Role::Decode);
+            s
+        })
+    }
 }
 
 pub use crate::engine::Parked;
@@ -293,40 +408,14 @@ impl Router<'_, '_> {
         scale: &mut ScaleDue,
     ) -> Routed {
         let block_size = self.cached.block_size.max(1);
-        // The signals the router sees (see RouterSnapshots).
-        let live = &view.instances;
-        let snapshots = &mut *self.snapshots;
-        let instances: &[crate::policy::InstanceSnapshot] = if snapshots.interval.as_us() == 0 {
-            live
-        } else {
-            if now.since(snapshots.last_refresh) >= snapshots.interval {
-                snapshots.stale.clone_from(live);
-                snapshots.last_refresh = now;
-            }
-            self.seen.clear();
-            self.seen
-                .extend(snapshots.stale.iter().zip(live).map(|(s, l)| {
-                    crate::policy::InstanceSnapshot {
-                        in_flight: l.in_flight,
-                        routable: l.routable,
-                        ..*s
-                    }
-                }));
-            &self.seen
-        };
-        // P/D: decode instances take requests only from prefill instances.
-        let instances: &[crate::policy::InstanceSnapshot] = if self.disagg.enabled {
-            self.front.clear();
-            let disagg = &self.disagg;
-            self.front
-                .extend(instances.iter().map(|s| crate::policy::InstanceSnapshot {
-                    routable: s.routable && disagg.role(s.index) != crate::scenario::Role::Decode,
-                    ..*s
-                }));
-            &self.front
-        } else {
-            instances
-        };
+        let instances = signals(
+            &mut self.snapshots,
+            &mut self.seen,
+            &mut self.front,
+            &self.disagg,
+            now,
+            &view.instances,
+        );
         let rv = RouterView {
             instances,
             probe: &*self.cached,
@@ -354,6 +443,15 @@ impl Router<'_, '_> {
         Routed::To(i)
     }
 
+    /// What the router sees of the instances at `now` (see [`RouterSnapshots::sees`]).
+    pub fn sees<'a>(
+        &'a self,
+        now: SimTime,
+        view: &'a ClusterView,
+    ) -> impl Iterator<Item = crate::policy::InstanceSnapshot> + 'a {
+        self.snapshots.sees(now, &view.instances, &self.disagg)
+    }
+
     /// The delay before a request routed to an instance with `latency` and `serving` path
     /// joins its engine's queue: the routing delay, the latency model's queueing delay and
     /// the API server's work on the request.
@@ -378,6 +476,47 @@ impl Router<'_, '_> {
             });
         }
     }
+}
+
+/// The signals a router sees of the `live` instances at `now`: live, or the snapshots of
+/// the last refresh (every `RouterSnapshots::interval`) with live in-flight counts and
+/// routability; with P/D disaggregation decode instances are not routable (they take
+/// requests only from prefill instances). `seen` and `front` are scratch buffers.
+fn signals<'a>(
+    snapshots: &'a mut RouterSnapshots,
+    seen: &'a mut Vec<crate::policy::InstanceSnapshot>,
+    front: &'a mut Vec<crate::policy::InstanceSnapshot>,
+    disagg: &crate::disagg::Disagg,
+    now: SimTime,
+    live: &'a [crate::policy::InstanceSnapshot],
+) -> &'a [crate::policy::InstanceSnapshot] {
+    let instances: &[crate::policy::InstanceSnapshot] = if snapshots.interval.as_us() == 0 {
+        live
+    } else {
+        if now.since(snapshots.last_refresh) >= snapshots.interval {
+            snapshots.stale.clear();
+            snapshots.stale.extend_from_slice(live);
+            snapshots.last_refresh = now;
+        }
+        seen.clear();
+        seen.extend(snapshots.stale.iter().zip(live).map(|(s, l)| {
+            crate::policy::InstanceSnapshot {
+                in_flight: l.in_flight,
+                routable: l.routable,
+                ..*s
+            }
+        }));
+        seen
+    };
+    if !disagg.enabled {
+        return instances;
+    }
+    front.clear();
+    front.extend(instances.iter().map(|s| crate::policy::InstanceSnapshot {
+        routable: s.routable && disagg.role(s.index) != crate::scenario::Role::Decode,
+        ..*s
+    }));
+    front
 }
 
 /// A routed request joins its instance's queue after `delay`: now (the Enqueue stage's
@@ -424,54 +563,22 @@ fn index_kv_events_when_on(app: &mut bevy_app::App, _: &SetupCtx<'_>) -> Result<
 }
 
 /// Applies the routing policy and sends each request on its way to the chosen instance.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "a system's parameters are its signature"
-)]
 pub fn route_requests(
-    mut commands: Commands,
-    mut due: RouteWork,
+    mut route: ResMut<RouteDue>,
     clock: Res<SimClock>,
-    index: Res<InstanceIndex>,
     mut view: ResMut<ClusterView>,
     mut router: Router,
-    mut queue: ResMut<EventQueue>,
-    mut rejections: ResMut<Rejections>,
+    mut dispatch: Dispatch,
     mut fault: ResMut<crate::engine::SimFault>,
     mut requests: Query<(&RequestSpec, &mut Lifecycle)>,
-    latencies: Query<(&Latency, &crate::instance::Limits)>,
 ) {
     let now = clock.now;
-    let RouteWork {
-        route,
-        enqueue,
-        scale,
-        record,
-    } = &mut due;
     let mut work = std::mem::take(&mut route.0);
     for &entity in &work {
         let Ok((spec, mut life)) = requests.get_mut(entity) else {
             continue; // timed out before routing
         };
-        match router.route(entity, spec, &mut life, now, &mut view, scale) {
-            Routed::To(i) => {
-                commands.entity(entity).insert(AssignedTo(i));
-                let (latency, limits) = latencies
-                    .get(index.0[i as usize])
-                    .expect("instance entity exists for the whole run");
-                let delay = router.delay(spec, latency, &limits.serving);
-                send_to(entity, i, delay, now, &mut enqueue.requests, &mut queue);
-            }
-            Routed::Parked => {}
-            Routed::Unroutable => reject(
-                entity,
-                spec,
-                &life,
-                "no_routable_instance",
-                &mut rejections,
-                record,
-            ),
-        }
+        dispatch.route(&mut router, entity, spec, &mut life, now, &mut view);
     }
     work.clear();
     route.0 = work;
@@ -485,7 +592,19 @@ mod tests {
 
     /// `admit_requests` alone on a bare world: two requests due, the second already gone.
     fn admit_with(policy: Box<dyn crate::policy::AdmissionPolicy>) -> (World, Entity) {
+        admit_gated(policy, false)
+    }
+
+    /// [`admit_with`], with flow control on or off.
+    fn admit_gated(
+        policy: Box<dyn crate::policy::AdmissionPolicy>,
+        gated: bool,
+    ) -> (World, Entity) {
         let mut world = World::new();
+        world.insert_resource(GateDue {
+            on: gated,
+            ..Default::default()
+        });
         world.init_resource::<RouteDue>();
         world.init_resource::<RecordDue>();
         world.init_resource::<Rejections>();
@@ -518,6 +637,16 @@ mod tests {
             world.get::<Lifecycle>(r).unwrap().admitted,
             Some(SimTime(250))
         );
+    }
+
+    #[test]
+    fn with_flow_control_admitted_requests_go_to_the_gateway() {
+        let (world, r) = admit_gated(Box::new(crate::policy::AlwaysAdmit), true);
+        assert!(world.resource::<RouteDue>().0.is_empty());
+        assert_eq!(world.resource::<GateDue>().admitted, [r]);
+        let (world, _) = admit_gated(Box::new(crate::policy::RejectAll), true);
+        assert!(world.resource::<GateDue>().admitted.is_empty());
+        assert_eq!(world.resource::<RecordDue>().0.len(), 1);
     }
 
     #[test]

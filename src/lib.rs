@@ -100,6 +100,7 @@ pub mod engine;
 pub mod evaluate;
 pub mod fast;
 pub mod fidelity;
+pub mod gateway;
 pub mod input;
 pub mod instance;
 pub mod interval;
@@ -202,6 +203,7 @@ impl PluginGroup for SimPlugins {
             .add(disagg::DisaggPlugin)
             .add(autoscale::AutoscalePlugin)
             .add(energy::EnergyPlugin)
+            .add(gateway::FlowControlPlugin)
             .add(observe::ObservePlugin)
             .add(metrics::MetricsPlugin)
             .add(invariants::InvariantsPlugin)

@@ -400,3 +400,20 @@ def test_energy_accounts_reach_python(tmp_path):
     plain = servesim.run(QUICK, small(50))
     assert "energy_j" not in plain.requests.columns
     assert "energy" not in plain.summary
+
+
+def test_flow_control_reaches_python():
+    """scenarios/flow-control.ron: the summary has the gateway's bands, the shed requests are
+    rejected rows with the gateway's reasons, and `flow_control=None` turns the gateway off."""
+    fc = str(ROOT / "scenarios" / "flow-control.ron")
+    r = servesim.run(fc)
+    bands = r.summary["flow_control"]["bands"]
+    assert [b["priority"] for b in bands] == [1, 0]
+    shed = sum(b["shed_full"] + b["shed_expired"] for b in bands)
+    assert shed > 0
+    assert (r.requests["state"] == "rejected").sum() == shed
+    reasons = r.summary["rejections"]
+    assert set(reasons) == {"gateway_band_full", "gateway_wait_expired"}
+    off = servesim.run(fc, {"flow_control": "None"})
+    assert "flow_control" not in off.summary
+    assert off.summary["requests"]["rejected"] == 0

@@ -94,6 +94,9 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
             );
         }
     }
+    if let Some(fc) = &sc.flow_control {
+        let _ = writeln!(s, "  {}", crate::gateway::describe(fc));
+    }
     let w = crate::loader::estimate::estimate(sc);
     if w.requests > 0.0 {
         let _ = writeln!(

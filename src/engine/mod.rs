@@ -68,8 +68,14 @@ pub enum SimSystems {
     /// `arrivals`, `session_turns`, `releases`; fills [`AdmitDue`].
     Arrive,
     /// The admission policy admits or rejects. Empties [`AdmitDue`]; fills
-    /// [`RouteDue`] and, for rejections, [`RecordDue`].
+    /// [`RouteDue`] (or, with flow control, [`GateDue::admitted`]) and, for rejections,
+    /// [`RecordDue`].
     Admit,
+    /// The gateway's flow control (only with the scenario's `flow_control`): admitted
+    /// requests join their priority band or are shed; while the instances are not
+    /// saturated the band heads are routed. Empties [`GateDue`]; fills [`RecordDue`] (shed
+    /// requests) and sends requests on as the Route stage does.
+    Gate,
     /// The routing policy picks an instance. Empties [`RouteDue`]; sends requests on
     /// as `Enqueue` events, sets [`ScaleDue::cold_start`], fills [`RecordDue`] (nothing routable).
     Route,
@@ -140,6 +146,16 @@ pub struct WorkloadDue {
 /// Requests to admit now (Admit).
 #[derive(Resource, Debug, Default)]
 pub struct AdmitDue(pub Vec<Entity>);
+
+/// The gateway's work (Gate): requests admitted now, and a wake-up (a band's longest wait
+/// ends, or the instances gained room). `on` is set when the scenario has `flow_control`:
+/// admission then hands its requests here instead of to [`RouteDue`].
+#[derive(Resource, Debug, Default)]
+pub struct GateDue {
+    pub on: bool,
+    pub admitted: Vec<Entity>,
+    pub wake: bool,
+}
 
 /// Requests to route now (Route).
 #[derive(Resource, Debug, Default)]
@@ -221,6 +237,7 @@ pub fn dispatch_events(world: &mut World, events: &mut Vec<Event>) {
                 world.resource_mut::<ScaleDue>().phase_ends.push(instance)
             }
             Event::Unpark => world.resource_mut::<ScaleDue>().unpark = true,
+            Event::GateWake => world.resource_mut::<GateDue>().wake = true,
         }
     }
 }
@@ -400,6 +417,7 @@ impl Plugin for EnginePlugin {
             .init_resource::<WorkloadDue>()
             .init_resource::<AdmitDue>()
             .init_resource::<RouteDue>()
+            .init_resource::<GateDue>()
             .init_resource::<EnqueueDue>()
             .init_resource::<InstanceDue>()
             .init_resource::<TransferDue>()
@@ -445,6 +463,7 @@ impl Plugin for EnginePlugin {
                     }),
                     SimSystems::Arrive.run_if(arrivals_due),
                     SimSystems::Admit.run_if(|d: Res<AdmitDue>| !d.0.is_empty()),
+                    SimSystems::Gate,
                     SimSystems::Route.run_if(|d: Res<RouteDue>| !d.0.is_empty()),
                     SimSystems::Enqueue.run_if(|d: Res<EnqueueDue>| {
                         !d.requests.is_empty() || !d.timeouts.is_empty()
@@ -612,6 +631,7 @@ mod tests {
             World::init_resource::<InstanceDue>,
             World::init_resource::<TransferDue>,
             World::init_resource::<ScaleDue>,
+            World::init_resource::<GateDue>,
         ] {
             init(&mut world);
         }
@@ -632,6 +652,7 @@ mod tests {
             Event::AutoscaleTick,
             Event::PhaseEnd { instance: 6 },
             Event::Unpark,
+            Event::GateWake,
         ];
         dispatch_events(&mut world, &mut events);
         assert!(events.is_empty(), "the buffer is emptied");
@@ -653,6 +674,8 @@ mod tests {
         let s = world.resource::<ScaleDue>();
         assert!(s.evaluate && s.unpark && !s.cold_start);
         assert_eq!(s.phase_ends, [6]);
+        let g = world.resource::<GateDue>();
+        assert!(g.wake && g.admitted.is_empty() && !g.on);
     }
 
     #[test]

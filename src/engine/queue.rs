@@ -37,6 +37,9 @@ pub enum Event {
     Unpark,
     /// A KV transfer to decode instance `instance` ends (P/D disaggregation).
     TransferDone { instance: u32 },
+    /// The gateway looks at its bands again: a request's longest wait ends, or the instances
+    /// gained room after the gateway's stage ran this tick (flow control).
+    GateWake,
 }
 
 impl Event {
@@ -61,6 +64,9 @@ impl Event {
             Event::Timeout { .. } => "it is a request's timeout (the workload's or client's `timeout_s`)".into(),
             Event::Admit(_) | Event::Enqueue { .. } => {
                 "it is a request on its way to an instance (`policies.admission_latency_us`, `routing_latency_us`)".into()
+            }
+            Event::GateWake => {
+                "it is the end of a request's longest wait in a gateway band (`flow_control` bands' `max_wait_s`)".into()
             }
             Event::AutoscaleTick | Event::Unpark => {
                 "it is an autoscaling evaluation (`interval_s`)".into()

@@ -367,6 +367,43 @@ pub struct DisaggSummary {
     pub dropped: u64,
 }
 
+/// One priority band of the gateway (`summary.flow_control.bands`). Every request that
+/// reached the band is counted once: arrived = shed_full + dispatched + shed_expired +
+/// timed_out + left.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct BandSummary {
+    pub priority: i32,
+    /// Admitted requests of this priority that reached the gateway.
+    pub arrived: u64,
+    /// Shed on arrival: the band (or every band together) held its `max_requests`.
+    pub shed_full: u64,
+    /// Routed from the band.
+    pub dispatched: u64,
+    /// Shed after waiting the band's `max_wait_s`.
+    pub shed_expired: u64,
+    /// Given up by their client while waiting in the band.
+    pub timed_out: u64,
+    /// Still waiting when the run stopped (counted `in_transit`).
+    pub left: u64,
+    /// Most requests waiting in the band at once.
+    pub peak_waiting: u64,
+    /// Time from reaching the band to being routed, per dispatched request.
+    pub wait_ms: Distribution,
+}
+
+/// The gateway's flow control (`summary.flow_control`, present when the scenario has
+/// `flow_control`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct FlowControlSummary {
+    /// The saturation detector's thresholds.
+    pub queue_depth: u32,
+    pub kv_util: f64,
+    /// Bands by priority, highest first.
+    pub bands: Vec<BandSummary>,
+    /// Simulated time during which some request waited in a band, seconds.
+    pub waiting_s: f64,
+}
+
 /// Aggregates of a run (every latency in milliseconds).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Summary {
@@ -399,6 +436,9 @@ pub struct Summary {
     /// Energy: per step, per group and for the run (only with the scenario's `energy`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub energy: Option<EnergySummary>,
+    /// The gateway's bands (only with the scenario's `flow_control`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flow_control: Option<FlowControlSummary>,
     pub tenants: Vec<SliceSummary>,
     pub slo_classes: Vec<SliceSummary>,
     /// Prefill/decode disaggregation (only when the cluster has decode instances).
@@ -513,6 +553,30 @@ impl Summary {
         }
         for (reason, n) in &self.rejections {
             let _ = writeln!(s, "rejected by {reason}: {n}");
+        }
+        if let Some(fc) = &self.flow_control {
+            let bands: Vec<String> = fc
+                .bands
+                .iter()
+                .map(|b| {
+                    format!(
+                        "priority {}: {} arrived, {} routed (wait p99 {} ms), {} shed full, {} shed expired, {} timed out",
+                        b.priority,
+                        b.arrived,
+                        b.dispatched,
+                        f(b.wait_ms.p99).trim(),
+                        b.shed_full,
+                        b.shed_expired,
+                        b.timed_out
+                    )
+                })
+                .collect();
+            let _ = writeln!(
+                s,
+                "gateway: requests waited {:.3} s in all; {}",
+                fc.waiting_s,
+                bands.join("; ")
+            );
         }
         let slo = match (self.slo.attainment, self.slo.goodput_per_s) {
             (Some(a), Some(g)) => format!(

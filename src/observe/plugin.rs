@@ -80,8 +80,13 @@ fn open_observers(app: &mut App, ctx: &SetupCtx<'_>) -> Result<(), SimError> {
             let file = w
                 .into_inner()
                 .map_err(|e| io(&files, "timeseries.csv", e.into_error().to_string()))?;
-            let ts = TimeSeries::new(file, interval(ctx.scenario), groups.clone())
-                .map_err(|e| io(&files, "timeseries.csv", e.to_string()))?;
+            let ts = TimeSeries::new(
+                file,
+                interval(ctx.scenario),
+                groups.clone(),
+                ctx.scenario.flow_control.is_some(),
+            )
+            .map_err(|e| io(&files, "timeseries.csv", e.to_string()))?;
             Some(ts)
         }
         None => None,

@@ -44,6 +44,10 @@ pub const COLUMNS: [&str; 15] = [
     "instances_up",
 ];
 
+/// The column `timeseries.csv` ends with when the scenario has `flow_control`: requests
+/// waiting in the gateway's bands (on the `all` rows; empty on an instance's).
+pub const GATEWAY_COLUMN: &str = "gateway_waiting";
+
 /// Sample times of one idle span (between two ticks) written in full; a longer span is
 /// written as its first two rows and its last.
 pub const IDLE_ROWS: u64 = 100;
@@ -109,13 +113,25 @@ pub struct TimeSeries {
     cluster: (u64, u64),
     /// The first write error; the run stops on it.
     pub error: Option<String>,
+    /// Rows end with [`GATEWAY_COLUMN`].
+    gateway: bool,
 }
 
 impl TimeSeries {
-    /// A sampler writing to `file` (header included) for instances in `groups` order.
-    pub fn new(file: File, interval: SimDuration, groups: Vec<String>) -> csv::Result<Self> {
+    /// A sampler writing to `file` (header included) for instances in `groups` order; with
+    /// `gateway`, rows end with [`GATEWAY_COLUMN`].
+    pub fn new(
+        file: File,
+        interval: SimDuration,
+        groups: Vec<String>,
+        gateway: bool,
+    ) -> csv::Result<Self> {
         let mut writer = csv::Writer::from_writer(BufWriter::with_capacity(1 << 16, file));
-        writer.write_record(COLUMNS)?;
+        if gateway {
+            writer.write_record(COLUMNS.iter().chain([&GATEWAY_COLUMN]))?;
+        } else {
+            writer.write_record(COLUMNS)?;
+        }
         Ok(TimeSeries {
             interval,
             next: SimTime::ZERO + interval,
@@ -129,6 +145,7 @@ impl TimeSeries {
                 .collect(),
             cluster: (0, 0),
             error: None,
+            gateway,
         })
     }
 
@@ -240,6 +257,9 @@ impl TimeSeries {
             f.int(row.completed);
             f.text("");
             f.int(row.up);
+            if self.gateway {
+                f.text("");
+            }
             f.write(&mut self.writer)?;
         }
         let injected = world.resource::<Injected>().0;
@@ -262,6 +282,13 @@ impl TimeSeries {
         f.int(agg.completed - seen_completed);
         f.int(injected - seen_injected);
         f.int(total.up);
+        if self.gateway {
+            f.int(
+                world
+                    .get_resource::<crate::gateway::Gateway>()
+                    .map_or(0, |g| g.waiting),
+            );
+        }
         f.write(&mut self.writer)
     }
 }

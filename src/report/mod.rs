@@ -392,6 +392,43 @@ fn slice_tables(runs: &[Run], key: &str, title: &str, one: &str) -> String {
     s
 }
 
+/// The gateway's bands of each run that has them (`flow_control`).
+fn band_tables(runs: &[Run]) -> String {
+    let mut s = String::new();
+    for r in runs {
+        let Some(rows) = r.get("/flow_control/bands").and_then(Value::as_array) else {
+            continue;
+        };
+        let waited = r
+            .get("/flow_control/waiting_s")
+            .map_or("–".into(), fmt_value);
+        let _ = write!(
+            s,
+            r#"<table class="slices"><caption>{} — gateway bands (requests waited {waited} s in all)</caption><thead><tr><th>priority</th><th>arrived</th><th>routed</th><th>shed full</th><th>shed expired</th><th>timed out</th><th>left</th><th>peak waiting</th><th>wait p50 (ms)</th><th>wait p99 (ms)</th></tr></thead><tbody>"#,
+            esc(&r.name)
+        );
+        for row in rows {
+            let f = |p: &str| row.pointer(p).map_or("–".into(), fmt_value);
+            let _ = write!(
+                s,
+                "<tr><th>{}</th><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                f("/priority"),
+                f("/arrived"),
+                f("/dispatched"),
+                f("/shed_full"),
+                f("/shed_expired"),
+                f("/timed_out"),
+                f("/left"),
+                f("/peak_waiting"),
+                f("/wait_ms/p50"),
+                f("/wait_ms/p99")
+            );
+        }
+        s.push_str("</tbody></table>");
+    }
+    s
+}
+
 fn series(name: &str, i: usize, points: Vec<(f64, f64)>) -> Series {
     Series {
         name: name.to_string(),
@@ -641,6 +678,13 @@ pub fn render(runs: &[Run]) -> String {
         let _ = write!(
             s,
             r#"<section id="slices"><h2>Tenants and SLO classes</h2>{tenants}{classes}</section>"#
+        );
+    }
+    let bands = band_tables(runs);
+    if !bands.is_empty() {
+        let _ = write!(
+            s,
+            r#"<section id="gateway"><h2>Gateway flow control</h2>{bands}</section>"#
         );
     }
     page(&names.join(", "), &header, &s, "")

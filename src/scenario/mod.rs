@@ -6,6 +6,7 @@
 
 mod cluster;
 mod energy;
+mod flow_control;
 mod outputs;
 mod plan;
 mod policies;
@@ -14,6 +15,7 @@ mod workload;
 
 pub use cluster::*;
 pub use energy::{EnergySpec, PowerFigures, deserialize_power};
+pub use flow_control::{BandLimits, BandSpec, FlowControlSpec, SaturationSpec};
 pub use outputs::*;
 pub use plan::*;
 pub use policies::*;
@@ -56,6 +58,10 @@ pub struct Scenario {
     /// none are kept. `energy: ()` turns them on with the defaults.
     #[serde(default)]
     pub energy: Option<EnergySpec>,
+    /// The gateway's flow control between admission and routing (priority bands, a
+    /// saturation detector, shedding); absent, admitted requests go straight to routing.
+    #[serde(default)]
+    pub flow_control: Option<FlowControlSpec>,
     /// Directory that relative paths in the scenario are resolved against (the scenario
     /// file's directory; not a RON field).
     #[serde(skip)]

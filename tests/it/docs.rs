@@ -39,7 +39,8 @@ fn blocks<'a>(text: &'a str, lang: &str) -> Vec<&'a str> {
         .collect()
 }
 
-/// A minimal scenario around `snippet` placed as `what` (a whole scenario, a group, …).
+/// A minimal scenario around `snippet` placed as `what` (a whole scenario, a group, a
+/// top-level block such as `flow_control: (…)`, …).
 fn wrapped(snippet: &str, what: &str) -> String {
     let snippet = snippet.trim().trim_end_matches(',');
     let group = "(model: \"llama-3.1-8b-instruct\", gpu: \"H100\")";
@@ -48,6 +49,9 @@ fn wrapped(snippet: &str, what: &str) -> String {
         "scenario" => snippet.to_string(),
         "group" => format!("(cluster: (groups: [{snippet}]), workload: {workload})"),
         "workload field" => format!("(cluster: (groups: [{group}]), workload: ({snippet}))"),
+        "top-level field" => {
+            format!("(cluster: (groups: [{group}]), workload: {workload}, {snippet})")
+        }
         "policies field" => {
             format!("(cluster: (groups: [{group}]), policies: ({snippet}), workload: {workload})")
         }
@@ -79,6 +83,7 @@ fn every_ron_snippet_in_the_docs_is_a_valid_scenario_or_part_of_one() {
                 "workload field",
                 "policies field",
                 "group field",
+                "top-level field",
             ]
             .iter()
             .any(|what| {

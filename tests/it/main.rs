@@ -16,6 +16,7 @@ mod energy;
 mod evaluate;
 mod families;
 mod fidelity;
+mod flow_control;
 mod golden;
 mod hand;
 mod kv_events;
