@@ -157,6 +157,8 @@ pub struct Gateway {
     pub waiting_time: SimDuration,
     /// A wake-up at the current time is in the event queue.
     wake_pending: bool,
+    /// The time of the pending wake-up for the earliest end of a head's longest wait.
+    deadline: Option<SimTime>,
     /// A wake-up at this time routed nothing: the end-of-tick check does not wake the
     /// gateway again at the same time (so signals that change within a time cannot loop).
     idle_wake: Option<SimTime>,
@@ -181,6 +183,7 @@ impl Gateway {
             waiting_since: None,
             waiting_time: SimDuration(0),
             wake_pending: false,
+            deadline: None,
             idle_wake: None,
         }
     }

@@ -89,9 +89,6 @@ pub fn run_gateway(
         band.queue.push_back((entity, now));
         band.peak_waiting = band.peak_waiting.max(band.queue.len() as u64);
         g.waiting += 1;
-        if let Some(wait) = band.max_wait {
-            dispatch.push_event(now + wait, Event::GateWake);
-        }
     }
     work.clear();
     due.admitted = work;
@@ -144,6 +141,23 @@ pub fn run_gateway(
         }
     }
     g.account(now);
+    // One wake-up pending at the earliest longest wait of a band's head (FCFS: a band's
+    // head ends its wait first). One left by a head routed since fires to no effect.
+    if g.deadline.is_some_and(|d| d <= now) {
+        g.deadline = None;
+    }
+    let earliest = g
+        .bands
+        .iter()
+        .filter_map(|b| Some(b.queue.front()?.1 + b.max_wait?))
+        .min();
+    if let Some(t) = earliest
+        && g.deadline.is_none_or(|d| t < d)
+        && t <= crate::engine::MAX_SIM_TIME
+    {
+        dispatch.push_event(t, Event::GateWake);
+        g.deadline = Some(t);
+    }
     if std::mem::take(&mut due.wake) {
         g.wake_pending = false;
         // A wake-up that routed nothing does not wake the gateway again at this time.

@@ -24,11 +24,17 @@ pub fn overloaded(world: &World, limit: u64) -> Option<Fault> {
 }
 
 /// True when no request is in the system or still to come and only life-cycle timers are
-/// pending (provisioning, loading, warm-up, scaling evaluations): the run is over, rather
-/// than ticking on to a timer that serves no one.
+/// pending (provisioning, loading, warm-up, scaling evaluations, the gateway's wake-ups): the
+/// run is over, rather than ticking on to a timer that serves no one.
 pub fn nothing_left(world: &World) -> bool {
     let queue = world.resource::<EventQueue>();
-    if queue.any(|e| !matches!(e, Event::PhaseEnd { .. } | Event::AutoscaleTick)) {
+    // Wake-ups of the gateway matter only while requests wait in it (not all ended).
+    if queue.any(|e| {
+        !matches!(
+            e,
+            Event::PhaseEnd { .. } | Event::AutoscaleTick | Event::GateWake
+        )
+    }) {
         return false;
     }
     world.resource::<Injected>().0 == world.resource::<Aggregates>().ended()

@@ -121,6 +121,13 @@ fn a_request_that_waits_its_bands_longest_wait_is_shed_then() {
 }
 
 #[test]
+fn a_longest_wait_beyond_the_clocks_range_is_no_limit() {
+    let (s, rows) = run(&parse(&two_bands("max_requests: 1, max_wait_s: 1e15", "")));
+    assert_eq!(of(&rows, "low")[0].u64("completion_us"), 6000);
+    assert_eq!(s.sim_duration_s, 0.006);
+}
+
+#[test]
 fn a_client_that_gives_up_on_a_waiting_request_takes_it_out_of_its_band() {
     // The low client gives up after 1.5 ms: its request leaves the band, timed out, and the
     // instance is not given it at 2 ms.
@@ -197,6 +204,12 @@ fn under_a_burst_the_high_band_is_served_first_and_every_request_is_accounted_fo
         high.wait_ms.p99.unwrap() < low.wait_ms.p50.unwrap() / 10.0,
         "interactive requests wait far less: {high:?} {low:?}"
     );
+    // The run ends with its last request (the gateway's pending wake-ups do not extend it).
+    let last = rows
+        .iter()
+        .filter_map(|r| r.str("completion_us").parse::<u64>().ok())
+        .max();
+    assert_eq!(Some((s.sim_duration_s * 1e6).round() as u64), last);
     let shed = rows.iter().filter(|r| r.str("state") == "rejected").count() as u64;
     assert_eq!(shed, low.shed_full + low.shed_expired);
     assert_eq!(
