@@ -99,6 +99,7 @@ pub mod energy;
 pub mod engine;
 pub mod evaluate;
 pub mod fast;
+pub mod faults;
 pub mod fidelity;
 pub mod gateway;
 pub mod input;
@@ -204,6 +205,7 @@ impl PluginGroup for SimPlugins {
             .add(autoscale::AutoscalePlugin)
             .add(energy::EnergyPlugin)
             .add(gateway::FlowControlPlugin)
+            .add(faults::FaultsPlugin)
             .add(observe::ObservePlugin)
             .add(metrics::MetricsPlugin)
             .add(invariants::InvariantsPlugin)

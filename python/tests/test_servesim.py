@@ -417,3 +417,14 @@ def test_flow_control_reaches_python():
     off = servesim.run(fc, {"flow_control": "None"})
     assert "flow_control" not in off.summary
     assert off.summary["requests"]["rejected"] == 0
+
+
+def test_faults_reach_python():
+    """scenarios/faults.ron: the summary's straggler with its SLO spans; every request is
+    in one span."""
+    r = servesim.run(str(ROOT / "scenarios" / "faults.ron"), {"workload.duration_s": 90.0})
+    st = r.summary["faults"]["stragglers"][0]
+    assert (st["instance"], st["slowdown"]) == (1, 4.0)
+    assert st["steps_slowed"] > 0
+    spans = [st[k]["arrived"] for k in ("before", "during", "after")]
+    assert sum(spans) == len(r.requests)

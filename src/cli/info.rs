@@ -94,6 +94,15 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
             );
         }
     }
+    if let Some(f) = &sc.faults {
+        for st in &f.stragglers {
+            let _ = writeln!(
+                s,
+                "  fault: instance {} runs its steps ×{} from {} s to {} s (straggler)",
+                st.instance, st.slowdown, st.from_s, st.until_s
+            );
+        }
+    }
     if let Some(fc) = &sc.flow_control {
         let _ = writeln!(s, "  {}", crate::gateway::describe(fc));
     }

@@ -356,6 +356,8 @@ pub struct InstanceCounters {
     /// one that also has a higher priority ([`anomaly`](crate::instance::anomaly)).
     pub hol_blocking: u64,
     pub priority_inversions: u64,
+    /// Steps started while a straggler window slowed the instance (faults).
+    pub slowed_steps: u64,
 }
 
 /// The scheduler state of an instance.
@@ -412,6 +414,9 @@ pub struct Scheduler {
     pub anomaly_rows: Option<Vec<AnomalyRow>>,
     /// The instance's energy meter, when the scenario has `energy` ([`energy`]).
     pub energy: Option<Box<energy::Meter>>,
+    /// Windows in which its steps are slowed (stragglers of the scenario's `faults`):
+    /// (from, until, slowdown); empty without.
+    pub slowdowns: Vec<(SimTime, SimTime, f64)>,
 }
 
 /// Anomaly rows of stages that are not instances (scaling), until `decisions.csv` takes

@@ -164,6 +164,15 @@ pub(crate) fn execute_one(
         Some(speed) => SimDuration::from_us_f64(compute.as_us() as f64 / speed),
         None => compute,
     };
+    // A straggler's steps (faults) take `slowdown` times as long while it lasts.
+    let compute = if sched.slowdowns.is_empty() || empty {
+        compute
+    } else {
+        if slowing(now, &sched.slowdowns) {
+            sched.counters.slowed_steps += 1;
+        }
+        slowed(compute, now, &sched.slowdowns)
+    };
     // The engine core's CPU work for the step: between steps, or hidden behind the GPU with
     // async scheduling (latency::ServingPath).
     let compute = if empty {
@@ -296,6 +305,37 @@ pub(crate) fn complete(
     }
     listed.clear();
     due.complete = listed;
+}
+
+/// The slowdown of a step starting at `now` on an instance slowed in `windows` (from,
+/// until, slowdown): the product of every window's that holds `now` (1 outside them).
+fn factor(now: SimTime, windows: &[(SimTime, SimTime, f64)]) -> f64 {
+    windows
+        .iter()
+        .filter(|(from, until, _)| *from <= now && now < *until)
+        .map(|w| w.2)
+        .product()
+}
+
+/// True when a window of `windows` holds `now`.
+fn slowing(now: SimTime, windows: &[(SimTime, SimTime, f64)]) -> bool {
+    windows
+        .iter()
+        .any(|(from, until, _)| *from <= now && now < *until)
+}
+
+/// `compute` for a step starting at `now` on an instance slowed in `windows`.
+pub fn slowed(
+    compute: SimDuration,
+    now: SimTime,
+    windows: &[(SimTime, SimTime, f64)],
+) -> SimDuration {
+    let factor = factor(now, windows);
+    if factor == 1.0 {
+        compute
+    } else {
+        SimDuration::from_us_f64(compute.as_us() as f64 * factor)
+    }
 }
 
 /// Applies the token progress of instance `i`'s batch priced this tick.

@@ -126,6 +126,7 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
     crate::autoscale::check(&mut p, s);
     crate::energy::check(&mut p, s);
     crate::gateway::check(&mut p, s);
+    crate::faults::check(&mut p, s);
     super::plan::check(&mut p, s, catalog);
     p.extend(crate::workload::check(s));
     p

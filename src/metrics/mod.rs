@@ -34,9 +34,9 @@ pub use row::{CSV_COLUMNS, ENERGY_COLUMN, csv_header, fixed, format_row};
 pub use status::{nothing_left, overloaded};
 pub use summary::{
     Anomalies, BandSummary, CostSummary, DisaggSummary, EnergySummary, FITNESS_KEYS, Fairness,
-    FlowControlSummary, GroupEnergy, GroupUsage, InstanceSummary, KvEventCounts, KvSummary,
-    PoolSummary, RequestCounts, RoutingSummary, SliceSummary, SloSummary, Summary, Throughput,
-    WorstDecision, cov, fitness_term, jain,
+    FaultsSummary, FlowControlSummary, GroupEnergy, GroupUsage, InstanceSummary, KvEventCounts,
+    KvSummary, PoolSummary, RequestCounts, RoutingSummary, SliceSummary, SloSummary, SpanSlo,
+    StragglerSummary, Summary, Throughput, WorstDecision, cov, fitness_term, jain,
 };
 
 use std::fs::File;

@@ -404,6 +404,38 @@ pub struct FlowControlSummary {
     pub waiting_s: f64,
 }
 
+/// The requests that arrived in one span of a run, and how they fared.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct SpanSlo {
+    pub arrived: u64,
+    pub completed: u64,
+    /// Completed within every target of their SLO class.
+    pub good: u64,
+    /// good / arrived; `null` when none arrived or no SLO class declares a target.
+    pub attainment: Option<f64>,
+}
+
+/// One straggler (`summary.faults.stragglers`): its window and the requests that arrived
+/// before, during and after it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct StragglerSummary {
+    pub instance: u32,
+    pub from_s: f64,
+    pub until_s: f64,
+    pub slowdown: f64,
+    /// Steps the instance started in the window.
+    pub steps_slowed: u64,
+    pub before: SpanSlo,
+    pub during: SpanSlo,
+    pub after: SpanSlo,
+}
+
+/// The injected faults (`summary.faults`, present when the scenario has `faults`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct FaultsSummary {
+    pub stragglers: Vec<StragglerSummary>,
+}
+
 /// Aggregates of a run (every latency in milliseconds).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Summary {
@@ -439,6 +471,9 @@ pub struct Summary {
     /// The gateway's bands (only with the scenario's `flow_control`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub flow_control: Option<FlowControlSummary>,
+    /// The injected faults (only with the scenario's `faults`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub faults: Option<FaultsSummary>,
     pub tenants: Vec<SliceSummary>,
     pub slo_classes: Vec<SliceSummary>,
     /// Prefill/decode disaggregation (only when the cluster has decode instances).
@@ -553,6 +588,23 @@ impl Summary {
         }
         for (reason, n) in &self.rejections {
             let _ = writeln!(s, "rejected by {reason}: {n}");
+        }
+        if let Some(faults) = &self.faults {
+            let att = |a: Option<f64>| a.map_or("n/a".to_string(), |a| format!("{a:.4}"));
+            for st in &faults.stragglers {
+                let _ = writeln!(
+                    s,
+                    "straggler: instance {} ×{} from {} s to {} s ({} steps); SLO attainment of requests arriving before {}, during {}, after {}",
+                    st.instance,
+                    st.slowdown,
+                    st.from_s,
+                    st.until_s,
+                    st.steps_slowed,
+                    att(st.before.attainment),
+                    att(st.during.attainment),
+                    att(st.after.attainment)
+                );
+            }
         }
         if let Some(fc) = &self.flow_control {
             let bands: Vec<String> = fc

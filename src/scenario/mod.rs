@@ -6,6 +6,7 @@
 
 mod cluster;
 mod energy;
+mod faults;
 mod flow_control;
 mod outputs;
 mod plan;
@@ -15,6 +16,7 @@ mod workload;
 
 pub use cluster::*;
 pub use energy::{EnergySpec, PowerFigures, deserialize_power};
+pub use faults::{FaultsSpec, StragglerSpec};
 pub use flow_control::{BandLimits, BandSpec, FlowControlSpec, SaturationSpec};
 pub use outputs::*;
 pub use plan::*;
@@ -62,6 +64,9 @@ pub struct Scenario {
     /// saturation detector, shedding); absent, admitted requests go straight to routing.
     #[serde(default)]
     pub flow_control: Option<FlowControlSpec>,
+    /// Faults injected into the run (stragglers); absent, none.
+    #[serde(default)]
+    pub faults: Option<FaultsSpec>,
     /// Directory that relative paths in the scenario are resolved against (the scenario
     /// file's directory; not a RON field).
     #[serde(skip)]

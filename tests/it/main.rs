@@ -15,6 +15,7 @@ mod docs;
 mod energy;
 mod evaluate;
 mod families;
+mod faults;
 mod fidelity;
 mod flow_control;
 mod golden;
