@@ -381,7 +381,6 @@ pub struct Router<'w, 's> {
     cached: Res<'w, crate::policy::CachedBlocks>,
     delays: Res<'w, ClusterDelays>,
     seen: Local<'s, Vec<crate::policy::InstanceSnapshot>>,
-    front: Local<'s, Vec<crate::policy::InstanceSnapshot>>,
 }
 
 /// Where routing sends a request.
@@ -411,7 +410,6 @@ impl Router<'_, '_> {
         let instances = signals(
             &mut self.snapshots,
             &mut self.seen,
-            &mut self.front,
             &self.disagg,
             now,
             &view.instances,
@@ -478,45 +476,27 @@ impl Router<'_, '_> {
     }
 }
 
-/// The signals a router sees of the `live` instances at `now`: live, or the snapshots of
-/// the last refresh (every `RouterSnapshots::interval`) with live in-flight counts and
-/// routability; with P/D disaggregation decode instances are not routable (they take
-/// requests only from prefill instances). `seen` and `front` are scratch buffers.
+/// The signals a router sees of the `live` instances at `now` ([`RouterSnapshots::sees`]),
+/// the snapshots refreshed first when a refresh is due: the live slice itself when they are
+/// always fresh and nothing is masked, else a copy in `seen` (a scratch buffer).
 fn signals<'a>(
     snapshots: &'a mut RouterSnapshots,
     seen: &'a mut Vec<crate::policy::InstanceSnapshot>,
-    front: &'a mut Vec<crate::policy::InstanceSnapshot>,
     disagg: &crate::disagg::Disagg,
     now: SimTime,
     live: &'a [crate::policy::InstanceSnapshot],
 ) -> &'a [crate::policy::InstanceSnapshot] {
-    let instances: &[crate::policy::InstanceSnapshot] = if snapshots.interval.as_us() == 0 {
-        live
-    } else {
-        if now.since(snapshots.last_refresh) >= snapshots.interval {
-            snapshots.stale.clear();
-            snapshots.stale.extend_from_slice(live);
-            snapshots.last_refresh = now;
-        }
-        seen.clear();
-        seen.extend(snapshots.stale.iter().zip(live).map(|(s, l)| {
-            crate::policy::InstanceSnapshot {
-                in_flight: l.in_flight,
-                routable: l.routable,
-                ..*s
-            }
-        }));
-        seen
-    };
-    if !disagg.enabled {
-        return instances;
+    if snapshots.interval.as_us() == 0 && !disagg.enabled {
+        return live;
     }
-    front.clear();
-    front.extend(instances.iter().map(|s| crate::policy::InstanceSnapshot {
-        routable: s.routable && disagg.role(s.index) != crate::scenario::Role::Decode,
-        ..*s
-    }));
-    front
+    if snapshots.interval.as_us() > 0 && now.since(snapshots.last_refresh) >= snapshots.interval {
+        snapshots.stale.clear();
+        snapshots.stale.extend_from_slice(live);
+        snapshots.last_refresh = now;
+    }
+    seen.clear();
+    seen.extend(snapshots.sees(now, live, disagg));
+    seen
 }
 
 /// A routed request joins its instance's queue after `delay`: now (the Enqueue stage's
