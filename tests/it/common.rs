@@ -15,6 +15,15 @@ pub fn parse(src: &str) -> Scenario {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// The rendered error of scenario text that must not load (read as `bad.ron`).
+pub fn invalid(src: &str) -> String {
+    let app = servesim::default_app();
+    match servesim::loader::parse(src, "bad.ron", &[], app.world().resource::<Catalog>()) {
+        Ok(_) => panic!("accepted: {src}"),
+        Err(e) => e.to_string(),
+    }
+}
+
 /// A chapter of the docs book, `docs/NAME.md`.
 pub fn doc(name: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))

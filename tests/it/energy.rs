@@ -83,19 +83,6 @@ fn the_energy_meter_is_one_file_and_one_line() {
 
 // ---- The built-in energy accounts (`energy:` in a scenario; docs/energy.md). ----
 
-fn invalid(src: &str) -> String {
-    let app = servesim::default_app();
-    match servesim::loader::parse(
-        src,
-        "test.ron",
-        &[],
-        app.world().resource::<servesim::policy::Catalog>(),
-    ) {
-        Ok(_) => panic!("accepted: {src}"),
-        Err(e) => e.to_string(),
-    }
-}
-
 #[test]
 fn one_request_is_charged_its_steps_by_hand() {
     // Blackbox steps (β = 5,000 µs + 1 µs per prefill token + 10 µs per decode): a 100-token
@@ -196,34 +183,34 @@ fn energy_off_changes_no_output() {
 fn bad_energy_inputs_are_located_errors() {
     let group = r#"model: "llama-3.1-8b-instruct", gpu: "H100""#;
     let wl = r#"workload: (num_requests: 1, clients: [(rate_per_s: 1.0, input_tokens: Constant(8), output_tokens: Constant(2))])"#;
-    let e = invalid(&format!(
+    let e = crate::common::invalid(&format!(
         "(cluster: (groups: [({group})]), {wl}, energy: (pue: 0.5))"
     ));
     assert!(e.contains("energy.pue") && e.contains("≥ 1"), "{e}");
-    let e = invalid(&format!(
+    let e = crate::common::invalid(&format!(
         "(cluster: (groups: [({group}, power: (idle_w: 1.0, floor_w: 2.0, max_w: 3.0))]), {wl})"
     ));
     assert!(
         e.contains("cluster.groups[0].power") && e.contains("no energy block"),
         "{e}"
     );
-    let e = invalid(&format!(
+    let e = crate::common::invalid(&format!(
         "(cluster: (groups: [({group}, power: (idle_w: 500.0, floor_w: 300.0, max_w: 700.0))]), {wl}, energy: ())"
     ));
     assert!(e.contains("cluster.groups[0].power.floor_w"), "{e}");
-    let e = invalid(&format!(
+    let e = crate::common::invalid(&format!(
         "(cluster: (groups: [(kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1.0, 1.0, 1.0]))]), {wl}, energy: ())"
     ));
     assert!(
         e.contains("cluster.groups[0].model") && e.contains("energy needs"),
         "{e}"
     );
-    let e = invalid(&format!(
+    let e = crate::common::invalid(&format!(
         "(cluster: (groups: [({group})]), {wl}, outputs: (fitness: {{\"joules_per_token\": 1.0}}))"
     ));
     assert!(e.contains("outputs.fitness.joules_per_token"), "{e}");
     // Located: line and column of the field.
-    let e = invalid(&format!(
+    let e = crate::common::invalid(&format!(
         "(cluster: (groups: [({group})]), {wl},\n energy: (pue: -1.0))"
     ));
     assert!(e.contains("2:"), "{e}");

@@ -106,20 +106,6 @@ fn least_loaded_routing_shields_the_requests_from_a_straggler_and_round_robin_do
     );
 }
 
-/// The rendered error of a scenario that must not load.
-fn invalid(src: &str) -> String {
-    let app = servesim::default_app();
-    match servesim::loader::parse(
-        src,
-        "bad.ron",
-        &[],
-        app.world().resource::<servesim::policy::Catalog>(),
-    ) {
-        Ok(_) => panic!("{src} loaded"),
-        Err(e) => e.to_string(),
-    }
-}
-
 #[test]
 fn bad_fault_blocks_are_located_errors() {
     for (faults, path, says) in [
@@ -155,7 +141,7 @@ fn bad_fault_blocks_are_located_errors() {
         ),
         ("(crashes: [])", "faults", "stragglers"),
     ] {
-        let e = invalid(&one_instance(&format!("\n faults: {faults},")));
+        let e = crate::common::invalid(&one_instance(&format!("\n faults: {faults},")));
         assert!(e.contains(path) && e.contains(says), "{faults}: {e}");
         assert!(e.contains("bad.ron:5:"), "located on its line: {e}");
     }

@@ -219,20 +219,6 @@ fn under_a_burst_the_high_band_is_served_first_and_every_request_is_accounted_fo
     );
 }
 
-/// The rendered error of a scenario that must not load.
-fn invalid(src: &str) -> String {
-    let app = servesim::default_app();
-    match servesim::loader::parse(
-        src,
-        "bad.ron",
-        &[],
-        app.world().resource::<servesim::policy::Catalog>(),
-    ) {
-        Ok(_) => panic!("{src} loaded"),
-        Err(e) => e.to_string(),
-    }
-}
-
 #[test]
 fn bad_flow_control_blocks_are_located_errors() {
     let head = r#"(cluster: (groups: [(kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1.0, 1.0, 1.0]))]),
@@ -284,7 +270,7 @@ fn bad_flow_control_blocks_are_located_errors() {
             "priority",
         ),
     ] {
-        let e = invalid(&format!("{head}\n {block})"));
+        let e = crate::common::invalid(&format!("{head}\n {block})"));
         assert!(e.contains(path) && e.contains(says), "{block}: {e}");
         assert!(e.contains("bad.ron:3:"), "located on its line: {e}");
     }
