@@ -358,7 +358,8 @@ fn checks(
             + r.timed_out
             + r.queued
             + r.running
-            + r.in_transit;
+            + r.in_transit
+            + r.failed.unwrap_or(0);
         if ended != r.injected {
             c.accounted = false;
             flags.push(format!(

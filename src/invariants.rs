@@ -17,6 +17,8 @@
 //! - INV-9 instance life cycle (autoscaling): an off instance holds no request, no step,
 //!   no KV cache and nothing headed to it; only serving (or warming-up, when allowed)
 //!   instances are routable.
+//! - INV-10 crashed instances (faults): a down instance holds no request, no step, no KV
+//!   block, sends nothing and is not routable.
 //!
 //! [`SimSystems::Check`]: crate::SimSystems::Check
 
@@ -90,11 +92,13 @@ pub fn check_invariants(
         if let Some(p) = power {
             let i = inst.index;
             if p.phase == Phase::Off {
+                // A crashed one (faults) may still have requests on their way to it: they
+                // are lost when they reach it.
                 assert!(
                     sched.resident() == 0
                         && sched.in_flight.is_empty()
                         && kv.total_blocks() == 0
-                        && view.instances[i as usize].in_flight == 0,
+                        && (view.instances[i as usize].in_flight == 0 || sched.down),
                     "INV-9 at {now}: instance {i} is off but holds {} requests, {} steps, {} KV blocks, {} headed to it",
                     sched.resident(),
                     sched.in_flight.len(),
@@ -110,6 +114,22 @@ pub fn check_invariants(
             assert_eq!(
                 view.instances[i as usize].routable, !sched.unroutable,
                 "INV-9 at {now}: the view of instance {i} disagrees on routability"
+            );
+        }
+        if sched.down {
+            assert!(
+                sched.resident() == 0
+                    && sched.step_end.is_none()
+                    && sched.in_flight.is_empty()
+                    && sched.outbound == 0
+                    && kv.allocated_blocks() == 0
+                    && sched.unroutable,
+                "INV-10 at {now}: instance {} is down but holds {} requests, {} KV blocks, a step: {}, routable: {}",
+                inst.index,
+                sched.resident(),
+                kv.allocated_blocks(),
+                sched.step_end.is_some(),
+                !sched.unroutable
             );
         }
         assert!(

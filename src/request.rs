@@ -100,6 +100,8 @@ pub struct Lifecycle {
     pub admitted: Option<SimTime>,
     pub routed: Option<SimTime>,
     pub enqueued: Option<SimTime>,
+    /// Times a crash took it down and it was sent again (faults' retry policy).
+    pub retries: u32,
 }
 
 /// The instance a request was routed to.
@@ -124,6 +126,9 @@ pub enum FinalState {
     Running,
     /// Admitted but not yet in an instance queue when the run stopped.
     InTransit,
+    /// Taken down by an instance crash and not retried (faults: the `Fail` policy, or its
+    /// retries spent).
+    Failed,
 }
 
 impl FinalState {
@@ -136,6 +141,7 @@ impl FinalState {
             FinalState::Queued => "queued",
             FinalState::Running => "running",
             FinalState::InTransit => "in_transit",
+            FinalState::Failed => "failed",
         }
     }
 }

@@ -428,3 +428,18 @@ def test_faults_reach_python():
     assert st["steps_slowed"] > 0
     spans = [st[k]["arrived"] for k in ("before", "during", "after")]
     assert sum(spans) == len(r.requests)
+
+
+def test_crashes_reach_python():
+    """scenarios/crashes.ron cut to 90 s: the crash's summary, `failed` rows with Fail and a
+    `retries` column that counts the requests sent again with Retry."""
+    path = str(ROOT / "scenarios" / "crashes.ron")
+    retry = servesim.run(path, {"workload.duration_s": 90.0})
+    c = retry.summary["faults"]["crashes"]
+    assert (c["crashes"], c["policy"], c["events"][0]["instance"]) == (1, "retry", 1)
+    assert c["lost"] > 0 and c["failed"] == 0
+    assert int((retry.requests["retries"] > 0).sum()) == c["completed_after_retry"]
+    fail = servesim.run(path, {"workload.duration_s": 90.0, "faults.on_crash": "Fail"})
+    failed = fail.requests[fail.requests["state"] == "failed"]
+    assert len(failed) == fail.summary["requests"]["failed"] == fail.summary["faults"]["crashes"]["lost"]
+    assert set(failed["instance"]) == {1}

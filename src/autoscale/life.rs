@@ -16,6 +16,7 @@ pub(super) fn enter(c: &mut Ctx<'_>, t: &Timing, phase: Phase, queue: &mut Event
     let now = c.now;
     if c.power.phase == Phase::Off && phase != Phase::Off {
         c.power.on_since = Some(now);
+        c.sched.down = false; // started again after a crash (faults)
         let events = c.kv.records_events();
         *c.kv = c.power.kv.build();
         c.kv.record_events(events);
@@ -181,4 +182,46 @@ pub(super) fn finish_drains(
         let serving_now = serving(instances, index, &scaler.groups[g]);
         scaler.log(now, g, i, "off", "drained", f64::NAN, serving_now);
     }
+}
+
+/// A crash (faults) of instance `i` of an autoscaled group, its requests already taken
+/// down: the instance is off at once, as a lost replica is, and the group's policy decides
+/// at its next evaluation whether to start another (`scale_events.csv`: `off`, `crashed`).
+/// False (nothing done) when `i`'s group does not autoscale.
+pub fn crash_off(world: &mut World, i: u32, now: SimTime) -> bool {
+    let e = world.resource::<InstanceIndex>().0[i as usize];
+    let g = world.get::<Instance>(e).map_or(0, |x| x.group as usize);
+    world.resource_scope(|world, mut scaler: Mut<Autoscaler>| {
+        let Some(t) = scaler.groups.get(g).and_then(|x| x.timing) else {
+            return false;
+        };
+        scaler.draining.retain(|&d| d != i);
+        let mut instances = world.query::<(&mut Power, &mut Scheduler, &mut KvCache)>();
+        let (mut power, mut sched, mut kv) = instances
+            .get_mut(world, e)
+            .expect("an instance has a life cycle, a scheduler and a KV cache");
+        let counted = power.phase.counted();
+        let mut c = Ctx {
+            now,
+            power: &mut power,
+            sched: &mut sched,
+            kv: &mut kv,
+        };
+        enter(&mut c, &t, Phase::Off, &mut EventQueue::default(), i);
+        if counted {
+            let on = scaler.groups[g].on - 1;
+            scaler.groups[g].set_on(now, on);
+        }
+        let serving_now = scaler.groups[g]
+            .instances
+            .iter()
+            .filter(|&&k| {
+                let e = world.resource::<InstanceIndex>().0[k as usize];
+                world.get::<Power>(e).is_some_and(|p| p.phase.ready())
+                    && world.get::<Scheduler>(e).is_some_and(|s| !s.unroutable)
+            })
+            .count() as u32;
+        scaler.log(now, g, i, "off", "crashed", f64::NAN, serving_now);
+        true
+    })
 }

@@ -30,7 +30,7 @@ mod scaling;
 mod tests;
 
 pub use check::check;
-pub use life::advance_phases;
+pub use life::{advance_phases, crash_off};
 pub use plugin::{
     AutoscalePlugin, close_accounts, set_up_groups, set_up_policy, stop_on_event_write_error,
     summarize,

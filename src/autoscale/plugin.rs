@@ -161,9 +161,7 @@ pub fn set_up_groups(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<(), 
         let timing = group.scaling.as_ref().map(|s| {
             // One GPU's share of the weights over the load bandwidth.
             let derived = info.resolved.model.as_ref().map_or(0.0, |m| {
-                crate::model::params(m) * m.weight_bytes
-                    / f64::from(group.tp.max(1) * group.pp.max(1))
-                    / (s.load_gb_per_s * 1e9)
+                crate::model::load_s(m, group.tp.max(1) * group.pp.max(1), s.load_gb_per_s)
             });
             Timing {
                 min: s.min,

@@ -102,6 +102,39 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
                 st.instance, st.slowdown, st.from_s, st.until_s
             );
         }
+        if f.crashes_on() {
+            let reloads: Vec<String> = sc
+                .cluster
+                .groups
+                .iter()
+                .enumerate()
+                .map(|(i, g)| {
+                    let name = if g.name.is_empty() {
+                        format!("group{i}")
+                    } else {
+                        g.name.clone()
+                    };
+                    if g.scaling.is_some() {
+                        return format!("{name}: off, its autoscaling decides");
+                    }
+                    let derived = crate::loader::resolve_group(sc, i, catalog)
+                        .ok()
+                        .and_then(|r| r.model)
+                        .map_or(0.0, |m| {
+                            crate::model::load_s(&m, g.tp.max(1) * g.pp.max(1), 2.0)
+                        });
+                    match f.reload_s {
+                        Some(r) => format!("{name}: {r} s"),
+                        None => format!(
+                            "{name}: {derived:.1} s (its GPU's share of the weights at 2 GB/s)"
+                        ),
+                    }
+                })
+                .collect();
+            for line in crate::faults::describe_crashes(f, &reloads) {
+                let _ = writeln!(s, "  fault: {line}");
+            }
+        }
     }
     if let Some(fc) = &sc.flow_control {
         let _ = writeln!(s, "  {}", crate::gateway::describe(fc));

@@ -61,7 +61,8 @@ pub fn fast_ticks_allowed(full: &Schedule, fast: &Schedule, covered: &[std::any:
 #[derive(SystemSet, Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SimSystems {
     /// Instances whose step ended now become free; requests that finished in that step are
-    /// handed to Record; instances end life-cycle phases (loaded, warm) and finish drains.
+    /// handed to Record; instances end life-cycle phases (loaded, warm) and finish drains;
+    /// injected crashes take instances down and repaired ones come back ([`FaultDue`]).
     /// Empties [`InstanceDue::step_ends`] (fills `batch`, `handoffs`, [`RecordDue`]) and [`ScaleDue::phase_ends`] / `unpark` (fills [`RouteDue`]).
     Advance,
     /// Workload sources spawn the requests arriving now. Empties [`WorkloadDue`]'s
@@ -157,6 +158,13 @@ pub struct GateDue {
     pub wake: bool,
 }
 
+/// Injected faults (Advance): instances that crash now, and instances that serve again now.
+#[derive(Resource, Debug, Default)]
+pub struct FaultDue {
+    pub crashes: Vec<u32>,
+    pub restarts: Vec<u32>,
+}
+
 /// Requests to route now (Route).
 #[derive(Resource, Debug, Default)]
 pub struct RouteDue(pub Vec<Entity>);
@@ -238,6 +246,9 @@ pub fn dispatch_events(world: &mut World, events: &mut Vec<Event>) {
             }
             Event::Unpark => world.resource_mut::<ScaleDue>().unpark = true,
             Event::GateWake => world.resource_mut::<GateDue>().wake = true,
+            Event::Crash { instance } => world.resource_mut::<FaultDue>().crashes.push(instance),
+            Event::Restart { instance } => world.resource_mut::<FaultDue>().restarts.push(instance),
+            Event::Retry { request } => world.resource_mut::<RouteDue>().0.push(request),
         }
     }
 }
@@ -418,6 +429,7 @@ impl Plugin for EnginePlugin {
             .init_resource::<AdmitDue>()
             .init_resource::<RouteDue>()
             .init_resource::<GateDue>()
+            .init_resource::<FaultDue>()
             .init_resource::<EnqueueDue>()
             .init_resource::<InstanceDue>()
             .init_resource::<TransferDue>()
@@ -458,9 +470,15 @@ impl Plugin for EnginePlugin {
             .configure_sets(
                 SimStep,
                 (
-                    SimSystems::Advance.run_if(|i: Res<InstanceDue>, s: Res<ScaleDue>| {
-                        !i.step_ends.is_empty() || !s.phase_ends.is_empty() || s.unpark
-                    }),
+                    SimSystems::Advance.run_if(
+                        |i: Res<InstanceDue>, s: Res<ScaleDue>, f: Res<FaultDue>| {
+                            !i.step_ends.is_empty()
+                                || !s.phase_ends.is_empty()
+                                || s.unpark
+                                || !f.crashes.is_empty()
+                                || !f.restarts.is_empty()
+                        },
+                    ),
                     SimSystems::Arrive.run_if(arrivals_due),
                     SimSystems::Admit.run_if(|d: Res<AdmitDue>| !d.0.is_empty()),
                     SimSystems::Gate,
@@ -632,6 +650,8 @@ mod tests {
             World::init_resource::<TransferDue>,
             World::init_resource::<ScaleDue>,
             World::init_resource::<GateDue>,
+            World::init_resource::<FaultDue>,
+            World::init_resource::<RouteDue>,
         ] {
             init(&mut world);
         }
@@ -653,6 +673,9 @@ mod tests {
             Event::PhaseEnd { instance: 6 },
             Event::Unpark,
             Event::GateWake,
+            Event::Crash { instance: 7 },
+            Event::Restart { instance: 8 },
+            Event::Retry { request: r },
         ];
         dispatch_events(&mut world, &mut events);
         assert!(events.is_empty(), "the buffer is emptied");
@@ -676,6 +699,13 @@ mod tests {
         assert_eq!(s.phase_ends, [6]);
         let g = world.resource::<GateDue>();
         assert!(g.wake && g.admitted.is_empty() && !g.on);
+        let f = world.resource::<FaultDue>();
+        assert_eq!((&f.crashes[..], &f.restarts[..]), (&[7][..], &[8][..]));
+        assert_eq!(
+            world.resource::<RouteDue>().0,
+            [r],
+            "a retry is routed again"
+        );
     }
 
     #[test]
@@ -695,6 +725,9 @@ mod tests {
             Event::Timeout { request },
             Event::Arrival { source: 0 },
             Event::TransferDone { instance: 0 },
+            Event::Crash { instance: 0 },
+            Event::Restart { instance: 0 },
+            Event::Retry { request },
         ] {
             assert!(!fast_events(&[Event::StepFinished { instance: 1 }, other]));
         }

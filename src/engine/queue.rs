@@ -40,6 +40,13 @@ pub enum Event {
     /// The gateway looks at its bands again: a request's longest wait ends, or the instances
     /// gained room after the gateway's stage ran this tick (flow control).
     GateWake,
+    /// Instance `instance` crashes (faults: a listed crash or its MTBF's next draw).
+    Crash { instance: u32 },
+    /// Instance `instance`, repaired and its model reloaded, serves again (faults).
+    Restart { instance: u32 },
+    /// A request taken down by a crash is sent again through the router (faults' retry
+    /// policy, after its backoff).
+    Retry { request: Entity },
 }
 
 impl Event {
@@ -64,6 +71,12 @@ impl Event {
             Event::Timeout { .. } => "it is a request's timeout (the workload's or client's `timeout_s`)".into(),
             Event::Admit(_) | Event::Enqueue { .. } => {
                 "it is a request on its way to an instance (`policies.admission_latency_us`, `routing_latency_us`)".into()
+            }
+            Event::Crash { instance } | Event::Restart { instance } => format!(
+                "it is a crash or restart of instance {instance} (the scenario's `faults`: `crashes`, `mtbf_s`, `repair_s`, `reload_s`)"
+            ),
+            Event::Retry { .. } => {
+                "it is a retry of a request a crash took down (`faults.on_crash`'s `backoff_s`)".into()
             }
             Event::GateWake => {
                 "it is the end of a request's longest wait in a gateway band (`flow_control` bands' `max_wait_s`)".into()

@@ -3,7 +3,8 @@
 use crate::scenario::{Problem, Scenario};
 
 /// Each straggler names an instance of the cluster (groups spawn `count`, autoscaled ones
-/// their `max`), an ordered window and a slowdown ≥ 1.
+/// their `max`), an ordered window and a slowdown ≥ 1; each crash an instance and a time;
+/// the MTBF, repair, reload and retry figures are finite and in range.
 pub fn check(p: &mut Vec<Problem>, s: &Scenario) {
     let Some(f) = &s.faults else {
         return;
@@ -14,21 +15,50 @@ pub fn check(p: &mut Vec<Problem>, s: &Scenario) {
         .iter()
         .map(|g| u64::from(g.scaling.as_ref().map_or(g.count, |x| x.max)))
         .sum();
-    for (k, st) in f.stragglers.iter().enumerate() {
-        let at = |field: &str| format!("faults.stragglers[{k}].{field}");
-        if u64::from(st.instance) >= instances {
+    for (k, c) in f.crashes.iter().enumerate() {
+        let at = |field: &str| format!("faults.crashes[{k}].{field}");
+        exists(p, at("instance"), c.instance, instances);
+        seconds(p, at("at_s"), c.at_s, 0.0);
+    }
+    if let Some(m) = f.mtbf_s {
+        seconds(p, "faults.mtbf_s".into(), m, 1.0);
+    }
+    seconds(p, "faults.repair_s".into(), f.repair_s, 0.0);
+    if let Some(r) = f.reload_s {
+        seconds(p, "faults.reload_s".into(), r, 0.0);
+    }
+    if let crate::scenario::CrashPolicy::Retry {
+        max_retries,
+        backoff_s,
+        max_backoff_s,
+    } = f.on_crash
+    {
+        if max_retries == 0 || max_retries > 100 {
             p.push(
                 Problem::new(
-                    at("instance"),
-                    format!(
-                        "instance {} does not exist: the cluster has {instances} (0 to {})",
-                        st.instance,
-                        instances.saturating_sub(1)
-                    ),
+                    "faults.on_crash.max_retries",
+                    format!("must be 1 to 100, got {max_retries}"),
                 )
-                .hint("instances are numbered across groups in order, as in requests.csv"),
+                .hint("use on_crash: Fail for no retries"),
             );
         }
+        seconds(p, "faults.on_crash.backoff_s".into(), backoff_s, 0.0);
+        seconds(
+            p,
+            "faults.on_crash.max_backoff_s".into(),
+            max_backoff_s,
+            0.0,
+        );
+        if max_backoff_s.is_finite() && backoff_s.is_finite() && max_backoff_s < backoff_s {
+            p.push(Problem::new(
+                "faults.on_crash.max_backoff_s",
+                format!("must be ≥ backoff_s ({backoff_s} s), got {max_backoff_s} s"),
+            ));
+        }
+    }
+    for (k, st) in f.stragglers.iter().enumerate() {
+        let at = |field: &str| format!("faults.stragglers[{k}].{field}");
+        exists(p, at("instance"), st.instance, instances);
         for (field, v) in [("from_s", st.from_s), ("until_s", st.until_s)] {
             if !v.is_finite() || v < 0.0 {
                 p.push(Problem::new(
@@ -58,5 +88,31 @@ pub fn check(p: &mut Vec<Problem>, s: &Scenario) {
                 .hint("2.0 makes each step take twice as long"),
             );
         }
+    }
+}
+
+/// `instance` names an instance of the cluster's `instances`.
+fn exists(p: &mut Vec<Problem>, field: String, instance: u32, instances: u64) {
+    if u64::from(instance) >= instances {
+        p.push(
+            Problem::new(
+                field,
+                format!(
+                    "instance {instance} does not exist: the cluster has {instances} (0 to {})",
+                    instances.saturating_sub(1)
+                ),
+            )
+            .hint("instances are numbered across groups in order, as in requests.csv"),
+        );
+    }
+}
+
+/// A time in seconds: finite, ≥ `min` and within the clock's range (10⁹ s).
+fn seconds(p: &mut Vec<Problem>, field: String, v: f64, min: f64) {
+    if !v.is_finite() || v < min || v > 1e9 {
+        p.push(Problem::new(
+            field,
+            format!("must be a finite time in [{min}, 10⁹] s, got {v}"),
+        ));
     }
 }

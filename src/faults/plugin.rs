@@ -1,19 +1,24 @@
 //! The fault plugin: with the scenario's `faults`, each straggler's window on its
-//! instance, a Record-stage tally of the requests arriving before, during and after it,
-//! and the summary's `faults` part; nothing at all otherwise.
+//! instance, the crash state and systems ([`super::crash`]), a Record-stage tally of the
+//! requests arriving before, during and after each fault, and the summary's `faults` part;
+//! nothing at all otherwise.
 
 use bevy_app::{App, Plugin};
 use bevy_ecs::prelude::*;
 
-use crate::engine::{RecordDue, SimStep, SimSystems};
+use super::crash::{Crashes, any_marked, crash_and_restart, faults_due, lose_arrivals};
+use crate::engine::{Event, EventQueue, RecordDue, SimStep, SimSystems};
 use crate::instance::{InstanceIndex, Scheduler};
-use crate::metrics::{FaultsSummary, SpanSlo, StragglerSummary, Summary, SummaryAppExt};
+use crate::metrics::{
+    CrashEvent, CrashesSummary, FaultsSummary, ListedCrash, SpanSlo, StragglerSummary, Summary,
+    SummaryAppExt,
+};
 use crate::request::{FinalState, FinishedRequest};
 use crate::setup::{SetupAppExt, SetupCtx, SetupStage, SimError};
 use crate::slo::SloTable;
-use crate::time::SimTime;
+use crate::time::{SimDuration, SimTime};
 
-/// Injects the scenario's faults (stragglers) and reports them in the summary.
+/// Injects the scenario's faults (stragglers, crashes) and reports them in the summary.
 pub struct FaultsPlugin;
 
 impl Plugin for FaultsPlugin {
@@ -47,8 +52,8 @@ fn set_up_faults(app: &mut App, ctx: &SetupCtx<'_>) -> Result<(), SimError> {
     let index = world.resource::<InstanceIndex>().0.clone();
     let mut spans = Spans::default();
     for st in &f.stragglers {
-        let from = SimTime::ZERO + crate::time::SimDuration::from_secs_f64(st.from_s);
-        let until = SimTime::ZERO + crate::time::SimDuration::from_secs_f64(st.until_s);
+        let from = SimTime::ZERO + SimDuration::from_secs_f64(st.from_s);
+        let until = SimTime::ZERO + SimDuration::from_secs_f64(st.until_s);
         if let Some(mut sched) = index
             .get(st.instance as usize)
             .and_then(|&e| world.get_mut::<Scheduler>(e))
@@ -70,7 +75,74 @@ fn set_up_faults(app: &mut App, ctx: &SetupCtx<'_>) -> Result<(), SimError> {
             .in_set(SimSystems::Record)
             .before(crate::metrics::MetricsSystems::Record),
     );
+    if f.crashes_on() {
+        set_up_crashes(app, ctx, f);
+    }
     Ok(())
+}
+
+/// The crash state (each group's reload time, the listed crashes and the first MTBF draws)
+/// and its systems: crashes and restarts in Advance, arrivals at down instances in Enqueue.
+fn set_up_crashes(app: &mut App, ctx: &SetupCtx<'_>, f: &crate::scenario::FaultsSpec) {
+    let world = app.world_mut();
+    let groups = world.resource::<crate::instance::spawn::Groups>().clone();
+    let mut reload = Vec::new();
+    let mut autoscaled = Vec::new();
+    for (group, info) in ctx.scenario.cluster.groups.iter().zip(&groups.0) {
+        let derived = info.resolved.model.as_ref().map_or(0.0, |m| {
+            crate::model::load_s(m, group.tp.max(1) * group.pp.max(1), 2.0)
+        });
+        let d = SimDuration::from_secs_f64(f.reload_s.unwrap_or(derived));
+        for _ in info.instances() {
+            reload.push(d);
+            autoscaled.push(group.scaling.is_some());
+        }
+    }
+    let listed: Vec<(u32, SimTime)> = f
+        .crashes
+        .iter()
+        .map(|c| {
+            (
+                c.instance,
+                SimTime::ZERO + SimDuration::from_secs_f64(c.at_s),
+            )
+        })
+        .collect();
+    let n = reload.len() as u32;
+    let mut crashes = Crashes::new(
+        f.on_crash.clone(),
+        SimDuration::from_secs_f64(f.repair_s),
+        reload,
+        autoscaled,
+        f.mtbf_s,
+        ctx.scenario.seed,
+        &listed,
+    );
+    {
+        let mut queue = world.resource_mut::<EventQueue>();
+        for &(instance, at) in &listed {
+            queue.push(at, Event::Crash { instance });
+        }
+        for i in 0..n {
+            crashes.draw(i, SimTime::ZERO, &mut queue);
+        }
+    }
+    world.insert_resource(crashes);
+    app.add_systems(
+        SimStep,
+        (
+            crash_and_restart
+                .in_set(SimSystems::Advance)
+                .after(crate::instance::InstanceSystems::Retire)
+                .after(crate::autoscale::advance_phases)
+                .run_if(faults_due),
+            lose_arrivals
+                .in_set(SimSystems::Enqueue)
+                .after(crate::instance::enqueue_requests)
+                .before(crate::instance::expire_requests)
+                .run_if(any_marked),
+        ),
+    );
 }
 
 /// Which span of `s` a request arriving at `arrival` belongs to: 0 before, 1 during, 2 after.
@@ -95,10 +167,48 @@ fn count(spans: &mut Spans, f: &FinishedRequest, slo: &SloTable) {
     }
 }
 
-/// Record stage: counts each request that ended into the spans of every straggler.
-pub fn tally_spans(due: Res<RecordDue>, slo: Res<SloTable>, mut spans: ResMut<Spans>) {
+/// Counts a request that ended into the crash tallies: healthy or degraded by its arrival,
+/// the spans of each listed crash, completions after a retry.
+fn count_crash(c: &mut Crashes, f: &FinishedRequest, slo: &SloTable) {
+    let good = crate::metrics::meets_slo(f, slo);
+    let completed = f.state == FinalState::Completed;
+    let add = |x: &mut [u64; 3]| {
+        x[0] += 1;
+        x[1] += u64::from(completed);
+        x[2] += u64::from(good);
+    };
+    let arrival = f.lifecycle.arrival;
+    if c.degraded_at(arrival) {
+        add(&mut c.degraded_slo);
+    } else {
+        add(&mut c.healthy);
+    }
+    for l in &mut c.listed {
+        let k = if arrival < l.at {
+            0
+        } else if arrival < l.until {
+            1
+        } else {
+            2
+        };
+        add(&mut l.spans[k]);
+    }
+    c.completed_after_retry += u64::from(completed && f.lifecycle.retries > 0);
+}
+
+/// Record stage: counts each request that ended into the spans of every straggler and,
+/// with crashes, into the crash tallies.
+pub fn tally_spans(
+    due: Res<RecordDue>,
+    slo: Res<SloTable>,
+    mut spans: ResMut<Spans>,
+    mut crashes: Option<ResMut<Crashes>>,
+) {
     for f in &due.0 {
         count(&mut spans, f, &slo);
+        if let Some(c) = crashes.as_deref_mut() {
+            count_crash(c, f, &slo);
+        }
     }
 }
 
@@ -109,9 +219,13 @@ fn summarize(world: &mut World, summary: &mut Summary) {
         return;
     };
     let slo = world.resource::<SloTable>().clone();
+    let mut crashes = world.remove_resource::<Crashes>();
     if let Some(left) = world.get_resource::<crate::metrics::Unfinished>() {
         for f in &left.0 {
             count(&mut spans, f, &slo);
+            if let Some(c) = crashes.as_mut() {
+                count_crash(c, f, &slo);
+            }
         }
     }
     let targeted = slo
@@ -125,7 +239,66 @@ fn summarize(world: &mut World, summary: &mut Summary) {
             .and_then(|&e| world.get::<Scheduler>(e))
             .map_or(0, |sched| sched.counters.slowed_steps)
     };
+    let one = |[arrived, completed, good]: [u64; 3]| SpanSlo {
+        arrived,
+        completed,
+        good,
+        attainment: (targeted && arrived > 0).then(|| good as f64 / arrived as f64),
+    };
+    let crashes = crashes.map(|c| {
+        let end = world.resource::<crate::engine::SimClock>().now;
+        let secs = |t: SimTime| t.as_us() as f64 / 1e6;
+        let fixed = c.autoscaled.iter().filter(|a| !**a).count();
+        let down = c.down_until(end);
+        let run = end.as_us() as f64 * fixed as f64;
+        CrashesSummary {
+            policy: c.policy.name().to_string(),
+            max_retries: match c.policy {
+                crate::scenario::CrashPolicy::Fail => 0,
+                crate::scenario::CrashPolicy::Retry { max_retries, .. } => max_retries,
+            },
+            mtbf_s: c.mtbf_s,
+            repair_s: c.repair.as_us() as f64 / 1e6,
+            crashes: c.events.len() as u64,
+            skipped: c.skipped,
+            down_s: down.as_us() as f64 / 1e6,
+            availability: (run > 0.0).then(|| 1.0 - down.as_us() as f64 / run),
+            lost: c.lost,
+            failed: c.failed,
+            retried: c.retried,
+            completed_after_retry: c.completed_after_retry,
+            healthy: one(c.healthy),
+            degraded: one(c.degraded_slo),
+            events: c
+                .events
+                .iter()
+                .map(|x| CrashEvent {
+                    instance: x.instance,
+                    at_s: secs(x.at),
+                    back_s: x.back.map(secs),
+                    cause: if x.listed { "listed" } else { "mtbf" }.to_string(),
+                    lost: x.lost,
+                })
+                .collect(),
+            listed: c
+                .listed
+                .iter()
+                .map(|l| ListedCrash {
+                    instance: l.instance,
+                    at_s: secs(l.at),
+                    happened: l.happened,
+                    before: one(l.spans[0]),
+                    during: one(l.spans[1]),
+                    after: one(l.spans[2]),
+                })
+                .collect(),
+        }
+    });
+    if crashes.is_some() {
+        summary.requests.failed = Some(world.resource::<crate::metrics::Aggregates>().failed);
+    }
     summary.faults = Some(FaultsSummary {
+        crashes,
         stragglers: spans
             .0
             .iter()

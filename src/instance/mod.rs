@@ -417,6 +417,11 @@ pub struct Scheduler {
     /// Windows in which its steps are slowed (stragglers of the scenario's `faults`):
     /// (from, until, slowdown); empty without.
     pub slowdowns: Vec<(SimTime, SimTime, f64)>,
+    /// Crashed and not yet back (faults): it holds nothing, and requests reaching it wait
+    /// in `lost` for the fault plugin's policy (fail or retry).
+    pub down: bool,
+    /// Requests that reached the instance while it was down, this tick.
+    pub lost: Vec<Entity>,
 }
 
 /// Anomaly rows of stages that are not instances (scaling), until `decisions.csv` takes
@@ -441,12 +446,14 @@ impl Scheduler {
     }
 
     /// INV-8: an instance with work has a step in flight or a micro-batch that will free
-    /// some of its requests, or waits for KV blocks a transfer is still sending.
+    /// some of its requests, or waits for KV blocks a transfer is still sending or that
+    /// hand-offs hold until a decode instance is routable.
     pub fn is_progressing(&self) -> bool {
         !self.has_work()
             || self.step_end.is_some()
             || !self.in_flight.is_empty()
             || self.outbound > 0
+            || !self.handoff.is_empty()
     }
 
     /// Requests on the instance that have not left (queued, running, leaving, handed off at

@@ -152,10 +152,16 @@ pub(crate) fn enqueue(
         };
         let slot = &mut view.instances[i as usize];
         slot.in_flight = slot.in_flight.saturating_sub(1);
-        lifecycle.enqueued = Some(now);
         let (mut sched, kv, _, limits, _) = instances
             .get_mut(index.0[i as usize])
             .expect("instance entity exists for the whole run");
+        if sched.down {
+            // Crashed while the request was on its way (faults): still in transit, it
+            // waits for the crash policy.
+            sched.lost.push(entity);
+            continue;
+        }
+        lifecycle.enqueued = Some(now);
         if !servable(spec, &kv, limits) {
             sched.counters.dropped += 1;
             record.0.push(FinishedRequest::unserved(

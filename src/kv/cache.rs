@@ -114,6 +114,27 @@ impl KvCache {
         }
     }
 
+    /// Empties the cache as a crash does: every block free and forgotten on both tiers (the
+    /// prefix cache and the CPU tier live in the server's memory), each cached block
+    /// recorded as evicted; the cumulative hit counts and event recording are kept. Every
+    /// request must have released its blocks first.
+    pub fn wipe(&mut self) {
+        debug_assert_eq!(self.allocated, 0, "wiped while blocks are held");
+        self.note_cleared();
+        let mut fresh = KvCache::new(self.total_blocks(), self.block_size);
+        if let Some(c) = &self.cpu {
+            let mut tier = CpuTier::new(c.capacity(), c.thrash_window_us);
+            (tier.offloaded, tier.reloaded, tier.thrashed) = (c.offloaded, c.reloaded, c.thrashed);
+            // Transfers not yet priced into a step never happen.
+            tier.now_us = c.now_us;
+            fresh = fresh.with_cpu_tier(tier);
+        }
+        fresh.hit_blocks = self.hit_blocks;
+        fresh.miss_blocks = self.miss_blocks;
+        fresh.events = self.events.take();
+        *self = fresh;
+    }
+
     /// Adds a CPU offload tier.
     pub fn with_cpu_tier(mut self, tier: CpuTier) -> Self {
         self.cpu = Some(tier);

@@ -375,3 +375,42 @@ fn churn_against_a_scan(kv: &mut KvCache) {
     kv.audit().unwrap();
     assert_eq!(kv.index.slots.len(), 80);
 }
+
+/// A crash's wipe: the same capacity on both tiers, nothing cached on either, every block
+/// free, the cumulative counts kept, each cached block reported evicted.
+#[test]
+fn a_wiped_cache_forgets_every_block_and_keeps_its_counts() {
+    let mut kv = KvCache::new(4, 4).with_cpu_tier(CpuTier::new(2, 1_000_000));
+    kv.record_events(true);
+    let a = content(0, 0, 11);
+    let b = content(0, 0, 22);
+    let mut sa = SeqBlocks::default();
+    assert!(kv.admit(&mut sa, &a, 8, 0, 8));
+    kv.register_full_blocks(&mut sa, &a, 8, 8);
+    kv.release(&mut sa);
+    // B takes all four blocks: a0 and a1 go to the CPU tier; B registers its own four.
+    let mut sb = SeqBlocks::default();
+    assert!(kv.admit(&mut sb, &b, 16, 0, 16));
+    kv.register_full_blocks(&mut sb, &b, 16, 16);
+    kv.release(&mut sb);
+    let _ = kv.take_events().count();
+    assert_eq!(kv.cached_by_tier().len(), 6);
+    let (hits, misses) = (kv.hit_blocks, kv.miss_blocks);
+    kv.wipe();
+    assert_eq!((kv.total_blocks(), kv.free_blocks()), (4, 4));
+    assert_eq!(
+        kv.cpu.as_ref().map(|c| (c.capacity(), c.len())),
+        Some((2, 0))
+    );
+    assert_eq!(kv.cpu.as_ref().unwrap().offloaded, 2);
+    assert_eq!((kv.hit_blocks, kv.miss_blocks), (hits, misses));
+    assert!(kv.cached_by_tier().is_empty());
+    assert_eq!(kv.cached_prefix_blocks(&a, 8, 9), 0);
+    let evicted = kv
+        .take_events()
+        .filter(|(k, _)| matches!(k, KvEventKind::Evicted { .. }))
+        .count();
+    assert_eq!(evicted, 6, "six cached blocks forgotten");
+    assert!(kv.records_events());
+    kv.audit().unwrap();
+}

@@ -71,15 +71,18 @@ pub struct SummaryFile(pub Option<std::io::BufWriter<std::fs::File>>);
 pub(super) fn open_files(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<(), SimError> {
     let world = app.world_mut();
     let outputs = &ctx.scenario.outputs;
-    let energy = ctx.scenario.energy.is_some();
+    let extra = super::ExtraColumns {
+        energy: ctx.scenario.energy.is_some(),
+        retries: ctx.scenario.faults.as_ref().is_some_and(|f| f.crashes_on()),
+    };
     let mut log = RequestLog {
         collect: ctx.options.collect.clone(),
-        energy,
+        extra,
         ..Default::default()
     };
     if let Some(buffer) = &ctx.options.requests_csv_memory {
         let mut w = std::io::BufWriter::new(buffer.clone());
-        w.write_all(&csv_header(energy))
+        w.write_all(&csv_header(extra))
             .map_err(|e| SimError::Internal {
                 what: "requests in memory",
                 message: e.to_string(),
@@ -91,7 +94,7 @@ pub(super) fn open_files(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<
         && let Some(mut writer) = files.create("requests.csv").map_err(SetupError::Outputs)?
     {
         writer
-            .write_all(&csv_header(energy))
+            .write_all(&csv_header(extra))
             .map_err(|e| SetupError::Output {
                 path: files.staged_path("requests.csv"),
                 message: e.to_string(),

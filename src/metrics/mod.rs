@@ -30,13 +30,16 @@ pub use plugin::{MetricsPlugin, set_up_metrics};
 pub use record::{
     Recorder, check_causality, count_kv_events, meets_slo, record_finished, record_one,
 };
-pub use row::{CSV_COLUMNS, ENERGY_COLUMN, csv_header, fixed, format_row};
+pub use row::{
+    CSV_COLUMNS, ENERGY_COLUMN, ExtraColumns, RETRIES_COLUMN, csv_header, fixed, format_row,
+};
 pub use status::{nothing_left, overloaded};
 pub use summary::{
-    Anomalies, BandSummary, CostSummary, DisaggSummary, EnergySummary, FITNESS_KEYS, Fairness,
-    FaultsSummary, FlowControlSummary, GroupEnergy, GroupUsage, InstanceSummary, KvEventCounts,
-    KvSummary, PoolSummary, RequestCounts, RoutingSummary, SliceSummary, SloSummary, SpanSlo,
-    StragglerSummary, Summary, Throughput, WorstDecision, cov, fitness_term, jain,
+    Anomalies, BandSummary, CostSummary, CrashEvent, CrashesSummary, DisaggSummary, EnergySummary,
+    FITNESS_KEYS, Fairness, FaultsSummary, FlowControlSummary, GroupEnergy, GroupUsage,
+    InstanceSummary, KvEventCounts, KvSummary, ListedCrash, PoolSummary, RequestCounts,
+    RoutingSummary, SliceSummary, SloSummary, SpanSlo, StragglerSummary, Summary, Throughput,
+    WorstDecision, cov, fitness_term, jain,
 };
 
 use std::fs::File;
@@ -149,8 +152,8 @@ pub struct RequestLog {
     pub collect: Option<std::sync::Arc<std::sync::Mutex<Vec<RequestSample>>>>,
     /// The same rows as `requests.csv`, into memory (the Python package).
     pub memory: Option<BufWriter<SharedBuffer>>,
-    /// Rows end with the request's energy (the scenario has `energy`).
-    pub energy: bool,
+    /// The columns rows end with (energy, retries), as the scenario's features ask.
+    pub extra: ExtraColumns,
 }
 
 /// Totals for one slice of the requests (an instance, a tenant, an SLO class). Its
@@ -228,6 +231,8 @@ pub struct Aggregates {
     pub rejected: u64,
     pub dropped: u64,
     pub timed_out: u64,
+    /// Taken down by a crash and not retried (faults).
+    pub failed: u64,
     pub input_tokens: u64,
     pub output_tokens: u64,
     pub cached_tokens: u64,
@@ -241,8 +246,8 @@ pub struct Aggregates {
 }
 
 impl Aggregates {
-    /// Requests whose life ended (completed, rejected, dropped or timed out).
+    /// Requests whose life ended (completed, rejected, dropped, timed out or failed).
     pub fn ended(&self) -> u64 {
-        self.completed + self.rejected + self.dropped + self.timed_out
+        self.completed + self.rejected + self.dropped + self.timed_out + self.failed
     }
 }

@@ -137,6 +137,7 @@ pub fn record_one(
         FinalState::Rejected => agg.rejected += 1,
         FinalState::Dropped => agg.dropped += 1,
         FinalState::TimedOut => agg.timed_out += 1,
+        FinalState::Failed => agg.failed += 1,
         FinalState::Queued | FinalState::Running | FinalState::InTransit => {}
     }
     if let Some(t) = f.ttft {
@@ -151,14 +152,14 @@ pub fn record_one(
         error,
         scratch,
         memory,
-        energy,
+        extra,
         ..
     } = log;
     use std::io::Write as _;
     if (writer.is_none() && memory.is_none()) || error.is_some() {
         return;
     }
-    format_row(scratch, f, labels, *energy);
+    format_row(scratch, f, labels, *extra);
     if let Some(w) = writer.as_mut()
         && let Err(e) = w.write_all(scratch)
     {

@@ -96,9 +96,23 @@ pub fn fixed(row: &mut Vec<u8>, x: f64, decimals: u32, digits: &mut itoa::Buffer
     }
 }
 
-/// The column `requests.csv` ends with when the scenario has `energy`: the request's share
+/// The column `requests.csv` adds when the scenario has `energy`: the request's share
 /// of the energy of the steps it took part in, joules.
 pub const ENERGY_COLUMN: &str = "energy_j";
+
+/// The column `requests.csv` adds when the scenario's `faults` has crashes: the times a
+/// crash took the request down and it was sent again.
+pub const RETRIES_COLUMN: &str = "retries";
+
+/// The columns `requests.csv` ends with, beyond [`CSV_COLUMNS`], when the scenario uses
+/// the features they describe (in this order).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExtraColumns {
+    /// [`ENERGY_COLUMN`] (`energy`).
+    pub energy: bool,
+    /// [`RETRIES_COLUMN`] (crashes in `faults`).
+    pub retries: bool,
+}
 
 /// Appends `units` thousandths as a decimal with exactly three decimals (whole µs as ms,
 /// whole mJ as J).
@@ -113,8 +127,8 @@ fn thousandths(row: &mut Vec<u8>, units: u64, digits: &mut itoa::Buffer) {
     ]);
 }
 
-/// The header line of `requests.csv` (with [`ENERGY_COLUMN`] last when `energy`).
-pub fn csv_header(energy: bool) -> Vec<u8> {
+/// The header line of `requests.csv` (then the [`ExtraColumns`] asked for).
+pub fn csv_header(extra: ExtraColumns) -> Vec<u8> {
     let mut row = Vec::new();
     for (k, c) in CSV_COLUMNS.iter().enumerate() {
         if k > 0 {
@@ -122,21 +136,26 @@ pub fn csv_header(energy: bool) -> Vec<u8> {
         }
         csv_field(&mut row, c.as_bytes());
     }
-    if energy {
-        row.push(b',');
-        csv_field(&mut row, ENERGY_COLUMN.as_bytes());
+    for (on, name) in [
+        (extra.energy, ENERGY_COLUMN),
+        (extra.retries, RETRIES_COLUMN),
+    ] {
+        if on {
+            row.push(b',');
+            csv_field(&mut row, name.as_bytes());
+        }
     }
     row.push(b'\n');
     row
 }
 
-/// Formats the CSV row of a finished request, in [`CSV_COLUMNS`] order (then its energy
-/// when `energy`), into `row` (cleared
+/// Formats the CSV row of a finished request, in [`CSV_COLUMNS`] order (then the
+/// [`ExtraColumns`] asked for), into `row` (cleared
 /// first), byte for byte as the csv crate would write it (fields quoted only when needed,
 /// `\n` ends the row). Integers go through itoa and milliseconds are whole µs with three
 /// decimals: `core::fmt` and a per-field CSV writer cost several hundred instructions a
 /// field, and a row is mostly integers.
-pub fn format_row(row: &mut Vec<u8>, f: &FinishedRequest, labels: &Labels, energy: bool) {
+pub fn format_row(row: &mut Vec<u8>, f: &FinishedRequest, labels: &Labels, extra: ExtraColumns) {
     row.clear();
     let mut digits = itoa::Buffer::new();
     let mut int = |row: &mut Vec<u8>, v: Option<u64>| {
@@ -184,11 +203,14 @@ pub fn format_row(row: &mut Vec<u8>, f: &FinishedRequest, labels: &Labels, energ
     int(row, f.prefill_instance.map(u64::from));
     int(row, f.decode_instance.map(u64::from));
     ms(row, f.kv_transfer);
-    if energy {
+    if extra.energy {
         // Joules to the millijoule, rounded half up from whole nanojoules.
         let mj = (f.energy_nj + 500_000) / 1_000_000;
         thousandths(row, mj, &mut itoa::Buffer::new());
         row.push(b',');
+    }
+    if extra.retries {
+        int(row, Some(u64::from(f.lifecycle.retries)));
     }
     // The last field ends the row, not a comma.
     *row.last_mut().expect("a row has fields") = b'\n';

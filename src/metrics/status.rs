@@ -28,11 +28,16 @@ pub fn overloaded(world: &World, limit: u64) -> Option<Fault> {
 /// run is over, rather than ticking on to a timer that serves no one.
 pub fn nothing_left(world: &World) -> bool {
     let queue = world.resource::<EventQueue>();
-    // Wake-ups of the gateway matter only while requests wait in it (not all ended).
+    // Wake-ups of the gateway matter only while requests wait in it (not all ended); crashes
+    // and restarts only while requests remain.
     if queue.any(|e| {
         !matches!(
             e,
-            Event::PhaseEnd { .. } | Event::AutoscaleTick | Event::GateWake
+            Event::PhaseEnd { .. }
+                | Event::AutoscaleTick
+                | Event::GateWake
+                | Event::Crash { .. }
+                | Event::Restart { .. }
         )
     }) {
         return false;

@@ -22,6 +22,10 @@ pub struct RequestCounts {
     pub running: u64,
     /// Admitted but not yet in an instance queue when the run stopped.
     pub in_transit: u64,
+    /// Taken down by an instance crash and not retried (only when the scenario's `faults`
+    /// has crashes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed: Option<u64>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -434,6 +438,75 @@ pub struct StragglerSummary {
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct FaultsSummary {
     pub stragglers: Vec<StragglerSummary>,
+    /// Only when the scenario has crashes (listed or by MTBF).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub crashes: Option<CrashesSummary>,
+}
+
+/// Instance crashes (`summary.faults.crashes`) and what became of the requests they took
+/// down.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct CrashesSummary {
+    /// `fail` or `retry`.
+    pub policy: String,
+    pub max_retries: u32,
+    pub mtbf_s: Option<f64>,
+    pub repair_s: f64,
+    /// Crashes that took an instance down.
+    pub crashes: u64,
+    /// Crashes that found their instance already down or off.
+    pub skipped: u64,
+    /// Instance-seconds down (instances of groups that do not autoscale: from the crash to
+    /// the restart, or to the end of the run).
+    pub down_s: f64,
+    /// 1 − down_s / (those instances × the run's duration); `null` without such instances.
+    pub availability: Option<f64>,
+    /// Requests a crash took down: on the instance (queued, running, finishing, in KV
+    /// transfer to or from it) or reaching it while it was down. A request counts once per
+    /// crash that takes it down.
+    pub lost: u64,
+    /// Of those, ended `failed`.
+    pub failed: u64,
+    /// Of those, sent again.
+    pub retried: u64,
+    /// Requests that completed after at least one retry.
+    pub completed_after_retry: u64,
+    /// The requests that arrived while every instance was up, and while one or more was
+    /// down.
+    pub healthy: SpanSlo,
+    pub degraded: SpanSlo,
+    /// Every crash that took an instance down, in time order.
+    pub events: Vec<CrashEvent>,
+    /// Each crash the scenario lists: the requests that arrived before it, while its
+    /// instance was down (until the run's end for an autoscaled one, which does not come
+    /// back by itself), and after.
+    pub listed: Vec<ListedCrash>,
+}
+
+/// One crash (`summary.faults.crashes.events`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct CrashEvent {
+    pub instance: u32,
+    pub at_s: f64,
+    /// When it served again; `null` if not within the run, or if its group autoscales (the
+    /// instance is off and the autoscaler decides).
+    pub back_s: Option<f64>,
+    /// `listed` or `mtbf`.
+    pub cause: String,
+    /// Requests it took down (on the instance, or reaching it while down).
+    pub lost: u64,
+}
+
+/// One listed crash (`summary.faults.crashes.listed`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ListedCrash {
+    pub instance: u32,
+    pub at_s: f64,
+    /// False when the instance was already down or off then.
+    pub happened: bool,
+    pub before: SpanSlo,
+    pub during: SpanSlo,
+    pub after: SpanSlo,
 }
 
 /// Aggregates of a run (every latency in milliseconds).
@@ -516,7 +589,7 @@ impl Summary {
         let mut s = String::new();
         let r = &self.requests;
         let _ = writeln!(s, "scenario {} (seed {})", self.scenario, self.seed);
-        let _ = writeln!(
+        let _ = write!(
             s,
             "requests: {} injected, {} completed, {} rejected, {} dropped, {} timed out, {} queued, {} running, {} in transit",
             r.injected,
@@ -528,6 +601,10 @@ impl Summary {
             r.running,
             r.in_transit
         );
+        match r.failed {
+            Some(n) => _ = writeln!(s, ", {n} failed"),
+            None => s.push('\n'),
+        }
         let _ = writeln!(
             s,
             "simulated {:.3} s in {} ticks; {:.3} req/s, {:.1} output tok/s",
@@ -603,6 +680,22 @@ impl Summary {
                     att(st.before.attainment),
                     att(st.during.attainment),
                     att(st.after.attainment)
+                );
+            }
+            if let Some(c) = &faults.crashes {
+                let _ = writeln!(
+                    s,
+                    "crashes: {} ({} skipped), {:.3} instance-s down (availability {}); {} requests taken down: {} failed, {} retried ({} completed after a retry); SLO attainment of requests arriving with all instances up {}, with some down {}",
+                    c.crashes,
+                    c.skipped,
+                    c.down_s,
+                    att(c.availability),
+                    c.lost,
+                    c.failed,
+                    c.retried,
+                    c.completed_after_retry,
+                    att(c.healthy.attainment),
+                    att(c.degraded.attainment)
                 );
             }
         }

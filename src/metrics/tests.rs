@@ -29,7 +29,7 @@ fn recording_writes_a_row_each_counts_them_tells_the_workload_and_despawns() {
     world.insert_resource(crate::engine::HeldBatches(vec![false, true]));
     let buffer = SharedBuffer::default();
     let mut memory = BufWriter::new(buffer.clone());
-    memory.write_all(&csv_header(false)).unwrap();
+    memory.write_all(&csv_header(Default::default())).unwrap();
     world.insert_resource(RequestLog {
         memory: Some(memory),
         ..Default::default()
@@ -169,7 +169,7 @@ fn a_row_is_what_the_csv_crate_writes() {
     }
     let mut want = csv::Writer::from_writer(Vec::new());
     want.write_record(CSV_COLUMNS).unwrap();
-    let mut got = csv_header(false);
+    let mut got = csv_header(Default::default());
     let mut row = Vec::new();
     for f in &rows {
         let fields = [
@@ -215,7 +215,7 @@ fn a_row_is_what_the_csv_crate_writes() {
         ];
         assert_eq!(fields.len(), CSV_COLUMNS.len());
         want.write_record(&fields).unwrap();
-        format_row(&mut row, f, &labels, false);
+        format_row(&mut row, f, &labels, Default::default());
         got.extend_from_slice(&row);
     }
     let want = want.into_inner().unwrap();

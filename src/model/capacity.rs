@@ -27,6 +27,12 @@ pub struct KvCapacity {
     pub blocks: u32,
 }
 
+/// Seconds to load one GPU's share of the weights (`gpus` = tp × pp share them) at
+/// `gb_per_s`: the default model load of autoscaling's `load_s` and of faults' `reload_s`.
+pub fn load_s(m: &ModelConfig, gpus: u32, gb_per_s: f64) -> f64 {
+    params(m) * m.weight_bytes / f64::from(gpus.max(1)) / (gb_per_s * 1e9)
+}
+
 /// Parameter count with 3-matrix FFNs (gate, up, down).
 pub fn params(m: &ModelConfig) -> f64 {
     let d = f64::from(m.hidden);

@@ -228,7 +228,8 @@ impl TimeSeries {
                     completed: c.completed,
                 },
             );
-            let up = matches!(phase, Phase::Serving | Phase::WarmingUp);
+            // A crashed instance (faults) is down whatever its life-cycle phase says.
+            let up = matches!(phase, Phase::Serving | Phase::WarmingUp) && !sched.down;
             let row = Row {
                 waiting: sched.waiting.len() as u64,
                 running: sched.running.len() as u64,
@@ -246,7 +247,7 @@ impl TimeSeries {
             f.fixed(time, 6);
             f.int(i as u64);
             f.text(&self.groups[i]);
-            f.text(phase.name());
+            f.text(if sched.down { "down" } else { phase.name() });
             for n in [row.waiting, row.running, row.in_flight, row.kv_used] {
                 f.int(n);
             }

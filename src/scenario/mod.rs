@@ -16,7 +16,7 @@ mod workload;
 
 pub use cluster::*;
 pub use energy::{EnergySpec, PowerFigures, deserialize_power};
-pub use faults::{FaultsSpec, StragglerSpec};
+pub use faults::{CrashPolicy, CrashSpec, FaultsSpec, StragglerSpec};
 pub use flow_control::{BandLimits, BandSpec, FlowControlSpec, SaturationSpec};
 pub use outputs::*;
 pub use plan::*;
@@ -64,7 +64,7 @@ pub struct Scenario {
     /// saturation detector, shedding); absent, admitted requests go straight to routing.
     #[serde(default)]
     pub flow_control: Option<FlowControlSpec>,
-    /// Faults injected into the run (stragglers); absent, none.
+    /// Faults injected into the run (stragglers, crashes); absent, none.
     #[serde(default)]
     pub faults: Option<FaultsSpec>,
     /// Directory that relative paths in the scenario are resolved against (the scenario

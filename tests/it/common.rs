@@ -134,7 +134,14 @@ pub fn assert_conserved(s: &Summary, rows: &[Row]) {
     let r = &s.requests;
     assert_eq!(
         r.injected,
-        r.completed + r.rejected + r.dropped + r.timed_out + r.queued + r.running + r.in_transit,
+        r.completed
+            + r.rejected
+            + r.dropped
+            + r.timed_out
+            + r.queued
+            + r.running
+            + r.in_transit
+            + r.failed.unwrap_or(0),
         "summary buckets must add up: {r:?}"
     );
     assert_eq!(
@@ -153,6 +160,8 @@ pub fn assert_conserved(s: &Summary, rows: &[Row]) {
         .filter(|x| x.str("state") == "completed")
         .count() as u64;
     assert_eq!(completed, r.completed);
+    let failed = rows.iter().filter(|x| x.str("state") == "failed").count() as u64;
+    assert_eq!(failed, r.failed.unwrap_or(0));
 }
 
 /// Runs the `servesim` binary with `args` in `cwd`.

@@ -139,7 +139,38 @@ fn bad_fault_blocks_are_located_errors() {
             "faults.stragglers[0]",
             "slowdown",
         ),
-        ("(crashes: [])", "faults", "stragglers"),
+        ("(crash: [])", "faults.crash", "did you mean `crashes`"),
+        (
+            "(crashes: [(instance: 3, at_s: 1.0)])",
+            "faults.crashes[0].instance",
+            "does not exist",
+        ),
+        (
+            "(crashes: [(instance: 0, at_s: -1.0)])",
+            "faults.crashes[0].at_s",
+            "finite time in [0, 10⁹] s",
+        ),
+        ("(crashes: [(instance: 0)])", "faults.crashes[0]", "at_s"),
+        ("(mtbf_s: 0.5)", "faults.mtbf_s", "[1, 10⁹]"),
+        ("(mtbf_s: 1e300)", "faults.mtbf_s", "[1, 10⁹]"),
+        ("(repair_s: inf)", "faults.repair_s", "finite"),
+        ("(reload_s: -2.0)", "faults.reload_s", "[0, 10⁹]"),
+        (
+            "(on_crash: Retry(max_retries: 0))",
+            "faults.on_crash.max_retries",
+            "1 to 100",
+        ),
+        (
+            "(on_crash: Retry(backoff_s: 10.0))",
+            "faults.on_crash.max_backoff_s",
+            "≥ backoff_s",
+        ),
+        (
+            "(on_crash: Retry(tries: 2))",
+            "faults.on_crash",
+            "max_retries",
+        ),
+        ("(on_crash: Reboot)", "faults.on_crash", "Fail"),
     ] {
         let e = crate::common::invalid(&one_instance(&format!("\n faults: {faults},")));
         assert!(e.contains(path) && e.contains(says), "{faults}: {e}");
@@ -173,5 +204,309 @@ fn the_docs_straggler_table_matches_the_bundled_scenario() {
             &got.each_ref().map(String::as_str),
             "{routing}"
         );
+    }
+}
+
+// Crashes, by hand on the same instance: request 0 runs 4–7 ms, request 1 8–11 ms, request 2
+// 12–15 ms without faults.
+
+/// `one_instance` with a crash of instance 0 at `at_ms`, down 1 ms (no reload), `policy`.
+fn crashing(at_ms: f64, policy: &str, extra: &str) -> String {
+    one_instance(&format!(
+        "faults: (crashes: [(instance: 0, at_s: {})], repair_s: 0.001, reload_s: 0.0,
+                  on_crash: {policy}), {extra}",
+        at_ms / 1000.0
+    ))
+}
+
+fn outcomes(rows: &[crate::common::Row]) -> Vec<(&str, Option<u64>, u64)> {
+    rows.iter()
+        .map(|r| {
+            let done = r.str("completion_us");
+            (
+                r.str("state"),
+                (!done.is_empty()).then(|| done.parse().unwrap()),
+                r.u64("retries"),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_crash_with_the_fail_policy_fails_exactly_the_request_on_the_instance() {
+    // At 9.5 ms request 1 is on the instance (its first decode step 9–10 ms in flight): it
+    // fails. The instance is back at 10.5 ms and serves request 2 as without the crash.
+    let (s, rows) = run(&parse(&crashing(9.5, "Fail", "")));
+    assert_eq!(
+        outcomes(&rows),
+        [
+            ("completed", Some(7000), 0),
+            ("failed", None, 0),
+            ("completed", Some(15000), 0)
+        ]
+    );
+    assert_eq!(rows[1].str("instance"), "0");
+    assert_eq!(s.requests.failed, Some(1));
+    let c = s.faults.unwrap().crashes.unwrap();
+    assert_eq!(
+        (c.crashes, c.skipped, c.lost, c.failed, c.retried),
+        (1, 0, 1, 1, 0)
+    );
+    assert_eq!((c.down_s, c.availability), (0.001, Some(1.0 - 1.0 / 15.0)));
+    let e = &c.events[0];
+    assert_eq!(
+        (e.instance, e.at_s, e.back_s, e.cause.as_str(), e.lost),
+        (0, 0.0095, Some(0.0105), "listed", 1)
+    );
+    // Requests 0 and 1 arrived before the crash (request 1 failed), request 2 after the
+    // instance was back; none while it was down.
+    let l = &c.listed[0];
+    assert!(l.happened);
+    assert_eq!((l.before.arrived, l.before.good), (2, 1));
+    assert_eq!((l.during.arrived, l.after.arrived, l.after.good), (0, 1, 1));
+    assert_eq!((c.healthy.arrived, c.degraded.arrived), (3, 0));
+}
+
+#[test]
+fn a_retried_request_completes_after_its_backoff_and_pays_a_second_prefill() {
+    // Request 1 is taken down at 9.5 ms and sent again 2 ms later (11.5 ms; the instance is
+    // back at 10.5): prefill 11.5–12.5 ms (TTFT 4.5 ms from its arrival at 8 ms), decodes to
+    // 14.5 ms. Request 2 (12 ms) waits for the one sequence slot: 14.5–17.5 ms.
+    let (s, rows) = run(&parse(&crashing(
+        9.5,
+        "Retry(max_retries: 1, backoff_s: 0.002)",
+        "",
+    )));
+    assert_eq!(
+        outcomes(&rows),
+        [
+            ("completed", Some(7000), 0),
+            ("completed", Some(14500), 1),
+            ("completed", Some(17500), 0)
+        ]
+    );
+    assert_eq!((rows[1].us("ttft_ms"), rows[1].us("e2e_ms")), (4500, 6500));
+    assert_eq!(s.requests.failed, Some(0));
+    // Four prefills of 16 tokens: request 1's twice.
+    assert_eq!(s.instances[0].prefill_tokens, 64);
+    let c = s.faults.unwrap().crashes.unwrap();
+    assert_eq!(
+        (c.lost, c.failed, c.retried, c.completed_after_retry),
+        (1, 0, 1, 1)
+    );
+}
+
+#[test]
+fn a_retry_spends_its_budget_then_fails_and_backoff_doubles() {
+    use servesim::scenario::CrashPolicy;
+    let p = CrashPolicy::Retry {
+        max_retries: 3,
+        backoff_s: 0.5,
+        max_backoff_s: 1.5,
+    };
+    let waits: Vec<Option<f64>> = (1..=4).map(|n| p.backoff(n)).collect();
+    assert_eq!(waits, [Some(0.5), Some(1.0), Some(1.5), None]);
+    assert_eq!(CrashPolicy::Fail.backoff(1), None);
+    // Crashes at 9.5 and 11.7 ms, retry once after 2 ms: request 1 is taken down twice
+    // (the second time in its prefill, 11.5–12.5 ms) and then fails.
+    let src = one_instance(
+        "faults: (crashes: [(instance: 0, at_s: 0.0095), (instance: 0, at_s: 0.0117)],
+                  repair_s: 0.0001, reload_s: 0.0,
+                  on_crash: Retry(max_retries: 1, backoff_s: 0.002)),",
+    );
+    let (s, rows) = run(&parse(&src));
+    assert_eq!(outcomes(&rows)[1], ("failed", None, 1));
+    let c = s.faults.unwrap().crashes.unwrap();
+    assert_eq!((c.crashes, c.lost, c.retried, c.failed), (2, 2, 1, 1));
+}
+
+#[test]
+fn a_request_reaching_a_down_instance_is_lost_there() {
+    // With 1 ms of routing latency everything moves 1 ms later (request 1 ends at 12 ms).
+    // Request 2 arrives at 12 ms and reaches the instance at 13 ms, while it is down
+    // (12.5–13.5 ms): it fails there; the crash itself found the instance idle.
+    let (s, rows) = run(&parse(
+        &crashing(12.5, "Fail", "")
+            .replace("slo_classes:", "routing_latency_us: 1000, slo_classes:"),
+    ));
+    assert_eq!(
+        outcomes(&rows),
+        [
+            ("completed", Some(8000), 0),
+            ("completed", Some(12000), 0),
+            ("failed", None, 0)
+        ]
+    );
+    assert_eq!(rows[2].str("instance"), "0");
+    let c = s.faults.unwrap().crashes.unwrap();
+    assert_eq!((c.lost, c.failed, c.events[0].lost), (1, 1, 1));
+}
+
+#[test]
+fn a_crash_on_an_idle_or_down_instance_and_no_crash_at_all() {
+    // Listed twice at the same instant: one crash. At 20 ms the run has ended (its last
+    // request at 15 ms): the crash never comes and the run's length is its last request's.
+    let (s, rows) = run(&parse(&one_instance(
+        "faults: (crashes: [(instance: 0, at_s: 0.0025), (instance: 0, at_s: 0.0025),
+                            (instance: 0, at_s: 0.00255), (instance: 0, at_s: 0.02)],
+                  repair_s: 0.0001, reload_s: 0.0),",
+    )));
+    let c = s.faults.unwrap().crashes.unwrap();
+    assert_eq!((c.crashes, c.skipped, c.lost), (1, 1, 0));
+    let happened: Vec<(f64, bool)> = c.listed.iter().map(|l| (l.at_s, l.happened)).collect();
+    assert_eq!(happened, [(0.0025, true), (0.00255, false), (0.02, false)]);
+    assert_eq!(s.sim_duration_s, 0.015);
+    assert!(rows.iter().all(|r| r.str("state") == "completed"));
+}
+
+/// A bundled scenario's text with `faults` set to `faults` (added before `workload`).
+fn bundled_with(name: &str, faults: &str) -> String {
+    let path = format!("{}/scenarios/{name}.ron", env!("CARGO_MANIFEST_DIR"));
+    let src = std::fs::read_to_string(path).unwrap();
+    src.replacen(
+        "    workload:",
+        &format!("    faults: {faults},\n    workload:"),
+        1,
+    )
+}
+
+#[test]
+fn crashes_under_pd_disaggregation_take_down_transfers_on_both_ends_and_retries_finish() {
+    // Two prefill (0, 1) and three decode instances (2–4), prefill saturated (60 req/s of
+    // ~6,000-token prompts); prefill 0 crashes with hand-offs
+    // in transfer from it, decode 3 with requests running and arriving; every request taken
+    // down is retried on the others and completes (invariants checked every tick: KV blocks
+    // on both ends of a cancelled transfer are released, nothing is left on a down instance).
+    let src = bundled_with(
+        "pd-disaggregation",
+        "(crashes: [(instance: 0, at_s: 20.0), (instance: 3, at_s: 30.0)], repair_s: 1.0,
+          on_crash: Retry(max_retries: 5))",
+    )
+    .replacen("count: 1,", "count: 2,", 1)
+    .replace("num_requests: 6000", "num_requests: 1500")
+    .replace("rate_per_s: 28.0", "rate_per_s: 60.0");
+    let (s, rows) = run(&parse(&src));
+    let c = s.faults.unwrap().crashes.unwrap();
+    assert_eq!(c.crashes, 2);
+    assert!(c.events.iter().all(|e| e.lost > 0), "{:?}", c.events);
+    assert_eq!(
+        (s.requests.completed, s.requests.failed),
+        (s.requests.injected, Some(0))
+    );
+    let retried = rows.iter().filter(|r| r.u64("retries") > 0).count() as u64;
+    assert_eq!(retried, c.completed_after_retry);
+    assert!(retried > 0 && retried <= c.retried);
+}
+
+#[test]
+fn an_autoscaled_instance_that_crashes_is_off_and_its_policy_starts_another() {
+    // The pool's only instance crashes at 300 s: it is off at once (scale_events.csv: off,
+    // crashed); requests park, a cold start brings an instance up, every request completes.
+    let src = bundled_with(
+        "autoscaling",
+        "(crashes: [(instance: 0, at_s: 300.0)], on_crash: Retry())",
+    )
+    .replace("(rate_per_s: 30.0, duration_s: 900.0),", "")
+    .replace("(rate_per_s: 12.0, duration_s: 600.0),", "")
+    .replace("(rate_per_s: 2.0, duration_s: 600.0),", "");
+    let (s, _, dir) = run_keeping(&parse(&src));
+    assert_eq!(s.requests.completed, s.requests.injected);
+    let c = s.faults.unwrap().crashes.unwrap();
+    assert_eq!((c.crashes, c.events[0].back_s), (1, None));
+    assert_eq!(
+        (c.down_s, c.availability),
+        (0.0, None),
+        "no fixed-size group"
+    );
+    let events = crate::common::read_rows(&dir.path().join("scale_events.csv"));
+    let crashed = events
+        .iter()
+        .position(|r| r.str("event") == "off" && r.str("reason") == "crashed")
+        .expect("the crash is a scale event");
+    assert_eq!(events[crashed].str("time_s"), "300.000000");
+    assert!(
+        events[crashed..]
+            .iter()
+            .any(|r| r.str("event") == "provisioning"),
+        "another instance starts"
+    );
+}
+
+#[test]
+fn mtbf_crashes_are_seeded_and_every_request_is_accounted_for() {
+    // Random crashes, once per 30 s of an instance's time up on average, on the bundled
+    // crash scenario cut to 60 s: the same seed gives the same crashes and rows; another seed
+    // other crashes; requests are conserved (failed included) with invariants on.
+    let src = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scenarios/crashes.ron"
+    ))
+    .unwrap()
+    .replace(
+        "crashes: [(instance: 1, at_s: 60.0)],",
+        "mtbf_s: 30.0, repair_s: 5.0,",
+    )
+    .replace("duration_s: 180.0", "duration_s: 60.0");
+    let events = |seed: u64| {
+        let mut sc = parse(&src);
+        sc.seed = seed;
+        let (s, _, dir) = run_keeping(&sc);
+        let c = s.faults.unwrap().crashes.unwrap();
+        assert!(c.crashes >= 2, "{c:?}");
+        let at: Vec<(u32, f64)> = c.events.iter().map(|e| (e.instance, e.at_s)).collect();
+        (at, std::fs::read(dir.path().join("requests.csv")).unwrap())
+    };
+    let (a, rows_a) = events(17);
+    let (b, rows_b) = events(17);
+    assert_eq!((a.clone(), rows_a), (b, rows_b));
+    assert_ne!(a, events(18).0);
+    assert!(a.windows(2).all(|w| w[0].1 <= w[1].1), "in time order");
+}
+
+#[test]
+fn the_time_series_shows_a_crashed_instance_down() {
+    let (_, _, dir) = run_keeping(&parse(&crashing(
+        9.5,
+        "Fail",
+        "outputs: (sample_interval_s: 0.001),",
+    )));
+    let rows = crate::common::read_rows(&dir.path().join("timeseries.csv"));
+    let at = |t: &str| {
+        rows.iter()
+            .find(|r| r.str("time_s") == t && r.str("instance") == "0")
+            .map(|r| (r.str("phase").to_string(), r.u64("instances_up")))
+    };
+    assert_eq!(at("0.009000"), Some(("serving".into(), 1)));
+    assert_eq!(at("0.010000"), Some(("down".into(), 0)));
+    assert_eq!(at("0.011000"), Some(("serving".into(), 1)));
+}
+
+#[test]
+fn the_docs_crash_table_matches_the_bundled_scenario() {
+    let doc = crate::common::doc("faults");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/crashes.ron");
+    let src = std::fs::read_to_string(path).unwrap();
+    for (policy, label) in [("Retry()", "Retry"), ("Fail", "Fail")] {
+        let line = doc
+            .lines()
+            .find(|l| l.starts_with(&format!("| {label} |")))
+            .unwrap_or_else(|| panic!("docs/faults.md has no row {label}"));
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let (s, _) = run(&parse(
+            &src.replace("on_crash: Retry()", &format!("on_crash: {policy}")),
+        ));
+        let c = s.faults.unwrap().crashes.unwrap();
+        let l = &c.listed[0];
+        let att = |x: Option<f64>| format!("{:.4}", x.unwrap());
+        let want = [
+            c.lost.to_string(),
+            c.failed.to_string(),
+            c.retried.to_string(),
+            att(l.before.attainment),
+            att(l.during.attainment),
+            att(l.after.attainment),
+            format!("{:.1}", s.ttft_ms.p50.unwrap()),
+        ];
+        assert_eq!(&cells[2..9], &want, "{label}");
     }
 }
