@@ -89,6 +89,9 @@ pub struct Disagg {
     /// Prefill instances whose hand-offs found no routable decode instance: they stay in
     /// the instance's `handoff` list and are tried again on every tick until one is.
     pub unrouted: Vec<u32>,
+    /// Link faults (the scenario's `faults.kv_links`): (instance, from, until, bandwidth
+    /// left, transfers it slowed or held); empty without.
+    pub link_faults: Vec<LinkFault>,
     pub stats: TransferStats,
 }
 
@@ -106,6 +109,49 @@ impl Disagg {
     pub fn role(&self, i: u32) -> Role {
         self.links.get(i as usize).map_or(Role::Mixed, |l| l.role)
     }
+}
+
+/// One degraded or severed KV link (`faults.kv_links`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LinkFault {
+    pub instance: u32,
+    pub from: SimTime,
+    pub until: SimTime,
+    /// Fraction of the bandwidth left; 0 = severed.
+    pub bandwidth: f64,
+    /// Transfers that started in the window, or waited for its end.
+    pub transfers: u64,
+}
+
+/// Where a transfer between `from` and `to` that could start at `start` starts, and the
+/// fraction of the bandwidth of each end it gets: a severed link (either end) holds it to the
+/// window's end, a degraded one that holds its start slows it throughout (windows of one end
+/// multiply). Counts the transfers each window touched.
+pub fn through_faults(
+    faults: &mut [LinkFault],
+    from: u32,
+    to: u32,
+    mut start: SimTime,
+) -> (SimTime, f64, f64) {
+    let ends = |f: &LinkFault| f.instance == from || f.instance == to;
+    let holds = |f: &LinkFault, t: SimTime| f.from <= t && t < f.until;
+    while let Some(f) = faults
+        .iter_mut()
+        .find(|f| ends(f) && f.bandwidth == 0.0 && holds(f, start))
+    {
+        f.transfers += 1;
+        start = f.until;
+    }
+    let (mut src, mut dst) = (1.0, 1.0);
+    for f in faults.iter_mut().filter(|f| ends(f) && holds(f, start)) {
+        f.transfers += 1;
+        if f.instance == from {
+            src *= f.bandwidth;
+        } else {
+            dst *= f.bandwidth;
+        }
+    }
+    (start, src, dst)
 }
 
 /// Transfer statistics, for `summary.json`.
@@ -262,8 +308,22 @@ pub fn set_up_links(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<(), S
         }
     }
     let enabled = disaggregated(ctx);
+    let link_faults = ctx
+        .scenario
+        .faults
+        .iter()
+        .flat_map(|f| &f.kv_links)
+        .map(|l| LinkFault {
+            instance: l.instance,
+            from: SimTime::ZERO + SimDuration::from_secs_f64(l.from_s),
+            until: SimTime::ZERO + SimDuration::from_secs_f64(l.until_s),
+            bandwidth: l.bandwidth,
+            transfers: 0,
+        })
+        .collect();
     app.insert_resource(Disagg {
         enabled,
+        link_faults,
         layerwise: ctx.scenario.cluster.kv_transfer_layerwise,
         send_free: vec![SimTime::ZERO; links.len()],
         recv_free: vec![SimTime::ZERO; links.len()],
@@ -510,12 +570,17 @@ fn start_transfers(
             let src = x.links[t.from as usize];
             let blocks = kv.blocks_for(input).saturating_sub(cached);
             let bytes = f64::from(blocks) * f64::from(kv.block_size()) * src.bytes_per_token;
-            let mut wire = bytes / src.bytes_per_us.min(dst.bytes_per_us);
             let latency = src.latency.max(dst.latency);
             let earliest = now + latency;
-            let start = earliest
+            let mut start = earliest
                 .max(x.send_free[t.from as usize])
                 .max(x.recv_free[d as usize]);
+            let (mut src_share, mut dst_share) = (1.0, 1.0);
+            if !x.link_faults.is_empty() {
+                (start, src_share, dst_share) =
+                    through_faults(&mut x.link_faults, t.from, d, start);
+            }
+            let mut wire = bytes / (src.bytes_per_us * src_share).min(dst.bytes_per_us * dst_share);
             if x.layerwise && start == t.handoff.ready + latency {
                 let layers = f64::from(src.layers.max(1));
                 let step = t.handoff.last_step.as_us() as f64;

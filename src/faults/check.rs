@@ -20,6 +20,44 @@ pub fn check(p: &mut Vec<Problem>, s: &Scenario) {
         exists(p, at("instance"), c.instance, instances);
         seconds(p, at("at_s"), c.at_s, 0.0);
     }
+    for (k, l) in f.kv_links.iter().enumerate() {
+        let at = |field: &str| format!("faults.kv_links[{k}].{field}");
+        exists(p, at("instance"), l.instance, instances);
+        seconds(p, at("from_s"), l.from_s, 0.0);
+        seconds(p, at("until_s"), l.until_s, 0.0);
+        if l.from_s.is_finite() && l.until_s.is_finite() && l.until_s <= l.from_s {
+            p.push(
+                Problem::new(
+                    at("until_s"),
+                    format!("must be after from_s ({} s), got {} s", l.from_s, l.until_s),
+                )
+                .hint("the window is [from_s, until_s)"),
+            );
+        }
+        if !(0.0..=1.0).contains(&l.bandwidth) {
+            p.push(
+                Problem::new(
+                    at("bandwidth"),
+                    format!("must be a fraction in [0, 1], got {}", l.bandwidth),
+                )
+                .hint("0.25 leaves a quarter of the link; 0 severs it"),
+            );
+        }
+        if let Some(role) = role_of(s, l.instance)
+            && role == crate::scenario::Role::Mixed
+        {
+            p.push(
+                Problem::new(
+                    at("instance"),
+                    format!(
+                        "instance {} serves both phases: it sends no KV over a link",
+                        l.instance
+                    ),
+                )
+                .hint("kv_links degrade the P/D transfer links of Prefill and Decode instances"),
+            );
+        }
+    }
     if let Some(m) = f.mtbf_s {
         seconds(p, "faults.mtbf_s".into(), m, 1.0);
     }
@@ -115,4 +153,17 @@ fn seconds(p: &mut Vec<Problem>, field: String, v: f64, min: f64) {
             format!("must be a finite time in [{min}, 10⁹] s, got {v}"),
         ));
     }
+}
+
+/// The role of the group instance `i` belongs to (`None` past the last).
+fn role_of(s: &Scenario, i: u32) -> Option<crate::scenario::Role> {
+    let mut first = 0u64;
+    for g in &s.cluster.groups {
+        let n = u64::from(g.scaling.as_ref().map_or(g.count, |x| x.max));
+        if u64::from(i) < first + n {
+            return Some(g.role);
+        }
+        first += n;
+    }
+    None
 }

@@ -14,7 +14,10 @@
 //! after its repair and model reload, an autoscaled group's is off; the requests taken down
 //! fail or are retried through the router. INV-10 checks that a down instance holds nothing.
 //!
-//! Not yet: degraded or severed links; see the issue.
+//! `kv_links` degrade or sever P/D KV-transfer links for a window (applied by the Transfer
+//! stage: `crate::disagg::through_faults`).
+//!
+//! Not yet: faults of the host link and of the pipeline link between nodes; see the issue.
 
 mod check;
 pub mod crash;

@@ -10,15 +10,16 @@ use super::crash::{Crashes, any_marked, crash_and_restart, faults_due, lose_arri
 use crate::engine::{Event, EventQueue, RecordDue, SimStep, SimSystems};
 use crate::instance::{InstanceIndex, Scheduler};
 use crate::metrics::{
-    CrashEvent, CrashesSummary, FaultsSummary, ListedCrash, SpanSlo, StragglerSummary, Summary,
-    SummaryAppExt,
+    CrashEvent, CrashesSummary, FaultsSummary, LinkFaultSummary, ListedCrash, SpanSlo,
+    StragglerSummary, Summary, SummaryAppExt,
 };
 use crate::request::{FinalState, FinishedRequest};
 use crate::setup::{SetupAppExt, SetupCtx, SetupStage, SimError};
 use crate::slo::SloTable;
 use crate::time::{SimDuration, SimTime};
 
-/// Injects the scenario's faults (stragglers, crashes) and reports them in the summary.
+/// Injects the scenario's faults (stragglers, crashes; KV-link faults are the Transfer stage's) and
+/// reports them in the summary.
 pub struct FaultsPlugin;
 
 impl Plugin for FaultsPlugin {
@@ -297,7 +298,23 @@ fn summarize(world: &mut World, summary: &mut Summary) {
     if crashes.is_some() {
         summary.requests.failed = Some(world.resource::<crate::metrics::Aggregates>().failed);
     }
+    let kv_links = world
+        .get_resource::<crate::disagg::Disagg>()
+        .map(|x| {
+            x.link_faults
+                .iter()
+                .map(|l| LinkFaultSummary {
+                    instance: l.instance,
+                    from_s: l.from.as_us() as f64 / 1e6,
+                    until_s: l.until.as_us() as f64 / 1e6,
+                    bandwidth: l.bandwidth,
+                    transfers: l.transfers,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     summary.faults = Some(FaultsSummary {
+        kv_links,
         crashes,
         stragglers: spans
             .0

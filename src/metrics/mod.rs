@@ -37,9 +37,9 @@ pub use status::{nothing_left, overloaded};
 pub use summary::{
     Anomalies, BandSummary, CostSummary, CrashEvent, CrashesSummary, DisaggSummary, EnergySummary,
     FITNESS_KEYS, Fairness, FaultsSummary, FlowControlSummary, GroupEnergy, GroupUsage,
-    InstanceSummary, KvEventCounts, KvSummary, ListedCrash, PoolSummary, RequestCounts,
-    RoutingSummary, SliceSummary, SloSummary, SpanSlo, StragglerSummary, Summary, Throughput,
-    WorstDecision, cov, fitness_term, jain,
+    InstanceSummary, KvEventCounts, KvSummary, LinkFaultSummary, ListedCrash, PoolSummary,
+    RequestCounts, RoutingSummary, SliceSummary, SloSummary, SpanSlo, StragglerSummary, Summary,
+    Throughput, WorstDecision, cov, fitness_term, jain,
 };
 
 use std::fs::File;

@@ -438,9 +438,24 @@ pub struct StragglerSummary {
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct FaultsSummary {
     pub stragglers: Vec<StragglerSummary>,
+    /// Only when the scenario degrades or severs KV links.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kv_links: Vec<LinkFaultSummary>,
     /// Only when the scenario has crashes (listed or by MTBF).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub crashes: Option<CrashesSummary>,
+}
+
+/// One degraded or severed KV link (`summary.faults.kv_links`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct LinkFaultSummary {
+    pub instance: u32,
+    pub from_s: f64,
+    pub until_s: f64,
+    /// Fraction of the bandwidth left; 0 = severed.
+    pub bandwidth: f64,
+    /// Transfers that started in the window (at that bandwidth) or waited for its end.
+    pub transfers: u64,
 }
 
 /// Instance crashes (`summary.faults.crashes`) and what became of the requests they took
@@ -680,6 +695,13 @@ impl Summary {
                     att(st.before.attainment),
                     att(st.during.attainment),
                     att(st.after.attainment)
+                );
+            }
+            for l in &faults.kv_links {
+                let _ = writeln!(
+                    s,
+                    "kv link: instance {} at {} of its bandwidth from {} s to {} s ({} transfers)",
+                    l.instance, l.bandwidth, l.from_s, l.until_s, l.transfers
                 );
             }
             if let Some(c) = &faults.crashes {

@@ -1,5 +1,5 @@
 //! The faults schema: a scenario's `faults` block — stragglers (an instance's steps slowed
-//! by a factor for a window) and crashes (at a time or with an MTBF, then repair and model
+//! by a factor for a window), degraded or severed KV links, and crashes (at a time or with an MTBF, then repair and model
 //! reload; the requests on a crashed instance failed or retried). The fault plugin
 //! (`crate::faults`) applies it.
 
@@ -13,6 +13,8 @@ pub struct FaultsSpec {
     pub stragglers: Vec<StragglerSpec>,
     /// Instances that crash at a given time.
     pub crashes: Vec<CrashSpec>,
+    /// KV-transfer links (P/D) degraded or severed for a while.
+    pub kv_links: Vec<LinkFaultSpec>,
     /// Mean time between failures of each instance, seconds of its time up: crashes drawn
     /// from an exponential distribution (a seeded stream of their own). `None`: none.
     pub mtbf_s: Option<f64>,
@@ -33,6 +35,7 @@ impl Default for FaultsSpec {
         FaultsSpec {
             stragglers: Vec::new(),
             crashes: Vec::new(),
+            kv_links: Vec::new(),
             mtbf_s: None,
             repair_s: 30.0,
             reload_s: None,
@@ -60,6 +63,19 @@ pub struct StragglerSpec {
     pub until_s: f64,
     /// ≥ 1: how many times as long a step takes.
     pub slowdown: f64,
+}
+
+/// One link fault: instance `instance`'s KV-transfer link (P/D) keeps `bandwidth` of its
+/// bandwidth in [`from_s`, `until_s`); 0 severs it. A transfer that starts in the window runs
+/// at that bandwidth throughout; on a severed link it starts when the window ends.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LinkFaultSpec {
+    pub instance: u32,
+    pub from_s: f64,
+    pub until_s: f64,
+    /// The fraction of the link's bandwidth left, in [0, 1]; 0 = severed.
+    pub bandwidth: f64,
 }
 
 /// One crash: instance `instance` fails at `at_s` (if it is up then).

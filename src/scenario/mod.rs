@@ -16,7 +16,7 @@ mod workload;
 
 pub use cluster::*;
 pub use energy::{EnergySpec, PowerFigures, deserialize_power};
-pub use faults::{CrashPolicy, CrashSpec, FaultsSpec, StragglerSpec};
+pub use faults::{CrashPolicy, CrashSpec, FaultsSpec, LinkFaultSpec, StragglerSpec};
 pub use flow_control::{BandLimits, BandSpec, FlowControlSpec, SaturationSpec};
 pub use outputs::*;
 pub use plan::*;

@@ -551,3 +551,85 @@ fn a_model_named_by_a_unique_prefix_is_the_same_model_in_both_pools() {
     .to_string();
     assert!(err.contains("must serve one model"), "{err}");
 }
+
+#[test]
+fn a_degraded_kv_link_slows_the_transfers_that_start_in_its_window_and_a_severed_one_holds_them() {
+    // The lone request of the case above: its transfer could start at 1160 + 50 = 1210 µs.
+    let transfer = |links: &str| {
+        let src = pd(1, 1, "", &all_at_zero(1, 160, 3)).replacen(
+            "workload:",
+            &format!("faults: (kv_links: [{links}]), workload:"),
+            1,
+        );
+        let (s, rows) = run(&parse(&src));
+        let f = s.faults.unwrap();
+        let touched: Vec<u64> = f.kv_links.iter().map(|l| l.transfers).collect();
+        (rows[0].us("kv_transfer_ms"), touched)
+    };
+    // Half the prefill side's bandwidth: 20,971,520 bytes / 25,000 bytes/µs = 838.9 → 839.
+    assert_eq!(
+        transfer("(instance: 0, from_s: 0.0, until_s: 0.01, bandwidth: 0.5)"),
+        (50 + wire_us(160, 25_000), vec![1])
+    );
+    assert_eq!(wire_us(160, 25_000), 839);
+    // The decode side severed until 2 ms: the transfer starts then (2000 + 420 = 2420).
+    assert_eq!(
+        transfer("(instance: 1, from_s: 0.0, until_s: 0.002, bandwidth: 0.0)"),
+        (2420 - 1160, vec![1])
+    );
+    // Held to 2 ms, it starts inside a half-bandwidth window of the other end.
+    assert_eq!(
+        transfer(
+            "(instance: 1, from_s: 0.0, until_s: 0.002, bandwidth: 0.0),
+             (instance: 0, from_s: 0.0015, until_s: 0.003, bandwidth: 0.5)"
+        ),
+        (2000 + 839 - 1160, vec![1, 1])
+    );
+    // A window that has ended, or one of full bandwidth, changes nothing.
+    assert_eq!(
+        transfer("(instance: 0, from_s: 0.0, until_s: 0.0012, bandwidth: 0.0)"),
+        (470, vec![0])
+    );
+    assert_eq!(
+        transfer("(instance: 0, from_s: 0.0, until_s: 1.0, bandwidth: 1.0)"),
+        (470, vec![1])
+    );
+}
+
+#[test]
+fn kv_link_faults_need_a_pd_instance_and_a_fraction() {
+    for (links, path, says) in [
+        (
+            "(instance: 0, from_s: 0.0, until_s: 1.0, bandwidth: 1.5)",
+            "faults.kv_links[0].bandwidth",
+            "[0, 1]",
+        ),
+        (
+            "(instance: 0, from_s: 2.0, until_s: 1.0, bandwidth: 0.5)",
+            "faults.kv_links[0].until_s",
+            "after from_s",
+        ),
+        (
+            "(instance: 5, from_s: 0.0, until_s: 1.0, bandwidth: 0.5)",
+            "faults.kv_links[0].instance",
+            "does not exist",
+        ),
+    ] {
+        let src = pd(1, 1, "", &all_at_zero(1, 160, 3)).replacen(
+            "workload:",
+            &format!("faults: (kv_links: [{links}]), workload:"),
+            1,
+        );
+        let e = crate::common::invalid(&src);
+        assert!(e.contains(path) && e.contains(says), "{links}: {e}");
+    }
+    let mixed = "(seed: 1, cluster: (groups: [(count: 1, kv_blocks: 100)]),
+        faults: (kv_links: [(instance: 0, from_s: 0.0, until_s: 1.0, bandwidth: 0.5)]),
+        workload: (num_requests: 1, clients: [(rate_per_s: 1.0, input_tokens: Constant(16),
+          output_tokens: Constant(2))]))";
+    let e = crate::common::invalid(mixed);
+    assert!(
+        e.contains("faults.kv_links[0].instance") && e.contains("serves both phases"),
+        "{e}"
+    );
+}
