@@ -352,14 +352,7 @@ fn checks(
     };
     for (seed, s) in summaries {
         let r = &s.requests;
-        let ended = r.completed
-            + r.rejected
-            + r.dropped
-            + r.timed_out
-            + r.queued
-            + r.running
-            + r.in_transit
-            + r.failed.unwrap_or(0);
+        let ended = r.accounted();
         if ended != r.injected {
             c.accounted = false;
             flags.push(format!(

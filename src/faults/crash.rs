@@ -272,8 +272,7 @@ fn crash(world: &mut World, i: u32, now: SimTime) {
         || world
             .get::<crate::instance::Power>(e)
             .is_some_and(|p| p.phase == crate::instance::Phase::Off);
-    {
-        let mut c = world.resource_mut::<Crashes>();
+    let skipped = world.resource_scope(|world, mut c: Mut<Crashes>| {
         if mtbf {
             c.next_mtbf[i as usize] = None;
         }
@@ -281,12 +280,13 @@ fn crash(world: &mut World, i: u32, now: SimTime) {
             c.skipped += 1;
             // An autoscaled instance that is off draws again from now (it has no restart).
             if mtbf && autoscaled {
-                world.resource_scope(|world, mut c: Mut<Crashes>| {
-                    c.draw(i, now, &mut world.resource_mut::<EventQueue>());
-                });
+                c.draw(i, now, &mut world.resource_mut::<EventQueue>());
             }
-            return;
         }
+        down
+    });
+    if skipped {
+        return;
     }
     let lost = take_down(world, i);
     if autoscaled {

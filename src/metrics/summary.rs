@@ -28,6 +28,21 @@ pub struct RequestCounts {
     pub failed: Option<u64>,
 }
 
+impl RequestCounts {
+    /// Every bucket but `injected` added up: equals `injected` when every request is
+    /// accounted for (INV-1).
+    pub fn accounted(&self) -> u64 {
+        self.completed
+            + self.rejected
+            + self.dropped
+            + self.timed_out
+            + self.queued
+            + self.running
+            + self.in_transit
+            + self.failed.unwrap_or(0)
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Throughput {
     pub requests_per_s: f64,

@@ -134,14 +134,7 @@ pub fn assert_conserved(s: &Summary, rows: &[Row]) {
     let r = &s.requests;
     assert_eq!(
         r.injected,
-        r.completed
-            + r.rejected
-            + r.dropped
-            + r.timed_out
-            + r.queued
-            + r.running
-            + r.in_transit
-            + r.failed.unwrap_or(0),
+        r.accounted(),
         "summary buckets must add up: {r:?}"
     );
     assert_eq!(
