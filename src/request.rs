@@ -184,6 +184,9 @@ pub struct FinishedRequest {
     /// Its share of the energy of the steps it took part in, nanojoules (0 without
     /// `energy`).
     pub energy_nj: u64,
+    /// Speculative decoding: draft tokens verified for it, and accepted (0 without).
+    pub drafted: u32,
+    pub accepted: u32,
 }
 
 impl FinishedRequest {
@@ -215,6 +218,8 @@ impl FinishedRequest {
             decode_instance: None,
             kv_transfer: None,
             energy_nj: 0,
+            drafted: 0,
+            accepted: 0,
         }
     }
 

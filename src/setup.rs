@@ -194,6 +194,8 @@ pub struct ResolvedGroup {
     pub layers: u32,
     /// The serving path around the steps (`engine`, or the latency model's default).
     pub serving: ServingPath,
+    /// Speculative decoding (`speculative`), shared by the group's instances.
+    pub speculative: Option<Arc<crate::latency::speculative::SpecConfig>>,
 }
 
 /// A run that could not complete, by phase: loading the scenario fails with

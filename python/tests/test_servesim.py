@@ -443,3 +443,17 @@ def test_crashes_reach_python():
     failed = fail.requests[fail.requests["state"] == "failed"]
     assert len(failed) == fail.summary["requests"]["failed"] == fail.summary["faults"]["crashes"]["lost"]
     assert set(failed["instance"]) == {1}
+
+
+def test_speculative_decoding_reaches_python():
+    """scenarios/spec-decode.ron cut to 30 s: the summary's per-group acceptance, and the
+    `drafted_tokens` / `accepted_tokens` columns that add up to it."""
+    r = servesim.run(str(ROOT / "scenarios" / "spec-decode.ron"), {"workload.duration_s": 30.0})
+    (sp,) = r.summary["speculative"]
+    assert (sp["group"], sp["method"], sp["num_speculative_tokens"]) == ("eagle3", "eagle3", 3)
+    eagle = r.requests[r.requests["instance"].isin([2, 3])]
+    assert int(eagle["accepted_tokens"].sum()) == sp["accepted"]
+    assert int(eagle["drafted_tokens"].sum()) == sp["drafted"]
+    plain = r.requests[r.requests["instance"].isin([0, 1])]
+    assert int(plain["drafted_tokens"].sum()) == 0
+    assert eagle["mean_itl_ms"].mean() < plain["mean_itl_ms"].mean()

@@ -74,6 +74,9 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
         let _ = writeln!(s);
         let _ = writeln!(s, "    serving path: {}", r.serving.describe());
         let _ = writeln!(s, "    steps: {}", step_examples(&r));
+        if let Some(line) = r.speculative.as_ref().map(|c| speculative_line(c, g, &r)) {
+            let _ = writeln!(s, "    speculative: {line}");
+        }
         if let Some(gpu) = &r.gpu {
             let _ = writeln!(s, "    {}: {}", gpu.id, gpu.calibration.note());
         }
@@ -166,6 +169,68 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
         );
     }
     s
+}
+
+/// A group's speculative decoding, for `validate`: its acceptance and where it came from,
+/// the drafter's memory, and what a verifying step of 32 requests costs.
+fn speculative_line(
+    c: &crate::latency::speculative::SpecConfig,
+    g: &scenario::InstanceGroup,
+    r: &crate::setup::ResolvedGroup,
+) -> String {
+    use crate::latency::{BatchShape, StepItem};
+    let sp = g.speculative.as_ref().expect("resolved from it");
+    let rates: Vec<String> = c.per_position.iter().map(|p| format!("{p:.3}")).collect();
+    let source = match (&sp.acceptance, c.method) {
+        (Some(_), _) => "as given",
+        (None, "eagle3") => "vLLM's measured EAGLE-3 baseline",
+        (None, _) => "DeepSeek-V3's reported MTP acceptance",
+    };
+    let mut line = format!(
+        "{} k={}; accepted per position {} ({source}): {:.2} tokens per verification",
+        c.method,
+        c.k,
+        rates.join(", "),
+        c.expected_tokens_per_step()
+    );
+    if !c.by_name.is_empty() {
+        let names: Vec<&str> = c.by_name.iter().map(|(n, _)| n.as_str()).collect();
+        line += &format!(" (own rates for {})", names.join(", "));
+    }
+    if c.drafter.is_none() {
+        return line + "; drafted on the CPU (no GPU time, no memory)";
+    }
+    line += &format!(
+        "; drafter {:.2} GiB of weights, {:.0} B of KV per token per GPU",
+        c.draft_weights_gib, c.draft_kv_bytes_per_token
+    );
+    let item = |n| StepItem {
+        new_tokens: n,
+        context_tokens: 1024,
+        input_tokens: 512,
+        prefill: false,
+    };
+    let verify = vec![item(1 + c.k); 32];
+    let plain = vec![item(1); 32];
+    let price = |m: &dyn crate::latency::LatencyModel, items: &[StepItem]| {
+        m.step_time(&BatchShape {
+            items,
+            prefill_tokens: 0,
+            decode_tokens: items.iter().map(|i| i.new_tokens).sum(),
+        })
+        .map(|t| t.as_us() as f64 / 1e3)
+    };
+    let mut spec = crate::instance::speculative::Speculation::new(std::sync::Arc::new(c.clone()));
+    if let (Ok(t), Ok(d), Ok(p)) = (
+        price(r.latency.as_ref(), &verify),
+        spec.draft_time(&verify).map(|d| d.as_us() as f64 / 1e3),
+        price(r.latency.as_ref(), &plain),
+    ) {
+        line += &format!(
+            "; 32 requests at 1,024 tokens of context: {t:.2} ms to verify + {d:.2} ms to draft (a plain decode step: {p:.2} ms)",
+        );
+    }
+    line
 }
 
 /// What a group's steps cost, for `validate`: the latency model's price of a decode step of

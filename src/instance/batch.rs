@@ -77,7 +77,9 @@ pub(crate) fn form_one(
     if sched.step_end.is_some() || !sched.has_work() {
         return false;
     }
+    // Lockstep steps advance every request one token a step: not with speculative decoding.
     if lockstep
+        && sched.spec.is_none()
         && super::lockstep::try_form(
             sched,
             kv,

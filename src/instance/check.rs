@@ -56,6 +56,67 @@ pub fn check_group(p: &mut Vec<Problem>, s: &Scenario, i: usize, catalog: &Catal
     if g.max_model_len == Some(0) {
         p.push(Problem::new(at("max_model_len"), "must be > 0").hint("omit it for no limit"));
     }
+    if let Some(sp) = &g.speculative {
+        check_speculative(p, s, i, sp);
+    }
+}
+
+/// Where a group's speculative decoding can run: vLLM's v1 scheduler, no pipeline
+/// parallelism (vLLM's documented restriction), an instance that decodes; its per-client
+/// rates name the workload's clients. (Its numbers are checked when the group is resolved.)
+fn check_speculative(
+    p: &mut Vec<Problem>,
+    s: &Scenario,
+    i: usize,
+    sp: &crate::scenario::SpeculativeSpec,
+) {
+    let g = &s.cluster.groups[i];
+    let at = |f: &str| format!("cluster.groups[{i}].{f}");
+    if g.scheduler != "vllm_v1" {
+        p.push(
+            Problem::new(
+                at("speculative"),
+                format!(
+                    "speculative decoding runs with the vllm_v1 scheduler, not {}",
+                    g.scheduler
+                ),
+            )
+            .hint("remove `scheduler` (vllm_v1 is the default) or the speculative block"),
+        );
+    }
+    if g.pp > 1 {
+        p.push(
+            Problem::new(
+                at("speculative"),
+                format!(
+                    "vLLM does not combine speculative decoding with pipeline parallelism (pp {})",
+                    g.pp
+                ),
+            )
+            .hint("use pp: 1 (and tp for the GPUs), or remove the speculative block"),
+        );
+    }
+    if g.role == crate::scenario::Role::Prefill {
+        p.push(
+            Problem::new(
+                at("speculative"),
+                "a prefill-only group never decodes, so it never verifies drafts",
+            )
+            .hint("give the speculative block to the decode group"),
+        );
+    }
+    let names = s.client_names();
+    for name in sp.acceptance_by_client.keys() {
+        if !names.contains(name) {
+            p.push(
+                Problem::new(
+                    at(&format!("speculative.acceptance_by_client.{name}")),
+                    format!("no workload client is named `{name}`"),
+                )
+                .hint(format!("the clients are: {}", names.join(", "))),
+            );
+        }
+    }
 }
 
 /// A group's batch scheduler: a known name, known parameters that build.

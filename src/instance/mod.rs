@@ -30,6 +30,7 @@ mod plugin;
 pub mod report;
 pub mod schedulers;
 pub mod spawn;
+pub mod speculative;
 pub mod step;
 #[cfg(test)]
 pub(crate) mod tests;
@@ -225,6 +226,9 @@ pub struct Seq {
     /// Its share of the energy of the steps it took part in, nanojoules (`energy`; 0
     /// without). Whole units, so that lockstep steps sum it exactly as normal steps do.
     pub energy_nj: u64,
+    /// Speculative decoding: draft tokens verified for it, and accepted.
+    pub drafted: u32,
+    pub accepted: u32,
 }
 
 impl Seq {
@@ -250,6 +254,8 @@ impl Seq {
             prefill_instance: None,
             kv_transfer: None,
             energy_nj: 0,
+            drafted: 0,
+            accepted: 0,
         }
     }
 
@@ -293,6 +299,8 @@ impl Seq {
             decode_instance: (self.generated > 1).then_some(instance),
             kv_transfer: self.kv_transfer,
             energy_nj: self.energy_nj,
+            drafted: self.drafted,
+            accepted: self.accepted,
         }
     }
 }
@@ -422,6 +430,8 @@ pub struct Scheduler {
     pub down: bool,
     /// Requests that reached the instance while it was down, this tick.
     pub lost: Vec<Entity>,
+    /// Speculative decoding, when its group has it ([`speculative`]).
+    pub spec: Option<Box<speculative::Speculation>>,
 }
 
 /// Anomaly rows of stages that are not instances (scaling), until `decisions.csv` takes

@@ -139,3 +139,53 @@ pub fn summarize(world: &mut World, summary: &mut Summary) {
     };
     summary.anomalies.kv_thrashing = thrashed;
 }
+
+/// The summary's `speculative` part: each group with speculative decoding, its instances'
+/// counts summed.
+pub fn summarize_speculative(world: &mut World, summary: &mut Summary) {
+    let Some(groups) = world.get_resource::<super::spawn::Groups>() else {
+        return;
+    };
+    let groups = groups.0.clone();
+    let index = world.resource::<InstanceIndex>().0.clone();
+    for info in &groups {
+        let Some(cfg) = &info.resolved.speculative else {
+            continue;
+        };
+        let mut out = crate::metrics::SpeculativeSummary {
+            group: info.name.clone(),
+            method: cfg.method.to_string(),
+            num_speculative_tokens: cfg.k,
+            configured_per_position: cfg.per_position.clone(),
+            per_position: vec![0.0; cfg.k as usize],
+            ..Default::default()
+        };
+        let mut at_position = vec![0u64; cfg.k as usize];
+        let mut draft_us = 0u64;
+        for i in info.instances() {
+            let sched = world
+                .get::<Scheduler>(index[i as usize])
+                .expect("instance has a scheduler");
+            if let Some(s) = &sched.spec {
+                out.verifications += s.verifies;
+                out.drafted += s.drafted;
+                out.accepted += s.accepted;
+                draft_us += s.draft_us;
+                for (n, m) in at_position.iter_mut().zip(&s.accepted_per_position) {
+                    *n += m;
+                }
+            }
+        }
+        out.draft_s = draft_us as f64 * 1e-6;
+        out.acceptance_rate = (out.drafted > 0).then(|| out.accepted as f64 / out.drafted as f64);
+        out.mean_acceptance_length =
+            (out.verifications > 0).then(|| 1.0 + out.accepted as f64 / out.verifications as f64);
+        if out.verifications > 0 {
+            out.per_position = at_position
+                .iter()
+                .map(|&n| n as f64 / out.verifications as f64)
+                .collect();
+        }
+        summary.speculative.push(out);
+    }
+}

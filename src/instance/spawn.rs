@@ -100,6 +100,11 @@ pub fn spawn_instances(app: &mut App, ctx: &SetupCtx<'_>) -> Result<(), SimError
         };
         let args = PolicyArgs::new(scenario.seed, &group.scheduler_params, &labels).in_group(facts);
         let first = index.len() as u32;
+        // Speculative decoding, with its per-client rates placed by client index.
+        let spec = resolved
+            .speculative
+            .as_ref()
+            .map(|c| std::sync::Arc::new(c.for_clients(&scenario.client_names())));
         let traced = ctx.options.trace_decisions || scenario.outputs.decisions_csv;
         for k in 0..spawned {
             let i = index.len() as u32;
@@ -113,6 +118,9 @@ pub fn spawn_instances(app: &mut App, ctx: &SetupCtx<'_>) -> Result<(), SimError
             let scheduler = Scheduler {
                 unroutable: !on,
                 anomaly_rows: traced.then(Vec::new),
+                spec: spec
+                    .clone()
+                    .map(|c| Box::new(super::speculative::Speculation::new(c))),
                 ..Default::default()
             };
             let batcher = ctx

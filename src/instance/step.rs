@@ -108,7 +108,8 @@ pub(crate) fn execute_one(
             if p.prefill {
                 prefill_tokens += p.tokens;
             } else {
-                decode_tokens += 1;
+                // One, or 1 + its drafts with speculative decoding.
+                decode_tokens += p.tokens;
             }
         }
     }
@@ -160,6 +161,23 @@ pub(crate) fn execute_one(
                 SimDuration(1)
             }
         }
+    };
+    // Speculative decoding: the drafter's passes follow the target's in the same step.
+    let compute = match sched.spec.as_mut() {
+        Some(spec) if !empty => match spec.draft_time(items) {
+            Ok(draft) => compute + draft,
+            Err(e) => {
+                fault
+                    .0
+                    .get_or_insert_with(|| crate::engine::Fault::Pricing {
+                        instance: i,
+                        at: now,
+                        error: format!("the drafter: {e}"),
+                    });
+                compute
+            }
+        },
+        _ => compute,
     };
     let compute = match sched.warmup_speed {
         Some(speed) => SimDuration::from_us_f64(compute.as_us() as f64 / speed),
@@ -339,6 +357,17 @@ pub fn slowed(
     }
 }
 
+/// The drafts accepted of the `d` a decode verified (speculative decoding; only a group
+/// with it plans a decode of more than one token), counted on the request.
+#[inline(never)]
+fn verify(spec: Option<&mut super::speculative::Speculation>, seq: &mut super::Seq, d: u32) -> u32 {
+    let spec = spec.expect("only speculative decoding plans a decode of several tokens");
+    let a = spec.accept(seq.spec.id, seq.spec.client, seq.generated, d);
+    seq.drafted += d;
+    seq.accepted += a;
+    a
+}
+
 /// Applies the token progress of instance `i`'s batch priced this tick.
 #[expect(
     clippy::too_many_arguments,
@@ -377,7 +406,15 @@ pub(crate) fn complete_one(
     let mut run: Option<(u64, u64)> = None;
     for p in &sched.plan {
         let seq = &mut sched.running[p.slot as usize];
-        seq.progress += p.tokens;
+        // Tokens the request emits: one, or (speculative decoding, a decode with drafts)
+        // one plus the drafts accepted, which are all that stay computed.
+        let (computed, emits) = if p.prefill || p.tokens == 1 {
+            (p.tokens, 1)
+        } else {
+            let a = verify(sched.spec.as_deref_mut(), seq, p.tokens - 1);
+            (1 + a, 1 + a)
+        };
+        seq.progress += computed;
         seq.busy_until = end;
         if p.prefill {
             kv.register_full_blocks(
@@ -390,18 +427,34 @@ pub(crate) fn complete_one(
         if seq.progress < seq.known_tokens() {
             continue; // a prefill chunk that did not reach the end of the prompt
         }
-        seq.generated += 1;
+        seq.generated += emits;
+        // Its chunk leaves once the API server has processed its last token.
+        emitted += emits;
         let delivery = if api {
-            serving.token_out(emitted)
+            serving.token_out(emitted - 1)
         } else {
             SimDuration::ZERO
         };
-        emitted += 1;
         if seq.first_token.is_none() {
             seq.first_token = Some(end);
             seq.prefill_instance = Some(i);
             seq.first_delivery = delivery;
             seq.ttft = Some(end.since(seq.lifecycle.arrival) + alpha2 + delivery);
+        } else if emits > 1 {
+            // Several tokens arrive together: each is one ITL sample, the gap split
+            // evenly between them (so the request's mean ITL stays its time per token).
+            let gap = end.since(seq.last_token).as_us();
+            let n = u64::from(emits);
+            seq.itl_sum += SimDuration(gap + alpha2.as_us() * n);
+            seq.itl_count += emits;
+            if let Some((v, k)) = run.take() {
+                agg.itl.record_n(v, k);
+            }
+            let (q, r) = (gap / n, gap % n);
+            agg.itl.record_n(q + alpha2.as_us(), n - r);
+            if r > 0 {
+                agg.itl.record_n(q + 1 + alpha2.as_us(), r);
+            }
         } else {
             let sample = end.since(seq.last_token) + alpha2;
             seq.itl_sum += sample;

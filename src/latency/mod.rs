@@ -17,6 +17,7 @@ mod blis_roofline;
 mod piecewise;
 mod roofline;
 mod serving;
+pub mod speculative;
 mod table;
 mod trained_physics;
 

@@ -14,9 +14,10 @@
 //! - with TP > 1, two all-reduces of the step's activations per layer (ring:
 //!   2(TP−1)/TP × bytes / `allreduce_gb_per_s` + `allreduce_latency_us`).
 //!
-//! A step is every layer, plus the LM head (one logits row per scheduled request, vocab
-//! sharded over TP), plus a fixed per-step overhead and a per-request overhead (scheduling,
-//! input preparation, sampling: the CPU side of vLLM). The efficiencies and overheads live in
+//! A step is every layer, plus the LM head (one logits row per scheduled request and per
+//! position a speculative verification adds, vocab sharded over TP), plus a fixed per-step
+//! overhead and a per-request overhead (scheduling, input preparation, sampling: the CPU
+//! side of vLLM). The efficiencies and overheads live in
 //! the GPU profile's `physics` block, fitted to `h100_torch_microbench.csv`; every one can be
 //! overridden in the scenario (`Roofline(gemm_efficiency: 0.7, ...)`) or a GPU file.
 
@@ -53,6 +54,9 @@ pub struct LayerLoad {
     pub prefill_pairs: f64,
     /// Σ over decodes of the context read (tokens in the KV cache).
     pub decode_context: f64,
+    /// Rows of logits the LM head computes: one per request, one per position a decode
+    /// verifies (speculative decoding).
+    pub logit_rows: f64,
 }
 
 impl LayerLoad {
@@ -65,8 +69,12 @@ impl LayerLoad {
             l.tokens += n;
             if it.prefill {
                 l.prefill_pairs += n * (s + (n + 1.0) / 2.0);
+                l.logit_rows += 1.0;
             } else {
-                l.decode_context += s + 1.0;
+                // A decode reads its context and the positions it computes (one, or 1 + its
+                // drafts verified together), and needs the logits of each.
+                l.decode_context += s + n;
+                l.logit_rows += n;
             }
         }
         l
@@ -195,8 +203,9 @@ impl Roofline {
             + ph.allreduce_latency_us
     }
 
-    /// Kernel time of one step (every layer and the LM head), µs, without CPU overheads.
-    pub fn kernels_us(&self, load: &LayerLoad, requests: f64, kv_tensors: f64) -> f64 {
+    /// Kernel time of one step (every layer and the LM head over `logit_rows` rows), µs,
+    /// without CPU overheads.
+    pub fn kernels_us(&self, load: &LayerLoad, logit_rows: f64, kv_tensors: f64) -> f64 {
         let m = &self.model;
         let moe = f64::from(m.moe_layers());
         let dense = f64::from(m.dense_layers());
@@ -208,7 +217,7 @@ impl Roofline {
             us += dense * self.layer_us(false, load, kv_tensors);
         }
         let vocab = f64::from(m.vocab) / f64::from(self.tp.max(1));
-        us + self.gemm_us(requests, f64::from(m.hidden), vocab)
+        us + self.gemm_us(logit_rows, f64::from(m.hidden), vocab)
     }
 }
 
@@ -218,7 +227,8 @@ impl LatencyModel for Roofline {
             return Ok(SimDuration(1));
         }
         let requests = batch.items.len() as f64;
-        let us = self.kernels_us(&LayerLoad::of(batch), requests, 2.0)
+        let load = LayerLoad::of(batch);
+        let us = self.kernels_us(&load, load.logit_rows, 2.0)
             + self.step_overhead_us
             + self.request_overhead_us * requests;
         Ok(SimDuration::from_us_f64(us).max(SimDuration(1)))
@@ -288,6 +298,47 @@ mod tests {
         let bytes = 512.0 * 4096.0 * 2.0;
         assert!((r.allreduce_us(512.0) - (bytes / 360e9 * 1e6 + 8.0)).abs() < 1e-9);
         assert_eq!(llama(1).allreduce_us(512.0), 0.0);
+    }
+
+    #[test]
+    fn a_verification_computes_its_positions_reads_its_context_once_and_needs_their_logits() {
+        // Speculative decoding: one request verifies 1 + 3 positions over 1,000 cached
+        // tokens: 4 GEMM rows, K/V of 1,004 tokens read once, 4 logits rows.
+        let verify = StepItem {
+            new_tokens: 4,
+            context_tokens: 1000,
+            input_tokens: 100,
+            prefill: false,
+        };
+        fn shape(items: &[StepItem]) -> BatchShape<'_> {
+            BatchShape {
+                items,
+                prefill_tokens: 0,
+                decode_tokens: items.iter().map(|i| i.new_tokens).sum(),
+            }
+        }
+        let l = LayerLoad::of(&shape(&[verify]));
+        assert_eq!(
+            (l.tokens, l.decode_context, l.logit_rows),
+            (4.0, 1004.0, 4.0)
+        );
+        // One plain decode: 1 row, 1,001 tokens read, 1 logits row.
+        let plain = StepItem {
+            new_tokens: 1,
+            ..verify
+        };
+        let l = LayerLoad::of(&shape(&[plain]));
+        assert_eq!(
+            (l.tokens, l.decode_context, l.logit_rows),
+            (1.0, 1001.0, 1.0)
+        );
+        // Memory bound: the four positions cost a few percent more than one, not four times.
+        let r = llama(1);
+        let (v, p) = (
+            r.step_time(&shape(&[verify])).unwrap().as_us(),
+            r.step_time(&shape(&[plain])).unwrap().as_us(),
+        );
+        assert!(v > p && v * 100 < p * 110, "{v} vs {p}");
     }
 
     #[test]

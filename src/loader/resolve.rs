@@ -10,7 +10,7 @@ use crate::latency::{
     Blackbox, BlisRoofline, Coefficients, LatencyModel, MeasuredTable, PiecewiseLinear, Roofline,
     ServingPath, TrainedPhysics,
 };
-use crate::model::{BUNDLED_MODELS, GpuProfile, ModelConfig, bundled_gpus, find_gpu, kv_capacity};
+use crate::model::{BUNDLED_MODELS, GpuProfile, ModelConfig, bundled_gpus, find_gpu};
 use crate::scenario::{InstanceGroup, LatencySpec, Memo, Problem, Scenario, did_you_mean};
 use crate::setup::ResolvedGroup;
 
@@ -265,6 +265,9 @@ fn read_group(
         }
     };
     let spec = g.latency();
+    // The GPU as the roofline prices it (its physics overridden by the scenario's), for a
+    // speculative drafter.
+    let mut roofline_gpu = None;
     let latency: Option<Arc<dyn LatencyModel>> = match &*spec {
         LatencySpec::Blackbox { alpha, beta } => {
             check_coefficients(&mut p, &at("latency.alpha"), alpha, 3..=3);
@@ -351,6 +354,7 @@ fn read_group(
                             msg.to_string(),
                         ));
                     }
+                    roofline_gpu = Some(gp.clone());
                     Some(Arc::new(Roofline {
                         model: m.clone(),
                         gpu: gp,
@@ -463,6 +467,21 @@ fn read_group(
     for (f, msg) in serving.problems() {
         p.push(Problem::new(at(&format!("engine.{f}")), msg));
     }
+    let speculative = g.speculative.as_ref().and_then(|sp| {
+        speculative(
+            &mut p,
+            &at,
+            sp,
+            g,
+            model.as_ref(),
+            roofline_gpu.as_ref(),
+            base,
+            seed,
+        )
+    });
+    let (draft_gib, draft_kv) = speculative.as_ref().map_or((0.0, 0.0), |c| {
+        (c.draft_weights_gib, c.draft_kv_bytes_per_token)
+    });
     let kv_blocks = match (g.kv_blocks, &model, &gpu) {
         (Some(0), _, _) => {
             p.push(Problem::new(at("kv_blocks"), "must be > 0").hint("KV cache size per instance in blocks, e.g. 8192; omit it to derive it from model and gpu"));
@@ -470,7 +489,15 @@ fn read_group(
         }
         (Some(b), _, _) => Some(b),
         (None, Some(m), Some(gp)) if g.block_size > 0 && g.tp > 0 && g.pp > 0 => {
-            match kv_capacity(m, gp, g.tp, g.pp, g.gpu_memory_utilization, g.block_size) {
+            match crate::model::kv_capacity_with(
+                m,
+                gp,
+                g.tp,
+                g.pp,
+                g.gpu_memory_utilization,
+                g.block_size,
+                (draft_gib, draft_kv),
+            ) {
                 Ok(c) => Some(c.blocks),
                 Err(e) => {
                     p.push(Problem::new(at("kv_blocks"), e));
@@ -563,5 +590,181 @@ fn read_group(
         max_model_len,
         latency: latency.expect("no problems means a latency model"),
         serving,
+        speculative: speculative.map(Arc::new),
+    })
+}
+
+/// A group's speculative decoding resolved: its acceptance rates (given, or the method's
+/// published default) and, for every method but n-grams, its drafter priced by the
+/// roofline on the drafter's own shape, with the memory the drafter takes from the KV
+/// cache. Problems go to `p` under `cluster.groups[i].speculative`.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the group, its resolved parts and the run's seed"
+)]
+fn speculative(
+    p: &mut Vec<Problem>,
+    at: &dyn Fn(&str) -> String,
+    sp: &crate::scenario::SpeculativeSpec,
+    g: &InstanceGroup,
+    model: Option<&crate::model::ModelConfig>,
+    roofline_gpu: Option<&crate::model::GpuProfile>,
+    base: &Path,
+    seed: u64,
+) -> Option<crate::latency::speculative::SpecConfig> {
+    use crate::latency::speculative as spec;
+    use crate::scenario::SpecMethod;
+    let before = p.len();
+    let k = sp.num_speculative_tokens;
+    if !(1..=16).contains(&k) {
+        p.push(
+            Problem::new(
+                at("speculative.num_speculative_tokens"),
+                format!("must be within 1..=16, got {k}"),
+            )
+            .hint("vLLM's examples use 2–5 (each draft position is accepted less often)"),
+        );
+        return None;
+    }
+    let per_position = match &sp.acceptance {
+        Some(a) => spec::per_position(a, k)
+            .map_err(|e| p.push(Problem::new(at("speculative.acceptance"), e)))
+            .ok(),
+        None => {
+            let d = spec::default_rates(&sp.method, k);
+            if d.is_none() {
+                p.push(
+                    Problem::new(
+                        at("speculative.acceptance"),
+                        format!(
+                            "missing: {} has no published acceptance to default to",
+                            spec::method_name(&sp.method)
+                        ),
+                    )
+                    .hint("give acceptance: Rate(0.6) or PerPosition([0.7, 0.5, 0.35]), as vLLM's spec_decode metrics report them for your drafter and data"),
+                );
+            }
+            d
+        }
+    };
+    let mut by_name = Vec::new();
+    for (name, a) in &sp.acceptance_by_client {
+        match spec::per_position(a, k) {
+            Ok(r) => by_name.push((name.clone(), r)),
+            Err(e) => p.push(Problem::new(
+                at(&format!("speculative.acceptance_by_client.{name}")),
+                e,
+            )),
+        }
+    }
+    if sp.draft_vocab.is_some() && !matches!(sp.method, SpecMethod::Eagle3) {
+        p.push(
+            Problem::new(
+                at("speculative.draft_vocab"),
+                "only an EAGLE-3 head has an LM head of its own",
+            )
+            .hint("leave it out, or use method: Eagle3"),
+        );
+    }
+    if sp.draft_vocab == Some(0) {
+        p.push(Problem::new(at("speculative.draft_vocab"), "must be ≥ 1"));
+    }
+    let mut draft_weights_gib = 0.0;
+    let mut draft_kv_bytes_per_token = 0.0;
+    let mut drafter: Option<Arc<dyn LatencyModel>> = None;
+    if !matches!(sp.method, SpecMethod::Ngram) {
+        let draft = match (&sp.method, model) {
+            (SpecMethod::DraftModel(name), _) => match load_model(name, base) {
+                Ok(d) => {
+                    if g.tp > 0 && (d.heads % g.tp != 0 || d.kv_heads % g.tp != 0) {
+                        p.push(Problem::new(
+                            at("speculative.method"),
+                            format!(
+                                "the draft model {} has {} attention heads and {} KV heads; the group's tp {} must divide both (vLLM runs the drafter at the target's TP)",
+                                d.id, d.heads, d.kv_heads, g.tp
+                            ),
+                        ));
+                    }
+                    let gib = crate::model::params(&d) * d.weight_bytes / f64::from(1u32 << 30);
+                    Some((d, gib))
+                }
+                Err(e) => {
+                    p.push(Problem::new(at("speculative.method"), e));
+                    None
+                }
+            },
+            (_, Some(m)) => {
+                let head = spec::head_config(
+                    m,
+                    &sp.method,
+                    sp.draft_vocab.unwrap_or(spec::EAGLE3_DRAFT_VOCAB),
+                );
+                // The head shares the target's embedding.
+                let shared = f64::from(head.vocab) * f64::from(head.hidden);
+                let gib = (crate::model::params(&head) - shared) * head.weight_bytes
+                    / f64::from(1u32 << 30);
+                Some((head, gib))
+            }
+            (_, None) => {
+                if g.model.is_none() {
+                    p.push(
+                        Problem::new(
+                            at("speculative.method"),
+                            format!(
+                                "a{} drafter is shaped after the group's model",
+                                if matches!(sp.method, SpecMethod::Mtp) {
+                                    "n MTP"
+                                } else {
+                                    "n EAGLE"
+                                }
+                            ),
+                        )
+                        .hint("give the group a model (and gpu), or use method: Ngram"),
+                    );
+                }
+                None
+            }
+        };
+        match (draft, roofline_gpu) {
+            (Some((d, gib)), Some(gp)) => {
+                draft_weights_gib = gib;
+                draft_kv_bytes_per_token = crate::model::kv_bytes_per_token(&d, g.tp, 1);
+                drafter = Some(Arc::new(Roofline {
+                    model: d,
+                    gpu: gp.clone(),
+                    tp: g.tp.max(1),
+                    alpha: [0.0; 3],
+                    step_overhead_us: 0.0,
+                    request_overhead_us: 0.0,
+                }));
+            }
+            (_, None) if !matches!(&*g.latency(), LatencySpec::Roofline { .. }) => {
+                p.push(
+                    Problem::new(
+                        at("speculative.method"),
+                        format!(
+                            "pricing the {} drafter's passes needs the roofline latency model",
+                            spec::method_name(&sp.method)
+                        ),
+                    )
+                    .hint("use latency: Roofline() (or leave latency out), or method: Ngram, which drafts on the CPU"),
+                );
+            }
+            _ => {} // a missing model or GPU is reported where it is resolved
+        }
+    }
+    if p.len() > before {
+        return None;
+    }
+    Some(spec::SpecConfig {
+        method: spec::method_name(&sp.method),
+        k,
+        per_position: per_position?,
+        by_client: Vec::new(),
+        by_name,
+        drafter,
+        draft_weights_gib,
+        draft_kv_bytes_per_token,
+        seed: spec::draw_key(seed),
     })
 }

@@ -74,6 +74,12 @@ pub(super) fn open_files(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<
     let extra = super::ExtraColumns {
         energy: ctx.scenario.energy.is_some(),
         retries: ctx.scenario.faults.as_ref().is_some_and(|f| f.crashes_on()),
+        speculative: ctx
+            .scenario
+            .cluster
+            .groups
+            .iter()
+            .any(|g| g.speculative.is_some()),
     };
     let mut log = RequestLog {
         collect: ctx.options.collect.clone(),

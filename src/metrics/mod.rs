@@ -31,15 +31,16 @@ pub use record::{
     Recorder, check_causality, count_kv_events, meets_slo, record_finished, record_one,
 };
 pub use row::{
-    CSV_COLUMNS, ENERGY_COLUMN, ExtraColumns, RETRIES_COLUMN, csv_header, fixed, format_row,
+    CSV_COLUMNS, ENERGY_COLUMN, ExtraColumns, RETRIES_COLUMN, SPECULATIVE_COLUMNS, csv_header,
+    fixed, format_row,
 };
 pub use status::{nothing_left, overloaded};
 pub use summary::{
     Anomalies, BandSummary, CostSummary, CrashEvent, CrashesSummary, DisaggSummary, EnergySummary,
     FITNESS_KEYS, Fairness, FaultsSummary, FlowControlSummary, GroupEnergy, GroupUsage,
     InstanceSummary, KvEventCounts, KvSummary, LinkFaultSummary, ListedCrash, PoolSummary,
-    RequestCounts, RoutingSummary, SliceSummary, SloSummary, SpanSlo, StragglerSummary, Summary,
-    Throughput, WorstDecision, cov, fitness_term, jain,
+    RequestCounts, RoutingSummary, SliceSummary, SloSummary, SpanSlo, SpeculativeSummary,
+    StragglerSummary, Summary, Throughput, WorstDecision, cov, fitness_term, jain,
 };
 
 use std::fs::File;

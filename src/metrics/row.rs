@@ -104,6 +104,10 @@ pub const ENERGY_COLUMN: &str = "energy_j";
 /// crash took the request down and it was sent again.
 pub const RETRIES_COLUMN: &str = "retries";
 
+/// The columns `requests.csv` adds when a group has speculative decoding: the draft tokens
+/// verified for the request and those accepted.
+pub const SPECULATIVE_COLUMNS: [&str; 2] = ["drafted_tokens", "accepted_tokens"];
+
 /// The columns `requests.csv` ends with, beyond [`CSV_COLUMNS`], when the scenario uses
 /// the features they describe (in this order).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -112,6 +116,8 @@ pub struct ExtraColumns {
     pub energy: bool,
     /// [`RETRIES_COLUMN`] (crashes in `faults`).
     pub retries: bool,
+    /// [`SPECULATIVE_COLUMNS`] (a group's `speculative`).
+    pub speculative: bool,
 }
 
 /// Appends `units` thousandths as a decimal with exactly three decimals (whole µs as ms,
@@ -139,6 +145,8 @@ pub fn csv_header(extra: ExtraColumns) -> Vec<u8> {
     for (on, name) in [
         (extra.energy, ENERGY_COLUMN),
         (extra.retries, RETRIES_COLUMN),
+        (extra.speculative, SPECULATIVE_COLUMNS[0]),
+        (extra.speculative, SPECULATIVE_COLUMNS[1]),
     ] {
         if on {
             row.push(b',');
@@ -211,6 +219,10 @@ pub fn format_row(row: &mut Vec<u8>, f: &FinishedRequest, labels: &Labels, extra
     }
     if extra.retries {
         int(row, Some(u64::from(f.lifecycle.retries)));
+    }
+    if extra.speculative {
+        int(row, Some(u64::from(f.drafted)));
+        int(row, Some(u64::from(f.accepted)));
     }
     // The last field ends the row, not a comma.
     *row.last_mut().expect("a row has fields") = b'\n';

@@ -539,6 +539,31 @@ pub struct ListedCrash {
     pub after: SpanSlo,
 }
 
+/// Speculative decoding on one instance group, counted as vLLM's `spec_decode` metrics
+/// count it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct SpeculativeSummary {
+    pub group: String,
+    /// `ngram`, `eagle`, `eagle3`, `mtp` or `draft_model`.
+    pub method: String,
+    pub num_speculative_tokens: u32,
+    /// The acceptance the group was given (or its method's default), per position.
+    pub configured_per_position: Vec<f64>,
+    /// Verifications: one per request and step that verified drafts (vLLM `num_drafts`).
+    pub verifications: u64,
+    /// Draft tokens verified, and accepted.
+    pub drafted: u64,
+    pub accepted: u64,
+    /// accepted / drafted.
+    pub acceptance_rate: Option<f64>,
+    /// 1 + accepted / verifications: tokens a request gains per verifying step.
+    pub mean_acceptance_length: Option<f64>,
+    /// Accepted at each position / verifications (vLLM's per-position acceptance).
+    pub per_position: Vec<f64>,
+    /// GPU time the drafter's passes added to the group's steps, seconds.
+    pub draft_s: f64,
+}
+
 /// Aggregates of a run (every latency in milliseconds).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Summary {
@@ -577,6 +602,9 @@ pub struct Summary {
     /// The injected faults (only with the scenario's `faults`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub faults: Option<FaultsSummary>,
+    /// Speculative decoding, per group that has it (only when one does).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub speculative: Vec<SpeculativeSummary>,
     pub tenants: Vec<SliceSummary>,
     pub slo_classes: Vec<SliceSummary>,
     /// Prefill/decode disaggregation (only when the cluster has decode instances).
@@ -878,6 +906,22 @@ impl Summary {
                     g.cold_starts
                 );
             }
+        }
+        for sp in &self.speculative {
+            let _ = writeln!(
+                s,
+                "speculative decoding ({}): {} k={}, {} of {} drafts accepted ({}), {} tokens per verification, drafter {:.3} s",
+                sp.group,
+                sp.method,
+                sp.num_speculative_tokens,
+                sp.accepted,
+                sp.drafted,
+                sp.acceptance_rate
+                    .map_or("n/a".into(), |r| format!("{r:.4}")),
+                sp.mean_acceptance_length
+                    .map_or("n/a".into(), |l| format!("{l:.3}")),
+                sp.draft_s
+            );
         }
         if let Some(e) = &self.energy {
             let _ = writeln!(

@@ -97,11 +97,26 @@ pub fn kv_capacity(
     utilization: f64,
     block_size: u32,
 ) -> Result<KvCapacity, String> {
+    kv_capacity_with(m, gpu, tp, pp, utilization, block_size, (0.0, 0.0))
+}
+
+/// [`kv_capacity`] with a speculative drafter beside the model: `draft` = (its weights in
+/// GiB for the whole replica, its KV bytes per token on one GPU), which vLLM allocates in
+/// the same memory and the same blocks as the target's.
+pub fn kv_capacity_with(
+    m: &ModelConfig,
+    gpu: &GpuProfile,
+    tp: u32,
+    pp: u32,
+    utilization: f64,
+    block_size: u32,
+    draft: (f64, f64),
+) -> Result<KvCapacity, String> {
     let gpus = f64::from(tp.max(1)) * f64::from(pp.max(1));
-    let per_token = kv_bytes_per_token(m, tp, pp);
+    let per_token = kv_bytes_per_token(m, tp, pp) + draft.1;
     let per_block = (per_token * f64::from(block_size)).trunc();
     let available = gpu.memory_gib * utilization * gpus;
-    let weights = params(m) * m.weight_bytes / GIB;
+    let weights = params(m) * m.weight_bytes / GIB + draft.0;
     let activation = if m.is_moe() { 8.0 } else { 5.5 };
     let non_torch = if gpus <= 1.0 { 0.15 } else { 0.6 * gpus };
     let tp = tp * pp.max(1);

@@ -9,7 +9,9 @@ pub mod dtype;
 mod gpu;
 mod prices;
 
-pub use capacity::{KvCapacity, flops_per_token, kv_bytes_per_token, kv_capacity, load_s, params};
+pub use capacity::{
+    KvCapacity, flops_per_token, kv_bytes_per_token, kv_capacity, kv_capacity_with, load_s, params,
+};
 pub use gpu::{Calibration, GpuPhysics, GpuProfile, bundled_gpus, find_gpu};
 pub use prices::{Price, bundled_prices, price_of};
 

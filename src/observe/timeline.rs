@@ -133,7 +133,7 @@ impl Timeline {
             if p.prefill {
                 prefill += p.tokens;
             } else {
-                decode += 1;
+                decode += p.tokens;
             }
         }
         let name = match (prefill > 0, decode > 0) {

@@ -160,6 +160,62 @@ pub struct InstanceGroup {
     /// default).
     #[serde(default = "default_kv_link_latency")]
     pub kv_link_latency_us: f64,
+    /// Speculative decoding (vLLM's `speculative_config`): a proposer drafts
+    /// `num_speculative_tokens` tokens per running request, each step verifies them.
+    /// Absent: none.
+    #[serde(default)]
+    pub speculative: Option<SpeculativeSpec>,
+}
+
+/// Speculative decoding on a group's instances (`cluster.groups[i].speculative`).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SpeculativeSpec {
+    /// Who proposes the draft tokens.
+    pub method: SpecMethod,
+    /// Draft tokens proposed per request and step (vLLM `num_speculative_tokens`), 1–16.
+    pub num_speculative_tokens: u32,
+    /// How many drafts the target accepts. Default: vLLM's measured EAGLE-3 baseline for
+    /// `Eagle3`, DeepSeek-V3's report for `Mtp`; the other methods need one.
+    #[serde(default)]
+    pub acceptance: Option<Acceptance>,
+    /// Rows of an EAGLE-3 head's own LM head (its `draft_vocab_size`). Default 32,000.
+    #[serde(default)]
+    pub draft_vocab: Option<u32>,
+    /// Acceptance per workload client (by client name), overriding `acceptance` for that
+    /// client's requests: code and chat accept drafts at different rates.
+    #[serde(default)]
+    pub acceptance_by_client: BTreeMap<String, Acceptance>,
+}
+
+/// The proposer of a group's draft tokens (`speculative.method`).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub enum SpecMethod {
+    /// Prompt-lookup n-grams on the CPU (vLLM `ngram`): no GPU work, no memory.
+    Ngram,
+    /// An EAGLE-1/2 head: one decoder layer of the target's shape, sharing its embedding
+    /// and LM head.
+    Eagle,
+    /// An EAGLE-3 head: one decoder layer with an LM head of its own over `draft_vocab`
+    /// tokens.
+    Eagle3,
+    /// The model's own multi-token-prediction layer (DeepSeek-V3 style): one decoder layer
+    /// of the target's kind, sharing its embedding and LM head.
+    Mtp,
+    /// A smaller model of its own (a bundled id or a `config.json` path), at the group's TP.
+    DraftModel(String),
+}
+
+/// How many of a step's draft tokens the target accepts.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub enum Acceptance {
+    /// Each draft is accepted with this probability given the ones before it were: the
+    /// draft at position i is accepted with probability rateⁱ.
+    Rate(f64),
+    /// The probability that the draft at position i (1, 2, …) is accepted, as vLLM reports
+    /// it (`spec_decode_num_accepted_tokens_per_pos` / `spec_decode_num_drafts`):
+    /// non-increasing, one value per position up to `num_speculative_tokens`.
+    PerPosition(Vec<f64>),
 }
 
 fn default_kv_link() -> f64 {

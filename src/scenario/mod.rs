@@ -101,6 +101,20 @@ impl fmt::Debug for Memo {
 }
 
 impl Scenario {
+    /// The workload's client names in request `client` order: each client's `name` (or
+    /// `client<i>`), then `trace<i>` for each trace.
+    pub fn client_names(&self) -> Vec<String> {
+        let clients = self.workload.clients.iter().enumerate().map(|(i, c)| {
+            if c.name.is_empty() {
+                format!("client{i}")
+            } else {
+                c.name.clone()
+            }
+        });
+        let traces = (0..self.workload.traces.len()).map(|i| format!("trace{i}"));
+        clients.chain(traces).collect()
+    }
+
     /// The labels a scenario's workload will use, in the order requests index them.
     pub fn labels(&self) -> crate::labels::Labels {
         let s = self;
@@ -120,12 +134,7 @@ impl Scenario {
                 .collect(),
             ..Default::default()
         };
-        for (i, c) in s.workload.clients.iter().enumerate() {
-            let name = if c.name.is_empty() {
-                format!("client{i}")
-            } else {
-                c.name.clone()
-            };
+        for (c, name) in s.workload.clients.iter().zip(s.client_names()) {
             l.tenant(c.tenant.as_deref().unwrap_or(&name));
             l.slo_class(c.slo_class.as_deref().unwrap_or("standard"));
         }

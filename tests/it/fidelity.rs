@@ -59,12 +59,14 @@ pub fn layer_rows() -> Vec<(String, String, f64, f64, f64, f64, f64)> {
                 tokens: batch,
                 prefill_pairs: 0.0,
                 decode_context: batch * ctx,
+                ..Default::default()
             }
         } else {
             LayerLoad {
                 tokens: m,
                 prefill_pairs: m * (m + 1.0) / 2.0,
                 decode_context: 0.0,
+                ..Default::default()
             }
         };
         let predicted = r.layer_us(false, &load, 1.0) - 2.0 * r.allreduce_us(load.tokens);
@@ -196,6 +198,7 @@ fn paged_decode_attention_reads_kv_as_fast_as_vllms_measured_kernel() {
         tokens: 64.0,
         prefill_pairs: 0.0,
         decode_context: 64.0 * context,
+        ..Default::default()
     };
     // The layer's KV-read term alone: the same layer with and without the context.
     let kv_read_us = r.layer_us(false, &decode(1536.0), 2.0) - r.layer_us(false, &decode(0.0), 2.0);

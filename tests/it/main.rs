@@ -34,6 +34,7 @@ mod scenarios;
 mod schedulers;
 mod serving;
 mod setup;
+mod speculative;
 mod sweeps;
 mod ticks;
 mod workload;

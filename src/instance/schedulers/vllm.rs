@@ -8,7 +8,8 @@
 //!    takes 1. If its KV blocks cannot be grown, the **tail** of the running batch is
 //!    preempted (recompute mode: blocks freed, progress reset, generated tokens kept, put back
 //!    at the **front** of the wait queue) until it fits; if the request itself is the tail it
-//!    is preempted and the phase stops. With pipeline parallelism, requests still in flight
+//!    is preempted and the phase stops. With speculative decoding a decode takes 1 + its
+//!    draft tokens. With pipeline parallelism, requests still in flight
 //!    in an earlier micro-batch are skipped and never chosen as victims; a request that
 //!    could only preempt itself while such requests hold blocks waits for them instead
 //!    (otherwise it can preempt itself forever).
@@ -19,6 +20,7 @@
 
 use super::blocks::{Grow, decode_step, grow_or_preempt, order_waiting, prefill_step};
 use super::{BatchScheduler, BatcherEntry, Ordering};
+use crate::instance::speculative::drafts;
 use crate::instance::{Limits, Planned, Scheduler, Seq};
 use crate::kv::KvCache;
 use crate::time::SimTime;
@@ -77,13 +79,21 @@ impl BatchScheduler for VllmV0 {
 }
 
 /// Tokens the request would compute this step if the budget allows: (tokens, is_prefill).
-fn next_chunk(seq: &Seq, limits: &Limits, budget: u32) -> (u32, bool) {
+/// A decode computes its last token, plus up to `k` draft tokens with speculative decoding
+/// (`SPEC`, [`crate::instance::speculative`]).
+#[inline(always)]
+fn next_chunk<const SPEC: bool>(seq: &Seq, limits: &Limits, budget: u32, k: u32) -> (u32, bool) {
     if seq.in_prefill() {
         let mut n = seq.known_tokens() - seq.progress;
         if limits.long_prefill_token_threshold > 0 {
             n = n.min(limits.long_prefill_token_threshold);
         }
         (n.min(budget), true)
+    } else if SPEC {
+        (
+            1 + drafts(k, seq.generated, seq.spec.output_tokens, budget),
+            false,
+        )
     } else {
         (1, false)
     }
@@ -102,42 +112,30 @@ pub fn form_batch(
     sched.lockstep.head_blocked = false;
     let mut budget = limits.max_num_batched_tokens;
     let mut preempted = false;
-
-    let mut i = 0;
-    while i < sched.running.len() && budget > 0 {
-        if limits.pp > 1 && sched.running[i].busy_until > now {
-            i += 1; // in a micro-batch still in the pipeline
-            continue;
-        }
-        let (tokens, prefill) = next_chunk(&sched.running[i], limits, budget);
-        let context = sched.running[i].progress;
-        let outcome = grow_or_preempt(
+    // The running phase, compiled apart for speculative decoding so that a group without it
+    // runs exactly the plain loop.
+    match sched.spec.as_ref().map(|s| s.cfg.k) {
+        None => schedule_running::<false>(
             sched,
             kv,
-            i,
-            context + tokens,
+            limits,
             now,
             ordering,
+            0,
+            &mut budget,
             &mut preempted,
-        );
-        match outcome {
-            Grow::Fits => {}
-            Grow::Wait => {
-                i += 1;
-                continue;
-            }
-            Grow::Stop => break,
-        }
-        sched.plan.push(Planned {
-            slot: i as u32,
-            tokens,
-            prefill,
-            context,
-        });
-        budget -= tokens;
-        i += 1;
+        ),
+        Some(k) => schedule_running::<true>(
+            sched,
+            kv,
+            limits,
+            now,
+            ordering,
+            k,
+            &mut budget,
+            &mut preempted,
+        ),
     }
-
     if preempted {
         return;
     }
@@ -175,5 +173,49 @@ pub fn form_batch(
             context: start,
         });
         budget -= tokens;
+    }
+}
+
+/// Phase 1 of [`form_batch`]: the running requests, in batch order, into the budget.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the instance's parts and the step's budget"
+)]
+#[inline(always)]
+fn schedule_running<const SPEC: bool>(
+    sched: &mut Scheduler,
+    kv: &mut KvCache,
+    limits: &Limits,
+    now: SimTime,
+    ordering: &Ordering<'_>,
+    k: u32,
+    budget: &mut u32,
+    preempted: &mut bool,
+) {
+    let mut i = 0;
+    while i < sched.running.len() && *budget > 0 {
+        if limits.pp > 1 && sched.running[i].busy_until > now {
+            i += 1; // in a micro-batch still in the pipeline
+            continue;
+        }
+        let (tokens, prefill) = next_chunk::<SPEC>(&sched.running[i], limits, *budget, k);
+        let context = sched.running[i].progress;
+        let outcome = grow_or_preempt(sched, kv, i, context + tokens, now, ordering, preempted);
+        match outcome {
+            Grow::Fits => {}
+            Grow::Wait => {
+                i += 1;
+                continue;
+            }
+            Grow::Stop => break,
+        }
+        sched.plan.push(Planned {
+            slot: i as u32,
+            tokens,
+            prefill,
+            context,
+        });
+        *budget -= tokens;
+        i += 1;
     }
 }
