@@ -105,16 +105,22 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
                 st.instance, st.slowdown, st.from_s, st.until_s
             );
         }
-        for l in &f.kv_links {
-            let _ = writeln!(
-                s,
-                "  fault: instance {}'s KV link keeps {} of its bandwidth from {} s to {} s{}",
-                l.instance,
-                l.bandwidth,
-                l.from_s,
-                l.until_s,
-                if l.bandwidth == 0.0 { " (severed)" } else { "" }
-            );
+        for (what, links) in [
+            ("KV link", &f.kv_links),
+            ("host link", &f.host_links),
+            ("pipeline link", &f.pp_links),
+        ] {
+            for l in links {
+                let _ = writeln!(
+                    s,
+                    "  fault: instance {}'s {what} keeps {} of its bandwidth from {} s to {} s{}",
+                    l.instance,
+                    l.bandwidth,
+                    l.from_s,
+                    l.until_s,
+                    if l.bandwidth == 0.0 { " (severed)" } else { "" }
+                );
+            }
         }
         if f.crashes_on() {
             let reloads: Vec<String> = sc

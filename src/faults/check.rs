@@ -20,42 +20,13 @@ pub fn check(p: &mut Vec<Problem>, s: &Scenario) {
         exists(p, at("instance"), c.instance, instances);
         seconds(p, at("at_s"), c.at_s, 0.0);
     }
-    for (k, l) in f.kv_links.iter().enumerate() {
-        let at = |field: &str| format!("faults.kv_links[{k}].{field}");
-        exists(p, at("instance"), l.instance, instances);
-        seconds(p, at("from_s"), l.from_s, 0.0);
-        seconds(p, at("until_s"), l.until_s, 0.0);
-        if l.from_s.is_finite() && l.until_s.is_finite() && l.until_s <= l.from_s {
-            p.push(
-                Problem::new(
-                    at("until_s"),
-                    format!("must be after from_s ({} s), got {} s", l.from_s, l.until_s),
-                )
-                .hint("the window is [from_s, until_s)"),
-            );
-        }
-        if !(0.0..=1.0).contains(&l.bandwidth) {
-            p.push(
-                Problem::new(
-                    at("bandwidth"),
-                    format!("must be a fraction in [0, 1], got {}", l.bandwidth),
-                )
-                .hint("0.25 leaves a quarter of the link; 0 severs it"),
-            );
-        }
-        if let Some(role) = role_of(s, l.instance)
-            && role == crate::scenario::Role::Mixed
-        {
-            p.push(
-                Problem::new(
-                    at("instance"),
-                    format!(
-                        "instance {} serves both phases: it sends no KV over a link",
-                        l.instance
-                    ),
-                )
-                .hint("kv_links degrade the P/D transfer links of Prefill and Decode instances"),
-            );
+    for (name, links) in [
+        ("kv_links", &f.kv_links),
+        ("host_links", &f.host_links),
+        ("pp_links", &f.pp_links),
+    ] {
+        for (k, l) in links.iter().enumerate() {
+            link_window(p, s, name, k, l, instances);
         }
     }
     if let Some(m) = f.mtbf_s {
@@ -156,12 +127,70 @@ fn seconds(p: &mut Vec<Problem>, field: String, v: f64, min: f64) {
 }
 
 /// The role of the group instance `i` belongs to (`None` past the last).
-fn role_of(s: &Scenario, i: u32) -> Option<crate::scenario::Role> {
+/// One link window of `faults.<name>`: an instance of the cluster with such a link, an
+/// ordered window, a bandwidth fraction.
+fn link_window(
+    p: &mut Vec<Problem>,
+    s: &Scenario,
+    name: &str,
+    k: usize,
+    l: &crate::scenario::LinkFaultSpec,
+    instances: u64,
+) {
+    let at = |field: &str| format!("faults.{name}[{k}].{field}");
+    exists(p, at("instance"), l.instance, instances);
+    seconds(p, at("from_s"), l.from_s, 0.0);
+    seconds(p, at("until_s"), l.until_s, 0.0);
+    if l.from_s.is_finite() && l.until_s.is_finite() && l.until_s <= l.from_s {
+        p.push(
+            Problem::new(
+                at("until_s"),
+                format!("must be after from_s ({} s), got {} s", l.from_s, l.until_s),
+            )
+            .hint("the window is [from_s, until_s)"),
+        );
+    }
+    if !(0.0..=1.0).contains(&l.bandwidth) {
+        p.push(
+            Problem::new(
+                at("bandwidth"),
+                format!("must be a fraction in [0, 1], got {}", l.bandwidth),
+            )
+            .hint("0.25 leaves a quarter of the link; 0 severs it"),
+        );
+    }
+    let Some(g) = group_of(s, l.instance) else {
+        return;
+    };
+    let (has, what, hint) = match name {
+        "kv_links" => (
+            g.role != crate::scenario::Role::Mixed,
+            "serves both phases: it sends no KV over a link",
+            "kv_links degrade the P/D transfer links of Prefill and Decode instances",
+        ),
+        "host_links" => (
+            g.cpu_kv_blocks > 0,
+            "has no CPU KV tier: nothing crosses its host link",
+            "host_links degrade the link of a group with cpu_kv_blocks",
+        ),
+        _ => (
+            g.pp > 1,
+            "has one pipeline stage: it has no link between stages",
+            "pp_links degrade the stage-to-stage links of a group with pp > 1",
+        ),
+    };
+    if !has {
+        p.push(Problem::new(at("instance"), format!("instance {} {what}", l.instance)).hint(hint));
+    }
+}
+
+/// The group instance `i` belongs to (groups spawn `count`, autoscaled ones their `max`).
+fn group_of(s: &Scenario, i: u32) -> Option<&crate::scenario::InstanceGroup> {
     let mut first = 0u64;
     for g in &s.cluster.groups {
         let n = u64::from(g.scaling.as_ref().map_or(g.count, |x| x.max));
         if u64::from(i) < first + n {
-            return Some(g.role);
+            return Some(g);
         }
         first += n;
     }

@@ -15,9 +15,9 @@
 //! fail or are retried through the router. INV-10 checks that a down instance holds nothing.
 //!
 //! `kv_links` degrade or sever P/D KV-transfer links for a window (applied by the Transfer
-//! stage: `crate::disagg::through_faults`).
-//!
-//! Not yet: faults of the host link and of the pipeline link between nodes; see the issue.
+//! stage: `crate::disagg::through_faults`); `host_links` and `pp_links` do the same for the
+//! CPU KV tier's host link and the links between pipeline stages (windows on the instance's
+//! scheduler, applied where its step is priced: `instance::through_windows`).
 
 mod check;
 pub mod crash;

@@ -69,6 +69,27 @@ fn set_up_faults(app: &mut App, ctx: &SetupCtx<'_>) -> Result<(), SimError> {
             ..Default::default()
         });
     }
+    // Degraded or severed host and pipeline links: windows on their instances' schedulers.
+    for (host, links) in [(true, &f.host_links), (false, &f.pp_links)] {
+        for l in links {
+            let window = crate::instance::LinkWindow {
+                from: SimTime::ZERO + SimDuration::from_secs_f64(l.from_s),
+                until: SimTime::ZERO + SimDuration::from_secs_f64(l.until_s),
+                bandwidth: l.bandwidth,
+                touched: 0,
+            };
+            if let Some(mut sched) = index
+                .get(l.instance as usize)
+                .and_then(|&e| world.get_mut::<Scheduler>(e))
+            {
+                if host {
+                    sched.host_faults.push(window);
+                } else {
+                    sched.pp_faults.push(window);
+                }
+            }
+        }
+    }
     world.insert_resource(spans);
     app.add_systems(
         SimStep,
@@ -313,8 +334,41 @@ fn summarize(world: &mut World, summary: &mut Summary) {
                 .collect()
         })
         .unwrap_or_default();
+    // Host and pipeline link windows, in the scenario's order, with the steps each touched.
+    let index = world.resource::<InstanceIndex>().0.clone();
+    let windows = |host: bool, specs: &[crate::scenario::LinkFaultSpec]| {
+        let mut seen: std::collections::BTreeMap<u32, usize> = Default::default();
+        specs
+            .iter()
+            .map(|l| {
+                let k = seen.entry(l.instance).or_default();
+                let touched = index
+                    .get(l.instance as usize)
+                    .and_then(|&e| world.get::<Scheduler>(e))
+                    .and_then(|s| {
+                        let w = if host { &s.host_faults } else { &s.pp_faults };
+                        w.get(*k).map(|w| w.touched)
+                    })
+                    .unwrap_or(0);
+                *k += 1;
+                LinkFaultSummary {
+                    instance: l.instance,
+                    from_s: l.from_s,
+                    until_s: l.until_s,
+                    bandwidth: l.bandwidth,
+                    transfers: touched,
+                }
+            })
+            .collect::<Vec<_>>()
+    };
+    let spec = world.resource::<crate::scenario::Scenario>().faults.clone();
+    let (host_links, pp_links) = spec.map_or((Vec::new(), Vec::new()), |f| {
+        (windows(true, &f.host_links), windows(false, &f.pp_links))
+    });
     summary.faults = Some(FaultsSummary {
         kv_links,
+        host_links,
+        pp_links,
         crashes,
         stragglers: spans
             .0

@@ -432,6 +432,39 @@ pub struct Scheduler {
     pub lost: Vec<Entity>,
     /// Speculative decoding, when its group has it ([`speculative`]).
     pub spec: Option<Box<speculative::Speculation>>,
+    /// Windows in which its host link (CPU KV tier) or the links between its pipeline
+    /// stages keep a fraction of their bandwidth (faults); empty without.
+    pub host_faults: Vec<LinkWindow>,
+    pub pp_faults: Vec<LinkWindow>,
+}
+
+/// A window in which one of an instance's links keeps `bandwidth` of its bandwidth (faults
+/// `host_links`, `pp_links`; 0 = severed).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LinkWindow {
+    pub from: SimTime,
+    pub until: SimTime,
+    pub bandwidth: f64,
+    /// Steps whose transfers over the link started in the window.
+    pub touched: u64,
+}
+
+/// A transfer of `wire_us` on the wire at full bandwidth, starting at `now` on a link with
+/// fault `windows`: (µs it waits for a severed window's end, µs on the wire at the lowest
+/// bandwidth of the windows that hold `now`); (0, `wire_us`) outside them.
+pub fn through_windows(windows: &mut [LinkWindow], now: SimTime, wire_us: f64) -> (f64, f64) {
+    let (mut wait, mut wire) = (0.0f64, wire_us);
+    for w in windows.iter_mut() {
+        if w.from <= now && now < w.until {
+            w.touched += 1;
+            if w.bandwidth == 0.0 {
+                wait = wait.max(w.until.since(now).as_us() as f64);
+            } else {
+                wire = wire.max(wire_us / w.bandwidth);
+            }
+        }
+    }
+    (wait, wire)
 }
 
 /// Anomaly rows of stages that are not instances (scaling), until `decisions.csv` takes

@@ -129,11 +129,16 @@ pub(crate) fn execute_one(
     // offloads are copied out asynchronously (vLLM's offloading connector) and only
     // lengthen a step they outlast.
     let (offloaded, reloaded) = kv.take_transfers();
-    let transfer_us = |blocks: u32| {
+    // A degraded or severed host link (faults) slows the transfers that start in its window.
+    let mut transfer_us = |blocks: u32| {
         if blocks == 0 {
             0.0
-        } else {
+        } else if sched.host_faults.is_empty() {
             limits.host_latency_us + f64::from(blocks) * limits.host_block_us
+        } else {
+            let wire = f64::from(blocks) * limits.host_block_us;
+            let (wait, wire) = super::through_windows(&mut sched.host_faults, now, wire);
+            limits.host_latency_us + wait + wire
         }
     };
     let reload = SimDuration::from_us_f64(transfer_us(reloaded));
@@ -217,13 +222,20 @@ pub(crate) fn execute_one(
     } else {
         let pp = u64::from(limits.pp);
         let tokens = f64::from(prefill_tokens + decode_tokens);
-        let comm = SimDuration::from_us_f64(
-            tokens * limits.pp_bytes_per_token / limits.pp_link_bytes_per_us,
-        ) + limits.pp_link_latency;
-        let stage = SimDuration(dt.as_us().div_ceil(pp)) + comm;
+        let wire = tokens * limits.pp_bytes_per_token / limits.pp_link_bytes_per_us;
+        // A degraded or severed link between stages (faults) slows the step's hand-offs; a
+        // severed one holds the first until its window ends (the later ones follow it).
+        let (wait, wire) = if sched.pp_faults.is_empty() {
+            (0.0, wire)
+        } else {
+            super::through_windows(&mut sched.pp_faults, now, wire)
+        };
+        let wait = SimDuration::from_us_f64(wait);
+        let comm = SimDuration::from_us_f64(wire) + limits.pp_link_latency;
+        let stage = SimDuration(dt.as_us().div_ceil(pp)) + comm + wait;
         (
             stage,
-            SimDuration(dt.as_us()) + SimDuration(comm.as_us() * (pp - 1)),
+            SimDuration(dt.as_us()) + SimDuration(comm.as_us() * (pp - 1)) + wait,
         )
     };
     let done = (now + total).max(sched.in_flight.back().map_or(SimTime::ZERO, |&t| t + stage));

@@ -456,6 +456,14 @@ pub struct FaultsSummary {
     /// Only when the scenario degrades or severs KV links.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub kv_links: Vec<LinkFaultSummary>,
+    /// Only when the scenario degrades or severs host links (`transfers`: steps whose CPU-tier
+    /// transfers started in the window).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub host_links: Vec<LinkFaultSummary>,
+    /// Only when the scenario degrades or severs links between pipeline stages
+    /// (`transfers`: micro-batches whose hand-offs started in the window).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pp_links: Vec<LinkFaultSummary>,
     /// Only when the scenario has crashes (listed or by MTBF).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub crashes: Option<CrashesSummary>,
@@ -740,12 +748,18 @@ impl Summary {
                     att(st.after.attainment)
                 );
             }
-            for l in &faults.kv_links {
-                let _ = writeln!(
-                    s,
-                    "kv link: instance {} at {} of its bandwidth from {} s to {} s ({} transfers)",
-                    l.instance, l.bandwidth, l.from_s, l.until_s, l.transfers
-                );
+            for (what, links, unit) in [
+                ("kv link", &faults.kv_links, "transfers"),
+                ("host link", &faults.host_links, "steps with transfers"),
+                ("pipeline link", &faults.pp_links, "micro-batches"),
+            ] {
+                for l in links {
+                    let _ = writeln!(
+                        s,
+                        "{what}: instance {} at {} of its bandwidth from {} s to {} s ({} {unit})",
+                        l.instance, l.bandwidth, l.from_s, l.until_s, l.transfers
+                    );
+                }
             }
             if let Some(c) = &faults.crashes {
                 let _ = writeln!(

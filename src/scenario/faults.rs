@@ -1,5 +1,6 @@
 //! The faults schema: a scenario's `faults` block — stragglers (an instance's steps slowed
-//! by a factor for a window), degraded or severed KV links, and crashes (at a time or with an MTBF, then repair and model
+//! by a factor for a window), degraded or severed links (KV transfer, host, pipeline), and
+//! crashes (at a time or with an MTBF, then repair and model
 //! reload; the requests on a crashed instance failed or retried). The fault plugin
 //! (`crate::faults`) applies it.
 
@@ -15,6 +16,10 @@ pub struct FaultsSpec {
     pub crashes: Vec<CrashSpec>,
     /// KV-transfer links (P/D) degraded or severed for a while.
     pub kv_links: Vec<LinkFaultSpec>,
+    /// Host links (the CPU KV tier's offloads and reloads) degraded or severed for a while.
+    pub host_links: Vec<LinkFaultSpec>,
+    /// Links between pipeline stages (`pp` > 1) degraded or severed for a while.
+    pub pp_links: Vec<LinkFaultSpec>,
     /// Mean time between failures of each instance, seconds of its time up: crashes drawn
     /// from an exponential distribution (a seeded stream of their own). `None`: none.
     pub mtbf_s: Option<f64>,
@@ -36,6 +41,8 @@ impl Default for FaultsSpec {
             stragglers: Vec::new(),
             crashes: Vec::new(),
             kv_links: Vec::new(),
+            host_links: Vec::new(),
+            pp_links: Vec::new(),
             mtbf_s: None,
             repair_s: 30.0,
             reload_s: None,
@@ -65,9 +72,11 @@ pub struct StragglerSpec {
     pub slowdown: f64,
 }
 
-/// One link fault: instance `instance`'s KV-transfer link (P/D) keeps `bandwidth` of its
-/// bandwidth in [`from_s`, `until_s`); 0 severs it. A transfer that starts in the window runs
-/// at that bandwidth throughout; on a severed link it starts when the window ends.
+/// One link fault: instance `instance`'s link (its KV-transfer link for `kv_links`, its host
+/// link for `host_links`, the links between its pipeline stages for `pp_links`) keeps
+/// `bandwidth` of its bandwidth in [`from_s`, `until_s`); 0 severs it. A transfer that starts
+/// in the window runs at that bandwidth throughout; on a severed link it starts when the
+/// window ends.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct LinkFaultSpec {

@@ -1,7 +1,7 @@
 //! Injected faults (issue 34 item 1, stragglers), worked out by hand on one instance whose
 //! every step takes 1 ms.
 
-use crate::common::{parse, run, run_keeping};
+use crate::common::{invalid, parse, run, run_keeping};
 
 /// One instance running one request at a time, every step 1,000 µs; three requests of 16
 /// prompt and 3 output tokens arriving at 4, 8 and 12 ms; a TTFT target of 1.5 ms; and
@@ -509,4 +509,131 @@ fn the_docs_crash_table_matches_the_bundled_scenario() {
         ];
         assert_eq!(&cells[2..9], &want, "{label}");
     }
+}
+
+/// One request of 100 prompt and 3 output tokens arriving at 1 s on a two-stage pipeline
+/// of Llama-3.1-8B (8,192 bytes of activations per token between stages, 50 GB/s, 5 µs),
+/// every step 1,000 µs; `faults` as given.
+fn pipeline(faults: &str) -> String {
+    format!(
+        r#"(seed: 1, cluster: (groups: [(count: 1, model: "llama-3.1-8b-instruct", pp: 2, kv_blocks: 100,
+             latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 0.0, 0.0]))]),
+           {faults}
+           workload: (num_requests: 1, clients: [(rate_per_s: 1.0, arrival: Constant,
+             input_tokens: Constant(100), output_tokens: Constant(3))]))"#
+    )
+}
+
+#[test]
+fn a_degraded_or_severed_pipeline_link_slows_the_hand_offs_that_start_in_its_window() {
+    // The prefill's hand-off between the stages: 100 × 8,192 B / 50,000 B/µs = 16.4 µs on
+    // the wire (16) + 5 µs: first token at 1,000 + 21 µs; two decodes of 1,000 + 5 µs each.
+    let (_, rows) = run(&parse(&pipeline("")));
+    assert_eq!((rows[0].us("ttft_ms"), rows[0].us("e2e_ms")), (1021, 3031));
+    // Half the bandwidth for the whole request: 32.8 µs on the wire (32) + 5: 1,037; the
+    // decodes' 0.16 µs stay under a microsecond.
+    let (s, rows) = run(&parse(&pipeline(
+        "faults: (pp_links: [(instance: 0, from_s: 1.0, until_s: 2.0, bandwidth: 0.5)]),",
+    )));
+    assert_eq!((rows[0].us("ttft_ms"), rows[0].us("e2e_ms")), (1037, 3047));
+    let l = &s.faults.as_ref().unwrap().pp_links[0];
+    assert_eq!((l.instance, l.bandwidth, l.transfers), (0, 0.5, 3));
+    // Severed for the first 500 µs: the prefill's hand-off waits for the window's end
+    // (once, not once per stage): 1,521; the decodes after it are as before.
+    let (s, rows) = run(&parse(&pipeline(
+        "faults: (pp_links: [(instance: 0, from_s: 1.0, until_s: 1.0005, bandwidth: 0.0)]),",
+    )));
+    assert_eq!((rows[0].us("ttft_ms"), rows[0].us("e2e_ms")), (1521, 3531));
+    assert_eq!(s.faults.as_ref().unwrap().pp_links[0].transfers, 1);
+}
+
+/// Llama-2-7B (8 MiB of KV per 16-token block) with 64 GPU blocks and a CPU tier of 256:
+/// 40 prompts of 512 tokens, one every 0.5 s, from a pool of 4, so that the repeats reload
+/// 31 blocks each over the 50 GB/s host link; `faults` as given.
+fn host_tier(faults: &str) -> String {
+    format!(
+        r#"(seed: 3, cluster: (groups: [(model: "llama-2-7b-hf", gpu: "H100", kv_blocks: 64,
+             cpu_kv_blocks: 256, max_num_seqs: 1, latency: Roofline())]),
+           {faults}
+           workload: (num_requests: 40, clients: [(rate_per_s: 2.0, arrival: Constant,
+             input_tokens: Constant(512), output_tokens: Constant(4), prompt_pool: 4)]))"#
+    )
+}
+
+#[test]
+fn a_degraded_host_link_slows_every_reload_by_its_share() {
+    let (_, base, a) = run_keeping(&parse(&host_tier("")));
+    // A window at full bandwidth changes nothing, byte for byte.
+    let (_, _, same) = run_keeping(&parse(&host_tier(
+        "faults: (host_links: [(instance: 0, from_s: 0.0, until_s: 100.0, bandwidth: 1.0)]),",
+    )));
+    let read = |d: &tempfile::TempDir| std::fs::read(d.path().join("requests.csv")).unwrap();
+    assert_eq!(read(&a), read(&same));
+    // At half: a reload of 31 blocks takes ⌊10 + 31 × 335.544⌋ = 10,411 µs instead of
+    // ⌊10 + 31 × 167.772⌋ = 5,210: every request that reloads and whose step offloads
+    // nothing is 5,201 µs later to its first token; those whose step also offloads (the
+    // copy out outlasts the step at half the bandwidth) more; first uses not at all.
+    let (s, half) = run(&parse(&host_tier(
+        "faults: (host_links: [(instance: 0, from_s: 0.0, until_s: 100.0, bandwidth: 0.5)]),",
+    )));
+    let mut exact = 0;
+    for (b, h) in base.iter().zip(&half) {
+        let d = h.us("ttft_ms") as i64 - b.us("ttft_ms") as i64;
+        if b.u64("cached_tokens") == 0 {
+            assert_eq!(d, 0, "request {}", b.u64("request_id"));
+        } else {
+            assert!(d >= 5201, "request {}: {d}", b.u64("request_id"));
+            exact += usize::from(d == 5201);
+        }
+    }
+    assert!(exact >= 30, "{exact}");
+    let l = &s.faults.as_ref().unwrap().host_links[0];
+    assert!(l.transfers >= 36, "{}", l.transfers);
+}
+
+#[test]
+fn a_severed_host_link_holds_its_transfers_until_its_window_ends() {
+    // Severed from 1.9 to 3 s. Request 3 (at 2 s) is a first use whose admission copies an
+    // evicted prompt out: the copy waits for 3 s and the step lasts until it is done, so its
+    // first token comes a little over a second after it arrived. Request 4 (2.5 s) reloads
+    // behind it; from request 6 (3.5 s) on nothing differs.
+    let (_, base) = run(&parse(&host_tier("")));
+    let (s, cut) = run(&parse(&host_tier(
+        "faults: (host_links: [(instance: 0, from_s: 1.9, until_s: 3.0, bandwidth: 0.0)]),",
+    )));
+    let ttft = |rows: &[crate::common::Row], i: usize| rows[i].us("ttft_ms");
+    assert_eq!(cut[3].u64("arrival_us"), 2_000_000);
+    assert!(ttft(&cut, 3) > 1_000_000 && ttft(&cut, 3) < 1_000_000 + 2 * ttft(&base, 3));
+    assert!(ttft(&cut, 4) > 500_000);
+    for i in 6..40 {
+        assert_eq!(ttft(&cut, i), ttft(&base, i), "request {i}");
+    }
+    assert_eq!(s.faults.as_ref().unwrap().host_links[0].transfers, 1);
+}
+
+#[test]
+fn link_faults_name_instances_that_have_the_link() {
+    let e = invalid(&host_tier(
+        "faults: (host_links: [(instance: 0, from_s: 2.0, until_s: 1.0, bandwidth: 1.5)], pp_links: [(instance: 0, from_s: 0.0, until_s: 1.0, bandwidth: 0.5)]),",
+    ));
+    assert!(
+        e.contains("faults.host_links[0].until_s") && e.contains("must be after from_s"),
+        "{e}"
+    );
+    assert!(e.contains("faults.host_links[0].bandwidth"), "{e}");
+    assert!(
+        e.contains("faults.pp_links[0].instance") && e.contains("one pipeline stage"),
+        "{e}"
+    );
+    let e = invalid(&pipeline(
+        "faults: (host_links: [(instance: 0, from_s: 0.0, until_s: 1.0, bandwidth: 0.5)]),",
+    ));
+    assert!(
+        e.contains("faults.host_links[0].instance") && e.contains("no CPU KV tier"),
+        "{e}"
+    );
+    let e = invalid(&pipeline(
+        "faults: (pp_links: [(instance: 3, from_s: 0.0, until_s: 1.0, bandwidth: 0.5)]),",
+    ));
+    assert!(e.contains("faults.pp_links[0].instance"), "{e}");
 }
