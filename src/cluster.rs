@@ -105,6 +105,7 @@ pub fn set_up_router_views(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Resul
             .groups
             .first()
             .map_or(16, |g| g.block_size),
+        store: Default::default(),
         cursor: Default::default(),
     });
     world.resource_mut::<RouterSnapshots>().stale = view;

@@ -140,12 +140,13 @@ pub fn check_invariants(
             kv.free_blocks(),
             kv.total_blocks()
         );
-        if let Some(c) = &kv.cpu {
+        for c in kv.cpu.iter().chain(kv.nvme.as_deref()) {
             assert!(
                 c.len() <= c.capacity(),
-                "INV-4 at {now}: instance {} holds {} blocks in a CPU tier of {}",
+                "INV-4 at {now}: instance {} holds {} blocks in a {:?} tier of {}",
                 inst.index,
                 c.len(),
+                c.kind(),
                 c.capacity()
             );
         }

@@ -187,6 +187,8 @@ pub struct ResolvedGroup {
     pub pp_bytes_per_token: f64,
     /// CPU offload tier: (blocks, µs per block transferred, fixed µs per step with transfers).
     pub cpu_tier: Option<(u32, f64, f64)>,
+    /// NVMe tier below it: (blocks, µs per block read, fixed µs per step with reads).
+    pub nvme_tier: Option<(u32, f64, f64)>,
     /// KV bytes of one token over the whole model (every layer and KV head; MLA: one
     /// compressed row per layer): what a P/D transfer moves. 0 without a model.
     pub kv_bytes_per_token: f64,

@@ -457,3 +457,16 @@ def test_speculative_decoding_reaches_python():
     plain = r.requests[r.requests["instance"].isin([0, 1])]
     assert int(plain["drafted_tokens"].sum()) == 0
     assert eagle["mean_itl_ms"].mean() < plain["mean_itl_ms"].mean()
+
+
+def test_kv_hierarchy_reaches_python():
+    """scenarios/kv-hierarchy.ron cut to 400 requests: per-tier hit rates that sum to the
+    prefix hit rate, and a shared store that serves prefixes written by other instances."""
+    r = servesim.run(str(ROOT / "scenarios" / "kv-hierarchy.ron"), {"workload.num_requests": 400})
+    kv = r.summary["kv"]
+    store, nvme = kv["store"], kv["nvme"]
+    assert store["write"] == "write_through"
+    assert 0 < store["cross_instance_loaded_blocks"] <= store["loaded_blocks"]
+    tiers = kv["gpu_hit_rate"] + kv["cpu_hit_rate"] + nvme["hit_rate"] + store["hit_rate"]
+    assert abs(tiers - kv["hit_rate"]) < 1e-9
+    assert len(r.requests) == 400

@@ -18,7 +18,7 @@ pub(super) fn enter(c: &mut Ctx<'_>, t: &Timing, phase: Phase, queue: &mut Event
         c.power.on_since = Some(now);
         c.sched.down = false; // started again after a crash (faults)
         let events = c.kv.records_events();
-        *c.kv = c.power.kv.build();
+        *c.kv = c.power.kv.build(i);
         c.kv.record_events(events);
     }
     c.power.phase = phase;

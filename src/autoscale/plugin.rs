@@ -157,6 +157,9 @@ pub fn set_up_groups(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<(), 
             .then(Vec::new),
         ..Default::default()
     };
+    let store = world
+        .get_resource::<crate::instance::spawn::SharedKvStore>()
+        .cloned();
     for (group, info) in ctx.scenario.cluster.groups.iter().zip(&set_up.0) {
         let timing = group.scaling.as_ref().map(|s| {
             // One GPU's share of the weights over the load bandwidth.
@@ -176,14 +179,14 @@ pub fn set_up_groups(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<(), 
                 down_cooldown: SimDuration::from_secs_f64(s.scale_down_cooldown_s),
             }
         });
-        let recipe = crate::instance::spawn::kv_recipe(group, &info.resolved);
+        let recipe = crate::instance::spawn::kv_recipe(group, &info.resolved, store.as_ref());
         for i in info.instances() {
             let on = i - info.first < group.count;
             world.entity_mut(index[i as usize]).insert(Power {
                 phase: if on { Phase::Serving } else { Phase::Off },
                 phase_end: None,
                 on_since: on.then_some(SimTime::ZERO),
-                kv: recipe,
+                kv: recipe.clone(),
             });
         }
         scaler.groups.push(GroupScaling {

@@ -30,6 +30,8 @@ fn world(phase: Phase, phase_end: SimTime, now: SimTime) -> World {
         blocks: 64,
         block_size: 16,
         cpu: None,
+        nvme: None,
+        store: None,
     };
     let mut index = Vec::new();
     let mut view = ClusterView::default();
@@ -41,13 +43,13 @@ fn world(phase: Phase, phase_end: SimTime, now: SimTime) -> World {
             unroutable: phase != Phase::Serving,
             ..Default::default()
         };
-        let kv = recipe.build();
+        let kv = recipe.build(i as u32);
         view.instances.push(snapshot(i as u32, &sched, &kv, 0));
         let power = Power {
             phase,
             phase_end: end,
             on_since: Some(SimTime::ZERO),
-            kv: recipe,
+            kv: recipe.clone(),
         };
         let instance = Instance {
             index: i as u32,

@@ -80,6 +80,31 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
         if let Some(gpu) = &r.gpu {
             let _ = writeln!(s, "    {}: {}", gpu.id, gpu.calibration.note());
         }
+        if let Some((blocks, block_us, latency)) = r.nvme_tier {
+            let _ = writeln!(
+                s,
+                "    NVMe KV tier: {blocks} blocks ({}), a block read in {block_us:.1} µs + {latency} µs a step",
+                match g.nvme_kv_eviction {
+                    crate::scenario::Eviction::Lru => "LRU",
+                    crate::scenario::Eviction::Fifo => "FIFO",
+                }
+            );
+        }
+        if let Some(st) = &sc.cluster.kv_store
+            && let Some(m) = &r.model
+        {
+            let shared = crate::instance::spawn::SharedKvStore::new(st);
+            let bytes = crate::model::kv_bytes_per_token(m, 1, 1) * f64::from(g.block_size);
+            let _ = writeln!(
+                s,
+                "    shared KV store: a block of {:.2} MiB moves in {:.1} µs over the instance's {} × {} GB/s links (+ {} µs)",
+                bytes / f64::from(1u32 << 20),
+                shared.block_us(g, &r),
+                g.tp.max(1) * g.pp.max(1),
+                st.link_gb_per_s,
+                st.latency_us
+            );
+        }
         if sc.energy.is_some()
             && let Some(p) = crate::energy::power_of(g, &r)
         {
@@ -96,6 +121,21 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
                 }
             );
         }
+    }
+    if let Some(st) = &sc.cluster.kv_store {
+        let _ = writeln!(
+            s,
+            "  shared KV store: {} blocks, {}, {} eviction; every instance reads and writes it",
+            st.blocks,
+            match st.write {
+                crate::scenario::StoreWriteSpec::WriteBack => "write-back",
+                crate::scenario::StoreWriteSpec::WriteThrough => "write-through",
+            },
+            match st.eviction {
+                crate::scenario::Eviction::Lru => "LRU",
+                crate::scenario::Eviction::Fifo => "FIFO",
+            }
+        );
     }
     if let Some(f) = &sc.faults {
         for st in &f.stragglers {

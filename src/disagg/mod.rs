@@ -507,7 +507,11 @@ fn arrive(
                     kv.note(from, full.get(k as usize).copied().unwrap_or(0));
                 }
             }
-            // The prompt's blocks are now computed here: later requests may hit them.
+            // The prompt's blocks are now computed here: later requests may hit them (and,
+            // write-through, the shared store receives them now).
+            if kv.store.is_some() {
+                kv.set_now(now.as_us());
+            }
             kv.register_full_blocks(
                 &mut seq.kv,
                 &seq.spec.content,

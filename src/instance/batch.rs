@@ -91,8 +91,8 @@ pub(crate) fn form_one(
         return true;
     }
     sched.settle();
-    if let Some(c) = kv.cpu.as_mut() {
-        c.now_us = now.as_us();
+    if kv.has_lower_tiers() {
+        kv.set_now(now.as_us());
     }
     // P/D: requests whose KV arrived join the running batch (they hold their blocks, as
     // vLLM's remote-KV requests do once their blocks are received), while there is room.

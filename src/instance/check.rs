@@ -138,3 +138,72 @@ fn check_scheduler(
         &PolicyArgs::new(seed, &g.scheduler_params, &labels),
     );
 }
+
+/// Checks `cluster.kv_store`: its figures, and that every group can share its blocks (the
+/// same model, KV data type, parallelism and block size: a block is reusable only by an
+/// instance that lays it out alike, as LMCache keys its chunks by model and TP rank).
+pub fn check_kv_store(p: &mut Vec<Problem>, s: &Scenario) {
+    let Some(st) = &s.cluster.kv_store else {
+        return;
+    };
+    let at = |f: &str| format!("cluster.kv_store.{f}");
+    if st.blocks == 0 || st.blocks > 1 << 28 {
+        p.push(
+            Problem::new(
+                at("blocks"),
+                format!("must be within 1..=268,435,456, got {}", st.blocks),
+            )
+            .hint("leave kv_store out for no shared store"),
+        );
+    }
+    if !(st.latency_us.is_finite() && (0.0..=1e9).contains(&st.latency_us)) {
+        p.push(Problem::new(
+            at("latency_us"),
+            format!("must be a number within 0..=10⁹ µs, got {}", st.latency_us),
+        ));
+    }
+    if !(st.link_gb_per_s.is_finite() && st.link_gb_per_s > 0.0) {
+        p.push(Problem::new(
+            at("link_gb_per_s"),
+            format!("must be a finite number > 0, got {}", st.link_gb_per_s),
+        ));
+    }
+    let groups = &s.cluster.groups;
+    for (i, g) in groups.iter().enumerate() {
+        let at = |f: &str| format!("cluster.groups[{i}].{f}");
+        for (f, missing) in [("model", g.model.is_none()), ("gpu", g.gpu.is_none())] {
+            if missing {
+                p.push(
+                    Problem::new(
+                        at(f),
+                        "is needed by the shared KV store (`cluster.kv_store`)",
+                    )
+                    .hint("they size a block in bytes for the store's link"),
+                );
+            }
+        }
+    }
+    let Some(first) = groups.first() else {
+        return;
+    };
+    for (i, g) in groups.iter().enumerate().skip(1) {
+        let at = |f: &str| format!("cluster.groups[{i}].{f}");
+        for (f, same) in [
+            ("model", g.model == first.model),
+            ("kv_cache_dtype", g.kv_cache_dtype == first.kv_cache_dtype),
+            ("tp", g.tp.max(1) == first.tp.max(1)),
+            ("pp", g.pp.max(1) == first.pp.max(1)),
+            ("block_size", g.block_size == first.block_size),
+        ] {
+            if !same {
+                p.push(
+                    Problem::new(
+                        at(f),
+                        "differs from group 0's, but every group shares `cluster.kv_store`",
+                    )
+                    .hint("a stored block is reusable only by instances that lay it out alike: give every group the same model, kv_cache_dtype, tp, pp and block_size"),
+                );
+            }
+        }
+    }
+}

@@ -35,7 +35,7 @@ pub mod step;
 #[cfg(test)]
 pub(crate) mod tests;
 
-pub use check::check_group;
+pub use check::{check_group, check_kv_store};
 pub use pipeline::{
     InTransit, InstanceParts, Instances, PipelineWork, enqueue_requests, expire_requests,
     publish_kv_events, retire_steps,
@@ -152,6 +152,9 @@ pub struct Limits {
     /// CPU KV tier transfers: µs per block, and a fixed µs per step that moves any block.
     pub host_block_us: f64,
     pub host_latency_us: f64,
+    /// NVMe KV tier reads: µs per block, and a fixed µs per step that reads any block.
+    pub nvme_block_us: f64,
+    pub nvme_latency_us: f64,
     /// Wait-queue cap (`limits.max_waiting_per_instance`); `None` = unbounded.
     pub max_waiting: Option<u32>,
     /// Mixed, prefill-only or decode-only (P/D disaggregation).
@@ -179,6 +182,8 @@ impl Limits {
             pp_link_latency: SimDuration::ZERO,
             host_block_us: 0.0,
             host_latency_us: 0.0,
+            nvme_block_us: 0.0,
+            nvme_latency_us: 0.0,
             max_waiting: None,
             role: Default::default(),
             serving: crate::latency::ServingPath::BARE,

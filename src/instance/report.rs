@@ -86,6 +86,8 @@ pub fn summarize(world: &mut World, summary: &mut Summary) {
     let agg = world.resource::<crate::metrics::Aggregates>();
     let (mut hit, mut miss) = (0u64, 0u64);
     let (mut offloaded, mut reloaded, mut thrashed) = (0u64, 0u64, 0u64);
+    let mut nvme: Option<crate::metrics::KvTierSummary> = None;
+    let mut store_loaded = 0u64;
     for (i, &e) in index.iter().enumerate() {
         let sched = world.get::<Scheduler>(e).expect("instance has a scheduler");
         let kv = world.get::<KvCache>(e).expect("instance has a KV cache");
@@ -95,6 +97,15 @@ pub fn summarize(world: &mut World, summary: &mut Summary) {
             offloaded += c.offloaded;
             reloaded += c.reloaded;
             thrashed += c.thrashed;
+        }
+        if let Some(c) = &kv.nvme {
+            let n = nvme.get_or_insert_with(Default::default);
+            n.capacity_blocks += u64::from(c.capacity());
+            n.written_blocks += c.offloaded;
+            n.loaded_blocks += c.reloaded;
+        }
+        if let Some(s) = &kv.store {
+            store_loaded += s.loaded;
         }
         let c = sched.counters;
         summary.anomalies.priority_inversions += c.priority_inversions;
@@ -127,15 +138,40 @@ pub fn summarize(world: &mut World, summary: &mut Summary) {
         .collect();
     summary.fairness.jain_instance_completed = crate::metrics::jain(&completed);
     summary.fairness.cov_instance_completed = crate::metrics::cov(&completed);
+    let below_cpu = nvme.as_ref().map_or(0, |n| n.loaded_blocks) + store_loaded;
+    if let Some(n) = nvme.as_mut() {
+        n.hit_rate = ratio(n.loaded_blocks, hit + miss);
+    }
+    let store = world
+        .get_resource::<super::spawn::SharedKvStore>()
+        .map(|s| {
+            let s = crate::kv::lock(&s.store);
+            crate::metrics::KvStoreSummary {
+                write: match s.write {
+                    crate::kv::StoreWrite::WriteBack => "write_back",
+                    crate::kv::StoreWrite::WriteThrough => "write_through",
+                }
+                .into(),
+                capacity_blocks: u64::from(s.capacity()),
+                held_blocks: u64::from(s.len()),
+                written_blocks: s.written,
+                evicted_blocks: s.evicted,
+                loaded_blocks: s.loaded,
+                cross_instance_loaded_blocks: s.cross_instance_loaded,
+                hit_rate: ratio(s.loaded, hit + miss),
+            }
+        });
     summary.kv = KvSummary {
         hit_rate: ratio(hit, hit + miss),
         hit_blocks: hit,
         miss_blocks: miss,
-        gpu_hit_rate: ratio(hit - reloaded, hit + miss),
+        gpu_hit_rate: ratio(hit - reloaded - below_cpu, hit + miss),
         cpu_hit_rate: ratio(reloaded, hit + miss),
         offloaded_blocks: offloaded,
         reloaded_blocks: reloaded,
         thrashing_rate: ratio(thrashed, reloaded),
+        nvme,
+        store,
     };
     summary.anomalies.kv_thrashing = thrashed;
 }

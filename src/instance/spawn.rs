@@ -40,8 +40,49 @@ impl GroupInfo {
     }
 }
 
+/// The cluster's shared KV store (`cluster.kv_store`), when the scenario has one: its
+/// contents and counts, and the link every GPU has to it.
+#[derive(bevy_ecs::resource::Resource, Clone, Debug)]
+pub struct SharedKvStore {
+    pub store: std::sync::Arc<std::sync::Mutex<crate::kv::KvStore>>,
+    pub link_gb_per_s: f64,
+    pub latency_us: f64,
+}
+
+impl SharedKvStore {
+    /// An empty store as `cluster.kv_store` describes it.
+    pub fn new(spec: &crate::scenario::KvStoreSpec) -> Self {
+        use crate::scenario::{Eviction, StoreWriteSpec};
+        let write = match spec.write {
+            StoreWriteSpec::WriteBack => crate::kv::StoreWrite::WriteBack,
+            StoreWriteSpec::WriteThrough => crate::kv::StoreWrite::WriteThrough,
+        };
+        SharedKvStore {
+            store: std::sync::Arc::new(std::sync::Mutex::new(crate::kv::KvStore::new(
+                spec.blocks,
+                write,
+                spec.eviction == Eviction::Fifo,
+            ))),
+            link_gb_per_s: spec.link_gb_per_s,
+            latency_us: spec.latency_us,
+        }
+    }
+
+    /// µs to move one block of `group` over an instance's link: the block's bytes (every
+    /// layer and KV head) over its `tp × pp` GPUs' links in parallel.
+    pub fn block_us(&self, group: &InstanceGroup, resolved: &ResolvedGroup) -> f64 {
+        let bytes = resolved.kv_bytes_per_token * f64::from(group.block_size);
+        let gpus = f64::from(group.tp.max(1) * group.pp.max(1));
+        bytes / (self.link_gb_per_s * 1e3 * gpus)
+    }
+}
+
 /// How to build the KV cache of an instance of `group` (when it is, or comes, on).
-pub fn kv_recipe(group: &InstanceGroup, resolved: &ResolvedGroup) -> KvRecipe {
+pub fn kv_recipe(
+    group: &InstanceGroup,
+    resolved: &ResolvedGroup,
+    store: Option<&SharedKvStore>,
+) -> KvRecipe {
     KvRecipe {
         blocks: resolved.kv_blocks,
         block_size: group.block_size,
@@ -51,6 +92,13 @@ pub fn kv_recipe(group: &InstanceGroup, resolved: &ResolvedGroup) -> KvRecipe {
                 SimDuration::from_secs_f64(group.cpu_kv_thrash_window_s).as_us(),
             )
         }),
+        nvme: resolved.nvme_tier.map(|(blocks, _, _)| {
+            (
+                blocks,
+                group.nvme_kv_eviction == crate::scenario::Eviction::Fifo,
+            )
+        }),
+        store: store.map(|s| (s.store.clone(), s.block_us(group, resolved), s.latency_us)),
     }
 }
 
@@ -83,6 +131,10 @@ pub fn spawn_instances(app: &mut App, ctx: &SetupCtx<'_>) -> Result<(), SimError
     let mut index = Vec::new();
     let mut view = Vec::new();
     let mut groups = Vec::new();
+    let store = scenario.cluster.kv_store.as_ref().map(SharedKvStore::new);
+    if let Some(s) = &store {
+        world.insert_resource(s.clone());
+    }
     for (g, group) in scenario.cluster.groups.iter().enumerate() {
         let resolved = ctx.resolved[g].clone();
         let name = if group.name.is_empty() {
@@ -91,7 +143,7 @@ pub fn spawn_instances(app: &mut App, ctx: &SetupCtx<'_>) -> Result<(), SimError
             group.name.clone()
         };
         let spawned = group.scaling.as_ref().map_or(group.count, |s| s.max);
-        let recipe = kv_recipe(group, &resolved);
+        let recipe = kv_recipe(group, &resolved, store.as_ref());
         let facts = GroupFacts {
             model: resolved.model.as_ref(),
             gpu: resolved.gpu.as_ref(),
@@ -111,7 +163,7 @@ pub fn spawn_instances(app: &mut App, ctx: &SetupCtx<'_>) -> Result<(), SimError
             let on = k < group.count;
             // An instance that is off holds no KV cache until it is provisioned.
             let kv = if on {
-                recipe.build()
+                recipe.build(i)
             } else {
                 KvCache::new(0, group.block_size)
             };
@@ -154,6 +206,8 @@ pub fn spawn_instances(app: &mut App, ctx: &SetupCtx<'_>) -> Result<(), SimError
                         pp_link_bytes_per_us: group.pp_link_gb_per_s * 1e3,
                         host_block_us: resolved.cpu_tier.map_or(0.0, |t| t.1),
                         host_latency_us: resolved.cpu_tier.map_or(0.0, |t| t.2),
+                        nvme_block_us: resolved.nvme_tier.map_or(0.0, |t| t.1),
+                        nvme_latency_us: resolved.nvme_tier.map_or(0.0, |t| t.2),
                         max_waiting: scenario.limits.max_waiting_per_instance,
                         pp_link_latency: SimDuration(group.pp_link_latency_us),
                         role: group.role,

@@ -124,25 +124,12 @@ pub(crate) fn execute_one(
     }
     // An empty batch (everything preempted this step) still takes 1 µs, so the
     // instance keeps a step pending (INV-8) and retries next tick.
-    // Blocks moved to or from the CPU tier while this batch was formed. Reloads must land
-    // before the step computes on them (fixed latency + blocks × per-block time, added);
-    // offloads are copied out asynchronously (vLLM's offloading connector) and only
-    // lengthen a step they outlast.
-    let (offloaded, reloaded) = kv.take_transfers();
-    // A degraded or severed host link (faults) slows the transfers that start in its window.
-    let mut transfer_us = |blocks: u32| {
-        if blocks == 0 {
-            0.0
-        } else if sched.host_faults.is_empty() {
-            limits.host_latency_us + f64::from(blocks) * limits.host_block_us
-        } else {
-            let wire = f64::from(blocks) * limits.host_block_us;
-            let (wait, wire) = super::through_windows(&mut sched.host_faults, now, wire);
-            limits.host_latency_us + wait + wire
-        }
+    // Blocks moved between the GPU and the tiers below it while this batch was formed.
+    let (reload, offload) = if kv.has_lower_tiers() {
+        tier_transfers(kv, sched, limits, now)
+    } else {
+        (SimDuration::ZERO, SimDuration::ZERO)
     };
-    let reload = SimDuration::from_us_f64(transfer_us(reloaded));
-    let offload = SimDuration::from_us_f64(transfer_us(offloaded));
     let compute = if empty {
         SimDuration(1)
     } else {
@@ -380,6 +367,58 @@ fn verify(spec: Option<&mut super::speculative::Speculation>, seq: &mut super::S
     a
 }
 
+/// The copies between the GPU and the tiers below it that the batch just formed caused: how
+/// long the step waits for its loads, and how long its offloads take.
+///
+/// Loads must land before the step computes on them: CPU-tier copies and NVMe reads cross
+/// the host link (fixed latency + blocks × per-block time), NVMe reads also the drive, store
+/// loads the instance's link to the store; the step waits for the slowest. Offloads are
+/// copied out asynchronously (vLLM's offloading connector) and only lengthen a step they
+/// outlast.
+#[inline(never)]
+fn tier_transfers(
+    kv: &mut KvCache,
+    sched: &mut Scheduler,
+    limits: &Limits,
+    now: SimTime,
+) -> (SimDuration, SimDuration) {
+    let (offloaded, reloaded) = kv.take_transfers();
+    let (nvme, stored) = if kv.has_remote_tiers() {
+        kv.take_loads()
+    } else {
+        (0, 0)
+    };
+    // A degraded or severed host link (faults) slows the transfers that start in its window.
+    let mut transfer_us = |blocks: u32| {
+        if blocks == 0 {
+            0.0
+        } else if sched.host_faults.is_empty() {
+            limits.host_latency_us + f64::from(blocks) * limits.host_block_us
+        } else {
+            let wire = f64::from(blocks) * limits.host_block_us;
+            let (wait, wire) = super::through_windows(&mut sched.host_faults, now, wire);
+            limits.host_latency_us + wait + wire
+        }
+    };
+    let reload = SimDuration::from_us_f64(transfer_us(reloaded + nvme));
+    let reload = if nvme == 0 && stored == 0 {
+        reload
+    } else {
+        let disk = if nvme == 0 {
+            0.0
+        } else {
+            limits.nvme_latency_us + f64::from(nvme) * limits.nvme_block_us
+        };
+        let store = match kv.store.as_ref() {
+            Some(s) if stored > 0 => s.latency_us + f64::from(stored) * s.block_us,
+            _ => 0.0,
+        };
+        reload.max(SimDuration::from_us_f64(disk.max(store)))
+    };
+    let offload = SimDuration::from_us_f64(transfer_us(offloaded));
+    (reload, offload)
+}
+
 /// Applies the token progress of instance `i`'s batch priced this tick.
 #[expect(
     clippy::too_many_arguments,
@@ -408,6 +447,10 @@ pub(crate) fn complete_one(
         return;
     }
     let alpha1 = latency.0.post_decode_overhead();
+    // Write-through to the shared store sends the blocks the step computed as it ends.
+    if kv.store.is_some() {
+        kv.set_now(end.as_us());
+    }
     let serving = limits.serving;
     let api = !serving.is_bare();
     // The step's tokens leave the API server in batch order (latency::ServingPath).

@@ -6,6 +6,7 @@ use bevy_ecs::prelude::*;
 use super::cpu::CpuTier;
 use super::free::FreeQueue;
 use super::index::BlockIndex;
+use super::store::StoreLink;
 use super::{Block, KvEventKind, KvTier, NONE, SeqBlocks, block_content, chain_hash};
 use crate::request::PromptContent;
 
@@ -24,6 +25,12 @@ pub struct KvCache {
     pub miss_blocks: u64,
     /// The CPU offload tier, if the instance has one.
     pub cpu: Option<CpuTier>,
+    /// The NVMe tier below the CPU tier, if the instance has one.
+    pub nvme: Option<Box<CpuTier>>,
+    /// The instance's link to the cluster's shared KV store, if there is one.
+    pub store: Option<Box<StoreLink>>,
+    /// True when any tier lies below the GPU (the hot paths check only this).
+    pub(super) lower: bool,
     /// Block events since the last [`KvCache::take_events`], while recording.
     pub(super) events: Option<Vec<(KvEventKind, u64)>>,
 }
@@ -55,6 +62,9 @@ impl KvCache {
             hit_blocks: 0,
             miss_blocks: 0,
             cpu: None,
+            nvme: None,
+            store: None,
+            lower: false,
             events: None,
         }
     }
@@ -83,8 +93,9 @@ impl KvCache {
         self.events.iter_mut().flat_map(|e| e.drain(..))
     }
 
-    /// Every cached block by content id and tier: the GPU's prefix-cached blocks (in use or
-    /// free), then the CPU tier's, least recently used first.
+    /// Every cached block of the instance by content id and tier: the GPU's prefix-cached
+    /// blocks (in use or free), then the CPU tier's and the NVMe tier's, least recently used
+    /// first (not the shared store's).
     pub fn cached_by_tier(&self) -> Vec<(u64, KvTier)> {
         let mut out: Vec<(u64, KvTier)> = self
             .blocks
@@ -92,19 +103,19 @@ impl KvCache {
             .filter(|b| b.hash != 0)
             .map(|b| (b.hash, KvTier::Gpu))
             .collect();
-        if let Some(c) = &self.cpu {
+        for c in self.cpu.iter().chain(self.nvme.as_deref()) {
             let mut cur = c.head;
             while cur != NONE {
                 let slot = &c.slots[cur as usize];
-                out.push((slot.hash, KvTier::Cpu));
+                out.push((slot.hash, c.kind));
                 cur = slot.next;
             }
         }
         out
     }
 
-    /// Records the eviction of every cached block on both tiers, before the cache is dropped
-    /// (an instance turned off).
+    /// Records the eviction of every cached block on the instance's tiers, before the cache
+    /// is dropped (an instance turned off).
     pub fn note_cleared(&mut self) {
         if self.events.is_none() {
             return;
@@ -114,8 +125,8 @@ impl KvCache {
         }
     }
 
-    /// Empties the cache as a crash does: every block free and forgotten on both tiers (the
-    /// prefix cache and the CPU tier live in the server's memory), each cached block
+    /// Empties the cache as a crash does: every block free and forgotten on the instance's
+    /// tiers (the prefix cache, the CPU and NVMe tiers belong to the server), each cached block
     /// recorded as evicted; the cumulative hit counts and event recording are kept. Every
     /// request must have released its blocks first.
     pub fn wipe(&mut self) {
@@ -129,6 +140,17 @@ impl KvCache {
             tier.now_us = c.now_us;
             fresh = fresh.with_cpu_tier(tier);
         }
+        if let Some(n) = &self.nvme {
+            let mut tier = CpuTier::of(KvTier::Nvme, n.capacity(), 0, n.fifo);
+            (tier.offloaded, tier.reloaded) = (n.offloaded, n.reloaded);
+            tier.now_us = n.now_us;
+            fresh = fresh.with_nvme_tier(tier);
+        }
+        // The shared store lives elsewhere: it keeps its blocks.
+        if let Some(mut link) = self.store.take() {
+            link.pending_loads = 0;
+            fresh = fresh.with_store(*link);
+        }
         fresh.hit_blocks = self.hit_blocks;
         fresh.miss_blocks = self.miss_blocks;
         fresh.events = self.events.take();
@@ -138,7 +160,101 @@ impl KvCache {
     /// Adds a CPU offload tier.
     pub fn with_cpu_tier(mut self, tier: CpuTier) -> Self {
         self.cpu = Some(tier);
+        self.lower = true;
         self
+    }
+
+    /// Adds an NVMe tier (below the CPU tier: blocks the CPU tier evicts go there).
+    pub fn with_nvme_tier(mut self, tier: CpuTier) -> Self {
+        self.nvme = Some(Box::new(tier));
+        self.lower = true;
+        self
+    }
+
+    /// Connects the instance to the cluster's shared KV store.
+    pub fn with_store(mut self, link: StoreLink) -> Self {
+        self.store = Some(Box::new(link));
+        self.lower = true;
+        self
+    }
+
+    /// Sets the time the tiers below the GPU stamp and check blocks with (µs): the batch
+    /// stage calls it before it admits.
+    pub fn set_now(&mut self, now_us: u64) {
+        if let Some(c) = self.cpu.as_mut() {
+            c.now_us = now_us;
+        }
+        if let Some(c) = self.nvme.as_mut() {
+            c.now_us = now_us;
+        }
+        if let Some(s) = self.store.as_mut() {
+            s.now_us = now_us;
+        }
+    }
+
+    /// Blocks loaded from the NVMe tier and from the shared store since the last call (to be
+    /// priced into this step).
+    pub fn take_loads(&mut self) -> (u32, u32) {
+        let nvme = self
+            .nvme
+            .as_mut()
+            .map_or(0, |c| std::mem::take(&mut c.pending).1);
+        let store = self
+            .store
+            .as_mut()
+            .map_or(0, |s| std::mem::take(&mut s.pending_loads));
+        (nvme, store)
+    }
+
+    /// True if any tier lies below the GPU (the CPU or NVMe tier or the shared store).
+    pub fn has_lower_tiers(&self) -> bool {
+        self.lower
+    }
+
+    /// True if the instance can load blocks from the NVMe tier or the shared store.
+    pub fn has_remote_tiers(&self) -> bool {
+        self.nvme.is_some() || self.store.is_some()
+    }
+
+    /// True if a tier below the GPU holds block `hash` (readable now).
+    fn lower_holds(&self, hash: u64) -> bool {
+        self.cpu.as_ref().is_some_and(|c| c.contains(hash))
+            || self.nvme.as_ref().is_some_and(|c| c.contains(hash))
+            || self.store.as_ref().is_some_and(|s| s.ready(hash))
+    }
+
+    /// Copies block `hash` from the highest tier below the GPU that holds it; the event that
+    /// records it, or `None` if no tier holds it any more.
+    fn load_lower(&mut self, hash: u64) -> Option<KvEventKind> {
+        if self.cpu.as_mut().is_some_and(|c| c.reload(hash)) {
+            return Some(KvEventKind::Reloaded);
+        }
+        if self.nvme.as_mut().is_some_and(|c| c.reload(hash)) {
+            return Some(KvEventKind::Loaded { tier: KvTier::Nvme });
+        }
+        if self.store.as_mut().is_some_and(|s| s.load(hash)) {
+            return Some(KvEventKind::Loaded {
+                tier: KvTier::Store,
+            });
+        }
+        None
+    }
+
+    /// Moves a block evicted from the GPU down the tiers: to the CPU tier; what that evicts
+    /// to the NVMe tier; what leaves the last local tier to the shared store (write-back).
+    fn spill(&mut self, hash: u64) {
+        let mut down = Some(hash);
+        if let Some(c) = self.cpu.as_mut() {
+            down = c.offload(hash, &mut self.events);
+        }
+        if let (Some(h), Some(n)) = (down, self.nvme.as_mut()) {
+            down = n.offload(h, &mut self.events);
+        }
+        if let (Some(h), Some(s)) = (down, self.store.as_mut())
+            && !s.write_through
+        {
+            s.put(h, &mut self.events);
+        }
     }
 
     /// Blocks offloaded and reloaded since the last call (to be priced into this step).
@@ -209,7 +325,7 @@ impl KvCache {
         let mut h = 0;
         for k in 0..cap {
             h = chain_hash(h, block_content(content, k, self.block_size), u64::from(k));
-            if self.lookup(h).is_none() && !self.cpu.as_ref().is_some_and(|c| c.contains(h)) {
+            if self.lookup(h).is_none() && !(self.lower && self.lower_holds(h)) {
                 return k;
             }
         }
@@ -231,7 +347,7 @@ impl KvCache {
             seq.blocks.is_empty(),
             "admit on a request that holds blocks"
         );
-        // Check: the hit blocks (on the GPU, or on the CPU tier to reload into fresh blocks),
+        // Check: the hit blocks (on the GPU, or on a tier below to load into fresh blocks),
         // and how many GPU blocks they take off the free list.
         let mut hits = Vec::with_capacity(cached_blocks as usize);
         let mut h = 0;
@@ -245,7 +361,7 @@ impl KvCache {
                     }
                     hits.push((h, Some(b)));
                 }
-                None if self.cpu.as_ref().is_some_and(|c| c.contains(h)) => {
+                None if self.lower && self.lower_holds(h) => {
                     from_free += 1;
                     hits.push((h, None));
                 }
@@ -266,18 +382,14 @@ impl KvCache {
             let b = match b {
                 Some(b) => b,
                 None => {
+                    // Copied from where it is before its GPU block is taken, so the block
+                    // that GPU block held cannot push it down a tier first. (An earlier
+                    // block of this very admission may have pushed it out of every tier:
+                    // then nothing is loaded, and the block counts as stored.)
+                    let kind = self.load_lower(h).unwrap_or(KvEventKind::Stored);
                     let b = self.take_fresh();
                     let indexed = self.index.insert(h, b, &mut self.blocks);
-                    debug_assert!(indexed, "a CPU-tier hit is not on the GPU");
-                    // (Its CPU copy may have just made room for an earlier block of this
-                    // very admission: then nothing is reloaded, and the block counts as
-                    // stored.)
-                    let reloaded = self.cpu.as_mut().is_some_and(|c| c.reload(h));
-                    let kind = if reloaded {
-                        KvEventKind::Reloaded
-                    } else {
-                        KvEventKind::Stored
-                    };
+                    debug_assert!(indexed, "a lower-tier hit is not on the GPU");
                     self.note(kind, h);
                     b
                 }
@@ -328,6 +440,7 @@ impl KvCache {
         // the cache misses overlap instead of waiting on each probe (whose first branch goes
         // either way).
         let mut hashes = [0u64; 16];
+        let through = self.lower && self.store.as_ref().is_some_and(|s| s.write_through);
         while seq.hashed < full {
             let first = seq.hashed;
             let n = (full - first).min(hashes.len() as u32) as usize;
@@ -342,6 +455,9 @@ impl KvCache {
                 let b = seq.blocks[first as usize + i];
                 if self.index.insert(h, b, &mut self.blocks) {
                     self.note(KvEventKind::Stored, h);
+                    if through && let Some(s) = self.store.as_mut() {
+                        s.put(h, &mut self.events);
+                    }
                 }
             }
             seq.last_hash = h;
@@ -460,6 +576,12 @@ impl KvCache {
         if let Some(c) = &self.cpu {
             c.audit()?;
         }
+        if let Some(c) = &self.nvme {
+            c.audit()?;
+        }
+        if let Some(s) = &self.store {
+            super::store::lock(&s.store).audit()?;
+        }
         if !self.conserves_blocks() {
             return Err(format!(
                 "allocated {} + free {} != total {}",
@@ -484,14 +606,14 @@ impl KvCache {
         let b = self.free_queue.pop();
         self.free -= 1;
         self.allocated += 1;
-        // Only the event log and the CPU tier need the hash it loses: otherwise the block
-        // record is written, not read (one cache miss fewer a block).
-        if self.events.is_some() || self.cpu.is_some() {
+        // Only the event log and the tiers below need the hash it loses: otherwise the
+        // block record is written, not read (one cache miss fewer a block).
+        if self.events.is_some() || self.lower {
             let evicted = self.blocks[b as usize].hash;
             if evicted != 0 {
                 self.note(KvEventKind::Evicted { tier: KvTier::Gpu }, evicted);
-                if let Some(c) = self.cpu.as_mut() {
-                    c.offload(evicted, &mut self.events);
+                if self.lower {
+                    self.spill(evicted);
                 }
             }
         }
@@ -510,20 +632,36 @@ impl KvCache {
 }
 
 /// How to rebuild an instance's KV cache when it is provisioned.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct KvRecipe {
     pub blocks: u32,
     pub block_size: u32,
     /// (CPU tier blocks, thrash window µs).
     pub cpu: Option<(u32, u64)>,
+    /// (NVMe tier blocks, FIFO instead of LRU).
+    pub nvme: Option<(u32, bool)>,
+    /// The shared store and (µs per block over the instance's link, latency µs).
+    pub store: Option<(std::sync::Arc<std::sync::Mutex<super::KvStore>>, f64, f64)>,
 }
 
 impl KvRecipe {
-    pub fn build(&self) -> KvCache {
-        let kv = KvCache::new(self.blocks, self.block_size);
-        match self.cpu {
-            Some((blocks, window)) => kv.with_cpu_tier(CpuTier::new(blocks, window)),
-            None => kv,
+    /// The cache of instance `instance`.
+    pub fn build(&self, instance: u32) -> KvCache {
+        let mut kv = KvCache::new(self.blocks, self.block_size);
+        if let Some((blocks, window)) = self.cpu {
+            kv = kv.with_cpu_tier(CpuTier::new(blocks, window));
         }
+        if let Some((blocks, fifo)) = self.nvme {
+            kv = kv.with_nvme_tier(CpuTier::of(KvTier::Nvme, blocks, 0, fifo));
+        }
+        if let Some((store, block_us, latency_us)) = &self.store {
+            kv = kv.with_store(StoreLink::new(
+                store.clone(),
+                instance,
+                *block_us,
+                *latency_us,
+            ));
+        }
+        kv
     }
 }

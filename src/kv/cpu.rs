@@ -1,4 +1,6 @@
-//! The CPU offload tier: prefix blocks evicted from the GPU, LRU over host memory.
+//! The tiers below the GPU of one instance: the CPU offload tier (prefix blocks evicted from
+//! the GPU, LRU over host memory) and, below it, a local NVMe tier of the same shape. The
+//! shared store ([`super::store`]) keeps its blocks in one too.
 
 use super::index::HashIndex;
 use super::{KvEventKind, KvTier, NONE};
@@ -9,6 +11,11 @@ use super::{KvEventKind, KvTier, NONE};
 /// into the step that caused them ([`KvCache::take_transfers`]).
 #[derive(Debug)]
 pub struct CpuTier {
+    /// Which tier this is (`Cpu`, `Nvme` or `Store`): the events it records say so.
+    pub(super) kind: KvTier,
+    /// Evicts the oldest write instead of the least recently used block (hits do not
+    /// refresh a block).
+    pub(super) fifo: bool,
     pub(super) capacity: u32,
     pub(super) slots: Vec<CpuSlot>,
     pub(super) index: HashIndex,
@@ -39,9 +46,16 @@ pub(super) struct CpuSlot {
 }
 
 impl CpuTier {
-    /// An empty tier of `capacity` blocks.
+    /// An empty CPU tier of `capacity` blocks.
     pub fn new(capacity: u32, thrash_window_us: u64) -> Self {
+        Self::of(KvTier::Cpu, capacity, thrash_window_us, false)
+    }
+
+    /// An empty tier of `kind` and `capacity` blocks, LRU or (`fifo`) first in, first out.
+    pub fn of(kind: KvTier, capacity: u32, thrash_window_us: u64, fifo: bool) -> Self {
         CpuTier {
+            kind,
+            fifo,
             capacity,
             slots: Vec::new(),
             index: HashIndex::default(),
@@ -74,6 +88,18 @@ impl CpuTier {
         self.index.contains_key(&hash)
     }
 
+    /// When block `hash` was written here (µs), if held.
+    pub(super) fn stamp(&self, hash: u64) -> Option<u64> {
+        self.index
+            .get(&hash)
+            .map(|&i| self.slots[i as usize].offloaded_at)
+    }
+
+    /// Which tier this is.
+    pub fn kind(&self) -> KvTier {
+        self.kind
+    }
+
     pub(super) fn unlink(&mut self, i: u32) {
         let CpuSlot { prev, next, .. } = self.slots[i as usize];
         if prev == NONE {
@@ -99,17 +125,25 @@ impl CpuTier {
         self.tail = i;
     }
 
-    /// Copies a block evicted from the GPU to the tier (the least recently used block makes
-    /// room). A block already held is only refreshed.
-    pub(super) fn offload(&mut self, hash: u64, events: &mut Option<Vec<(KvEventKind, u64)>>) {
+    /// Copies a block evicted from the tier above to this one (the least recently used or,
+    /// FIFO, the oldest block makes room, and is returned for the tier below). A block
+    /// already held is only refreshed (LRU).
+    pub(super) fn offload(
+        &mut self,
+        hash: u64,
+        events: &mut Option<Vec<(KvEventKind, u64)>>,
+    ) -> Option<u64> {
         if self.capacity == 0 {
-            return;
+            return None;
         }
         if let Some(&i) = self.index.get(&hash) {
-            self.unlink(i);
-            self.push_tail(i);
-            return;
+            if !self.fifo {
+                self.unlink(i);
+                self.push_tail(i);
+            }
+            return None;
         }
+        let mut evicted = None;
         let i = if let Some(i) = self.unused.pop() {
             i
         } else if (self.slots.len() as u32) < self.capacity {
@@ -126,8 +160,9 @@ impl CpuTier {
             let old = self.slots[victim as usize].hash;
             self.index.remove(&old);
             if let Some(e) = events.as_mut() {
-                e.push((KvEventKind::Evicted { tier: KvTier::Cpu }, old));
+                e.push((KvEventKind::Evicted { tier: self.kind }, old));
             }
+            evicted = Some(old);
             victim
         };
         self.slots[i as usize].hash = hash;
@@ -135,14 +170,19 @@ impl CpuTier {
         self.index.insert(hash, i);
         self.push_tail(i);
         if let Some(e) = events.as_mut() {
-            e.push((KvEventKind::Offloaded, hash));
+            let kind = match self.kind {
+                KvTier::Cpu => KvEventKind::Offloaded,
+                tier => KvEventKind::Written { tier },
+            };
+            e.push((kind, hash));
         }
         self.offloaded += 1;
         self.pending.0 += 1;
+        evicted
     }
 
-    /// Copies block `hash` back to the GPU (it stays on the CPU, most recently used); false
-    /// if the tier no longer holds it.
+    /// Copies block `hash` back to the GPU (it stays here, most recently used unless FIFO);
+    /// false if the tier no longer holds it.
     pub(super) fn reload(&mut self, hash: u64) -> bool {
         let Some(&i) = self.index.get(&hash) else {
             return false;
@@ -154,8 +194,10 @@ impl CpuTier {
         {
             self.thrashed += 1;
         }
-        self.unlink(i);
-        self.push_tail(i);
+        if !self.fifo {
+            self.unlink(i);
+            self.push_tail(i);
+        }
         self.reloaded += 1;
         self.pending.1 += 1;
         true
@@ -169,18 +211,19 @@ impl CpuTier {
         while cur != NONE {
             let s = &self.slots[cur as usize];
             if s.prev != prev || self.index.get(&s.hash) != Some(&cur) {
-                return Err(format!("CPU tier list broken at slot {cur}"));
+                return Err(format!("{:?} tier list broken at slot {cur}", self.kind));
             }
             n += 1;
             if n > self.capacity {
-                return Err("CPU tier list loops".into());
+                return Err(format!("{:?} tier list loops", self.kind));
             }
             prev = cur;
             cur = s.next;
         }
         if n != self.len() || n > self.capacity {
             return Err(format!(
-                "CPU tier holds {n} listed blocks, {} indexed, capacity {}",
+                "{:?} tier holds {n} listed blocks, {} indexed, capacity {}",
+                self.kind,
                 self.len(),
                 self.capacity
             ));

@@ -36,11 +36,13 @@ mod cache;
 mod cpu;
 mod free;
 mod index;
+mod store;
 #[cfg(test)]
 mod tests;
 
 pub use cache::{KvCache, KvRecipe};
 pub use cpu::CpuTier;
+pub use store::{KvStore, StoreLink, StoreWrite, lock};
 
 use bevy_ecs::prelude::*;
 
@@ -56,6 +58,21 @@ pub enum KvTier {
     Gpu,
     /// The CPU offload tier (`cpu_kv_blocks`).
     Cpu,
+    /// The local NVMe tier below it (`nvme_kv_blocks`).
+    Nvme,
+    /// The cluster's shared store (`cluster.kv_store`).
+    Store,
+}
+
+impl KvTier {
+    pub fn name(self) -> &'static str {
+        match self {
+            KvTier::Gpu => "gpu",
+            KvTier::Cpu => "cpu",
+            KvTier::Nvme => "nvme",
+            KvTier::Store => "store",
+        }
+    }
 }
 
 /// What happened to a KV block.
@@ -64,13 +81,19 @@ pub enum KvEventKind {
     /// A full prompt block computed (or received) here entered the GPU prefix cache.
     Stored,
     /// A cached block left a tier: on the GPU its slot was reused for other tokens; on the
-    /// CPU tier it was the least recently used when room was needed (or the instance was
-    /// turned off).
+    /// CPU or NVMe tier or the shared store it was the least recently used (or, FIFO, the
+    /// oldest) when room was needed (or the instance was turned off: not the store's).
     Evicted { tier: KvTier },
     /// A block evicted from the GPU was copied to the CPU tier.
     Offloaded,
     /// A CPU-tier block was copied back into the GPU cache for a prefix hit.
     Reloaded,
+    /// A block left the tier above for the NVMe tier, or was written to the shared store
+    /// (by this instance).
+    Written { tier: KvTier },
+    /// A block of the NVMe tier or the shared store was loaded into the GPU cache for a
+    /// prefix hit.
+    Loaded { tier: KvTier },
     /// A block of a prefilled request arrived from prefill instance `from` (P/D). `block` is
     /// 0 for a prompt's partial last block (only full blocks are content-addressed).
     Transferred { from: u32 },

@@ -414,3 +414,146 @@ fn a_wiped_cache_forgets_every_block_and_keeps_its_counts() {
     assert!(kv.records_events());
     kv.audit().unwrap();
 }
+
+fn store(capacity: u32, write: StoreWrite) -> std::sync::Arc<std::sync::Mutex<KvStore>> {
+    std::sync::Arc::new(std::sync::Mutex::new(KvStore::new(capacity, write, false)))
+}
+
+/// Traced by hand: a 4-block GPU cache of 4-token blocks, a 1-block CPU tier, a 1-block NVMe
+/// tier and a write-back store whose link moves a block in 10 µs after 100 µs of latency.
+#[test]
+fn evicted_blocks_fall_down_the_tiers_and_come_back_from_each() {
+    let s = store(10, StoreWrite::WriteBack);
+    let mut kv = KvCache::new(4, 4)
+        .with_cpu_tier(CpuTier::new(1, 0))
+        .with_nvme_tier(CpuTier::of(KvTier::Nvme, 1, 0, false))
+        .with_store(StoreLink::new(s.clone(), 0, 10.0, 100.0));
+    kv.record_events(true);
+    let a = content(0, 0, 11); // 16 tokens: a0..a3
+    let b = content(0, 0, 22);
+    let mut sa = SeqBlocks::default();
+    assert!(kv.admit(&mut sa, &a, 16, 0, 16));
+    kv.register_full_blocks(&mut sa, &a, 16, 16);
+    kv.release(&mut sa); // free list [3, 2, 1, 0]: a3 goes first
+    let _ = kv.take_events().count();
+    // B takes all four blocks, unregistered: a3, a2, a1, a0 leave the GPU in that order.
+    // a3 → CPU; a2 → CPU, pushing a3 → NVMe; a1 → CPU, a2 → NVMe, a3 → store (sent by
+    // 10 µs, readable at 110); a0 → CPU, a1 → NVMe, a2 → store (20 µs, readable at 120).
+    let mut sb = SeqBlocks::default();
+    assert!(kv.admit(&mut sb, &b, 16, 0, 16));
+    let mut kinds = std::collections::HashMap::new();
+    for (k, _) in kv.take_events() {
+        *kinds.entry(k).or_insert(0) += 1;
+    }
+    let count = |k| kinds.get(&k).copied().unwrap_or(0);
+    assert_eq!(count(KvEventKind::Evicted { tier: KvTier::Gpu }), 4);
+    assert_eq!(count(KvEventKind::Offloaded), 4);
+    assert_eq!(count(KvEventKind::Evicted { tier: KvTier::Cpu }), 3);
+    assert_eq!(count(KvEventKind::Written { tier: KvTier::Nvme }), 3);
+    assert_eq!(count(KvEventKind::Evicted { tier: KvTier::Nvme }), 2);
+    assert_eq!(
+        count(KvEventKind::Written {
+            tier: KvTier::Store
+        }),
+        2
+    );
+    let h: Vec<u64> = prompt_block_hashes(&a, 16, 4);
+    assert!(kv.cpu.as_ref().unwrap().contains(h[0]));
+    assert!(kv.nvme.as_ref().unwrap().contains(h[1]));
+    assert!(lock(&s).ready(h[3], 110) && !lock(&s).ready(h[2], 119));
+    kv.release(&mut sb); // unregistered: reusing these blocks evicts nothing
+    // A again (the cap leaves its last block to compute): a0 on the CPU, a1 on the NVMe
+    // tier, a2 in the store but not readable before 120 µs.
+    kv.set_now(115);
+    assert_eq!(kv.cached_prefix_blocks(&a, 16, 16), 2);
+    kv.set_now(120);
+    assert_eq!(kv.cached_prefix_blocks(&a, 16, 16), 3);
+    let mut sa = SeqBlocks::default();
+    assert!(kv.admit(&mut sa, &a, 16, 3, 16));
+    let loads: Vec<KvEventKind> = kv.take_events().map(|(k, _)| k).collect();
+    assert_eq!(
+        loads,
+        [
+            KvEventKind::Reloaded,
+            KvEventKind::Loaded { tier: KvTier::Nvme },
+            KvEventKind::Loaded {
+                tier: KvTier::Store
+            },
+        ]
+    );
+    assert_eq!(kv.take_transfers(), (4, 1), "4 offloads, 1 CPU reload");
+    assert_eq!(kv.take_loads(), (1, 1));
+    assert_eq!(kv.take_loads(), (0, 0), "taken once");
+    {
+        let st = lock(&s);
+        assert_eq!(
+            (st.written, st.loaded, st.cross_instance_loaded, st.evicted),
+            (2, 1, 0, 0)
+        );
+    }
+    assert_eq!(kv.hit_blocks, 3);
+    kv.audit().unwrap();
+    // A crash empties the instance's tiers, not the store.
+    kv.release(&mut sa);
+    kv.wipe();
+    assert!(kv.cpu.as_ref().unwrap().is_empty() && kv.nvme.as_ref().unwrap().is_empty());
+    assert_eq!(lock(&s).len(), 2);
+    assert_eq!(kv.cached_prefix_blocks(&a, 16, 16), 0, "a0 is gone");
+}
+
+#[test]
+fn a_block_written_through_by_one_instance_is_a_hit_on_another_once_readable() {
+    // Instance 0 computes a 16-token prompt at 0 µs: its four blocks are sent one after the
+    // other (10 µs each) and readable 100 µs later: at 110, 120, 130 and 140 µs.
+    let s = store(10, StoreWrite::WriteThrough);
+    let a = content(0, 0, 11);
+    let mut kv0 = KvCache::new(8, 4).with_store(StoreLink::new(s.clone(), 0, 10.0, 100.0));
+    let mut sa = SeqBlocks::default();
+    assert!(kv0.admit(&mut sa, &a, 16, 0, 16));
+    kv0.register_full_blocks(&mut sa, &a, 16, 16);
+    assert_eq!(lock(&s).written, 4);
+    let mut kv1 = KvCache::new(8, 4).with_store(StoreLink::new(s.clone(), 1, 10.0, 100.0));
+    kv1.set_now(109);
+    assert_eq!(kv1.cached_prefix_blocks(&a, 16, 16), 0);
+    kv1.set_now(125);
+    assert_eq!(kv1.cached_prefix_blocks(&a, 16, 16), 2);
+    let mut s1 = SeqBlocks::default();
+    assert!(kv1.admit(&mut s1, &a, 16, 2, 16));
+    assert_eq!(kv1.take_loads(), (0, 2));
+    // Instance 1 computes the rest: blocks 2 and 3 are in the store already (nothing sent).
+    kv1.register_full_blocks(&mut s1, &a, 16, 16);
+    let st = lock(&s);
+    assert_eq!((st.written, st.loaded, st.cross_instance_loaded), (4, 2, 2));
+}
+
+#[test]
+fn a_fifo_tier_drops_the_oldest_write_even_if_it_was_just_hit() {
+    for (fifo, kept, dropped) in [(false, 1, 2), (true, 2, 1)] {
+        let mut t = CpuTier::of(KvTier::Nvme, 2, 0, fifo);
+        let mut events = Some(Vec::new());
+        assert_eq!(t.offload(1, &mut events), None);
+        assert_eq!(t.offload(2, &mut events), None);
+        assert!(t.reload(1));
+        assert_eq!(t.offload(3, &mut events), Some(dropped), "fifo {fifo}");
+        assert!(t.contains(kept) && t.contains(3) && !t.contains(dropped));
+        t.audit().unwrap();
+        assert_eq!(
+            events.unwrap().last(),
+            Some(&(KvEventKind::Written { tier: KvTier::Nvme }, 3))
+        );
+    }
+}
+
+#[test]
+fn a_full_store_evicts_and_forgets_the_writer() {
+    let s = store(2, StoreWrite::WriteBack);
+    let mut link = StoreLink::new(s.clone(), 3, 0.0, 0.0);
+    let mut events = None;
+    for h in [10, 11, 12] {
+        link.put(h, &mut events);
+    }
+    let st = lock(&s);
+    assert_eq!((st.len(), st.written, st.evicted), (2, 3, 1));
+    assert!(!st.ready(10, 0) && st.ready(11, 0) && st.ready(12, 0));
+    st.audit().unwrap();
+}

@@ -572,11 +572,13 @@ fn read_group(
             ),
         }
     }
+    let nvme_tier = nvme_tier(g, i, model.as_ref(), cpu_tier.is_some(), &mut p);
     if !p.is_empty() {
         return Err(p);
     }
     Ok(ResolvedGroup {
         cpu_tier,
+        nvme_tier,
         kv_bytes_per_token: model
             .as_ref()
             .map_or(0.0, |m| crate::model::kv_bytes_per_token(m, 1, 1)),
@@ -592,6 +594,83 @@ fn read_group(
         serving,
         speculative: speculative.map(Arc::new),
     })
+}
+
+/// A group's NVMe tier: (blocks, µs to read one block, fixed µs per step with reads). It sits
+/// below the CPU tier (LMCache stages disk I/O through host memory); reads cross the host
+/// link too, which the step prices with the CPU tier's reloads.
+fn nvme_tier(
+    g: &InstanceGroup,
+    i: usize,
+    model: Option<&ModelConfig>,
+    has_cpu_tier: bool,
+    p: &mut Vec<Problem>,
+) -> Option<(u32, f64, f64)> {
+    let at = |f: &str| format!("cluster.groups[{i}].{f}");
+    if g.nvme_kv_blocks == 0 {
+        for (f, set) in [
+            ("nvme_read_gb_per_s", g.nvme_read_gb_per_s.is_some()),
+            ("nvme_latency_us", g.nvme_latency_us.is_some()),
+        ] {
+            if set {
+                p.push(
+                    Problem::new(at(f), "is set but the group has no NVMe tier")
+                        .hint("set nvme_kv_blocks, or leave the field out"),
+                );
+            }
+        }
+        return None;
+    }
+    let before = p.len();
+    if !has_cpu_tier && g.cpu_kv_blocks == 0 {
+        p.push(
+            Problem::new(
+                at("nvme_kv_blocks"),
+                "an NVMe tier needs a CPU tier above it",
+            )
+            .hint("set cpu_kv_blocks too: blocks reach the disk through host memory"),
+        );
+    }
+    let read = g.nvme_read_gb_per_s.unwrap_or(6.4);
+    if !(read.is_finite() && read > 0.0) {
+        p.push(Problem::new(
+            at("nvme_read_gb_per_s"),
+            format!("must be a finite number > 0, got {read}"),
+        ));
+    }
+    let latency = match g.nvme_latency_us {
+        Some(v) if v.is_finite() && (0.0..=1e9).contains(&v) => v,
+        Some(v) => {
+            p.push(Problem::new(
+                at("nvme_latency_us"),
+                format!("must be a number within 0..=10⁹ µs, got {v}"),
+            ));
+            0.0
+        }
+        None => {
+            p.push(
+                Problem::new(at("nvme_latency_us"), "is required with an NVMe tier").hint(
+                    "measure your drive (fio, random reads of one KV block) and give it in µs",
+                ),
+            );
+            0.0
+        }
+    };
+    let Some(m) = model else {
+        p.push(
+            Problem::new(
+                at("nvme_kv_blocks"),
+                "an NVMe KV tier needs `model` and `gpu`",
+            )
+            .hint("they size a block in bytes"),
+        );
+        return None;
+    };
+    if p.len() > before {
+        return None;
+    }
+    let per_block = crate::model::kv_bytes_per_token(m, g.tp, g.pp) * f64::from(g.block_size);
+    Some((g.nvme_kv_blocks, per_block / (read * 1e3), latency))
 }
 
 /// A group's speculative decoding resolved: its acceptance rates (given, or the method's

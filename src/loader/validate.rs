@@ -114,11 +114,15 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
                 crate::energy::check_group(&mut p, s, i, &r);
                 table_bytes += f64::from(spawned(g))
                     * (f64::from(r.kv_blocks) * GPU_BLOCK_BYTES
-                        + f64::from(g.cpu_kv_blocks) * CPU_BLOCK_BYTES);
+                        + f64::from(g.cpu_kv_blocks + g.nvme_kv_blocks) * CPU_BLOCK_BYTES);
             }
             Err(problems) => p.extend(problems),
         }
     }
+    if let Some(st) = &s.cluster.kv_store {
+        table_bytes += f64::from(st.blocks) * CPU_BLOCK_BYTES;
+    }
+    crate::instance::check_kv_store(&mut p, s);
     check_limits(&mut p, s, table_bytes);
     crate::policy::check(&mut p, s, catalog);
     crate::metrics::check_outputs(&mut p, s);

@@ -28,6 +28,18 @@ pub fn count_kv_events(events: Res<Messages<crate::kv::KvEvent>>, mut tally: Res
             KvEventKind::Offloaded => c.offloaded += 1,
             KvEventKind::Reloaded => c.reloaded += 1,
             KvEventKind::Transferred { .. } => c.transferred_in += 1,
+            KvEventKind::Evicted { tier: KvTier::Nvme } => c.evicted_from_nvme += 1,
+            KvEventKind::Evicted {
+                tier: KvTier::Store,
+            } => c.evicted_from_store += 1,
+            KvEventKind::Written {
+                tier: KvTier::Store,
+            } => c.written_to_store += 1,
+            KvEventKind::Written { .. } => c.written_to_nvme += 1,
+            KvEventKind::Loaded {
+                tier: KvTier::Store,
+            } => c.loaded_from_store += 1,
+            KvEventKind::Loaded { .. } => c.loaded_from_nvme += 1,
         }
     }
 }

@@ -70,6 +70,44 @@ pub struct KvSummary {
     pub reloaded_blocks: u64,
     /// Reloads of a block offloaded within the group's `cpu_kv_thrash_window_s` / reloads.
     pub thrashing_rate: f64,
+    /// The NVMe tiers of the instances that have one, summed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nvme: Option<KvTierSummary>,
+    /// The cluster's shared store (`cluster.kv_store`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store: Option<KvStoreSummary>,
+}
+
+/// A KV tier below the CPU tier (`kv.nvme`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct KvTierSummary {
+    /// Blocks the tier can hold, over every instance that was on.
+    pub capacity_blocks: u64,
+    /// Blocks written to it (evicted from the tier above).
+    pub written_blocks: u64,
+    /// Blocks loaded from it into the GPU for a prefix hit.
+    pub loaded_blocks: u64,
+    /// loaded / all prompt blocks admitted.
+    pub hit_rate: f64,
+}
+
+/// The cluster's shared KV store (`kv.store`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct KvStoreSummary {
+    /// `write_back` or `write_through`.
+    pub write: String,
+    pub capacity_blocks: u64,
+    /// Blocks held at the end of the run.
+    pub held_blocks: u64,
+    pub written_blocks: u64,
+    /// Blocks dropped to make room.
+    pub evicted_blocks: u64,
+    /// Blocks loaded into an instance's GPU for a prefix hit.
+    pub loaded_blocks: u64,
+    /// Of those, blocks another instance had written (cross-instance reuse).
+    pub cross_instance_loaded_blocks: u64,
+    /// loaded / all prompt blocks admitted.
+    pub hit_rate: f64,
 }
 
 /// Failure modes a policy search should see, counted over the run (docs/outputs.md defines
@@ -345,6 +383,26 @@ pub struct KvEventCounts {
     pub reloaded: u64,
     /// Blocks received from prefill instances (P/D).
     pub transferred_in: u64,
+    /// Blocks written to the NVMe tier, dropped from it, and loaded back from it (only when
+    /// an instance has one).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub written_to_nvme: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub evicted_from_nvme: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub loaded_from_nvme: u64,
+    /// Blocks this instance wrote to the shared store, that its writes pushed out of the
+    /// store, and that it loaded from the store (only with `cluster.kv_store`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub written_to_store: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub evicted_from_store: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub loaded_from_store: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// One pool of a disaggregated cluster: the instances of one role.
@@ -719,6 +777,27 @@ impl Summary {
                 self.kv.gpu_hit_rate,
                 self.kv.cpu_hit_rate,
                 self.kv.thrashing_rate
+            );
+        }
+        if let Some(n) = &self.kv.nvme {
+            let _ = writeln!(
+                s,
+                "NVMe KV tier: {} blocks written, {} loaded; hit rate {:.4}",
+                n.written_blocks, n.loaded_blocks, n.hit_rate
+            );
+        }
+        if let Some(st) = &self.kv.store {
+            let _ = writeln!(
+                s,
+                "shared KV store ({}): {} blocks written, {} evicted, {} loaded ({} written by another instance); hit rate {:.4}; {} of {} blocks held",
+                st.write,
+                st.written_blocks,
+                st.evicted_blocks,
+                st.loaded_blocks,
+                st.cross_instance_loaded_blocks,
+                st.hit_rate,
+                st.held_blocks,
+                st.capacity_blocks
             );
         }
         if self.anomalies.any() {

@@ -17,6 +17,53 @@ pub struct ClusterSpec {
     /// Default false (vLLM's NIXL connector sends after the prefill).
     #[serde(default)]
     pub kv_transfer_layerwise: bool,
+    /// A KV store shared by every instance of the cluster (LMCache remote backend, Mooncake
+    /// Store): blocks leaving an instance's last local tier (or every computed prompt
+    /// block, write-through) are written there, and any instance loads them on a prefix
+    /// hit. Absent: none.
+    #[serde(default)]
+    pub kv_store: Option<KvStoreSpec>,
+}
+
+/// The cluster's shared KV store (`cluster.kv_store`).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct KvStoreSpec {
+    /// Capacity in blocks (of the groups' `block_size` tokens, every layer and KV head).
+    pub blocks: u32,
+    /// Fixed latency of one write, and of the loads of one step, µs. Required: it is the
+    /// store's (its metadata service, its network hops); measure yours.
+    pub latency_us: f64,
+    /// Link of each GPU to the store, GB/s; an instance moves blocks over its `tp × pp`
+    /// GPUs' links in parallel. Default 50 (InfiniBand NDR 400 Gb/s, one NIC per GPU as in a
+    /// DGX H100).
+    #[serde(default = "default_kv_link")]
+    pub link_gb_per_s: f64,
+    /// `WriteBack` (default: a block is written when it leaves the instance's last local
+    /// tier) or `WriteThrough` (every full prompt block as soon as it is computed).
+    #[serde(default)]
+    pub write: StoreWriteSpec,
+    /// Which block makes room: `Lru` (default) or `Fifo`.
+    #[serde(default)]
+    pub eviction: Eviction,
+}
+
+/// When the shared store is written.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+pub enum StoreWriteSpec {
+    #[default]
+    WriteBack,
+    WriteThrough,
+}
+
+/// Which block a full tier drops.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+pub enum Eviction {
+    /// The least recently used (written or hit).
+    #[default]
+    Lru,
+    /// The oldest written; hits do not refresh a block.
+    Fifo,
 }
 
 /// What the instances of a group do (prefill/decode disaggregation).
@@ -109,6 +156,23 @@ pub struct InstanceGroup {
     /// Default 10.
     #[serde(default = "default_thrash_window")]
     pub cpu_kv_thrash_window_s: f64,
+    /// Local NVMe tier below the CPU tier, in blocks (LMCache's local disk backend): blocks
+    /// the CPU tier evicts are written there and loaded back on a prefix hit. Needs
+    /// `cpu_kv_blocks` (disk I/O is staged through host memory) and `nvme_latency_us`.
+    /// Default 0 (no tier).
+    #[serde(default)]
+    pub nvme_kv_blocks: u32,
+    /// Read bandwidth of the NVMe tier, GB/s. Default 6.4 (Samsung PM1733 U.2, a PCIe 4.0
+    /// data-centre drive: 6.4 GB/s sequential read on its datasheet).
+    #[serde(default)]
+    pub nvme_read_gb_per_s: Option<f64>,
+    /// Fixed latency of the NVMe reads of one step, µs. Required with an NVMe tier: measure
+    /// yours (fio, random reads of a block's size).
+    #[serde(default)]
+    pub nvme_latency_us: Option<f64>,
+    /// Which block the NVMe tier drops when full: `Lru` (default) or `Fifo`.
+    #[serde(default)]
+    pub nvme_kv_eviction: Eviction,
     /// Most requests in the running batch (vLLM `max_num_seqs`). Default 256.
     #[serde(default = "default_max_num_seqs")]
     pub max_num_seqs: u32,

@@ -114,6 +114,7 @@ fn event_counts_balance_against_what_each_cache_holds_at_the_end() {
             match tier {
                 KvTier::Gpu => gpu += 1,
                 KvTier::Cpu => cpu += 1,
+                t => panic!("no {t:?} tier in this scenario"),
             }
         }
         held.insert(inst.index, (gpu, cpu));

@@ -21,6 +21,7 @@ mod flow_control;
 mod golden;
 mod hand;
 mod kv_events;
+mod kv_hierarchy;
 mod latency;
 mod lockstep;
 mod observe;
