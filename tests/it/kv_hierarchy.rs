@@ -229,3 +229,46 @@ fn the_bundled_scenario_reuses_prefixes_across_instances() {
         "tiers sum to the hit rate"
     );
 }
+
+/// The store with the features that add, remove and restart instances: every request stays
+/// accounted for (invariants on), and instances that were off or crashed load from it.
+#[test]
+fn the_store_outlives_crashes_and_serves_new_and_disaggregated_instances() {
+    let group = |extra: &str| {
+        format!(
+            r#"(model: "llama-3.1-8b-instruct", gpu: "H100", kv_blocks: 400, cpu_kv_blocks: 100,
+                nvme_kv_blocks: 400, nvme_latency_us: 80.0, {extra})"#
+        )
+    };
+    let workload = r#"workload: (num_requests: 600, clients: [(rate_per_s: 20.0,
+        input_tokens: Constant(64), output_tokens: Constant(32), shared_prefix_tokens: 256,
+        prefix_groups: 4, timeout_s: 60.0)])"#;
+    let store = "kv_store: (blocks: 5000, latency_us: 50.0, write: WriteThrough)";
+    // A crash with retries, and a group that scales out from one instance.
+    let crash = format!(
+        r#"(seed: 9, cluster: (groups: [{}], {store}),
+           policies: (routing: "round_robin", autoscale: "target_tracking",
+             autoscale_params: {{"target_in_flight": 2.0, "interval_s": 2.0}}),
+           faults: (crashes: [(instance: 0, at_s: 10.0)], repair_s: 2.0, reload_s: 1.0,
+             on_crash: Retry()),
+           {workload})"#,
+        group("count: 2, scaling: (min: 1, max: 4, provision_s: 1.0, load_s: 1.0)")
+    );
+    let (s, rows) = run(&parse(&crash));
+    assert_conserved(&s, &rows);
+    let st = s.kv.store.as_ref().unwrap();
+    assert!(st.cross_instance_loaded_blocks > 0, "{st:?}");
+    assert!(st.held_blocks <= st.capacity_blocks);
+    let crashes = s.faults.as_ref().unwrap().crashes.as_ref().unwrap();
+    assert_eq!(crashes.crashes, 1, "the crash happened");
+    assert!(s.groups[0].scale_ups > 0, "the group scaled out");
+    // Prefill/decode pools sharing the store.
+    let pd = format!(
+        r#"(seed: 9, cluster: (groups: [{}, {}], {store}), {workload})"#,
+        group("role: Prefill, count: 2"),
+        group("role: Decode, count: 2")
+    );
+    let (s, rows) = run(&parse(&pd));
+    assert_conserved(&s, &rows);
+    assert!(s.kv.store.is_some());
+}
