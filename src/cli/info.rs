@@ -84,22 +84,19 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
             let _ = writeln!(
                 s,
                 "    NVMe KV tier: {blocks} blocks ({}), a block read in {block_us:.1} µs + {latency} µs a step",
-                match g.nvme_kv_eviction {
-                    crate::scenario::Eviction::Lru => "LRU",
-                    crate::scenario::Eviction::Fifo => "FIFO",
-                }
+                g.nvme_kv_eviction.name()
             );
         }
         if let Some(st) = &sc.cluster.kv_store
             && let Some(m) = &r.model
         {
-            let shared = crate::instance::spawn::SharedKvStore::new(st);
+            let block_us = crate::instance::spawn::SharedKvStore::block_us(st.link_gb_per_s, g, &r);
             let bytes = crate::model::kv_bytes_per_token(m, 1, 1) * f64::from(g.block_size);
             let _ = writeln!(
                 s,
                 "    shared KV store: a block of {:.2} MiB moves in {:.1} µs over the instance's {} × {} GB/s links (+ {} µs)",
                 bytes / f64::from(1u32 << 20),
-                shared.block_us(g, &r),
+                block_us,
                 g.tp.max(1) * g.pp.max(1),
                 st.link_gb_per_s,
                 st.latency_us
@@ -131,10 +128,7 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
                 crate::scenario::StoreWriteSpec::WriteBack => "write-back",
                 crate::scenario::StoreWriteSpec::WriteThrough => "write-through",
             },
-            match st.eviction {
-                crate::scenario::Eviction::Lru => "LRU",
-                crate::scenario::Eviction::Fifo => "FIFO",
-            }
+            st.eviction.name()
         );
     }
     if let Some(f) = &sc.faults {

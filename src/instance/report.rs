@@ -147,11 +147,7 @@ pub fn summarize(world: &mut World, summary: &mut Summary) {
         .map(|s| {
             let s = crate::kv::lock(&s.store);
             crate::metrics::KvStoreSummary {
-                write: match s.write {
-                    crate::kv::StoreWrite::WriteBack => "write_back",
-                    crate::kv::StoreWrite::WriteThrough => "write_through",
-                }
-                .into(),
+                write: s.write.name().into(),
                 capacity_blocks: u64::from(s.capacity()),
                 held_blocks: u64::from(s.len()),
                 written_blocks: s.written,

@@ -68,12 +68,13 @@ impl SharedKvStore {
         }
     }
 
-    /// µs to move one block of `group` over an instance's link: the block's bytes (every
-    /// layer and KV head) over its `tp × pp` GPUs' links in parallel.
-    pub fn block_us(&self, group: &InstanceGroup, resolved: &ResolvedGroup) -> f64 {
+    /// µs to move one block of `group` over an instance's link to a store whose GPUs'
+    /// links carry `link_gb_per_s`: the block's bytes (every layer and KV head) over its
+    /// `tp × pp` GPUs' links in parallel.
+    pub fn block_us(link_gb_per_s: f64, group: &InstanceGroup, resolved: &ResolvedGroup) -> f64 {
         let bytes = resolved.kv_bytes_per_token * f64::from(group.block_size);
         let gpus = f64::from(group.tp.max(1) * group.pp.max(1));
-        bytes / (self.link_gb_per_s * 1e3 * gpus)
+        bytes / (link_gb_per_s * 1e3 * gpus)
     }
 }
 
@@ -98,7 +99,10 @@ pub fn kv_recipe(
                 group.nvme_kv_eviction == crate::scenario::Eviction::Fifo,
             )
         }),
-        store: store.map(|s| (s.store.clone(), s.block_us(group, resolved), s.latency_us)),
+        store: store.map(|s| {
+            let block_us = SharedKvStore::block_us(s.link_gb_per_s, group, resolved);
+            (s.store.clone(), block_us, s.latency_us)
+        }),
     }
 }
 

@@ -27,6 +27,16 @@ pub enum StoreWrite {
     WriteThrough,
 }
 
+impl StoreWrite {
+    /// `write_back` or `write_through`, as outputs name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreWrite::WriteBack => "write_back",
+            StoreWrite::WriteThrough => "write_through",
+        }
+    }
+}
+
 /// The store's contents and counts, shared by every instance's [`StoreLink`].
 #[derive(Debug)]
 pub struct KvStore {

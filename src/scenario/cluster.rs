@@ -66,6 +66,15 @@ pub enum Eviction {
     Fifo,
 }
 
+impl Eviction {
+    pub fn name(self) -> &'static str {
+        match self {
+            Eviction::Lru => "LRU",
+            Eviction::Fifo => "FIFO",
+        }
+    }
+}
+
 /// What the instances of a group do (prefill/decode disaggregation).
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Role {
