@@ -112,6 +112,7 @@ pub mod latency;
 pub mod loader;
 pub mod metrics;
 pub mod model;
+pub mod network;
 pub mod observe;
 pub mod output;
 pub mod parallel;
@@ -202,6 +203,7 @@ impl PluginGroup for SimPlugins {
             .add(instance::InstancePlugin)
             .add(fast::FastTicksPlugin)
             .add(disagg::DisaggPlugin)
+            .add(network::NetworkPlugin)
             .add(autoscale::AutoscalePlugin)
             .add(energy::EnergyPlugin)
             .add(gateway::FlowControlPlugin)

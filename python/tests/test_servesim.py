@@ -470,3 +470,20 @@ def test_kv_hierarchy_reaches_python():
     tiers = kv["gpu_hit_rate"] + kv["cpu_hit_rate"] + nvme["hit_rate"] + store["hit_rate"]
     assert abs(tiers - kv["hit_rate"]) < 1e-9
     assert len(r.requests) == 400
+
+
+def test_topology_reaches_python():
+    """scenarios/topology.ron cut to 300 requests: where each instance sits, and a thinner
+    rack uplink slows the KV transfers that cross it."""
+    path = str(ROOT / "scenarios" / "topology.ron")
+    wide = servesim.run(path, {"workload.num_requests": 300})
+    thin = servesim.run(
+        path,
+        {"workload.num_requests": 300, "cluster.topology.rack_uplink_gb_per_s": 10.0},
+    )
+    net = wide.summary["network"]
+    assert [p["node"] for p in net["instances"]] == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert {l["level"] for l in net["levels"]} == {"nvlink", "nic", "rack"}
+    mean = lambda r: r.summary["disaggregation"]["transfer_ms"]["mean"]
+    assert mean(thin) > 2 * mean(wide)
+    assert thin.requests["kv_transfer_ms"].mean() > wide.requests["kv_transfer_ms"].mean()

@@ -25,7 +25,10 @@ pub(super) fn enter(c: &mut Ctx<'_>, t: &Timing, phase: Phase, queue: &mut Event
     c.power.phase_end = None;
     let timer = match phase {
         Phase::Provisioning => Some(t.provision),
-        Phase::Loading => Some(t.load),
+        Phase::Loading => Some(match &c.power.weights {
+            None => t.load,
+            Some(w) => SimTime(w.done_us(now.as_us(), now.as_us())).since(now),
+        }),
         Phase::WarmingUp => Some(t.warmup),
         _ => None,
     };

@@ -160,6 +160,7 @@ pub fn set_up_groups(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<(), 
     let store = world
         .get_resource::<crate::instance::spawn::SharedKvStore>()
         .cloned();
+    let net = world.get_resource::<crate::network::Network>().cloned();
     for (group, info) in ctx.scenario.cluster.groups.iter().zip(&set_up.0) {
         let timing = group.scaling.as_ref().map(|s| {
             // One GPU's share of the weights over the load bandwidth.
@@ -179,14 +180,25 @@ pub fn set_up_groups(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<(), 
                 down_cooldown: SimDuration::from_secs_f64(s.scale_down_cooldown_s),
             }
         });
-        let recipe = crate::instance::spawn::kv_recipe(group, &info.resolved, store.as_ref());
+        let recipe =
+            crate::instance::spawn::kv_recipe(group, &info.resolved, store.as_ref(), net.as_ref());
+        // With a topology a derived load crosses the fabric (and waits for what is on it).
+        let weights = match (&net, &group.scaling, &info.resolved.model) {
+            (Some(net), Some(s), Some(m)) if s.load_s.is_none() => Some((net, s, m)),
+            _ => None,
+        };
         for i in info.instances() {
             let on = i - info.first < group.count;
+            let gpus = group.tp.max(1) * group.pp.max(1);
             world.entity_mut(index[i as usize]).insert(Power {
                 phase: if on { Phase::Serving } else { Phase::Off },
                 phase_end: None,
                 on_since: on.then_some(SimTime::ZERO),
                 kv: recipe.clone(),
+                weights: weights.map(|(net, s, m)| {
+                    let bytes = crate::model::params(m) * m.weight_bytes;
+                    net.weight_load(i, bytes, s.load_gb_per_s, gpus)
+                }),
             });
         }
         scaler.groups.push(GroupScaling {

@@ -32,6 +32,7 @@ fn world(phase: Phase, phase_end: SimTime, now: SimTime) -> World {
         cpu: None,
         nvme: None,
         store: None,
+        store_net: None,
     };
     let mut index = Vec::new();
     let mut view = ClusterView::default();
@@ -50,6 +51,7 @@ fn world(phase: Phase, phase_end: SimTime, now: SimTime) -> World {
             phase_end: end,
             on_since: Some(SimTime::ZERO),
             kv: recipe.clone(),
+            weights: None,
         };
         let instance = Instance {
             index: i as u32,

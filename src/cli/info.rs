@@ -89,8 +89,9 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
         }
         if let Some(st) = &sc.cluster.kv_store
             && let Some(m) = &r.model
+            && sc.cluster.topology.is_none()
         {
-            let block_us = crate::instance::spawn::SharedKvStore::block_us(st.link_gb_per_s, g, &r);
+            let block_us = crate::instance::spawn::SharedKvStore::block_us(st.link(), g, &r);
             let bytes = crate::model::kv_bytes_per_token(m, 1, 1) * f64::from(g.block_size);
             let _ = writeln!(
                 s,
@@ -98,7 +99,7 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
                 bytes / f64::from(1u32 << 20),
                 block_us,
                 g.tp.max(1) * g.pp.max(1),
-                st.link_gb_per_s,
+                st.link(),
                 st.latency_us
             );
         }
@@ -130,6 +131,9 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
             },
             st.eviction.name()
         );
+    }
+    if let Some(t) = &sc.cluster.topology {
+        topology_lines(&mut s, sc, t, catalog);
     }
     if let Some(f) = &sc.faults {
         for st in &f.stragglers {
@@ -209,6 +213,110 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
         );
     }
     s
+}
+
+/// The network (`cluster.topology`), for `validate`: each group's nodes and links, where its
+/// instances sit, a TP all-reduce that crosses nodes, the racks' uplinks and the store's path.
+fn topology_lines(
+    s: &mut String,
+    sc: &scenario::Scenario,
+    t: &scenario::TopologySpec,
+    catalog: &Catalog,
+) {
+    use std::fmt::Write as _;
+    let resolved: Vec<_> = (0..sc.cluster.groups.len())
+        .map(|i| crate::loader::resolve_group(sc, i, catalog).ok())
+        .collect();
+    let shapes: Vec<_> = sc
+        .cluster
+        .groups
+        .iter()
+        .zip(&resolved)
+        .map(|(g, r)| crate::network::GroupShape::of(g, r.as_ref().and_then(|r| r.gpu.as_ref())))
+        .collect();
+    let topo = crate::network::Topology::build(t, &shapes, sc.cluster.kv_store.is_some());
+    let _ = writeln!(
+        s,
+        "  topology: {} instances on {} nodes in {} racks (placement: {})",
+        topo.places.len(),
+        topo.nodes,
+        topo.racks_used(),
+        t.placement.name()
+    );
+    let mut first = 0usize;
+    for (i, (g, shape)) in sc.cluster.groups.iter().zip(&shapes).enumerate() {
+        let (gpn, nvlink, nic) = topo.figures[i];
+        let places = &topo.places[first..first + shape.instances as usize];
+        first += shape.instances as usize;
+        let nodes: Vec<String> = places
+            .iter()
+            .map(|p| {
+                if p.nodes > 1 {
+                    format!("{}–{}", p.node, p.node + p.nodes - 1)
+                } else {
+                    p.node.to_string()
+                }
+            })
+            .collect();
+        let name = if g.name.is_empty() {
+            format!("group{i}")
+        } else {
+            g.name.clone()
+        };
+        let _ = writeln!(
+            s,
+            "    {name}: nodes of {gpn} GPUs, NVLink {nvlink} GB/s and NIC {nic} GB/s per GPU per direction{}; instances on nodes [{}]",
+            if t.gpus_per_node.is_none() || t.nic_gb_per_s.is_none() {
+                " (GPU defaults from assets/gpus.ron where not given)"
+            } else {
+                ""
+            },
+            nodes.join(", ")
+        );
+        if let Some(gpu) = resolved[i].as_ref().and_then(|r| r.gpu.as_ref())
+            && let Some(bus) =
+                crate::network::spanning_allreduce(t, gpu.node.as_ref(), g.tp, &gpu.physics)
+        {
+            let _ = writeln!(
+                s,
+                "    {name}: tp {} spans {} nodes: the roofline's all-reduce runs in each node over NVLink ({} GB/s bus) and between nodes over the NICs ({:.1} GB/s bus): {:.1} GB/s in all (+ {} µs)",
+                g.tp,
+                g.tp.div_ceil(gpn),
+                gpu.physics.allreduce_gb_per_s,
+                crate::network::NIC_BUS_SHARE * nic,
+                bus,
+                t.nic_latency_us
+            );
+        }
+    }
+    for (k, &(up, _)) in topo.racks.iter().enumerate() {
+        let link = &topo.fabric.links[up as usize];
+        let _ = writeln!(
+            s,
+            "    rack {k}: uplink {} GB/s per direction{}",
+            link.bytes_per_us / 1e3,
+            if t.rack_uplink_gb_per_s.is_some() {
+                ""
+            } else {
+                " (non-blocking: its nodes' NICs)"
+            }
+        );
+    }
+    if sc.cluster.kv_store.is_some() {
+        let _ = writeln!(
+            s,
+            "    shared KV store: at the spine, over each instance's NICs{}; {}",
+            if topo.racks.is_empty() {
+                ""
+            } else {
+                " and its rack's uplink"
+            },
+            match t.store_gb_per_s {
+                Some(gb) => format!("the store itself moves {gb} GB/s each way"),
+                None => "no limit of the store's own".into(),
+            }
+        );
+    }
 }
 
 /// A group's speculative decoding, for `validate`: its acceptance and where it came from,
@@ -395,7 +503,7 @@ pub(crate) fn list(app: &ServesimApp, a: ListArgs) -> ExitCode {
         }
         ListWhat::Hardware => {
             outln!(
-                "{:<10}{:>10}{:>10}{:>8}{:>8}{:>8}{:>8}{:>18}  {:<12}aliases",
+                "{:<10}{:>10}{:>10}{:>8}{:>8}{:>8}{:>8}{:>18}  {:<12}{:<16}aliases",
                 "gpu",
                 "bf16 TF",
                 "fp8 TF",
@@ -404,11 +512,12 @@ pub(crate) fn list(app: &ServesimApp, a: ListArgs) -> ExitCode {
                 "mfu_d",
                 "GiB",
                 "W idle/floor/max",
-                "calibration"
+                "calibration",
+                "node GPUs/NVL/NIC"
             );
             for g in crate::model::bundled_gpus() {
                 outln!(
-                    "{:<10}{:>10}{:>10}{:>8}{:>8}{:>8}{:>8}{:>18}  {:<12}{}",
+                    "{:<10}{:>10}{:>10}{:>8}{:>8}{:>8}{:>8}{:>18}  {:<12}{:<16}{}",
                     g.id,
                     g.tflops_bf16,
                     g.tflops_fp8,
@@ -421,11 +530,17 @@ pub(crate) fn list(app: &ServesimApp, a: ListArgs) -> ExitCode {
                         p.idle_w, p.floor_w, p.max_w
                     )),
                     g.calibration.name(),
+                    g.node.map_or("-".to_string(), |n| format!(
+                        "{}/{}/{}",
+                        n.gpus,
+                        n.nvlink_gb_per_s,
+                        n.nic_gb_per_s.map_or("-".to_string(), |x| x.to_string())
+                    )),
                     g.aliases.join(", ")
                 );
             }
             outln!(
-                "calibration: measured = our roofline fitted to kernels measured on the GPU; same die = a measured GPU's compute die; datasheet = peaks only, the H100's efficiencies assumed; power (watts per GPU, docs/energy.md): max the datasheet's board power, floor the H100's ML.ENERGY figure scaled by max, idle assumed 10 % of max"
+                "calibration: measured = our roofline fitted to kernels measured on the GPU; same die = a measured GPU's compute die; datasheet = peaks only, the H100's efficiencies assumed; power (watts per GPU, docs/energy.md): max the datasheet's board power, floor the H100's ML.ENERGY figure scaled by max, idle assumed 10 % of max; node (cluster.topology's defaults, docs/topology.md): GPUs per NVLink domain / NVLink and NIC GB/s per GPU per direction, - where no reference system fixes it"
             );
             ExitCode::SUCCESS
         }

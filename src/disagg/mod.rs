@@ -92,6 +92,9 @@ pub struct Disagg {
     /// Link faults (the scenario's `faults.kv_links`): (instance, from, until, bandwidth
     /// left, transfers it slowed or held); empty without.
     pub link_faults: Vec<LinkFault>,
+    /// With `cluster.topology`: the links transfers cross and share (then `send_free` and
+    /// `recv_free` are not used).
+    pub net: Option<crate::network::Network>,
     pub stats: TransferStats,
 }
 
@@ -171,6 +174,8 @@ pub struct TransferStats {
     pub waited: u64,
     /// Requests whose decode instance could never hold them (dropped).
     pub dropped: u64,
+    /// With a topology: how much later each transfer ended than on an idle fabric (µs).
+    pub contention: Histogram,
 }
 
 /// Prefill/decode disaggregation: [`transfer_kv`] in [`SimSystems::Transfer`] of both tick
@@ -239,6 +244,7 @@ fn pools_and_transfers(
         decode_kv_wait_ms: s.kv_wait.summarize_ms(),
         waited_for_kv: s.waited,
         dropped: s.dropped,
+        contention_ms: d.net.is_some().then(|| s.contention.summarize_ms()),
     })
 }
 
@@ -300,7 +306,7 @@ pub fn set_up_links(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<(), S
         for _ in info.instances() {
             links.push(KvLink {
                 role: group.role,
-                bytes_per_us: group.kv_link_gb_per_s * 1e3 * gpus,
+                bytes_per_us: group.kv_link() * 1e3 * gpus,
                 latency: SimDuration::from_us_f64(group.kv_link_latency_us),
                 bytes_per_token: info.resolved.kv_bytes_per_token,
                 layers: info.resolved.layers,
@@ -308,6 +314,10 @@ pub fn set_up_links(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<(), S
         }
     }
     let enabled = disaggregated(ctx);
+    let net = app
+        .world()
+        .get_resource::<crate::network::Network>()
+        .cloned();
     let link_faults = ctx
         .scenario
         .faults
@@ -324,6 +334,7 @@ pub fn set_up_links(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<(), S
     app.insert_resource(Disagg {
         enabled,
         link_faults,
+        net,
         layerwise: ctx.scenario.cluster.kv_transfer_layerwise,
         send_free: vec![SimTime::ZERO; links.len()],
         recv_free: vec![SimTime::ZERO; links.len()],
@@ -576,16 +587,37 @@ fn start_transfers(
             let bytes = f64::from(blocks) * f64::from(kv.block_size()) * src.bytes_per_token;
             let latency = src.latency.max(dst.latency);
             let earliest = now + latency;
-            let mut start = earliest
-                .max(x.send_free[t.from as usize])
-                .max(x.recv_free[d as usize]);
+            let mut start = if x.net.is_some() {
+                earliest
+            } else {
+                earliest
+                    .max(x.send_free[t.from as usize])
+                    .max(x.recv_free[d as usize])
+            };
             let (mut src_share, mut dst_share) = (1.0, 1.0);
             if !x.link_faults.is_empty() {
                 (start, src_share, dst_share) =
                     through_faults(&mut x.link_faults, t.from, d, start);
             }
-            let mut wire = bytes / (src.bytes_per_us * src_share).min(dst.bytes_per_us * dst_share);
-            if x.layerwise && start == t.handoff.ready + latency {
+            let streamed = x.layerwise && start == t.handoff.ready + latency;
+            let mut wire = match &x.net {
+                None => bytes / (src.bytes_per_us * src_share).min(dst.bytes_per_us * dst_share),
+                Some(net) => {
+                    let (path, hops_us) = net.topology.path(t.from, d);
+                    start += SimDuration::from_us_f64(hops_us);
+                    // A degraded end (faults) carries the transfer as that much more data.
+                    let r = net.lock().reserve(
+                        &path,
+                        now.as_us(),
+                        start.as_us(),
+                        bytes / src_share.min(dst_share),
+                        f64::INFINITY,
+                    );
+                    x.stats.contention.record(r.done_us - r.alone_us);
+                    (r.done_us - start.as_us()) as f64
+                }
+            };
+            if streamed {
                 let layers = f64::from(src.layers.max(1));
                 let step = t.handoff.last_step.as_us() as f64;
                 wire = (wire / layers).max(wire - step * (layers - 1.0) / layers);

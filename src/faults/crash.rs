@@ -22,6 +22,9 @@ pub struct Crashes {
     pub repair: SimDuration,
     /// Model reload per instance (its group's).
     pub reload: Vec<SimDuration>,
+    /// With `cluster.topology` and a derived reload: each instance's weights load over the
+    /// fabric after its repair (replaces `reload`); empty otherwise.
+    pub weights: Vec<Option<crate::network::WeightLoad>>,
     /// Instances of autoscaled groups (a crash turns them off).
     pub autoscaled: Vec<bool>,
     pub mtbf_s: Option<f64>,
@@ -101,6 +104,7 @@ impl Crashes {
             policy,
             repair,
             reload,
+            weights: Vec::new(),
             autoscaled,
             mtbf_s,
             rngs: match mtbf_s {
@@ -316,7 +320,10 @@ fn crash(world: &mut World, i: u32, now: SimTime) {
         } else {
             c.went_down(i, now);
             c.open[i as usize] = Some(k);
-            let back = now + c.repair + c.reload[i as usize];
+            let back = match c.weights.get(i as usize).and_then(Option::as_ref) {
+                None => now + c.repair + c.reload[i as usize],
+                Some(w) => SimTime(w.done_us(now.as_us(), (now + c.repair).as_us())),
+            };
             if back < crate::engine::MAX_SIM_TIME {
                 queue.push(back, Event::Restart { instance: i });
             }

@@ -110,14 +110,26 @@ fn set_up_crashes(app: &mut App, ctx: &SetupCtx<'_>, f: &crate::scenario::Faults
     let groups = world.resource::<crate::instance::spawn::Groups>().clone();
     let mut reload = Vec::new();
     let mut autoscaled = Vec::new();
+    let mut weights = Vec::new();
+    let net = world.get_resource::<crate::network::Network>().cloned();
     for (group, info) in ctx.scenario.cluster.groups.iter().zip(&groups.0) {
+        let gpus = group.tp.max(1) * group.pp.max(1);
+        let over_net = match (&net, &info.resolved.model) {
+            (Some(net), Some(m)) if f.reload_s.is_none() && group.scaling.is_none() => {
+                Some((net, m))
+            }
+            _ => None,
+        };
         let derived = info.resolved.model.as_ref().map_or(0.0, |m| {
             crate::model::load_s(m, group.tp.max(1) * group.pp.max(1), 2.0)
         });
         let d = SimDuration::from_secs_f64(f.reload_s.unwrap_or(derived));
-        for _ in info.instances() {
+        for i in info.instances() {
             reload.push(d);
             autoscaled.push(group.scaling.is_some());
+            weights.push(over_net.map(|(net, m)| {
+                net.weight_load(i, crate::model::params(m) * m.weight_bytes, 2.0, gpus)
+            }));
         }
     }
     let listed: Vec<(u32, SimTime)> = f
@@ -140,6 +152,7 @@ fn set_up_crashes(app: &mut App, ctx: &SetupCtx<'_>, f: &crate::scenario::Faults
         ctx.scenario.seed,
         &listed,
     );
+    crashes.weights = weights;
     {
         let mut queue = world.resource_mut::<EventQueue>();
         for &(instance, at) in &listed {

@@ -162,10 +162,10 @@ pub fn check_kv_store(p: &mut Vec<Problem>, s: &Scenario) {
             format!("must be a number within 0..=10⁹ µs, got {}", st.latency_us),
         ));
     }
-    if !(st.link_gb_per_s.is_finite() && st.link_gb_per_s > 0.0) {
+    if !(st.link().is_finite() && st.link() > 0.0) {
         p.push(Problem::new(
             at("link_gb_per_s"),
-            format!("must be a finite number > 0, got {}", st.link_gb_per_s),
+            format!("must be a finite number > 0, got {}", st.link()),
         ));
     }
     let groups = &s.cluster.groups;

@@ -121,6 +121,9 @@ pub struct Power {
     /// Since when it has been on (not off), for GPU time.
     pub on_since: Option<SimTime>,
     pub kv: crate::kv::KvRecipe,
+    /// With `cluster.topology` and a derived `load_s`: the weights load over the fabric, so
+    /// the loading phase lasts as long as the links make it.
+    pub weights: Option<crate::network::WeightLoad>,
 }
 
 /// Identity of an instance.

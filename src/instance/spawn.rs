@@ -63,7 +63,7 @@ impl SharedKvStore {
                 write,
                 spec.eviction == Eviction::Fifo,
             ))),
-            link_gb_per_s: spec.link_gb_per_s,
+            link_gb_per_s: spec.link(),
             latency_us: spec.latency_us,
         }
     }
@@ -83,7 +83,9 @@ pub fn kv_recipe(
     group: &InstanceGroup,
     resolved: &ResolvedGroup,
     store: Option<&SharedKvStore>,
+    net: Option<&crate::network::Network>,
 ) -> KvRecipe {
+    let block_bytes = resolved.kv_bytes_per_token * f64::from(group.block_size);
     KvRecipe {
         blocks: resolved.kv_blocks,
         block_size: group.block_size,
@@ -103,6 +105,7 @@ pub fn kv_recipe(
             let block_us = SharedKvStore::block_us(s.link_gb_per_s, group, resolved);
             (s.store.clone(), block_us, s.latency_us)
         }),
+        store_net: store.and(net).map(|n| (n.clone(), block_bytes)),
     }
 }
 
@@ -139,6 +142,19 @@ pub fn spawn_instances(app: &mut App, ctx: &SetupCtx<'_>) -> Result<(), SimError
     if let Some(s) = &store {
         world.insert_resource(s.clone());
     }
+    let net = scenario.cluster.topology.as_ref().map(|t| {
+        let shapes: Vec<crate::network::GroupShape> = scenario
+            .cluster
+            .groups
+            .iter()
+            .zip(ctx.resolved)
+            .map(|(g, r)| crate::network::GroupShape::of(g, r.gpu.as_ref()))
+            .collect();
+        crate::network::Network::new(crate::network::Topology::build(t, &shapes, store.is_some()))
+    });
+    if let Some(n) = &net {
+        world.insert_resource(n.clone());
+    }
     for (g, group) in scenario.cluster.groups.iter().enumerate() {
         let resolved = ctx.resolved[g].clone();
         let name = if group.name.is_empty() {
@@ -147,7 +163,7 @@ pub fn spawn_instances(app: &mut App, ctx: &SetupCtx<'_>) -> Result<(), SimError
             group.name.clone()
         };
         let spawned = group.scaling.as_ref().map_or(group.count, |s| s.max);
-        let recipe = kv_recipe(group, &resolved, store.as_ref());
+        let recipe = kv_recipe(group, &resolved, store.as_ref(), net.as_ref());
         let facts = GroupFacts {
             model: resolved.model.as_ref(),
             gpu: resolved.gpu.as_ref(),

@@ -410,7 +410,7 @@ fn tier_transfers(
             limits.nvme_latency_us + f64::from(nvme) * limits.nvme_block_us
         };
         let store = match kv.store.as_ref() {
-            Some(s) if stored > 0 => s.latency_us + f64::from(stored) * s.block_us,
+            Some(s) if stored > 0 => s.load_us(now.as_us(), stored),
             _ => 0.0,
         };
         reload.max(SimDuration::from_us_f64(disk.max(store)))

@@ -642,6 +642,8 @@ pub struct KvRecipe {
     pub nvme: Option<(u32, bool)>,
     /// The shared store and (µs per block over the instance's link, latency µs).
     pub store: Option<(std::sync::Arc<std::sync::Mutex<super::KvStore>>, f64, f64)>,
+    /// With `cluster.topology`: the network the store is reached over, and a block's bytes.
+    pub store_net: Option<(crate::network::Network, f64)>,
 }
 
 impl KvRecipe {
@@ -655,12 +657,18 @@ impl KvRecipe {
             kv = kv.with_nvme_tier(CpuTier::of(KvTier::Nvme, blocks, 0, fifo));
         }
         if let Some((store, block_us, latency_us)) = &self.store {
-            kv = kv.with_store(StoreLink::new(
-                store.clone(),
-                instance,
-                *block_us,
-                *latency_us,
-            ));
+            let mut link = StoreLink::new(store.clone(), instance, *block_us, *latency_us);
+            if let Some((net, block_bytes)) = &self.store_net {
+                let (write, read, latency_us) = net.topology.store_paths(instance);
+                link.path = Some(crate::network::StorePath {
+                    fabric: net.fabric.clone(),
+                    write,
+                    read,
+                    latency_us,
+                    block_bytes: *block_bytes,
+                });
+            }
+            kv = kv.with_store(link);
         }
         kv
     }

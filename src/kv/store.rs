@@ -160,6 +160,9 @@ pub struct StoreLink {
     pub(super) pending_loads: u32,
     /// Blocks this instance loaded from the store (cumulative).
     pub loaded: u64,
+    /// With `cluster.topology`: the links to the store and back, shared with every other
+    /// transfer that crosses them (then `block_us` is not used).
+    pub path: Option<crate::network::StorePath>,
 }
 
 impl StoreLink {
@@ -175,6 +178,20 @@ impl StoreLink {
             link_free_us: 0.0,
             pending_loads: 0,
             loaded: 0,
+            path: None,
+        }
+    }
+
+    /// µs from `now_us` until `blocks` blocks loaded from the store now are in: the
+    /// latency, then the blocks over this instance's link (or, with a topology, over the
+    /// links of its path, after the transfers already on them).
+    pub fn load_us(&self, now_us: u64, blocks: u32) -> f64 {
+        match &self.path {
+            None => self.latency_us + f64::from(blocks) * self.block_us,
+            Some(p) => {
+                let start = now_us + (self.latency_us + p.latency_us).ceil() as u64;
+                (p.send(true, now_us, start, blocks) - now_us) as f64
+            }
         }
     }
 
@@ -186,7 +203,13 @@ impl StoreLink {
     /// Sends block `hash` to the store (after the link's earlier writes).
     pub(super) fn put(&mut self, hash: u64, events: &mut Option<Vec<(KvEventKind, u64)>>) {
         let now = self.now_us as f64;
-        let sent = self.link_free_us.max(now) + self.block_us;
+        let sent = match &self.path {
+            None => self.link_free_us.max(now) + self.block_us,
+            // A block the store holds is not sent (put refreshes it); only a new one takes
+            // its share of the links.
+            Some(_) if lock(&self.store).tier.contains(hash) => now,
+            Some(p) => p.send(false, self.now_us, self.now_us, 1) as f64 + p.latency_us,
+        };
         let ready = (sent + self.latency_us).ceil() as u64;
         if lock(&self.store).put(hash, self.instance, ready, events) {
             self.link_free_us = sent;

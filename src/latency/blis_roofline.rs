@@ -126,6 +126,7 @@ mod tests {
                 calibration: Default::default(),
                 physics: Default::default(),
                 power: None,
+                node: None,
             },
             tp: 1,
             alpha: [0.0; 3],

@@ -144,11 +144,11 @@ pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<Strin
         };
         let gpus = f64::from(g.tp.max(1) * g.pp.max(1));
         if g.role != crate::scenario::Role::Mixed && r.kv_bytes_per_token > 0.0 {
-            let secs = prompt * r.kv_bytes_per_token / (g.kv_link_gb_per_s * 1e9 * gpus);
+            let secs = prompt * r.kv_bytes_per_token / (g.kv_link() * 1e9 * gpus);
             if secs > SLOW_TRANSFER_S {
                 w.push(format!(
                     "cluster.groups[{i}].kv_link_gb_per_s = {}: moving one mean prompt's KV ({prompt:.0} tokens, {:.1} MB) to the decode pool takes {} — every request waits that long (is it in GB/s?)",
-                    g.kv_link_gb_per_s,
+                    g.kv_link(),
                     prompt * r.kv_bytes_per_token / 1e6,
                     span(secs)
                 ));

@@ -11,7 +11,9 @@ use crate::latency::{
     ServingPath, TrainedPhysics,
 };
 use crate::model::{BUNDLED_MODELS, GpuProfile, ModelConfig, bundled_gpus, find_gpu};
-use crate::scenario::{InstanceGroup, LatencySpec, Memo, Problem, Scenario, did_you_mean};
+use crate::scenario::{
+    InstanceGroup, LatencySpec, Memo, Problem, Scenario, TopologySpec, did_you_mean,
+};
 use crate::setup::ResolvedGroup;
 
 fn looks_like_path(s: &str) -> bool {
@@ -103,9 +105,15 @@ fn three(v: &[f64]) -> [f64; 3] {
 }
 
 /// A group resolved before: what it was resolved from (the group, the base directory and
-/// the seed) and the result, kept in the scenario's [`Memo`] (one slot per group index); a
-/// slot whose group was edited since resolves anew.
-type Slot = (InstanceGroup, PathBuf, u64, ResolvedGroup);
+/// the seed, the cluster's topology) and the result, kept in the scenario's [`Memo`] (one
+/// slot per group index); a slot whose group was edited since resolves anew.
+type Slot = (
+    InstanceGroup,
+    PathBuf,
+    u64,
+    Option<TopologySpec>,
+    ResolvedGroup,
+);
 
 fn remembered(
     memo: &Memo,
@@ -113,11 +121,12 @@ fn remembered(
     g: &InstanceGroup,
     base: &Path,
     seed: u64,
+    topology: Option<&TopologySpec>,
 ) -> Option<ResolvedGroup> {
     let slots = memo.0.lock().unwrap_or_else(|e| e.into_inner());
     let slot = slots.get(i)?.as_ref()?.downcast_ref::<Slot>()?;
-    let (group, b, s, r) = slot;
-    (group == g && b == base && *s == seed).then(|| r.clone())
+    let (group, b, s, t, r) = slot;
+    (group == g && b == base && *s == seed && t.as_ref() == topology).then(|| r.clone())
 }
 
 fn remember(memo: &Memo, i: usize, slot: Slot) {
@@ -136,14 +145,21 @@ pub fn resolve_group(
     catalog: &Catalog,
 ) -> Result<ResolvedGroup, Vec<Problem>> {
     let g = &s.cluster.groups[i];
-    if let Some(r) = remembered(&s.memo, i, g, &s.base_dir, s.seed) {
+    let topology = s.cluster.topology.as_ref();
+    if let Some(r) = remembered(&s.memo, i, g, &s.base_dir, s.seed, topology) {
         return Ok(r);
     }
-    let r = read_group(g, i, &s.base_dir, catalog, s.seed)?;
+    let r = read_group(g, i, &s.base_dir, catalog, s.seed, topology)?;
     remember(
         &s.memo,
         i,
-        (g.clone(), s.base_dir.clone(), s.seed, r.clone()),
+        (
+            g.clone(),
+            s.base_dir.clone(),
+            s.seed,
+            topology.cloned(),
+            r.clone(),
+        ),
     );
     Ok(r)
 }
@@ -156,6 +172,7 @@ fn read_group(
     base: &Path,
     catalog: &Catalog,
     seed: u64,
+    topology: Option<&TopologySpec>,
 ) -> Result<ResolvedGroup, Vec<Problem>> {
     let at = |f: &str| format!("cluster.groups[{i}].{f}");
     let mut p = Vec::new();
@@ -343,6 +360,15 @@ fn read_group(
                         if let Some(v) = v {
                             *slot = *v;
                         }
+                    }
+                    // A TP group wider than a node all-reduces across nodes too.
+                    if allreduce_gb_per_s.is_none()
+                        && let Some(t) = topology
+                        && let Some(bus) =
+                            crate::network::spanning_allreduce(t, gp.node.as_ref(), g.tp, ph)
+                    {
+                        ph.allreduce_gb_per_s = bus;
+                        ph.allreduce_latency_us += t.nic_latency_us;
                     }
                     for e in ph.problems() {
                         let (field, msg) = e

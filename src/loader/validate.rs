@@ -1,6 +1,6 @@
 //! Whole-scenario validation: every problem with its field path, at once. Each concern
 //! checks its own part (`workload::check`, `instance::check_group`, `policy::check`,
-//! `autoscale::check`, `disagg::check`, `metrics::check_outputs`); this adds what is the whole scenario's (and `plan.rs`, the `plan`
+//! `autoscale::check`, `disagg::check`, `network::check`, `metrics::check_outputs`); this adds what is the whole scenario's (and `plan.rs`, the `plan`
 //! block):
 //! the whole scenario's: the horizon, the size of the cluster and the memory it needs.
 
@@ -107,9 +107,18 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
         );
     }
     let mut table_bytes = 0.0;
+    let mut nodes = Vec::new();
     for (i, g) in s.cluster.groups.iter().enumerate() {
         crate::instance::check_group(&mut p, s, i, catalog);
-        match super::resolve_group(s, i, catalog) {
+        let resolved = super::resolve_group(s, i, catalog);
+        // A group that does not resolve has its own errors; its node is not asked for.
+        nodes.push(
+            resolved
+                .as_ref()
+                .ok()
+                .map(|r| r.gpu.as_ref().and_then(|g| g.node)),
+        );
+        match resolved {
             Ok(r) => {
                 crate::energy::check_group(&mut p, s, i, &r);
                 table_bytes += f64::from(spawned(g))
@@ -123,6 +132,7 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
         table_bytes += f64::from(st.blocks) * CPU_BLOCK_BYTES;
     }
     crate::instance::check_kv_store(&mut p, s);
+    crate::network::check(&mut p, s, &nodes);
     check_limits(&mut p, s, table_bytes);
     crate::policy::check(&mut p, s, catalog);
     crate::metrics::check_outputs(&mut p, s);

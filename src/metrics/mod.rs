@@ -38,10 +38,10 @@ pub use status::{nothing_left, overloaded};
 pub use summary::{
     Anomalies, BandSummary, CostSummary, CrashEvent, CrashesSummary, DisaggSummary, EnergySummary,
     FITNESS_KEYS, Fairness, FaultsSummary, FlowControlSummary, GroupEnergy, GroupUsage,
-    InstanceSummary, KvEventCounts, KvStoreSummary, KvSummary, KvTierSummary, LinkFaultSummary,
-    ListedCrash, PoolSummary, RequestCounts, RoutingSummary, SliceSummary, SloSummary, SpanSlo,
-    SpeculativeSummary, StragglerSummary, Summary, Throughput, WorstDecision, cov, fitness_term,
-    jain,
+    InstanceSummary, KvEventCounts, KvStoreSummary, KvSummary, KvTierSummary, LevelSummary,
+    LinkFaultSummary, ListedCrash, NetworkSummary, PlaceSummary, PoolSummary, RequestCounts,
+    RoutingSummary, SliceSummary, SloSummary, SpanSlo, SpeculativeSummary, StragglerSummary,
+    Summary, Throughput, WorstDecision, cov, fitness_term, jain,
 };
 
 use std::fs::File;

@@ -442,6 +442,50 @@ pub struct DisaggSummary {
     pub waited_for_kv: u64,
     /// Requests no decode instance could ever hold (dropped after their prefill).
     pub dropped: u64,
+    /// With `cluster.topology`: how much later each transfer ended than it would have on
+    /// an idle fabric (the other transfers on its links).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub contention_ms: Option<Distribution>,
+}
+
+/// The network (`cluster.topology`): where the instances sit and how loaded each level's
+/// links were.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct NetworkSummary {
+    pub nodes: u32,
+    pub racks: u32,
+    pub placement: String,
+    /// Per instance, by index.
+    pub instances: Vec<PlaceSummary>,
+    /// Per level with links (`nvlink`, `nic`, `rack`, `store`).
+    pub levels: Vec<LevelSummary>,
+}
+
+/// Where one instance sits.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct PlaceSummary {
+    pub instance: u32,
+    pub node: u32,
+    pub rack: u32,
+    /// Nodes it spans (more than one: its tensor-parallel all-reduce crosses nodes).
+    pub nodes: u32,
+}
+
+/// One level of links.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct LevelSummary {
+    pub level: String,
+    /// Links (one per direction).
+    pub links: u32,
+    /// Transfers that crossed a link of the level (a transfer crossing two counts twice).
+    pub transfers: u64,
+    /// Data carried, summed over the level's links.
+    pub gb: f64,
+    /// Data carried over bandwidth × the run's duration: mean over the links, and the
+    /// busiest link's.
+    pub utilisation_mean: f64,
+    pub utilisation_max: f64,
+    pub busiest: String,
 }
 
 /// One priority band of the gateway (`summary.flow_control.bands`). Every request that
@@ -676,6 +720,9 @@ pub struct Summary {
     /// Prefill/decode disaggregation (only when the cluster has decode instances).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disaggregation: Option<DisaggSummary>,
+    /// The network between nodes (only with `cluster.topology`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<NetworkSummary>,
     /// Results added by your own systems (`metrics::SummaryExtras`), by name.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub extras: BTreeMap<String, serde_json::Value>,
@@ -917,6 +964,42 @@ impl Summary {
                 })
                 .collect();
             let _ = writeln!(s, "pools: {}", pools.join(", "));
+            if let Some(c) = &d.contention_ms {
+                let _ = writeln!(
+                    s,
+                    "P/D transfers slowed by other transfers on their links (ms): mean {}, p99 {}",
+                    f(c.mean),
+                    f(c.p99)
+                );
+            }
+        }
+        if let Some(n) = &self.network {
+            let levels: Vec<String> = n
+                .levels
+                .iter()
+                .filter(|l| l.transfers > 0)
+                .map(|l| {
+                    format!(
+                        "{} {:.3} GB (busiest {:.1}%)",
+                        l.level,
+                        l.gb,
+                        100.0 * l.utilisation_max
+                    )
+                })
+                .collect();
+            let _ = writeln!(
+                s,
+                "network: {} instances on {} nodes in {} racks ({}); carried: {}",
+                n.instances.len(),
+                n.nodes,
+                n.racks,
+                n.placement,
+                if levels.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    levels.join(", ")
+                }
+            );
         }
         for (name, value) in &self.extras {
             let _ = writeln!(s, "{name}: {value}");

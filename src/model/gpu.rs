@@ -34,6 +34,10 @@ pub struct GpuProfile {
     /// without them.
     #[serde(default, deserialize_with = "crate::scenario::deserialize_power")]
     pub power: Option<crate::scenario::PowerFigures>,
+    /// The GPU's usual node (GPUs per NVLink domain, NVLink and NIC per GPU): the defaults
+    /// of `cluster.topology`; none for a GPU file without it.
+    #[serde(default, deserialize_with = "crate::scenario::deserialize_node")]
+    pub node: Option<crate::scenario::NodeFigures>,
 }
 
 /// What our roofline's efficiencies ([`GpuPhysics`]) on a GPU rest on.

@@ -23,6 +23,10 @@ pub struct ClusterSpec {
     /// hit. Absent: none.
     #[serde(default)]
     pub kv_store: Option<KvStoreSpec>,
+    /// Nodes, racks and the links between them, shared by the KV transfers that cross
+    /// them (docs/topology.md). Absent: each instance's links are its own.
+    #[serde(default)]
+    pub topology: Option<crate::scenario::TopologySpec>,
 }
 
 /// The cluster's shared KV store (`cluster.kv_store`).
@@ -36,9 +40,9 @@ pub struct KvStoreSpec {
     pub latency_us: f64,
     /// Link of each GPU to the store, GB/s; an instance moves blocks over its `tp × pp`
     /// GPUs' links in parallel. Default 50 (InfiniBand NDR 400 Gb/s, one NIC per GPU as in a
-    /// DGX H100).
-    #[serde(default = "default_kv_link")]
-    pub link_gb_per_s: f64,
+    /// DGX H100). Not with `cluster.topology` (the store is reached over the NICs).
+    #[serde(default)]
+    pub link_gb_per_s: Option<f64>,
     /// `WriteBack` (default: a block is written when it leaves the instance's last local
     /// tier) or `WriteThrough` (every full prompt block as soon as it is computed).
     #[serde(default)]
@@ -226,9 +230,9 @@ pub struct InstanceGroup {
     pub role: Role,
     /// KV transfer link of each GPU (P/D disaggregation), GB/s; an instance moves its KV
     /// over its `tp × pp` GPUs' links in parallel. Default 50 (InfiniBand NDR 400 Gb/s, one
-    /// NIC per GPU as in a DGX H100).
-    #[serde(default = "default_kv_link")]
-    pub kv_link_gb_per_s: f64,
+    /// NIC per GPU as in a DGX H100). Not with `cluster.topology` (its links carry them).
+    #[serde(default)]
+    pub kv_link_gb_per_s: Option<f64>,
     /// Fixed cost of one KV transfer (handshake, completion notice), µs. Default 50 (BLIS's
     /// default).
     #[serde(default = "default_kv_link_latency")]
@@ -291,8 +295,22 @@ pub enum Acceptance {
     PerPosition(Vec<f64>),
 }
 
-fn default_kv_link() -> f64 {
-    50.0
+/// Default of `kv_link_gb_per_s` and of the store's `link_gb_per_s`: InfiniBand NDR 400 Gb/s,
+/// one NIC per GPU (DGX H100 datasheet).
+pub const DEFAULT_KV_LINK_GB_PER_S: f64 = 50.0;
+
+impl InstanceGroup {
+    /// `kv_link_gb_per_s`, or its default.
+    pub fn kv_link(&self) -> f64 {
+        self.kv_link_gb_per_s.unwrap_or(DEFAULT_KV_LINK_GB_PER_S)
+    }
+}
+
+impl KvStoreSpec {
+    /// `link_gb_per_s`, or its default.
+    pub fn link(&self) -> f64 {
+        self.link_gb_per_s.unwrap_or(DEFAULT_KV_LINK_GB_PER_S)
+    }
 }
 fn default_kv_link_latency() -> f64 {
     50.0

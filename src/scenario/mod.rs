@@ -12,6 +12,7 @@ mod outputs;
 mod plan;
 mod policies;
 mod problem;
+mod topology;
 mod workload;
 
 pub use cluster::*;
@@ -22,6 +23,7 @@ pub use outputs::*;
 pub use plan::*;
 pub use policies::*;
 pub use problem::{Problem, did_you_mean, finite_positive};
+pub use topology::{NodeFigures, PlacementSpec, TopologySpec, deserialize_node};
 pub use workload::*;
 
 use std::any::Any;

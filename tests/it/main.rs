@@ -38,4 +38,5 @@ mod setup;
 mod speculative;
 mod sweeps;
 mod ticks;
+mod topology;
 mod workload;
