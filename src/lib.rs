@@ -203,7 +203,6 @@ impl PluginGroup for SimPlugins {
             .add(instance::InstancePlugin)
             .add(fast::FastTicksPlugin)
             .add(disagg::DisaggPlugin)
-            .add(network::NetworkPlugin)
             .add(autoscale::AutoscalePlugin)
             .add(energy::EnergyPlugin)
             .add(gateway::FlowControlPlugin)

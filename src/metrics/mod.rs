@@ -10,6 +10,7 @@ mod assemble;
 mod check;
 mod finish;
 pub mod histogram;
+mod network;
 pub mod percentile;
 mod plugin;
 mod record;

@@ -36,7 +36,8 @@ impl bevy_app::Plugin for MetricsPlugin {
             .add_setup(crate::setup::SetupStage::Outputs, finish::open_files)
             .add_finish_step(FinishStage::Run, finish::diagnose_run)
             .add_finish_step(FinishStage::Concerns, finish::finish_requests)
-            .add_finish_step(FinishStage::Summary, finish::write_summary);
+            .add_finish_step(FinishStage::Summary, finish::write_summary)
+            .add_summary_part(super::network::summarize);
         for label in [SimStep.intern(), SimStepFast.intern()] {
             app.configure_sets(
                 label,

@@ -16,16 +16,15 @@
 //! starts, so a step that waits for a load is priced at once. Who uses it: P/D KV transfers
 //! ([`crate::disagg`]), writes to and loads from the shared store ([`crate::kv::StoreLink`]).
 //! Cross-node tensor parallelism is priced by the latency model (see [`cross_node_allreduce`]).
+//! Its summary part is the metrics plugin's (`metrics/network.rs`).
 
 mod fabric;
 mod place;
-mod plugin;
 #[cfg(test)]
 mod tests;
 
 pub use fabric::{Fabric, Link, LinkId, Reserved};
 pub use place::{GroupShape, Place, Topology, check};
-pub use plugin::{NetworkPlugin, summarize};
 
 use std::sync::{Arc, Mutex};
 

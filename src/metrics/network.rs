@@ -1,18 +1,9 @@
-//! The network's part of a run's outputs: its summary (placement, load per level). The
-//! [`Network`] itself is built with the instances (their KV caches reach the store over it)
-//! and used by the P/D transfers; this plugin only reports on it.
+//! The network's part of the summary (placement, load per level), registered by the
+//! metrics plugin: the [`Network`] is built with the instances and used by the transfers,
+//! and stays below the stages (it imports no summary type).
 
-use super::Network;
-use crate::metrics::{LevelSummary, NetworkSummary, PlaceSummary, Summary, SummaryAppExt};
-
-/// Adds the network's summary part (`summary.network`, only with `cluster.topology`).
-pub struct NetworkPlugin;
-
-impl bevy_app::Plugin for NetworkPlugin {
-    fn build(&self, app: &mut bevy_app::App) {
-        app.add_summary_part(summarize);
-    }
-}
+use super::{LevelSummary, NetworkSummary, PlaceSummary, Summary};
+use crate::network::Network;
 
 /// `summary.network`: each instance's place and each level's load over the run.
 pub fn summarize(world: &mut bevy_ecs::world::World, summary: &mut Summary) {
@@ -24,7 +15,7 @@ pub fn summarize(world: &mut bevy_ecs::world::World, summary: &mut Summary) {
     let end_us = (summary.sim_duration_s * 1e6).round() as u64;
     let mut levels: Vec<LevelSummary> = Vec::new();
     for (id, link) in fabric.links.iter().enumerate() {
-        let util = fabric.utilisation(id as super::LinkId, end_us);
+        let util = fabric.utilisation(id as crate::network::LinkId, end_us);
         let level = match levels.iter_mut().find(|l| l.level == link.level) {
             Some(l) => l,
             None => {
