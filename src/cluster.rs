@@ -419,6 +419,7 @@ impl Router<'_, '_> {
             instances,
             probe: &*self.cached,
             block_size,
+            adapters: &view.adapters,
         };
         let Some(i) = self.policy.0.choose(spec, now, &rv) else {
             if self.parked.enabled {

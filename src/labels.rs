@@ -1,4 +1,4 @@
-//! Names of tenants, SLO classes and instance groups, by the index requests and instances
+//! Names of tenants, SLO classes, instance groups and LoRA adapters, by the index requests and instances
 //! carry. A plain data type at the bottom of the house: stages, policies and metrics read it;
 //! `Scenario::labels` makes them from a scenario.
 
@@ -14,6 +14,8 @@ pub struct Labels {
     pub slo_classes: Vec<String>,
     /// Instance group names (`group<i>` when unnamed), by index.
     pub groups: Vec<String>,
+    /// LoRA adapter names (`workload.adapters`), by the index requests carry.
+    pub adapters: Vec<String>,
 }
 
 /// A label as a spreadsheet must show it: as text. A cell that starts with `=`, `+`, `-`,

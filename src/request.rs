@@ -32,7 +32,12 @@ pub struct RequestSpec {
     pub priority: i32,
     /// The multi-turn session and turn this request belongs to.
     pub session: Option<SessionRef>,
+    /// The LoRA adapter it runs with (index into `Labels::adapters`); `None`: the base model.
+    pub adapter: Option<u32>,
 }
+
+/// Salt of content ids under a LoRA adapter ([`PromptContent::for_adapter`]).
+const ADAPTER_SALT: u64 = 0x6c6f_7261_5f61_6470;
 
 /// A request's place in a multi-turn session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,6 +75,35 @@ pub struct Segment {
 }
 
 impl PromptContent {
+    /// The same prompt under LoRA adapter `adapter`: its KV differs from the base model's and
+    /// from every other adapter's, so every content id is salted with it (vLLM adds the
+    /// adapter to a block's hash, `_gen_lora_extra_hash_keys`).
+    pub fn for_adapter(self, adapter: Option<u32>) -> Self {
+        let Some(a) = adapter else {
+            return self;
+        };
+        let salt = |id: u64| crate::rng::mix(&[ADAPTER_SALT, u64::from(a), id]);
+        match self {
+            PromptContent::Simple {
+                prefix_id,
+                prefix_tokens,
+                unique_id,
+            } => PromptContent::Simple {
+                prefix_id: salt(prefix_id),
+                prefix_tokens,
+                unique_id: salt(unique_id),
+            },
+            PromptContent::Segments(segs) => PromptContent::Segments(
+                segs.iter()
+                    .map(|s| Segment {
+                        id: salt(s.id),
+                        end: s.end,
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
     /// Content id of block `k` of `block_size` tokens.
     pub fn block_id(&self, k: u32, block_size: u32) -> u64 {
         let last = (k + 1) * block_size - 1;

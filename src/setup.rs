@@ -198,6 +198,8 @@ pub struct ResolvedGroup {
     pub serving: ServingPath,
     /// Speculative decoding (`speculative`), shared by the group's instances.
     pub speculative: Option<Arc<crate::latency::speculative::SpecConfig>>,
+    /// Multi-LoRA (`lora`), shared by the group's instances.
+    pub lora: Option<Arc<crate::latency::lora::LoraConfig>>,
 }
 
 /// A run that could not complete, by phase: loading the scenario fails with

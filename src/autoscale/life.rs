@@ -17,6 +17,9 @@ pub(super) fn enter(c: &mut Ctx<'_>, t: &Timing, phase: Phase, queue: &mut Event
     if c.power.phase == Phase::Off && phase != Phase::Off {
         c.power.on_since = Some(now);
         c.sched.down = false; // started again after a crash (faults)
+        if let Some(lora) = c.sched.lora.as_mut() {
+            lora.clear(); // host and GPU memory start empty
+        }
         let events = c.kv.records_events();
         *c.kv = c.power.kv.build(i);
         c.kv.record_events(events);

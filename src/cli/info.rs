@@ -77,6 +77,20 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
         if let Some(line) = r.speculative.as_ref().map(|c| speculative_line(c, g, &r)) {
             let _ = writeln!(s, "    speculative: {line}");
         }
+        if let Some(c) = &r.lora {
+            let r16 = c.max_rank;
+            let _ = writeln!(
+                s,
+                "    LoRA: max_loras {} ({:.3} GiB of GPU slots, taken from the KV cache), max_cpu_loras {}, rank ≤ {r16}: a rank-{r16} adapter is {:.1} MB, read from storage in {:.1} ms, copied to a slot in {:.2} ms; LoRA kernels add {:.2} ms to a 32-token step with one adapter",
+                c.max_loras,
+                c.slots_gib(),
+                c.max_cpu_loras,
+                c.adapter_bytes(r16) / 1e6,
+                c.disk_us(r16) / 1e3,
+                c.host_us(r16) / 1e3,
+                c.kernel_us(32, 1) / 1e3
+            );
+        }
         if let Some(gpu) = &r.gpu {
             let _ = writeln!(s, "    {}: {}", gpu.id, gpu.calibration.note());
         }

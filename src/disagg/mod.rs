@@ -420,6 +420,7 @@ pub fn transfer_kv(
             instances: &decode_view,
             probe: &*cached,
             block_size,
+            adapters: &[],
         };
         let Some(d) = routing.0.choose(&h.seq.spec, now, &rv) else {
             // No decode instance is routable: this and every later hand-off of this pass go

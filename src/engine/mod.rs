@@ -317,10 +317,22 @@ impl InstanceSnapshot {
     }
 }
 
+/// What an instance reports of its LoRA adapters, as vLLM's `vllm:lora_requests_info`
+/// metric does: the adapters of its running and of its waiting requests, and `max_lora`.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct InstanceAdapters {
+    /// 0: the instance serves no adapters.
+    pub max_loras: u32,
+    pub running: Vec<u32>,
+    pub waiting: Vec<u32>,
+}
+
 /// What every policy may observe of every instance, kept current by the instance stages.
 #[derive(Resource, Debug, Default, Clone)]
 pub struct ClusterView {
     pub instances: Vec<InstanceSnapshot>,
+    /// Per instance, the LoRA adapters it serves (empty unless a group has `lora`).
+    pub adapters: Vec<InstanceAdapters>,
 }
 
 /// A run-stopping problem found while simulating (e.g. a batch outside a measured

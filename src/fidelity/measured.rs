@@ -30,6 +30,7 @@ impl MeasuredRequest {
             content: None,
             tenant: None,
             slo_class: None,
+            adapter: None,
         }
     }
 }

@@ -77,9 +77,11 @@ pub(crate) fn form_one(
     if sched.step_end.is_some() || !sched.has_work() {
         return false;
     }
-    // Lockstep steps advance every request one token a step: not with speculative decoding.
+    // Lockstep steps advance every request one token a step: not with speculative decoding,
+    // and not with adapters (each step prepares its adapters).
     if lockstep
         && sched.spec.is_none()
+        && sched.lora.is_none()
         && super::lockstep::try_form(
             sched,
             kv,

@@ -25,6 +25,7 @@ pub mod batch;
 mod check;
 pub mod energy;
 pub mod lockstep;
+pub mod lora;
 pub mod pipeline;
 mod plugin;
 pub mod report;
@@ -440,6 +441,8 @@ pub struct Scheduler {
     pub lost: Vec<Entity>,
     /// Speculative decoding, when its group has it ([`speculative`]).
     pub spec: Option<Box<speculative::Speculation>>,
+    /// Multi-LoRA, when its group has it ([`lora`]).
+    pub lora: Option<Box<lora::Adapters>>,
     /// Windows in which its host link (CPU KV tier) or the links between its pipeline
     /// stages keep a fraction of their bandwidth (faults); empty without.
     pub host_faults: Vec<LinkWindow>,
@@ -571,6 +574,9 @@ pub fn snapshot(index: u32, sched: &Scheduler, kv: &KvCache, in_flight: u32) -> 
 pub(crate) fn refresh_view(view: &mut ClusterView, i: u32, sched: &Scheduler, kv: &KvCache) {
     let slot = &mut view.instances[i as usize];
     *slot = snapshot(i, sched, kv, slot.in_flight);
+    if sched.lora.is_some() {
+        lora::report(&mut view.adapters[i as usize], sched);
+    }
 }
 
 /// Lists instance `i` for batch formation this tick (once).

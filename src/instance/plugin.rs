@@ -43,6 +43,7 @@ impl Plugin for InstancePlugin {
             .add_setup(SetupStage::Outputs, switch_kv_events)
             .add_summary_part(report::summarize)
             .add_summary_part(report::summarize_speculative)
+            .add_summary_part(report::summarize_lora)
             .add_finish_step(FinishStage::Concerns, warn_long_queues);
         for label in [SimStep.intern(), SimStepFast.intern()] {
             app.configure_sets(

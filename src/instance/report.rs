@@ -221,3 +221,52 @@ pub fn summarize_speculative(world: &mut World, summary: &mut Summary) {
         summary.speculative.push(out);
     }
 }
+
+/// The summary's `lora` part: each group serving adapters, its instances' loads and times
+/// summed, and each adapter's rank and loads.
+pub fn summarize_lora(world: &mut World, summary: &mut Summary) {
+    let Some(groups) = world.get_resource::<super::spawn::Groups>() else {
+        return;
+    };
+    let groups = groups.0.clone();
+    if !groups.iter().any(|g| g.resolved.lora.is_some()) {
+        return;
+    }
+    let index = world.resource::<InstanceIndex>().0.clone();
+    let lora = summary.lora.get_or_insert_with(Default::default);
+    for info in &groups {
+        let Some(cfg) = &info.resolved.lora else {
+            continue;
+        };
+        let mut out = crate::metrics::LoraGroupSummary {
+            group: info.name.clone(),
+            max_loras: cfg.max_loras,
+            max_cpu_loras: cfg.max_cpu_loras,
+            max_lora_rank: cfg.max_rank,
+            slots_gib: cfg.slots_gib(),
+            ..Default::default()
+        };
+        let (mut load_us, mut kernel_us) = (0u64, 0u64);
+        for i in info.instances() {
+            let sched = world
+                .get::<Scheduler>(index[i as usize])
+                .expect("instance has a scheduler");
+            let Some(a) = &sched.lora else {
+                continue;
+            };
+            out.steps_with_adapters += a.steps;
+            out.loads += a.loads.iter().sum::<u64>();
+            out.activations += a.activations.iter().sum::<u64>();
+            load_us += a.load_us;
+            kernel_us += a.kernel_us;
+            for (k, adapter) in lora.adapters.iter_mut().enumerate() {
+                adapter.rank = a.ranks.get(k).copied().unwrap_or(0);
+                adapter.loads += a.loads.get(k).copied().unwrap_or(0);
+                adapter.activations += a.activations.get(k).copied().unwrap_or(0);
+            }
+        }
+        out.load_s = load_us as f64 * 1e-6;
+        out.kernel_s = kernel_us as f64 * 1e-6;
+        lora.groups.push(out);
+    }
+}

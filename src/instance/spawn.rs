@@ -137,6 +137,7 @@ pub fn spawn_instances(app: &mut App, ctx: &SetupCtx<'_>) -> Result<(), SimError
     let labels = world.resource::<Labels>().clone();
     let mut index = Vec::new();
     let mut view = Vec::new();
+    let mut adapters = Vec::new();
     let mut groups = Vec::new();
     let store = scenario.cluster.kv_store.as_ref().map(SharedKvStore::new);
     if let Some(s) = &store {
@@ -177,6 +178,13 @@ pub fn spawn_instances(app: &mut App, ctx: &SetupCtx<'_>) -> Result<(), SimError
             .speculative
             .as_ref()
             .map(|c| std::sync::Arc::new(c.for_clients(&scenario.client_names())));
+        // Multi-LoRA, with every adapter's rank by index.
+        let ranks: std::sync::Arc<[u32]> = scenario
+            .workload
+            .adapters
+            .as_ref()
+            .map_or_else(Vec::new, |a| a.all_ranks())
+            .into();
         let traced = ctx.options.trace_decisions || scenario.outputs.decisions_csv;
         for k in 0..spawned {
             let i = index.len() as u32;
@@ -193,6 +201,10 @@ pub fn spawn_instances(app: &mut App, ctx: &SetupCtx<'_>) -> Result<(), SimError
                 spec: spec
                     .clone()
                     .map(|c| Box::new(super::speculative::Speculation::new(c))),
+                lora: resolved
+                    .lora
+                    .clone()
+                    .map(|c| Box::new(super::lora::Adapters::new(c, ranks.clone()))),
                 ..Default::default()
             };
             let batcher = ctx
@@ -209,6 +221,10 @@ pub fn spawn_instances(app: &mut App, ctx: &SetupCtx<'_>) -> Result<(), SimError
                     },
                 })?;
             view.push(snapshot(i, &scheduler, &kv, 0));
+            adapters.push(crate::engine::InstanceAdapters {
+                max_loras: resolved.lora.as_ref().map_or(0, |c| c.max_loras),
+                ..Default::default()
+            });
             let e = world
                 .spawn(InstanceBundle {
                     instance: Instance {
@@ -250,7 +266,15 @@ pub fn spawn_instances(app: &mut App, ctx: &SetupCtx<'_>) -> Result<(), SimError
         });
     }
     world.insert_resource(InstanceIndex(index));
-    world.insert_resource(ClusterView { instances: view });
+    let adapters = if adapters.iter().any(|a| a.max_loras > 0) {
+        adapters
+    } else {
+        Vec::new()
+    };
+    world.insert_resource(ClusterView {
+        instances: view,
+        adapters,
+    });
     world.insert_resource(Groups(groups));
     Ok(())
 }

@@ -171,6 +171,22 @@ pub(crate) fn execute_one(
         },
         _ => compute,
     };
+    // Multi-LoRA: the step's adapters are made resident first (loads and copies hold the
+    // step), and its LoRA kernels follow the model's.
+    let (compute, lora_load) = match sched.lora.as_mut() {
+        Some(lora) if !empty => {
+            let running = &sched.running;
+            let (load, kernels) = lora.prepare(
+                sched
+                    .plan
+                    .iter()
+                    .map(|p| running[p.slot as usize].spec.adapter),
+                prefill_tokens + decode_tokens,
+            );
+            (compute + kernels, load)
+        }
+        _ => (compute, SimDuration::ZERO),
+    };
     let compute = match sched.warmup_speed {
         Some(speed) => SimDuration::from_us_f64(compute.as_us() as f64 / speed),
         None => compute,
@@ -196,7 +212,7 @@ pub(crate) fn execute_one(
         };
         limits.serving.step(compute, requests)
     };
-    let dt = reload + compute.max(offload);
+    let dt = reload + lora_load + compute.max(offload);
     if !empty && let Some(mut meter) = sched.energy.take() {
         meter_step(&mut meter, sched, items, decode_tokens, dt);
         sched.energy = Some(meter);

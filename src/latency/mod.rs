@@ -14,6 +14,7 @@
 
 mod blackbox;
 mod blis_roofline;
+pub mod lora;
 mod piecewise;
 mod roofline;
 mod serving;

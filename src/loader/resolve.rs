@@ -505,9 +505,21 @@ fn read_group(
             seed,
         )
     });
+    let lora = g.lora.as_ref().and_then(|l| {
+        lora(
+            &mut p,
+            &at,
+            l,
+            g,
+            model.as_ref(),
+            roofline_gpu.as_ref().or(gpu.as_ref()),
+        )
+    });
     let (draft_gib, draft_kv) = speculative.as_ref().map_or((0.0, 0.0), |c| {
         (c.draft_weights_gib, c.draft_kv_bytes_per_token)
     });
+    // vLLM allocates the adapters' GPU slots beside the weights.
+    let draft_gib = draft_gib + lora.as_ref().map_or(0.0, |c| c.slots_gib());
     let kv_blocks = match (g.kv_blocks, &model, &gpu) {
         (Some(0), _, _) => {
             p.push(Problem::new(at("kv_blocks"), "must be > 0").hint("KV cache size per instance in blocks, e.g. 8192; omit it to derive it from model and gpu"));
@@ -619,7 +631,105 @@ fn read_group(
         latency: latency.expect("no problems means a latency model"),
         serving,
         speculative: speculative.map(Arc::new),
+        lora: lora.map(Arc::new),
     })
+}
+
+/// A group's multi-LoRA resolved from its model and GPU; problems go to `p` under
+/// `cluster.groups[i].lora`.
+fn lora(
+    p: &mut Vec<Problem>,
+    at: &dyn Fn(&str) -> String,
+    l: &crate::scenario::LoraSpec,
+    g: &InstanceGroup,
+    model: Option<&ModelConfig>,
+    gpu: Option<&crate::model::GpuProfile>,
+) -> Option<crate::latency::lora::LoraConfig> {
+    let before = p.len();
+    if l.max_loras == 0 {
+        p.push(
+            Problem::new(at("lora.max_loras"), "must be ≥ 1")
+                .hint("adapters a step may use at once, e.g. 4"),
+        );
+    }
+    if l.cpu_slots() < l.max_loras {
+        p.push(
+            Problem::new(
+                at("lora.max_cpu_loras"),
+                format!(
+                    "{} is fewer than max_loras ({}); vLLM refuses it",
+                    l.cpu_slots(),
+                    l.max_loras
+                ),
+            )
+            .hint("host memory holds at least the adapters the GPU slots do"),
+        );
+    }
+    if l.max_lora_rank == 0 || l.max_lora_rank > 512 {
+        p.push(Problem::new(
+            at("lora.max_lora_rank"),
+            format!("must be 1–512, got {}", l.max_lora_rank),
+        ));
+    }
+    if !l.load_gb_per_s.is_finite() || l.load_gb_per_s <= 0.0 {
+        p.push(Problem::new(
+            at("lora.load_gb_per_s"),
+            format!("must be a finite number > 0, got {}", l.load_gb_per_s),
+        ));
+    }
+    if !l.load_latency_us.is_finite() || l.load_latency_us < 0.0 {
+        p.push(Problem::new(
+            at("lora.load_latency_us"),
+            format!("must be a finite number ≥ 0, got {}", l.load_latency_us),
+        ));
+    }
+    if g.scheduler != "vllm_v1" {
+        p.push(
+            Problem::new(
+                at("lora"),
+                format!(
+                    "multi-LoRA runs on the vllm_v1 scheduler, not `{}`",
+                    g.scheduler
+                ),
+            )
+            .hint("remove `scheduler` or set it to \"vllm_v1\""),
+        );
+    }
+    if g.pp > 1 {
+        p.push(Problem::new(
+            at("lora"),
+            "multi-LoRA with pipeline parallelism (pp > 1) is not modelled",
+        ));
+    }
+    if g.role != crate::scenario::Role::Mixed {
+        p.push(Problem::new(
+            at("lora"),
+            "multi-LoRA on P/D instances (role Prefill or Decode) is not modelled",
+        ));
+    }
+    let (Some(m), Some(gp)) = (model, gpu) else {
+        p.push(
+            Problem::new(at("lora"), "multi-LoRA needs `model` and `gpu`")
+                .hint("they size an adapter in bytes and price its loads and kernels"),
+        );
+        return None;
+    };
+    if p.len() > before {
+        return None;
+    }
+    let ph = &gp.physics;
+    Some(crate::latency::lora::LoraConfig::new(
+        m,
+        gp,
+        g.tp,
+        l.max_loras,
+        l.cpu_slots(),
+        l.max_lora_rank,
+        l.load_gb_per_s,
+        l.load_latency_us,
+        g.host_link_gb_per_s.unwrap_or(ph.host_link_gb_per_s),
+        g.host_link_latency_us.unwrap_or(ph.host_link_latency_us),
+    ))
 }
 
 /// A group's NVMe tier: (blocks, µs to read one block, fixed µs per step with reads). It sits

@@ -70,6 +70,19 @@ pub fn assemble(
             slice(n, agg.per_class.get(i), targeted)
         })
         .collect();
+    // Per LoRA adapter (their loads are the instances' part).
+    let lora = (!labels.adapters.is_empty()).then(|| crate::metrics::LoraSummary {
+        adapters: labels
+            .adapters
+            .iter()
+            .enumerate()
+            .map(|(i, n)| crate::metrics::AdapterSummary {
+                requests: slice(n, agg.per_adapter.get(i), any_targets),
+                ..Default::default()
+            })
+            .collect(),
+        groups: Vec::new(),
+    });
     let tenant_tokens: Vec<f64> = tenants.iter().map(|t| t.output_tokens as f64).collect();
     let injected = counts.injected;
     let instances = world
@@ -127,6 +140,7 @@ pub fn assemble(
         },
         tenants,
         slo_classes,
+        lora,
         ..Default::default()
     };
     let parts = world

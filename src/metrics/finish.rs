@@ -80,6 +80,7 @@ pub(super) fn open_files(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<
             .groups
             .iter()
             .any(|g| g.speculative.is_some()),
+        adapter: ctx.scenario.workload.adapters.is_some(),
     };
     let mut log = RequestLog {
         collect: ctx.options.collect.clone(),

@@ -37,12 +37,13 @@ pub use row::{
 };
 pub use status::{nothing_left, overloaded};
 pub use summary::{
-    Anomalies, BandSummary, CostSummary, CrashEvent, CrashesSummary, DisaggSummary, EnergySummary,
-    FITNESS_KEYS, Fairness, FaultsSummary, FlowControlSummary, GroupEnergy, GroupUsage,
-    InstanceSummary, KvEventCounts, KvStoreSummary, KvSummary, KvTierSummary, LevelSummary,
-    LinkFaultSummary, ListedCrash, NetworkSummary, PlaceSummary, PoolSummary, RequestCounts,
-    RoutingSummary, SliceSummary, SloSummary, SpanSlo, SpeculativeSummary, StragglerSummary,
-    Summary, Throughput, WorstDecision, cov, fitness_term, jain,
+    AdapterSummary, Anomalies, BandSummary, CostSummary, CrashEvent, CrashesSummary, DisaggSummary,
+    EnergySummary, FITNESS_KEYS, Fairness, FaultsSummary, FlowControlSummary, GroupEnergy,
+    GroupUsage, InstanceSummary, KvEventCounts, KvStoreSummary, KvSummary, KvTierSummary,
+    LevelSummary, LinkFaultSummary, ListedCrash, LoraGroupSummary, LoraSummary, NetworkSummary,
+    PlaceSummary, PoolSummary, RequestCounts, RoutingSummary, SliceSummary, SloSummary, SpanSlo,
+    SpeculativeSummary, StragglerSummary, Summary, Throughput, WorstDecision, cov, fitness_term,
+    jain,
 };
 
 use std::fs::File;
@@ -246,6 +247,8 @@ pub struct Aggregates {
     pub per_instance: Vec<Breakdown>,
     pub per_tenant: Vec<Breakdown>,
     pub per_class: Vec<Breakdown>,
+    /// Per LoRA adapter (requests that named one).
+    pub per_adapter: Vec<Breakdown>,
 }
 
 impl Aggregates {

@@ -133,6 +133,9 @@ pub fn record_one(
     }
     slot(&mut agg.per_tenant, f.spec.tenant as usize).add(f, good);
     slot(&mut agg.per_class, f.spec.slo_class as usize).add(f, good);
+    if let Some(a) = f.spec.adapter {
+        slot(&mut agg.per_adapter, a as usize).add(f, good);
+    }
     match f.state {
         FinalState::Completed => {
             agg.completed += 1;

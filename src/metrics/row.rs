@@ -108,6 +108,10 @@ pub const RETRIES_COLUMN: &str = "retries";
 /// verified for the request and those accepted.
 pub const SPECULATIVE_COLUMNS: [&str; 2] = ["drafted_tokens", "accepted_tokens"];
 
+/// The column `requests.csv` adds when the workload declares LoRA adapters: the request's
+/// adapter (empty for the base model).
+pub const ADAPTER_COLUMN: &str = "adapter";
+
 /// The columns `requests.csv` ends with, beyond [`CSV_COLUMNS`], when the scenario uses
 /// the features they describe (in this order).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -118,6 +122,8 @@ pub struct ExtraColumns {
     pub retries: bool,
     /// [`SPECULATIVE_COLUMNS`] (a group's `speculative`).
     pub speculative: bool,
+    /// [`ADAPTER_COLUMN`] (`workload.adapters`).
+    pub adapter: bool,
 }
 
 /// Appends `units` thousandths as a decimal with exactly three decimals (whole µs as ms,
@@ -147,6 +153,7 @@ pub fn csv_header(extra: ExtraColumns) -> Vec<u8> {
         (extra.retries, RETRIES_COLUMN),
         (extra.speculative, SPECULATIVE_COLUMNS[0]),
         (extra.speculative, SPECULATIVE_COLUMNS[1]),
+        (extra.adapter, ADAPTER_COLUMN),
     ] {
         if on {
             row.push(b',');
@@ -223,6 +230,12 @@ pub fn format_row(row: &mut Vec<u8>, f: &FinishedRequest, labels: &Labels, extra
     if extra.speculative {
         int(row, Some(u64::from(f.drafted)));
         int(row, Some(u64::from(f.accepted)));
+    }
+    if extra.adapter {
+        text(
+            row,
+            f.spec.adapter.map_or("", |a| name(&labels.adapters, a)),
+        );
     }
     // The last field ends the row, not a comma.
     *row.last_mut().expect("a row has fields") = b'\n';

@@ -674,6 +674,44 @@ pub struct SpeculativeSummary {
     pub draft_s: f64,
 }
 
+/// Multi-LoRA: each adapter's requests and loads, each group's slots and the time its
+/// steps spent on adapters (only when the workload declares adapters or a group serves
+/// them).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct LoraSummary {
+    pub adapters: Vec<AdapterSummary>,
+    pub groups: Vec<LoraGroupSummary>,
+}
+
+/// One LoRA adapter: its requests (as a tenant's), rank and how often it was loaded.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct AdapterSummary {
+    #[serde(flatten)]
+    pub requests: SliceSummary,
+    pub rank: u32,
+    /// Reads from storage into host memory, copies into a GPU slot (every instance).
+    pub loads: u64,
+    pub activations: u64,
+}
+
+/// One group serving adapters.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct LoraGroupSummary {
+    pub group: String,
+    pub max_loras: u32,
+    pub max_cpu_loras: u32,
+    pub max_lora_rank: u32,
+    /// GPU memory of its slots on one instance, GiB (taken from the KV cache).
+    pub slots_gib: f64,
+    /// Steps with at least one adapter.
+    pub steps_with_adapters: u64,
+    pub loads: u64,
+    pub activations: u64,
+    /// Time its steps waited for loads and copies, and spent in LoRA kernels, seconds.
+    pub load_s: f64,
+    pub kernel_s: f64,
+}
+
 /// Aggregates of a run (every latency in milliseconds).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Summary {
@@ -715,6 +753,9 @@ pub struct Summary {
     /// Speculative decoding, per group that has it (only when one does).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub speculative: Vec<SpeculativeSummary>,
+    /// Multi-LoRA (only when the workload declares adapters or a group serves them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lora: Option<LoraSummary>,
     pub tenants: Vec<SliceSummary>,
     pub slo_classes: Vec<SliceSummary>,
     /// Prefill/decode disaggregation (only when the cluster has decode instances).
@@ -1098,6 +1139,49 @@ impl Summary {
                     .map_or("n/a".into(), |l| format!("{l:.3}")),
                 sp.draft_s
             );
+        }
+        if let Some(l) = &self.lora {
+            for g in &l.groups {
+                let _ = writeln!(
+                    s,
+                    "LoRA ({}): max_loras {}, max_cpu_loras {}, rank ≤ {} ({:.3} GiB of slots); {} loads from storage, {} copies to the GPU; steps waited {:.3} s for them, LoRA kernels {:.3} s",
+                    g.group,
+                    g.max_loras,
+                    g.max_cpu_loras,
+                    g.max_lora_rank,
+                    g.slots_gib,
+                    g.loads,
+                    g.activations,
+                    g.load_s,
+                    g.kernel_s
+                );
+            }
+            if !l.adapters.is_empty() {
+                let _ = writeln!(
+                    s,
+                    "adapter           rank  requests  completed   loads  copies  ttft mean ms  e2e mean ms"
+                );
+                for a in &l.adapters {
+                    let _ = writeln!(
+                        s,
+                        "{:<16} {:>5} {:>9} {:>10} {:>7} {:>7} {:>13} {:>12}",
+                        a.requests.name,
+                        a.rank,
+                        a.requests.injected,
+                        a.requests.completed,
+                        a.loads,
+                        a.activations,
+                        a.requests
+                            .ttft_ms
+                            .mean
+                            .map_or("n/a".into(), |m| format!("{m:.3}")),
+                        a.requests
+                            .e2e_ms
+                            .mean
+                            .map_or("n/a".into(), |m| format!("{m:.3}"))
+                    );
+                }
+            }
         }
         if let Some(e) = &self.energy {
             let _ = writeln!(

@@ -141,6 +141,7 @@ fn a_row_is_what_the_csv_crate_writes() {
         tenants: vec!["plain".into(), "a,b".into(), "say \"hi\"".into()],
         slo_classes: vec!["two\nlines".into(), "cr\r".into(), String::new()],
         groups: vec![],
+        adapters: vec![],
     };
     let entity = Entity::from_raw_u32(3).unwrap();
     let mut rows = Vec::new();

@@ -77,6 +77,9 @@ pub struct RouterView<'a> {
     pub probe: &'a dyn PrefixProbe,
     /// KV block size in tokens (for router-side prefix hashing).
     pub block_size: u32,
+    /// Per instance, the LoRA adapters it serves (fresh, not staled; empty unless a group
+    /// has `lora`).
+    pub adapters: &'a [crate::engine::InstanceAdapters],
 }
 
 impl<'a> RouterView<'a> {
@@ -86,6 +89,7 @@ impl<'a> RouterView<'a> {
             instances,
             probe: &NoProbe,
             block_size: 16,
+            adapters: &[],
         }
     }
 
@@ -329,5 +333,6 @@ pub(crate) fn any_request() -> RequestSpec {
         slo_class: 0,
         priority: 0,
         session: None,
+        adapter: None,
     }
 }

@@ -11,6 +11,7 @@
 //! | `kv_utilization` | 1 − used/total blocks |
 //! | `load_balance` | 1/(1 + queued + running + in-flight) |
 //! | `no_hit_lru` | if any instance has a cache hit: 0.5 for all; else never-chosen first, then least recently chosen: 1 − rank/(n − 1) |
+//! | `lora_affinity` | the Gateway API Inference Extension's LoRA affinity scorer, on what vLLM reports (`vllm:lora_requests_info`): 1 if a running request uses the request's adapter, 0.8 if running and waiting requests use fewer than `max_loras` adapters, 0.6 if a waiting one uses it, else 0; 1 for a request without an adapter; 0 on an instance that serves none |
 
 use super::prefix_index::PrefixIndex;
 use super::{Best, InTurn, RouterView, RoutingEntry, RoutingPolicy, ScoredCandidate};
@@ -19,13 +20,14 @@ use crate::request::RequestSpec;
 use crate::time::SimTime;
 
 /// Scorer names, in trace order.
-pub const SCORERS: [&str; 6] = [
+pub const SCORERS: [&str; 7] = [
     "precise_prefix",
     "prefix_affinity",
     "queue_depth",
     "kv_utilization",
     "load_balance",
     "no_hit_lru",
+    "lora_affinity",
 ];
 
 pub(super) const ENTRY: RoutingEntry = RoutingEntry {
@@ -38,12 +40,13 @@ pub(super) const ENTRY: RoutingEntry = RoutingEntry {
         ("kv_utilization", "weight [1 if no weights given]"),
         ("load_balance", "weight [0]"),
         ("no_hit_lru", "weight [0]"),
+        ("lora_affinity", "weight [0]"),
     ],
     free_params: false,
     build: |a| {
-        let mut w = [0.0; 6];
+        let mut w = [0.0; 7];
         if a.params.is_empty() {
-            w = [2.0, 0.0, 1.0, 1.0, 0.0, 0.0];
+            w = [2.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0];
         } else {
             for (i, name) in SCORERS.iter().enumerate() {
                 w[i] = a.at_least(name, 0.0, 0.0)?;
@@ -55,7 +58,7 @@ pub(super) const ENTRY: RoutingEntry = RoutingEntry {
 
 /// Weights scaled to sum 1. Scaling by the largest first keeps huge weights (say 1e308 each)
 /// from summing to infinity and turning every weight, and so every score, into 0.
-fn normalise(mut w: [f64; 6]) -> Result<[f64; 6], String> {
+fn normalise(mut w: [f64; 7]) -> Result<[f64; 7], String> {
     if w.iter().any(|x| !x.is_finite()) {
         return Err("weights must be finite".into());
     }
@@ -70,7 +73,7 @@ fn normalise(mut w: [f64; 6]) -> Result<[f64; 6], String> {
 }
 
 pub struct Weighted {
-    weights: [f64; 6],
+    weights: [f64; 7],
     index: PrefixIndex,
     /// Per instance: decision count when last chosen by a cold (no-hit) decision.
     last_chosen: Vec<Option<u64>>,
@@ -80,7 +83,7 @@ pub struct Weighted {
 }
 
 impl Weighted {
-    pub fn new(weights: [f64; 6]) -> Self {
+    pub fn new(weights: [f64; 7]) -> Self {
         Weighted {
             weights,
             index: PrefixIndex::new(10_000),
@@ -179,7 +182,12 @@ impl RoutingPolicy for Weighted {
                     .expect("every candidate is ranked");
                 1.0 - rank as f64 / (n - 1) as f64
             };
-            let parts = [precise_n[k], affinity, queue_n[k], kv, lb, lru];
+            let lora = if w[6] > 0.0 {
+                lora_affinity(r.adapter, view.adapters.get(s.index as usize))
+            } else {
+                0.0
+            };
+            let parts = [precise_n[k], affinity, queue_n[k], kv, lb, lru, lora];
             let score: f64 = parts
                 .iter()
                 .zip(w)
@@ -215,18 +223,39 @@ impl RoutingPolicy for Weighted {
     }
 }
 
+/// The `lora_affinity` score of an instance reporting `reported` for a request with
+/// `adapter` (see the module docs).
+fn lora_affinity(adapter: Option<u32>, reported: Option<&crate::engine::InstanceAdapters>) -> f64 {
+    let Some(a) = adapter else {
+        return 1.0;
+    };
+    let Some(r) = reported.filter(|r| r.max_loras > 0) else {
+        return 0.0;
+    };
+    let in_use = r.running.len() + r.waiting.iter().filter(|x| !r.running.contains(x)).count();
+    if r.running.contains(&a) {
+        1.0
+    } else if (in_use as u32) < r.max_loras {
+        0.8
+    } else if r.waiting.contains(&a) {
+        0.6
+    } else {
+        0.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn huge_weights_normalise_like_small_ones() {
-        let small = normalise([2.0, 0.0, 1.0, 1.0, 0.0, 0.0]).unwrap();
-        let huge = normalise([1e308, 0.0, 5e307, 5e307, 0.0, 0.0]).unwrap();
-        assert_eq!(small, [0.5, 0.0, 0.25, 0.25, 0.0, 0.0]);
+        let small = normalise([2.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0]).unwrap();
+        let huge = normalise([1e308, 0.0, 5e307, 5e307, 0.0, 0.0, 0.0]).unwrap();
+        assert_eq!(small, [0.5, 0.0, 0.25, 0.25, 0.0, 0.0, 0.0]);
         assert_eq!(huge, small);
-        assert!(normalise([0.0; 6]).is_err());
-        assert!(normalise([f64::INFINITY, 0.0, 0.0, 0.0, 0.0, 0.0]).is_err());
+        assert!(normalise([0.0; 7]).is_err());
+        assert!(normalise([f64::INFINITY, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]).is_err());
     }
     use crate::policy::{PrefixProbe, any_request, snapshot};
     use crate::request::PromptContent;
@@ -238,8 +267,39 @@ mod tests {
         }
     }
 
+    #[test]
+    fn lora_affinity_scores_as_the_gateway_inference_extension_does() {
+        use crate::engine::InstanceAdapters;
+        let at = |running: &[u32], waiting: &[u32]| InstanceAdapters {
+            max_loras: 2,
+            running: running.to_vec(),
+            waiting: waiting.to_vec(),
+        };
+        assert_eq!(lora_affinity(Some(1), Some(&at(&[1, 2], &[]))), 1.0);
+        assert_eq!(lora_affinity(Some(1), Some(&at(&[2], &[]))), 0.8);
+        // Adapter 2 running and waiting counts once: one slot is still free.
+        assert_eq!(lora_affinity(Some(1), Some(&at(&[2], &[2]))), 0.8);
+        assert_eq!(lora_affinity(Some(1), Some(&at(&[2, 3], &[1]))), 0.6);
+        assert_eq!(lora_affinity(Some(1), Some(&at(&[2, 3], &[4]))), 0.0);
+        assert_eq!(lora_affinity(None, Some(&at(&[2, 3], &[4]))), 1.0);
+        assert_eq!(lora_affinity(Some(1), None), 0.0);
+        // Routing on it alone sends adapter 1 where it runs.
+        let view = [snapshot(0, 0, 0, 0), snapshot(1, 0, 0, 0)];
+        let adapters = [at(&[2, 3], &[]), at(&[1], &[])];
+        let v = RouterView {
+            instances: &view,
+            probe: &crate::policy::NoProbe,
+            block_size: 16,
+            adapters: &adapters,
+        };
+        let mut r = only("lora_affinity");
+        let mut req = any_request();
+        req.adapter = Some(1);
+        assert_eq!(r.choose(&req, SimTime::ZERO, &v), Some(1));
+    }
+
     fn only(name: &str) -> Weighted {
-        let mut w = [0.0; 6];
+        let mut w = [0.0; 7];
         w[SCORERS.iter().position(|s| *s == name).unwrap()] = 1.0;
         Weighted::new(w)
     }
@@ -256,6 +316,7 @@ mod tests {
             instances: &view,
             probe: &probe,
             block_size: 16,
+            adapters: &[],
         };
         let mut precise = only("precise_prefix");
         let picks: Vec<Option<u32>> = (0..3)
@@ -263,7 +324,7 @@ mod tests {
             .collect();
         assert_eq!(picks, [Some(1), Some(2), Some(1)], "1 and 2 tie: in turn");
         // With queue depth weighed equally, instance 2 (cached and idle) wins.
-        let mut both = Weighted::new([0.5, 0.0, 0.5, 0.0, 0.0, 0.0]);
+        let mut both = Weighted::new([0.5, 0.0, 0.5, 0.0, 0.0, 0.0, 0.0]);
         assert_eq!(both.choose(&any_request(), SimTime(0), &v), Some(2));
         let s = both.last_scores().unwrap();
         assert_eq!(
@@ -275,7 +336,7 @@ mod tests {
     #[test]
     fn prefix_affinity_learns_from_its_own_decisions() {
         let view = [snapshot(0, 0, 0, 0), snapshot(1, 0, 0, 0)];
-        let mut p = Weighted::new([0.0, 0.5, 0.0, 0.0, 0.5, 0.0]);
+        let mut p = Weighted::new([0.0, 0.5, 0.0, 0.0, 0.5, 0.0, 0.0]);
         let mut r = any_request();
         r.input_tokens = 64;
         r.content = PromptContent::Simple {

@@ -242,6 +242,50 @@ pub struct InstanceGroup {
     /// Absent: none.
     #[serde(default)]
     pub speculative: Option<SpeculativeSpec>,
+    /// Multi-LoRA serving (vLLM's `--enable-lora` with `--max-loras`, `--max-cpu-loras`,
+    /// `--max-lora-rank`): requests naming an adapter (`workload.adapters`) run with it.
+    /// Absent: the group serves the base model only.
+    #[serde(default)]
+    pub lora: Option<LoraSpec>,
+}
+
+/// Multi-LoRA on a group's instances (`cluster.groups[i].lora`, docs/lora.md).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LoraSpec {
+    /// Adapters a step may use at once, each in a GPU slot (vLLM `max_loras`). Default 1.
+    #[serde(default = "one")]
+    pub max_loras: u32,
+    /// Adapters kept in host memory (vLLM `max_cpu_loras`), at least `max_loras`. Default:
+    /// `max_loras`, as vLLM.
+    #[serde(default)]
+    pub max_cpu_loras: Option<u32>,
+    /// The largest rank an adapter may have; every GPU slot is sized for it (vLLM
+    /// `max_lora_rank`). Default 16, as vLLM.
+    #[serde(default = "default_max_lora_rank")]
+    pub max_lora_rank: u32,
+    /// Storage read rate of an adapter not in host memory, GB/s. Default 2, the rate
+    /// weights load at (`scaling.load_gb_per_s`).
+    #[serde(default = "default_lora_load_gb_per_s")]
+    pub load_gb_per_s: f64,
+    /// Fixed cost of reading an adapter from storage (opening its files, building it), µs.
+    /// Default 0: not measured.
+    #[serde(default)]
+    pub load_latency_us: f64,
+}
+
+fn default_max_lora_rank() -> u32 {
+    16
+}
+fn default_lora_load_gb_per_s() -> f64 {
+    2.0
+}
+
+impl LoraSpec {
+    /// `max_cpu_loras`, or its default (`max_loras`).
+    pub fn cpu_slots(&self) -> u32 {
+        self.max_cpu_loras.unwrap_or(self.max_loras)
+    }
 }
 
 /// Speculative decoding on a group's instances (`cluster.groups[i].speculative`).

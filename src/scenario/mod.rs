@@ -148,6 +148,9 @@ impl Scenario {
             l.tenant(crate::labels::INFERENCE_PERF_TENANT);
             l.slo_class("standard");
         }
+        if let Some(a) = &s.workload.adapters {
+            l.adapters = a.all_names();
+        }
         l
     }
 

@@ -27,6 +27,66 @@ pub struct WorkloadSpec {
     /// An inference-perf load: staged rates over a shared-prefix user population.
     #[serde(default)]
     pub inference_perf: Option<InferencePerfSpec>,
+    /// The LoRA adapters requests may name (clients' `adapter`, a trace's `adapter`
+    /// column); served by groups with `lora` (docs/lora.md). Absent: none.
+    #[serde(default)]
+    pub adapters: Option<AdapterSet>,
+}
+
+/// The LoRA adapters of a workload (`workload.adapters`).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AdapterSet {
+    /// Their names, in order.
+    #[serde(default)]
+    pub names: Vec<String>,
+    /// Without `names`: this many adapters named `lora0`, `lora1`, …
+    #[serde(default)]
+    pub count: u32,
+    /// LoRA rank of every adapter. Default 16.
+    #[serde(default = "default_adapter_rank")]
+    pub rank: u32,
+    /// Rank of particular adapters, by name, overriding `rank`.
+    #[serde(default)]
+    pub ranks: std::collections::BTreeMap<String, u32>,
+}
+
+fn default_adapter_rank() -> u32 {
+    16
+}
+
+impl AdapterSet {
+    /// The adapters' names, in order (`names`, or `lora0` … for `count`).
+    pub fn all_names(&self) -> Vec<String> {
+        if self.names.is_empty() {
+            (0..self.count).map(|k| format!("lora{k}")).collect()
+        } else {
+            self.names.clone()
+        }
+    }
+
+    /// Each adapter's rank, in the order of [`all_names`](Self::all_names).
+    pub fn all_ranks(&self) -> Vec<u32> {
+        self.all_names()
+            .iter()
+            .map(|n| self.ranks.get(n).copied().unwrap_or(self.rank))
+            .collect()
+    }
+}
+
+/// Which adapter a client's requests run with (`workload.clients[i].adapter`); a session
+/// keeps its first turn's.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub enum AdapterChoice {
+    /// This one, by name.
+    Named(String),
+    /// Any of `workload.adapters`, equally likely.
+    Uniform,
+    /// The k-th of `workload.adapters` (from 1) with probability ∝ 1/k^exponent: a few
+    /// popular adapters and a long tail.
+    Zipf(f64),
+    /// These, with these relative weights.
+    Weighted(std::collections::BTreeMap<String, f64>),
 }
 
 impl WorkloadSpec {
@@ -209,6 +269,9 @@ pub struct ClientSpec {
     /// Multi-turn sessions: each arrival starts a session of several turns.
     #[serde(default)]
     pub session: Option<SessionSpec>,
+    /// The LoRA adapter its requests run with. Default: the base model.
+    #[serde(default)]
+    pub adapter: Option<AdapterChoice>,
     /// A request not finished this long after its arrival is abandoned (seconds).
     #[serde(default)]
     pub timeout_s: Option<f64>,

@@ -198,15 +198,142 @@ pub fn check(s: &Scenario) -> Vec<Problem> {
     for (path, msg) in check_files(s) {
         p.push(Problem::new(path, msg));
     }
+    check_adapters(&mut p, s);
     p
+}
+
+/// `workload.adapters`, the clients' `adapter` and the groups that must serve them.
+fn check_adapters(p: &mut Vec<Problem>, s: &Scenario) {
+    use crate::scenario::AdapterChoice;
+    let w = &s.workload;
+    let users: Vec<usize> = (0..w.clients.len())
+        .filter(|&i| w.clients[i].adapter.is_some())
+        .collect();
+    let Some(set) = &w.adapters else {
+        for i in users {
+            p.push(
+                Problem::new(
+                    format!("workload.clients[{i}].adapter"),
+                    "names an adapter, but the workload declares none",
+                )
+                .hint("add workload.adapters: (names: [\"sql\", \"chat\"]) or (count: 8)"),
+            );
+        }
+        return;
+    };
+    let names = set.all_names();
+    if names.is_empty() {
+        p.push(
+            Problem::new("workload.adapters", "declares no adapter")
+                .hint("give names: [\"sql\", …] or count: 8"),
+        );
+    }
+    if !set.names.is_empty() && set.count > 0 {
+        p.push(
+            Problem::new("workload.adapters.count", "give names or count, not both")
+                .hint("count names them lora0, lora1, …"),
+        );
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (k, n) in set.names.iter().enumerate() {
+        if n.is_empty() {
+            p.push(Problem::new(
+                format!("workload.adapters.names[{k}]"),
+                "an adapter needs a name",
+            ));
+        } else if !seen.insert(n) {
+            p.push(Problem::new(
+                format!("workload.adapters.names[{k}]"),
+                format!("`{n}` is named twice"),
+            ));
+        }
+    }
+    let unknown = |p: &mut Vec<Problem>, path: String, name: &str| {
+        if !names.iter().any(|n| n == name) {
+            let hint = crate::scenario::did_you_mean(name, names.iter().map(String::as_str))
+                .map_or_else(
+                    || format!("declared: {}", names.join(", ")),
+                    |n| format!("did you mean `{n}`?"),
+                );
+            p.push(Problem::new(path, format!("`{name}` is not in workload.adapters")).hint(hint));
+        }
+    };
+    for name in set.ranks.keys() {
+        unknown(p, format!("workload.adapters.ranks.{name}"), name);
+    }
+    let ranks = set.all_ranks();
+    for (name, &r) in names.iter().zip(&ranks) {
+        if r == 0 || r > 512 {
+            let path = if set.ranks.contains_key(name) {
+                format!("workload.adapters.ranks.{name}")
+            } else {
+                "workload.adapters.rank".to_string()
+            };
+            p.push(Problem::new(path, format!("must be 1–512, got {r}")));
+        }
+    }
+    for i in users {
+        let at = format!("workload.clients[{i}].adapter");
+        match w.clients[i].adapter.as_ref().expect("a user") {
+            AdapterChoice::Named(n) => unknown(p, at, n),
+            AdapterChoice::Zipf(e) if !e.is_finite() || *e < 0.0 => p.push(Problem::new(
+                at,
+                format!("the Zipf exponent must be a finite number ≥ 0, got {e}"),
+            )),
+            AdapterChoice::Weighted(ws) => {
+                for (n, &x) in ws {
+                    unknown(p, format!("{at}.{n}"), n);
+                    if !x.is_finite() || x < 0.0 {
+                        p.push(Problem::new(
+                            format!("{at}.{n}"),
+                            format!("a weight must be a finite number ≥ 0, got {x}"),
+                        ));
+                    }
+                }
+                if !ws.values().any(|&x| x > 0.0) {
+                    p.push(Problem::new(at, "give at least one adapter a weight > 0"));
+                }
+            }
+            _ => {}
+        }
+    }
+    // Every group that serves requests must serve adapters, with slots of a rank they fit.
+    let widest = ranks.iter().copied().max().unwrap_or(0);
+    for (i, g) in s.cluster.groups.iter().enumerate() {
+        match &g.lora {
+            None => p.push(
+                Problem::new(
+                    format!("cluster.groups[{i}].lora"),
+                    "requests name LoRA adapters (workload.adapters), but this group serves none",
+                )
+                .hint("add lora: (max_loras: 4) to the group"),
+            ),
+            Some(l) if widest > l.max_lora_rank && l.max_lora_rank > 0 => p.push(
+                Problem::new(
+                    format!("cluster.groups[{i}].lora.max_lora_rank"),
+                    format!(
+                        "{} is below the rank-{widest} adapter of workload.adapters; vLLM refuses to load it",
+                        l.max_lora_rank
+                    ),
+                )
+                .hint(format!("set max_lora_rank: {widest}")),
+            ),
+            Some(_) => {}
+        }
+    }
 }
 
 /// Checks that every file a workload names can be read (streamed once); problems by path.
 pub fn check_files(scenario: &Scenario) -> Vec<(String, String)> {
     let base: &Path = scenario.base_dir.as_path();
     let mut problems = Vec::new();
+    let adapters = scenario
+        .workload
+        .adapters
+        .as_ref()
+        .map_or_else(Vec::new, |a| a.all_names());
     for (i, t) in scenario.workload.traces.iter().enumerate() {
-        if let Err(e) = trace::check(t, base) {
+        if let Err(e) = trace::check(t, base, &adapters) {
             problems.push((format!("workload.traces[{i}].file"), e));
         }
     }

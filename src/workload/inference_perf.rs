@@ -61,6 +61,7 @@ pub fn sources(ip: &InferencePerfSpec, seed: u64, labels: &mut Labels) -> Vec<Cl
         tenant,
         slo_class,
         priority: 0,
+        adapter: None,
         rng: rng::stream(seed, &stream),
     };
     let open = |mode| {

@@ -74,8 +74,37 @@ pub struct Client {
     tenant: u32,
     slo_class: u32,
     priority: i32,
+    /// The LoRA adapter its requests run with.
+    adapter: Option<AdapterPick>,
     rng: ChaCha8Rng,
 }
+
+/// How a client picks its requests' adapter: always one, or by a draw keyed on the seed and
+/// the request id (so adapters never shift the client's other draws) against cumulative
+/// weights.
+#[derive(Debug, Clone)]
+enum AdapterPick {
+    One(u32),
+    /// (cumulative probability, adapter), increasing; the last is 1.
+    Drawn(Vec<(f64, u32)>),
+}
+
+impl AdapterPick {
+    fn pick(&self, seed: u64, id: u64) -> u32 {
+        match self {
+            AdapterPick::One(a) => *a,
+            AdapterPick::Drawn(cdf) => {
+                let h = crate::rng::mix(&[ADAPTER_TAG, seed, id]);
+                let u = (h >> 11) as f64 * (1.0 / (1u64 << 53) as f64);
+                let k = cdf.partition_point(|&(c, _)| c <= u).min(cdf.len() - 1);
+                cdf[k].1
+            }
+        }
+    }
+}
+
+/// Domain tag of the adapter draws.
+const ADAPTER_TAG: u64 = 0x6164_6170_7465_7203;
 
 /// Where a trace source's rows come from.
 pub enum TraceInput {
@@ -117,6 +146,8 @@ struct Session {
     turns_left: u32,
     turn: u32,
     prefix_id: u64,
+    /// Its adapter, kept for every turn.
+    adapter: Option<u32>,
     /// Segments of the last prompt plus its output (accumulate mode).
     history: Vec<Segment>,
 }

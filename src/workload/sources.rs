@@ -27,6 +27,15 @@ impl Workload {
         let base = scenario.base_dir.as_path();
         let w = &scenario.workload;
         let mut sources = Vec::new();
+        let adapter_names = w.adapters.as_ref().map_or(Vec::new(), |a| a.all_names());
+        labels.adapters = adapter_names.clone();
+        let adapters: Arc<HashMap<String, u32>> = Arc::new(
+            adapter_names
+                .iter()
+                .enumerate()
+                .map(|(k, n)| (n.clone(), k as u32))
+                .collect(),
+        );
         for (i, c) in w.clients.iter().enumerate() {
             let name = if c.name.is_empty() {
                 format!("client{i}")
@@ -71,12 +80,19 @@ impl Workload {
                 tenant: labels.tenant(c.tenant.as_deref().unwrap_or(&name)),
                 slo_class: labels.slo_class(c.slo_class.as_deref().unwrap_or("standard")),
                 priority: c.priority,
+                adapter: c
+                    .adapter
+                    .as_ref()
+                    .map(|a| adapter_pick(a, &adapter_names, &adapters))
+                    .transpose()
+                    .map_err(at)?,
                 rng: rng::stream(scenario.seed, &format!("workload/{i}")),
             })));
         }
         for (i, t) in w.traces.iter().enumerate() {
             let reader = TraceReader::open(t, base, scenario.seed)
-                .map_err(|e| format!("workload.traces[{i}]: {e}"))?;
+                .map_err(|e| format!("workload.traces[{i}]: {e}"))?
+                .with_adapters(adapters.clone());
             sources.push(Source::Trace {
                 reader: TraceInput::File(Box::new(reader)),
                 pending: None,
@@ -194,11 +210,14 @@ impl Workload {
                 let row = pending
                     .take()
                     .expect("a trace arrival has its row read ahead");
-                let content = row.content.unwrap_or(PromptContent::Simple {
-                    prefix_id: 0,
-                    prefix_tokens: 0,
-                    unique_id: unique,
-                });
+                let content = row
+                    .content
+                    .unwrap_or(PromptContent::Simple {
+                        prefix_id: 0,
+                        prefix_tokens: 0,
+                        unique_id: unique,
+                    })
+                    .for_adapter(row.adapter);
                 let spec = RequestSpec {
                     id,
                     client: *client,
@@ -209,6 +228,7 @@ impl Workload {
                     slo_class: *slo_class,
                     priority: 0,
                     session: None,
+                    adapter: row.adapter,
                 };
                 (spec, *timeout)
             }
@@ -247,16 +267,18 @@ impl Workload {
                     prefix_tokens: c.prefix_tokens,
                     unique_id,
                 };
+                let adapter = c.adapter.as_ref().map(|a| a.pick(seed, id));
                 let mut spec = RequestSpec {
                     id,
                     client: source as u32,
                     input_tokens: input.max(1),
                     output_tokens: output,
-                    content,
+                    content: content.for_adapter(adapter),
                     tenant: c.tenant,
                     slo_class: c.slo_class,
                     priority: c.priority,
                     session: None,
+                    adapter,
                 };
                 if let Some(cfg) = &c.session {
                     let turns = cfg.turns.sample(&mut c.rng).max(1);
@@ -286,6 +308,7 @@ impl Workload {
                             turns_left: turns - 1,
                             turn: 0,
                             prefix_id,
+                            adapter,
                             history,
                         },
                     );
@@ -345,7 +368,7 @@ impl Workload {
             client: s.source,
             input_tokens: input,
             output_tokens: output,
-            content,
+            content: content.for_adapter(s.adapter),
             tenant: c.tenant,
             slo_class: c.slo_class,
             priority: c.priority,
@@ -353,6 +376,7 @@ impl Workload {
                 id: sid,
                 turn: s.turn,
             }),
+            adapter: s.adapter,
         };
         let timeout = c.timeout;
         self.sessions.insert(sid, s);
@@ -371,4 +395,46 @@ impl Workload {
     pub fn open_sessions(&self) -> usize {
         self.sessions.len()
     }
+}
+
+/// A client's adapter choice resolved against `workload.adapters` (`names` in order).
+fn adapter_pick(
+    choice: &crate::scenario::AdapterChoice,
+    names: &[String],
+    index: &HashMap<String, u32>,
+) -> Result<super::AdapterPick, String> {
+    use crate::scenario::AdapterChoice;
+    let find = |name: &String| {
+        index
+            .get(name)
+            .copied()
+            .ok_or_else(|| format!("adapter `{name}` is not in workload.adapters"))
+    };
+    let weights: Vec<(f64, u32)> = match choice {
+        AdapterChoice::Named(name) => return find(name).map(super::AdapterPick::One),
+        AdapterChoice::Uniform => (0..names.len() as u32).map(|k| (1.0, k)).collect(),
+        AdapterChoice::Zipf(s) => (0..names.len() as u32)
+            .map(|k| (f64::from(k + 1).powf(-s), k))
+            .collect(),
+        AdapterChoice::Weighted(w) => w
+            .iter()
+            .map(|(n, &x)| find(n).map(|k| (x, k)))
+            .collect::<Result<_, _>>()?,
+    };
+    let total: f64 = weights.iter().map(|w| w.0).sum();
+    if weights.is_empty() || !total.is_finite() || total <= 0.0 {
+        return Err("the adapter weights must be finite with a sum > 0".into());
+    }
+    let mut acc = 0.0;
+    let mut cdf: Vec<(f64, u32)> = weights
+        .into_iter()
+        .map(|(w, k)| {
+            acc += w / total;
+            (acc, k)
+        })
+        .collect();
+    if let Some(last) = cdf.last_mut() {
+        last.0 = 1.0;
+    }
+    Ok(super::AdapterPick::Drawn(cdf))
 }

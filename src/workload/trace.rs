@@ -29,6 +29,9 @@ pub struct TraceRow {
     pub content: Option<PromptContent>,
     pub tenant: Option<String>,
     pub slo_class: Option<String>,
+    /// The LoRA adapter (servesim CSV's `adapter` column, by name; index into
+    /// `workload.adapters`).
+    pub adapter: Option<u32>,
 }
 
 type Input = BufReader<crate::input::LineCapped<BufReader<File>>>;
@@ -49,6 +52,8 @@ pub struct TraceReader {
     token_scale: f64,
     hash_block: u32,
     seed: u64,
+    /// `workload.adapters` by name, for the `adapter` column.
+    adapters: Arc<std::collections::HashMap<String, u32>>,
 }
 
 #[derive(Deserialize)]
@@ -107,7 +112,14 @@ impl TraceReader {
             token_scale: spec.token_scale,
             hash_block: spec.hash_block_tokens.max(1),
             seed,
+            adapters: Arc::default(),
         })
+    }
+
+    /// The adapters an `adapter` column may name (`workload.adapters`, by name → index).
+    pub fn with_adapters(mut self, adapters: Arc<std::collections::HashMap<String, u32>>) -> Self {
+        self.adapters = adapters;
+        self
     }
 
     fn err(&self, msg: impl std::fmt::Display) -> String {
@@ -120,7 +132,7 @@ impl TraceReader {
 
     /// The next row, `Ok(None)` at the end, or an error naming file and line.
     pub fn next_row(&mut self) -> Result<Option<TraceRow>, String> {
-        let (time_s, input, output, content, tenant, slo) = match &mut self.rows {
+        let (time_s, input, output, content, tenant, slo, adapter) = match &mut self.rows {
             Rows::Lines(lines) => {
                 let text = loop {
                     self.line += 1;
@@ -174,6 +186,7 @@ impl TraceReader {
                     input,
                     self.tokens(row.output_length as f64, "output_length", 1)?,
                     content,
+                    None,
                     None,
                     None,
                 )
@@ -258,7 +271,33 @@ impl TraceReader {
                     }
                     _ => None,
                 };
-                (t, input, output, content, opt("tenant"), opt("slo_class"))
+                let adapter = match opt("adapter") {
+                    None => None,
+                    Some(name) => match self.adapters.get(&name) {
+                        Some(&k) => Some(k),
+                        None => {
+                            let mut known: Vec<&str> =
+                                self.adapters.keys().map(String::as_str).collect();
+                            known.sort_unstable();
+                            let hint = crate::scenario::did_you_mean(&name, known)
+                                .map_or(String::new(), |s| format!(" (did you mean `{s}`?)"));
+                            return Err(format!(
+                                "{}:{}: adapter `{name}` is not in workload.adapters{hint}",
+                                self.path.display(),
+                                self.line
+                            ));
+                        }
+                    },
+                };
+                (
+                    t,
+                    input,
+                    output,
+                    content,
+                    opt("tenant"),
+                    opt("slo_class"),
+                    adapter,
+                )
             }
         };
         if !time_s.is_finite() || time_s < 0.0 {
@@ -285,6 +324,7 @@ impl TraceReader {
             content,
             tenant,
             slo_class: slo,
+            adapter,
         }))
     }
 }
@@ -304,9 +344,19 @@ fn scaled(n: f64, scale: f64, what: &str, at_least: u32) -> Result<u32, String> 
 }
 
 /// Reads a whole trace once (streamed) to report its first problem up front; returns the
-/// number of rows and the input / output token totals.
-pub fn check(spec: &TraceSpec, base: &Path) -> Result<(u64, u64, u64), String> {
-    let mut r = TraceReader::open(spec, base, 0)?;
+/// number of rows and the input / output token totals. `adapters`: the names an `adapter`
+/// column may use (`workload.adapters`).
+pub fn check(
+    spec: &TraceSpec,
+    base: &Path,
+    adapters: &[String],
+) -> Result<(u64, u64, u64), String> {
+    let names = adapters
+        .iter()
+        .enumerate()
+        .map(|(k, n)| (n.clone(), k as u32))
+        .collect();
+    let mut r = TraceReader::open(spec, base, 0)?.with_adapters(Arc::new(names));
     let (mut n, mut i, mut o) = (0, 0, 0);
     while let Some(row) = r.next_row()? {
         n += 1;

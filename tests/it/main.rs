@@ -24,6 +24,7 @@ mod kv_events;
 mod kv_hierarchy;
 mod latency;
 mod lockstep;
+mod lora;
 mod observe;
 mod outputs;
 mod own_file;

@@ -140,40 +140,109 @@ pub fn form_batch(
         return;
     }
     order_waiting(sched, now, ordering);
-    let block_size = kv.block_size();
+    if sched.lora.is_some() {
+        admit_with_adapters(sched, kv, limits, now, budget);
+        return;
+    }
     while (sched.running.len() as u32) < limits.max_num_seqs && budget > 0 {
-        let Some(head) = sched.waiting.front_mut() else {
+        if sched.waiting.is_empty() {
+            break;
+        }
+        match admit(sched, kv, limits, now, 0, budget) {
+            Some(tokens) => budget -= tokens,
+            None => {
+                sched.lockstep.head_blocked = true;
+                break;
+            }
+        }
+    }
+}
+
+/// Admits waiting request `j` if its KV fits: claims its longest cached prompt prefix,
+/// allocates the rest of its first chunk (all or nothing), moves it to the running batch and
+/// plans the chunk. The chunk's tokens, or `None` if it does not fit.
+#[inline(always)]
+fn admit(
+    sched: &mut Scheduler,
+    kv: &mut KvCache,
+    limits: &Limits,
+    now: SimTime,
+    j: usize,
+    budget: u32,
+) -> Option<u32> {
+    let block_size = kv.block_size();
+    let next = sched.waiting.get_mut(j)?;
+    let known = next.known_tokens();
+    let cached_blocks = kv.cached_prefix_blocks(&next.spec.content, next.spec.input_tokens, known);
+    let start = cached_blocks * block_size;
+    let mut tokens = known - start;
+    if limits.long_prefill_token_threshold > 0 {
+        tokens = tokens.min(limits.long_prefill_token_threshold);
+    }
+    tokens = tokens.min(budget);
+    let content = next.spec.content.clone();
+    let input = next.spec.input_tokens;
+    if !kv.admit(&mut next.kv, &content, input, cached_blocks, start + tokens) {
+        return None;
+    }
+    let mut seq = sched.waiting.remove(j).expect("it exists");
+    sched.scheduled.push(seq.entity);
+    seq.progress = start;
+    seq.cached_tokens = start;
+    seq.first_scheduled.get_or_insert(now);
+    sched.running.push(seq);
+    sched.plan.push(Planned {
+        slot: sched.running.len() as u32 - 1,
+        tokens,
+        prefill: true,
+        context: start,
+    });
+    Some(tokens)
+}
+
+/// Phase 2 of [`form_batch`] on an instance serving LoRA adapters: as the plain loop, but a
+/// waiting request whose adapter would exceed `max_loras` among the step's requests is
+/// skipped for this step, keeping its place, and the queue goes on behind it (vLLM's
+/// `scheduled_loras` check).
+fn admit_with_adapters(
+    sched: &mut Scheduler,
+    kv: &mut KvCache,
+    limits: &Limits,
+    now: SimTime,
+    mut budget: u32,
+) {
+    let Some(mut lora) = sched.lora.take() else {
+        return;
+    };
+    lora.joined.clear();
+    for p in &sched.plan {
+        if let Some(a) = sched.running[p.slot as usize].spec.adapter
+            && !lora.joined.contains(&a)
+        {
+            lora.joined.push(a);
+        }
+    }
+    let mut j = 0;
+    while (sched.running.len() as u32) < limits.max_num_seqs && budget > 0 {
+        let Some(next) = sched.waiting.get(j) else {
             break;
         };
-        let known = head.known_tokens();
-        let cached_blocks =
-            kv.cached_prefix_blocks(&head.spec.content, head.spec.input_tokens, known);
-        let start = cached_blocks * block_size;
-        let mut tokens = known - start;
-        if limits.long_prefill_token_threshold > 0 {
-            tokens = tokens.min(limits.long_prefill_token_threshold);
+        let adapter = next.spec.adapter;
+        if !lora.may_join(&lora.joined, adapter) {
+            j += 1;
+            continue;
         }
-        tokens = tokens.min(budget);
-        let content = head.spec.content.clone();
-        let input = head.spec.input_tokens;
-        if !kv.admit(&mut head.kv, &content, input, cached_blocks, start + tokens) {
-            sched.lockstep.head_blocked = true;
+        let Some(tokens) = admit(sched, kv, limits, now, j, budget) else {
             break;
-        }
-        let mut seq = sched.waiting.pop_front().expect("head exists");
-        sched.scheduled.push(seq.entity);
-        seq.progress = start;
-        seq.cached_tokens = start;
-        seq.first_scheduled.get_or_insert(now);
-        sched.running.push(seq);
-        sched.plan.push(Planned {
-            slot: sched.running.len() as u32 - 1,
-            tokens,
-            prefill: true,
-            context: start,
-        });
+        };
         budget -= tokens;
+        if let Some(a) = adapter
+            && !lora.joined.contains(&a)
+        {
+            lora.joined.push(a);
+        }
     }
+    sched.lora = Some(lora);
 }
 
 /// Phase 1 of [`form_batch`]: the running requests, in batch order, into the budget.
