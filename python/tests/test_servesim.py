@@ -487,3 +487,21 @@ def test_topology_reaches_python():
     mean = lambda r: r.summary["disaggregation"]["transfer_ms"]["mean"]
     assert mean(thin) > 2 * mean(wide)
     assert thin.requests["kv_transfer_ms"].mean() > wide.requests["kv_transfer_ms"].mean()
+
+
+def test_lora_reaches_python():
+    """scenarios/lora.ron cut to 400 requests: each request's adapter, and one GPU slot per
+    server reads adapters from storage more often than four."""
+    path = str(ROOT / "scenarios" / "lora.ron")
+    four = servesim.run(path, {"workload.num_requests": 400})
+    one = servesim.run(
+        path,
+        {"workload.num_requests": 400, "cluster.groups[0].lora.max_loras": 1},
+    )
+    lora = four.summary["lora"]
+    assert [a["name"] for a in lora["adapters"]][:2] == ["lora0", "lora1"]
+    assert lora["groups"][0]["max_loras"] == 4
+    named = four.requests["adapter"].fillna("")
+    assert (named == "lora0").sum() > (named == "lora31").sum()
+    assert (named == "").sum() > 0  # the base-model client
+    assert one.summary["lora"]["groups"][0]["activations"] > lora["groups"][0]["activations"]

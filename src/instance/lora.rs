@@ -147,6 +147,7 @@ fn touch(lru: &mut Vec<u32>, a: u32) -> bool {
 /// What instance `sched` reports of its adapters to the routers (vLLM's
 /// `vllm:lora_requests_info`): the distinct adapters of its running and of its waiting
 /// requests, in first-seen order.
+#[inline(never)]
 pub(crate) fn report(out: &mut crate::engine::InstanceAdapters, sched: &super::Scheduler) {
     fn distinct<'a>(out: &mut Vec<u32>, seqs: impl Iterator<Item = &'a super::Seq>) {
         out.clear();

@@ -173,19 +173,11 @@ pub(crate) fn execute_one(
     };
     // Multi-LoRA: the step's adapters are made resident first (loads and copies hold the
     // step), and its LoRA kernels follow the model's.
-    let (compute, lora_load) = match sched.lora.as_mut() {
-        Some(lora) if !empty => {
-            let running = &sched.running;
-            let (load, kernels) = lora.prepare(
-                sched
-                    .plan
-                    .iter()
-                    .map(|p| running[p.slot as usize].spec.adapter),
-                prefill_tokens + decode_tokens,
-            );
-            (compute + kernels, load)
-        }
-        _ => (compute, SimDuration::ZERO),
+    let (compute, lora_load) = if sched.lora.is_none() || empty {
+        (compute, SimDuration::ZERO)
+    } else {
+        let (load, kernels) = prepare_adapters(sched, prefill_tokens + decode_tokens);
+        (compute + kernels, load)
     };
     let compute = match sched.warmup_speed {
         Some(speed) => SimDuration::from_us_f64(compute.as_us() as f64 / speed),
@@ -256,6 +248,23 @@ pub(crate) fn execute_one(
         queue.push(done, Event::StepFinished { instance: i });
     }
     true
+}
+
+/// Multi-LoRA: makes the planned step's adapters resident and prices its LoRA work over
+/// `tokens` ([`super::lora::Adapters::prepare`]): (µs waited for loads, µs of kernels).
+#[inline(never)]
+fn prepare_adapters(sched: &mut Scheduler, tokens: u32) -> (SimDuration, SimDuration) {
+    let Some(lora) = sched.lora.as_mut() else {
+        return (SimDuration::ZERO, SimDuration::ZERO);
+    };
+    let running = &sched.running;
+    lora.prepare(
+        sched
+            .plan
+            .iter()
+            .map(|p| running[p.slot as usize].spec.adapter),
+        tokens,
+    )
 }
 
 /// Meters a step of `dt` (energy on): its work from the lockstep batch's sums or the

@@ -318,3 +318,46 @@ fn bad_adapters_and_slots_are_refused_with_the_reason() {
     );
     assert!(err.contains("multi-LoRA needs `model` and `gpu`"), "{err}");
 }
+
+#[test]
+fn the_docs_table_matches_the_bundled_scenario() {
+    // docs/lora.md's first measured row is scenarios/lora.ron as bundled.
+    let doc = crate::common::doc("lora");
+    let line = doc
+        .lines()
+        .find(|l| l.starts_with("| `lora_affinity` 2, queue depth 1, KV 1 (as bundled)"))
+        .expect("docs/lora.md has the bundled row");
+    let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/lora.ron");
+    let (s, _) = run(&parse(&std::fs::read_to_string(path).unwrap()));
+    let n = |x: f64| {
+        let r = x.round() as u64;
+        if r >= 1000 {
+            format!("{},{:03}", r / 1000, r % 1000)
+        } else {
+            r.to_string()
+        }
+    };
+    let l = s.lora.as_ref().unwrap();
+    let g = &l.groups[0];
+    assert_eq!(
+        cells[2],
+        format!(
+            "{} / {}",
+            n(s.ttft_ms.mean.unwrap()),
+            n(s.ttft_ms.p99.unwrap())
+        )
+    );
+    assert_eq!(
+        cells[3],
+        format!(
+            "{} / {}",
+            n(s.tenants[0].ttft_ms.mean.unwrap()),
+            n(s.tenants[1].ttft_ms.mean.unwrap())
+        )
+    );
+    assert_eq!(cells[4], n(s.e2e_ms.mean.unwrap()));
+    assert_eq!(cells[5], format!("{:.2}", s.itl_ms.mean.unwrap()));
+    assert_eq!(cells[6], g.loads.to_string());
+    assert_eq!(cells[7], g.activations.to_string());
+}

@@ -16,7 +16,9 @@
 //! 2. **Then waiting requests**, head first, while fewer than `max_num_seqs` run and budget
 //!    remains, but **not in a step that preempted**: the longest cached prompt prefix is
 //!    claimed, the rest is allocated all-or-nothing; a head that does not fit blocks the
-//!    queue (head-of-line, as vLLM).
+//!    queue (head-of-line, as vLLM). With LoRA adapters, a request whose adapter would be
+//!    one more than `max_loras` among the step's is skipped, keeping its place
+//!    ([`crate::instance::lora`]).
 
 use super::blocks::{Grow, decode_step, grow_or_preempt, order_waiting, prefill_step};
 use super::{BatchScheduler, BatcherEntry, Ordering};
@@ -185,7 +187,12 @@ fn admit(
     if !kv.admit(&mut next.kv, &content, input, cached_blocks, start + tokens) {
         return None;
     }
-    let mut seq = sched.waiting.remove(j).expect("it exists");
+    let mut seq = if j == 0 {
+        sched.waiting.pop_front()
+    } else {
+        sched.waiting.remove(j)
+    }
+    .expect("it exists");
     sched.scheduled.push(seq.entity);
     seq.progress = start;
     seq.cached_tokens = start;
