@@ -14,7 +14,7 @@
 //! - **Kernels**: a step with any adapter pays the LoRA kernels
 //!   ([`LoraConfig::kernel_us`]).
 //!
-//! What the routers see of it is published in [`crate::engine::AdapterView`].
+//! What the routers see of it is published in [`crate::engine::ClusterView::adapters`].
 
 use std::sync::Arc;
 
@@ -144,21 +144,25 @@ fn touch(lru: &mut Vec<u32>, a: u32) -> bool {
     }
 }
 
-/// What instance `sched` reports of its adapters to the routers (vLLM's
-/// `vllm:lora_requests_info`): the distinct adapters of its running and of its waiting
+/// What an instance reports of its adapters to the routers (vLLM's
+/// `vllm:lora_requests_info`): the distinct adapters of its `running` and of its `waiting`
 /// requests, in first-seen order.
 #[inline(never)]
-pub(crate) fn report(out: &mut crate::engine::InstanceAdapters, sched: &super::Scheduler) {
-    fn distinct<'a>(out: &mut Vec<u32>, seqs: impl Iterator<Item = &'a super::Seq>) {
+pub(crate) fn report(
+    out: &mut crate::engine::InstanceAdapters,
+    running: impl Iterator<Item = Option<u32>>,
+    waiting: impl Iterator<Item = Option<u32>>,
+) {
+    fn distinct(out: &mut Vec<u32>, adapters: impl Iterator<Item = Option<u32>>) {
         out.clear();
-        for a in seqs.filter_map(|s| s.spec.adapter) {
+        for a in adapters.flatten() {
             if !out.contains(&a) {
                 out.push(a);
             }
         }
     }
-    distinct(&mut out.running, sched.running.iter());
-    distinct(&mut out.waiting, sched.waiting.iter());
+    distinct(&mut out.running, running);
+    distinct(&mut out.waiting, waiting);
 }
 
 #[cfg(test)]

@@ -575,7 +575,11 @@ pub(crate) fn refresh_view(view: &mut ClusterView, i: u32, sched: &Scheduler, kv
     let slot = &mut view.instances[i as usize];
     *slot = snapshot(i, sched, kv, slot.in_flight);
     if sched.lora.is_some() {
-        lora::report(&mut view.adapters[i as usize], sched);
+        lora::report(
+            &mut view.adapters[i as usize],
+            sched.running.iter().map(|s| s.spec.adapter),
+            sched.waiting.iter().map(|s| s.spec.adapter),
+        );
     }
 }
 
