@@ -575,12 +575,19 @@ pub(crate) fn refresh_view(view: &mut ClusterView, i: u32, sched: &Scheduler, kv
     let slot = &mut view.instances[i as usize];
     *slot = snapshot(i, sched, kv, slot.in_flight);
     if sched.lora.is_some() {
-        lora::report(
-            &mut view.adapters[i as usize],
-            sched.running.iter().map(|s| s.spec.adapter),
-            sched.waiting.iter().map(|s| s.spec.adapter),
-        );
+        report_adapters(view, i, sched);
     }
+}
+
+/// Instance `i`'s adapters for the routers ([`lora::report`]); out of line, off the path of
+/// instances without adapters.
+#[inline(never)]
+fn report_adapters(view: &mut ClusterView, i: u32, sched: &Scheduler) {
+    lora::report(
+        &mut view.adapters[i as usize],
+        sched.running.iter().map(|s| s.spec.adapter),
+        sched.waiting.iter().map(|s| s.spec.adapter),
+    );
 }
 
 /// Lists instance `i` for batch formation this tick (once).
