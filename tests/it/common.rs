@@ -165,3 +165,15 @@ pub fn servesim(args: &[&str], cwd: &Path) -> std::process::Output {
         .output()
         .expect("the binary runs")
 }
+
+/// [`servesim`], which must succeed (its stderr is the failure message).
+pub fn servesim_ok(args: &[&str], cwd: &Path) -> std::process::Output {
+    let out = servesim(args, cwd);
+    assert!(
+        out.status.success(),
+        "servesim {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}

@@ -3,7 +3,7 @@
 //! 2,097,152 B, so a 2.097152 GB/s link moves one in 1,000 µs) whose steps cost 1,000 µs +
 //! 1 µs per prompt token + 100 µs per decode token (BLIS's blackbox, no serving path).
 
-use crate::common::{assert_conserved, invalid, parse, read_rows, run, servesim};
+use crate::common::{assert_conserved, invalid, parse, read_rows, run, servesim_ok};
 
 /// Two instances behind round robin sharing a write-through store (500 µs latency, one block
 /// per 1,000 µs); two requests `gap_us` apart with the same 64-token prefix and 16 tokens of
@@ -100,12 +100,7 @@ fn nvme_reads_are_priced_on_the_drive_and_the_host_link() {
            workload: (traces: [(format: ServesimCsv, file: "t.csv")]))"#,
     )
     .unwrap();
-    let out = servesim(&["run", "s.ron", "--out", "o"], dir.path());
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    servesim_ok(&["run", "s.ron", "--out", "o"], dir.path());
     let rows = read_rows(&dir.path().join("o/requests.csv"));
     let s: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("o/summary.json")).unwrap())

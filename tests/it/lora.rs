@@ -6,7 +6,7 @@
 //! layers × 6 µs plus the adapter and the tokens' activations at 3.35 TB/s × 0.9: 1,619 µs
 //! for 32 tokens, 1,565 µs for one.
 
-use crate::common::{invalid, parse, read_rows, run, servesim};
+use crate::common::{invalid, parse, read_rows, run, servesim, servesim_ok};
 
 const LOAD_US: u64 = 43_630;
 const PREFILL_US: u64 = 1_032 + 1_619;
@@ -120,12 +120,7 @@ fn host_memory_saves_the_storage_read_when_an_adapter_comes_back() {
             ),
         )
         .unwrap();
-        let out = servesim(&["run", "s.ron", "--out", "o"], dir.path());
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        servesim_ok(&["run", "s.ron", "--out", "o"], dir.path());
         let rows = read_rows(&dir.path().join("o/requests.csv"));
         assert_eq!(rows[2].us("ttft_ms"), ttft3, "max_cpu_loras {cpu}");
         assert_eq!(rows[3].str("adapter"), "b");
@@ -137,8 +132,7 @@ fn host_memory_saves_the_storage_read_when_an_adapter_comes_back() {
         assert_eq!(s["lora"]["groups"][0]["activations"], 4);
         // requests.csv replays as a trace, adapters included.
         std::fs::copy(dir.path().join("o/requests.csv"), dir.path().join("t.csv")).unwrap();
-        let again = servesim(&["run", "s.ron", "--out", "o2"], dir.path());
-        assert!(again.status.success());
+        servesim_ok(&["run", "s.ron", "--out", "o2"], dir.path());
         let replayed = read_rows(&dir.path().join("o2/requests.csv"));
         assert_eq!(replayed[2].us("ttft_ms"), ttft3);
         std::fs::write(
@@ -184,8 +178,7 @@ fn each_adapter_caches_its_own_prefixes() {
         ),
     )
     .unwrap();
-    let out = servesim(&["run", "s.ron", "--out", "o"], dir.path());
-    assert!(out.status.success());
+    servesim_ok(&["run", "s.ron", "--out", "o"], dir.path());
     let rows = read_rows(&dir.path().join("o/requests.csv"));
     let cached: Vec<u64> = rows.iter().map(|r| r.u64("cached_tokens")).collect();
     assert_eq!(cached, [0, 64, 0, 0]);

@@ -4,7 +4,7 @@
 //! hand on Llama-3.1-8B KV (131,072 B a token: a 16-token block is 2,097,152 B) with blackbox
 //! steps of 1,000 µs + 1 µs per prompt token + 10 (P/D) or 100 µs per decode token.
 
-use crate::common::{assert_conserved, invalid, parse, read_rows, run, servesim};
+use crate::common::{assert_conserved, invalid, parse, read_rows, run, servesim, servesim_ok};
 
 /// 160 prompt tokens of KV (10 blocks), bytes.
 const PROMPT_BYTES: u64 = 160 * 131_072;
@@ -126,12 +126,7 @@ fn loads_from_the_store_share_its_bandwidth() {
         ("", [500 + 400 + 1_016, 500 + 400 + 1_016]),
     ] {
         std::fs::write(dir.path().join("s.ron"), scenario(store)).unwrap();
-        let out = servesim(&["run", "s.ron", "--out", "o"], dir.path());
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        servesim_ok(&["run", "s.ron", "--out", "o"], dir.path());
         let rows = read_rows(&dir.path().join("o/requests.csv"));
         let got: Vec<u64> = rows[1..].iter().map(|r| r.us("ttft_ms")).collect();
         assert_eq!(got, ttft, "{store}");
