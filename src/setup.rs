@@ -200,6 +200,8 @@ pub struct ResolvedGroup {
     pub speculative: Option<Arc<crate::latency::speculative::SpecConfig>>,
     /// Multi-LoRA (`lora`), shared by the group's instances.
     pub lora: Option<Arc<crate::latency::lora::LoraConfig>>,
+    /// Expert parallelism (`expert_parallel`): the instances' step pricing.
+    pub expert_parallel: Option<Arc<crate::latency::WideEp>>,
 }
 
 /// A run that could not complete, by phase: loading the scenario fails with

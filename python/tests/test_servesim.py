@@ -506,3 +506,19 @@ def test_lora_reaches_python():
     assert (named == "").sum() > 0  # the base-model client
     ttft = lambda r: r.requests[r.requests["adapter"].fillna("") != ""]["ttft_ms"].mean()
     assert ttft(one) > 2 * ttft(four)
+
+
+def test_expert_parallelism_reaches_python():
+    """scenarios/moe-wide-ep.ron cut to 300 requests at 24 req/s: every instance counts its
+    16 GPUs, and vLLM's default all-gather backend makes prefill across the two nodes
+    slower than DeepEP's high-throughput kernels."""
+    path = str(ROOT / "scenarios" / "moe-wide-ep.ron")
+    cut = {"workload.num_requests": 300, "workload.clients[0].rate_per_s": 24.0}
+    deepep = servesim.run(path, cut)
+    gather = servesim.run(
+        path,
+        {**cut, "cluster.groups[0].expert_parallel.all2all": "AllgatherReducescatter"},
+    )
+    assert [g["gpus_per_instance"] for g in deepep.summary["groups"]] == [16, 16]
+    assert len(deepep.requests) == 300
+    assert gather.requests["ttft_ms"].mean() > deepep.requests["ttft_ms"].mean()

@@ -165,7 +165,7 @@ pub fn set_up_groups(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<(), 
         let timing = group.scaling.as_ref().map(|s| {
             // One GPU's share of the weights over the load bandwidth.
             let derived = info.resolved.model.as_ref().map_or(0.0, |m| {
-                crate::model::load_s(m, group.tp.max(1) * group.pp.max(1), s.load_gb_per_s)
+                crate::model::load_s(m, crate::model::Replica::of(group), s.load_gb_per_s)
             });
             Timing {
                 min: s.min,
@@ -189,7 +189,7 @@ pub fn set_up_groups(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<(), 
         };
         for i in info.instances() {
             let on = i - info.first < group.count;
-            let gpus = group.tp.max(1) * group.pp.max(1);
+            let gpus = group.gpus();
             world.entity_mut(index[i as usize]).insert(Power {
                 phase: if on { Phase::Serving } else { Phase::Off },
                 phase_end: None,
@@ -209,7 +209,7 @@ pub fn set_up_groups(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<(), 
                 None => first_policy_tick,
             }),
             instances: info.instances().collect(),
-            gpus_per_instance: group.tp.max(1) * group.pp.max(1),
+            gpus_per_instance: group.gpus(),
             cost_per_gpu_hour: group.cost_per_gpu_hour,
             on: group.count,
             peak: group.count,

@@ -28,7 +28,8 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
         let memory = r.model.as_ref().map_or(String::new(), |m| {
             let bytes = crate::model::kv_bytes_per_token(m, g.tp, g.pp)
                 * f64::from(g.block_size)
-                * f64::from(r.kv_blocks);
+                * f64::from(r.kv_blocks)
+                / f64::from(g.dp());
             format!(" ({:.1} GiB per GPU)", bytes / f64::from(1u32 << 30))
         });
         let derived = if g.kv_blocks.is_some() {
@@ -38,11 +39,16 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
         };
         let _ = write!(
             s,
-            "  {name}: {} × {model} on {} × {gpu} (tp {}, pp {}); {} KV blocks of {} tokens{derived}{memory}",
+            "  {name}: {} × {model} on {} × {gpu} (tp {}, pp {}{}); {} KV blocks of {} tokens{derived}{memory}",
             g.count,
-            g.tp * g.pp,
+            g.gpus(),
             g.tp,
             g.pp,
+            if g.dp() > 1 {
+                format!(", dp {}", g.dp())
+            } else {
+                String::new()
+            },
             r.kv_blocks,
             g.block_size
         );
@@ -76,6 +82,24 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
         let _ = writeln!(s, "    steps: {}", step_examples(&r));
         if let Some(line) = r.speculative.as_ref().map(|c| speculative_line(c, g, &r)) {
             let _ = writeln!(s, "    speculative: {line}");
+        }
+        if let Some(w) = &r.expert_parallel {
+            let _ = writeln!(s, "    expert parallel: {}", expert_line(w));
+        }
+        if sc.cluster.topology.is_none()
+            && let Some(gpu) = &r.gpu
+            && let Some(node) = &gpu.node
+            && let Some(bus) =
+                crate::network::spanning_allreduce(None, Some(node), g.tp, &gpu.physics)
+        {
+            let _ = writeln!(
+                s,
+                "    tp {} spans {} nodes of {} {} GPUs: the roofline's all-reduce runs at {bus:.1} GB/s (bus) over NVLink and the NICs",
+                g.tp,
+                g.tp.div_ceil(node.gpus.max(1)),
+                node.gpus,
+                gpu.id
+            );
         }
         if let Some(c) = &r.lora {
             let r16 = c.max_rank;
@@ -193,7 +217,7 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
                         .ok()
                         .and_then(|r| r.model)
                         .map_or(0.0, |m| {
-                            crate::model::load_s(&m, g.tp.max(1) * g.pp.max(1), 2.0)
+                            crate::model::load_s(&m, crate::model::Replica::of(g), 2.0)
                         });
                     match f.reload_s {
                         Some(r) => format!("{name}: {r} s"),
@@ -289,7 +313,7 @@ fn topology_lines(
         );
         if let Some(gpu) = resolved[i].as_ref().and_then(|r| r.gpu.as_ref())
             && let Some(bus) =
-                crate::network::spanning_allreduce(t, gpu.node.as_ref(), g.tp, &gpu.physics)
+                crate::network::spanning_allreduce(Some(t), gpu.node.as_ref(), g.tp, &gpu.physics)
         {
             let _ = writeln!(
                 s,
@@ -393,6 +417,47 @@ fn speculative_line(
         );
     }
     line
+}
+
+/// How a group's experts are spread and what one MoE layer of a decode step costs, for
+/// `validate`.
+fn expert_line(w: &crate::latency::WideEp) -> String {
+    let ep = &w.ep;
+    let e = w.ep_size();
+    let m = &w.roofline.model;
+    let nodes = e.div_ceil(ep.gpus_per_node.max(1));
+    let per_rank = 16.0;
+    let busiest = crate::latency::LayerLoad {
+        tokens: per_rank,
+        decode_context: per_rank * 1025.0,
+        logit_rows: per_rank,
+        ..Default::default()
+    };
+    let c = w.moe_layer(&busiest, per_rank * f64::from(ep.dp));
+    let between = if nodes > 1 {
+        format!(
+            ", {} GB/s per GPU between its {nodes} nodes",
+            ep.rdma_gb_per_s
+        )
+    } else {
+        String::from(" (one node)")
+    };
+    format!(
+        "{} experts over EP {e} (dp {} × tp {}), {:.1} per GPU; all-to-all {:?} at {} GB/s per GPU in a node{between}, {} µs each way; imbalance {}. One MoE layer of a decode step of {} requests (16 per rank, 1,024 tokens of context): rank {:.0} µs, experts {:.0} µs, dispatch {:.0} µs, combine {:.0} µs",
+        m.experts,
+        ep.dp,
+        w.roofline.tp,
+        f64::from(m.experts) / f64::from(e),
+        ep.all2all,
+        ep.nvlink_gb_per_s,
+        ep.latency_us,
+        ep.imbalance,
+        16 * ep.dp,
+        c.rank_us,
+        c.experts_us,
+        c.dispatch_us,
+        c.combine_us,
+    )
 }
 
 /// What a group's steps cost, for `validate`: the latency model's price of a decode step of

@@ -115,7 +115,13 @@ fn attach_meters(app: &mut App, ctx: &SetupCtx<'_>) -> Result<(), SimError> {
                 ),
             });
         };
-        let meter = Meter::new(power, model, gpu, group.tp, r.kv_bytes_per_token);
+        let meter = Meter::new(
+            power,
+            model,
+            gpu,
+            group.tp * group.dp(),
+            r.kv_bytes_per_token,
+        );
         for i in info.instances() {
             let mut sched = world
                 .get_mut::<Scheduler>(index[i as usize])

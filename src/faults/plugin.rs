@@ -113,7 +113,7 @@ fn set_up_crashes(app: &mut App, ctx: &SetupCtx<'_>, f: &crate::scenario::Faults
     let mut weights = Vec::new();
     let net = world.get_resource::<crate::network::Network>().cloned();
     for (group, info) in ctx.scenario.cluster.groups.iter().zip(&groups.0) {
-        let gpus = group.tp.max(1) * group.pp.max(1);
+        let gpus = group.gpus();
         let over_net = match (&net, &info.resolved.model) {
             (Some(net), Some(m)) if f.reload_s.is_none() && group.scaling.is_none() => {
                 Some((net, m))
@@ -121,7 +121,7 @@ fn set_up_crashes(app: &mut App, ctx: &SetupCtx<'_>, f: &crate::scenario::Faults
             _ => None,
         };
         let derived = info.resolved.model.as_ref().map_or(0.0, |m| {
-            crate::model::load_s(m, group.tp.max(1) * group.pp.max(1), 2.0)
+            crate::model::load_s(m, crate::model::Replica::of(group), 2.0)
         });
         let d = SimDuration::from_secs_f64(f.reload_s.unwrap_or(derived));
         for i in info.instances() {

@@ -232,9 +232,19 @@ pub fn spawn_instances(app: &mut App, ctx: &SetupCtx<'_>) -> Result<(), SimError
                         group: g as u32,
                     },
                     limits: Limits {
-                        max_num_seqs: group.max_num_seqs,
-                        max_num_batched_tokens: group.max_num_batched_tokens,
-                        long_prefill_token_threshold: group.long_prefill_token_threshold,
+                        // Data-parallel ranks each bring their own budgets; a request's
+                        // chunk stays within one rank's.
+                        max_num_seqs: group.max_num_seqs.saturating_mul(group.dp()),
+                        max_num_batched_tokens: group
+                            .max_num_batched_tokens
+                            .saturating_mul(group.dp()),
+                        long_prefill_token_threshold: match group.dp() {
+                            1 => group.long_prefill_token_threshold,
+                            _ => match group.long_prefill_token_threshold {
+                                0 => group.max_num_batched_tokens,
+                                t => t.min(group.max_num_batched_tokens),
+                            },
+                        },
                         max_model_len: resolved.max_model_len,
                         tp: group.tp.max(1),
                         pp: group.pp.max(1),

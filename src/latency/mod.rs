@@ -14,6 +14,7 @@
 
 mod blackbox;
 mod blis_roofline;
+mod expert;
 pub mod lora;
 mod piecewise;
 mod roofline;
@@ -24,6 +25,7 @@ mod trained_physics;
 
 pub use blackbox::Blackbox;
 pub use blis_roofline::BlisRoofline;
+pub use expert::{ExpertParallel, MoeLayerCost, WideEp};
 pub use piecewise::PiecewiseLinear;
 pub use roofline::{DEFAULT_REQUEST_OVERHEAD_US, DEFAULT_STEP_OVERHEAD_US, LayerLoad, Roofline};
 pub use serving::ServingPath;

@@ -21,7 +21,7 @@
 //! the GPU profile's `physics` block, fitted to `h100_torch_microbench.csv`; every one can be
 //! overridden in the scenario (`Roofline(gemm_efficiency: 0.7, ...)`) or a GPU file.
 
-use super::{Alpha, BatchShape, LatencyError, LatencyModel};
+use super::{Alpha, BatchShape, LatencyError, LatencyModel, StepItem};
 use crate::model::{GpuPhysics, GpuProfile, ModelConfig};
 use crate::time::SimDuration;
 
@@ -64,20 +64,25 @@ impl LayerLoad {
     pub fn of(batch: &BatchShape<'_>) -> Self {
         let mut l = LayerLoad::default();
         for it in batch.items {
-            let n = f64::from(it.new_tokens.max(1));
-            let s = f64::from(it.context_tokens);
-            l.tokens += n;
-            if it.prefill {
-                l.prefill_pairs += n * (s + (n + 1.0) / 2.0);
-                l.logit_rows += 1.0;
-            } else {
-                // A decode reads its context and the positions it computes (one, or 1 + its
-                // drafts verified together), and needs the logits of each.
-                l.decode_context += s + n;
-                l.logit_rows += n;
-            }
+            l.add(it);
         }
         l
+    }
+
+    /// Adds one scheduled request.
+    pub fn add(&mut self, it: &StepItem) {
+        let n = f64::from(it.new_tokens.max(1));
+        let s = f64::from(it.context_tokens);
+        self.tokens += n;
+        if it.prefill {
+            self.prefill_pairs += n * (s + (n + 1.0) / 2.0);
+            self.logit_rows += 1.0;
+        } else {
+            // A decode reads its context and the positions it computes (one, or 1 + its
+            // drafts verified together), and needs the logits of each.
+            self.decode_context += s + n;
+            self.logit_rows += n;
+        }
     }
 }
 
@@ -113,14 +118,18 @@ impl Roofline {
     /// ([`GpuPhysics::moe_overlap_exponent`]), plus two kernels' fixed costs.
     pub fn moe_experts_us(&self, t: f64) -> f64 {
         let m = &self.model;
-        let ph = self.physics();
         let tp = f64::from(self.tp.max(1));
+        self.fused_moe_us(f64::from(m.experts), m.k(), t, f64::from(m.ffn_expert) / tp)
+    }
+
+    /// [`moe_experts_us`](Self::moe_experts_us) of `n` experts of width `w` on one GPU,
+    /// `t` tokens each routed to `k` of them.
+    pub fn fused_moe_us(&self, n: f64, k: f64, t: f64, w: f64) -> f64 {
+        let m = &self.model;
+        let ph = self.physics();
         let d = f64::from(m.hidden);
         let mats = if self.gated() { 3.0 } else { 2.0 };
-        let n = f64::from(m.experts);
-        let k = m.k();
         let touched = n * (1.0 - (1.0 - k / n).powf(t));
-        let w = f64::from(m.ffn_expert) / tp;
         let flops = 2.0 * t * k * mats * d * w;
         let bytes = touched * mats * d * w * m.weight_bytes + t * k * (d + mats * w) * m.act_bytes;
         let compute_us = flops / (self.peak() * ph.gemm_efficiency) * 1e6;
@@ -131,11 +140,10 @@ impl Roofline {
 
     /// Gated MLPs (SwiGLU and friends) have three matrices; GELU/ReLU MLPs two.
     fn gated(&self) -> bool {
-        let act = self.model.hidden_act.to_ascii_lowercase();
-        !matches!(
-            act.as_str(),
-            "gelu" | "gelu_new" | "relu" | "gelu_pytorch_tanh"
-        )
+        let act = &self.model.hidden_act;
+        !["gelu", "gelu_new", "relu", "gelu_pytorch_tanh"]
+            .iter()
+            .any(|a| act.eq_ignore_ascii_case(a))
     }
 
     /// One decoder layer on one GPU, µs. `moe` selects a MoE layer. `kv_tensors` is how
@@ -143,47 +151,127 @@ impl Roofline {
     /// the microbenchmark's SDPA passed one tensor as both).
     pub fn layer_us(&self, moe: bool, load: &LayerLoad, kv_tensors: f64) -> f64 {
         let m = &self.model;
-        let ph = self.physics();
         let tp = f64::from(self.tp.max(1));
         let t = load.tokens;
         if t <= 0.0 {
             return 0.0;
         }
         let d = f64::from(m.hidden);
-        let hd = f64::from(m.head_dim);
-        let q_dim = f64::from(m.heads) * hd / tp;
-        // KV heads are split over TP, or replicated when there are fewer than TP of them.
-        let kv_heads = (f64::from(m.kv_heads) / tp).max(1.0);
-        let kv_dim = kv_heads * hd;
-        let mut us = self.gemm_us(t, d, q_dim + 2.0 * kv_dim) + self.gemm_us(t, q_dim, d);
-        let mats = if self.gated() { 3.0 } else { 2.0 };
-        let mlp = |width: f64, rows: f64| {
-            if width <= 0.0 || rows <= 0.0 {
-                return 0.0;
-            }
-            self.gemm_us(rows, d, (mats - 1.0) * width / tp) + self.gemm_us(rows, width / tp, d)
-        };
+        let dims = self.head_dims();
+        let mut us = self.projections_with(t, dims);
         let ffn_local = if moe {
             let n = f64::from(m.experts);
             let k = m.k();
             let router = self.gemm_us(t, d, n);
-            us += self.moe_experts_us(t) + router + mlp(f64::from(m.ffn_shared), t);
+            us += self.moe_experts_us(t) + router + self.mlp_us(f64::from(m.ffn_shared), t);
             (k * f64::from(m.ffn_expert) + f64::from(m.ffn_shared)) / tp
         } else {
-            us += mlp(f64::from(m.ffn_dense), t);
+            us += self.mlp_us(f64::from(m.ffn_dense), t);
             f64::from(m.ffn_dense) / tp
         };
-        // Attention: prefill FLOPs (QK^T and PV), decode K/V reads.
-        let pf_flops = 4.0 * q_dim * load.prefill_pairs;
-        let kv_bytes = kv_tensors * kv_dim * load.decode_context * m.kv_bytes;
-        us += (pf_flops / (self.peak_bf16() * ph.attention_efficiency)
-            + kv_bytes / self.bandwidth())
-            * 1e6
-            + ph.attention_overhead_us;
-        // Element-wise passes over the activations.
-        let (a, b) = (ph.elementwise_hidden_passes, ph.elementwise_ffn_passes);
-        us += t * (a * d + b * ffn_local) * m.act_bytes / self.bandwidth() * 1e6;
+        us += self.attention_with(load, kv_tensors, dims);
+        us += self.elementwise_us(t, ffn_local);
         us + self.allreduce_us(t) * 2.0
+    }
+
+    /// Query, key and value heads of this GPU: (query width, K or V width).
+    fn head_dims(&self) -> (f64, f64) {
+        let m = &self.model;
+        let tp = f64::from(self.tp.max(1));
+        let hd = f64::from(m.head_dim);
+        // KV heads are split over TP, or replicated when there are fewer than TP of them.
+        let kv_heads = (f64::from(m.kv_heads) / tp).max(1.0);
+        (f64::from(m.heads) * hd / tp, kv_heads * hd)
+    }
+
+    /// The QKV and output projections of `t` tokens on one GPU, µs.
+    pub fn projections_us(&self, t: f64) -> f64 {
+        self.projections_with(t, self.head_dims())
+    }
+
+    #[inline]
+    fn projections_with(&self, t: f64, (q_dim, kv_dim): (f64, f64)) -> f64 {
+        if self.model.is_mla() {
+            return self.mla_projections_us(t);
+        }
+        let d = f64::from(self.model.hidden);
+        self.gemm_us(t, d, q_dim + 2.0 * kv_dim) + self.gemm_us(t, q_dim, d)
+    }
+
+    /// Multi-head latent attention's projections, as vLLM's MLA layer runs them: the
+    /// query down-projection (if any) and the KV down-projection replicated on every GPU,
+    /// the query up-projection, the latent's up-projection (absorbed into the query and the
+    /// output in decode: the same weights, the same FLOPs) and the output projection split
+    /// by heads over TP.
+    fn mla_projections_us(&self, t: f64) -> f64 {
+        let m = &self.model;
+        let d = f64::from(m.hidden);
+        let heads = f64::from(m.heads) / f64::from(self.tp.max(1));
+        let (nope, rope) = (f64::from(m.qk_nope_head_dim), f64::from(m.qk_rope_head_dim));
+        let (latent, v) = (f64::from(m.kv_lora_rank), f64::from(m.v_head_dim));
+        let q = match m.q_lora_rank {
+            0 => self.gemm_us(t, d, heads * (nope + rope)),
+            r => {
+                let r = f64::from(r);
+                self.gemm_us(t, d, r) + self.gemm_us(t, r, heads * (nope + rope))
+            }
+        };
+        q + self.gemm_us(t, d, latent + rope)
+            + self.gemm_us(t, latent, heads * (nope + v))
+            + self.gemm_us(t, heads * v, d)
+    }
+
+    /// A dense MLP of `width` (sharded over TP) on `rows` tokens, µs.
+    #[inline]
+    pub fn mlp_us(&self, width: f64, rows: f64) -> f64 {
+        if width <= 0.0 || rows <= 0.0 {
+            return 0.0;
+        }
+        let d = f64::from(self.model.hidden);
+        let tp = f64::from(self.tp.max(1));
+        let mats = if self.gated() { 3.0 } else { 2.0 };
+        self.gemm_us(rows, d, (mats - 1.0) * width / tp) + self.gemm_us(rows, width / tp, d)
+    }
+
+    /// Attention on one GPU, µs: prefill FLOPs (QK^T and PV), decode K/V reads. With MLA,
+    /// prefill attends over the expanded keys (`qk_nope + qk_rope` wide) and values, and a
+    /// decode reads each cached token's latent row (`kv_lora_rank + qk_rope_head_dim`)
+    /// once, whole on every GPU (vLLM's MLA decode kernels).
+    pub fn attention_us(&self, load: &LayerLoad, kv_tensors: f64) -> f64 {
+        self.attention_with(load, kv_tensors, self.head_dims())
+    }
+
+    #[inline]
+    fn attention_with(&self, load: &LayerLoad, kv_tensors: f64, dims: (f64, f64)) -> f64 {
+        let m = &self.model;
+        let ph = self.physics();
+        let (q_dim, kv_dim) = dims;
+        let (pf_flops, kv_bytes) = if m.is_mla() {
+            let heads = f64::from(m.heads) / f64::from(self.tp.max(1));
+            let qk = f64::from(m.qk_nope_head_dim + m.qk_rope_head_dim);
+            let row = f64::from(m.kv_lora_rank + m.qk_rope_head_dim);
+            (
+                2.0 * heads * (qk + f64::from(m.v_head_dim)) * load.prefill_pairs,
+                row * load.decode_context * m.kv_bytes,
+            )
+        } else {
+            (
+                4.0 * q_dim * load.prefill_pairs,
+                kv_tensors * kv_dim * load.decode_context * m.kv_bytes,
+            )
+        };
+        (pf_flops / (self.peak_bf16() * ph.attention_efficiency) + kv_bytes / self.bandwidth())
+            * 1e6
+            + ph.attention_overhead_us
+    }
+
+    /// Element-wise passes over `t` tokens' hidden rows and FFN rows of `ffn_local` wide, µs.
+    #[inline]
+    pub fn elementwise_us(&self, t: f64, ffn_local: f64) -> f64 {
+        let ph = self.physics();
+        let d = f64::from(self.model.hidden);
+        let (a, b) = (ph.elementwise_hidden_passes, ph.elementwise_ffn_passes);
+        t * (a * d + b * ffn_local) * self.model.act_bytes / self.bandwidth() * 1e6
     }
 
     /// Attention runs in 16-bit even for fp8 weights.

@@ -5,6 +5,7 @@
 //! [`scenario`](crate::scenario).
 
 pub mod estimate;
+mod expert;
 mod load;
 mod locate;
 mod plan;

@@ -285,6 +285,16 @@ fn read_group(
     // The GPU as the roofline prices it (its physics overridden by the scenario's), for a
     // speculative drafter.
     let mut roofline_gpu = None;
+    let mut wide_ep = None;
+    if g.expert_parallel.is_some() && !matches!(&*spec, LatencySpec::Roofline { .. }) {
+        p.push(
+            Problem::new(
+                at("expert_parallel"),
+                "expert parallelism is priced by the roofline latency model only",
+            )
+            .hint("use latency: Roofline() (or omit latency)"),
+        );
+    }
     let latency: Option<Arc<dyn LatencyModel>> = match &*spec {
         LatencySpec::Blackbox { alpha, beta } => {
             check_coefficients(&mut p, &at("latency.alpha"), alpha, 3..=3);
@@ -343,6 +353,7 @@ fn read_group(
             }
             match (&model, &gpu) {
                 (Some(m), Some(gp)) => {
+                    let ep = super::expert::expert_parallel(&mut p, &at, g, m, gp, topology);
                     let mut gp = gp.clone();
                     let ph = &mut gp.physics;
                     for (slot, v) in [
@@ -361,14 +372,14 @@ fn read_group(
                             *slot = *v;
                         }
                     }
-                    // A TP group wider than a node all-reduces across nodes too.
+                    // A TP group wider than a node all-reduces across nodes too (nodes as
+                    // the topology or else the GPU profile describes them).
                     if allreduce_gb_per_s.is_none()
-                        && let Some(t) = topology
                         && let Some(bus) =
-                            crate::network::spanning_allreduce(t, gp.node.as_ref(), g.tp, ph)
+                            crate::network::spanning_allreduce(topology, gp.node.as_ref(), g.tp, ph)
                     {
                         ph.allreduce_gb_per_s = bus;
-                        ph.allreduce_latency_us += t.nic_latency_us;
+                        ph.allreduce_latency_us += topology.map_or(0.0, |t| t.nic_latency_us);
                     }
                     for e in ph.problems() {
                         let (field, msg) = e
@@ -381,7 +392,7 @@ fn read_group(
                         ));
                     }
                     roofline_gpu = Some(gp.clone());
-                    Some(Arc::new(Roofline {
+                    let roofline = Roofline {
                         model: m.clone(),
                         gpu: gp,
                         tp: g.tp.max(1),
@@ -390,7 +401,15 @@ fn read_group(
                             .unwrap_or(crate::latency::DEFAULT_STEP_OVERHEAD_US),
                         request_overhead_us: request_overhead_us
                             .unwrap_or(crate::latency::DEFAULT_REQUEST_OVERHEAD_US),
-                    }))
+                    };
+                    match ep {
+                        Some(ep) => {
+                            let w = Arc::new(crate::latency::WideEp { roofline, ep });
+                            wide_ep = Some(w.clone());
+                            Some(w)
+                        }
+                        None => Some(Arc::new(roofline)),
+                    }
                 }
                 _ => None,
             }
@@ -530,8 +549,7 @@ fn read_group(
             match crate::model::kv_capacity_with(
                 m,
                 gp,
-                g.tp,
-                g.pp,
+                crate::model::Replica::of(g),
                 g.gpu_memory_utilization,
                 g.block_size,
                 (draft_gib, draft_kv),
@@ -560,7 +578,8 @@ fn read_group(
     };
     let max_model_len = g.max_model_len.or_else(|| {
         let m = model.as_ref()?;
-        let cap = u64::from(kv_blocks?) * u64::from(g.block_size);
+        // A request lives in one data-parallel rank's cache.
+        let cap = u64::from(kv_blocks? / g.dp()) * u64::from(g.block_size);
         let len = if m.max_position_embeddings > 0 {
             m.max_position_embeddings.min(cap)
         } else {
@@ -632,6 +651,7 @@ fn read_group(
         serving,
         speculative: speculative.map(Arc::new),
         lora: lora.map(Arc::new),
+        expert_parallel: wide_ep,
     })
 }
 

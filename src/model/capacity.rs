@@ -27,10 +27,20 @@ pub struct KvCapacity {
     pub blocks: u32,
 }
 
-/// Seconds to load one GPU's share of the weights (`gpus` = tp × pp share them) at
-/// `gb_per_s`: the default model load of autoscaling's `load_s` and of faults' `reload_s`.
-pub fn load_s(m: &ModelConfig, gpus: u32, gb_per_s: f64) -> f64 {
-    params(m) * m.weight_bytes / f64::from(gpus.max(1)) / (gb_per_s * 1e9)
+/// Seconds to load one GPU's share of the weights of a `replica` at `gb_per_s`: the default
+/// model load of autoscaling's `load_s` and of faults' `reload_s`. Its tp × pp GPUs share
+/// the weights; with dp > 1 ranks, each GPU loads its rank's share of the non-expert
+/// weights and its 1/(dp × tp × pp) of the routed experts.
+pub fn load_s(m: &ModelConfig, replica: Replica, gb_per_s: f64) -> f64 {
+    let Replica { tp, pp, dp } = replica;
+    let share = f64::from(tp.max(1) * pp.max(1));
+    let bytes = if dp > 1 {
+        let experts = routed_expert_params(m);
+        ((params(m) - experts) / share + experts / (share * f64::from(dp))) * m.weight_bytes
+    } else {
+        params(m) * m.weight_bytes / share
+    };
+    bytes / (gb_per_s * 1e9)
 }
 
 /// Parameter count with 3-matrix FFNs (gate, up, down).
@@ -39,7 +49,22 @@ pub fn params(m: &ModelConfig) -> f64 {
     let l = f64::from(m.layers);
     let v = f64::from(m.vocab);
     let dkv = f64::from(m.kv_heads) * f64::from(m.head_dim);
-    let attn = l * (d * (d + 2.0 * dkv) + d * d + 2.0 * d);
+    let attn = if m.is_mla() {
+        // Query (through its compressed rank, if any), KV down-projection, the latent's
+        // up-projection to keys and values, output; plus the two norms.
+        let h = f64::from(m.heads);
+        let (nope, rope) = (f64::from(m.qk_nope_head_dim), f64::from(m.qk_rope_head_dim));
+        let (latent, v) = (f64::from(m.kv_lora_rank), f64::from(m.v_head_dim));
+        let r = f64::from(m.q_lora_rank);
+        let q = if r > 0.0 {
+            d * r + r + r * h * (nope + rope)
+        } else {
+            d * h * (nope + rope)
+        };
+        l * (q + d * (latent + rope) + latent + latent * h * (nope + v) + h * v * d + 2.0 * d)
+    } else {
+        l * (d * (d + 2.0 * dkv) + d * d + 2.0 * d)
+    };
     let mlp = if m.is_moe() {
         let k_dense = f64::from(m.dense_layers());
         let k_moe = f64::from(m.moe_layers());
@@ -97,29 +122,70 @@ pub fn kv_capacity(
     utilization: f64,
     block_size: u32,
 ) -> Result<KvCapacity, String> {
-    kv_capacity_with(m, gpu, tp, pp, utilization, block_size, (0.0, 0.0))
+    let replica = Replica { tp, pp, dp: 1 };
+    kv_capacity_with(m, gpu, replica, utilization, block_size, (0.0, 0.0))
 }
 
-/// [`kv_capacity`] with a speculative drafter beside the model: `draft` = (its weights in
-/// GiB for the whole replica, its KV bytes per token on one GPU), which vLLM allocates in
-/// the same memory and the same blocks as the target's.
+/// The GPUs of one instance: `dp` data-parallel attention ranks of `tp × pp` GPUs (dp > 1:
+/// expert parallelism over all of them, `scenario::ExpertParallelSpec`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Replica {
+    pub tp: u32,
+    pub pp: u32,
+    pub dp: u32,
+}
+
+impl Replica {
+    /// The GPUs of one of the group's instances.
+    pub fn of(g: &crate::scenario::InstanceGroup) -> Self {
+        Replica {
+            tp: g.tp,
+            pp: g.pp,
+            dp: g.dp(),
+        }
+    }
+}
+
+/// Parameters of a MoE model's routed experts (every MoE layer's N experts, three matrices
+/// each), the weights expert parallelism spreads over all of an instance's GPUs.
+pub fn routed_expert_params(m: &ModelConfig) -> f64 {
+    if !m.is_moe() {
+        return 0.0;
+    }
+    let d = f64::from(m.hidden);
+    f64::from(m.moe_layers()) * 3.0 * d * f64::from(m.ffn_expert) * f64::from(m.experts)
+}
+
+/// [`kv_capacity`] of a `replica`, with a speculative drafter beside the model: `draft` =
+/// (its weights in GiB for one rank, its KV bytes per token on one GPU), which vLLM
+/// allocates in the same memory and the same blocks as the target's.
+///
+/// With `dp` > 1 ranks, every rank holds the non-expert weights (sharded over its `tp`), the
+/// routed experts are spread over all `dp × tp` GPUs, each rank has its own activations and
+/// KV cache, and the instance's blocks are the `dp` ranks' together.
 pub fn kv_capacity_with(
     m: &ModelConfig,
     gpu: &GpuProfile,
-    tp: u32,
-    pp: u32,
+    replica: Replica,
     utilization: f64,
     block_size: u32,
     draft: (f64, f64),
 ) -> Result<KvCapacity, String> {
-    let gpus = f64::from(tp.max(1)) * f64::from(pp.max(1));
+    let Replica { tp, pp, dp } = replica;
+    let ranks = f64::from(dp.max(1));
+    let gpus = f64::from(tp.max(1)) * f64::from(pp.max(1)) * ranks;
     let per_token = kv_bytes_per_token(m, tp, pp) + draft.1;
     let per_block = (per_token * f64::from(block_size)).trunc();
     let available = gpu.memory_gib * utilization * gpus;
-    let weights = params(m) * m.weight_bytes / GIB + draft.0;
-    let activation = if m.is_moe() { 8.0 } else { 5.5 };
+    let weights = if dp > 1 {
+        let experts = routed_expert_params(m);
+        ((params(m) - experts) * ranks + experts) * m.weight_bytes / GIB + draft.0 * ranks
+    } else {
+        params(m) * m.weight_bytes / GIB + draft.0
+    };
+    let activation = (if m.is_moe() { 8.0 } else { 5.5 }) * ranks;
     let non_torch = if gpus <= 1.0 { 0.15 } else { 0.6 * gpus };
-    let tp = tp * pp.max(1);
+    let tp = tp * pp.max(1) * dp.max(1);
     let act = m.hidden_act.to_ascii_lowercase();
     if !["silu", "swiglu", "geglu", "situ", ""].contains(&act.as_str()) {
         return Err(format!(
@@ -134,7 +200,7 @@ pub fn kv_capacity_with(
             m.id, gpu.id
         ));
     }
-    let blocks = (spare / gpus * GIB / per_block).floor();
+    let blocks = (spare / gpus * GIB / per_block).floor() * ranks;
     Ok(KvCapacity {
         per_token_bytes: per_token,
         per_block_bytes: per_block,
@@ -150,6 +216,29 @@ pub fn kv_capacity_with(
 mod tests {
     use super::*;
     use crate::model::find_gpu;
+
+    #[test]
+    fn a_data_parallel_rank_loads_its_attention_whole_and_its_share_of_the_experts() {
+        // DeepSeek-V3 (FP8) on 16 ranks of one GPU: each GPU reads every non-expert weight
+        // and 1/16 of the routed experts, at 2 GB/s.
+        let m = ModelConfig::bundled("deepseek-v3").unwrap();
+        let (p, e) = (params(&m), routed_expert_params(&m));
+        let dp16 = Replica {
+            tp: 1,
+            pp: 1,
+            dp: 16,
+        };
+        let expected = ((p - e) + e / 16.0) / 2e9;
+        assert!((load_s(&m, dp16, 2.0) - expected).abs() < 1e-9);
+        // The same 16 GPUs as one TP group share every weight.
+        let tp16 = Replica {
+            tp: 16,
+            pp: 1,
+            dp: 1,
+        };
+        assert!((load_s(&m, tp16, 2.0) - p / 16.0 / 2e9).abs() < 1e-9);
+        assert!(load_s(&m, dp16, 2.0) > 1.3 * load_s(&m, tp16, 2.0));
+    }
 
     #[test]
     fn llama_3_1_8b_on_one_h100_gets_26312_blocks() {

@@ -10,7 +10,8 @@ mod gpu;
 mod prices;
 
 pub use capacity::{
-    KvCapacity, flops_per_token, kv_bytes_per_token, kv_capacity, kv_capacity_with, load_s, params,
+    KvCapacity, Replica, flops_per_token, kv_bytes_per_token, kv_capacity, kv_capacity_with,
+    load_s, params, routed_expert_params,
 };
 pub use gpu::{Calibration, GpuPhysics, GpuProfile, bundled_gpus, find_gpu};
 pub use prices::{Price, bundled_prices, price_of};
@@ -26,6 +27,10 @@ pub const BUNDLED_MODELS: &[(&str, &str)] = &[
     (
         "deepseek-v2-lite",
         include_str!("../../assets/models/deepseek-v2-lite.json"),
+    ),
+    (
+        "deepseek-v3",
+        include_str!("../../assets/models/deepseek-v3.json"),
     ),
     (
         "glm-5.2-fp8",
@@ -125,7 +130,41 @@ pub struct ModelConfig {
     /// MLA: compressed KV rank (0 = standard attention).
     pub kv_lora_rank: u32,
     pub qk_rope_head_dim: u32,
+    /// MLA: the query's compressed rank (0 = queries projected from the hidden row).
+    pub q_lora_rank: u32,
+    /// MLA: the query and key width per head without rotary position (`qk_nope_head_dim`).
+    pub qk_nope_head_dim: u32,
+    /// MLA: the value width per head (`v_head_dim`).
+    pub v_head_dim: u32,
     pub hidden_act: String,
+}
+
+/// The context a model serves, as vLLM derives it (`_get_and_verify_max_len`): RoPE scaling
+/// multiplies `max_position_embeddings` by its `factor`, except that `llama3`, `longrope` and
+/// `su` scaling are already counted in it, and YaRN scales its
+/// `original_max_position_embeddings`.
+fn context_length(max_pos: u64, scaling: Option<&Value>) -> u64 {
+    let Some(r) = scaling else {
+        return max_pos;
+    };
+    let factor = r
+        .get("factor")
+        .and_then(Value::as_f64)
+        .unwrap_or(1.0)
+        .max(1.0);
+    let kind = r
+        .get("rope_type")
+        .or_else(|| r.get("type"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let original = r
+        .get("original_max_position_embeddings")
+        .and_then(Value::as_u64);
+    match (kind, original) {
+        ("llama3" | "longrope" | "su", _) => max_pos,
+        ("yarn", Some(o)) => (o as f64 * factor) as u64,
+        _ => (max_pos as f64 * factor) as u64,
+    }
 }
 
 fn dtype_bytes(s: &str) -> Option<f64> {
@@ -188,6 +227,9 @@ impl ModelConfig {
             "vocab_size",
             "kv_lora_rank",
             "qk_rope_head_dim",
+            "q_lora_rank",
+            "qk_nope_head_dim",
+            "v_head_dim",
         ] {
             if let Some(v) = map.get(k).and_then(Value::as_u64)
                 && v > MAX_DIMENSION
@@ -257,12 +299,8 @@ impl ModelConfig {
         let act_bytes =
             dtype_bytes(dtype).ok_or_else(|| format!("unknown torch_dtype `{dtype}`"))?;
         let weight_bytes = weight_bytes(id, map.get("quantization_config")).unwrap_or(act_bytes);
-        let rope = map
-            .get("rope_scaling")
-            .and_then(|r| r.get("factor"))
-            .and_then(Value::as_f64)
-            .unwrap_or(1.0);
         let max_pos = uint("max_position_embeddings").unwrap_or(0);
+        let max_position_embeddings = context_length(max_pos, map.get("rope_scaling"));
         Ok(ModelConfig {
             id: id.to_string(),
             layers,
@@ -286,9 +324,12 @@ impl ModelConfig {
             act_bytes,
             weight_bytes,
             kv_bytes: act_bytes,
-            max_position_embeddings: (max_pos as f64 * rope.max(1.0)) as u64,
+            max_position_embeddings,
             kv_lora_rank: uint("kv_lora_rank").unwrap_or(0) as u32,
             qk_rope_head_dim: uint("qk_rope_head_dim").unwrap_or(0) as u32,
+            q_lora_rank: uint("q_lora_rank").unwrap_or(0) as u32,
+            qk_nope_head_dim: uint("qk_nope_head_dim").unwrap_or(0) as u32,
+            v_head_dim: uint("v_head_dim").unwrap_or(0) as u32,
             hidden_act: map
                 .get("hidden_act")
                 .and_then(Value::as_str)
@@ -307,6 +348,12 @@ impl ModelConfig {
     /// else `name` itself (a path to a config): two names of one model compare equal.
     pub fn canonical_name(name: &str) -> String {
         bundled_entry(name).map_or_else(|| name.to_string(), |(id, _)| id.to_string())
+    }
+
+    /// Multi-head latent attention (DeepSeek-V2/V3, Kimi-K2): a compressed KV row per
+    /// token and layer, shared by every head.
+    pub fn is_mla(&self) -> bool {
+        self.kv_lora_rank > 0 && self.qk_nope_head_dim > 0 && self.v_head_dim > 0
     }
 
     pub fn is_moe(&self) -> bool {
@@ -397,7 +444,7 @@ mod tests {
             let m = ModelConfig::bundled(id).unwrap();
             assert!(m.layers > 0 && m.hidden > 0 && m.heads > 0, "{id}");
         }
-        assert_eq!(BUNDLED_MODELS.len(), 15);
+        assert_eq!(BUNDLED_MODELS.len(), 16);
     }
 
     #[test]
@@ -444,6 +491,20 @@ mod tests {
             ),
             (26, 1408, 2816, 512)
         );
+        // DeepSeek-V3 as published: 671B parameters in the main model (the HuggingFace
+        // checkpoint's 685B add the 14B multi-token-prediction module), MLA with a
+        // 1,536-rank query; 163,840 tokens of context (YaRN: 4,096 × 40).
+        let v3 = ModelConfig::bundled("deepseek-v3").unwrap();
+        let p = capacity::params(&v3);
+        assert!((666e9..676e9).contains(&p), "{p}");
+        assert!(v3.is_mla() && v3.weight_bytes == 1.0);
+        assert_eq!(v3.max_position_embeddings, 163_840);
+        // DeepSeek-V2-Lite: 15.7B parameters as published.
+        let p = capacity::params(&ds);
+        assert!((15.5e9..15.9e9).contains(&p), "{p}");
+        // Llama-3.1: `llama3` RoPE scaling is already in max_position_embeddings.
+        let l70 = ModelConfig::bundled("llama-3.1-70b-instruct").unwrap();
+        assert_eq!(l70.max_position_embeddings, 131_072);
         let glm = ModelConfig::bundled("glm-5.2-fp8").unwrap();
         assert_eq!(glm.weight_bytes, 1.0);
         assert_eq!(glm.head_dim, 192);

@@ -127,16 +127,18 @@ impl Network {
     }
 }
 
-/// The all-reduce bus bandwidth of a TP group of `tp` GPUs under topology `t` (GPU node
-/// figures `node`), when it spans nodes; `None` when it fits in one.
+/// The all-reduce bus bandwidth of a TP group of `tp` GPUs under topology `t` (else the GPU
+/// profile's node figures `node`), when it spans nodes; `None` when it fits in one.
 pub fn spanning_allreduce(
-    t: &crate::scenario::TopologySpec,
+    t: Option<&crate::scenario::TopologySpec>,
     node: Option<&crate::scenario::NodeFigures>,
     tp: u32,
     physics: &crate::model::GpuPhysics,
 ) -> Option<f64> {
-    let gpn = t.gpus_per_node.or(node.map(|n| n.gpus))?;
-    let nic = t.nic_gb_per_s.or(node.and_then(|n| n.nic_gb_per_s))?;
+    let gpn = t.and_then(|t| t.gpus_per_node).or(node.map(|n| n.gpus))?;
+    let nic = t
+        .and_then(|t| t.nic_gb_per_s)
+        .or(node.and_then(|n| n.nic_gb_per_s))?;
     (tp > gpn)
         .then(|| cross_node_allreduce(tp, gpn, physics.allreduce_gb_per_s, NIC_BUS_SHARE * nic))
 }

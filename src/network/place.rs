@@ -19,7 +19,7 @@ impl GroupShape {
     /// Group `g` as the topology sees it, on GPU `gpu` (its resolved profile).
     pub fn of(g: &crate::scenario::InstanceGroup, gpu: Option<&crate::model::GpuProfile>) -> Self {
         GroupShape {
-            gpus: g.tp.max(1) * g.pp.max(1),
+            gpus: g.gpus(),
             instances: g.scaling.as_ref().map_or(g.count, |s| s.max),
             gpu: gpu.map_or_else(String::new, |p| p.id.clone()),
             node: gpu.and_then(|p| p.node),

@@ -196,8 +196,8 @@ pub struct InstanceGroup {
     #[serde(default)]
     pub long_prefill_token_threshold: u32,
     /// Longest sequence (prompt + output) the instance serves; longer requests are dropped.
-    /// Default: the model's context length (`max_position_embeddings` × rope factor) when a
-    /// model is given, else unlimited.
+    /// Default: the model's context length (`max_position_embeddings`, with RoPE scaling
+    /// as vLLM reads it) when a model is given, else unlimited.
     #[serde(default)]
     pub max_model_len: Option<u32>,
     /// How steps are priced. Default (when `model` and `gpu` are given): `Roofline()`.
@@ -247,6 +247,72 @@ pub struct InstanceGroup {
     /// Absent: the group serves the base model only.
     #[serde(default)]
     pub lora: Option<LoraSpec>,
+    /// Expert parallelism with data-parallel attention for MoE models (vLLM
+    /// `--enable-expert-parallel` with `--data-parallel-size`): an instance is `dp` attention
+    /// ranks of `tp` GPUs, and every MoE layer's experts are spread whole over all `dp × tp`
+    /// GPUs, reached by an all-to-all dispatch and combine (docs/expert-parallel.md).
+    /// Absent: experts are sharded over the TP group like every other weight.
+    #[serde(default)]
+    pub expert_parallel: Option<ExpertParallelSpec>,
+}
+
+/// Wide expert parallelism on a group's instances (`cluster.groups[i].expert_parallel`).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ExpertParallelSpec {
+    /// Data-parallel attention ranks (vLLM `--data-parallel-size`), each of `tp` GPUs with
+    /// its own KV cache and its own `max_num_seqs` and `max_num_batched_tokens`. Default 1.
+    #[serde(default = "one")]
+    pub dp: u32,
+    /// Routed tokens the busiest GPU's experts get over the mean, ≥ 1 (the inverse of the
+    /// `balancedness` vLLM's EPLB logs). Default 1: perfectly balanced.
+    #[serde(default = "default_one_f64")]
+    pub imbalance: f64,
+    /// All-to-all rate between GPUs of one node, GB/s per GPU and direction. Default: the
+    /// rate the GPU's all-reduce reaches (`physics.allreduce_gb_per_s`, H100: 360).
+    #[serde(default)]
+    pub nvlink_gb_per_s: Option<f64>,
+    /// All-to-all rate between nodes, GB/s per GPU. Default: 0.8 × the node's NIC
+    /// (`cluster.topology.nic_gb_per_s`, else the GPU profile's node; H100: 40).
+    #[serde(default)]
+    pub rdma_gb_per_s: Option<f64>,
+    /// How tokens reach their experts (vLLM `--all2all-backend`). Default
+    /// `AllgatherReducescatter`, vLLM's default.
+    #[serde(default)]
+    pub all2all: All2All,
+    /// Fixed cost of one dispatch or one combine, µs. Default: the all-reduce's fixed cost
+    /// (`physics.allreduce_latency_us`, 8), plus the topology's `nic_latency_us` when the
+    /// instance spans nodes.
+    #[serde(default)]
+    pub latency_us: Option<f64>,
+}
+
+/// vLLM's all-to-all backends for expert parallelism (`--all2all-backend`).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+pub enum All2All {
+    /// Every GPU gathers every rank's tokens and reduce-scatters the results back.
+    #[default]
+    AllgatherReducescatter,
+    /// DeepEP's low-latency kernels: each token goes to each of its experts' GPUs directly
+    /// (FP8 dispatch for FP8 models).
+    DeepepLowLatency,
+    /// DeepEP's high-throughput kernels: a token crosses to another node once and is
+    /// forwarded there over NVLink.
+    DeepepHighThroughput,
+}
+
+impl InstanceGroup {
+    /// Data-parallel attention ranks per instance (1 without `expert_parallel`).
+    pub fn dp(&self) -> u32 {
+        self.expert_parallel.as_ref().map_or(1, |e| e.dp.max(1))
+    }
+
+    /// GPUs of one instance: `dp × tp × pp`.
+    pub fn gpus(&self) -> u32 {
+        self.dp()
+            .saturating_mul(self.tp.max(1))
+            .saturating_mul(self.pp.max(1))
+    }
 }
 
 /// Multi-LoRA on a group's instances (`cluster.groups[i].lora`, docs/lora.md).

@@ -32,6 +32,45 @@ pub fn doc(name: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// The cells of the table row of `docs/NAME.md` that starts with `start`.
+pub fn doc_row(name: &str, start: &str) -> Vec<String> {
+    doc(name)
+        .lines()
+        .find(|l| l.starts_with(start))
+        .unwrap_or_else(|| panic!("docs/{name}.md has no row starting `{start}`"))
+        .split('|')
+        .map(|c| c.trim().to_string())
+        .collect()
+}
+
+/// A bundled scenario, `scenarios/NAME.ron`, run with invariants checked.
+pub fn run_bundled(name: &str) -> (Summary, Vec<Row>) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("scenarios")
+        .join(format!("{name}.ron"));
+    run(&parse(&std::fs::read_to_string(path).unwrap()))
+}
+
+/// `x` rounded to a whole number, thousands separated as the docs' tables write them
+/// (12,345).
+pub fn thousands(x: f64) -> String {
+    let r = x.round() as u64;
+    if r >= 1000 {
+        format!("{},{:03}", r / 1000, r % 1000)
+    } else {
+        r.to_string()
+    }
+}
+
+/// A latency distribution's "mean / p99" as the docs' tables write it.
+pub fn mean_p99(d: &servesim::metrics::Distribution) -> String {
+    format!(
+        "{} / {}",
+        thousands(d.mean.unwrap()),
+        thousands(d.p99.unwrap())
+    )
+}
+
 /// One `requests.csv` row by column name.
 #[derive(Debug, Clone)]
 pub struct Row(pub BTreeMap<String, String>);

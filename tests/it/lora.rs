@@ -315,32 +315,15 @@ fn bad_adapters_and_slots_are_refused_with_the_reason() {
 #[test]
 fn the_docs_table_matches_the_bundled_scenario() {
     // docs/lora.md's first measured row is scenarios/lora.ron as bundled.
-    let doc = crate::common::doc("lora");
-    let line = doc
-        .lines()
-        .find(|l| l.starts_with("| `lora_affinity` 2, queue depth 1, KV 1 (as bundled)"))
-        .expect("docs/lora.md has the bundled row");
-    let cells: Vec<&str> = line.split('|').map(str::trim).collect();
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/lora.ron");
-    let (s, _) = run(&parse(&std::fs::read_to_string(path).unwrap()));
-    let n = |x: f64| {
-        let r = x.round() as u64;
-        if r >= 1000 {
-            format!("{},{:03}", r / 1000, r % 1000)
-        } else {
-            r.to_string()
-        }
-    };
+    let cells = crate::common::doc_row(
+        "lora",
+        "| `lora_affinity` 2, queue depth 1, KV 1 (as bundled)",
+    );
+    let (s, _) = crate::common::run_bundled("lora");
+    let n = crate::common::thousands;
     let l = s.lora.as_ref().unwrap();
     let g = &l.groups[0];
-    assert_eq!(
-        cells[2],
-        format!(
-            "{} / {}",
-            n(s.ttft_ms.mean.unwrap()),
-            n(s.ttft_ms.p99.unwrap())
-        )
-    );
+    assert_eq!(cells[2], crate::common::mean_p99(&s.ttft_ms));
     assert_eq!(
         cells[3],
         format!(

@@ -14,6 +14,7 @@ mod disagg;
 mod docs;
 mod energy;
 mod evaluate;
+mod expert;
 mod families;
 mod faults;
 mod fidelity;
