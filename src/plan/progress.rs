@@ -221,6 +221,7 @@ mod tests {
             gpu: "H100".into(),
             tp: 1,
             pp: 1,
+            dp: 1,
             max_num_seqs: 8,
             max_num_batched_tokens: 64,
             scheduler: "vllm_v1".into(),

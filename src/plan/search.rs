@@ -19,6 +19,9 @@ pub struct Config {
     pub gpu: String,
     pub tp: u32,
     pub pp: u32,
+    /// Data-parallel attention ranks of an instance (the group's `expert_parallel.dp`).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub dp: u32,
     pub max_num_seqs: u32,
     pub max_num_batched_tokens: u32,
     pub scheduler: String,
@@ -31,7 +34,20 @@ pub struct Config {
     pub pd_split: Option<(u32, u32)>,
 }
 
+fn one() -> u32 {
+    1
+}
+
+fn is_one(v: &u32) -> bool {
+    *v == 1
+}
+
 impl Config {
+    /// GPUs of one unit: its instances' dp × tp × pp each.
+    pub fn gpus_per_unit(&self) -> u32 {
+        self.instances_per_unit() * self.dp.max(1) * self.tp * self.pp
+    }
+
     /// Instances per unit: 1, or a P/D split's prefill + decode instances.
     pub fn instances_per_unit(&self) -> u32 {
         self.pd_split.map_or(1, |(p, d)| p + d)
@@ -39,16 +55,22 @@ impl Config {
 
     /// Price of one unit-hour (one instance, or a P/D split's instances).
     pub fn price_per_unit(&self) -> f64 {
-        f64::from(self.instances_per_unit() * self.tp * self.pp) * self.price_per_gpu_hour
+        f64::from(self.gpus_per_unit()) * self.price_per_gpu_hour
     }
 
-    /// `H100 tp4 pp1 seqs256 tokens8192 vllm_v1 least_loaded` (and ` pd1:3` with a split).
+    /// `H100 tp4 pp1 seqs256 tokens8192 vllm_v1 least_loaded` (` dp2` after `pp` with
+    /// data-parallel ranks, ` pd1:3` at the end with a split).
     pub fn label(&self) -> String {
         format!(
-            "{} tp{} pp{} seqs{} tokens{} {} {}{}",
+            "{} tp{} pp{}{} seqs{} tokens{} {} {}{}",
             self.gpu,
             self.tp,
             self.pp,
+            if self.dp > 1 {
+                format!(" dp{}", self.dp)
+            } else {
+                String::new()
+            },
             self.max_num_seqs,
             self.max_num_batched_tokens,
             self.scheduler,
@@ -142,6 +164,7 @@ pub fn configurations(scenario: &Scenario, plan: &PlanSpec) -> Vec<Config> {
                                         gpu: gpu.clone(),
                                         tp,
                                         pp,
+                                        dp: g.dp(),
                                         max_num_seqs: seqs,
                                         max_num_batched_tokens: tokens,
                                         scheduler: scheduler.clone(),
@@ -810,6 +833,7 @@ mod tests {
             gpu: "H100".into(),
             tp: 4,
             pp: 2,
+            dp: 1,
             max_num_seqs: 128,
             max_num_batched_tokens: 8192,
             scheduler: "vllm_v1".into(),
@@ -837,6 +861,12 @@ mod tests {
         assert!(o.contains(&("cluster.groups[2].count".into(), "15".into())));
         assert!(o.contains(&("cluster.groups[2].tp".into(), "4".into())));
         assert!(pd.label().ends_with("round_robin pd1:3"));
+        // Two data-parallel ranks an instance: twice the GPUs of each.
+        let dp = Config {
+            dp: 2,
+            ..pd.clone()
+        };
+        assert_eq!((dp.gpus_per_unit(), dp.price_per_unit()), (64, 192.0));
         assert_eq!(pd.unit(), "unit (1 prefill + 3 decode)");
     }
 }

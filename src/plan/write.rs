@@ -67,9 +67,8 @@ impl PlanResult {
                     .and_then(|v| v.as_str().map(String::from))
                     .unwrap_or_default(),
                 o.instances.map_or(String::new(), |n| n.to_string()),
-                o.instances.map_or(String::new(), |n| {
-                    (n * c.instances_per_unit() * c.tp * c.pp).to_string()
-                }),
+                o.instances
+                    .map_or(String::new(), |n| (n * c.gpus_per_unit()).to_string()),
                 num(o.price_per_hour),
                 num(o.price_per_million_tokens),
                 num(t.map(|t| t.ttft_p99_ms)),
@@ -103,7 +102,7 @@ impl PlanResult {
             w.write_record([
                 c.label(),
                 t.instances.to_string(),
-                (t.instances * c.instances_per_unit() * c.tp * c.pp).to_string(),
+                (t.instances * c.gpus_per_unit()).to_string(),
                 t.price_per_hour.to_string(),
                 t.ttft_p99_ms.to_string(),
                 t.output_tokens_per_s.to_string(),
@@ -171,7 +170,7 @@ impl PlanResult {
             s,
             "best: {n} × {} = {} GPUs, {:.2}/h{}",
             c.label(),
-            n * c.instances_per_unit() * c.tp * c.pp,
+            n * c.gpus_per_unit(),
             best.price_per_hour.unwrap_or(0.0),
             best.price_per_million_tokens
                 .map_or(String::new(), |m| format!(
