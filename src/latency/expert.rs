@@ -110,17 +110,21 @@ impl WideEp {
         self.ep.dp.max(1) * self.roofline.tp.max(1)
     }
 
-    /// The step's requests dealt out to the ranks in batch order: each rank's load and
-    /// requests.
-    fn ranks(&self, batch: &BatchShape<'_>) -> Vec<(LayerLoad, f64)> {
-        let dp = self.ep.dp.max(1) as usize;
-        let mut ranks = vec![(LayerLoad::default(), 0.0); dp];
-        for (i, it) in batch.items.iter().enumerate() {
-            let r = &mut ranks[i % dp];
-            r.0.add(it);
-            r.1 += 1.0;
+    /// Rank `r`'s load and requests when the step's requests are dealt out to the ranks in
+    /// batch order (request i to rank i mod dp).
+    fn rank(&self, batch: &BatchShape<'_>, r: usize) -> (LayerLoad, f64) {
+        let mut load = LayerLoad::default();
+        let mut requests = 0.0;
+        for it in batch
+            .items
+            .iter()
+            .skip(r)
+            .step_by(self.ep.dp.max(1) as usize)
+        {
+            load.add(it);
+            requests += 1.0;
         }
-        ranks
+        (load, requests)
     }
 
     /// One rank's part of a MoE layer on `load`, µs.
@@ -155,9 +159,18 @@ impl WideEp {
         (mean * self.ep.imbalance + spread).min(most)
     }
 
-    /// The parts of one MoE layer for ranks of `rank_tokens` (the busiest rank's) and
-    /// `tokens` over all ranks.
+    /// The parts of one MoE layer when the busiest rank computes `busiest` and all ranks
+    /// `tokens` tokens.
     pub fn moe_layer(&self, busiest: &LayerLoad, tokens: f64) -> MoeLayerCost {
+        MoeLayerCost {
+            rank_us: self.rank_moe_us(busiest),
+            ..self.expert_parts(busiest, tokens)
+        }
+    }
+
+    /// [`moe_layer`](Self::moe_layer) without the rank's own part (the step prices every
+    /// rank's).
+    fn expert_parts(&self, busiest: &LayerLoad, tokens: f64) -> MoeLayerCost {
         let r = &self.roofline;
         let m = &r.model;
         let e = self.ep_size();
@@ -192,7 +205,7 @@ impl WideEp {
             }
         };
         MoeLayerCost {
-            rank_us: self.rank_moe_us(busiest),
+            rank_us: 0.0,
             experts_us: r.fused_moe_us(f64::from(m.experts) / f64::from(e), 1.0, rows, w)
                 + r.elementwise_us(rows, w),
             dispatch_us,
@@ -208,14 +221,14 @@ impl LatencyModel for WideEp {
         }
         let r = &self.roofline;
         let m = &r.model;
-        let ranks = self.ranks(batch);
         let moe_layers = f64::from(m.moe_layers());
         let dense_layers = f64::from(m.dense_layers());
         let vocab = f64::from(m.vocab) / f64::from(r.tp.max(1));
         let mut slowest = 0.0f64;
         let mut busiest = LayerLoad::default();
         let mut tokens = 0.0;
-        for (load, requests) in &ranks {
+        for rank in 0..self.ep.dp.max(1) as usize {
+            let (load, requests) = &self.rank(batch, rank);
             tokens += load.tokens;
             if load.tokens > busiest.tokens {
                 busiest = *load;
@@ -226,7 +239,7 @@ impl LatencyModel for WideEp {
                 + r.request_overhead_us * requests;
             slowest = slowest.max(own);
         }
-        let layer = self.moe_layer(&busiest, tokens);
+        let layer = self.expert_parts(&busiest, tokens);
         let us = slowest
             + moe_layers * (layer.experts_us + layer.dispatch_us + layer.combine_us)
             + r.step_overhead_us;
@@ -383,7 +396,13 @@ mod tests {
         for it in &items[..16] {
             rank.add(it);
         }
-        let own = 48.0 * w.rank_moe_us(&rank) + r.gemm_us(16.0, 2048.0, 151936.0);
+        // A rank's MoE layer: QKV and output projections, the router (2,048 × 128),
+        // attention, element-wise passes; no shared expert, no all-reduce at tp 1.
+        let rank_layer = r.projections_us(16.0)
+            + r.gemm_us(16.0, 2048.0, 128.0)
+            + r.attention_us(&rank, 2.0)
+            + r.elementwise_us(16.0, 0.0);
+        let own = 48.0 * rank_layer + r.gemm_us(16.0, 2048.0, 151936.0);
         let experts = r.fused_moe_us(32.0, 1.0, rows, 768.0) + r.elementwise_us(rows, 768.0);
         // The busiest GPU receives `rows` rows (more than the 16 × 8 = 128 it sends) and
         // sends them back, 3/4 from the 3 other GPUs over NVLink; BF16 model: BF16 dispatch.
