@@ -202,6 +202,9 @@ pub struct ResolvedGroup {
     pub lora: Option<Arc<crate::latency::lora::LoraConfig>>,
     /// Expert parallelism (`expert_parallel`): the instances' step pricing.
     pub expert_parallel: Option<Arc<crate::latency::WideEp>>,
+    /// Hybrid attention (sliding-window or linear-attention layers): how the KV cache's
+    /// blocks are spread over its groups.
+    pub kv_layout: Option<crate::model::KvLayout>,
 }
 
 /// A run that could not complete, by phase: loading the scenario fails with

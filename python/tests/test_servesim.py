@@ -522,3 +522,17 @@ def test_expert_parallelism_reaches_python():
     assert [g["gpus_per_instance"] for g in deepep.summary["groups"]] == [16, 16]
     assert len(deepep.requests) == 300
     assert gather.requests["ttft_ms"].mean() > deepep.requests["ttft_ms"].mean()
+
+
+def test_hybrid_attention_reaches_python():
+    """scenarios/hybrid-attention.ron cut to 400 requests: Gemma-3's sliding-window layers
+    keep only their window, so with vLLM's hybrid KV cache manager disabled every layer
+    keeps every token, the servers hold fewer requests at once and preempt."""
+    path = str(ROOT / "scenarios" / "hybrid-attention.ron")
+    cut = {"workload.num_requests": 400}
+    hybrid = servesim.run(path, cut)
+    full = servesim.run(path, {**cut, "cluster.groups[0].disable_hybrid_kv_cache_manager": True})
+    assert len(hybrid.requests) == 400
+    assert hybrid.summary["preemptions"] == 0
+    assert full.summary["preemptions"] > 0
+    assert full.requests["ttft_ms"].mean() > 2 * hybrid.requests["ttft_ms"].mean()

@@ -33,6 +33,7 @@ fn world(phase: Phase, phase_end: SimTime, now: SimTime) -> World {
         nvme: None,
         store: None,
         store_net: None,
+        layout: None,
     };
     let mut index = Vec::new();
     let mut view = ClusterView::default();

@@ -26,10 +26,11 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
         let model = r.model.as_ref().map_or("-".to_string(), |m| m.id.clone());
         let gpu = r.gpu.as_ref().map_or("-".to_string(), |x| x.id.clone());
         let memory = r.model.as_ref().map_or(String::new(), |m| {
-            let bytes = crate::model::kv_bytes_per_token(m, g.tp, g.pp)
-                * f64::from(g.block_size)
-                * f64::from(r.kv_blocks)
-                / f64::from(g.dp());
+            let block = r.kv_layout.map_or_else(
+                || crate::model::kv_bytes_per_token(m, g.tp, g.pp) * f64::from(g.block_size),
+                |l| l.page_bytes,
+            );
+            let bytes = block * f64::from(r.kv_blocks) / f64::from(g.dp());
             format!(" ({:.1} GiB per GPU)", bytes / f64::from(1u32 << 30))
         });
         let derived = if g.kv_blocks.is_some() {
@@ -85,6 +86,13 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
         }
         if let Some(w) = &r.expert_parallel {
             let _ = writeln!(s, "    expert parallel: {}", expert_line(w));
+        }
+        if let Some(m) = r.model.as_ref().filter(|m| m.kinds.is_hybrid()) {
+            let _ = writeln!(
+                s,
+                "    attention: {}",
+                hybrid_line(m, r.kv_layout, g.block_size)
+            );
         }
         if sc.cluster.topology.is_none()
             && let Some(gpu) = &r.gpu
@@ -642,4 +650,47 @@ pub(crate) fn list(app: &ServesimApp, a: ListArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
     }
+}
+
+/// The `validate` line of a hybrid-attention group: its layers' kinds and how its KV cache
+/// holds them.
+fn hybrid_line(
+    m: &crate::model::ModelConfig,
+    layout: Option<crate::model::KvLayout>,
+    block_size: u32,
+) -> String {
+    let k = &m.kinds;
+    let mut kinds = format!("{} full-attention layers", m.full_attention_layers());
+    if k.sliding > 0 {
+        kinds += &format!(", {} sliding-window over {} tokens", k.sliding, k.window);
+    }
+    if k.linear > 0 {
+        kinds += &format!(", {} linear-attention (recurrent state)", k.linear);
+    }
+    let Some(l) = layout else {
+        return format!(
+            "{kinds}; KV cache as full attention for every layer (disable_hybrid_kv_cache_manager)"
+        );
+    };
+    let mut per_request = format!("{} per {block_size} tokens", l.full_groups);
+    if l.sliding_groups > 0 {
+        per_request += &format!(
+            " + at most {} for the windows",
+            l.sliding_groups * (l.window.div_ceil(block_size) + 1)
+        );
+    }
+    if l.linear_groups > 0 {
+        per_request += &format!(
+            " + {} for the states; no prefix-cache hits",
+            l.linear_groups * l.state_blocks
+        );
+    }
+    format!(
+        "{kinds}; KV cache in groups of {} layers ({} full, {} sliding, {} linear), {:.2} MiB blocks; a request holds {per_request}",
+        l.group_layers,
+        l.full_groups,
+        l.sliding_groups,
+        l.linear_groups,
+        l.page_bytes / f64::from(1u32 << 20)
+    )
 }

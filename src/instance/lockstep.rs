@@ -89,6 +89,7 @@ pub(super) fn try_form(
     if !sched.lockstep.cohort
         || !scheduler_agrees
         || kv.cpu.is_some()
+        || kv.layout().is_some()
         || !sched.arrived.is_empty()
         || !(sched.waiting.is_empty()
             || (fifo
@@ -112,7 +113,8 @@ pub(super) fn try_form(
     }
     for &slot in due {
         let seq = &mut sched.running[slot as usize];
-        let grown = kv.grow(&mut seq.kv, seq.progress + now + 1);
+        // Lockstep steps are never formed on a hybrid cache (above).
+        let grown = kv.grow_full(&mut seq.kv, seq.progress + now + 1);
         debug_assert!(grown, "counted free blocks");
     }
     sched.plan.clear();

@@ -618,13 +618,31 @@ pub fn kv_tokens_needed(spec: &RequestSpec, limits: &Limits) -> u64 {
 /// could never admit from stalling the instance.
 pub fn servable(spec: &RequestSpec, kv: &KvCache, limits: &Limits) -> bool {
     let last = kv_tokens_needed(spec, limits);
-    if last.div_ceil(u64::from(kv.block_size())) > u64::from(kv.total_blocks()) {
+    let blocks = match kv.layout() {
+        None => last.div_ceil(u64::from(kv.block_size())),
+        Some(l) => hybrid_blocks(l, last, kv.block_size(), limits),
+    };
+    if blocks > u64::from(kv.total_blocks()) {
         return false;
     }
     match limits.max_model_len {
         Some(m) => u64::from(spec.input_tokens) + u64::from(spec.output_tokens) <= u64::from(m),
         None => true,
     }
+}
+
+/// The most blocks a request of `last` tokens holds at once on a hybrid cache: its
+/// full-attention groups' blocks for the whole sequence, a window and a chunk per
+/// sliding-window group, its states.
+#[cold]
+fn hybrid_blocks(l: &crate::model::KvLayout, last: u64, block_size: u32, limits: &Limits) -> u64 {
+    let bs = u64::from(block_size);
+    let blocks = last.div_ceil(bs);
+    let chunk = u64::from(limits.max_num_batched_tokens);
+    let window = (u64::from(l.window) + chunk).div_ceil(bs) + 1;
+    blocks * u64::from(l.full_groups)
+        + u64::from(l.sliding_groups) * blocks.min(window)
+        + u64::from(l.linear_groups * l.state_blocks)
 }
 
 /// An instance's lockstep state (see [`lockstep`]).

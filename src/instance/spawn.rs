@@ -106,6 +106,7 @@ pub fn kv_recipe(
             (s.store.clone(), block_us, s.latency_us)
         }),
         store_net: store.and(net).map(|n| (n.clone(), block_bytes)),
+        layout: resolved.kv_layout,
     }
 }
 

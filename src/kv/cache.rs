@@ -7,7 +7,8 @@ use super::cpu::CpuTier;
 use super::free::FreeQueue;
 use super::index::BlockIndex;
 use super::store::StoreLink;
-use super::{Block, KvEventKind, KvTier, NONE, SeqBlocks, block_content, chain_hash};
+use super::{Block, KvEventKind, KvTier, NONE, SeqBlocks, SideBlocks, block_content, chain_hash};
+use crate::model::KvLayout;
 use crate::request::PromptContent;
 
 /// The KV cache of one instance.
@@ -33,6 +34,8 @@ pub struct KvCache {
     pub(super) lower: bool,
     /// Block events since the last [`KvCache::take_events`], while recording.
     pub(super) events: Option<Vec<(KvEventKind, u64)>>,
+    /// Hybrid attention: how a request's blocks are spread over the KV cache groups.
+    pub(super) layout: Option<KvLayout>,
 }
 
 impl KvCache {
@@ -66,7 +69,22 @@ impl KvCache {
             store: None,
             lower: false,
             events: None,
+            layout: None,
         }
+    }
+
+    /// Lays the cache out for a hybrid-attention model: each request also holds the blocks
+    /// of the model's other KV cache groups, and a model with linear-attention layers gets
+    /// no prefix-cache hits (its recurrent state at a prefix's end is not kept: vLLM's
+    /// `mamba_cache_mode` `none`).
+    pub fn with_layout(mut self, layout: KvLayout) -> Self {
+        self.layout = Some(layout);
+        self
+    }
+
+    /// The hybrid layout, if the model has one.
+    pub fn layout(&self) -> Option<&KvLayout> {
+        self.layout.as_ref()
     }
 
     /// Starts or stops recording block events ([`KvEvent`]).
@@ -154,6 +172,7 @@ impl KvCache {
         fresh.hit_blocks = self.hit_blocks;
         fresh.miss_blocks = self.miss_blocks;
         fresh.events = self.events.take();
+        fresh.layout = self.layout;
         *self = fresh;
     }
 
@@ -320,6 +339,9 @@ impl KvCache {
         input_tokens: u32,
         known_tokens: u32,
     ) -> u32 {
+        if self.layout.is_some_and(|l| l.linear_groups > 0) {
+            return 0;
+        }
         let cap =
             (input_tokens / self.block_size).min(known_tokens.saturating_sub(1) / self.block_size);
         let mut h = 0;
@@ -369,7 +391,11 @@ impl KvCache {
             }
         }
         let fresh = self.blocks_for(tokens).saturating_sub(cached_blocks);
-        if from_free + fresh > self.free {
+        let side = match &self.layout {
+            Some(l) => side_at_admission(l, self.block_size, tokens, cached_blocks),
+            None => 0,
+        };
+        if from_free + fresh + side > self.free {
             return false;
         }
         // Act: claim GPU hits first, so reloads cannot evict them.
@@ -403,6 +429,16 @@ impl KvCache {
             let b = self.take_fresh();
             seq.blocks.push(b);
         }
+        if side > 0 {
+            let mut held = SideBlocks {
+                blocks: Vec::with_capacity(side as usize),
+                tokens,
+            };
+            for _ in 0..side {
+                held.blocks.push(self.take_fresh());
+            }
+            seq.side = Some(Box::new(held));
+        }
         let prompt_blocks = self.blocks_for(input_tokens);
         self.hit_blocks += u64::from(cached_blocks);
         self.miss_blocks += u64::from(prompt_blocks.saturating_sub(cached_blocks));
@@ -410,7 +446,22 @@ impl KvCache {
     }
 
     /// Grows a running request's allocation so that `tokens` tokens fit. All or nothing.
+    #[inline]
     pub fn grow(&mut self, seq: &mut SeqBlocks, tokens: u32) -> bool {
+        if self.layout.is_some() {
+            return self.grow_hybrid(seq, tokens);
+        }
+        self.grow_full(seq, tokens)
+    }
+
+    /// [`grow`](Self::grow) of a cache without a hybrid layout (every layer full
+    /// attention): one block per `block_size` tokens.
+    #[inline]
+    pub fn grow_full(&mut self, seq: &mut SeqBlocks, tokens: u32) -> bool {
+        debug_assert!(
+            self.layout.is_none(),
+            "a hybrid cache grows its other groups too"
+        );
         let need = self
             .blocks_for(tokens)
             .saturating_sub(seq.blocks.len() as u32);
@@ -422,6 +473,61 @@ impl KvCache {
             seq.blocks.push(b);
         }
         true
+    }
+
+    /// [`grow`](Self::grow) with a hybrid layout: the full-attention group's new blocks,
+    /// and the other groups' blocks resized (a sliding window frees the blocks it has
+    /// moved past, computed before this step). All or nothing.
+    #[inline(never)]
+    fn grow_hybrid(&mut self, seq: &mut SeqBlocks, tokens: u32) -> bool {
+        let layout = self.layout.expect("a hybrid cache");
+        let (have, computed) = seq
+            .side
+            .as_ref()
+            .map_or((0, 0), |s| (s.blocks.len() as u32, s.tokens));
+        if tokens <= computed {
+            return true;
+        }
+        let need = self
+            .blocks_for(tokens)
+            .saturating_sub(seq.blocks.len() as u32);
+        let target = layout.side_blocks(self.block_size, tokens, computed);
+        let (surplus, deficit) = (have.saturating_sub(target), target.saturating_sub(have));
+        if need + deficit > self.free + surplus {
+            return false;
+        }
+        let side = seq.side.get_or_insert_with(Box::default);
+        for _ in 0..surplus {
+            let b = side.blocks.pop().expect("counted");
+            self.release_block(b);
+        }
+        for _ in 0..need {
+            let b = self.take_fresh();
+            seq.blocks.push(b);
+        }
+        for _ in 0..deficit {
+            side.blocks.push(self.take_fresh());
+        }
+        side.tokens = tokens;
+        true
+    }
+
+    /// Releases a hybrid request's blocks of its other KV cache groups.
+    #[inline(never)]
+    fn release_side(&mut self, seq: &mut SeqBlocks) {
+        for b in seq.side.take().map_or_else(Vec::new, |s| s.blocks) {
+            self.release_block(b);
+        }
+    }
+
+    /// Drops one reference to block `b`; a block no one holds joins the free list's tail.
+    fn release_block(&mut self, b: u32) {
+        let block = &mut self.blocks[b as usize];
+        debug_assert!(block.ref_count > 0, "release of a free block {b}");
+        block.ref_count -= 1;
+        if block.ref_count == 0 {
+            self.push_free_tail(b);
+        }
     }
 
     /// Registers the hashes of prompt blocks that became full now that `computed_tokens`
@@ -483,6 +589,9 @@ impl KvCache {
                 self.push_free_tail(b);
             }
         }
+        if seq.side.is_some() {
+            self.release_side(seq);
+        }
         seq.hashed = 0;
         seq.last_hash = 0;
     }
@@ -503,7 +612,7 @@ impl KvCache {
     ) -> Result<(), String> {
         seen.clear();
         for h in holders {
-            for &b in &h.blocks {
+            for &b in h.blocks.iter().chain(h.side()) {
                 *seen.entry(b).or_default() += 1;
             }
         }
@@ -624,11 +733,19 @@ impl KvCache {
         b
     }
 
+    #[inline(always)]
     fn push_free_tail(&mut self, b: u32) {
         self.free_queue.push(b, &mut self.blocks);
         self.free += 1;
         self.allocated -= 1;
     }
+}
+
+/// The other groups' blocks of a hybrid request admitted with `cached_blocks` prompt
+/// blocks cached, holding `tokens` tokens after its first chunk.
+#[cold]
+fn side_at_admission(l: &KvLayout, block_size: u32, tokens: u32, cached_blocks: u32) -> u32 {
+    l.side_blocks(block_size, tokens, cached_blocks * block_size)
 }
 
 /// How to rebuild an instance's KV cache when it is provisioned.
@@ -644,12 +761,17 @@ pub struct KvRecipe {
     pub store: Option<(std::sync::Arc<std::sync::Mutex<super::KvStore>>, f64, f64)>,
     /// With `cluster.topology`: the network the store is reached over, and a block's bytes.
     pub store_net: Option<(crate::network::Network, f64)>,
+    /// Hybrid attention: how a request's blocks are spread over the KV cache groups.
+    pub layout: Option<KvLayout>,
 }
 
 impl KvRecipe {
     /// The cache of instance `instance`.
     pub fn build(&self, instance: u32) -> KvCache {
         let mut kv = KvCache::new(self.blocks, self.block_size);
+        if let Some(layout) = self.layout {
+            kv = kv.with_layout(layout);
+        }
         if let Some((blocks, window)) = self.cpu {
             kv = kv.with_cpu_tier(CpuTier::new(blocks, window));
         }

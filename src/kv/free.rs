@@ -43,7 +43,7 @@ impl FreeQueue {
     }
 
     /// Appends free block `b` at the tail.
-    #[inline]
+    #[inline(always)]
     pub(super) fn push(&mut self, b: u32, blocks: &mut [Block]) {
         if self.ring.len() == self.ring.capacity() {
             self.compact(blocks);

@@ -139,15 +139,35 @@ pub struct SeqBlocks {
     hashed: u32,
     /// Hash of block `hashed - 1` (chain state), 0 when `hashed == 0`.
     last_hash: u64,
+    /// Hybrid attention: the blocks of the request's other KV cache groups (boxed: a
+    /// request of a model without them pays one pointer).
+    side: Option<Box<SideBlocks>>,
+}
+
+/// The blocks of a hybrid request's other KV cache groups (sliding-window windows,
+/// linear-attention states, further full-attention groups), never content-addressed
+/// ([`crate::model::KvLayout`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct SideBlocks {
+    blocks: Vec<u32>,
+    /// The tokens they were last sized for.
+    tokens: u32,
 }
 
 impl SeqBlocks {
+    /// Blocks of the full-attention group (one per `block_size` tokens).
     pub fn len(&self) -> usize {
         self.blocks.len()
     }
 
+    /// True if the request holds no block at all.
     pub fn is_empty(&self) -> bool {
-        self.blocks.is_empty()
+        self.blocks.is_empty() && self.side.is_none()
+    }
+
+    /// The blocks of its other KV cache groups (hybrid attention).
+    pub fn side(&self) -> &[u32] {
+        self.side.as_ref().map_or(&[], |s| &s.blocks)
     }
 }
 

@@ -557,3 +557,96 @@ fn a_full_store_evicts_and_forgets_the_writer() {
     assert!(!st.ready(10, 0) && st.ready(11, 0) && st.ready(12, 0));
     st.audit().unwrap();
 }
+
+/// A model with one full-attention group and two sliding-window groups over 8 tokens, in
+/// 4-token blocks, traced by hand.
+fn sliding_layout() -> crate::model::KvLayout {
+    crate::model::KvLayout {
+        group_layers: 1,
+        full_groups: 1,
+        sliding_groups: 2,
+        window: 8,
+        linear_groups: 0,
+        state_blocks: 0,
+        page_bytes: 1.0,
+    }
+}
+
+#[test]
+fn a_sliding_window_frees_the_blocks_it_has_moved_past() {
+    let mut kv = KvCache::new(40, 4).with_layout(sliding_layout());
+    let p = content(0, 0, 7);
+    let mut s = SeqBlocks::default();
+    // A 12-token prompt in one chunk: 3 full-attention blocks and, computed before it
+    // nothing, 3 blocks in each sliding group: 9.
+    assert!(kv.admit(&mut s, &p, 12, 0, 12));
+    assert_eq!((s.blocks.len(), s.side().len()), (3, 6));
+    assert_eq!(kv.free_blocks(), 31);
+    // Decoding token 13 (12 computed): the window keeps tokens 5.. → blocks from
+    // ⌊(12 + 1 − 8)/4⌋ = 1 on: 4 blocks − 1 in each group. One full block more.
+    assert!(kv.grow(&mut s, 13));
+    assert_eq!((s.blocks.len(), s.side().len()), (4, 6));
+    // Up to token 20 (19 computed): blocks from ⌊12/4⌋ = 3 of 5: 2 per group.
+    for t in 14..=20 {
+        assert!(kv.grow(&mut s, t));
+    }
+    assert_eq!((s.blocks.len(), s.side().len()), (5, 4));
+    assert_eq!(kv.free_blocks(), 40 - 9);
+    let mut seen = std::collections::HashMap::new();
+    kv.check_holders(std::iter::once(&s), &mut seen).unwrap();
+    kv.audit().unwrap();
+    // Asking again for what is held changes nothing.
+    assert!(kv.grow(&mut s, 20));
+    assert_eq!(kv.free_blocks(), 31);
+    kv.release(&mut s);
+    assert!(s.is_empty());
+    assert_eq!(kv.free_blocks(), 40);
+    kv.audit().unwrap();
+}
+
+#[test]
+fn a_hybrid_allocation_is_all_or_nothing() {
+    // 12 blocks: a 12-token prompt needs 3 + 6; a second one does not fit and takes none.
+    let mut kv = KvCache::new(12, 4).with_layout(sliding_layout());
+    let (mut a, mut b) = (SeqBlocks::default(), SeqBlocks::default());
+    assert!(kv.admit(&mut a, &content(0, 0, 1), 12, 0, 12));
+    assert!(!kv.admit(&mut b, &content(0, 0, 2), 12, 0, 12));
+    assert!(b.is_empty());
+    assert_eq!(kv.free_blocks(), 3);
+    // Growing A to 13 tokens: a full-attention block more; each sliding group moves on
+    // to blocks 1..=3, still 3.
+    assert!(kv.grow(&mut a, 13));
+    assert_eq!(kv.free_blocks(), 2);
+    // A request that needs more than is free takes nothing.
+    assert!(!kv.grow(&mut a, 40));
+    assert_eq!(
+        (a.blocks.len(), a.side().len(), kv.free_blocks()),
+        (4, 6, 2)
+    );
+}
+
+#[test]
+fn linear_attention_states_are_held_whole_and_give_no_prefix_hits() {
+    let layout = crate::model::KvLayout {
+        sliding_groups: 0,
+        window: 0,
+        linear_groups: 3,
+        state_blocks: 5,
+        ..sliding_layout()
+    };
+    let mut kv = KvCache::new(100, 4).with_layout(layout);
+    let p = content(9, 16, 1);
+    let mut s = SeqBlocks::default();
+    assert!(kv.admit(&mut s, &p, 16, 0, 16));
+    assert_eq!((s.blocks.len(), s.side().len()), (4, 15));
+    kv.register_full_blocks(&mut s, &p, 16, 16);
+    // The same prompt again: its blocks are cached, but the state at their end is not.
+    assert_eq!(kv.cached_prefix_blocks(&p, 16, 16), 0);
+    for t in 17..=40 {
+        assert!(kv.grow(&mut s, t));
+    }
+    assert_eq!((s.blocks.len(), s.side().len()), (10, 15));
+    kv.release(&mut s);
+    assert_eq!(kv.free_blocks(), 100);
+    kv.audit().unwrap();
+}

@@ -15,6 +15,7 @@
 mod blackbox;
 mod blis_roofline;
 mod expert;
+pub mod hybrid;
 pub mod lora;
 mod piecewise;
 mod roofline;

@@ -140,10 +140,7 @@ impl Roofline {
 
     /// Gated MLPs (SwiGLU and friends) have three matrices; GELU/ReLU MLPs two.
     fn gated(&self) -> bool {
-        let act = &self.model.hidden_act;
-        !["gelu", "gelu_new", "relu", "gelu_pytorch_tanh"]
-            .iter()
-            .any(|a| act.eq_ignore_ascii_case(a))
+        self.model.gated_mlp
     }
 
     /// One decoder layer on one GPU, µs. `moe` selects a MoE layer. `kv_tensors` is how
@@ -195,7 +192,13 @@ impl Roofline {
             return self.mla_projections_us(t);
         }
         let d = f64::from(self.model.hidden);
-        self.gemm_us(t, d, q_dim + 2.0 * kv_dim) + self.gemm_us(t, q_dim, d)
+        // Qwen3-Next's queries carry an output gate as wide as themselves.
+        let q_out = if self.model.attn_output_gate {
+            2.0 * q_dim
+        } else {
+            q_dim
+        };
+        self.gemm_us(t, d, q_out + 2.0 * kv_dim) + self.gemm_us(t, q_dim, d)
     }
 
     /// Multi-head latent attention's projections, as vLLM's MLA layer runs them: the
@@ -316,9 +319,12 @@ impl LatencyModel for Roofline {
         }
         let requests = batch.items.len() as f64;
         let load = LayerLoad::of(batch);
-        let us = self.kernels_us(&load, load.logit_rows, 2.0)
-            + self.step_overhead_us
-            + self.request_overhead_us * requests;
+        let kernels = if self.model.kinds.is_hybrid() {
+            self.hybrid_kernels_us(batch, &load)
+        } else {
+            self.kernels_us(&load, load.logit_rows, 2.0)
+        };
+        let us = kernels + self.step_overhead_us + self.request_overhead_us * requests;
         Ok(SimDuration::from_us_f64(us).max(SimDuration(1)))
     }
 
@@ -369,6 +375,7 @@ mod tests {
         assert!(r.gated());
         let mut gelu = llama(1);
         gelu.model.hidden_act = "gelu".into();
+        gelu.model.gated_mlp = false;
         let load = LayerLoad {
             tokens: 1.0,
             ..Default::default()

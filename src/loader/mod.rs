@@ -6,6 +6,7 @@
 
 pub mod estimate;
 mod expert;
+mod hybrid;
 mod load;
 mod locate;
 mod plan;

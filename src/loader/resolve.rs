@@ -182,6 +182,10 @@ fn read_group(
             .ok(),
         None => None,
     };
+    let model = model.map(|mut m| {
+        m.kinds.full_cache = g.disable_hybrid_kv_cache_manager;
+        m
+    });
     // The model as the group serves it (quantised weights, KV cache).
     let model =
         match (
@@ -240,12 +244,19 @@ fn read_group(
         ));
     }
     if let Some(m) = &model {
-        if g.tp > 0 && (m.heads % g.tp != 0 || m.kv_heads % g.tp != 0) {
+        // vLLM (`QKVParallelLinear`): query heads split over TP; KV heads split too, or,
+        // with fewer KV heads than GPUs, each replicated on tp / kv_heads of them.
+        let kv_split = if g.tp > m.kv_heads {
+            g.tp.is_multiple_of(m.kv_heads.max(1))
+        } else {
+            g.tp > 0 && m.kv_heads.is_multiple_of(g.tp)
+        };
+        if g.tp > 0 && (m.heads % g.tp != 0 || !kv_split) {
             p.push(
                 Problem::new(
                     at("tp"),
                     format!(
-                        "{} has {} attention heads and {} KV heads; tp {} must divide both",
+                        "{} has {} attention heads and {} KV heads; tp {} must divide the attention heads and divide, or be a multiple of, the KV heads",
                         m.id, m.heads, m.kv_heads, g.tp
                     ),
                 )
@@ -539,7 +550,11 @@ fn read_group(
     });
     // vLLM allocates the adapters' GPU slots beside the weights.
     let draft_gib = draft_gib + lora.as_ref().map_or(0.0, |c| c.slots_gib());
+    let refused = model
+        .as_ref()
+        .is_some_and(|m| super::hybrid::refusals(&mut p, &at, g, m, draft_kv));
     let kv_blocks = match (g.kv_blocks, &model, &gpu) {
+        _ if refused => None,
         (Some(0), _, _) => {
             p.push(Problem::new(at("kv_blocks"), "must be > 0").hint("KV cache size per instance in blocks, e.g. 8192; omit it to derive it from model and gpu"));
             None
@@ -576,10 +591,18 @@ fn read_group(
             None
         }
     };
+    let kv_layout = model.as_ref().filter(|_| g.block_size > 0).and_then(|m| {
+        crate::model::kv_layout(m, g.tp, g.block_size)
+            .ok()
+            .flatten()
+    });
     let max_model_len = g.max_model_len.or_else(|| {
         let m = model.as_ref()?;
         // A request lives in one data-parallel rank's cache.
-        let cap = u64::from(kv_blocks? / g.dp()) * u64::from(g.block_size);
+        let cap = match kv_layout {
+            Some(l) => l.max_tokens(kv_blocks?, g.block_size),
+            None => u64::from(kv_blocks? / g.dp()) * u64::from(g.block_size),
+        };
         let len = if m.max_position_embeddings > 0 {
             m.max_position_embeddings.min(cap)
         } else {
@@ -652,6 +675,7 @@ fn read_group(
         speculative: speculative.map(Arc::new),
         lora: lora.map(Arc::new),
         expert_parallel: wide_ep,
+        kv_layout,
     })
 }
 

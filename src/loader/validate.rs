@@ -121,6 +121,7 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
         match resolved {
             Ok(r) => {
                 crate::energy::check_group(&mut p, s, i, &r);
+                super::hybrid::check(&mut p, s, i, &r);
                 table_bytes += f64::from(spawned(g))
                     * (f64::from(r.kv_blocks) * GPU_BLOCK_BYTES
                         + f64::from(g.cpu_kv_blocks + g.nvme_kv_blocks) * CPU_BLOCK_BYTES);

@@ -62,6 +62,14 @@ pub fn params(m: &ModelConfig) -> f64 {
             d * h * (nope + rope)
         };
         l * (q + d * (latent + rope) + latent + latent * h * (nope + v) + h * v * d + 2.0 * d)
+    } else if m.kinds.is_hybrid() || m.attn_output_gate {
+        // Query width H·head_dim (Qwen3-Next and Gemma-3 differ from d), doubled by an
+        // output gate; linear-attention layers have their own projections.
+        let q = f64::from(m.heads) * f64::from(m.head_dim);
+        let q_out = if m.attn_output_gate { 2.0 * q } else { q };
+        let attention = f64::from(m.attention_layers());
+        attention * (d * (q_out + 2.0 * dkv) + q * d + 2.0 * d)
+            + f64::from(m.kinds.linear) * (linear_layer_params(m) + 2.0 * d)
     } else {
         l * (d * (d + 2.0 * dkv) + d * d + 2.0 * d)
     };
@@ -78,6 +86,21 @@ pub fn params(m: &ModelConfig) -> f64 {
         l * 3.0 * d * f64::from(m.ffn_dense)
     };
     v * d + attn + mlp + if m.tied_embeddings { 0.0 } else { v * d } + d
+}
+
+/// Weights of one linear-attention (Gated DeltaNet) layer: the query/key/value/gate
+/// projection, the two per-head scalars' projection (`in_proj_ba`), the short convolution
+/// over the query, key and value channels, and the output projection.
+pub fn linear_layer_params(m: &ModelConfig) -> f64 {
+    let k = &m.kinds;
+    let d = f64::from(m.hidden);
+    let keys = f64::from(k.linear_key_heads) * f64::from(k.linear_key_dim);
+    let values = f64::from(k.linear_value_heads) * f64::from(k.linear_value_dim);
+    let heads = f64::from(k.linear_value_heads);
+    d * (2.0 * keys + 2.0 * values)
+        + d * 2.0 * heads
+        + (2.0 * keys + values) * f64::from(k.linear_conv_kernel)
+        + values * d
 }
 
 /// FLOPs per token of a model's matrix multiplications, without the embedding and the
@@ -104,14 +127,122 @@ pub fn flops_per_token(m: &ModelConfig) -> f64 {
 
 /// Blocks of `block_size` tokens that fit on one replica of `tp` GPUs.
 /// KV bytes per token on one GPU of a TP × PP group (MLA: the compressed row, not split).
+/// Hybrid models: the layers that keep K and V (full and sliding-window attention), as if
+/// each kept every token.
 pub fn kv_bytes_per_token(m: &ModelConfig, tp: u32, pp: u32) -> f64 {
-    let layers = f64::from(m.layers) / f64::from(pp.max(1));
+    let layers = f64::from(m.attention_layers()) / f64::from(pp.max(1));
     if m.kv_lora_rank > 0 {
         layers * f64::from(m.kv_lora_rank + m.qk_rope_head_dim) * m.kv_bytes
+    } else if m.kv_heads < tp {
+        // Fewer KV heads than GPUs: each GPU holds one, replicated (vLLM).
+        layers * 2.0 * f64::from(m.head_dim) * m.kv_bytes
     } else {
         layers * 2.0 * f64::from(m.head_dim) * f64::from(m.kv_heads) * m.kv_bytes
             / f64::from(tp.max(1))
     }
+}
+
+/// How vLLM's hybrid KV cache manager lays out the cache of a model whose layers are not
+/// all full attention (vLLM `docs/design/hybrid_kv_cache_manager.md`,
+/// `kv_cache_utils._get_kv_cache_groups_uniform_page_size`):
+/// - the layers of each kind are cut into KV cache groups of `group_layers` layers (the
+///   fewest layers of any kind, or the most if that is under 1.5 × the fewest), the last
+///   group of a kind padded;
+/// - every block of the one pool is a page of `group_layers` layers × `block_size` tokens;
+/// - a request holds, per full-attention group, a block per `block_size` tokens; per
+///   sliding-window group, only the blocks that cover its last `window − 1` computed tokens
+///   and the tokens being computed (the rest are freed as the window moves on); per
+///   linear-attention group, its recurrent state: `state_blocks` blocks (vLLM raises the
+///   attention block size until one page holds a layer's state, 544 tokens for Qwen3-Next;
+///   servesim keeps the scenario's block size and gives the state the same bytes in whole
+///   blocks).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KvLayout {
+    pub group_layers: u32,
+    pub full_groups: u32,
+    pub sliding_groups: u32,
+    pub window: u32,
+    pub linear_groups: u32,
+    /// Blocks of one linear-attention group's state, per request.
+    pub state_blocks: u32,
+    /// Bytes of one block on one GPU.
+    pub page_bytes: f64,
+}
+
+impl KvLayout {
+    /// Blocks a request holds beyond its full-attention group's one per `block_size`
+    /// tokens, with `tokens` in the cache after this step and `computed` of them computed
+    /// before it (sliding-window groups keep only the window behind `computed`).
+    pub fn side_blocks(&self, block_size: u32, tokens: u32, computed: u32) -> u32 {
+        let all = tokens.div_ceil(block_size);
+        let gone = (computed + 1).saturating_sub(self.window) / block_size;
+        (self.full_groups - 1) * all
+            + self.sliding_groups * all.saturating_sub(gone)
+            + self.linear_groups * self.state_blocks
+    }
+
+    /// The longest sequence one request can hold in `blocks` blocks.
+    pub fn max_tokens(&self, blocks: u32, block_size: u32) -> u64 {
+        let window = self.window.div_ceil(block_size) + 1;
+        let fixed = self.sliding_groups * window + self.linear_groups * self.state_blocks;
+        u64::from(blocks.saturating_sub(fixed) / self.full_groups) * u64::from(block_size)
+    }
+}
+
+/// The hybrid layout of `m` on one GPU of a `tp` group, or `None` if every layer is full
+/// attention. An error for what vLLM's hybrid manager does not serve either: no
+/// full-attention layer, or both sliding-window and linear-attention layers.
+pub fn kv_layout(m: &ModelConfig, tp: u32, block_size: u32) -> Result<Option<KvLayout>, String> {
+    let k = &m.kinds;
+    if !k.is_hybrid() || (k.full_cache && k.linear == 0) {
+        return Ok(None);
+    }
+    if k.full_cache {
+        return Err(format!(
+            "{} has linear-attention layers, whose recurrent state needs vLLM's hybrid KV cache manager",
+            m.id
+        ));
+    }
+    let full = m.full_attention_layers();
+    if full == 0 {
+        return Err(format!(
+            "every layer of {} is sliding-window or linear attention: servesim models hybrid caches with full-attention layers only",
+            m.id
+        ));
+    }
+    if k.sliding > 0 && k.linear > 0 {
+        return Err(format!(
+            "{} mixes sliding-window and linear-attention layers: vLLM's hybrid KV cache manager serves full attention plus one other kind",
+            m.id
+        ));
+    }
+    let other = k.sliding + k.linear;
+    let (few, many) = (full.min(other), full.max(other));
+    let group_layers = if f64::from(many) < 1.5 * f64::from(few) {
+        many
+    } else {
+        few
+    };
+    let tp = f64::from(tp.max(1));
+    // KV heads split over TP, or replicated when there are fewer than TP of them (vLLM).
+    let kv_heads = (f64::from(m.kv_heads) / tp).max(1.0);
+    let layer_token = 2.0 * f64::from(m.head_dim) * kv_heads * m.kv_bytes;
+    let layer_page = layer_token * f64::from(block_size);
+    let (conv, recurrent) = k.linear_state_elements();
+    let state = (conv * m.act_bytes + recurrent * k.state_bytes) / tp;
+    Ok(Some(KvLayout {
+        group_layers,
+        full_groups: full.div_ceil(group_layers),
+        sliding_groups: k.sliding.div_ceil(group_layers),
+        window: k.window,
+        linear_groups: k.linear.div_ceil(group_layers),
+        state_blocks: if k.linear > 0 {
+            (state / layer_page).ceil() as u32
+        } else {
+            0
+        },
+        page_bytes: (layer_page * f64::from(group_layers)).trunc(),
+    }))
 }
 
 pub fn kv_capacity(
@@ -175,7 +306,16 @@ pub fn kv_capacity_with(
     let ranks = f64::from(dp.max(1));
     let gpus = f64::from(tp.max(1)) * f64::from(pp.max(1)) * ranks;
     let per_token = kv_bytes_per_token(m, tp, pp) + draft.1;
-    let per_block = (per_token * f64::from(block_size)).trunc();
+    let mut per_block = (per_token * f64::from(block_size)).trunc();
+    if let Some(layout) = kv_layout(m, tp, block_size)? {
+        if draft.1 > 0.0 || pp > 1 || dp > 1 {
+            return Err(format!(
+                "{} has hybrid attention: its KV cache is sized for one GPU group without pipeline or data parallelism and without a drafter's KV",
+                m.id
+            ));
+        }
+        per_block = layout.page_bytes;
+    }
     let available = gpu.memory_gib * utilization * gpus;
     let weights = if dp > 1 {
         let experts = routed_expert_params(m);
@@ -187,7 +327,8 @@ pub fn kv_capacity_with(
     let non_torch = if gpus <= 1.0 { 0.15 } else { 0.6 * gpus };
     let tp = tp * pp.max(1) * dp.max(1);
     let act = m.hidden_act.to_ascii_lowercase();
-    if !["silu", "swiglu", "geglu", "situ", ""].contains(&act.as_str()) {
+    let gated_gelu = m.gated_mlp && act.starts_with("gelu");
+    if !["silu", "swiglu", "geglu", "situ", ""].contains(&act.as_str()) && !gated_gelu {
         return Err(format!(
             "cannot size the KV cache for activation `{}`; give kv_blocks",
             m.hidden_act
@@ -277,6 +418,74 @@ mod tests {
         let free = 72.0 - (c.weights_gib + 5.5 + 2.4) / 4.0;
         assert_eq!(c.blocks, (free * GIB / 1_310_720.0).floor() as u32);
         assert!((29_000..32_000).contains(&c.blocks), "{}", c.blocks);
+    }
+
+    #[test]
+    fn gemma_3_keeps_a_window_in_six_of_its_seven_groups() {
+        // 62 layers: every 6th full attention (10), 52 sliding over 1,024 tokens. vLLM
+        // groups 10 layers (52 ≥ 1.5 × 10): 1 full group, ⌈52/10⌉ = 6 sliding groups. A
+        // block is 10 layers × 16 tokens × 2·16 heads·128·2 B = 1,310,720 B.
+        let m = ModelConfig::bundled("gemma-3-27b-it").unwrap();
+        assert_eq!((m.full_attention_layers(), m.kinds.sliding), (10, 52));
+        assert_eq!(
+            m.max_position_embeddings, 131_072,
+            "Gemma-3's RoPE factor is in it"
+        );
+        // 27B parameters as published (the text model; the vision tower is 0.4B).
+        assert!((26.5e9..27.5e9).contains(&params(&m)), "{}", params(&m));
+        let l = kv_layout(&m, 1, 16).unwrap().unwrap();
+        assert_eq!(
+            (
+                l.group_layers,
+                l.full_groups,
+                l.sliding_groups,
+                l.linear_groups
+            ),
+            (10, 1, 6, 0)
+        );
+        assert_eq!(l.page_bytes, 1_310_720.0);
+        // A request of 8,000 tokens decoding its last (7,999 computed): 500 full-attention
+        // blocks, and per sliding group the blocks from ⌊(7,999 + 1 − 1,024)/16⌋ = 436 on.
+        assert_eq!(l.side_blocks(16, 8000, 7999), 6 * (500 - 436));
+        // A short request keeps every block in every group.
+        assert_eq!(l.side_blocks(16, 100, 0), 6 * 7);
+        let c = kv_capacity(&m, &find_gpu("H100").unwrap(), 1, 1, 0.9, 16).unwrap();
+        assert_eq!(c.per_block_bytes, 1_310_720.0);
+        let spare = 72.0 - c.weights_gib - 5.5 - 0.15;
+        assert_eq!(c.blocks, (spare * GIB / 1_310_720.0).floor() as u32);
+        // The 8,000-token request takes 500 + 384 blocks of 1.31 MB (1.16 GB); with every
+        // layer full attention it would take 500 blocks of 8.1 MB (4.06 GB).
+        assert_eq!(
+            l.max_tokens(c.blocks, 16),
+            u64::from(c.blocks - 6 * 65) * 16
+        );
+    }
+
+    #[test]
+    fn qwen3_next_holds_three_recurrent_states_and_one_full_attention_group() {
+        // 48 layers, every 4th full attention: 12 full, 36 Gated DeltaNet. 79.67B
+        // parameters as published (Qwen3-Coder-Next, the same architecture).
+        let m = ModelConfig::bundled("qwen3-next-80b-a3b-instruct").unwrap();
+        assert_eq!((m.full_attention_layers(), m.kinds.linear), (12, 36));
+        assert!(m.attn_output_gate);
+        let p = params(&m);
+        assert!((p / 79_674_391_296.0 - 1.0).abs() < 0.002, "{p}");
+        // On TP 4: a layer's K and V per token per GPU are 2·256·2 B = 1,024 B (its 2 KV
+        // heads replicated: one per GPU); a
+        // state per layer per GPU is (3·8,192 conv + 32·128·128 recurrent)·2 B / 4 =
+        // 274,432 B = ⌈16.75⌉ = 17 blocks of 16 tokens (vLLM: a 272-token attention block).
+        let l = kv_layout(&m, 4, 16).unwrap().unwrap();
+        assert_eq!(
+            (
+                l.group_layers,
+                l.full_groups,
+                l.linear_groups,
+                l.state_blocks
+            ),
+            (12, 1, 3, 17)
+        );
+        assert_eq!(l.page_bytes, 12.0 * 1024.0 * 16.0);
+        assert_eq!(l.side_blocks(16, 5000, 4999), 3 * 17);
     }
 
     #[test]

@@ -10,8 +10,8 @@ mod gpu;
 mod prices;
 
 pub use capacity::{
-    KvCapacity, Replica, flops_per_token, kv_bytes_per_token, kv_capacity, kv_capacity_with,
-    load_s, params, routed_expert_params,
+    KvCapacity, KvLayout, Replica, flops_per_token, kv_bytes_per_token, kv_capacity,
+    kv_capacity_with, kv_layout, linear_layer_params, load_s, params, routed_expert_params,
 };
 pub use gpu::{Calibration, GpuPhysics, GpuProfile, bundled_gpus, find_gpu};
 pub use prices::{Price, bundled_prices, price_of};
@@ -31,6 +31,10 @@ pub const BUNDLED_MODELS: &[(&str, &str)] = &[
     (
         "deepseek-v3",
         include_str!("../../assets/models/deepseek-v3.json"),
+    ),
+    (
+        "gemma-3-27b-it",
+        include_str!("../../assets/models/gemma-3-27b-it.json"),
     ),
     (
         "glm-5.2-fp8",
@@ -79,6 +83,10 @@ pub const BUNDLED_MODELS: &[(&str, &str)] = &[
     (
         "qwen3-30b-a3b",
         include_str!("../../assets/models/qwen3-30b-a3b.json"),
+    ),
+    (
+        "qwen3-next-80b-a3b-instruct",
+        include_str!("../../assets/models/qwen3-next-80b-a3b-instruct.json"),
     ),
     ("yi-34b", include_str!("../../assets/models/yi-34b.json")),
 ];
@@ -137,6 +145,68 @@ pub struct ModelConfig {
     /// MLA: the value width per head (`v_head_dim`).
     pub v_head_dim: u32,
     pub hidden_act: String,
+    /// The MLP has a gate (three matrices: SwiGLU, GeGLU, and Gemma's gated GELU); false
+    /// for plain GELU/ReLU MLPs (two).
+    pub gated_mlp: bool,
+    /// The attention kinds of the layers ([`LayerKinds`]): all full attention unless the
+    /// config says otherwise.
+    pub kinds: LayerKinds,
+    /// Queries carry an output gate (Qwen3-Next `attn_output_gate`): the query projection
+    /// is twice as wide.
+    pub attn_output_gate: bool,
+}
+
+/// How many layers of each attention kind a model has (HuggingFace `layer_types`, or
+/// `sliding_window` with `sliding_window_pattern`, or `full_attention_interval`), and what
+/// its efficient layers keep per request. Layers not counted here are full attention.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LayerKinds {
+    /// Sliding-window attention layers: each keeps the last `window` tokens' K and V.
+    pub sliding: u32,
+    /// The window, tokens (0 without sliding layers).
+    pub window: u32,
+    /// Linear-attention layers (Gated DeltaNet, Qwen3-Next): each keeps a constant
+    /// recurrent state per request instead of K and V per token.
+    pub linear: u32,
+    /// Linear attention's key heads, value heads, key and value head widths, and its
+    /// short convolution's kernel (`linear_num_key_heads`, …, `linear_conv_kernel_dim`).
+    pub linear_key_heads: u32,
+    pub linear_value_heads: u32,
+    pub linear_key_dim: u32,
+    pub linear_value_dim: u32,
+    pub linear_conv_kernel: u32,
+    /// Bytes per element of the recurrent state (`mamba_ssm_dtype`, else the model's
+    /// dtype); its convolution state is in the model's dtype.
+    pub state_bytes: f64,
+    /// vLLM's `--disable-hybrid-kv-cache-manager`: sliding-window layers keep every
+    /// token (set from the group, not the config).
+    pub full_cache: bool,
+}
+
+impl LayerKinds {
+    /// True if any layer is not full attention.
+    pub fn is_hybrid(&self) -> bool {
+        self.sliding > 0 || self.linear > 0
+    }
+
+    /// Elements of one linear-attention layer's state for one request, whole model width
+    /// (before TP): (convolution state, recurrent state). The convolution keeps the last
+    /// `kernel − 1` rows of its query, key and value channels; the recurrent state is a
+    /// key × value matrix per value head (vLLM's `MambaStateShapeCalculator`
+    /// `gated_delta_net_state_shape`).
+    pub fn linear_state_elements(&self) -> (f64, f64) {
+        let (kh, vh) = (
+            f64::from(self.linear_key_heads),
+            f64::from(self.linear_value_heads),
+        );
+        let (kd, vd) = (
+            f64::from(self.linear_key_dim),
+            f64::from(self.linear_value_dim),
+        );
+        let conv_dim = 2.0 * kh * kd + vh * vd;
+        let conv = f64::from(self.linear_conv_kernel.saturating_sub(1)) * conv_dim;
+        (conv, vh * kd * vd)
+    }
 }
 
 /// The context a model serves, as vLLM derives it (`_get_and_verify_max_len`): RoPE scaling
@@ -230,6 +300,15 @@ impl ModelConfig {
             "q_lora_rank",
             "qk_nope_head_dim",
             "v_head_dim",
+            "sliding_window",
+            "sliding_window_pattern",
+            "full_attention_interval",
+            "max_window_layers",
+            "linear_num_key_heads",
+            "linear_num_value_heads",
+            "linear_key_head_dim",
+            "linear_value_head_dim",
+            "linear_conv_kernel_dim",
         ] {
             if let Some(v) = map.get(k).and_then(Value::as_u64)
                 && v > MAX_DIMENSION
@@ -300,7 +379,23 @@ impl ModelConfig {
             dtype_bytes(dtype).ok_or_else(|| format!("unknown torch_dtype `{dtype}`"))?;
         let weight_bytes = weight_bytes(id, map.get("quantization_config")).unwrap_or(act_bytes);
         let max_pos = uint("max_position_embeddings").unwrap_or(0);
-        let max_position_embeddings = context_length(max_pos, map.get("rope_scaling"));
+        // vLLM: Gemma-3's `max_position_embeddings` already counts its RoPE scaling.
+        let scaling = map
+            .get("rope_scaling")
+            .filter(|_| !model_type.starts_with("gemma3"));
+        let max_position_embeddings = context_length(max_pos, scaling);
+        let hidden_act = map
+            .get("hidden_act")
+            .or_else(|| map.get("hidden_activation"))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        // Gemma's MLPs are gated whatever their activation is called.
+        let gated_mlp = model_type.starts_with("gemma")
+            || !["gelu", "gelu_new", "relu", "gelu_pytorch_tanh"]
+                .iter()
+                .any(|a| hidden_act.eq_ignore_ascii_case(a));
+        let kinds = layer_kinds(&map, layers, act_bytes)?;
         Ok(ModelConfig {
             id: id.to_string(),
             layers,
@@ -330,11 +425,14 @@ impl ModelConfig {
             q_lora_rank: uint("q_lora_rank").unwrap_or(0) as u32,
             qk_nope_head_dim: uint("qk_nope_head_dim").unwrap_or(0) as u32,
             v_head_dim: uint("v_head_dim").unwrap_or(0) as u32,
-            hidden_act: map
-                .get("hidden_act")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string(),
+            hidden_act,
+            gated_mlp,
+            kinds,
+            // Qwen3-Next always gates its attention output; Qwen3.5 says so.
+            attn_output_gate: map
+                .get("attn_output_gate")
+                .and_then(Value::as_bool)
+                .unwrap_or(model_type.starts_with("qwen3_next")),
         })
     }
 
@@ -358,6 +456,16 @@ impl ModelConfig {
 
     pub fn is_moe(&self) -> bool {
         self.experts >= 2
+    }
+
+    /// Layers with softmax attention over K and V (full or sliding-window).
+    pub fn attention_layers(&self) -> u32 {
+        self.layers - self.kinds.linear
+    }
+
+    /// Full-attention layers.
+    pub fn full_attention_layers(&self) -> u32 {
+        self.attention_layers() - self.kinds.sliding
     }
 
     /// Number of MoE layers: with interleaving, every s-th layer (HuggingFace's reading; BLIS
@@ -402,6 +510,79 @@ impl ModelConfig {
     }
 }
 
+/// The layers' attention kinds from a config: `layer_types` (`full_attention`,
+/// `sliding_attention`, `linear_attention`) if given; else `sliding_window` on every
+/// `sliding_window_pattern`-th layer but the last of each period (Gemma-3), on the layers
+/// from `max_window_layers` on (Qwen2 with `use_sliding_window`), or on every layer;
+/// else linear attention on all but every `full_attention_interval`-th layer (Qwen3-Next).
+/// Llama-4's chunked local attention is full attention here, as in vLLM's KV cache by
+/// default (`VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE` off).
+fn layer_kinds(
+    map: &serde_json::Map<String, Value>,
+    layers: u32,
+    act_bytes: f64,
+) -> Result<LayerKinds, String> {
+    let uint = |k: &str| map.get(k).and_then(Value::as_u64).filter(|&v| v > 0);
+    let mut kinds = LayerKinds {
+        state_bytes: act_bytes,
+        ..LayerKinds::default()
+    };
+    let window = uint("sliding_window").map(|w| w as u32);
+    let swa_on = map.get("use_sliding_window").and_then(Value::as_bool) != Some(false);
+    if let Some(Value::Array(types)) = map.get("layer_types") {
+        if types.len() != layers as usize {
+            return Err(format!(
+                "`layer_types` names {} layers but `num_hidden_layers` is {layers}",
+                types.len()
+            ));
+        }
+        for t in types {
+            match t.as_str().unwrap_or("") {
+                "full_attention" | "chunked_attention" => {}
+                "sliding_attention" => kinds.sliding += 1,
+                "linear_attention" => kinds.linear += 1,
+                other => {
+                    return Err(format!(
+                        "`layer_types` has `{other}`; known: full_attention, sliding_attention, linear_attention"
+                    ));
+                }
+            }
+        }
+    } else if let (Some(_), true) = (window, swa_on) {
+        kinds.sliding = if let Some(p) = uint("sliding_window_pattern") {
+            layers - layers / (p.min(u64::from(layers)) as u32)
+        } else if map.contains_key("use_sliding_window") {
+            layers.saturating_sub(uint("max_window_layers").unwrap_or(0) as u32)
+        } else {
+            layers
+        };
+    } else if map.contains_key("linear_num_value_heads")
+        && let Some(k) = uint("full_attention_interval")
+    {
+        kinds.linear = layers - layers / (k.min(u64::from(layers)) as u32);
+    }
+    if kinds.sliding > 0 {
+        kinds.window = window.ok_or("sliding-window layers need `sliding_window` (tokens)")?;
+    }
+    if kinds.linear > 0 {
+        let need = |k: &str| {
+            uint(k)
+                .map(|v| v as u32)
+                .ok_or_else(|| format!("linear-attention layers need `{k}`"))
+        };
+        kinds.linear_key_heads = need("linear_num_key_heads")?;
+        kinds.linear_value_heads = need("linear_num_value_heads")?;
+        kinds.linear_key_dim = need("linear_key_head_dim")?;
+        kinds.linear_value_dim = need("linear_value_head_dim")?;
+        kinds.linear_conv_kernel = uint("linear_conv_kernel_dim").unwrap_or(4) as u32;
+        if let Some(d) = map.get("mamba_ssm_dtype").and_then(Value::as_str) {
+            kinds.state_bytes =
+                dtype_bytes(d).ok_or_else(|| format!("unknown mamba_ssm_dtype `{d}`"))?;
+        }
+    }
+    Ok(kinds)
+}
+
 /// Weight bytes from the quantisation config or the model name (MODELS.md §2.5).
 fn weight_bytes(id: &str, q: Option<&Value>) -> Option<f64> {
     if let Some(q) = q {
@@ -444,7 +625,7 @@ mod tests {
             let m = ModelConfig::bundled(id).unwrap();
             assert!(m.layers > 0 && m.hidden > 0 && m.heads > 0, "{id}");
         }
-        assert_eq!(BUNDLED_MODELS.len(), 16);
+        assert_eq!(BUNDLED_MODELS.len(), 18);
     }
 
     #[test]
@@ -508,6 +689,65 @@ mod tests {
         let glm = ModelConfig::bundled("glm-5.2-fp8").unwrap();
         assert_eq!(glm.weight_bytes, 1.0);
         assert_eq!(glm.head_dim, 192);
+    }
+
+    #[test]
+    fn layer_kinds_come_from_layer_types_patterns_and_intervals() {
+        let base = r#""num_hidden_layers": 8, "hidden_size": 256, "num_attention_heads": 4"#;
+        let parse = |extra: &str| ModelConfig::from_hf_json("x", &format!("{{{base}, {extra}}}"));
+        // GPT-OSS style: alternating, listed.
+        let m = parse(
+            r#""sliding_window": 128, "layer_types": ["sliding_attention", "full_attention",
+               "sliding_attention", "full_attention", "sliding_attention", "full_attention",
+               "sliding_attention", "full_attention"]"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (m.kinds.sliding, m.kinds.window, m.full_attention_layers()),
+            (4, 128, 4)
+        );
+        // Gemma-3 style: every 4th full of 8 → 2 full, 6 sliding.
+        let m = parse(r#""sliding_window": 512, "sliding_window_pattern": 4"#).unwrap();
+        assert_eq!((m.kinds.sliding, m.full_attention_layers()), (6, 2));
+        // Qwen2: a window given but switched off; switched on from layer 3.
+        let m = parse(r#""sliding_window": 4096, "use_sliding_window": false"#).unwrap();
+        assert!(!m.kinds.is_hybrid());
+        let m =
+            parse(r#""sliding_window": 4096, "use_sliding_window": true, "max_window_layers": 3"#)
+                .unwrap();
+        assert_eq!(m.kinds.sliding, 5);
+        // Qwen3-Next style: every 2nd full, the rest linear; fp32 state.
+        let m = parse(
+            r#""full_attention_interval": 2, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+               "linear_key_head_dim": 8, "linear_value_head_dim": 16, "mamba_ssm_dtype": "float32""#,
+        )
+        .unwrap();
+        assert_eq!((m.kinds.linear, m.kinds.state_bytes), (4, 4.0));
+        // conv: 3 × (2·2·8 + 4·16) = 288; recurrent: 4 × 8 × 16 = 512.
+        assert_eq!(m.kinds.linear_state_elements(), (288.0, 512.0));
+        // Every existing bundled model but the two hybrids has full attention only.
+        for (id, _) in BUNDLED_MODELS {
+            let hybrid = ModelConfig::bundled(id).unwrap().kinds.is_hybrid();
+            assert_eq!(
+                hybrid,
+                id.starts_with("gemma-3") || id.starts_with("qwen3-next"),
+                "{id}"
+            );
+        }
+        for (extra, why) in [
+            (r#""layer_types": ["full_attention"]"#, "names 1 layers"),
+            (
+                r#""layer_types": ["full_attention", "mamba", "a", "b", "c", "d", "e", "f"]"#,
+                "has `mamba`",
+            ),
+            (
+                r#""full_attention_interval": 2, "linear_num_value_heads": 4"#,
+                "need `linear_num_key_heads`",
+            ),
+        ] {
+            let e = parse(extra).unwrap_err();
+            assert!(e.contains(why), "{extra}: {e}");
+        }
     }
 
     #[test]

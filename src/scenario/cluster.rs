@@ -153,6 +153,11 @@ pub struct InstanceGroup {
     /// Tokens per KV block. Default 16.
     #[serde(default = "default_block_size")]
     pub block_size: u32,
+    /// vLLM's `--disable-hybrid-kv-cache-manager`: a model's sliding-window layers keep
+    /// every token's K and V like full attention (they still compute over their window).
+    /// Default false: each keeps its window only (docs/hybrid-attention.md).
+    #[serde(default)]
+    pub disable_hybrid_kv_cache_manager: bool,
     /// CPU offload tier, in blocks (vLLM CPU offloading): prefix blocks evicted from the GPU
     /// are copied to host memory (LRU) and reloaded on a later prefix hit. Needs `model`.
     /// Default 0 (no tier).

@@ -48,8 +48,9 @@ fn decode(ctx: u32) -> StepItem {
 fn min_tp(m: &ModelConfig, gpu: &str) -> Option<u32> {
     let g = find_gpu(gpu).unwrap();
     [1, 2, 4, 8].into_iter().find(|&tp| {
+        // vLLM: KV heads split over TP, or replicated when there are fewer.
         m.heads.is_multiple_of(tp)
-            && m.kv_heads.is_multiple_of(tp)
+            && (m.kv_heads.is_multiple_of(tp) || tp.is_multiple_of(m.kv_heads))
             && kv_capacity(m, &g, tp, 1, 0.9, 16).is_ok()
     })
 }

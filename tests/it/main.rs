@@ -21,6 +21,7 @@ mod fidelity;
 mod flow_control;
 mod golden;
 mod hand;
+mod hybrid;
 mod kv_events;
 mod kv_hierarchy;
 mod latency;
