@@ -676,13 +676,14 @@ fn hybrid_line(
     if l.sliding_groups > 0 {
         per_request += &format!(
             " + at most {} for the windows",
-            l.sliding_groups * (l.window.div_ceil(block_size) + 1)
+            l.sliding_groups
+                .saturating_mul(l.window.div_ceil(block_size) + 1)
         );
     }
     if l.linear_groups > 0 {
         per_request += &format!(
             " + {} for the states; no prefix-cache hits",
-            l.linear_groups * l.state_blocks
+            l.linear_groups.saturating_mul(l.state_blocks)
         );
     }
     format!(

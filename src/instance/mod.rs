@@ -640,9 +640,9 @@ fn hybrid_blocks(l: &crate::model::KvLayout, last: u64, block_size: u32, limits:
     let blocks = last.div_ceil(bs);
     let chunk = u64::from(limits.max_num_batched_tokens);
     let window = (u64::from(l.window) + chunk).div_ceil(bs) + 1;
-    blocks * u64::from(l.full_groups)
+    blocks.saturating_mul(u64::from(l.full_groups))
         + u64::from(l.sliding_groups) * blocks.min(window)
-        + u64::from(l.linear_groups * l.state_blocks)
+        + u64::from(l.linear_groups) * u64::from(l.state_blocks)
 }
 
 /// An instance's lockstep state (see [`lockstep`]).

@@ -395,7 +395,7 @@ impl KvCache {
             Some(l) => side_at_admission(l, self.block_size, tokens, cached_blocks),
             None => 0,
         };
-        if from_free + fresh + side > self.free {
+        if from_free + fresh.saturating_add(side) > self.free {
             return false;
         }
         // Act: claim GPU hits first, so reloads cannot evict them.
@@ -493,7 +493,7 @@ impl KvCache {
             .saturating_sub(seq.blocks.len() as u32);
         let target = layout.side_blocks(self.block_size, tokens, computed);
         let (surplus, deficit) = (have.saturating_sub(target), target.saturating_sub(have));
-        if need + deficit > self.free + surplus {
+        if need.saturating_add(deficit) > self.free + surplus {
             return false;
         }
         let side = seq.side.get_or_insert_with(Box::default);

@@ -176,15 +176,20 @@ impl KvLayout {
     pub fn side_blocks(&self, block_size: u32, tokens: u32, computed: u32) -> u32 {
         let all = tokens.div_ceil(block_size);
         let gone = (computed + 1).saturating_sub(self.window) / block_size;
-        (self.full_groups - 1) * all
-            + self.sliding_groups * all.saturating_sub(gone)
-            + self.linear_groups * self.state_blocks
+        // Saturating: a hostile config's request asks for more than any cache holds.
+        (self.full_groups - 1)
+            .saturating_mul(all)
+            .saturating_add(self.sliding_groups.saturating_mul(all.saturating_sub(gone)))
+            .saturating_add(self.linear_groups.saturating_mul(self.state_blocks))
     }
 
     /// The longest sequence one request can hold in `blocks` blocks.
     pub fn max_tokens(&self, blocks: u32, block_size: u32) -> u64 {
         let window = self.window.div_ceil(block_size) + 1;
-        let fixed = self.sliding_groups * window + self.linear_groups * self.state_blocks;
+        let fixed = self
+            .sliding_groups
+            .saturating_mul(window)
+            .saturating_add(self.linear_groups.saturating_mul(self.state_blocks));
         u64::from(blocks.saturating_sub(fixed) / self.full_groups) * u64::from(block_size)
     }
 }
@@ -236,6 +241,7 @@ pub fn kv_layout(m: &ModelConfig, tp: u32, block_size: u32) -> Result<Option<KvL
         sliding_groups: k.sliding.div_ceil(group_layers),
         window: k.window,
         linear_groups: k.linear.div_ceil(group_layers),
+        // `as` saturates: a state larger than 2³² blocks cannot fit any cache anyway.
         state_blocks: if k.linear > 0 {
             (state / layer_page).ceil() as u32
         } else {
