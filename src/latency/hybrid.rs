@@ -110,10 +110,9 @@ impl Roofline {
         let flops = 6.0 * t * heads * state;
         let (conv, recurrent) = k.linear_state_elements();
         let bytes = 2.0 * requests * (conv * m.act_bytes + recurrent * k.state_bytes) / tp;
-        let core = (flops / (self.gpu.tflops_bf16 * 1e12 * ph.attention_efficiency)
-            + bytes / (self.gpu.bandwidth_tb_per_s * 1e12 * ph.bandwidth_efficiency))
-            * 1e6
-            + ph.attention_overhead_us;
+        let core =
+            (flops / (self.peak_bf16() * ph.attention_efficiency) + bytes / self.bandwidth()) * 1e6
+                + ph.attention_overhead_us;
         projections + core
     }
 }

@@ -95,7 +95,7 @@ impl Roofline {
         self.gpu.peak_flops(self.model.weight_bytes)
     }
 
-    fn bandwidth(&self) -> f64 {
+    pub(super) fn bandwidth(&self) -> f64 {
         self.gpu.bandwidth_tb_per_s * 1e12 * self.physics().bandwidth_efficiency
     }
 
@@ -278,7 +278,7 @@ impl Roofline {
     }
 
     /// Attention runs in 16-bit even for fp8 weights.
-    fn peak_bf16(&self) -> f64 {
+    pub(super) fn peak_bf16(&self) -> f64 {
         self.gpu.tflops_bf16 * 1e12
     }
 
