@@ -536,3 +536,21 @@ def test_hybrid_attention_reaches_python():
     assert hybrid.summary["preemptions"] == 0
     assert full.summary["preemptions"] > 0
     assert full.requests["ttft_ms"].mean() > 2 * hybrid.requests["ttft_ms"].mean()
+
+
+def test_sliding_window_reaches_python(tmp_path):
+    """scenarios/sliding-window.ron cut to 400 requests: every layer of Mistral-7B-v0.1
+    slides over 4,096 tokens; the same config with "sliding_window": null (a model file
+    given as an override) keeps every token, so its decodes of ~16,000-token documents
+    read about four times the K and V."""
+    path = str(ROOT / "scenarios" / "sliding-window.ron")
+    config = json.loads((ROOT / "assets" / "models" / "mistral-7b-v0.1.json").read_text())
+    config["sliding_window"] = None
+    full_config = tmp_path / "mistral-full.json"
+    full_config.write_text(json.dumps(config))
+    cut = {"workload.num_requests": 400}
+    window = servesim.run(path, cut)
+    full = servesim.run(path, {**cut, "cluster.groups[0].model": f'"{full_config}"'})
+    assert len(window.requests) == len(full.requests) == 400
+    assert window.summary["preemptions"] == 0
+    assert full.requests["mean_itl_ms"].mean() > 1.5 * window.requests["mean_itl_ms"].mean()

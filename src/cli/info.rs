@@ -672,12 +672,19 @@ fn hybrid_line(
             "{kinds}; KV cache as full attention for every layer (disable_hybrid_kv_cache_manager)"
         );
     };
+    let window = l.window.div_ceil(block_size) + 1;
     let mut per_request = format!("{} per {block_size} tokens", l.full_groups);
-    if l.sliding_groups > 0 {
+    if l.slides_main() {
+        per_request = format!(
+            "at most {} for its window{}; a prefix-cache hit needs its last {} blocks cached",
+            l.sliding_groups.saturating_mul(window),
+            if l.sliding_groups > 1 { "s" } else { "" },
+            l.window_hit_blocks(block_size)
+        );
+    } else if l.sliding_groups > 0 {
         per_request += &format!(
             " + at most {} for the windows",
-            l.sliding_groups
-                .saturating_mul(l.window.div_ceil(block_size) + 1)
+            l.sliding_groups.saturating_mul(window)
         );
     }
     if l.linear_groups > 0 {

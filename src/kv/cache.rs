@@ -339,11 +339,11 @@ impl KvCache {
         input_tokens: u32,
         known_tokens: u32,
     ) -> u32 {
-        if self.layout.is_some_and(|l| l.linear_groups > 0) {
-            return 0;
-        }
         let cap =
             (input_tokens / self.block_size).min(known_tokens.saturating_sub(1) / self.block_size);
+        if let Some(l) = &self.layout {
+            return hybrid_prefix_hits(self, l, content, cap);
+        }
         let mut h = 0;
         for k in 0..cap {
             h = chain_hash(h, block_content(content, k, self.block_size), u64::from(k));
@@ -369,6 +369,13 @@ impl KvCache {
             seq.blocks.is_empty(),
             "admit on a request that holds blocks"
         );
+        // Every layer sliding: the hit blocks behind the window are not held (null).
+        let skipped = match &self.layout {
+            Some(l) if l.slides_main() => {
+                l.behind_window(self.block_size, cached_blocks * self.block_size)
+            }
+            _ => 0,
+        };
         // Check: the hit blocks (on the GPU, or on a tier below to load into fresh blocks),
         // and how many GPU blocks they take off the free list.
         let mut hits = Vec::with_capacity(cached_blocks as usize);
@@ -376,6 +383,10 @@ impl KvCache {
         let mut from_free = 0;
         for k in 0..cached_blocks {
             h = chain_hash(h, block_content(content, k, self.block_size), u64::from(k));
+            if k < skipped {
+                hits.push((h, Some(NONE)));
+                continue;
+            }
             match self.lookup(h) {
                 Some(b) => {
                     if self.blocks[b as usize].ref_count == 0 {
@@ -400,7 +411,9 @@ impl KvCache {
         }
         // Act: claim GPU hits first, so reloads cannot evict them.
         for &(_, b) in &hits {
-            if let Some(b) = b {
+            if let Some(b) = b
+                && b != NONE
+            {
                 self.claim(b);
             }
         }
@@ -429,10 +442,11 @@ impl KvCache {
             let b = self.take_fresh();
             seq.blocks.push(b);
         }
-        if side > 0 {
+        if side > 0 || self.layout.is_some_and(|l| l.slides_main()) {
             let mut held = SideBlocks {
                 blocks: Vec::with_capacity(side as usize),
                 tokens,
+                gone: skipped,
             };
             for _ in 0..side {
                 held.blocks.push(self.take_fresh());
@@ -475,16 +489,17 @@ impl KvCache {
         true
     }
 
-    /// [`grow`](Self::grow) with a hybrid layout: the full-attention group's new blocks,
+    /// [`grow`](Self::grow) with a hybrid layout: the request's own list's new blocks,
     /// and the other groups' blocks resized (a sliding window frees the blocks it has
-    /// moved past, computed before this step). All or nothing.
+    /// moved past, computed before this step; every layer sliding, so does the request's
+    /// own list). All or nothing.
     #[inline(never)]
     fn grow_hybrid(&mut self, seq: &mut SeqBlocks, tokens: u32) -> bool {
         let layout = self.layout.expect("a hybrid cache");
-        let (have, computed) = seq
+        let (have, computed, gone) = seq
             .side
             .as_ref()
-            .map_or((0, 0), |s| (s.blocks.len() as u32, s.tokens));
+            .map_or((0, 0, 0), |s| (s.blocks.len() as u32, s.tokens, s.gone));
         if tokens <= computed {
             return true;
         }
@@ -493,10 +508,23 @@ impl KvCache {
             .saturating_sub(seq.blocks.len() as u32);
         let target = layout.side_blocks(self.block_size, tokens, computed);
         let (surplus, deficit) = (have.saturating_sub(target), target.saturating_sub(have));
-        if need.saturating_add(deficit) > self.free + surplus {
+        let behind = if layout.slides_main() {
+            layout
+                .behind_window(self.block_size, computed)
+                .clamp(gone, seq.blocks.len() as u32)
+        } else {
+            gone
+        };
+        if need.saturating_add(deficit) > self.free + surplus + (behind - gone) {
             return false;
         }
+        // Newest first, as vLLM frees a window's skipped blocks.
+        for i in (gone..behind).rev() {
+            let b = std::mem::replace(&mut seq.blocks[i as usize], NONE);
+            self.release_block(b);
+        }
         let side = seq.side.get_or_insert_with(Box::default);
+        side.gone = behind;
         for _ in 0..surplus {
             let b = side.blocks.pop().expect("counted");
             self.release_block(b);
@@ -510,6 +538,16 @@ impl KvCache {
         }
         side.tokens = tokens;
         true
+    }
+
+    /// Drops the null entries behind a sliding window from the front of a hybrid
+    /// request's own block list (every layer sliding), before it is released.
+    #[inline(never)]
+    fn drop_skipped(&mut self, seq: &mut SeqBlocks) {
+        if let Some(s) = seq.side.as_mut() {
+            seq.blocks.drain(..s.gone as usize);
+            s.gone = 0;
+        }
     }
 
     /// Releases a hybrid request's blocks of its other KV cache groups.
@@ -559,7 +597,8 @@ impl KvCache {
             self.index.touch(&hashes[..n]);
             for (i, &h) in hashes[..n].iter().enumerate() {
                 let b = seq.blocks[first as usize + i];
-                if self.index.insert(h, b, &mut self.blocks) {
+                // (A block already behind a sliding window is null: nothing to register.)
+                if b != NONE && self.index.insert(h, b, &mut self.blocks) {
                     self.note(KvEventKind::Stored, h);
                     if through && let Some(s) = self.store.as_mut() {
                         s.put(h, &mut self.events);
@@ -574,6 +613,9 @@ impl KvCache {
     /// Releases every block the request holds, last block first. Blocks whose reference
     /// count drops to zero join the tail of the free list with their hash kept.
     pub fn release(&mut self, seq: &mut SeqBlocks) {
+        if seq.side.is_some() {
+            self.drop_skipped(seq);
+        }
         // Every block record read first, with no branch on what it holds: the cache misses
         // overlap instead of queueing behind the stores of the loop below.
         let mut any = 0;
@@ -612,7 +654,7 @@ impl KvCache {
     ) -> Result<(), String> {
         seen.clear();
         for h in holders {
-            for &b in h.blocks.iter().chain(h.side()) {
+            for &b in h.blocks.iter().chain(h.side()).filter(|&&b| b != NONE) {
                 *seen.entry(b).or_default() += 1;
             }
         }
@@ -739,6 +781,36 @@ impl KvCache {
         self.free += 1;
         self.allocated -= 1;
     }
+}
+
+/// [`KvCache::cached_prefix_blocks`] of a hybrid cache, with at most `cap` blocks: none
+/// with linear-attention layers (their recurrent state at a prefix's end is not kept:
+/// vLLM's `mamba_cache_mode` `none`); on the full-attention group, the leading blocks
+/// cached; with every layer sliding, as vLLM's `SlidingWindowManager` finds them: the
+/// longest prefix whose last [`KvLayout::window_hit_blocks`] blocks are all cached (the
+/// window reads no earlier block), or else the leading blocks cached.
+#[cold]
+fn hybrid_prefix_hits(kv: &KvCache, l: &KvLayout, content: &PromptContent, cap: u32) -> u32 {
+    if l.linear_groups > 0 {
+        return 0;
+    }
+    let need = l.window_hit_blocks(kv.block_size);
+    let (mut h, mut run, mut best) = (0, 0, 0);
+    for k in 0..cap {
+        h = chain_hash(h, block_content(content, k, kv.block_size), u64::from(k));
+        if kv.lookup(h).is_none() {
+            if !l.slides_main() {
+                break;
+            }
+            run = 0;
+            continue;
+        }
+        run += 1;
+        if run == k + 1 || run >= need {
+            best = k + 1;
+        }
+    }
+    best
 }
 
 /// The other groups' blocks of a hybrid request admitted with `cached_blocks` prompt

@@ -152,10 +152,14 @@ struct SideBlocks {
     blocks: Vec<u32>,
     /// The tokens they were last sized for.
     tokens: u32,
+    /// Every layer sliding: the leading entries of the request's own block list that are
+    /// behind its window, freed and [`NONE`] (vLLM's null block).
+    gone: u32,
 }
 
 impl SeqBlocks {
-    /// Blocks of the full-attention group (one per `block_size` tokens).
+    /// Entries of its own block list: one per `block_size` tokens (every layer sliding:
+    /// including those behind the window, already freed).
     pub fn len(&self) -> usize {
         self.blocks.len()
     }

@@ -650,3 +650,82 @@ fn linear_attention_states_are_held_whole_and_give_no_prefix_hits() {
     assert_eq!(kv.free_blocks(), 100);
     kv.audit().unwrap();
 }
+
+/// Every layer sliding (Mistral-7B-v0.1): one group, a window of 8 tokens in 4-token
+/// blocks, so a hit needs its last ⌈7/4⌉ = 2 blocks cached.
+fn all_sliding_layout() -> crate::model::KvLayout {
+    crate::model::KvLayout {
+        full_groups: 0,
+        sliding_groups: 1,
+        ..sliding_layout()
+    }
+}
+
+#[test]
+fn a_window_over_every_layer_frees_its_own_blocks_behind_it() {
+    let mut kv = KvCache::new(20, 4).with_layout(all_sliding_layout());
+    let p = content(0, 0, 3);
+    let mut s = SeqBlocks::default();
+    assert!(kv.admit(&mut s, &p, 12, 0, 12));
+    kv.register_full_blocks(&mut s, &p, 12, 12);
+    assert_eq!((s.len(), s.side().len(), kv.free_blocks()), (3, 0, 17));
+    // Token 13 (12 computed): the window keeps blocks from ⌊(12 + 1 − 8)/4⌋ = 1 on, so
+    // block 0 is freed (null in the list) as block 3 is taken.
+    assert!(kv.grow(&mut s, 13));
+    assert_eq!((s.len(), kv.free_blocks()), (4, 17));
+    assert_eq!(s.blocks[0], NONE);
+    // Up to token 20 (19 computed): blocks from ⌊12/4⌋ = 3 of 5 are held: 2.
+    for t in 14..=20 {
+        assert!(kv.grow(&mut s, t));
+    }
+    assert_eq!((s.len(), kv.free_blocks()), (5, 18));
+    let mut seen = std::collections::HashMap::new();
+    kv.check_holders(std::iter::once(&s), &mut seen).unwrap();
+    kv.audit().unwrap();
+    // The freed prompt blocks keep their hashes on the free list.
+    assert_eq!(kv.cached_prefix_blocks(&p, 12, 12), 2);
+    kv.release(&mut s);
+    assert!(s.is_empty());
+    assert_eq!(kv.free_blocks(), 20);
+    kv.audit().unwrap();
+}
+
+#[test]
+fn a_window_hit_needs_only_the_blocks_the_window_reads() {
+    let mut kv = KvCache::new(40, 4).with_layout(all_sliding_layout());
+    let p = content(5, 32, 0);
+    // A: a 32-token prompt in four 8-token chunks, then one decode. The window frees
+    // blocks 1, 0 (computed 16), 3, 2 (24), 5, 4 (32): newest first, to the free list's tail.
+    let mut a = SeqBlocks::default();
+    assert!(kv.admit(&mut a, &p, 32, 0, 8));
+    for (computed, next) in [(8, 16), (16, 24), (24, 32), (32, 33)] {
+        kv.register_full_blocks(&mut a, &p, 32, computed);
+        assert!(kv.grow(&mut a, next));
+    }
+    assert_eq!((a.len(), kv.free_blocks()), (9, 40 - 3));
+    kv.release(&mut a);
+    // The 31 never-used blocks and then the first two freed (blocks 1 and 0 of A's
+    // prompt) go to another request: A's prompt blocks 0 and 1 are evicted.
+    let mut other = SeqBlocks::default();
+    assert!(kv.admit(&mut other, &content(9, 0, 9), 132, 0, 132));
+    // The same prompt again: blocks 0 and 1 miss, 2..=6 are cached, and the window of a
+    // 7-block hit reads only blocks 5 and 6 (2 in a row): a hit of 7 blocks (capped below
+    // 8 so the last token is computed). A model with full attention would hit nothing.
+    assert_eq!(kv.cached_prefix_blocks(&p, 32, 32), 7);
+    let mut b = SeqBlocks::default();
+    assert!(kv.admit(&mut b, &p, 32, 7, 32));
+    // Blocks behind the window of 28 computed tokens, ⌊(29 − 8)/4⌋ = 5, are null; blocks 5
+    // and 6 are claimed back from the free list; block 7 is fresh.
+    assert_eq!(b.len(), 8);
+    assert!(b.blocks[..5].iter().all(|&x| x == NONE));
+    assert_eq!(kv.free_blocks(), 40 - 33 - 3);
+    assert_eq!((kv.hit_blocks, kv.miss_blocks), (7, 8 + 33 + 1));
+    let mut seen = std::collections::HashMap::new();
+    kv.check_holders([&other, &b].into_iter(), &mut seen)
+        .unwrap();
+    kv.audit().unwrap();
+    kv.release(&mut b);
+    kv.release(&mut other);
+    assert_eq!(kv.free_blocks(), 40);
+    kv.audit().unwrap();
+}

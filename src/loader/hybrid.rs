@@ -78,7 +78,20 @@ pub(super) fn check(p: &mut Vec<Problem>, s: &Scenario, i: usize, r: &ResolvedGr
     let Some(m) = r.model.as_ref() else {
         return;
     };
-    if !m.kinds.is_hybrid() {
+    let k = &m.kinds;
+    if g.disable_hybrid_kv_cache_manager && k.sliding > 0 && m.full_attention_layers() == 0 {
+        p.push(
+            Problem::new(
+                at("disable_hybrid_kv_cache_manager"),
+                format!(
+                    "has no effect: every layer of {} is sliding-window attention, one kind of KV cache, which vLLM keeps with its window either way",
+                    m.id
+                ),
+            )
+            .hint("leave it out"),
+        );
+    }
+    if !k.is_hybrid() {
         if g.disable_hybrid_kv_cache_manager {
             p.push(
                 Problem::new(

@@ -155,7 +155,10 @@ pub fn kv_bytes_per_token(m: &ModelConfig, tp: u32, pp: u32) -> f64 {
 ///   linear-attention group, its recurrent state: `state_blocks` blocks (vLLM raises the
 ///   attention block size until one page holds a layer's state, 544 tokens for Qwen3-Next;
 ///   servesim keeps the scenario's block size and gives the state the same bytes in whole
-///   blocks).
+///   blocks);
+/// - a model whose every layer slides (Mistral-7B-v0.1) has one KV cache type, so one group
+///   of all its layers (`full_groups` 0, `sliding_groups` 1): its request's block list is
+///   the window's, with the blocks behind the window freed (vLLM's `SlidingWindowManager`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct KvLayout {
     pub group_layers: u32,
@@ -175,22 +178,52 @@ impl KvLayout {
     /// before it (sliding-window groups keep only the window behind `computed`).
     pub fn side_blocks(&self, block_size: u32, tokens: u32, computed: u32) -> u32 {
         let all = tokens.div_ceil(block_size);
-        let gone = (computed + 1).saturating_sub(self.window) / block_size;
+        let live = all.saturating_sub(self.behind_window(block_size, computed));
+        // The request's own block list is the first full-attention group's, or with none
+        // the first sliding group's.
+        let (full, sliding) = match self.full_groups {
+            0 => (0, self.sliding_groups.saturating_sub(1)),
+            n => (n - 1, self.sliding_groups),
+        };
         // Saturating: a hostile config's request asks for more than any cache holds.
-        (self.full_groups - 1)
-            .saturating_mul(all)
-            .saturating_add(self.sliding_groups.saturating_mul(all.saturating_sub(gone)))
+        full.saturating_mul(all)
+            .saturating_add(sliding.saturating_mul(live))
             .saturating_add(self.linear_groups.saturating_mul(self.state_blocks))
     }
 
-    /// The longest sequence one request can hold in `blocks` blocks.
+    /// True if every layer slides: the request's own block list is a window, its blocks
+    /// behind the window freed (null in vLLM's block table).
+    pub fn slides_main(&self) -> bool {
+        self.full_groups == 0
+    }
+
+    /// The leading blocks a sliding window no longer needs with `computed` tokens computed:
+    /// those before the block of token `computed + 1 − window` (vLLM's
+    /// `SlidingWindowManager.remove_skipped_blocks`).
+    pub fn behind_window(&self, block_size: u32, computed: u32) -> u32 {
+        (computed + 1).saturating_sub(self.window) / block_size
+    }
+
+    /// The cached blocks a prefix-cache hit needs in a row at its end on a sliding-window
+    /// group: those the window still reads, ⌈(window − 1)/block_size⌉ (vLLM's
+    /// `sliding_window_contiguous_blocks`).
+    pub fn window_hit_blocks(&self, block_size: u32) -> u32 {
+        self.window.saturating_sub(1).div_ceil(block_size)
+    }
+
+    /// The longest sequence one request can hold in `blocks` blocks (any length if every
+    /// layer slides and its windows fit).
     pub fn max_tokens(&self, blocks: u32, block_size: u32) -> u64 {
         let window = self.window.div_ceil(block_size) + 1;
         let fixed = self
             .sliding_groups
             .saturating_mul(window)
             .saturating_add(self.linear_groups.saturating_mul(self.state_blocks));
-        u64::from(blocks.saturating_sub(fixed) / self.full_groups) * u64::from(block_size)
+        match self.full_groups {
+            0 if blocks >= fixed => u64::MAX,
+            0 => 0,
+            n => u64::from(blocks.saturating_sub(fixed) / n) * u64::from(block_size),
+        }
     }
 }
 
@@ -199,19 +232,23 @@ impl KvLayout {
 /// full-attention layer, or both sliding-window and linear-attention layers.
 pub fn kv_layout(m: &ModelConfig, tp: u32, block_size: u32) -> Result<Option<KvLayout>, String> {
     let k = &m.kinds;
-    if !k.is_hybrid() || (k.full_cache && k.linear == 0) {
+    let full = m.full_attention_layers();
+    // Every layer sliding: one kind of cache, which vLLM keeps as it is whatever
+    // `disable_hybrid_kv_cache_manager` says (`unify_hybrid_kv_cache_specs` leaves a
+    // uniform model alone).
+    let all_sliding = full == 0 && k.linear == 0 && k.sliding > 0;
+    if !k.is_hybrid() || (k.full_cache && k.linear == 0 && !all_sliding) {
         return Ok(None);
     }
-    if k.full_cache {
+    if k.full_cache && k.linear > 0 {
         return Err(format!(
             "{} has linear-attention layers, whose recurrent state needs vLLM's hybrid KV cache manager",
             m.id
         ));
     }
-    let full = m.full_attention_layers();
-    if full == 0 {
+    if full == 0 && k.linear > 0 {
         return Err(format!(
-            "every layer of {} is sliding-window or linear attention: servesim models hybrid caches with full-attention layers only",
+            "every layer of {} is sliding-window or linear attention: servesim models linear-attention caches beside full-attention layers only",
             m.id
         ));
     }
@@ -223,7 +260,9 @@ pub fn kv_layout(m: &ModelConfig, tp: u32, block_size: u32) -> Result<Option<KvL
     }
     let other = k.sliding + k.linear;
     let (few, many) = (full.min(other), full.max(other));
-    let group_layers = if f64::from(many) < 1.5 * f64::from(few) {
+    let group_layers = if all_sliding {
+        k.sliding
+    } else if f64::from(many) < 1.5 * f64::from(few) {
         many
     } else {
         few
@@ -492,6 +531,47 @@ mod tests {
         );
         assert_eq!(l.page_bytes, 12.0 * 1024.0 * 16.0);
         assert_eq!(l.side_blocks(16, 5000, 4999), 3 * 17);
+    }
+
+    #[test]
+    fn mistral_7b_v0_1_slides_every_layer_in_one_group() {
+        // 32 layers, every one sliding over 4,096 tokens: one KV cache type, so one group
+        // of 32 layers whose blocks are a full-attention model's: 32·2·8 heads·128·2 B·16
+        // = 2 MiB. The request's own list is the window.
+        let m = ModelConfig::bundled("mistral-7b-v0.1").unwrap();
+        assert_eq!((m.full_attention_layers(), m.kinds.sliding), (0, 32));
+        // 7.24B parameters as published.
+        assert!((7.2e9..7.3e9).contains(&params(&m)), "{}", params(&m));
+        let l = kv_layout(&m, 1, 16).unwrap().unwrap();
+        assert_eq!(
+            (l.group_layers, l.full_groups, l.sliding_groups, l.window),
+            (32, 0, 1, 4096)
+        );
+        assert!(l.slides_main());
+        assert_eq!(l.page_bytes, 2.0 * 1024.0 * 1024.0);
+        // No other group: nothing beside the request's own list.
+        assert_eq!(l.side_blocks(16, 10_000, 9_999), 0);
+        // 10,000 tokens, 9,999 computed: blocks from ⌊(9,999 + 1 − 4,096)/16⌋ = 369 on.
+        assert_eq!(l.behind_window(16, 9_999), 369);
+        // A hit must end in ⌈4,095/16⌉ = 256 cached blocks.
+        assert_eq!(l.window_hit_blocks(16), 256);
+        // Any length fits once the window (257 blocks) does; the context is the config's.
+        assert_eq!(l.max_tokens(257, 16), u64::MAX);
+        assert_eq!(l.max_tokens(256, 16), 0);
+        let c = kv_capacity(&m, &find_gpu("H100").unwrap(), 1, 1, 0.9, 16).unwrap();
+        assert_eq!(c.per_block_bytes, 2.0 * 1024.0 * 1024.0);
+        // vLLM's switch changes nothing for a model with one kind of layer.
+        let mut off = m.clone();
+        off.kinds.full_cache = true;
+        assert_eq!(kv_layout(&off, 1, 16).unwrap(), Some(l));
+        // Sliding and linear layers without full attention are still refused.
+        let mut mixed = m.clone();
+        (mixed.kinds.sliding, mixed.kinds.linear) = (16, 16);
+        assert!(
+            kv_layout(&mixed, 1, 16)
+                .unwrap_err()
+                .contains("every layer")
+        );
     }
 
     #[test]

@@ -65,6 +65,10 @@ pub const BUNDLED_MODELS: &[(&str, &str)] = &[
         include_str!("../../assets/models/llama-4-scout-17b-16e-instruct-fp8-dynamic.json"),
     ),
     (
+        "mistral-7b-v0.1",
+        include_str!("../../assets/models/mistral-7b-v0.1.json"),
+    ),
+    (
         "mistral-nemo-instruct-2407",
         include_str!("../../assets/models/mistral-nemo-instruct-2407.json"),
     ),
@@ -523,11 +527,13 @@ fn layer_kinds(
     act_bytes: f64,
 ) -> Result<LayerKinds, String> {
     let uint = |k: &str| map.get(k).and_then(Value::as_u64).filter(|&v| v > 0);
+    // Saturating: a hostile 2³²-token window is a window longer than any context.
+    let uint32 = |k: &str| uint(k).map(|v| u32::try_from(v).unwrap_or(u32::MAX));
     let mut kinds = LayerKinds {
         state_bytes: act_bytes,
         ..LayerKinds::default()
     };
-    let window = uint("sliding_window").map(|w| w as u32);
+    let window = uint32("sliding_window");
     let swa_on = map.get("use_sliding_window").and_then(Value::as_bool) != Some(false);
     if let Some(Value::Array(types)) = map.get("layer_types") {
         if types.len() != layers as usize {
@@ -552,7 +558,7 @@ fn layer_kinds(
         kinds.sliding = if let Some(p) = uint("sliding_window_pattern") {
             layers - layers / (p.min(u64::from(layers)) as u32)
         } else if map.contains_key("use_sliding_window") {
-            layers.saturating_sub(uint("max_window_layers").unwrap_or(0) as u32)
+            layers.saturating_sub(uint32("max_window_layers").unwrap_or(0))
         } else {
             layers
         };
@@ -565,16 +571,12 @@ fn layer_kinds(
         kinds.window = window.ok_or("sliding-window layers need `sliding_window` (tokens)")?;
     }
     if kinds.linear > 0 {
-        let need = |k: &str| {
-            uint(k)
-                .map(|v| v as u32)
-                .ok_or_else(|| format!("linear-attention layers need `{k}`"))
-        };
+        let need = |k: &str| uint32(k).ok_or_else(|| format!("linear-attention layers need `{k}`"));
         kinds.linear_key_heads = need("linear_num_key_heads")?;
         kinds.linear_value_heads = need("linear_num_value_heads")?;
         kinds.linear_key_dim = need("linear_key_head_dim")?;
         kinds.linear_value_dim = need("linear_value_head_dim")?;
-        kinds.linear_conv_kernel = uint("linear_conv_kernel_dim").unwrap_or(4) as u32;
+        kinds.linear_conv_kernel = uint32("linear_conv_kernel_dim").unwrap_or(4);
         if let Some(d) = map.get("mamba_ssm_dtype").and_then(Value::as_str) {
             kinds.state_bytes =
                 dtype_bytes(d).ok_or_else(|| format!("unknown mamba_ssm_dtype `{d}`"))?;
@@ -625,7 +627,7 @@ mod tests {
             let m = ModelConfig::bundled(id).unwrap();
             assert!(m.layers > 0 && m.hidden > 0 && m.heads > 0, "{id}");
         }
-        assert_eq!(BUNDLED_MODELS.len(), 18);
+        assert_eq!(BUNDLED_MODELS.len(), 19);
     }
 
     #[test]
@@ -730,7 +732,9 @@ mod tests {
             let hybrid = ModelConfig::bundled(id).unwrap().kinds.is_hybrid();
             assert_eq!(
                 hybrid,
-                id.starts_with("gemma-3") || id.starts_with("qwen3-next"),
+                id.starts_with("gemma-3")
+                    || id.starts_with("qwen3-next")
+                    || *id == "mistral-7b-v0.1",
                 "{id}"
             );
         }

@@ -9,9 +9,14 @@ use crate::common::{invalid, parse, run};
 /// starts a step alone, the other two ask to join the next one. Their times to first
 /// token.
 fn three_at_once(model: &str, extra: &str, prompt: u32, output: u32) -> Vec<u64> {
+    let budget = if extra.contains("max_num_batched_tokens") {
+        ""
+    } else {
+        "max_num_batched_tokens: 4096,"
+    };
     let sc = parse(&format!(
         r#"(seed: 3, cluster: (groups: [(count: 1, model: "{model}", gpu: "H100",
-             engine: (preset: Bare), max_num_batched_tokens: 4096, {extra})]),
+             engine: (preset: Bare), {budget} {extra})]),
            workload: (clients: [(arrival: AllAtZero(count: 3), input_tokens: Constant({prompt}),
              output_tokens: Constant({output}))]))"#
     ));
@@ -37,6 +42,25 @@ fn a_prefill_holds_its_sliding_blocks_for_every_token_and_a_decode_only_its_wind
         |blocks: u32| three_at_once("gemma-3-27b-it", &format!("kv_blocks: {blocks}"), 1600, 2);
     assert!(together(&gemma(1891)));
     assert!(!together(&gemma(1890)));
+}
+
+#[test]
+fn a_model_whose_every_layer_slides_frees_its_own_blocks_behind_the_window() {
+    // Mistral-7B-v0.1: one group of 32 sliding layers over 4,096 tokens. A 6,400-token
+    // prompt in one chunk holds 400 blocks. At the next step the first request decodes
+    // token 6,401 (6,400 computed) and keeps the blocks from ⌊(6,400 + 1 − 4,096)/16⌋ =
+    // 144 on: 401 − 144 = 257. The two others need 400 each: together 1,057, not one
+    // fewer (full attention would need 401 + 800 = 1,201).
+    let mistral = |blocks: u32| {
+        three_at_once(
+            "mistral-7b-v0.1",
+            &format!("kv_blocks: {blocks}, max_num_batched_tokens: 16384"),
+            6400,
+            2,
+        )
+    };
+    assert!(together(&mistral(1057)));
+    assert!(!together(&mistral(1056)));
 }
 
 #[test]
@@ -82,42 +106,70 @@ fn a_linear_attention_model_holds_its_states_whole_and_gets_no_prefix_hits() {
     };
     assert!(shared("llama-3.1-8b-instruct", 1) > 0.8);
     assert_eq!(shared("qwen3-next-80b-a3b-instruct", 4), 0.0);
+    // A model whose every layer slides hits it too (its window's blocks are cached).
+    assert!(shared("mistral-7b-v0.1", 1) > 0.8);
+}
+
+/// Checks the row of docs/hybrid-attention.md's table that starts with `start` against a
+/// run of scenario `src`.
+fn matches_doc_row(start: &str, src: &str) {
+    let n = crate::common::thousands;
+    let cells = crate::common::doc_row("hybrid-attention", start);
+    let (s, _) = run(&parse(src));
+    assert_eq!(
+        cells[2],
+        format!("{:.2}", s.throughput.requests_per_s),
+        "{start}"
+    );
+    assert_eq!(cells[3], crate::common::mean_p99(&s.ttft_ms), "{start}");
+    assert_eq!(
+        cells[4],
+        format!("{:.1}", s.itl_ms.mean.unwrap()),
+        "{start}"
+    );
+    assert_eq!(cells[5], n(s.e2e_ms.mean.unwrap()), "{start}");
+    assert_eq!(cells[6], s.preemptions.to_string(), "{start}");
+}
+
+fn bundled(name: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(name);
+    std::fs::read_to_string(path).unwrap()
 }
 
 #[test]
 fn the_bundled_scenario_keeps_up_only_with_the_hybrid_manager() {
     // docs/hybrid-attention.md's table is scenarios/hybrid-attention.ron as bundled and
     // with the hybrid manager disabled.
-    let path =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios/hybrid-attention.ron");
-    let text = std::fs::read_to_string(path).unwrap();
-    let n = crate::common::thousands;
-    for (start, src) in [
-        ("| hybrid KV cache manager (bundled)", text.clone()),
-        (
-            "| `disable_hybrid_kv_cache_manager: true`",
-            text.replace(
-                "gpu: \"H100\",",
-                "gpu: \"H100\", disable_hybrid_kv_cache_manager: true,",
-            ),
+    let text = bundled("scenarios/hybrid-attention.ron");
+    matches_doc_row("| hybrid KV cache manager (bundled)", &text);
+    matches_doc_row(
+        "| `disable_hybrid_kv_cache_manager: true`",
+        &text.replace(
+            "gpu: \"H100\",",
+            "gpu: \"H100\", disable_hybrid_kv_cache_manager: true,",
         ),
-    ] {
-        let cells = crate::common::doc_row("hybrid-attention", start);
-        let (s, _) = run(&parse(&src));
-        assert_eq!(
-            cells[2],
-            format!("{:.2}", s.throughput.requests_per_s),
-            "{start}"
-        );
-        assert_eq!(cells[3], crate::common::mean_p99(&s.ttft_ms), "{start}");
-        assert_eq!(
-            cells[4],
-            format!("{:.1}", s.itl_ms.mean.unwrap()),
-            "{start}"
-        );
-        assert_eq!(cells[5], n(s.e2e_ms.mean.unwrap()), "{start}");
-        assert_eq!(cells[6], s.preemptions.to_string(), "{start}");
-    }
+    );
+}
+
+#[test]
+fn the_sliding_window_scenario_keeps_up_only_with_its_window() {
+    // scenarios/sliding-window.ron as bundled, and with the model's config read with
+    // "sliding_window": null (every layer full attention) from a model file.
+    let text = bundled("scenarios/sliding-window.ron");
+    matches_doc_row("| sliding window over 4,096 tokens (bundled)", &text);
+    let dir = tempfile::tempdir().unwrap();
+    let config = bundled("assets/models/mistral-7b-v0.1.json");
+    let full = dir.path().join("mistral-full.json");
+    std::fs::write(
+        &full,
+        config.replace("\"sliding_window\": 4096", "\"sliding_window\": null"),
+    )
+    .unwrap();
+    let path = full.to_str().unwrap().replace('\\', "/");
+    matches_doc_row(
+        "| every layer full attention",
+        &text.replace("\"mistral-7b-v0.1\"", &format!("{path:?}")),
+    );
 }
 
 #[test]
@@ -160,9 +212,50 @@ fn bad_hybrid_groups_are_refused_with_the_reason() {
             "tp: 4, disable_hybrid_kv_cache_manager: true",
             "recurrent state needs vLLM's hybrid KV cache manager",
         ),
+        (
+            "mistral-7b-v0.1",
+            "disable_hybrid_kv_cache_manager: true",
+            "disable_hybrid_kv_cache_manager: has no effect: every layer of mistral-7b-v0.1 is sliding-window",
+        ),
+        (
+            "mistral-7b-v0.1",
+            "role: Decode",
+            "role: P/D disaggregation",
+        ),
     ] {
         let e = invalid(&group(model, extra));
         assert!(e.contains(expect), "{extra}: {e}");
         assert!(e.contains("bad.ron:1:"), "located: {e}");
     }
+}
+
+#[test]
+fn a_small_window_under_preemption_and_prefix_hits_keeps_every_block_accounted() {
+    // Every layer sliding over 40 tokens (not a multiple of the 16-token block): a hit
+    // needs its last 3 blocks cached. Shared 512-token prefixes, a cache too small for the
+    // load (preemptions, evictions of the prefixes' early blocks), invariants checked at
+    // every step (the cache audit and every request's blocks against the reference counts).
+    let dir = tempfile::tempdir().unwrap();
+    let config = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/models/mistral-7b-v0.1.json"),
+    )
+    .unwrap();
+    let small = dir.path().join("small-window.json");
+    std::fs::write(
+        &small,
+        config.replace("\"sliding_window\": 4096", "\"sliding_window\": 40"),
+    )
+    .unwrap();
+    let path = small.to_str().unwrap().replace('\\', "/");
+    let sc = parse(&format!(
+        r#"(seed: 9, cluster: (groups: [(count: 2, model: {path:?}, gpu: "H100", kv_blocks: 40,
+             max_num_batched_tokens: 256)]),
+           workload: (num_requests: 400, clients: [(rate_per_s: 40.0, shared_prefix_tokens: 512,
+             prefix_groups: 4, input_tokens: Uniform(min: 16, max: 600),
+             output_tokens: Uniform(min: 1, max: 300))]))"#
+    ));
+    let (s, _) = run(&sc);
+    assert_eq!(s.requests.completed, 400);
+    assert!(s.preemptions > 0, "the cache is tight");
+    assert!(s.kv.hit_rate > 0.1, "{}", s.kv.hit_rate);
 }
