@@ -79,6 +79,7 @@ impl Scheduler {
 
 /// Forms a lockstep step if the instance can take one (see the module docs): grows the KV
 /// blocks due and marks the step; false if the batch scheduler must form it.
+#[inline(always)]
 pub(super) fn try_form(
     sched: &mut Scheduler,
     kv: &mut KvCache,

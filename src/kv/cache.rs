@@ -369,24 +369,22 @@ impl KvCache {
             seq.blocks.is_empty(),
             "admit on a request that holds blocks"
         );
-        // Every layer sliding: the hit blocks behind the window are not held (null).
-        let skipped = match &self.layout {
-            Some(l) if l.slides_main() => {
-                l.behind_window(self.block_size, cached_blocks * self.block_size)
-            }
-            _ => 0,
+        // Hybrid: the other groups' blocks, and (every layer sliding) the hit blocks behind
+        // the window, which are not held (null).
+        let (side, skipped) = match &self.layout {
+            Some(l) => hybrid_admission(l, self.block_size, tokens, cached_blocks),
+            None => (0, 0),
         };
         // Check: the hit blocks (on the GPU, or on a tier below to load into fresh blocks),
         // and how many GPU blocks they take off the free list.
         let mut hits = Vec::with_capacity(cached_blocks as usize);
         let mut h = 0;
         let mut from_free = 0;
-        for k in 0..cached_blocks {
+        for k in 0..skipped {
             h = chain_hash(h, block_content(content, k, self.block_size), u64::from(k));
-            if k < skipped {
-                hits.push((h, Some(NONE)));
-                continue;
-            }
+        }
+        for k in skipped..cached_blocks {
+            h = chain_hash(h, block_content(content, k, self.block_size), u64::from(k));
             match self.lookup(h) {
                 Some(b) => {
                     if self.blocks[b as usize].ref_count == 0 {
@@ -402,20 +400,17 @@ impl KvCache {
             }
         }
         let fresh = self.blocks_for(tokens).saturating_sub(cached_blocks);
-        let side = match &self.layout {
-            Some(l) => side_at_admission(l, self.block_size, tokens, cached_blocks),
-            None => 0,
-        };
         if from_free + fresh.saturating_add(side) > self.free {
             return false;
         }
         // Act: claim GPU hits first, so reloads cannot evict them.
         for &(_, b) in &hits {
-            if let Some(b) = b
-                && b != NONE
-            {
+            if let Some(b) = b {
                 self.claim(b);
             }
+        }
+        if skipped > 0 {
+            seq.blocks.resize(skipped as usize, NONE);
         }
         for (h, b) in hits {
             let b = match b {
@@ -442,16 +437,8 @@ impl KvCache {
             let b = self.take_fresh();
             seq.blocks.push(b);
         }
-        if side > 0 || self.layout.is_some_and(|l| l.slides_main()) {
-            let mut held = SideBlocks {
-                blocks: Vec::with_capacity(side as usize),
-                tokens,
-                gone: skipped,
-            };
-            for _ in 0..side {
-                held.blocks.push(self.take_fresh());
-            }
-            seq.side = Some(Box::new(held));
+        if self.layout.is_some() {
+            self.attach_side(seq, side, tokens, skipped);
         }
         let prompt_blocks = self.blocks_for(input_tokens);
         self.hit_blocks += u64::from(cached_blocks);
@@ -540,21 +527,52 @@ impl KvCache {
         true
     }
 
-    /// Drops the null entries behind a sliding window from the front of a hybrid
-    /// request's own block list (every layer sliding), before it is released.
+    /// Gives a hybrid request admitted with `tokens` tokens `side` fresh blocks of its
+    /// other KV cache groups and the count of null entries (`skipped`) its own list starts
+    /// with.
     #[inline(never)]
-    fn drop_skipped(&mut self, seq: &mut SeqBlocks) {
-        if let Some(s) = seq.side.as_mut() {
-            seq.blocks.drain(..s.gone as usize);
-            s.gone = 0;
+    fn attach_side(&mut self, seq: &mut SeqBlocks, side: u32, tokens: u32, skipped: u32) {
+        let mut held = SideBlocks {
+            blocks: Vec::with_capacity(side as usize),
+            tokens,
+            gone: skipped,
+        };
+        for _ in 0..side {
+            held.blocks.push(self.take_fresh());
         }
+        seq.side = Some(Box::new(held));
     }
 
-    /// Releases a hybrid request's blocks of its other KV cache groups.
+    /// [`release`](Self::release) of a hybrid request: its own list's blocks, last first,
+    /// down to the null entries behind a sliding window; then its other groups' blocks.
     #[inline(never)]
-    fn release_side(&mut self, seq: &mut SeqBlocks) {
-        for b in seq.side.take().map_or_else(Vec::new, |s| s.blocks) {
+    fn release_hybrid(&mut self, seq: &mut SeqBlocks) {
+        let side = seq.side.take().expect("a hybrid request");
+        while seq.blocks.len() > side.gone as usize {
+            let b = seq.blocks.pop().expect("counted");
             self.release_block(b);
+        }
+        seq.blocks.clear();
+        for b in side.blocks {
+            self.release_block(b);
+        }
+        seq.hashed = 0;
+        seq.last_hash = 0;
+    }
+
+    /// Every layer sliding: moves a request's prompt hashing past the null entries behind
+    /// its window (up to its `full` computed prompt blocks). They were freed before they
+    /// could be registered, so there is nothing to index, but the hash chain goes on.
+    #[inline(never)]
+    fn hash_past_window(&self, seq: &mut SeqBlocks, content: &PromptContent, full: u32) {
+        let gone = seq.side.as_ref().map_or(0, |s| s.gone).min(full);
+        for k in seq.hashed..gone {
+            seq.last_hash = chain_hash(
+                seq.last_hash,
+                block_content(content, k, self.block_size),
+                u64::from(k),
+            );
+            seq.hashed = k + 1;
         }
     }
 
@@ -580,6 +598,9 @@ impl KvCache {
     ) {
         let full =
             (computed_tokens.min(input_tokens) / self.block_size).min(seq.blocks.len() as u32);
+        if seq.side.is_some() {
+            self.hash_past_window(seq, content, full);
+        }
         // In chunks: the chunk's hashes first and their index slots touched together, so
         // the cache misses overlap instead of waiting on each probe (whose first branch goes
         // either way).
@@ -597,8 +618,7 @@ impl KvCache {
             self.index.touch(&hashes[..n]);
             for (i, &h) in hashes[..n].iter().enumerate() {
                 let b = seq.blocks[first as usize + i];
-                // (A block already behind a sliding window is null: nothing to register.)
-                if b != NONE && self.index.insert(h, b, &mut self.blocks) {
+                if self.index.insert(h, b, &mut self.blocks) {
                     self.note(KvEventKind::Stored, h);
                     if through && let Some(s) = self.store.as_mut() {
                         s.put(h, &mut self.events);
@@ -614,7 +634,7 @@ impl KvCache {
     /// count drops to zero join the tail of the free list with their hash kept.
     pub fn release(&mut self, seq: &mut SeqBlocks) {
         if seq.side.is_some() {
-            self.drop_skipped(seq);
+            return self.release_hybrid(seq);
         }
         // Every block record read first, with no branch on what it holds: the cache misses
         // overlap instead of queueing behind the stores of the loop below.
@@ -630,9 +650,6 @@ impl KvCache {
             if block.ref_count == 0 {
                 self.push_free_tail(b);
             }
-        }
-        if seq.side.is_some() {
-            self.release_side(seq);
         }
         seq.hashed = 0;
         seq.last_hash = 0;
@@ -813,11 +830,18 @@ fn hybrid_prefix_hits(kv: &KvCache, l: &KvLayout, content: &PromptContent, cap: 
     best
 }
 
-/// The other groups' blocks of a hybrid request admitted with `cached_blocks` prompt
-/// blocks cached, holding `tokens` tokens after its first chunk.
+/// A hybrid request admitted with `cached_blocks` prompt blocks cached, holding `tokens`
+/// tokens after its first chunk: (its other groups' blocks, the leading hit blocks of its
+/// own list behind a sliding window, which it does not hold).
 #[cold]
-fn side_at_admission(l: &KvLayout, block_size: u32, tokens: u32, cached_blocks: u32) -> u32 {
-    l.side_blocks(block_size, tokens, cached_blocks * block_size)
+fn hybrid_admission(l: &KvLayout, block_size: u32, tokens: u32, cached_blocks: u32) -> (u32, u32) {
+    let computed = cached_blocks * block_size;
+    let skipped = if l.slides_main() {
+        l.behind_window(block_size, computed)
+    } else {
+        0
+    };
+    (l.side_blocks(block_size, tokens, computed), skipped)
 }
 
 /// How to rebuild an instance's KV cache when it is provisioned.

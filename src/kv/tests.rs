@@ -729,3 +729,22 @@ fn a_window_hit_needs_only_the_blocks_the_window_reads() {
     assert_eq!(kv.free_blocks(), 40);
     kv.audit().unwrap();
 }
+
+#[test]
+fn prompt_blocks_freed_before_registration_keep_the_hash_chain_going() {
+    // A 32-token prompt computed at once, then a decode before its blocks are registered:
+    // blocks before ⌊(32 + 1 − 8)/4⌋ = 6 are freed unregistered. Registering then skips
+    // them but chains their hashes, so blocks 6 and 7 are indexed under the prompt's
+    // hashes: a request sharing the 32 tokens hits 8 blocks (the window's last 2 cached).
+    let mut kv = KvCache::new(30, 4).with_layout(all_sliding_layout());
+    let a_prompt = content(7, 32, 1);
+    let mut a = SeqBlocks::default();
+    assert!(kv.admit(&mut a, &a_prompt, 32, 0, 32));
+    assert!(kv.grow(&mut a, 33));
+    assert!(a.blocks[..6].iter().all(|&x| x == NONE));
+    kv.register_full_blocks(&mut a, &a_prompt, 32, 32);
+    assert_eq!(kv.cached_prefix_blocks(&content(7, 32, 2), 36, 36), 8);
+    kv.audit().unwrap();
+    kv.release(&mut a);
+    assert_eq!(kv.free_blocks(), 30);
+}
