@@ -87,7 +87,7 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
         if let Some(w) = &r.expert_parallel {
             let _ = writeln!(s, "    expert parallel: {}", expert_line(w));
         }
-        if let Some(m) = r.model.as_ref().filter(|m| m.kinds.is_hybrid()) {
+        if let Some(m) = r.model.as_ref().filter(|m| m.kinds.priced_by_kind()) {
             let _ = writeln!(
                 s,
                 "    attention: {}",
@@ -660,6 +660,16 @@ fn hybrid_line(
     block_size: u32,
 ) -> String {
     let k = &m.kinds;
+    if k.is_sparse() {
+        return format!(
+            "{} MLA layers with DeepSeek sparse attention: a query attends over the {} cached tokens its lightning indexer ({} heads × {}) scores highest; the indexer caches {} B per token and layer beside the latent row",
+            m.attention_layers(),
+            k.index_topk,
+            k.index_heads,
+            k.index_dim,
+            k.index_key_bytes()
+        );
+    }
     let mut kinds = format!("{} full-attention layers", m.full_attention_layers());
     if k.sliding > 0 {
         kinds += &format!(", {} sliding-window over {} tokens", k.sliding, k.window);

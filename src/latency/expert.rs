@@ -110,10 +110,13 @@ impl WideEp {
         self.ep.dp.max(1) * self.roofline.tp.max(1)
     }
 
-    /// Rank `r`'s load and requests when the step's requests are dealt out to the ranks in
-    /// batch order (request i to rank i mod dp).
-    fn rank(&self, batch: &BatchShape<'_>, r: usize) -> (LayerLoad, f64) {
+    /// Rank `r`'s load, its attention's load (DeepSeek sparse attention: at most
+    /// `index_topk` keys per query, else the load) and its requests when the step's
+    /// requests are dealt out to the ranks in batch order (request i to rank i mod dp).
+    fn rank(&self, batch: &BatchShape<'_>, r: usize) -> (LayerLoad, LayerLoad, f64) {
+        let topk = self.roofline.model.kinds.index_topk;
         let mut load = LayerLoad::default();
+        let mut top = LayerLoad::default();
         let mut requests = 0.0;
         for it in batch
             .items
@@ -122,13 +125,26 @@ impl WideEp {
             .step_by(self.ep.dp.max(1) as usize)
         {
             load.add(it);
+            if topk > 0 {
+                super::hybrid::windowed_add(&mut top, it, topk);
+            }
             requests += 1.0;
         }
-        (load, requests)
+        let top = if topk > 0 {
+            LayerLoad {
+                prefill_pairs: top.prefill_pairs,
+                decode_context: top.decode_context,
+                ..load
+            }
+        } else {
+            load
+        };
+        (load, top, requests)
     }
 
-    /// One rank's part of a MoE layer on `load`, µs.
-    fn rank_moe_us(&self, load: &LayerLoad) -> f64 {
+    /// One rank's part of a MoE layer on `load`, its attention over `top` (sparse
+    /// attention's lightning indexer over `load`), µs.
+    fn rank_moe_us(&self, load: &LayerLoad, top: &LayerLoad) -> f64 {
         let r = &self.roofline;
         let m = &r.model;
         let t = load.tokens;
@@ -140,7 +156,8 @@ impl WideEp {
         r.projections_us(t)
             + r.gemm_us(t, d, f64::from(m.experts))
             + r.mlp_us(shared, t)
-            + r.attention_us(load, 2.0)
+            + r.attention_us(top, 2.0)
+            + r.indexer_us(load)
             + r.elementwise_us(t, shared / f64::from(r.tp.max(1)))
             + r.allreduce_us(t)
     }
@@ -163,7 +180,7 @@ impl WideEp {
     /// `tokens` tokens.
     pub fn moe_layer(&self, busiest: &LayerLoad, tokens: f64) -> MoeLayerCost {
         MoeLayerCost {
-            rank_us: self.rank_moe_us(busiest),
+            rank_us: self.rank_moe_us(busiest, busiest),
             ..self.expert_parts(busiest, tokens)
         }
     }
@@ -228,13 +245,13 @@ impl LatencyModel for WideEp {
         let mut busiest = LayerLoad::default();
         let mut tokens = 0.0;
         for rank in 0..self.ep.dp.max(1) as usize {
-            let (load, requests) = &self.rank(batch, rank);
+            let (load, top, requests) = &self.rank(batch, rank);
             tokens += load.tokens;
             if load.tokens > busiest.tokens {
                 busiest = *load;
             }
-            let own = moe_layers * self.rank_moe_us(load)
-                + dense_layers * r.layer_us(false, load, 2.0)
+            let own = moe_layers * self.rank_moe_us(load, top)
+                + dense_layers * (r.layer_us(false, top, 2.0) + r.indexer_us(load))
                 + r.gemm_us(load.logit_rows, f64::from(m.hidden), vocab)
                 + r.request_overhead_us * requests;
             slowest = slowest.max(own);

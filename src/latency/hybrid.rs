@@ -17,6 +17,17 @@
 //!   bandwidth. The FLOP count is the kernel's arithmetic, not a measurement: no public
 //!   H100 timing of the Gated DeltaNet kernels was used.
 //!
+//! - a **DeepSeek sparse attention** layer (DeepSeek-V3.2, GLM-5.x: `index_topk` k) is
+//!   an MLA layer whose queries attend over at most k cached tokens, priced as a window of
+//!   k, plus its lightning indexer, replicated on every GPU of the TP group (vLLM runs its
+//!   projections unsharded): the query projection, the key and head-weight projection
+//!   (one GEMM, as vLLM fuses them), the fp8 logits
+//!   of every causal query-key pair, 2·heads·dim FLOPs each, at the fp8 peak and the
+//!   attention efficiency, and per decode a read of every cached token's indexer key
+//!   ([`crate::model::LayerKinds::index_key_bytes`]) and a write and read of its fp32
+//!   logit (the top-k selection). These are the kernels' arithmetic and traffic, not
+//!   measurements: no public H100 timing of the indexer kernels was used.
+//!
 //! MoE layers are spread over the kinds in proportion (every Qwen3-Next layer is MoE).
 
 use super::roofline::{LayerLoad, Roofline};
@@ -25,24 +36,30 @@ use super::{BatchShape, StepItem};
 /// The load of a sliding-window layer: as `load`, but every query attends over at most
 /// `window` keys.
 pub fn windowed_load(items: &[StepItem], load: &LayerLoad, window: u32) -> LayerLoad {
-    let w = f64::from(window);
     let mut out = LayerLoad {
         prefill_pairs: 0.0,
         decode_context: 0.0,
         ..*load
     };
     for it in items {
-        let n = f64::from(it.new_tokens.max(1));
-        let s = f64::from(it.context_tokens);
-        if it.prefill {
-            // Queries s+1 ..= s+a see all earlier keys; the rest see W of them.
-            let a = (w - s).clamp(0.0, n);
-            out.prefill_pairs += a * (s + (a + 1.0) / 2.0) + (n - a) * w;
-        } else {
-            out.decode_context += (s + n).min(w);
-        }
+        windowed_add(&mut out, it, window);
     }
     out
+}
+
+/// Adds `it`'s query-key pairs and decode reads to `out` as a layer whose queries attend
+/// over at most `window` keys sees them.
+pub fn windowed_add(out: &mut LayerLoad, it: &StepItem, window: u32) {
+    let w = f64::from(window);
+    let n = f64::from(it.new_tokens.max(1));
+    let s = f64::from(it.context_tokens);
+    if it.prefill {
+        // Queries s+1 ..= s+a see all earlier keys; the rest see W of them.
+        let a = (w - s).clamp(0.0, n);
+        out.prefill_pairs += a * (s + (a + 1.0) / 2.0) + (n - a) * w;
+    } else {
+        out.decode_context += (s + n).min(w);
+    }
 }
 
 impl Roofline {
@@ -62,8 +79,13 @@ impl Roofline {
             }
             us
         };
-        let mut us =
-            f64::from(m.full_attention_layers()) * blend(&|moe| self.layer_us(moe, load, 2.0));
+        let full = f64::from(m.full_attention_layers());
+        let mut us = if k.is_sparse() {
+            let top = windowed_load(batch.items, load, k.index_topk);
+            full * (blend(&|moe| self.layer_us(moe, &top, 2.0)) + self.indexer_us(load))
+        } else {
+            full * blend(&|moe| self.layer_us(moe, load, 2.0))
+        };
         if k.sliding > 0 {
             let w = windowed_load(batch.items, load, k.window);
             us += f64::from(k.sliding) * blend(&|moe| self.layer_us(moe, &w, 2.0));
@@ -92,6 +114,36 @@ impl Roofline {
             - self.projections_us(t)
             - self.attention_us(&no_attention, 2.0);
         rest + self.linear_mixer_us(t, requests)
+    }
+
+    /// One layer's lightning indexer (DeepSeek sparse attention) on one GPU, µs: see the
+    /// module docs.
+    pub fn indexer_us(&self, load: &LayerLoad) -> f64 {
+        let m = &self.model;
+        let k = &m.kinds;
+        let ph = &self.gpu.physics;
+        let t = load.tokens;
+        if t <= 0.0 || !k.is_sparse() {
+            return 0.0;
+        }
+        let d = f64::from(m.hidden);
+        let (heads, dim) = (f64::from(k.index_heads), f64::from(k.index_dim));
+        let q_in = if m.q_lora_rank > 0 {
+            f64::from(m.q_lora_rank)
+        } else {
+            d
+        };
+        // vLLM fuses the key and head-weight projections (`wk_weights_proj`).
+        let projections = self.gemm_us(t, q_in, heads * dim) + self.gemm_us(t, d, dim + heads);
+        let pairs = load.prefill_pairs + load.decode_context;
+        let flops = 2.0 * heads * dim * pairs;
+        let bytes = load.decode_context * (k.index_key_bytes() + 8.0);
+        let core = (flops / (self.gpu.peak_flops(1.0) * ph.attention_efficiency)
+            + bytes / self.bandwidth())
+            * 1e6
+            + ph.attention_overhead_us
+            + ph.kernel_overhead_us;
+        projections + core
     }
 
     /// The Gated DeltaNet mixer of `t` tokens from `requests` requests on one GPU, µs.
@@ -221,5 +273,91 @@ mod tests {
             r.linear_layer_us(true, &far, 8.0)
         );
         assert!(r.layer_us(true, &far, 2.0) > r.layer_us(true, &load, 2.0));
+    }
+}
+
+#[cfg(test)]
+mod sparse_tests {
+    use super::*;
+    use crate::latency::LatencyModel;
+    use crate::model::{ModelConfig, find_gpu};
+
+    fn glm(sparse: bool) -> Roofline {
+        let mut model = ModelConfig::bundled("glm-5.2-fp8").unwrap();
+        if !sparse {
+            model.kinds.index_topk = 0;
+        }
+        Roofline {
+            model,
+            gpu: find_gpu("H200").unwrap(),
+            tp: 8,
+            alpha: [0.0; 3],
+            step_overhead_us: 0.0,
+            request_overhead_us: 0.0,
+        }
+    }
+
+    fn decodes(n: usize, context: u32) -> Vec<StepItem> {
+        (0..n)
+            .map(|_| StepItem {
+                new_tokens: 1,
+                context_tokens: context,
+                input_tokens: context,
+                prefill: false,
+            })
+            .collect()
+    }
+
+    fn shape(items: &[StepItem]) -> BatchShape<'_> {
+        BatchShape {
+            items,
+            prefill_tokens: 0,
+            decode_tokens: items.len() as u32,
+        }
+    }
+
+    fn step_us(r: &Roofline, items: &[StepItem]) -> f64 {
+        r.step_time(&shape(items)).unwrap().as_us() as f64
+    }
+
+    #[test]
+    fn glm_reads_its_top_2048_tokens_and_its_indexer_reads_every_key() {
+        let (sparse, dense) = (glm(true), glm(false));
+        let k = &sparse.model.kinds;
+        assert_eq!((k.index_topk, k.index_heads, k.index_dim), (2048, 32, 128));
+        // 128 fp8 bytes and one 4-byte scale per 128 (vLLM's indexer cache).
+        assert_eq!(k.index_key_bytes(), 132.0);
+        // Under 2,048 tokens of context every query already attends to every key: the
+        // sparse model costs its 78 indexers more, nothing else.
+        let short = decodes(16, 1000);
+        let load = LayerLoad::of(&shape(&short));
+        let extra = 78.0 * sparse.indexer_us(&load);
+        let diff = step_us(&sparse, &short) - step_us(&dense, &short);
+        assert!((diff - extra).abs() <= 1.0, "{diff} vs {extra}");
+        // At 32,768 tokens: 16 decodes read 2,048 latent rows each instead of 32,769, on
+        // every layer: 16 × 30,721 × 576 × 2 B = 566 MB per layer less at the achieved
+        // bandwidth; the indexers read 32,769 keys and logits (140 B each) per request.
+        let long = decodes(16, 32_768);
+        let load = LayerLoad::of(&shape(&long));
+        let saved = 78.0 * 16.0 * 30_721.0 * 576.0 * 2.0 / sparse.bandwidth() * 1e6;
+        let extra = 78.0 * sparse.indexer_us(&load);
+        let diff = step_us(&dense, &long) - step_us(&sparse, &long);
+        assert!(
+            (diff - (saved - extra)).abs() <= 2.0,
+            "{diff} vs {saved} − {extra}"
+        );
+        assert!(
+            diff > 0.5 * saved,
+            "the top-k read dominates: {diff} of {saved}"
+        );
+        // The indexer's traffic grows with the context: 16 × 16,384 more keys × 140 B.
+        let longer = decodes(16, 49_152);
+        let more = LayerLoad::of(&shape(&longer));
+        let grown = sparse.indexer_us(&more) - sparse.indexer_us(&load);
+        let traffic = 16.0 * 16_384.0 * 140.0 / sparse.bandwidth() * 1e6;
+        let flops = 2.0 * 32.0 * 128.0 * 16.0 * 16_384.0
+            / (sparse.gpu.peak_flops(1.0) * sparse.gpu.physics.attention_efficiency)
+            * 1e6;
+        assert!((grown - traffic - flops).abs() < 1e-6, "{grown}");
     }
 }

@@ -319,7 +319,7 @@ impl LatencyModel for Roofline {
         }
         let requests = batch.items.len() as f64;
         let load = LayerLoad::of(batch);
-        let kernels = if self.model.kinds.is_hybrid() {
+        let kernels = if self.model.kinds.priced_by_kind() {
             self.hybrid_kernels_us(batch, &load)
         } else {
             self.kernels_us(&load, load.logit_rows, 2.0)

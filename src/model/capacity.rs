@@ -1,7 +1,8 @@
 //! KV block capacity from GPU memory (after BLIS `kv_capacity.go`, MODELS.md §2.6).
 //!
 //! A replica is TP × PP GPUs. Per GPU: the KV of one token is (L/PP)·2·head_dim·Hkv·BPP/TP
-//! bytes (MLA: (L/PP)·(kv_lora_rank + qk_rope_head_dim)·BPP, not split by TP), and the
+//! bytes (MLA: (L/PP)·(kv_lora_rank + qk_rope_head_dim)·BPP, not split by TP, plus with
+//! DeepSeek sparse attention each layer's 132-byte indexer key), and the
 //! memory left for KV is memory · utilisation − (weights + activation + non-torch) / GPUs,
 //! with weights = params · weight BPP (3-matrix FFN), activation 5.5 GiB dense / 8 GiB MoE per
 //! replica, non-torch 0.15 GiB for one GPU else 0.6 GiB per GPU.
@@ -62,6 +63,7 @@ pub fn params(m: &ModelConfig) -> f64 {
             d * h * (nope + rope)
         };
         l * (q + d * (latent + rope) + latent + latent * h * (nope + v) + h * v * d + 2.0 * d)
+            + l * indexer_params(m)
     } else if m.kinds.is_hybrid() || m.attn_output_gate {
         // Query width H·head_dim (Qwen3-Next and Gemma-3 differ from d), doubled by an
         // output gate; linear-attention layers have their own projections.
@@ -86,6 +88,24 @@ pub fn params(m: &ModelConfig) -> f64 {
         l * 3.0 * d * f64::from(m.ffn_dense)
     };
     v * d + attn + mlp + if m.tied_embeddings { 0.0 } else { v * d } + d
+}
+
+/// Weights of one layer's lightning indexer (DeepSeek sparse attention, 0 without it): its
+/// query projection from the compressed query (`wq_b`), its key projection and key norm
+/// (`wk`, `k_norm`), and its per-head weights (`weights_proj`).
+pub fn indexer_params(m: &ModelConfig) -> f64 {
+    let k = &m.kinds;
+    if !k.is_sparse() {
+        return 0.0;
+    }
+    let d = f64::from(m.hidden);
+    let (heads, dim) = (f64::from(k.index_heads), f64::from(k.index_dim));
+    let q_in = if m.q_lora_rank > 0 {
+        f64::from(m.q_lora_rank)
+    } else {
+        d
+    };
+    q_in * heads * dim + d * dim + 2.0 * dim + d * heads
 }
 
 /// Weights of one linear-attention (Gated DeltaNet) layer: the query/key/value/gate
@@ -132,7 +152,9 @@ pub fn flops_per_token(m: &ModelConfig) -> f64 {
 pub fn kv_bytes_per_token(m: &ModelConfig, tp: u32, pp: u32) -> f64 {
     let layers = f64::from(m.attention_layers()) / f64::from(pp.max(1));
     if m.kv_lora_rank > 0 {
-        layers * f64::from(m.kv_lora_rank + m.qk_rope_head_dim) * m.kv_bytes
+        layers
+            * (f64::from(m.kv_lora_rank + m.qk_rope_head_dim) * m.kv_bytes
+                + m.kinds.index_key_bytes())
     } else if m.kv_heads < tp {
         // Fewer KV heads than GPUs: each GPU holds one, replicated (vLLM).
         layers * 2.0 * f64::from(m.head_dim) * m.kv_bytes
@@ -531,6 +553,21 @@ mod tests {
         );
         assert_eq!(l.page_bytes, 12.0 * 1024.0 * 16.0);
         assert_eq!(l.side_blocks(16, 5000, 4999), 3 * 17);
+    }
+
+    #[test]
+    fn a_sparse_attention_model_caches_its_indexer_keys_beside_the_latent() {
+        // GLM-5.2: 78 MLA layers, each caching a 512 + 64 latent row in bf16 and its
+        // lightning indexer's 132-byte key, whole on every GPU: 78 × 1,284 B per token.
+        let m = ModelConfig::bundled("glm-5.2-fp8").unwrap();
+        assert_eq!(kv_bytes_per_token(&m, 8, 1), 78.0 * (576.0 * 2.0 + 132.0));
+        // Its indexer's weights: 2,048 × 32 × 128 (query) + 6,144 × 128 (key) + 2 × 128
+        // (key norm) + 6,144 × 32 (head weights) per layer.
+        let per_layer = 2048.0 * 32.0 * 128.0 + 6144.0 * 128.0 + 256.0 + 6144.0 * 32.0;
+        assert_eq!(indexer_params(&m), per_layer);
+        let mut dense = m.clone();
+        dense.kinds.index_topk = 0;
+        assert_eq!(params(&m) - params(&dense), 78.0 * per_layer);
     }
 
     #[test]

@@ -185,12 +185,40 @@ pub struct LayerKinds {
     /// vLLM's `--disable-hybrid-kv-cache-manager`: sliding-window layers keep every
     /// token (set from the group, not the config).
     pub full_cache: bool,
+    /// DeepSeek sparse attention (DeepSeek-V3.2, GLM-5.x `index_topk`): each query attends
+    /// over the `index_topk` cached tokens a lightning indexer of `index_heads` heads ×
+    /// `index_dim` scores highest (0: dense attention).
+    pub index_topk: u32,
+    pub index_heads: u32,
+    pub index_dim: u32,
 }
 
 impl LayerKinds {
     /// True if any layer is not full attention.
     pub fn is_hybrid(&self) -> bool {
         self.sliding > 0 || self.linear > 0
+    }
+
+    /// True with DeepSeek sparse attention.
+    pub fn is_sparse(&self) -> bool {
+        self.index_topk > 0
+    }
+
+    /// True if the roofline prices the layers kind by kind ([`crate::latency::Roofline`]):
+    /// hybrid or sparse attention.
+    pub fn priced_by_kind(&self) -> bool {
+        self.is_hybrid() || self.is_sparse()
+    }
+
+    /// Bytes one layer's lightning indexer caches per token, on every GPU: its key in fp8
+    /// and one 4-byte scale per 128 elements (vLLM's `DeepseekV32IndexerCache`, `uint8`,
+    /// `index_head_dim + index_head_dim / 128 × 4`: 132 B); 0 without sparse attention.
+    pub fn index_key_bytes(&self) -> f64 {
+        if self.is_sparse() {
+            f64::from(self.index_dim + self.index_dim / 128 * 4)
+        } else {
+            0.0
+        }
     }
 
     /// Elements of one linear-attention layer's state for one request, whole model width
@@ -313,6 +341,9 @@ impl ModelConfig {
             "linear_key_head_dim",
             "linear_value_head_dim",
             "linear_conv_kernel_dim",
+            "index_topk",
+            "index_n_heads",
+            "index_head_dim",
         ] {
             if let Some(v) = map.get(k).and_then(Value::as_u64)
                 && v > MAX_DIMENSION
@@ -570,6 +601,19 @@ fn layer_kinds(
     if kinds.sliding > 0 {
         kinds.window = window.ok_or("sliding-window layers need `sliding_window` (tokens)")?;
     }
+    if let Some(topk) = uint32("index_topk") {
+        let need = |k: &str| {
+            uint32(k).ok_or_else(|| format!("DeepSeek sparse attention (`index_topk`) needs `{k}`"))
+        };
+        if uint("kv_lora_rank").is_none() {
+            return Err(
+                "DeepSeek sparse attention (`index_topk`) needs MLA (`kv_lora_rank`)".into(),
+            );
+        }
+        kinds.index_topk = topk;
+        kinds.index_heads = need("index_n_heads")?;
+        kinds.index_dim = need("index_head_dim")?;
+    }
     if kinds.linear > 0 {
         let need = |k: &str| uint32(k).ok_or_else(|| format!("linear-attention layers need `{k}`"));
         kinds.linear_key_heads = need("linear_num_key_heads")?;
@@ -747,6 +791,14 @@ mod tests {
             (
                 r#""full_attention_interval": 2, "linear_num_value_heads": 4"#,
                 "need `linear_num_key_heads`",
+            ),
+            (
+                r#""index_topk": 64, "index_n_heads": 4, "index_head_dim": 128"#,
+                "needs MLA (`kv_lora_rank`)",
+            ),
+            (
+                r#""index_topk": 64, "kv_lora_rank": 64, "index_head_dim": 128"#,
+                "needs `index_n_heads`",
             ),
         ] {
             let e = parse(extra).unwrap_err();
