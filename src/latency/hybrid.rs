@@ -128,11 +128,7 @@ impl Roofline {
         }
         let d = f64::from(m.hidden);
         let (heads, dim) = (f64::from(k.index_heads), f64::from(k.index_dim));
-        let q_in = if m.q_lora_rank > 0 {
-            f64::from(m.q_lora_rank)
-        } else {
-            d
-        };
+        let q_in = m.query_input_width();
         // vLLM fuses the key and head-weight projections (`wk_weights_proj`).
         let projections = self.gemm_us(t, q_in, heads * dim) + self.gemm_us(t, d, dim + heads);
         let pairs = load.prefill_pairs + load.decode_context;

@@ -100,11 +100,7 @@ pub fn indexer_params(m: &ModelConfig) -> f64 {
     }
     let d = f64::from(m.hidden);
     let (heads, dim) = (f64::from(k.index_heads), f64::from(k.index_dim));
-    let q_in = if m.q_lora_rank > 0 {
-        f64::from(m.q_lora_rank)
-    } else {
-        d
-    };
+    let q_in = m.query_input_width();
     q_in * heads * dim + d * dim + 2.0 * dim + d * heads
 }
 

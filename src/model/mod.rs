@@ -489,6 +489,16 @@ impl ModelConfig {
         self.kv_lora_rank > 0 && self.qk_nope_head_dim > 0 && self.v_head_dim > 0
     }
 
+    /// The width queries are projected from: the compressed query (MLA `q_lora_rank`),
+    /// else the hidden row (what a sparse-attention indexer's `wq_b` reads).
+    pub fn query_input_width(&self) -> f64 {
+        f64::from(if self.q_lora_rank > 0 {
+            self.q_lora_rank
+        } else {
+            self.hidden
+        })
+    }
+
     pub fn is_moe(&self) -> bool {
         self.experts >= 2
     }

@@ -136,6 +136,16 @@ fn bundled(name: &str) -> String {
     std::fs::read_to_string(path).unwrap()
 }
 
+/// Writes bundled model `model`'s config with `from` replaced by `to` into `dir`; its path
+/// as a RON string, for a scenario's `model:`.
+fn edited_model(dir: &tempfile::TempDir, model: &str, from: &str, to: &str) -> String {
+    let config = bundled(&format!("assets/models/{model}.json"));
+    assert!(config.contains(from), "{model} has {from}");
+    let file = dir.path().join(format!("{model}-edited.json"));
+    std::fs::write(&file, config.replace(from, to)).unwrap();
+    format!("{:?}", file.to_str().unwrap().replace('\\', "/"))
+}
+
 #[test]
 fn the_bundled_scenario_keeps_up_only_with_the_hybrid_manager() {
     // docs/hybrid-attention.md's table is scenarios/hybrid-attention.ron as bundled and
@@ -158,17 +168,15 @@ fn the_sliding_window_scenario_keeps_up_only_with_its_window() {
     let text = bundled("scenarios/sliding-window.ron");
     matches_doc_row("| sliding window over 4,096 tokens (bundled)", &text);
     let dir = tempfile::tempdir().unwrap();
-    let config = bundled("assets/models/mistral-7b-v0.1.json");
-    let full = dir.path().join("mistral-full.json");
-    std::fs::write(
-        &full,
-        config.replace("\"sliding_window\": 4096", "\"sliding_window\": null"),
-    )
-    .unwrap();
-    let path = full.to_str().unwrap().replace('\\', "/");
+    let full = edited_model(
+        &dir,
+        "mistral-7b-v0.1",
+        "\"sliding_window\": 4096",
+        "\"sliding_window\": null",
+    );
     matches_doc_row(
         "| every layer full attention",
-        &text.replace("\"mistral-7b-v0.1\"", &format!("{path:?}")),
+        &text.replace("\"mistral-7b-v0.1\"", &full),
     );
 }
 
@@ -236,19 +244,14 @@ fn a_small_window_under_preemption_and_prefix_hits_keeps_every_block_accounted()
     // load (preemptions, evictions of the prefixes' early blocks), invariants checked at
     // every step (the cache audit and every request's blocks against the reference counts).
     let dir = tempfile::tempdir().unwrap();
-    let config = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/models/mistral-7b-v0.1.json"),
-    )
-    .unwrap();
-    let small = dir.path().join("small-window.json");
-    std::fs::write(
-        &small,
-        config.replace("\"sliding_window\": 4096", "\"sliding_window\": 40"),
-    )
-    .unwrap();
-    let path = small.to_str().unwrap().replace('\\', "/");
+    let path = edited_model(
+        &dir,
+        "mistral-7b-v0.1",
+        "\"sliding_window\": 4096",
+        "\"sliding_window\": 40",
+    );
     let sc = parse(&format!(
-        r#"(seed: 9, cluster: (groups: [(count: 2, model: {path:?}, gpu: "H100", kv_blocks: 40,
+        r#"(seed: 9, cluster: (groups: [(count: 2, model: {path}, gpu: "H100", kv_blocks: 40,
              max_num_batched_tokens: 256)]),
            workload: (num_requests: 400, clients: [(rate_per_s: 40.0, shared_prefix_tokens: 512,
              prefix_groups: 4, input_tokens: Uniform(min: 16, max: 600),
@@ -266,11 +269,7 @@ fn sparse_attention_decodes_long_contexts_faster_and_validate_says_so() {
     // holds). With `index_topk` a decode reads 2,048 latent rows per layer (plus the
     // indexer's keys); the same config without it (a model file) reads all 40,000.
     let dir = tempfile::tempdir().unwrap();
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let config = std::fs::read_to_string(root.join("assets/models/glm-5.2-fp8.json")).unwrap();
-    let dense = dir.path().join("glm-dense.json");
-    std::fs::write(&dense, config.replace("\"index_topk\": 2048,", "")).unwrap();
-    let dense = dense.to_str().unwrap().replace('\\', "/");
+    let dense = edited_model(&dir, "glm-5.2-fp8", "\"index_topk\": 2048,", "");
     let scenario = |model: &str| {
         format!(
             r#"(seed: 2, cluster: (groups: [(model: {model}, gpu: "H200", tp: 8)]),
@@ -279,7 +278,7 @@ fn sparse_attention_decodes_long_contexts_faster_and_validate_says_so() {
         )
     };
     let itl = |model: &str| run(&parse(&scenario(model))).0.itl_ms;
-    let (sparse, full) = (itl("\"glm-5.2-fp8\""), itl(&format!("{dense:?}")));
+    let (sparse, full) = (itl("\"glm-5.2-fp8\""), itl(&dense));
     // Decode steps share the GPUs with 2,048-token prefill chunks; the sparse model's
     // decodes read less, its chunks add the indexer's logits over every pair.
     assert!(sparse.mean < full.mean, "{sparse:?} vs {full:?}");
