@@ -196,6 +196,9 @@ pub struct ResolvedGroup {
     pub layers: u32,
     /// The serving path around the steps (`engine`, or the latency model's default).
     pub serving: ServingPath,
+    /// The GPU physics the roofline prices with, after the scenario's overrides (`None`
+    /// with another latency model), for `validate`.
+    pub roofline_physics: Option<crate::model::GpuPhysics>,
     /// Speculative decoding (`speculative`), shared by the group's instances.
     pub speculative: Option<Arc<crate::latency::speculative::SpecConfig>>,
     /// Multi-LoRA (`lora`), shared by the group's instances.

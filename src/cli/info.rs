@@ -81,6 +81,9 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
         let _ = writeln!(s);
         let _ = writeln!(s, "    serving path: {}", r.serving.describe());
         let _ = writeln!(s, "    steps: {}", step_examples(&r));
+        if let Some(line) = two_stage_line(&r, g.tp) {
+            let _ = writeln!(s, "    {line}");
+        }
         if let Some(line) = r.speculative.as_ref().map(|c| speculative_line(c, g, &r)) {
             let _ = writeln!(s, "    speculative: {line}");
         }
@@ -466,6 +469,34 @@ fn expert_line(w: &crate::latency::WideEp) -> String {
         c.dispatch_us,
         c.combine_us,
     )
+}
+
+/// `validate`'s line when vLLM's measured two-stage all-reduce prices part of a roofline
+/// group's all-reduces: its band, its numbers and a 128-decode step's all-reduce.
+fn two_stage_line(r: &crate::setup::ResolvedGroup, tp: u32) -> Option<String> {
+    let ph = r.roofline_physics.as_ref()?;
+    let b = ph.two_stage_allreduce.filter(|b| b.tp == tp)?;
+    let m = r.model.as_ref()?;
+    let size = |x: f64| {
+        if x >= f64::from(1u32 << 20) {
+            format!("{} MiB", x / f64::from(1u32 << 20))
+        } else {
+            format!("{} KiB", x / 1024.0)
+        }
+    };
+    let example = b
+        .time_us(tp, 128.0 * f64::from(m.hidden) * m.act_bytes)
+        .map(|us| format!("; 128 decodes' all-reduce takes {us:.1} µs"))
+        .unwrap_or_default();
+    Some(format!(
+        "all-reduce over {tp} GPUs: vLLM's two-stage custom kernel from {} to {} ({} µs + bus {} GB/s, measured), a ring at {} GB/s + {} µs otherwise{example}",
+        size(b.from_bytes),
+        size(b.below_bytes),
+        b.latency_us,
+        b.gb_per_s,
+        ph.allreduce_gb_per_s,
+        ph.allreduce_latency_us,
+    ))
 }
 
 /// What a group's steps cost, for `validate`: the latency model's price of a decode step of

@@ -282,14 +282,21 @@ impl Roofline {
         self.gpu.tflops_bf16 * 1e12
     }
 
-    /// One ring all-reduce of `tokens` activation rows across the TP group, µs.
+    /// One all-reduce of `tokens` activation rows across the TP group, µs: a ring at the
+    /// GPU's bus bandwidth, or in its band vLLM's two-stage custom kernel as measured.
     pub fn allreduce_us(&self, tokens: f64) -> f64 {
         if self.tp <= 1 {
             return 0.0;
         }
-        let tp = f64::from(self.tp);
         let ph = self.physics();
         let bytes = tokens * f64::from(self.model.hidden) * self.model.act_bytes;
+        if let Some(us) = ph
+            .two_stage_allreduce
+            .and_then(|b| b.time_us(self.tp, bytes))
+        {
+            return us;
+        }
+        let tp = f64::from(self.tp);
         2.0 * (tp - 1.0) / tp * bytes / (ph.allreduce_gb_per_s * 1e9) * 1e6
             + ph.allreduce_latency_us
     }
@@ -393,6 +400,35 @@ mod tests {
         let bytes = 512.0 * 4096.0 * 2.0;
         assert!((r.allreduce_us(512.0) - (bytes / 360e9 * 1e6 + 8.0)).abs() < 1e-9);
         assert_eq!(llama(1).allreduce_us(512.0), 0.0);
+    }
+
+    #[test]
+    fn four_gpus_all_reduce_from_512_kib_to_8_mib_with_vllms_two_stage_kernel() {
+        // Llama-3.1-8B rows are 4096 × 2 B = 8 KiB. On 4 H100s (bundled band: 12.6 µs + bus
+        // 210 GB/s from 512 KiB up to 8 MiB):
+        let r = llama(4);
+        let ring = |bytes: f64| 1.5 * bytes / 360e9 * 1e6 + 8.0;
+        let two_stage = |bytes: f64| 1.5 * bytes / 210e9 * 1e6 + 12.6;
+        // 63 rows = 504 KiB: below the band, the one-stage kernel (the ring formula).
+        assert!((r.allreduce_us(63.0) - ring(63.0 * 8192.0)).abs() < 1e-9);
+        // 64 rows = 512 KiB, the band's first size: 12.6 + 1.5 · 524,288 / 210 GB/s = 16.34 µs.
+        assert!(
+            (r.allreduce_us(64.0) - 16.345).abs() < 1e-3,
+            "{}",
+            r.allreduce_us(64.0)
+        );
+        // 256 rows = 2 MiB: 27.58 µs where the ring would say 16.74.
+        assert!((r.allreduce_us(256.0) - two_stage(256.0 * 8192.0)).abs() < 1e-9);
+        assert!((r.allreduce_us(256.0) - 27.58).abs() < 0.01);
+        // 1,023 rows: still in; 1,024 rows = 8 MiB: handed on (ring formula again).
+        assert!((r.allreduce_us(1023.0) - two_stage(1023.0 * 8192.0)).abs() < 1e-9);
+        assert!((r.allreduce_us(1024.0) - ring(1024.0 * 8192.0)).abs() < 1e-9);
+        // Two GPUs always run the one-stage kernel; eight leave it by 256 KiB: the band is
+        // for four only.
+        let bytes = 256.0 * 8192.0;
+        assert!((llama(2).allreduce_us(256.0) - (bytes / 360e9 * 1e6 + 8.0)).abs() < 1e-9);
+        let eight = 2.0 * 7.0 / 8.0 * bytes / 360e9 * 1e6 + 8.0;
+        assert!((llama(8).allreduce_us(256.0) - eight).abs() < 1e-9);
     }
 
     #[test]

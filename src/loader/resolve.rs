@@ -297,6 +297,7 @@ fn read_group(
     // speculative drafter.
     let mut roofline_gpu = None;
     let mut wide_ep = None;
+    let mut roofline_physics = None;
     if g.expert_parallel.is_some() && !matches!(&*spec, LatencySpec::Roofline { .. }) {
         p.push(
             Problem::new(
@@ -383,14 +384,21 @@ fn read_group(
                             *slot = *v;
                         }
                     }
+                    // An all-reduce the scenario prices itself replaces the measured
+                    // two-stage band too.
+                    if allreduce_gb_per_s.is_some() || allreduce_latency_us.is_some() {
+                        ph.two_stage_allreduce = None;
+                    }
                     // A TP group wider than a node all-reduces across nodes too (nodes as
-                    // the topology or else the GPU profile describes them).
+                    // the topology or else the GPU profile describes them), with NCCL: vLLM's
+                    // custom kernels need one NVLink domain.
                     if allreduce_gb_per_s.is_none()
                         && let Some(bus) =
                             crate::network::spanning_allreduce(topology, gp.node.as_ref(), g.tp, ph)
                     {
                         ph.allreduce_gb_per_s = bus;
                         ph.allreduce_latency_us += topology.map_or(0.0, |t| t.nic_latency_us);
+                        ph.two_stage_allreduce = None;
                     }
                     for e in ph.problems() {
                         let (field, msg) = e
@@ -403,6 +411,7 @@ fn read_group(
                         ));
                     }
                     roofline_gpu = Some(gp.clone());
+                    roofline_physics = Some(gp.physics);
                     let roofline = Roofline {
                         model: m.clone(),
                         gpu: gp,
@@ -672,6 +681,7 @@ fn read_group(
         max_model_len,
         latency: latency.expect("no problems means a latency model"),
         serving,
+        roofline_physics,
         speculative: speculative.map(Arc::new),
         lora: lora.map(Arc::new),
         expert_parallel: wide_ep,

@@ -110,6 +110,10 @@ pub struct GpuPhysics {
     /// Fixed latency of one all-reduce, µs (small-message NCCL / vLLM custom all-reduce).
     /// Default 8.
     pub allreduce_latency_us: f64,
+    /// The band of message sizes in which vLLM all-reduces with its custom two-stage kernel,
+    /// and what that kernel measures; outside it (and with no band) the two numbers above
+    /// price every all-reduce. Default none; `assets/gpus.ron` gives the H100's and H200's.
+    pub two_stage_allreduce: Option<TwoStageAllReduce>,
     /// Host link for CPU KV offload, GB/s (PCIe Gen5 x16: 64 GB/s per direction, ~50
     /// achieved). Default 50.
     pub host_link_gb_per_s: f64,
@@ -135,6 +139,7 @@ impl Default for GpuPhysics {
             elementwise_ffn_passes: 8.0,
             allreduce_gb_per_s: 360.0,
             allreduce_latency_us: 8.0,
+            two_stage_allreduce: None,
             host_link_gb_per_s: 50.0,
             host_link_latency_us: 10.0,
             moe_overlap_exponent: 1.3,
@@ -186,7 +191,79 @@ impl GpuPhysics {
                 p.push(format!("physics.{name} must be in [0, 10⁶]{unit}, got {v}"));
             }
         }
+        if let Some(b) = &self.two_stage_allreduce {
+            p.extend(b.problems());
+        }
         p
+    }
+}
+
+/// vLLM's custom all-reduce (`csrc/custom_all_reduce.cuh`) runs a one-stage kernel (every
+/// GPU reads every peer's whole buffer) for two GPUs and for small messages, and a two-stage
+/// kernel (reduce-scatter, then all-gather) from 512 KiB on groups of up to four fully
+/// NVLink-connected GPUs; on Hopper it hands messages of 8 MiB and more to symmetric-memory
+/// or NCCL all-reduces (`CUSTOM_ALL_REDUCE_MAX_SIZES`, vLLM 0.11 onwards). The two-stage
+/// kernel is slower than the bandwidth of the fabric suggests; this band prices it from its
+/// own measurement: `2(tp−1)/tp · bytes / gb_per_s + latency_us` for messages of
+/// `from_bytes` up to (not including) `below_bytes` on a TP group of exactly `tp` GPUs.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TwoStageAllReduce {
+    /// The TP group size the band applies to (vLLM: 4; on Hopper 6 and 8 GPUs leave the
+    /// custom kernel by 512 KiB and 256 KiB).
+    pub tp: u32,
+    /// Smallest message of the band, bytes (vLLM: 512 KiB).
+    pub from_bytes: f64,
+    /// First message size past the band, bytes (vLLM on Hopper: 8 MiB).
+    pub below_bytes: f64,
+    /// Fixed latency of one two-stage all-reduce, µs.
+    pub latency_us: f64,
+    /// Its achieved bus bandwidth, GB/s.
+    pub gb_per_s: f64,
+}
+
+impl TwoStageAllReduce {
+    /// Every problem with the numbers.
+    pub fn problems(&self) -> Vec<String> {
+        let mut p = Vec::new();
+        if self.tp < 3 {
+            p.push(format!(
+                "physics.two_stage_allreduce.tp must be at least 3 (two GPUs always run the one-stage kernel), got {}",
+                self.tp
+            ));
+        }
+        if !(self.from_bytes.is_finite()
+            && self.below_bytes.is_finite()
+            && 0.0 <= self.from_bytes
+            && self.from_bytes < self.below_bytes)
+        {
+            p.push(format!(
+                "physics.two_stage_allreduce needs 0 ≤ from_bytes < below_bytes, got {} and {}",
+                self.from_bytes, self.below_bytes
+            ));
+        }
+        if !self.gb_per_s.is_finite() || self.gb_per_s <= 0.0 {
+            p.push(format!(
+                "physics.two_stage_allreduce.gb_per_s must be a finite number > 0, got {}",
+                self.gb_per_s
+            ));
+        }
+        if !self.latency_us.is_finite() || !(0.0..=1e6).contains(&self.latency_us) {
+            p.push(format!(
+                "physics.two_stage_allreduce.latency_us must be in [0, 10⁶] µs, got {}",
+                self.latency_us
+            ));
+        }
+        p
+    }
+
+    /// The two-stage kernel's time for `bytes` on `tp` GPUs, µs, if the message is in the band.
+    #[inline]
+    pub fn time_us(&self, tp: u32, bytes: f64) -> Option<f64> {
+        (tp == self.tp && self.from_bytes <= bytes && bytes < self.below_bytes).then(|| {
+            let n = f64::from(tp);
+            2.0 * (n - 1.0) / n * bytes / (self.gb_per_s * 1e9) * 1e6 + self.latency_us
+        })
     }
 }
 
