@@ -296,9 +296,12 @@ impl Roofline {
         {
             return us;
         }
-        let tp = f64::from(self.tp);
-        2.0 * (tp - 1.0) / tp * bytes / (ph.allreduce_gb_per_s * 1e9) * 1e6
-            + ph.allreduce_latency_us
+        crate::model::allreduce_time_us(
+            self.tp,
+            bytes,
+            ph.allreduce_gb_per_s,
+            ph.allreduce_latency_us,
+        )
     }
 
     /// Kernel time of one step (every layer and the LM head over `logit_rows` rows), µs,

@@ -260,11 +260,17 @@ impl TwoStageAllReduce {
     /// The two-stage kernel's time for `bytes` on `tp` GPUs, µs, if the message is in the band.
     #[inline]
     pub fn time_us(&self, tp: u32, bytes: f64) -> Option<f64> {
-        (tp == self.tp && self.from_bytes <= bytes && bytes < self.below_bytes).then(|| {
-            let n = f64::from(tp);
-            2.0 * (n - 1.0) / n * bytes / (self.gb_per_s * 1e9) * 1e6 + self.latency_us
-        })
+        (tp == self.tp && self.from_bytes <= bytes && bytes < self.below_bytes)
+            .then(|| allreduce_time_us(tp, bytes, self.gb_per_s, self.latency_us))
     }
+}
+
+/// An all-reduce of `bytes` over `tp` GPUs that moves 2(tp−1)/tp of them at `gb_per_s` of
+/// bus bandwidth after `latency_us`, µs (a ring, and vLLM's two-stage kernel alike).
+#[inline]
+pub fn allreduce_time_us(tp: u32, bytes: f64, gb_per_s: f64, latency_us: f64) -> f64 {
+    let n = f64::from(tp);
+    2.0 * (n - 1.0) / n * bytes / (gb_per_s * 1e9) * 1e6 + latency_us
 }
 
 impl GpuProfile {

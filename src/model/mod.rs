@@ -13,7 +13,10 @@ pub use capacity::{
     KvCapacity, KvLayout, Replica, flops_per_token, kv_bytes_per_token, kv_capacity,
     kv_capacity_with, kv_layout, linear_layer_params, load_s, params, routed_expert_params,
 };
-pub use gpu::{Calibration, GpuPhysics, GpuProfile, TwoStageAllReduce, bundled_gpus, find_gpu};
+pub use gpu::{
+    Calibration, GpuPhysics, GpuProfile, TwoStageAllReduce, allreduce_time_us, bundled_gpus,
+    find_gpu,
+};
 pub use prices::{Price, bundled_prices, price_of};
 
 use serde_json::Value;
