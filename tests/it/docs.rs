@@ -282,3 +282,41 @@ fn every_source_path_the_docs_name_exists() {
         missing.join("\n")
     );
 }
+
+#[test]
+fn the_outputs_the_readme_quotes_are_what_the_commands_print() {
+    // The tour quotes the quickstart's summary and `capacity`'s verdict; a change that moves
+    // them must move the README too (a stale copy of the capacity lines once outlived a
+    // change of the all-reduce pricing).
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let quoted = blocks(&readme, "text")
+        .into_iter()
+        .find(|b| b.starts_with("scenario quickstart"))
+        .expect("the README quotes the quickstart's summary");
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().to_str().unwrap();
+    let out = crate::common::servesim_ok(
+        &["run", "scenarios/quickstart.ron", "--out", out_dir],
+        &root(),
+    );
+    let printed = String::from_utf8(out.stdout).unwrap();
+    for line in quoted.lines() {
+        assert!(
+            printed.lines().any(|p| p == line),
+            "README.md quotes {line:?}, but the quickstart prints:\n{printed}"
+        );
+    }
+    // `capacity` takes 45 runs of 20,000 requests: its chapter holds the full output, checked
+    // when it is rerun; the README's lines must be the chapter's.
+    let chapter = std::fs::read_to_string(root().join("docs/capacity.md")).unwrap();
+    let verdict = blocks(&readme, "")
+        .into_iter()
+        .find(|b| b.contains("the deployment keeps up"))
+        .expect("the README quotes capacity's verdict");
+    for line in verdict.lines() {
+        assert!(
+            chapter.lines().any(|c| c == line),
+            "README.md quotes {line:?}, which docs/capacity.md does not print"
+        );
+    }
+}
