@@ -320,3 +320,48 @@ fn the_outputs_the_readme_quotes_are_what_the_commands_print() {
         );
     }
 }
+
+#[test]
+fn the_readmes_fidelity_figures_are_the_chapters() {
+    // README's Fidelity section condenses docs/fidelity.md; every time or percentage it quotes
+    // must stand in the chapter as a number too, so that a term re-measured there cannot
+    // leave the README behind.
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let chapter = std::fs::read_to_string(root().join("docs/fidelity.md")).unwrap();
+    let section = readme
+        .split("\n## Fidelity\n")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("README.md has a Fidelity section");
+    let number = |c: char| c.is_ascii_digit() || c == '.';
+    // A number stands in `text` when neither neighbour continues it.
+    let stands = |text: &str, n: &str| {
+        text.match_indices(n).any(|(at, _)| {
+            !text[..at].ends_with(number) && !text[at + n.len()..].starts_with(char::is_numeric)
+        })
+    };
+    let words: Vec<&str> = section.split_whitespace().collect();
+    let mut quoted = 0;
+    let mut missing = Vec::new();
+    for pair in words.windows(2) {
+        let unit = pair[1].trim_end_matches([',', '.', ';', ':', ')']);
+        if !["µs", "ms", "%"].contains(&unit) {
+            continue;
+        }
+        let n = pair[0]
+            .trim_start_matches(|c: char| !c.is_ascii_digit())
+            .trim_end_matches('.');
+        if n.is_empty() || !n.chars().all(number) {
+            continue;
+        }
+        quoted += 1;
+        if !stands(&chapter, n) {
+            missing.push(format!("{} {}", pair[0], pair[1]));
+        }
+    }
+    assert!(quoted >= 20, "found {quoted} figures");
+    assert!(
+        missing.is_empty(),
+        "README.md's Fidelity quotes figures docs/fidelity.md does not: {missing:?}"
+    );
+}
