@@ -122,8 +122,8 @@ pub fn set_up_router_views(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Resul
 /// (`policy::Active<family::Routing>`); empties `RouteDue`, sends requests on as `Enqueue` events (or into `EnqueueDue`),
 /// parks them when nothing is routable and a group scales (`ScaleDue::cold_start`). Its
 /// setup steps ([`set_up_routing`], [`set_up_router_views`]) build the policy and the
-/// routers' views. Owns [`RouterSnapshots`], [`RoutingStats`], [`DecisionLog`] and [`Parked`], and
-/// `policy::CachedBlocks` (the caches as the instances' KV events tell them).
+/// routers' views. Owns [`RouterSnapshots`], [`RoutingStats`], [`DecisionLog`], [`Parked`],
+/// [`TokenizerWindows`] and `policy::CachedBlocks` (the caches as the instances' KV events tell them).
 pub struct RoutingPlugin;
 
 impl bevy_app::Plugin for RoutingPlugin {
@@ -132,6 +132,7 @@ impl bevy_app::Plugin for RoutingPlugin {
             .init_resource::<RoutingStats>()
             .init_resource::<DecisionLog>()
             .init_resource::<Parked>()
+            .init_resource::<TokenizerWindows>()
             .init_resource::<crate::policy::CachedBlocks>()
             .init_resource::<crate::kv::KvEvents>()
             .add_setup(SetupStage::Policies, set_up_routing)
@@ -276,7 +277,7 @@ impl Dispatch<'_, '_> {
                     .latencies
                     .get(self.index.0[i as usize])
                     .expect("instance entity exists for the whole run");
-                let delay = router.delay(spec, latency, &limits.serving);
+                let delay = router.delay(i, now, spec, latency, &limits.serving);
                 send_to(
                     entity,
                     i,
@@ -381,8 +382,14 @@ pub struct Router<'w, 's> {
     disagg: Res<'w, crate::disagg::Disagg>,
     cached: Res<'w, crate::policy::CachedBlocks>,
     delays: Res<'w, ClusterDelays>,
+    tokenizers: ResMut<'w, TokenizerWindows>,
     seen: Local<'s, Vec<crate::policy::InstanceSnapshot>>,
 }
+
+/// Each instance's API-server tokenizer micro-batch ([`crate::latency::TokenizerWindow`]),
+/// by instance index; a request's wait in it is part of its [`Router::delay`].
+#[derive(Resource, Default)]
+pub struct TokenizerWindows(pub Vec<crate::latency::TokenizerWindow>);
 
 /// Where routing sends a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -452,18 +459,43 @@ impl Router<'_, '_> {
         self.snapshots.sees(now, &view.instances, &self.disagg)
     }
 
-    /// The delay before a request routed to an instance with `latency` and `serving` path
-    /// joins its engine's queue: the routing delay, the latency model's queueing delay and
-    /// the API server's work on the request.
+    /// The delay before a request routed at `now` to instance `i` with `latency` and
+    /// `serving` path joins its engine's queue: the routing delay, the wait for the API
+    /// server's tokenizer batch (the request reaches it when routed), the latency model's
+    /// queueing delay and the API server's work on the request.
     pub fn delay(
-        &self,
+        &mut self,
+        i: u32,
+        now: SimTime,
         spec: &RequestSpec,
         latency: &Latency,
         serving: &crate::latency::ServingPath,
     ) -> SimDuration {
+        let tokenizer = if serving.tokenizer_window_us > 0.0 {
+            self.tokenizer_wait(i, now + self.delays.routing, serving)
+        } else {
+            SimDuration::ZERO
+        };
         self.delays.routing
+            + tokenizer
             + latency.0.queueing_delay(spec.input_tokens)
             + serving.request_in(spec.input_tokens)
+    }
+
+    /// A request reaching instance `i`'s API server at `at` waits for its tokenizer batch
+    /// (kept out of line: scenarios without a window only test the branch in [`Self::delay`]).
+    #[inline(never)]
+    fn tokenizer_wait(
+        &mut self,
+        i: u32,
+        at: SimTime,
+        serving: &crate::latency::ServingPath,
+    ) -> SimDuration {
+        let windows = &mut self.tokenizers.0;
+        if windows.len() <= i as usize {
+            windows.resize(i as usize + 1, Default::default());
+        }
+        windows[i as usize].wait(at, serving)
     }
 
     /// The first failed write of `decisions.csv` stops the run.

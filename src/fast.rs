@@ -289,7 +289,7 @@ pub fn fast_ticks(
                         let parts = instances
                             .get(index.0[i as usize])
                             .expect("instance entity exists for the whole run");
-                        let delay = c.router.delay(&p.spec, parts.2, &parts.3.serving);
+                        let delay = c.router.delay(i, now, &p.spec, parts.2, &parts.3.serving);
                         crate::cluster::send_to(entity, i, delay, now, enqueues, &mut *queue);
                     }
                     Routed::Parked => {

@@ -29,7 +29,7 @@ pub use blis_roofline::BlisRoofline;
 pub use expert::{ExpertParallel, MoeLayerCost, WideEp};
 pub use piecewise::PiecewiseLinear;
 pub use roofline::{DEFAULT_REQUEST_OVERHEAD_US, DEFAULT_STEP_OVERHEAD_US, LayerLoad, Roofline};
-pub use serving::ServingPath;
+pub use serving::{ServingPath, TokenizerWindow};
 pub use table::{Extrapolation, MeasuredTable};
 pub use trained_physics::{Coefficients, TrainedPhysics};
 

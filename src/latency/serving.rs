@@ -17,11 +17,16 @@
 //!   hidden — and a request that reaches the engine while step N runs is first scheduled in
 //!   step N+2 (the decision for N+1 was already taken when N started).
 //!
+//! The API server tokenizes prompts in micro-batches (vLLM 0.10 to at least 0.15,
+//! `AsyncMicrobatchTokenizer` in `vllm/utils/async_utils.py`, PR #19334): the first prompt
+//! opens a window of 2 ms in which up to 32 prompts gather before one batched tokenizer call,
+//! so a prompt that arrives alone waits the whole window ([`TokenizerWindow`]).
+//!
 //! [`ServingPath`] holds the numbers of both; [`ServingPath::VLLM`] are vLLM 0.15.1's, measured
 //! with vLLM's own classes by the scripts in `benches/frontend/` (see each constant).
 
 use crate::scenario::{EnginePreset, EngineSpec};
-use crate::time::SimDuration;
+use crate::time::{SimDuration, SimTime};
 
 /// The serving path of an instance (see the module docs). All costs in µs.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -46,6 +51,11 @@ pub struct ServingPath {
     /// its task, rendering and writing its SSE chunk, µs. A step's outputs are processed in
     /// batch order, so a request's token reaches its client after those before it.
     pub api_us_per_output_token: f64,
+    /// API server: how long the tokenizer's micro-batch stays open after its first prompt, µs
+    /// (0: every prompt is tokenized at once). See [`TokenizerWindow`].
+    pub tokenizer_window_us: f64,
+    /// API server: the most prompts one tokenizer micro-batch takes.
+    pub tokenizer_batch: u32,
 }
 
 impl ServingPath {
@@ -60,7 +70,10 @@ impl ServingPath {
     /// - `api_us_per_prompt_token` 1.15 (tokenizer + hashing slope, `measure_vllm_frontend.py`);
     /// - `api_step_us` 66 = 19 (output batch decode and processing, per step) + 47 (ZeroMQ hop);
     /// - `api_us_per_output_token` 30 = 24 (`OutputProcessor.process_outputs`, task wake-up,
-    ///   `ChatCompletionStreamResponse` + `model_dump_json`) + 6 (ASGI send and HTTP chunk).
+    ///   `ChatCompletionStreamResponse` + `model_dump_json`) + 6 (ASGI send and HTTP chunk);
+    /// - `tokenizer_window_us` 2000 and `tokenizer_batch` 32: `AsyncMicrobatchTokenizer`'s
+    ///   `batch_wait_timeout_s` and `max_batch_size` defaults (vLLM 0.11.0 and 0.15.1 source;
+    ///   vLLM PR #45759, June 2026, removed the batcher for this 2 ms wait).
     pub const VLLM: ServingPath = ServingPath {
         async_scheduling: true,
         schedule_us: 14.0,
@@ -69,6 +82,8 @@ impl ServingPath {
         api_us_per_prompt_token: 1.15,
         api_step_us: 66.0,
         api_us_per_output_token: 30.0,
+        tokenizer_window_us: 2000.0,
+        tokenizer_batch: 32,
     };
 
     /// vLLM before 0.14 (async scheduling off by default): the same costs, the scheduler's work
@@ -87,6 +102,8 @@ impl ServingPath {
         api_us_per_prompt_token: 0.0,
         api_step_us: 0.0,
         api_us_per_output_token: 0.0,
+        tokenizer_window_us: 0.0,
+        tokenizer_batch: 32,
     };
 
     /// True if nothing is added to the step and the request (the BLIS reading).
@@ -140,10 +157,17 @@ impl ServingPath {
             ("api_us_per_prompt_token", self.api_us_per_prompt_token),
             ("api_step_us", self.api_step_us),
             ("api_us_per_output_token", self.api_us_per_output_token),
+            ("tokenizer_window_us", self.tokenizer_window_us),
         ] {
             if !v.is_finite() || !(0.0..=1e7).contains(&v) {
                 p.push((f, format!("must be a number of µs in [0, 10⁷], got {v}")));
             }
+        }
+        if self.tokenizer_batch == 0 {
+            p.push((
+                "tokenizer_batch",
+                "must be at least 1 (prompts per tokenizer micro-batch), got 0".into(),
+            ));
         }
         p
     }
@@ -171,7 +195,14 @@ impl ServingPath {
             self.api_us_per_prompt_token,
             self.api_step_us,
             self.api_us_per_output_token,
-        )
+        ) + &if self.tokenizer_window_us > 0.0 {
+            format!(
+                "; prompts tokenized in micro-batches of up to {} gathered for {} µs (vLLM's AsyncMicrobatchTokenizer: a lone prompt waits it all)",
+                self.tokenizer_batch, self.tokenizer_window_us
+            )
+        } else {
+            "; each prompt tokenized at once".into()
+        }
     }
 }
 
@@ -200,12 +231,54 @@ impl ServingPath {
             (&mut p.api_us_per_prompt_token, s.api_us_per_prompt_token),
             (&mut p.api_step_us, s.api_step_us),
             (&mut p.api_us_per_output_token, s.api_us_per_output_token),
+            (&mut p.tokenizer_window_us, s.tokenizer_window_us),
         ] {
             if let Some(v) = v {
                 *slot = v;
             }
         }
+        if let Some(n) = s.tokenizer_batch {
+            p.tokenizer_batch = n;
+        }
         p
+    }
+}
+
+/// One API server's tokenizer micro-batch, as vLLM's `AsyncMicrobatchTokenizer` gathers it:
+/// the first prompt to reach the batcher opens a window of `tokenizer_window_us`; prompts
+/// arriving before it closes join, up to `tokenizer_batch`; at its close the batch is
+/// tokenized and each prompt goes on. A prompt arriving after the close, or to a full batch,
+/// opens the next window.
+///
+/// Two simplifications, both confined to bursts of more than `tokenizer_batch` prompts
+/// within one window at one server: a full batch is released at its window's close (vLLM
+/// releases it when the last prompt joins, at most one window earlier), and the batch's
+/// tokenization is priced per prompt (`api_us_per_prompt_token`) rather than run one batch
+/// after another.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TokenizerWindow {
+    /// When the open window closes (none open when it has passed).
+    pub closes_at: SimTime,
+    /// Prompts in it so far.
+    pub prompts: u32,
+}
+
+impl TokenizerWindow {
+    /// How long a prompt reaching the batcher at `at` waits for its batch to close, the
+    /// window updated.
+    pub fn wait(&mut self, at: SimTime, path: &ServingPath) -> SimDuration {
+        if path.tokenizer_window_us <= 0.0 {
+            return SimDuration::ZERO;
+        }
+        if at < self.closes_at && self.prompts < path.tokenizer_batch {
+            self.prompts += 1;
+        } else {
+            *self = TokenizerWindow {
+                closes_at: at + SimDuration::from_us_f64(path.tokenizer_window_us),
+                prompts: 1,
+            };
+        }
+        self.closes_at.since(at)
     }
 }
 
@@ -240,13 +313,43 @@ mod tests {
     }
 
     #[test]
+    fn a_lone_prompt_waits_the_whole_tokenizer_window_and_company_waits_what_is_left() {
+        let v = ServingPath::VLLM;
+        let mut w = TokenizerWindow::default();
+        assert_eq!(w.wait(SimTime(10_000), &v), SimDuration(2_000));
+        // Joins the window opened at 10 000 µs: closes at 12 000.
+        assert_eq!(w.wait(SimTime(10_500), &v), SimDuration(1_500));
+        assert_eq!(w.wait(SimTime(11_999), &v), SimDuration(1));
+        // At the close itself the batch has gone (vLLM's `timeout <= 0: break`): a new one.
+        assert_eq!(w.wait(SimTime(12_000), &v), SimDuration(2_000));
+        assert_eq!(w.closes_at, SimTime(14_000));
+        // A full batch takes no more: the 33rd prompt of a burst opens the next window.
+        let mut w = TokenizerWindow::default();
+        for _ in 0..32 {
+            assert_eq!(w.wait(SimTime(100), &v), SimDuration(2_000));
+        }
+        assert_eq!(w.wait(SimTime(101), &v), SimDuration(2_000));
+        assert_eq!((w.closes_at, w.prompts), (SimTime(2_101), 1));
+        // Without a window (BLIS's reading, or `tokenizer_window_us: 0`) nothing waits.
+        assert_eq!(w.wait(SimTime(102), &ServingPath::BARE), SimDuration::ZERO);
+    }
+
+    #[test]
     fn bad_numbers_are_named() {
         let bad = ServingPath {
             api_request_us: f64::NAN,
             schedule_us_per_request: -1.0,
+            tokenizer_batch: 0,
             ..ServingPath::VLLM
         };
         let names: Vec<&str> = bad.problems().iter().map(|p| p.0).collect();
-        assert_eq!(names, ["schedule_us_per_request", "api_request_us"]);
+        assert_eq!(
+            names,
+            [
+                "schedule_us_per_request",
+                "api_request_us",
+                "tokenizer_batch"
+            ]
+        );
     }
 }

@@ -544,6 +544,11 @@ pub struct EngineSpec {
     pub api_step_us: Option<f64>,
     /// API server per streamed token, µs.
     pub api_us_per_output_token: Option<f64>,
+    /// API server: how long a tokenizer micro-batch gathers prompts after its first, µs
+    /// (0: each prompt tokenized at once).
+    pub tokenizer_window_us: Option<f64>,
+    /// API server: the most prompts in one tokenizer micro-batch.
+    pub tokenizer_batch: Option<u32>,
 }
 
 impl InstanceGroup {

@@ -33,15 +33,49 @@ fn a_lone_request_on_an_idle_instance_waits_for_the_api_server_and_one_step() {
         let (sc, _dir) = scenario(&format!("(async_scheduling: {mode}, {API})"), "0,100,4\n");
         let (_, rows) = run(&sc);
         let r = &rows[0];
-        // The engine has it at 500 + 100 = 600 µs and, idle, schedules it at once: the
-        // prefill step ends at 1,600 µs, its token leaves the API server 50 + 10 µs later.
-        assert_eq!(r.us("scheduling_delay_ms"), 600, "async {mode}");
-        assert_eq!(r.us("ttft_ms"), 1_660, "async {mode}");
-        // Three decode steps: the last token at 4,600 µs, delivered 60 µs later.
-        assert_eq!(r.us("e2e_ms"), 4_660, "async {mode}");
+        // Alone, its prompt waits out the tokenizer's whole 2,000 µs window; the engine has
+        // it at 2,000 + 500 + 100 = 2,600 µs and, idle, schedules it at once: the prefill
+        // step ends at 3,600 µs, its token leaves the API server 50 + 10 µs later.
+        assert_eq!(r.us("scheduling_delay_ms"), 2_600, "async {mode}");
+        assert_eq!(r.us("ttft_ms"), 3_660, "async {mode}");
+        // Three decode steps: the last token at 6,600 µs, delivered 60 µs later.
+        assert_eq!(r.us("e2e_ms"), 6_660, "async {mode}");
         assert_eq!(r.us("mean_itl_ms"), 1_000, "async {mode}");
-        assert_eq!(r.u64("completion_us"), 4_600, "the engine's last step end");
+        assert_eq!(r.u64("completion_us"), 6_600, "the engine's last step end");
     }
+}
+
+#[test]
+fn prompts_within_one_tokenizer_window_go_on_together() {
+    // Windows of 2,000 µs: the prompt at 0 opens one until 2,000 and the one at 1,500 joins
+    // it; the one at 2,000 comes as it closes and opens the next, until 4,000, which the one
+    // at 2,500 joins. Each reaches the engine 500 + 16 µs after its window closes: at 2,516,
+    // 2,516, 4,516 and 4,516 µs, to an idle engine (one-token outputs finish in the prefill
+    // step, [2516, 3516)).
+    let rows = "0,16,1\n1500,16,1\n2000,16,1\n2500,16,1\n";
+    let (sc, _dir) = scenario(&format!("(async_scheduling: false, {API})"), rows);
+    let (_, r) = run(&sc);
+    let delays: Vec<u64> = r.iter().map(|r| r.us("scheduling_delay_ms")).collect();
+    assert_eq!(delays, [2_516, 1_016, 2_516, 2_016]);
+    // A batch of at most one prompt: each waits its own whole window, and the second
+    // prompt's engine time (1,500 + 2,516 = 4,016) finds the first's step over.
+    let (sc, _dir) = scenario(
+        &format!("(async_scheduling: false, tokenizer_batch: 1, {API})"),
+        "0,16,1\n1500,16,1\n",
+    );
+    let (_, r) = run(&sc);
+    let delays: Vec<u64> = r.iter().map(|r| r.us("scheduling_delay_ms")).collect();
+    assert_eq!(delays, [2_516, 2_516]);
+    // Without a window (vLLM after PR #45759) each reaches the engine 516 µs after it
+    // arrives: at 516, 2,016, 2,516 and 3,016 µs; the third waits for the second's step,
+    // [2016, 3016), and the fourth comes as it ends.
+    let (sc, _dir) = scenario(
+        &format!("(async_scheduling: false, tokenizer_window_us: 0.0, {API})"),
+        rows,
+    );
+    let (_, r) = run(&sc);
+    let delays: Vec<u64> = r.iter().map(|r| r.us("scheduling_delay_ms")).collect();
+    assert_eq!(delays, [516, 516, 1_016, 516]);
 }
 
 #[test]
@@ -51,7 +85,7 @@ fn on_a_busy_instance_async_scheduling_schedules_a_new_request_one_step_later() 
     let rows = "0,16,20\n2300,16,3\n";
     let engine = |mode: &str| {
         format!(
-            "(async_scheduling: {mode}, api_request_us: 0.0, api_us_per_prompt_token: 0.0, api_step_us: 50.0, api_us_per_output_token: 10.0, schedule_us: 0.0, schedule_us_per_request: 0.0)"
+            "(async_scheduling: {mode}, api_request_us: 0.0, api_us_per_prompt_token: 0.0, api_step_us: 50.0, api_us_per_output_token: 10.0, schedule_us: 0.0, schedule_us_per_request: 0.0, tokenizer_window_us: 0.0)"
         )
     };
     let (sync, _d1) = scenario(&engine("false"), rows);
@@ -75,7 +109,7 @@ fn on_a_busy_instance_async_scheduling_schedules_a_new_request_one_step_later() 
 fn without_async_scheduling_the_scheduler_runs_between_steps() {
     let engine = |mode: &str| {
         format!(
-            "(async_scheduling: {mode}, api_request_us: 100.0, api_us_per_prompt_token: 0.0, api_step_us: 0.0, api_us_per_output_token: 0.0, schedule_us: 200.0, schedule_us_per_request: 30.0)"
+            "(async_scheduling: {mode}, api_request_us: 100.0, api_us_per_prompt_token: 0.0, api_step_us: 0.0, api_us_per_output_token: 0.0, schedule_us: 200.0, schedule_us_per_request: 30.0, tokenizer_window_us: 0.0)"
         )
     };
     // Two requests reach the engine together (at 100 µs) and run every step side by side.
@@ -101,13 +135,14 @@ fn the_api_server_delivers_a_steps_tokens_in_batch_order() {
         "0,1,2\n0,1,2\n0,1,2\n",
     );
     let (_, rows) = run(&sc);
-    // Prompts of one token: in the engine at 501 µs; the step ends
-    // at 1,501; tokens out at 1,501 + 50 + 10·k for k = 1, 2, 3.
+    // Prompts of one token, tokenized in one batch at the window's close (2,000 µs): in the
+    // engine at 2,501 µs; the step ends at 3,501; tokens out at 3,501 + 50 + 10·k for
+    // k = 1, 2, 3.
     let ttft: Vec<u64> = rows.iter().map(|r| r.us("ttft_ms")).collect();
-    assert_eq!(ttft, [1_561, 1_571, 1_581]);
+    assert_eq!(ttft, [3_561, 3_571, 3_581]);
     // The second tokens are delivered in the same order, so each E2E is TTFT + one step.
     let e2e: Vec<u64> = rows.iter().map(|r| r.us("e2e_ms")).collect();
-    assert_eq!(e2e, [2_561, 2_571, 2_581]);
+    assert_eq!(e2e, [4_561, 4_571, 4_581]);
 }
 
 #[test]
@@ -170,16 +205,29 @@ fn a_group_without_latency_and_model_is_told_what_the_default_needs() {
 #[test]
 fn bad_engine_numbers_are_errors_with_their_path() {
     let app = servesim::default_app();
-    let err = servesim::loader::parse(
-        "(cluster: (groups: [(model: \"llama-2-7b-hf\", gpu: \"H100\", engine: (api_step_us: -5.0))]), workload: (num_requests: 1, clients: [(rate_per_s: 1.0, input_tokens: Constant(10), output_tokens: Constant(2))]))",
-        "t.ron",
-        &[],
-        app.world().resource::<servesim::policy::Catalog>(),
-    )
-    .unwrap_err()
-    .to_string();
+    let err = |engine: &str| {
+        servesim::loader::parse(
+            &format!("(cluster: (groups: [(model: \"llama-2-7b-hf\", gpu: \"H100\", engine: {engine})]), workload: (num_requests: 1, clients: [(rate_per_s: 1.0, input_tokens: Constant(10), output_tokens: Constant(2))]))"),
+            "t.ron",
+            &[],
+            app.world().resource::<servesim::policy::Catalog>(),
+        )
+        .unwrap_err()
+        .to_string()
+    };
+    let e = err("(api_step_us: -5.0)");
     assert!(
-        err.contains("cluster.groups[0].engine.api_step_us") && err.contains("got -5"),
-        "{err}"
+        e.contains("cluster.groups[0].engine.api_step_us") && e.contains("got -5"),
+        "{e}"
+    );
+    let e = err("(tokenizer_window_us: 2000.0, tokenizer_batch: 0)");
+    assert!(
+        e.contains("cluster.groups[0].engine.tokenizer_batch") && e.contains("at least 1"),
+        "{e}"
+    );
+    let e = err("(tokenizer_window_us: -1.0)");
+    assert!(
+        e.contains("cluster.groups[0].engine.tokenizer_window_us") && e.contains("got -1"),
+        "{e}"
     );
 }
