@@ -7,7 +7,9 @@ path"). It drives the pieces a streamed chat request passes through in vLLM 0.15
 - request in: the chat request parsed by vLLM's pydantic protocol class, the chat template
   rendered and the prompt tokenized by a HuggingFace fast tokenizer, the `EngineCoreRequest`
   msgpack-encoded by the front end and decoded by the engine core's input thread, and the
-  engine's `Request` built with its prefix-cache block hashes;
+  engine's `Request` built with its prefix-cache block hashes (the tokenizer is called
+  directly: the wait in vLLM's `AsyncMicrobatchTokenizer`, up to 2 ms for other prompts to
+  batch with, is not CPU work and is its own term, `engine.tokenizer_window_us`);
 - tokens out, per engine step of B requests: `EngineCoreOutputs` encoded by the engine core's
   output thread and decoded by the front end, `OutputProcessor.process_outputs` (incremental
   detokenization, stop checks, iteration statistics, one `RequestOutput` per request into its
