@@ -7,7 +7,8 @@
 //!   activations in and out. A MoE layer reads only the experts the step's tokens touch,
 //!   N·(1 − (1 − k/N)^T) of them, and computes k experts per token.
 //! - attention: causal prefill FLOPs at `attention_efficiency`, plus every decode's K and V
-//!   reads at the achieved bandwidth, plus `attention_overhead_us`;
+//!   reads at the achieved bandwidth (`kv_read_efficiency` where it is given), plus
+//!   `attention_overhead_us`;
 //! - element-wise work (norms, rotary, activation, residuals): `elementwise_hidden_passes`
 //!   passes over each token's hidden row and `elementwise_ffn_passes` over its FFN row,
 //!   memory bound;
@@ -97,6 +98,11 @@ impl Roofline {
 
     pub(super) fn bandwidth(&self) -> f64 {
         self.gpu.bandwidth_tb_per_s * 1e12 * self.physics().bandwidth_efficiency
+    }
+
+    /// What a decode's read of the paged KV cache achieves, bytes/s.
+    pub(super) fn kv_bandwidth(&self) -> f64 {
+        self.gpu.bandwidth_tb_per_s * 1e12 * self.physics().kv_read_efficiency()
     }
 
     /// One GEMM of `m` rows against a `k × n` weight of `weight_bytes` per element, µs.
@@ -263,7 +269,7 @@ impl Roofline {
                 kv_tensors * kv_dim * load.decode_context * m.kv_bytes,
             )
         };
-        (pf_flops / (self.peak_bf16() * ph.attention_efficiency) + kv_bytes / self.bandwidth())
+        (pf_flops / (self.peak_bf16() * ph.attention_efficiency) + kv_bytes / self.kv_bandwidth())
             * 1e6
             + ph.attention_overhead_us
     }
@@ -432,6 +438,39 @@ mod tests {
         assert!((llama(2).allreduce_us(256.0) - (bytes / 360e9 * 1e6 + 8.0)).abs() < 1e-9);
         let eight = 2.0 * 7.0 / 8.0 * bytes / 360e9 * 1e6 + 8.0;
         assert!((llama(8).allreduce_us(256.0) - eight).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_decodes_paged_kv_read_has_its_own_efficiency_and_the_weights_keep_theirs() {
+        // 64 Llama-3.1-8B decodes at 1,000 tokens of context: K and V of 8 heads × 128 in
+        // bf16, 2 × 1,024 × 64,000 × 2 B = 262.144 MB per layer. At the default (the
+        // bandwidth efficiency, 3.35 TB/s × 0.9) that is 86.94 µs, at 0.45 of peak 173.89 µs;
+        // each + 18 µs for the kernel.
+        let load = LayerLoad {
+            tokens: 64.0,
+            decode_context: 64_000.0,
+            ..Default::default()
+        };
+        let mut r = llama(1);
+        let default_us = r.attention_us(&load, 2.0);
+        assert!((default_us - (262.144e6 / 3.015e12 * 1e6 + 18.0)).abs() < 1e-6);
+        let default_layer = r.layer_us(false, &load, 2.0);
+        r.gpu.physics.kv_read_efficiency = Some(0.45);
+        let slow_us = r.attention_us(&load, 2.0);
+        assert!((slow_us - (262.144e6 / 1.5075e12 * 1e6 + 18.0)).abs() < 1e-6);
+        // Only the KV read moved: the GEMMs still stream weights at 0.9.
+        let moved = r.layer_us(false, &load, 2.0) - default_layer;
+        assert!((moved - (slow_us - default_us)).abs() < 1e-6, "{moved}");
+        // A prefill reads no paged KV this way: its attention is FLOPs at
+        // attention_efficiency, whatever the KV read reaches.
+        let prefill = LayerLoad {
+            tokens: 512.0,
+            prefill_pairs: 512.0 * 513.0 / 2.0,
+            ..Default::default()
+        };
+        let at_045 = r.attention_us(&prefill, 2.0);
+        r.gpu.physics.kv_read_efficiency = None;
+        assert_eq!(at_045, r.attention_us(&prefill, 2.0));
     }
 
     #[test]

@@ -43,7 +43,10 @@ fn load_gpu(name: &str, base: &Path) -> Result<GpuProfile, String> {
     if looks_like_path(name) {
         let path = base.join(name);
         let text = crate::input::read_text(&path)?;
-        let gpu: GpuProfile = ron::from_str(&text)
+        // As scenarios: an optional field takes its value bare or in `Some(…)`.
+        let gpu: GpuProfile = ron::Options::default()
+            .with_default_extension(ron::extensions::Extensions::IMPLICIT_SOME)
+            .from_str(&text)
             .map_err(|e| format!("{}:{}: {}", path.display(), e.span.start, e.code))?;
         let p = gpu.problems();
         return if p.is_empty() {
@@ -338,6 +341,7 @@ fn read_group(
             gemm_efficiency,
             attention_efficiency,
             bandwidth_efficiency,
+            kv_read_efficiency,
             kernel_overhead_us,
             attention_overhead_us,
             allreduce_gb_per_s,
@@ -383,6 +387,9 @@ fn read_group(
                         if let Some(v) = v {
                             *slot = *v;
                         }
+                    }
+                    if kv_read_efficiency.is_some() {
+                        ph.kv_read_efficiency = *kv_read_efficiency;
                     }
                     // An all-reduce the scenario prices itself replaces the measured
                     // two-stage band too.

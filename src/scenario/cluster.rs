@@ -571,6 +571,7 @@ impl LatencySpec {
             gemm_efficiency: None,
             attention_efficiency: None,
             bandwidth_efficiency: None,
+            kv_read_efficiency: None,
             kernel_overhead_us: None,
             attention_overhead_us: None,
             allreduce_gb_per_s: None,
@@ -608,6 +609,10 @@ pub enum LatencySpec {
         attention_efficiency: Option<f64>,
         #[serde(default)]
         bandwidth_efficiency: Option<f64>,
+        /// What a decode's paged KV read reaches, as a fraction of peak bandwidth. Default:
+        /// `bandwidth_efficiency`.
+        #[serde(default)]
+        kv_read_efficiency: Option<f64>,
         #[serde(default)]
         kernel_overhead_us: Option<f64>,
         #[serde(default)]

@@ -390,6 +390,53 @@ fn roofline_defaults_can_be_overridden_in_the_scenario() {
         1800
     );
     assert!(over.itl_ms.mean.unwrap() > base.itl_ms.mean.unwrap());
+    // Reading the paged KV cache at half the speed leaves the prefill (no cached context to
+    // read) exactly as it was and slows the two decodes, which read 2,000 tokens each.
+    let (kv, kv_rows) = run(&parse(&src("Roofline(kv_read_efficiency: 0.45)")));
+    assert_eq!(kv_rows[0].us("ttft_ms"), base_rows[0].us("ttft_ms"));
+    assert!(kv.itl_ms.mean.unwrap() > base.itl_ms.mean.unwrap());
+}
+
+#[test]
+fn a_kv_read_efficiency_outside_zero_to_one_is_refused_with_its_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = |latency: &str| {
+        format!(
+            "(cluster: (groups: [(model: \"llama-3.1-8b-instruct\", gpu: \"H100\", latency: {latency})]),
+              workload: (num_requests: 1, clients: [(rate_per_s: 1.0, input_tokens: Constant(20),
+                output_tokens: Constant(3))]))"
+        )
+    };
+    std::fs::write(
+        dir.path().join("s.ron"),
+        scenario("Roofline(kv_read_efficiency: 1.5)"),
+    )
+    .unwrap();
+    let out = crate::common::servesim(&["validate", "s.ron"], dir.path());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("cluster.groups[0].latency.kv_read_efficiency: must be in (0, 1], got 1.5"),
+        "{err}"
+    );
+    // A GPU file may carry it too, bare or as `Some(…)` like a scenario's optional fields.
+    for value in ["0.6", "Some(0.6)"] {
+        std::fs::write(
+            dir.path().join("g.ron"),
+            format!(
+                "(id: \"G\", tflops_bf16: 989.5, tflops_fp8: 1979.0, bandwidth_tb_per_s: 3.35,
+                  mfu_prefill: 0.45, mfu_decode: 0.30, memory_gib: 80.0, calibration: Datasheet,
+                  physics: (kv_read_efficiency: {value}))"
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("s.ron"),
+            scenario("Roofline()").replace("\"H100\"", "\"g.ron\""),
+        )
+        .unwrap();
+        crate::common::servesim_ok(&["validate", "s.ron"], dir.path());
+    }
 }
 
 proptest! {
