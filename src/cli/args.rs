@@ -138,6 +138,9 @@ pub(crate) enum FitModel {
     Blackbox,
     /// Scale factors on the bundled trained-physics coefficients, and α0.
     TrainedPhysics,
+    /// Our roofline's least measured terms (GEMM efficiency, paged KV read efficiency, step
+    /// overhead) and α0, keeping its physics and the group's other fields.
+    Roofline,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]

@@ -105,6 +105,7 @@ pub(crate) fn calibrate(app: &ServesimApp, a: CalibrateArgs) -> ExitCode {
     let family = match model {
         FitModel::Blackbox => crate::fidelity::calibrate::Family::Blackbox,
         FitModel::TrainedPhysics => crate::fidelity::calibrate::Family::TrainedPhysics,
+        FitModel::Roofline => crate::fidelity::calibrate::Family::Roofline,
     };
     let fit = match crate::fidelity::calibrate::calibrate(
         app,

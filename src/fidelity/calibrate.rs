@@ -14,6 +14,10 @@
 //!   they cannot be told apart from β1 and β0.
 //! - `TrainedPhysics`: scale factors on the bundled coefficients' prefill, decode, weight and
 //!   fixed-overhead terms, plus α0.
+//! - `Roofline`: our roofline's least measured terms, keeping its physics: the GEMM efficiency
+//!   (prefill compute), the paged KV read's efficiency (what each decoding request adds to a
+//!   step) and the fixed cost of a step, plus α0; every other field of the group's
+//!   `Roofline(...)` stays as the scenario gives it.
 
 use serde::Serialize;
 
@@ -27,6 +31,7 @@ use crate::setup::SimError;
 pub enum Family {
     Blackbox,
     TrainedPhysics,
+    Roofline,
 }
 
 /// A finished fit.
@@ -65,7 +70,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 struct Space {
     names: &'static [&'static str],
     start: Vec<f64>,
-    build: fn(&[f64]) -> LatencySpec,
+    build: Box<dyn Fn(&[f64]) -> LatencySpec>,
 }
 
 fn blackbox(p: &[f64]) -> LatencySpec {
@@ -97,7 +102,27 @@ fn trained_physics(p: &[f64]) -> LatencySpec {
     }
 }
 
-fn space(family: Family, measured: &[MeasuredRequest]) -> Space {
+/// `base` (the group's own `Roofline(...)`, or every default) with α0, the GEMM efficiency,
+/// the KV read's efficiency and the step overhead of `p`.
+fn roofline(base: &LatencySpec, p: &[f64]) -> LatencySpec {
+    let mut spec = base.clone();
+    if let LatencySpec::Roofline {
+        alpha,
+        gemm_efficiency,
+        kv_read_efficiency,
+        step_overhead_us,
+        ..
+    } = &mut spec
+    {
+        *alpha = Some(vec![p[0], 0.0, 0.0]);
+        *gemm_efficiency = Some(p[1]);
+        *kv_read_efficiency = Some(p[2]);
+        *step_overhead_us = Some(p[3]);
+    }
+    spec
+}
+
+fn space(family: Family, measured: &[MeasuredRequest], current: Option<&LatencySpec>) -> Space {
     let itl = median(measured.iter().filter_map(|m| m.itl_us).collect());
     let ttft = median(measured.iter().map(|m| m.ttft_us).collect());
     let input = median(measured.iter().map(|m| f64::from(m.input_tokens)).collect());
@@ -115,7 +140,7 @@ fn space(family: Family, measured: &[MeasuredRequest]) -> Space {
                 ((ttft - itl).max(0.0) / input.max(1.0)).max(0.01),
                 (0.02 * itl).max(0.1),
             ],
-            build: blackbox,
+            build: Box::new(blackbox),
         },
         Family::TrainedPhysics => Space {
             names: &[
@@ -126,8 +151,44 @@ fn space(family: Family, measured: &[MeasuredRequest]) -> Space {
                 "overhead_scale",
             ],
             start: vec![(0.2 * ttft).max(1.0), 1.0, 1.0, 1.0, 1.0],
-            build: trained_physics,
+            build: Box::new(trained_physics),
         },
+        Family::Roofline => {
+            let base = match current {
+                Some(spec @ LatencySpec::Roofline { .. }) => spec.clone(),
+                _ => LatencySpec::default_roofline(),
+            };
+            // From the group's own values where it gives them, else the H100's physics.
+            let ph = crate::model::GpuPhysics::default();
+            let LatencySpec::Roofline {
+                gemm_efficiency,
+                bandwidth_efficiency,
+                kv_read_efficiency,
+                step_overhead_us,
+                ..
+            } = &base
+            else {
+                unreachable!("the base is a roofline")
+            };
+            let start = vec![
+                (0.2 * ttft).max(1.0),
+                gemm_efficiency.unwrap_or(ph.gemm_efficiency),
+                kv_read_efficiency
+                    .or(*bandwidth_efficiency)
+                    .unwrap_or(ph.bandwidth_efficiency),
+                step_overhead_us.unwrap_or(crate::latency::DEFAULT_STEP_OVERHEAD_US),
+            ];
+            Space {
+                names: &[
+                    "alpha0_us",
+                    "gemm_efficiency",
+                    "kv_read_efficiency",
+                    "step_overhead_us",
+                ],
+                start,
+                build: Box::new(move |p| roofline(&base, p)),
+            }
+        }
     }
 }
 
@@ -307,7 +368,11 @@ pub fn calibrate(
         )));
     }
     let base = replay_scenario(scenario);
-    let sp = space(family, measured);
+    let sp = space(
+        family,
+        measured,
+        scenario.cluster.groups[group].latency.as_ref(),
+    );
     let want = targets(measured, None);
     let evaluations = std::cell::Cell::new(0usize);
     let mut failure = None;
@@ -464,6 +529,47 @@ pub fn ron_snippet(l: &LatencySpec) -> String {
             list(a),
             list(b)
         ),
+        LatencySpec::Roofline {
+            alpha,
+            step_overhead_us,
+            request_overhead_us,
+            gemm_efficiency,
+            attention_efficiency,
+            bandwidth_efficiency,
+            kv_read_efficiency,
+            kernel_overhead_us,
+            attention_overhead_us,
+            allreduce_gb_per_s,
+            allreduce_latency_us,
+            elementwise_hidden_passes,
+            elementwise_ffn_passes,
+            moe_overlap_exponent,
+        } => {
+            let mut fields: Vec<String> = alpha
+                .iter()
+                .map(|a| format!("alpha: [{}]", list(a)))
+                .collect();
+            for (name, v) in [
+                ("step_overhead_us", step_overhead_us),
+                ("request_overhead_us", request_overhead_us),
+                ("gemm_efficiency", gemm_efficiency),
+                ("attention_efficiency", attention_efficiency),
+                ("bandwidth_efficiency", bandwidth_efficiency),
+                ("kv_read_efficiency", kv_read_efficiency),
+                ("kernel_overhead_us", kernel_overhead_us),
+                ("attention_overhead_us", attention_overhead_us),
+                ("allreduce_gb_per_s", allreduce_gb_per_s),
+                ("allreduce_latency_us", allreduce_latency_us),
+                ("elementwise_hidden_passes", elementwise_hidden_passes),
+                ("elementwise_ffn_passes", elementwise_ffn_passes),
+                ("moe_overlap_exponent", moe_overlap_exponent),
+            ] {
+                if let Some(v) = v {
+                    fields.push(format!("{name}: {v:.6}"));
+                }
+            }
+            format!("latency: Roofline({}),", fields.join(", "))
+        }
         other => format!("latency: {other:?},"),
     }
 }
