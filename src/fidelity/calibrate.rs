@@ -66,11 +66,14 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// A family's latency model at given parameter values.
+type Build = Box<dyn Fn(&[f64]) -> LatencySpec>;
+
 /// The names, starting values and model of a family.
 struct Space {
     names: &'static [&'static str],
     start: Vec<f64>,
-    build: Box<dyn Fn(&[f64]) -> LatencySpec>,
+    build: Build,
 }
 
 fn blackbox(p: &[f64]) -> LatencySpec {
