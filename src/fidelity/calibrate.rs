@@ -117,7 +117,12 @@ fn roofline(base: &LatencySpec, p: &[f64]) -> LatencySpec {
         ..
     } = &mut spec
     {
-        *alpha = Some(vec![p[0], 0.0, 0.0]);
+        // α1 and α2 stay as the group gives them.
+        let mut a = alpha.clone().unwrap_or_else(|| vec![0.0; 3]);
+        if let Some(a0) = a.first_mut() {
+            *a0 = p[0];
+        }
+        *alpha = Some(a);
         *gemm_efficiency = Some(p[1]);
         *kv_read_efficiency = Some(p[2]);
         *step_overhead_us = Some(p[3]);
@@ -649,6 +654,32 @@ pub fn nelder_mead(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_roofline_fit_sets_its_four_terms_and_keeps_the_groups_others() {
+        let base: LatencySpec = ron::Options::default()
+            .with_default_extension(ron::extensions::Extensions::IMPLICIT_SOME)
+            .from_str(
+                "Roofline(alpha: [1.0, 2.0, 3.0], allreduce_gb_per_s: 300.0, gemm_efficiency: 0.7)",
+            )
+            .unwrap();
+        let fitted = roofline(&base, &[10.0, 0.5, 0.6, 700.0]);
+        let line = ron_snippet(&fitted);
+        assert_eq!(
+            line,
+            "latency: Roofline(alpha: [10.000000, 2.000000, 3.000000], step_overhead_us: 700.000000, \
+             gemm_efficiency: 0.500000, kv_read_efficiency: 0.600000, allreduce_gb_per_s: 300.000000),"
+        );
+        // The line is a scenario's latency that reads back as the fitted model.
+        let back: LatencySpec = ron::Options::default()
+            .with_default_extension(ron::extensions::Extensions::IMPLICIT_SOME)
+            .from_str(line.trim_start_matches("latency: ").trim_end_matches(','))
+            .unwrap();
+        assert_eq!(format!("{back:?}"), format!("{fitted:?}"));
+        // The start is the group's own value where it gives one, else the defaults.
+        let sp = space(Family::Roofline, &[], Some(&base));
+        assert_eq!(sp.start[1..], [0.7, 0.9, 400.0]);
+    }
 
     #[test]
     fn nelder_mead_finds_the_minimum_of_a_shifted_bowl() {
