@@ -537,45 +537,16 @@ pub fn ron_snippet(l: &LatencySpec) -> String {
             list(a),
             list(b)
         ),
-        LatencySpec::Roofline {
-            alpha,
-            step_overhead_us,
-            request_overhead_us,
-            gemm_efficiency,
-            attention_efficiency,
-            bandwidth_efficiency,
-            kv_read_efficiency,
-            kernel_overhead_us,
-            attention_overhead_us,
-            allreduce_gb_per_s,
-            allreduce_latency_us,
-            elementwise_hidden_passes,
-            elementwise_ffn_passes,
-            moe_overlap_exponent,
-        } => {
-            let mut fields: Vec<String> = alpha
+        LatencySpec::Roofline { alpha, .. } => {
+            let fields: Vec<String> = alpha
                 .iter()
                 .map(|a| format!("alpha: [{}]", list(a)))
+                .chain(
+                    l.roofline_numbers()
+                        .into_iter()
+                        .map(|(name, v)| format!("{name}: {v:.6}")),
+                )
                 .collect();
-            for (name, v) in [
-                ("step_overhead_us", step_overhead_us),
-                ("request_overhead_us", request_overhead_us),
-                ("gemm_efficiency", gemm_efficiency),
-                ("attention_efficiency", attention_efficiency),
-                ("bandwidth_efficiency", bandwidth_efficiency),
-                ("kv_read_efficiency", kv_read_efficiency),
-                ("kernel_overhead_us", kernel_overhead_us),
-                ("attention_overhead_us", attention_overhead_us),
-                ("allreduce_gb_per_s", allreduce_gb_per_s),
-                ("allreduce_latency_us", allreduce_latency_us),
-                ("elementwise_hidden_passes", elementwise_hidden_passes),
-                ("elementwise_ffn_passes", elementwise_ffn_passes),
-                ("moe_overlap_exponent", moe_overlap_exponent),
-            ] {
-                if let Some(v) = v {
-                    fields.push(format!("{name}: {v:.6}"));
-                }
-            }
             format!("latency: Roofline({}),", fields.join(", "))
         }
         other => format!("latency: {other:?},"),

@@ -562,6 +562,49 @@ impl InstanceGroup {
 }
 
 impl LatencySpec {
+    /// The numbers a `Roofline(...)` sets, by field name in declaration order, `alpha` aside
+    /// (empty for any other model).
+    pub fn roofline_numbers(&self) -> Vec<(&'static str, f64)> {
+        let LatencySpec::Roofline {
+            alpha: _,
+            step_overhead_us: a,
+            request_overhead_us: b,
+            gemm_efficiency: c,
+            attention_efficiency: d,
+            bandwidth_efficiency: e,
+            kv_read_efficiency: f,
+            kernel_overhead_us: g,
+            attention_overhead_us: h,
+            allreduce_gb_per_s: i,
+            allreduce_latency_us: j,
+            elementwise_hidden_passes: k,
+            elementwise_ffn_passes: l,
+            moe_overlap_exponent: m,
+        } = self
+        else {
+            return Vec::new();
+        };
+        let named = [
+            ("step_overhead_us", a),
+            ("request_overhead_us", b),
+            ("gemm_efficiency", c),
+            ("attention_efficiency", d),
+            ("bandwidth_efficiency", e),
+            ("kv_read_efficiency", f),
+            ("kernel_overhead_us", g),
+            ("attention_overhead_us", h),
+            ("allreduce_gb_per_s", i),
+            ("allreduce_latency_us", j),
+            ("elementwise_hidden_passes", k),
+            ("elementwise_ffn_passes", l),
+            ("moe_overlap_exponent", m),
+        ];
+        named
+            .into_iter()
+            .filter_map(|(name, v)| v.map(|v| (name, v)))
+            .collect()
+    }
+
     /// `Roofline()` with every field at its default.
     pub fn default_roofline() -> Self {
         LatencySpec::Roofline {
