@@ -102,19 +102,19 @@ pub(crate) fn calibrate(app: &ServesimApp, a: CalibrateArgs) -> ExitCode {
         Ok(x) => x,
         Err(code) => return code,
     };
+    if let Some(problem) =
+        crate::fidelity::calibrate::input_problem(&sc, group, rows.len(), max_evals)
+    {
+        eprintln!("error: {problem}");
+        return ExitCode::from(2);
+    }
     let family = match model {
         FitModel::Blackbox => crate::fidelity::calibrate::Family::Blackbox,
         FitModel::TrainedPhysics => crate::fidelity::calibrate::Family::TrainedPhysics,
         FitModel::Roofline => crate::fidelity::calibrate::Family::Roofline,
     };
-    let fit = match crate::fidelity::calibrate::calibrate(
-        app,
-        &sc,
-        group,
-        &rows,
-        family,
-        max_evals.max(8),
-    ) {
+    let fit = match crate::fidelity::calibrate::calibrate(app, &sc, group, &rows, family, max_evals)
+    {
         Ok(f) => f,
         Err(e) => {
             eprintln!("error: {e}");

@@ -54,6 +54,12 @@ pub struct Fit {
 /// Bins per binned statistic.
 const BINS: usize = 10;
 
+/// The fewest measured requests a fit takes: eight to fit on, two held back.
+pub const MIN_MEASURED: usize = 10;
+
+/// The fewest simulations a fit may be given.
+pub const MIN_EVALUATIONS: usize = 8;
+
 fn is_holdout(i: usize) -> bool {
     i % 5 == 4
 }
@@ -359,6 +365,35 @@ pub fn loss(measured: &[MeasuredRequest], sim: &[crate::metrics::RequestSample])
     ))
 }
 
+/// What makes a fit impossible before it starts (the command line's bad input, exit 2): a
+/// group the scenario does not have, too few measured requests to fit on and hold back, or
+/// too few simulations.
+pub fn input_problem(
+    scenario: &Scenario,
+    group: usize,
+    measured: usize,
+    max_evaluations: usize,
+) -> Option<String> {
+    let groups = scenario.cluster.groups.len();
+    if group >= groups {
+        return Some(format!(
+            "--group {group}: the scenario has {groups} instance group{}",
+            if groups == 1 { "" } else { "s" }
+        ));
+    }
+    if measured < MIN_MEASURED {
+        return Some(format!(
+            "{measured} measured request{} too few to fit a latency model: calibrate fits on four fifths of them and reports its error on the fifth it holds back, so it needs at least {MIN_MEASURED}; measure a longer run, or compare this one with `servesim check-real`",
+            if measured == 1 { " is" } else { "s are" }
+        ));
+    }
+    (max_evaluations < MIN_EVALUATIONS).then(|| {
+        format!(
+            "--max-evals {max_evaluations}: a fit needs at least {MIN_EVALUATIONS} simulations (the default is 400)"
+        )
+    })
+}
+
 /// Fits `family` for instance group `group` of `scenario` to `measured` with at most
 /// `max_evaluations` simulations.
 pub fn calibrate(
@@ -369,11 +404,8 @@ pub fn calibrate(
     family: Family,
     max_evaluations: usize,
 ) -> Result<Fit, SimError> {
-    if group >= scenario.cluster.groups.len() {
-        return Err(SimError::Calibration(format!(
-            "--group {group}: the scenario has {} instance groups",
-            scenario.cluster.groups.len()
-        )));
+    if let Some(problem) = input_problem(scenario, group, measured.len(), max_evaluations) {
+        return Err(SimError::Calibration(problem));
     }
     let base = replay_scenario(scenario);
     let sp = space(

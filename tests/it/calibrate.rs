@@ -390,3 +390,70 @@ fn measurements_nothing_in_the_scenario_can_serve_are_an_error_not_a_comparison(
     );
     assert!(!String::from_utf8_lossy(&fit.stdout).contains("paste into"));
 }
+
+/// A fit that cannot be made is bad input (exit 2, before any simulation), not a fitted line
+/// to paste beside a table of NaN: one measured request leaves nothing to hold back, and a
+/// group or a budget the fit cannot have is said as such. The library says the same.
+#[test]
+fn a_fit_without_enough_requests_simulations_or_the_group_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("server.ron");
+    let src = "(cluster: (groups: [(kv_blocks: 4000,
+            latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 1.0, 10.0]))]),
+          workload: (num_requests: 1, clients: [(rate_per_s: 1.0, input_tokens: Constant(4), output_tokens: Constant(4))]))";
+    std::fs::write(&scenario, src).unwrap();
+    let write = |name: &str, rows: usize| {
+        let mut csv = String::from("arrival_s,input_tokens,output_tokens,ttft_ms,e2e_ms\n");
+        for k in 0..rows {
+            csv += &format!("{k}.0,200,20,30.0,300.0\n");
+        }
+        let path = dir.path().join(name);
+        std::fs::write(&path, csv).unwrap();
+        path
+    };
+    let (nine, twenty) = (write("nine.csv", 9), write("twenty.csv", 20));
+    let run = |measured: &Path, extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_servesim"))
+            .args(["calibrate", scenario.to_str().unwrap()])
+            .arg(measured)
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.stdout.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(&nine, &[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("error: 9 measured requests are too few to fit a latency model")
+            && err.contains("needs at least 10"),
+        "{err}"
+    );
+    let (code, err) = run(&twenty, &["--max-evals", "7"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--max-evals 7: a fit needs at least 8 simulations"),
+        "{err}"
+    );
+    let (code, err) = run(&twenty, &["--group", "1", "--model", "roofline"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--group 1: the scenario has 1 instance group\n"),
+        "{err}"
+    );
+    // Through the library: the same sentence, as a calibration error.
+    let app = servesim::ServesimApp::new();
+    let rows = measured::load(&nine).unwrap();
+    let e = calibrate(&app, &parse(src), 0, &rows, Family::Blackbox, 400).unwrap_err();
+    assert!(
+        e.to_string().starts_with("9 measured requests are too few"),
+        "{e}"
+    );
+}
