@@ -128,7 +128,10 @@ pub(crate) fn form_one(
 /// that reached the engine after that were not yet in its wait queue: they are taken out of
 /// `sched.waiting` for this step (to be put back after it is formed). Requests join the queue
 /// at its back in the order they arrive, so those are its tail. An instance that was idle
-/// decides now. (vLLM 0.15 does not combine async scheduling with pipeline parallelism.)
+/// decides now. With pipeline parallelism the engine keeps `pp` micro-batches in flight in
+/// either mode, and vLLM 0.15.1's scheduler never schedules a request again while its token
+/// is outstanding (`Scheduler.schedule`: `use_pp` and `num_output_placeholders`), which is
+/// how our pipeline already runs: nothing is held back there.
 pub(crate) fn unseen_arrivals(
     sched: &mut Scheduler,
     limits: &Limits,
