@@ -1062,3 +1062,27 @@ fn huge_latencies_keep_the_summary_table_in_columns() {
     // A 10⁵-second step: 10⁸ ms, first token after one step.
     assert_eq!(cells[4], "1.000e8", "{ttft}");
 }
+
+/// A block size, TP or PP of 0 beside a model and GPU left nothing to derive the KV cache
+/// from and the loader panicked ("no problems means blocks are known"); now each is a
+/// problem with its field, and the cache says why it cannot be sized.
+#[test]
+fn a_zero_size_beside_a_model_and_gpu_is_a_problem_not_a_panic() {
+    for (field, said) in [
+        ("block_size", "cluster.groups[0].block_size: must be > 0"),
+        ("tp", "cluster.groups[0].tp: must be ≥ 1"),
+        ("pp", "cluster.groups[0].pp: must be ≥ 1"),
+    ] {
+        let err = crate::common::invalid(&format!(
+            r#"(cluster: (groups: [(model: "llama-3.1-8b-instruct", gpu: "H100", {field}: 0)]),
+               workload: (num_requests: 1, clients: [(rate_per_s: 1.0, input_tokens: Constant(8), output_tokens: Constant(8))]))"#
+        ));
+        assert!(err.contains(said), "{field}: {err}");
+        if field == "block_size" {
+            assert!(
+                err.contains("cluster.groups[0].kv_blocks: cannot be derived with block_size 0, tp 1 and pp 1"),
+                "{err}"
+            );
+        }
+    }
+}
