@@ -79,7 +79,7 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
             );
         }
         let _ = writeln!(s);
-        let _ = writeln!(s, "    serving path: {}", r.serving.describe());
+        let _ = writeln!(s, "    serving path: {}", r.serving.describe(g.pp));
         let _ = writeln!(s, "    steps: {}", step_examples(&r));
         if let Some(line) = two_stage_line(&r, g.tp) {
             let _ = writeln!(s, "    {line}");

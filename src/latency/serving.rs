@@ -172,14 +172,16 @@ impl ServingPath {
         p
     }
 
-    /// One line for `servesim validate`.
-    pub fn describe(&self) -> String {
+    /// One line for `servesim validate`, for a group of `pp` pipeline stages.
+    pub fn describe(&self, pp: u32) -> String {
         if self.is_bare() {
             return "step only (no scheduler or API server time: the BLIS reading)".into();
         }
         format!(
             "{}; scheduler {} µs + {} µs/request per step ({}); API server {} µs + {} µs/prompt token in, {} µs + {} µs/token out",
-            if self.async_scheduling {
+            if self.async_scheduling && pp > 1 {
+                "async scheduling with pipeline parallelism (vLLM 0.15: pp micro-batches in flight; a request waits for its token before its next step)"
+            } else if self.async_scheduling {
                 "async scheduling (vLLM ≥ 0.14: a new request joins the step after next)"
             } else {
                 "synchronous scheduling (vLLM ≤ 0.13)"
@@ -332,6 +334,27 @@ mod tests {
         assert_eq!((w.closes_at, w.prompts), (SimTime(2_101), 1));
         // Without a window (BLIS's reading, or `tokenizer_window_us: 0`) nothing waits.
         assert_eq!(w.wait(SimTime(102), &ServingPath::BARE), SimDuration::ZERO);
+    }
+
+    #[test]
+    fn validate_says_what_async_scheduling_does_with_and_without_a_pipeline() {
+        let v = ServingPath::VLLM;
+        assert!(v.describe(1).starts_with(
+            "async scheduling (vLLM ≥ 0.14: a new request joins the step after next);"
+        ));
+        // With pipeline stages nothing is held back (batch::unseen_arrivals), so validate
+        // must not say a new request waits a step.
+        let piped = v.describe(2);
+        assert!(
+            piped.starts_with("async scheduling with pipeline parallelism")
+                && !piped.contains("step after next"),
+            "{piped}"
+        );
+        assert!(
+            ServingPath::VLLM_SYNC
+                .describe(2)
+                .starts_with("synchronous scheduling")
+        );
     }
 
     #[test]

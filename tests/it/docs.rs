@@ -306,6 +306,18 @@ fn the_outputs_the_readme_quotes_are_what_the_commands_print() {
             "README.md quotes {line:?}, but the quickstart prints:\n{printed}"
         );
     }
+    // Getting started quotes `validate` whole (a wording change once left it behind).
+    let chapter = std::fs::read_to_string(root().join("docs/getting-started.md")).unwrap();
+    let quoted = blocks(&chapter, "text")
+        .into_iter()
+        .find(|b| b.starts_with("scenarios/quickstart.ron: ok"))
+        .expect("getting-started quotes validate's output");
+    let out = crate::common::servesim_ok(&["validate", "scenarios/quickstart.ron"], &root());
+    assert_eq!(
+        quoted.trim_end(),
+        String::from_utf8(out.stdout).unwrap().trim_end(),
+        "docs/getting-started.md quotes validate's output"
+    );
     // `capacity` takes 45 runs of 20,000 requests: its chapter holds the full output, checked
     // when it is rerun; the README's lines must be the chapter's.
     let chapter = std::fs::read_to_string(root().join("docs/capacity.md")).unwrap();
