@@ -1,6 +1,6 @@
 //! Python bindings of servesim: run scenarios from Python, get the summary and the
 //! per-request rows in memory, route requests with a Python function and add results of a
-//! Python function to the summary; find a deployment's capacity and plan the cheapest one. Every app is built by one [`ServesimApp`] ([`app`]), as the
+//! Python function to the summary; find a deployment's capacity and plan the cheapest one; compare a scenario with a measured run and calibrate its latency model. Every app is built by one [`ServesimApp`] ([`app`]), as the
 //! command line's are, so an extension compiled into it works here as there.
 //!
 //! The Python package (`pysrc/servesim`) wraps these functions; see docs/python.md.
@@ -292,8 +292,13 @@ fn run(
 /// names a policy registered from Python is refused with the way round it.
 fn no_python_policies(sc: &Scenario, what: &str) -> PyResult<()> {
     if registry::used_by(sc) {
+        let hint = if matches!(what, "capacity" | "plan") {
+            "; search with servesim.evaluate or servesim.sweep over rates instead"
+        } else {
+            "; name a built-in policy of the same family for the replay"
+        };
         return Err(ScenarioError::new_err(format!(
-            "{what} runs the built-in (Rust) policies only, and this scenario names a policy registered from Python; search with servesim.evaluate or servesim.sweep over rates instead"
+            "{what} runs the built-in (Rust) policies only, and this scenario names a policy registered from Python{hint}"
         )));
     }
     Ok(())
@@ -478,6 +483,75 @@ fn plan(
     }
 }
 
+/// Loads the measured run `check_real` and `calibrate` compare with (vLLM's benchmark JSON
+/// or a CSV, as on the command line); raises ValueError naming the file and line.
+fn measured(path: &str) -> PyResult<Vec<servesim::fidelity::MeasuredRequest>> {
+    servesim::fidelity::measured::load(std::path::Path::new(path))
+        .map_err(pyo3::exceptions::PyValueError::new_err)
+}
+
+/// `servesim check-real`: the comparison as the JSON `--format json` prints.
+#[pyfunction]
+#[pyo3(signature = (source, is_text, overrides, measured_path))]
+fn check_real(
+    py: Python<'_>,
+    source: &str,
+    is_text: bool,
+    overrides: Vec<(String, String)>,
+    measured_path: &str,
+) -> PyResult<String> {
+    let app = app();
+    let sc = load(&app, source, is_text, &overrides)?;
+    no_python_policies(&sc, "check_real")?;
+    let rows = measured(measured_path)?;
+    match py.detach(|| servesim::fidelity::check_real(&app, &sc, &rows)) {
+        Ok(r) => serde_json::to_string_pretty(&r).map_err(|e| RunError::new_err(e.to_string())),
+        Err(e) => Err(RunError::new_err(e.to_string())),
+    }
+}
+
+/// `servesim calibrate`: the fit as the JSON `--format json` prints.
+#[pyfunction]
+#[pyo3(signature = (source, is_text, overrides, measured_path, model="blackbox", group=0, max_evals=400))]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the Python function's keyword arguments"
+)]
+fn calibrate(
+    py: Python<'_>,
+    source: &str,
+    is_text: bool,
+    overrides: Vec<(String, String)>,
+    measured_path: &str,
+    model: &str,
+    group: usize,
+    max_evals: usize,
+) -> PyResult<String> {
+    use servesim::fidelity::calibrate::{Family, calibrate, input_problem};
+    let family = match model {
+        "blackbox" => Family::Blackbox,
+        "trained-physics" => Family::TrainedPhysics,
+        "roofline" => Family::Roofline,
+        other => {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "model={other:?}: one of \"blackbox\", \"trained-physics\", \"roofline\""
+            )));
+        }
+    };
+    let app = app();
+    let sc = load(&app, source, is_text, &overrides)?;
+    no_python_policies(&sc, "calibrate")?;
+    let rows = measured(measured_path)?;
+    if let Some(problem) = input_problem(&sc, group, rows.len(), max_evals, ["group", "max_evals"])
+    {
+        return Err(pyo3::exceptions::PyValueError::new_err(problem));
+    }
+    match py.detach(|| calibrate(&app, &sc, group, &rows, family, max_evals)) {
+        Ok(f) => serde_json::to_string_pretty(&f).map_err(|e| RunError::new_err(e.to_string())),
+        Err(e) => Err(RunError::new_err(e.to_string())),
+    }
+}
+
 /// summary.json's exact text.
 fn serde_json_pretty(summary: &servesim::metrics::Summary) -> String {
     summary.to_json_file()
@@ -496,6 +570,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(capacity, m)?)?;
     m.add_function(wrap_pyfunction!(evaluate, m)?)?;
     m.add_function(wrap_pyfunction!(plan, m)?)?;
+    m.add_function(wrap_pyfunction!(check_real, m)?)?;
+    m.add_function(wrap_pyfunction!(calibrate, m)?)?;
     m.add("ScenarioError", m.py().get_type::<ScenarioError>())?;
     m.add("RunError", m.py().get_type::<RunError>())?;
     Ok(())

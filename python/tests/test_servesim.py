@@ -554,3 +554,57 @@ def test_sliding_window_reaches_python(tmp_path):
     assert len(window.requests) == len(full.requests) == 400
     assert window.summary["preemptions"] == 0
     assert full.requests["mean_itl_ms"].mean() > 1.5 * window.requests["mean_itl_ms"].mean()
+
+
+SERVER = """(seed: 11, cluster: (groups: [(kv_blocks: 8000, max_num_seqs: 64, max_num_batched_tokens: 1024,
+    latency: Blackbox(alpha: [15000.0, 0.0, 0.0], beta: [6000.0, 25.0, 180.0]))]),
+  workload: (clients: [(arrival: Staged(stages: [(rate_per_s: 1.0, duration_s: 60.0),
+      (rate_per_s: 5.0, duration_s: 40.0), (rate_per_s: 12.0, duration_s: 30.0)]),
+    input_tokens: Uniform(min: 64, max: 1500), output_tokens: Uniform(min: 8, max: 300))]))"""
+
+
+def test_check_real_and_calibrate_give_what_the_cli_prints(tmp_path):
+    # The server's own run is the measurement: replayed through the same server it is exact,
+    # and both functions return the JSON the CLI prints, measured file and all.
+    scenario = tmp_path / "server.ron"
+    scenario.write_text(SERVER)
+    rows = servesim.run(str(scenario)).requests
+    measured = tmp_path / "measured.csv"
+    rows.rename(columns={"mean_itl_ms": "itl_ms"})[
+        ["arrival_us", "input_tokens", "output_tokens", "ttft_ms", "e2e_ms", "itl_ms"]
+    ].to_csv(measured, index=False)
+    report = servesim.check_real(str(scenario), str(measured))
+    assert report["measured_requests"] == len(rows) > 300
+    assert report["mean_ape_pct"] < 0.01
+    cli_report = subprocess.run(
+        [cli(), "check-real", str(scenario), str(measured), "--format", "json",
+         "--out", str(tmp_path / "out")],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    assert report == json.loads(cli_report)
+    fit = servesim.calibrate(str(scenario), str(measured), max_evals=24)
+    cli_fit = subprocess.run(
+        [cli(), "calibrate", str(scenario), str(measured), "--max-evals", "24", "--format", "json"],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    assert fit == json.loads(cli_fit)
+    assert fit["ron"].startswith("latency: Blackbox(alpha: [")
+    assert [name for name, _ in fit["params"]][:2] == ["alpha0_us", "beta0_us"]
+    # What cannot be fitted is said before anything runs.
+    few = tmp_path / "few.csv"
+    few.write_text("\n".join(measured.read_text().splitlines()[:10]) + "\n")
+    with pytest.raises(ValueError, match="9 measured requests are too few"):
+        servesim.calibrate(str(scenario), str(few))
+    with pytest.raises(ValueError, match="group 1: the scenario has 1 instance group"):
+        servesim.calibrate(str(scenario), str(measured), group=1)
+    with pytest.raises(ValueError, match="max_evals 7: a fit needs at least 8"):
+        servesim.calibrate(str(scenario), str(measured), max_evals=7)
+    with pytest.raises(ValueError, match='model="physics"'):
+        servesim.calibrate(str(scenario), str(measured), model="physics")
+    with pytest.raises(ValueError, match="no `output_tokens` column"):
+        bad = tmp_path / "bad.csv"
+        bad.write_text("arrival_s,input_tokens\n1,2\n")
+        servesim.check_real(str(scenario), str(bad))
+    # Our roofline needs the group's model and GPU: a run error, as on the command line.
+    with pytest.raises(servesim.RunError, match="needs a model"):
+        servesim.calibrate(str(scenario), str(measured), model="roofline", max_evals=8)

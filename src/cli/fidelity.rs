@@ -102,9 +102,13 @@ pub(crate) fn calibrate(app: &ServesimApp, a: CalibrateArgs) -> ExitCode {
         Ok(x) => x,
         Err(code) => return code,
     };
-    if let Some(problem) =
-        crate::fidelity::calibrate::input_problem(&sc, group, rows.len(), max_evals)
-    {
+    if let Some(problem) = crate::fidelity::calibrate::input_problem(
+        &sc,
+        group,
+        rows.len(),
+        max_evals,
+        ["--group", "--max-evals"],
+    ) {
         eprintln!("error: {problem}");
         return ExitCode::from(2);
     }

@@ -367,17 +367,20 @@ pub fn loss(measured: &[MeasuredRequest], sim: &[crate::metrics::RequestSample])
 
 /// What makes a fit impossible before it starts (the command line's bad input, exit 2): a
 /// group the scenario does not have, too few measured requests to fit on and hold back, or
-/// too few simulations.
+/// too few simulations. `names` are the caller's words for the group and the budget
+/// (`["--group", "--max-evals"]` on the command line).
 pub fn input_problem(
     scenario: &Scenario,
     group: usize,
     measured: usize,
     max_evaluations: usize,
+    names: [&str; 2],
 ) -> Option<String> {
+    let [group_name, budget_name] = names;
     let groups = scenario.cluster.groups.len();
     if group >= groups {
         return Some(format!(
-            "--group {group}: the scenario has {groups} instance group{}",
+            "{group_name} {group}: the scenario has {groups} instance group{}",
             if groups == 1 { "" } else { "s" }
         ));
     }
@@ -389,7 +392,7 @@ pub fn input_problem(
     }
     (max_evaluations < MIN_EVALUATIONS).then(|| {
         format!(
-            "--max-evals {max_evaluations}: a fit needs at least {MIN_EVALUATIONS} simulations (the default is 400)"
+            "{budget_name} {max_evaluations}: a fit needs at least {MIN_EVALUATIONS} simulations (the default is 400)"
         )
     })
 }
@@ -404,7 +407,13 @@ pub fn calibrate(
     family: Family,
     max_evaluations: usize,
 ) -> Result<Fit, SimError> {
-    if let Some(problem) = input_problem(scenario, group, measured.len(), max_evaluations) {
+    if let Some(problem) = input_problem(
+        scenario,
+        group,
+        measured.len(),
+        max_evaluations,
+        ["group", "max_evaluations"],
+    ) {
         return Err(SimError::Calibration(problem));
     }
     let base = replay_scenario(scenario);

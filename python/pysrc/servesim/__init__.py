@@ -29,6 +29,8 @@ __all__ = [
     "evaluate",
     "capacity",
     "plan",
+    "check_real",
+    "calibrate",
     "Result",
     "Request",
     "Instance",
@@ -279,6 +281,47 @@ def plan(
     if is_text:
         raise ValueError("plan needs a scenario file (its configurations are loaded from it)")
     return json.loads(_native.plan(source, ov, replicas=replicas, jobs=jobs))
+
+
+def check_real(
+    scenario: Any,
+    measured: str,
+    overrides: Optional[Mapping[str, Any]] = None,
+) -> Dict[str, Any]:
+    """``servesim check-real``: replays a measured benchmark run (``measured``: vLLM's
+    benchmark JSON or a CSV, as on the command line) through the scenario's server and returns
+    the comparison as the dict ``--format json`` prints: ``overall`` and per ``stages`` the
+    measured and simulated TTFT, ITL and E2E (mean, p50, p90, p99) with their errors, and
+    ``mean_ape_pct``. Writes no file. Raises ScenarioError for a bad scenario, ValueError for
+    a measured file that cannot be read (file and line), RunError when nothing measured
+    completes in the simulation."""
+    source, is_text, ov = _resolve(scenario, overrides, None)
+    return json.loads(_native.check_real(source, is_text, ov, os.fspath(measured)))
+
+
+def calibrate(
+    scenario: Any,
+    measured: str,
+    model: str = "blackbox",
+    group: int = 0,
+    max_evals: int = 400,
+    overrides: Optional[Mapping[str, Any]] = None,
+) -> Dict[str, Any]:
+    """``servesim calibrate``: fits a latency model of instance group ``group`` to a measured
+    run and returns the dict ``--format json`` prints: ``params`` ([name, value] pairs), ``ron``
+    (the ``latency:`` line to paste), ``train_loss``, ``evaluations`` and ``holdout`` (the
+    error on the fifth held back, as ``check_real`` reports it). ``model`` is ``"blackbox"``,
+    ``"trained-physics"`` or ``"roofline"`` (our roofline's least measured terms; the group
+    needs its ``model`` and ``gpu``). Raises ScenarioError for a bad scenario, ValueError for
+    a measured file that cannot be read, fewer than 10 measured requests, a group the scenario
+    lacks or ``max_evals`` below 8, RunError when a fit cannot be simulated."""
+    source, is_text, ov = _resolve(scenario, overrides, None)
+    return json.loads(
+        _native.calibrate(
+            source, is_text, ov, os.fspath(measured), model=model, group=group,
+            max_evals=max_evals,
+        )
+    )
 
 
 def evaluate(
