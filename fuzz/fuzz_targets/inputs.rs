@@ -1,6 +1,6 @@
 //! Fuzzes the parsers of the files a scenario or a fidelity check names: HuggingFace model
 //! configs (and pricing a step with the models they give), measured step tables, measured
-//! benchmark runs (CSV and vLLM JSON) and traces. The first byte picks the parser. Any
+//! benchmark runs (CSV, vLLM JSON and inference-perf's per-request JSON) and traces. The first byte picks the parser. Any
 //! panic is a bug: bad input must come back as an error.
 #![no_main]
 
@@ -68,6 +68,7 @@ fuzz_target!(|data: &[u8]| {
         }
         3 => {
             let _ = servesim::fidelity::measured::from_vllm_json(text);
+            let _ = servesim::fidelity::measured::from_inference_perf_json(text);
         }
         _ => {
             let path =

@@ -1,6 +1,7 @@
-//! Per-request measurements of a real serving benchmark: a plain CSV or the per-request
+//! Per-request measurements of a real serving benchmark: a plain CSV, the per-request
 //! outputs of vLLM's `benchmark_serving` / `vllm bench serve` JSON (`--save-result
-//! --save-detailed`).
+//! --save-detailed`), or inference-perf's per-request report
+//! (`per_request_lifecycle_metrics.json`, written with `report.request_lifecycle.per_request`).
 
 use std::path::Path;
 
@@ -38,15 +39,21 @@ impl MeasuredRequest {
 /// Most rows a measured file may hold.
 pub const MAX_ROWS: usize = 10_000_000;
 
-/// Reads a measured run: `.json` as vLLM's benchmark result, anything else as CSV. Rows
-/// come back sorted by arrival; errors name the file (and line for CSV).
+/// Reads a measured run: `.json` as vLLM's benchmark result (an object) or inference-perf's
+/// per-request report (an array), anything else as CSV. Rows come back sorted by arrival;
+/// errors name the file (and line for CSV, request for JSON).
 pub fn load(path: &Path) -> Result<Vec<MeasuredRequest>, String> {
     let text = crate::input::read_text(path)?;
     let mut rows = if path
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("json"))
     {
-        from_vllm_json(&text).map_err(|e| format!("{}: {e}", path.display()))?
+        if text.trim_start().starts_with('[') {
+            from_inference_perf_json(&text)
+        } else {
+            from_vllm_json(&text)
+        }
+        .map_err(|e| format!("{}: {e}", path.display()))?
     } else {
         from_csv(&text, &path.display().to_string())?
     };
@@ -285,6 +292,96 @@ pub fn from_vllm_json(text: &str) -> Result<Vec<MeasuredRequest>, String> {
     Ok(out)
 }
 
+/// inference-perf's per-request report (`per_request_lifecycle_metrics.json`): an array with
+/// one object per request, `start_time` and `end_time` (s, `time.perf_counter()`: any origin)
+/// and `info` with the prompt's `input_tokens`, the `output_tokens` and the
+/// `output_token_times` (s, the same clock) at which content reached the client. Both layouts
+/// are read: `info` holding the three (inference-perf to early 2026), or (later)
+/// `info.request_metrics.text.input_tokens` and `info.response_metrics` holding the other two.
+/// A request with an `error` is skipped. TTFT is the first token's time − `start_time`
+/// (inference-perf's own), E2E `end_time` − `start_time`, and the mean ITL the span of the
+/// token times over `output_tokens` − 1. The report does not say each request's stage.
+pub fn from_inference_perf_json(text: &str) -> Result<Vec<MeasuredRequest>, String> {
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    let entries = v.as_array().ok_or("not an array of requests")?;
+    if entries.len() > MAX_ROWS {
+        return Err(format!("more than {MAX_ROWS} requests"));
+    }
+    let max_tokens = f64::from(crate::workload::lengths::MAX_TOKENS);
+    let mut out = Vec::with_capacity(entries.len());
+    for (i, e) in entries.iter().enumerate() {
+        let at = |what: &str| format!("request {i}: {what}");
+        if !e.get("error").is_none_or(serde_json::Value::is_null) {
+            continue;
+        }
+        let (Some(start), Some(end), Some(info)) =
+            (e.get("start_time"), e.get("end_time"), e.get("info"))
+        else {
+            return Err(at(
+                "no `start_time`, `end_time` and `info`: is this inference-perf's per_request_lifecycle_metrics.json?",
+            ));
+        };
+        // A field of `info`, or of the later layout's sub-object.
+        let field = |name: &str, later: &[&str]| {
+            info.get(name)
+                .or_else(|| later.iter().try_fold(info, |v, k| v.get(k)))
+                .filter(|v| !v.is_null())
+        };
+        let seconds = |v: &serde_json::Value, what: &str| {
+            v.as_f64()
+                .filter(|x| x.is_finite() && *x >= 0.0 && *x <= MAX_START_S)
+                .ok_or_else(|| at(&format!("{what} = {v} is not a time in seconds ≥ 0")))
+        };
+        let tokens = |name: &str, later: &[&str]| -> Result<f64, String> {
+            let v = field(name, later).ok_or_else(|| at(&format!("info has no `{name}`")))?;
+            v.as_f64()
+                .filter(|x| *x >= 0.0 && *x <= max_tokens && x.fract() == 0.0)
+                .ok_or_else(|| {
+                    at(&format!(
+                        "{name} = {v} is not a whole number of tokens in [0, {max_tokens}]"
+                    ))
+                })
+        };
+        let input = tokens("input_tokens", &["request_metrics", "text", "input_tokens"])?;
+        let output = tokens("output_tokens", &["response_metrics", "output_tokens"])?;
+        if input < 1.0 || output < 1.0 {
+            continue; // an empty prompt or answer: nothing to replay
+        }
+        let (start, end) = (seconds(start, "start_time")?, seconds(end, "end_time")?);
+        let times = match field(
+            "output_token_times",
+            &["response_metrics", "output_token_times"],
+        ) {
+            Some(serde_json::Value::Array(a)) if !a.is_empty() => a
+                .iter()
+                .map(|t| seconds(t, "output_token_times[…]"))
+                .collect::<Result<Vec<_>, _>>()?,
+            _ => {
+                return Err(at(
+                    "no output_token_times: measure with streaming (api.streaming: true) so each token's time is known",
+                ));
+            }
+        };
+        let (first, last) = (times[0], times[times.len() - 1]);
+        if first < start || end < first || last < first {
+            return Err(at(&format!(
+                "token times from {first} s to {last} s do not lie between start_time {start} s and end_time {end} s"
+            )));
+        }
+        let output_tokens = output as u32;
+        out.push(MeasuredRequest {
+            arrival_us: (start * 1e6) as u64,
+            input_tokens: input as u32,
+            output_tokens,
+            ttft_us: (first - start) * 1e6,
+            e2e_us: (end - start) * 1e6,
+            itl_us: (output_tokens > 1).then(|| (last - first) * 1e6 / (output - 1.0)),
+            stage: None,
+        });
+    }
+    Ok(out)
+}
+
 /// Latest start time a vLLM result may hold (any origin, so an epoch time passes): 10¹² s.
 const MAX_START_S: f64 = 1e12;
 
@@ -375,6 +472,67 @@ mod tests {
                 e.starts_with("request 1: ") && e.contains(says),
                 "{field}: {e}"
             );
+        }
+    }
+
+    #[test]
+    fn inference_perf_reports_of_both_layouts_are_read_and_failures_skipped() {
+        // Early 2026: `info` holds the counts and times; later, sub-objects do (and a
+        // back-compatible `input_tokens` beside them, which is read first).
+        let early = r#"[
+            {"start_time": 100.0, "end_time": 100.5, "request": "{}", "response": "",
+             "info": {"input_tokens": 590, "output_tokens": 5,
+                      "output_token_times": [100.1, 100.2, 100.3, 100.4, 100.5]}, "error": null},
+            {"start_time": 100.2, "end_time": 101.0, "info": {"input_tokens": 590,
+             "output_tokens": 0, "output_token_times": []},
+             "error": {"error_type": "TimeoutError", "error_msg": ""}}]"#;
+        let later = r#"[{"start_time": 7.25, "end_time": 7.5, "error": null,
+            "info": {"request_metrics": {"text": {"input_tokens": 300}},
+                     "response_metrics": {"output_tokens": 3, "server_usage": null,
+                        "chunk_times": [7.3, 7.4, 7.5], "output_token_times": [7.3, 7.4, 7.5]}}}]"#;
+        let rows = from_inference_perf_json(early).unwrap();
+        assert_eq!(rows.len(), 1, "the failed request is skipped");
+        let r = &rows[0];
+        assert_eq!(
+            (r.arrival_us, r.input_tokens, r.output_tokens),
+            (100_000_000, 590, 5)
+        );
+        assert!((r.ttft_us - 100_000.0).abs() < 1e-6);
+        assert!((r.e2e_us - 500_000.0).abs() < 1e-6);
+        assert!(
+            (r.itl_us.unwrap() - 100_000.0).abs() < 1e-6,
+            "(100.5 − 100.1) / 4 s"
+        );
+        let r = &from_inference_perf_json(later).unwrap()[0];
+        assert_eq!((r.input_tokens, r.output_tokens), (300, 3));
+        assert!((r.ttft_us - 50_000.0).abs() < 1e-6);
+        assert!((r.itl_us.unwrap() - 100_000.0).abs() < 1e-6);
+        // What cannot be read is said with the request's index.
+        for (bad, says) in [
+            (
+                r#"[{"start_time": 1.0}]"#,
+                "request 0: no `start_time`, `end_time` and `info`",
+            ),
+            (
+                r#"[{"start_time": 1.0, "end_time": 2.0, "info": {"input_tokens": 5, "output_tokens": 2, "output_token_times": []}}]"#,
+                "request 0: no output_token_times: measure with streaming",
+            ),
+            (
+                r#"[{"start_time": 1.0, "end_time": 2.0, "info": {"output_tokens": 2}}]"#,
+                "request 0: info has no `input_tokens`",
+            ),
+            (
+                r#"[{"start_time": 1.0, "end_time": 2.0, "info": {"input_tokens": 5, "output_tokens": 2, "output_token_times": [0.5, 1.5]}}]"#,
+                "do not lie between start_time 1 s and end_time 2 s",
+            ),
+            (
+                r#"[{"start_time": -1.0, "end_time": 2.0, "info": {"input_tokens": 5, "output_tokens": 2, "output_token_times": [1.5, 1.6]}}]"#,
+                "start_time = -1.0 is not a time",
+            ),
+            (r#"{"x": 1}"#, "not an array of requests"),
+        ] {
+            let e = from_inference_perf_json(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
         }
     }
 

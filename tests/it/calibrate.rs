@@ -457,3 +457,62 @@ fn a_fit_without_enough_requests_simulations_or_the_group_is_refused() {
         "{e}"
     );
 }
+
+/// inference-perf's per-request report, written the way inference-perf writes it (perf_counter
+/// seconds of any origin; each token's arrival), is a measured run like the others: replayed
+/// through the server that made it, every line matches, from the command line too.
+#[test]
+fn an_inference_perf_per_request_report_is_a_measured_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = "(seed: 4, cluster: (groups: [(kv_blocks: 2000, max_num_seqs: 16,
+            latency: Blackbox(alpha: [2000.0, 0.0, 0.0], beta: [4000.0, 12.0, 90.0]))]),
+          workload: (num_requests: 200, clients: [(rate_per_s: 8.0,
+            input_tokens: Uniform(min: 32, max: 900), output_tokens: Uniform(min: 2, max: 120))]))";
+    let rows = measure(src, 0.0, dir.path());
+    let entries: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|r| {
+            let start = 4_000.0 + r.arrival_us as f64 / 1e6;
+            let (first, end) = (start + r.ttft_us / 1e6, start + r.e2e_us / 1e6);
+            let n = r.output_tokens as usize;
+            let times: Vec<f64> = (0..n)
+                .map(|k| first + (end - first) * k as f64 / (n - 1).max(1) as f64)
+                .collect();
+            serde_json::json!({"start_time": start, "end_time": end, "request": "{}",
+                "response": "", "error": null,
+                "info": {"request_metrics": {"text": {"input_tokens": r.input_tokens}},
+                    "response_metrics": {"output_tokens": r.output_tokens,
+                        "output_token_times": times}}})
+        })
+        .collect();
+    let path = dir.path().join("per_request_lifecycle_metrics.json");
+    std::fs::write(&path, serde_json::to_string(&entries).unwrap()).unwrap();
+    let read = measured::load(&path).unwrap();
+    assert_eq!(read.len(), 200);
+    let report = fidelity::check_real(&servesim::ServesimApp::new(), &parse(src), &read).unwrap();
+    for l in &report.overall.lines {
+        assert!(l.ape_pct < 0.01, "{l:?}");
+    }
+    let scenario = dir.path().join("server.ron");
+    std::fs::write(&scenario, src).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_servesim"))
+        .args([
+            "check-real",
+            scenario.to_str().unwrap(),
+            path.to_str().unwrap(),
+        ])
+        .arg("--out")
+        .arg(dir.path().join("report"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.starts_with("200 measured requests; 0 not completed"),
+        "{text}"
+    );
+}
