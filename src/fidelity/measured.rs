@@ -43,19 +43,28 @@ pub const MAX_ROWS: usize = 10_000_000;
 /// per-request report (an array), anything else as CSV. Rows come back sorted by arrival;
 /// errors name the file (and line for CSV, request for JSON).
 pub fn load(path: &Path) -> Result<Vec<MeasuredRequest>, String> {
-    let text = crate::input::read_text(path)?;
-    let mut rows = if path
+    use std::io::BufRead;
+    let json = path
         .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("json"))
-    {
-        if text.trim_start().starts_with('[') {
-            from_inference_perf_json(&text)
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+    let mut rows = if json {
+        // An array is inference-perf's report, read as a stream (it can be larger than any
+        // file read whole); an object is vLLM's result.
+        let mut reader = std::io::BufReader::new(crate::input::open_regular(path)?);
+        let array = reader
+            .fill_buf()
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?
+            .iter()
+            .find(|b| !b.is_ascii_whitespace())
+            == Some(&b'[');
+        if array {
+            read_inference_perf(reader)
         } else {
-            from_vllm_json(&text)
+            from_vllm_json(&crate::input::read_text(path)?)
         }
         .map_err(|e| format!("{}: {e}", path.display()))?
     } else {
-        from_csv(&text, &path.display().to_string())?
+        from_csv(&crate::input::read_text(path)?, &path.display().to_string())?
     };
     if rows.is_empty() {
         return Err(format!(
@@ -302,84 +311,153 @@ pub fn from_vllm_json(text: &str) -> Result<Vec<MeasuredRequest>, String> {
 /// (inference-perf's own), E2E `end_time` − `start_time`, and the mean ITL the span of the
 /// token times over `output_tokens` − 1. The report does not say each request's stage.
 pub fn from_inference_perf_json(text: &str) -> Result<Vec<MeasuredRequest>, String> {
-    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
-    let entries = v.as_array().ok_or("not an array of requests")?;
-    if entries.len() > MAX_ROWS {
-        return Err(format!("more than {MAX_ROWS} requests"));
+    read_inference_perf(text.as_bytes())
+}
+
+/// [`from_inference_perf_json`] from a reader, one request at a time: the report also holds
+/// each request's body and raw response stream (hundreds of kB for a long answer), which are
+/// skipped unread, so a report of several GB takes memory for its rows only.
+pub fn read_inference_perf(reader: impl std::io::Read) -> Result<Vec<MeasuredRequest>, String> {
+    use serde::Deserializer as _;
+    let mut de = serde_json::Deserializer::from_reader(reader);
+    let rows = de
+        .deserialize_seq(InferencePerfRows)
+        .and_then(|rows| de.end().map(|()| rows))
+        .map_err(|e| e.to_string())?;
+    Ok(rows)
+}
+
+/// The fields of one request of inference-perf's report that a comparison needs; every other
+/// field (the request body, the raw response, chunk texts) is skipped.
+#[derive(serde::Deserialize)]
+struct InferencePerfEntry {
+    start_time: Option<f64>,
+    end_time: Option<f64>,
+    info: Option<InferencePerfInfo>,
+    #[serde(default)]
+    error: Option<serde::de::IgnoredAny>,
+}
+
+#[derive(serde::Deserialize)]
+struct InferencePerfInfo {
+    input_tokens: Option<f64>,
+    output_tokens: Option<f64>,
+    output_token_times: Option<Vec<f64>>,
+    request_metrics: Option<InferencePerfRequest>,
+    response_metrics: Option<InferencePerfResponse>,
+}
+
+#[derive(serde::Deserialize)]
+struct InferencePerfRequest {
+    text: Option<InferencePerfText>,
+}
+
+#[derive(serde::Deserialize)]
+struct InferencePerfText {
+    input_tokens: Option<f64>,
+}
+
+#[derive(serde::Deserialize)]
+struct InferencePerfResponse {
+    output_tokens: Option<f64>,
+    output_token_times: Option<Vec<f64>>,
+}
+
+struct InferencePerfRows;
+
+impl<'de> serde::de::Visitor<'de> for InferencePerfRows {
+    type Value = Vec<MeasuredRequest>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an array of requests (inference-perf's per_request_lifecycle_metrics.json)")
     }
-    let max_tokens = f64::from(crate::workload::lengths::MAX_TOKENS);
-    let mut out = Vec::with_capacity(entries.len());
-    for (i, e) in entries.iter().enumerate() {
-        let at = |what: &str| format!("request {i}: {what}");
-        if !e.get("error").is_none_or(serde_json::Value::is_null) {
-            continue;
-        }
-        let (Some(start), Some(end), Some(info)) =
-            (e.get("start_time"), e.get("end_time"), e.get("info"))
-        else {
-            return Err(at(
-                "no `start_time`, `end_time` and `info`: is this inference-perf's per_request_lifecycle_metrics.json?",
-            ));
-        };
-        // A field of `info`, or of the later layout's sub-object.
-        let field = |name: &str, later: &[&str]| {
-            info.get(name)
-                .or_else(|| later.iter().try_fold(info, |v, k| v.get(k)))
-                .filter(|v| !v.is_null())
-        };
-        let seconds = |v: &serde_json::Value, what: &str| {
-            v.as_f64()
-                .filter(|x| x.is_finite() && *x >= 0.0 && *x <= MAX_START_S)
-                .ok_or_else(|| at(&format!("{what} = {v} is not a time in seconds ≥ 0")))
-        };
-        let tokens = |name: &str, later: &[&str]| -> Result<f64, String> {
-            let v = field(name, later).ok_or_else(|| at(&format!("info has no `{name}`")))?;
-            v.as_f64()
-                .filter(|x| *x >= 0.0 && *x <= max_tokens && x.fract() == 0.0)
-                .ok_or_else(|| {
-                    at(&format!(
-                        "{name} = {v} is not a whole number of tokens in [0, {max_tokens}]"
-                    ))
-                })
-        };
-        let input = tokens("input_tokens", &["request_metrics", "text", "input_tokens"])?;
-        let output = tokens("output_tokens", &["response_metrics", "output_tokens"])?;
-        if input < 1.0 || output < 1.0 {
-            continue; // an empty prompt or answer: nothing to replay
-        }
-        let (start, end) = (seconds(start, "start_time")?, seconds(end, "end_time")?);
-        let times = match field(
-            "output_token_times",
-            &["response_metrics", "output_token_times"],
-        ) {
-            Some(serde_json::Value::Array(a)) if !a.is_empty() => a
-                .iter()
-                .map(|t| seconds(t, "output_token_times[…]"))
-                .collect::<Result<Vec<_>, _>>()?,
-            _ => {
-                return Err(at(
-                    "no output_token_times: measure with streaming (api.streaming: true) so each token's time is known",
-                ));
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut out = Vec::new();
+        let mut i = 0usize;
+        while let Some(e) = seq.next_element::<InferencePerfEntry>()? {
+            if let Some(row) = inference_perf_row(i, e).map_err(serde::de::Error::custom)? {
+                out.push(row);
             }
-        };
-        let (first, last) = (times[0], times[times.len() - 1]);
-        if first < start || end < first || last < first {
+            i += 1;
+            if i > MAX_ROWS {
+                return Err(serde::de::Error::custom(format!(
+                    "more than {MAX_ROWS} requests"
+                )));
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Request `i` of an inference-perf report as a measured request (None: failed or empty).
+fn inference_perf_row(i: usize, e: InferencePerfEntry) -> Result<Option<MeasuredRequest>, String> {
+    let at = |what: &str| format!("request {i}: {what}");
+    if e.error.is_some() {
+        return Ok(None);
+    }
+    let (Some(start), Some(end), Some(info)) = (e.start_time, e.end_time, e.info) else {
+        return Err(at(
+            "no `start_time`, `end_time` and `info`: is this inference-perf's per_request_lifecycle_metrics.json?",
+        ));
+    };
+    let max_tokens = f64::from(crate::workload::lengths::MAX_TOKENS);
+    let tokens = |v: Option<f64>, name: &str| -> Result<f64, String> {
+        let v = v.ok_or_else(|| at(&format!("info has no `{name}`")))?;
+        if !(0.0..=max_tokens).contains(&v) || v.fract() != 0.0 {
             return Err(at(&format!(
-                "token times from {first} s to {last} s do not lie between start_time {start} s and end_time {end} s"
+                "{name} = {v} is not a whole number of tokens in [0, {max_tokens}]"
             )));
         }
-        let output_tokens = output as u32;
-        out.push(MeasuredRequest {
-            arrival_us: (start * 1e6) as u64,
-            input_tokens: input as u32,
-            output_tokens,
-            ttft_us: (first - start) * 1e6,
-            e2e_us: (end - start) * 1e6,
-            itl_us: (output_tokens > 1).then(|| (last - first) * 1e6 / (output - 1.0)),
-            stage: None,
-        });
+        Ok(v)
+    };
+    let seconds = |v: f64, what: &str| {
+        if v.is_finite() && (0.0..=MAX_START_S).contains(&v) {
+            Ok(v)
+        } else {
+            Err(at(&format!("{what} = {v} s is not a time in seconds ≥ 0")))
+        }
+    };
+    let (request, response) = (info.request_metrics, info.response_metrics);
+    let input = tokens(
+        info.input_tokens
+            .or_else(|| request.and_then(|r| r.text).and_then(|t| t.input_tokens)),
+        "input_tokens",
+    )?;
+    let (later_output, later_times) =
+        response.map_or((None, None), |r| (r.output_tokens, r.output_token_times));
+    let output = tokens(info.output_tokens.or(later_output), "output_tokens")?;
+    if input < 1.0 || output < 1.0 {
+        return Ok(None); // an empty prompt or answer: nothing to replay
     }
-    Ok(out)
+    let (start, end) = (seconds(start, "start_time")?, seconds(end, "end_time")?);
+    let times = match info.output_token_times.or(later_times) {
+        Some(t) if !t.is_empty() => t,
+        _ => {
+            return Err(at(
+                "no output_token_times: measure with streaming (api.streaming: true) so each token's time is known",
+            ));
+        }
+    };
+    let (first, last) = (
+        seconds(times[0], "output_token_times[0]")?,
+        seconds(times[times.len() - 1], "the last output_token_times")?,
+    );
+    if first < start || end < first || last < first {
+        return Err(at(&format!(
+            "token times from {first} s to {last} s do not lie between start_time {start} s and end_time {end} s"
+        )));
+    }
+    let output_tokens = output as u32;
+    Ok(Some(MeasuredRequest {
+        arrival_us: (start * 1e6) as u64,
+        input_tokens: input as u32,
+        output_tokens,
+        ttft_us: (first - start) * 1e6,
+        e2e_us: (end - start) * 1e6,
+        itl_us: (output_tokens > 1).then(|| (last - first) * 1e6 / (output - 1.0)),
+        stage: None,
+    }))
 }
 
 /// Latest start time a vLLM result may hold (any origin, so an epoch time passes): 10¹² s.
@@ -527,9 +605,17 @@ mod tests {
             ),
             (
                 r#"[{"start_time": -1.0, "end_time": 2.0, "info": {"input_tokens": 5, "output_tokens": 2, "output_token_times": [1.5, 1.6]}}]"#,
-                "start_time = -1.0 is not a time",
+                "start_time = -1 s is not a time",
             ),
-            (r#"{"x": 1}"#, "not an array of requests"),
+            (r#"{"x": 1}"#, "expected an array of requests"),
+            (
+                r#"[{"start_time": 1.0, "end_time": 2.0, "info": {"input_tokens": 2.5, "output_tokens": 2}}]"#,
+                "input_tokens = 2.5 is not a whole number",
+            ),
+            (
+                r#"[{"start_time": "x", "end_time": 2.0, "info": {}}]"#,
+                "invalid type: string \"x\", expected f64",
+            ),
         ] {
             let e = from_inference_perf_json(bad).unwrap_err();
             assert!(e.contains(says), "{bad}: {e}");
