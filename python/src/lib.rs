@@ -528,16 +528,7 @@ fn calibrate(
     max_evals: usize,
 ) -> PyResult<String> {
     use servesim::fidelity::calibrate::{Family, calibrate, input_problem};
-    let family = match model {
-        "blackbox" => Family::Blackbox,
-        "trained-physics" => Family::TrainedPhysics,
-        "roofline" => Family::Roofline,
-        other => {
-            return Err(pyo3::exceptions::PyValueError::new_err(format!(
-                "model={other:?}: one of \"blackbox\", \"trained-physics\", \"roofline\""
-            )));
-        }
-    };
+    let family = Family::named(model).map_err(pyo3::exceptions::PyValueError::new_err)?;
     let app = app();
     let sc = load(&app, source, is_text, &overrides)?;
     no_python_policies(&sc, "calibrate")?;

@@ -113,8 +113,8 @@ pub(crate) struct CalibrateArgs {
     /// Per-request measurements (as for check-real).
     pub(crate) measured: PathBuf,
     /// Which coefficients to fit.
-    #[arg(long, value_enum, default_value_t = FitModel::Blackbox)]
-    pub(crate) model: FitModel,
+    #[arg(long, value_enum, default_value_t = crate::fidelity::calibrate::Family::Blackbox)]
+    pub(crate) model: crate::fidelity::calibrate::Family,
     /// The instance group whose latency model is fitted.
     #[arg(long, default_value_t = 0)]
     pub(crate) group: usize,
@@ -131,17 +131,6 @@ pub(crate) struct CalibrateArgs {
 pub(crate) struct ListArgs {
     #[arg(value_enum)]
     pub(crate) what: ListWhat,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum FitModel {
-    /// α0 and β0, β1, β2 of the blackbox model.
-    Blackbox,
-    /// Scale factors on the bundled trained-physics coefficients, and α0.
-    TrainedPhysics,
-    /// Our roofline's least measured terms (GEMM efficiency, paged KV read efficiency, step
-    /// overhead) and α0, keeping its physics and the group's other fields.
-    Roofline,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]

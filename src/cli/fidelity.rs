@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::args::{CalibrateArgs, CheckRealArgs, FitModel, Format, load, parse_overrides};
+use super::args::{CalibrateArgs, CheckRealArgs, Format, load, parse_overrides};
 use crate::catalog::Catalog;
 use crate::{ServesimApp, scenario};
 
@@ -112,12 +112,7 @@ pub(crate) fn calibrate(app: &ServesimApp, a: CalibrateArgs) -> ExitCode {
         eprintln!("error: {problem}");
         return ExitCode::from(2);
     }
-    let family = match model {
-        FitModel::Blackbox => crate::fidelity::calibrate::Family::Blackbox,
-        FitModel::TrainedPhysics => crate::fidelity::calibrate::Family::TrainedPhysics,
-        FitModel::Roofline => crate::fidelity::calibrate::Family::Roofline,
-    };
-    let fit = match crate::fidelity::calibrate::calibrate(app, &sc, group, &rows, family, max_evals)
+    let fit = match crate::fidelity::calibrate::calibrate(app, &sc, group, &rows, model, max_evals)
     {
         Ok(f) => f,
         Err(e) => {

@@ -27,11 +27,39 @@ use crate::scenario::{LatencySpec, Scenario};
 use crate::setup::SimError;
 
 /// What to fit.
+/// Which coefficients a fit finds (`--model` on the command line, `model=` in Python).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum Family {
+    /// α0 and β0, β1, β2 of the blackbox model.
     Blackbox,
+    /// Scale factors on the bundled trained-physics coefficients, and α0.
     TrainedPhysics,
+    /// Our roofline's least measured terms (GEMM efficiency, paged KV read efficiency, step
+    /// overhead) and α0, keeping its physics and the group's other fields.
     Roofline,
+}
+
+impl Family {
+    /// Each family by its name, the command line's `--model` values.
+    pub const NAMED: [(&'static str, Family); 3] = [
+        ("blackbox", Family::Blackbox),
+        ("trained-physics", Family::TrainedPhysics),
+        ("roofline", Family::Roofline),
+    ];
+
+    /// The family called `name`, or what the names are.
+    pub fn named(name: &str) -> Result<Family, String> {
+        Self::NAMED
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|&(_, f)| f)
+            .ok_or_else(|| {
+                let names: Vec<String> =
+                    Self::NAMED.iter().map(|(n, _)| format!("{n:?}")).collect();
+                format!("model={name:?}: one of {}", names.join(", "))
+            })
+    }
 }
 
 /// A finished fit.
@@ -665,6 +693,21 @@ pub fn nelder_mead(
 
 #[cfg(test)]
 mod tests {
+    #[cfg(feature = "cli")]
+    #[test]
+    fn the_families_names_are_the_command_lines() {
+        use clap::ValueEnum;
+        for (name, family) in Family::NAMED {
+            assert_eq!(family.to_possible_value().unwrap().get_name(), name);
+            assert_eq!(Family::named(name), Ok(family));
+        }
+        assert_eq!(Family::value_variants().len(), Family::NAMED.len());
+        assert_eq!(
+            Family::named("physics").unwrap_err(),
+            r#"model="physics": one of "blackbox", "trained-physics", "roofline""#
+        );
+    }
+
     use super::*;
 
     #[test]
