@@ -592,6 +592,18 @@ fn read_group(
                 }
             }
         }
+        (None, Some(_), Some(_)) => {
+            // A size the group's own checks refuse (a block_size, tp or pp of 0) leaves
+            // nothing to derive the cache from.
+            p.push(Problem::new(
+                at("kv_blocks"),
+                format!(
+                    "cannot be derived with block_size {}, tp {} and pp {}: each must be > 0",
+                    g.block_size, g.tp, g.pp
+                ),
+            ));
+            None
+        }
         (None, _, _) => {
             if g.model.is_none() || g.gpu.is_none() {
                 p.push(
@@ -669,17 +681,6 @@ fn read_group(
         }
     }
     let nvme_tier = nvme_tier(g, i, model.as_ref(), cpu_tier.is_some(), &mut p);
-    if kv_blocks.is_none() && p.is_empty() {
-        // Model and GPU are given but a size the group's own checks refuse (a block_size, tp
-        // or pp of 0) leaves nothing to derive the cache from.
-        p.push(Problem::new(
-            at("kv_blocks"),
-            format!(
-                "cannot be derived with block_size {}, tp {} and pp {}: each must be > 0",
-                g.block_size, g.tp, g.pp
-            ),
-        ));
-    }
     if !p.is_empty() {
         return Err(p);
     }
