@@ -199,6 +199,9 @@ pub struct ResolvedGroup {
     /// The GPU physics the roofline prices with, after the scenario's overrides (`None`
     /// with another latency model), for `validate`.
     pub roofline_physics: Option<crate::model::GpuPhysics>,
+    /// The nucleus (top-p < 1) the roofline's steps sort their logits for, for `validate`;
+    /// `None` when the requests sample without one or another model prices the steps.
+    pub top_p_sort: Option<f64>,
     /// Speculative decoding (`speculative`), shared by the group's instances.
     pub speculative: Option<Arc<crate::latency::speculative::SpecConfig>>,
     /// Multi-LoRA (`lora`), shared by the group's instances.

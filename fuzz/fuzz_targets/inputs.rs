@@ -33,6 +33,7 @@ fuzz_target!(|data: &[u8]| {
                 alpha: [0.0; 3],
                 step_overhead_us: 0.0,
                 request_overhead_us: 0.0,
+                top_p_sort: true,
             };
             let items = [
                 StepItem {

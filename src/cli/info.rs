@@ -84,6 +84,9 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
         if let Some(line) = two_stage_line(&r, g.tp) {
             let _ = writeln!(s, "    {line}");
         }
+        if let Some(line) = sampling_line(&r, g) {
+            let _ = writeln!(s, "    sampling: {line}");
+        }
         if let Some(line) = r.speculative.as_ref().map(|c| speculative_line(c, g, &r)) {
             let _ = writeln!(s, "    speculative: {line}");
         }
@@ -499,6 +502,31 @@ fn two_stage_line(r: &crate::setup::ResolvedGroup, tp: u32) -> Option<String> {
     ))
 }
 
+/// `validate`'s line when a roofline group's requests sample with a nucleus: where its
+/// top-p comes from and what sorting the logits adds to a step.
+fn sampling_line(
+    r: &crate::setup::ResolvedGroup,
+    g: &crate::scenario::InstanceGroup,
+) -> Option<String> {
+    let p = r.top_p_sort?;
+    let m = r.model.as_ref()?;
+    let given = matches!(
+        &*g.latency(),
+        crate::scenario::LatencySpec::Roofline { top_p: Some(_), .. }
+    );
+    let from = if given {
+        "the scenario's latency.top_p"
+    } else {
+        "the model's generation_config.json, which vLLM applies to requests that set none"
+    };
+    let per_row = crate::latency::TOP_P_SORT_US_PER_ROW * f64::from(m.vocab)
+        / crate::latency::TOP_P_SORT_VOCAB;
+    Some(format!(
+        "top-p {p} ({from}): each step sorts its logits rows, {} µs + {per_row:.2} µs per request (vLLM 0.15's sampler, measured); Roofline(top_p: 1.0) for greedy clients",
+        crate::latency::TOP_P_SORT_FIXED_US
+    ))
+}
+
 /// What a group's steps cost, for `validate`: the latency model's price of a decode step of
 /// 1, 32 and 128 requests at 1,024 tokens of context each, with the scheduler's work as the
 /// serving path places it.
@@ -594,19 +622,23 @@ pub(crate) fn list(app: &ServesimApp, a: ListArgs) -> ExitCode {
     match a.what {
         ListWhat::Models => {
             outln!(
-                "{:<44}{:>7}{:>8}{:>7}{:>5}{:>8}{:>10}  weights",
+                "{:<44}{:>7}{:>8}{:>7}{:>5}{:>8}{:>10}  {:<11}top_p",
                 "model",
                 "layers",
                 "hidden",
                 "heads",
                 "kv",
                 "experts",
-                "params_b"
+                "params_b",
+                "weights"
             );
             for (id, _) in crate::model::BUNDLED_MODELS {
                 let m = crate::model::ModelConfig::bundled(id).expect("bundled models parse");
+                // The nucleus its bundled generation_config.json gives requests that set
+                // none ("-": no file bundled, vLLM's neutral 1).
+                let top_p = m.default_top_p.map_or("-".to_string(), |p| p.to_string());
                 outln!(
-                    "{:<44}{:>7}{:>8}{:>7}{:>5}{:>8}{:>10.2}  {} B/param",
+                    "{:<44}{:>7}{:>8}{:>7}{:>5}{:>8}{:>10.2}  {:<11}{top_p}",
                     m.id,
                     m.layers,
                     m.hidden,
@@ -614,7 +646,7 @@ pub(crate) fn list(app: &ServesimApp, a: ListArgs) -> ExitCode {
                     m.kv_heads,
                     m.experts,
                     crate::model::params(&m) / 1e9,
-                    m.weight_bytes
+                    format!("{} B/param", m.weight_bytes)
                 );
             }
             ExitCode::SUCCESS

@@ -253,6 +253,7 @@ impl LatencyModel for WideEp {
             let own = moe_layers * self.rank_moe_us(load, top)
                 + dense_layers * (r.layer_us(false, top, 2.0) + r.indexer_us(load))
                 + r.gemm_us(load.logit_rows, f64::from(m.hidden), vocab)
+                + r.top_p_sort_us(load.logit_rows)
                 + r.request_overhead_us * requests;
             slowest = slowest.max(own);
         }
@@ -367,6 +368,7 @@ mod tests {
                 alpha: [0.0; 3],
                 step_overhead_us: 0.0,
                 request_overhead_us: 0.0,
+                top_p_sort: false,
             },
             ep: ExpertParallel {
                 dp,

@@ -179,6 +179,7 @@ mod tests {
             alpha: [0.0; 3],
             step_overhead_us: 0.0,
             request_overhead_us: 0.0,
+            top_p_sort: false,
         }
     }
 
@@ -290,6 +291,7 @@ mod sparse_tests {
             alpha: [0.0; 3],
             step_overhead_us: 0.0,
             request_overhead_us: 0.0,
+            top_p_sort: false,
         }
     }
 

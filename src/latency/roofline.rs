@@ -32,6 +32,18 @@ pub const DEFAULT_STEP_OVERHEAD_US: f64 = 400.0;
 /// BLIS's fitted per-request term (4.4 µs).
 pub const DEFAULT_REQUEST_OVERHEAD_US: f64 = 5.0;
 
+/// vLLM 0.15's top-p sampler (`apply_top_k_top_p`: PyTorch sorts every logits row, then
+/// softmax, cumulative sum, mask and scatter back), measured alone with CUDA events by vLLM's
+/// sampler benchmarks, PyTorch column, 32,768-token vocabulary: 0.094 ms for 1 row (PR
+/// #42191), 0.37 / 0.626 / 1.694 ms for 64 / 128 / 512 rows (PR #40376), 2.252 / 4.236 ms
+/// for 512 / 1,024 rows (PR #33538). The fixed part, µs: mostly kernel launches, which a
+/// step partly hides behind its forward pass, so it is at most this.
+pub const TOP_P_SORT_FIXED_US: f64 = 90.0;
+/// The part per logits row of a 32,768-token vocabulary, µs (it scales with the vocabulary).
+pub const TOP_P_SORT_US_PER_ROW: f64 = 4.0;
+/// The vocabulary [`TOP_P_SORT_US_PER_ROW`] was measured at.
+pub const TOP_P_SORT_VOCAB: f64 = 32_768.0;
+
 /// Our roofline model of one replica (one TP group).
 #[derive(Clone, Debug)]
 pub struct Roofline {
@@ -44,6 +56,9 @@ pub struct Roofline {
     pub step_overhead_us: f64,
     /// CPU-side cost per scheduled request, µs.
     pub request_overhead_us: f64,
+    /// The requests sample with a nucleus (top-p < 1), so every step sorts its logits
+    /// ([`Roofline::top_p_sort_us`]).
+    pub top_p_sort: bool,
 }
 
 /// What one layer of a step computes, summed over the batch (whole model, before TP).
@@ -328,6 +343,19 @@ impl Roofline {
     }
 }
 
+impl Roofline {
+    /// What sampling with a nucleus adds to a step of `logit_rows` rows, µs: vLLM 0.15's
+    /// sort of every row over the whole vocabulary (every rank samples the gathered logits),
+    /// 0 when the requests sample without one.
+    pub fn top_p_sort_us(&self, logit_rows: f64) -> f64 {
+        if !self.top_p_sort || logit_rows <= 0.0 {
+            return 0.0;
+        }
+        TOP_P_SORT_FIXED_US
+            + TOP_P_SORT_US_PER_ROW * logit_rows * f64::from(self.model.vocab) / TOP_P_SORT_VOCAB
+    }
+}
+
 impl LatencyModel for Roofline {
     fn step_time(&self, batch: &BatchShape<'_>) -> Result<SimDuration, LatencyError> {
         if batch.items.is_empty() {
@@ -340,7 +368,10 @@ impl LatencyModel for Roofline {
         } else {
             self.kernels_us(&load, load.logit_rows, 2.0)
         };
-        let us = kernels + self.step_overhead_us + self.request_overhead_us * requests;
+        let us = kernels
+            + self.top_p_sort_us(load.logit_rows)
+            + self.step_overhead_us
+            + self.request_overhead_us * requests;
         Ok(SimDuration::from_us_f64(us).max(SimDuration(1)))
     }
 
@@ -367,7 +398,36 @@ mod tests {
             alpha: [0.0; 3],
             step_overhead_us: 0.0,
             request_overhead_us: 0.0,
+            top_p_sort: false,
         }
+    }
+
+    #[test]
+    fn a_nucleus_adds_vllms_logits_sort_to_every_step() {
+        // Llama-2-7B (32,000-token vocabulary), three decodes: the sort adds
+        // 90 + 4.0 × 3 × 32,000 / 32,768 = 101.72 µs; the LM head and layers are unchanged.
+        let mut r = llama(1);
+        r.model = ModelConfig::bundled("llama-2-7b-hf").unwrap();
+        let items = [StepItem {
+            new_tokens: 1,
+            context_tokens: 600,
+            input_tokens: 590,
+            prefill: false,
+        }; 3];
+        let shape = BatchShape {
+            items: &items,
+            prefill_tokens: 0,
+            decode_tokens: 3,
+        };
+        let plain = r.step_time(&shape).unwrap().as_us() as f64;
+        r.top_p_sort = true;
+        let sorted = r.step_time(&shape).unwrap().as_us() as f64;
+        assert!((sorted - plain - 101.72).abs() <= 1.0, "{plain} → {sorted}");
+        assert!((r.top_p_sort_us(3.0) - 101.718_75).abs() < 1e-9);
+        // Nothing to sort, nothing added; without a nucleus, nothing at all.
+        assert_eq!(r.top_p_sort_us(0.0), 0.0);
+        r.top_p_sort = false;
+        assert_eq!(r.top_p_sort_us(3.0), 0.0);
     }
 
     #[test]

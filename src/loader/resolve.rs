@@ -27,8 +27,16 @@ fn load_model(name: &str, base: &Path) -> Result<ModelConfig, String> {
         let id = path
             .file_stem()
             .map_or(name.to_string(), |s| s.to_string_lossy().into_owned());
-        return ModelConfig::from_hf_json(&id, &text)
-            .map_err(|e| format!("{}: {e}", path.display()));
+        let m = ModelConfig::from_hf_json(&id, &text)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        return match generation_config_beside(&path) {
+            Some(g) => {
+                let text = crate::input::read_text(&g)?;
+                m.with_generation_config(&text)
+                    .map_err(|e| format!("{}: {e}", g.display()))
+            }
+            None => Ok(m),
+        };
     }
     ModelConfig::bundled(name).ok_or_else(|| {
         let ids = BUNDLED_MODELS.iter().map(|(k, _)| *k);
@@ -37,6 +45,20 @@ fn load_model(name: &str, base: &Path) -> Result<ModelConfig, String> {
             None => format!("unknown model \"{name}\" (`servesim list models` shows the bundled ones; or give a path to a config.json)"),
         }
     })
+}
+
+/// The `generation_config.json` a model config file brings, as vLLM finds it in a model's
+/// directory: `generation_config.json` beside a `config.json`, else `<name>.generation_config.json`
+/// beside `<name>.json` (as the bundled models are kept).
+fn generation_config_beside(config: &Path) -> Option<PathBuf> {
+    let dir = config.parent()?;
+    let stem = config.file_stem()?.to_string_lossy();
+    let name = if stem == "config" {
+        "generation_config.json".to_string()
+    } else {
+        format!("{stem}.generation_config.json")
+    };
+    Some(dir.join(name)).filter(|p| p.is_file())
 }
 
 fn load_gpu(name: &str, base: &Path) -> Result<GpuProfile, String> {
@@ -301,6 +323,7 @@ fn read_group(
     let mut roofline_gpu = None;
     let mut wide_ep = None;
     let mut roofline_physics = None;
+    let mut top_p_sort = None;
     if g.expert_parallel.is_some() && !matches!(&*spec, LatencySpec::Roofline { .. }) {
         p.push(
             Problem::new(
@@ -349,8 +372,17 @@ fn read_group(
             elementwise_hidden_passes,
             elementwise_ffn_passes,
             moe_overlap_exponent,
+            top_p,
         } => {
             needs(&mut p, "the roofline latency model");
+            if let Some(v) = top_p
+                && !(*v > 0.0 && *v <= 1.0)
+            {
+                p.push(Problem::new(
+                    at("latency.top_p"),
+                    format!("must be in (0, 1] (1: no nucleus), got {v}"),
+                ));
+            }
             if let Some(a) = alpha {
                 check_coefficients(&mut p, &at("latency.alpha"), a, 3..=3);
             }
@@ -428,7 +460,11 @@ fn read_group(
                             .unwrap_or(crate::latency::DEFAULT_STEP_OVERHEAD_US),
                         request_overhead_us: request_overhead_us
                             .unwrap_or(crate::latency::DEFAULT_REQUEST_OVERHEAD_US),
+                        top_p_sort: top_p.or(m.default_top_p).is_some_and(|p| p < 1.0),
                     };
+                    if roofline.top_p_sort {
+                        top_p_sort = top_p.or(m.default_top_p);
+                    }
                     match ep {
                         Some(ep) => {
                             let w = Arc::new(crate::latency::WideEp { roofline, ep });
@@ -701,6 +737,7 @@ fn read_group(
         latency: latency.expect("no problems means a latency model"),
         serving,
         roofline_physics,
+        top_p_sort,
         speculative: speculative.map(Arc::new),
         lora: lora.map(Arc::new),
         expert_parallel: wide_ep,
@@ -1024,6 +1061,8 @@ fn speculative(
                     alpha: [0.0; 3],
                     step_overhead_us: 0.0,
                     request_overhead_us: 0.0,
+                    // vLLM's drafters propose greedily: no nucleus to sort.
+                    top_p_sort: false,
                 }));
             }
             (_, None) if !matches!(&*g.latency(), LatencySpec::Roofline { .. }) => {

@@ -98,6 +98,28 @@ pub const BUNDLED_MODELS: &[(&str, &str)] = &[
     ("yi-34b", include_str!("../../assets/models/yi-34b.json")),
 ];
 
+/// Bundled `generation_config.json` files, by model id: the sampling defaults vLLM applies
+/// to requests that give none. Only models whose published file we could read are here;
+/// the others sample as vLLM's neutral defaults do (no nucleus).
+pub const BUNDLED_GENERATION_CONFIGS: &[(&str, &str)] = &[
+    (
+        "llama-2-13b-hf",
+        include_str!("../../assets/models/llama-2-13b-hf.generation_config.json"),
+    ),
+    (
+        "llama-2-70b-hf",
+        include_str!("../../assets/models/llama-2-70b-hf.generation_config.json"),
+    ),
+    (
+        "llama-2-7b-hf",
+        include_str!("../../assets/models/llama-2-7b-hf.generation_config.json"),
+    ),
+    (
+        "llama-3.1-8b-instruct",
+        include_str!("../../assets/models/llama-3.1-8b-instruct.generation_config.json"),
+    ),
+];
+
 /// Largest layer count, width, head count or vocabulary a model config may give (2²⁴).
 pub const MAX_DIMENSION: u64 = 1 << 24;
 
@@ -161,6 +183,10 @@ pub struct ModelConfig {
     /// Queries carry an output gate (Qwen3-Next `attn_output_gate`): the query projection
     /// is twice as wide.
     pub attn_output_gate: bool,
+    /// The nucleus (`top_p`) vLLM gives a request that sets none: the model's
+    /// `generation_config.json` (vLLM's default `--generation-config auto`), 1 when it samples
+    /// greedily (temperature 0); `None` without such a file (vLLM's neutral 1).
+    pub default_top_p: Option<f64>,
 }
 
 /// How many layers of each attention kind a model has (HuggingFace `layer_types`, or
@@ -471,13 +497,56 @@ impl ModelConfig {
                 .get("attn_output_gate")
                 .and_then(Value::as_bool)
                 .unwrap_or(model_type.starts_with("qwen3_next")),
+            default_top_p: None,
         })
     }
 
-    /// A bundled model by id (case-insensitive; a unique prefix also matches).
+    /// Reads a HuggingFace `generation_config.json` into [`Self::default_top_p`], as vLLM
+    /// 0.15's `ModelConfig.get_diff_sampling_param` reads it: `top_p` where given, and a
+    /// temperature of 0 (greedy: vLLM then sets `top_p` to 1) overrides it.
+    pub fn with_generation_config(mut self, text: &str) -> Result<Self, String> {
+        let root: Value = serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
+        let Value::Object(map) = root else {
+            return Err("expected a JSON object".into());
+        };
+        let number = |k: &str| -> Result<Option<f64>, String> {
+            match map.get(k) {
+                None | Some(Value::Null) => Ok(None),
+                Some(v) => v
+                    .as_f64()
+                    .filter(|x| x.is_finite() && *x >= 0.0)
+                    .map(Some)
+                    .ok_or_else(|| format!("`{k}` must be a number ≥ 0, got {v}")),
+            }
+        };
+        let top_p = number("top_p")?;
+        if let Some(p) = top_p
+            && !(p > 0.0 && p <= 1.0)
+        {
+            return Err(format!("`top_p` must be in (0, 1], got {p}"));
+        }
+        // vLLM's `_SAMPLING_EPS`: below it a temperature means greedy sampling.
+        let greedy = number("temperature")?.is_some_and(|t| t < 1e-5);
+        self.default_top_p = if greedy { Some(1.0) } else { top_p };
+        Ok(self)
+    }
+
+    /// A bundled model by id (case-insensitive; a unique prefix also matches), with its
+    /// bundled `generation_config.json` where there is one.
     pub fn bundled(id: &str) -> Option<Self> {
         let found = bundled_entry(id)?;
-        Some(Self::from_hf_json(found.0, found.1).expect("bundled model configs parse (tested)"))
+        let m = Self::from_hf_json(found.0, found.1).expect("bundled model configs parse (tested)");
+        Some(
+            match BUNDLED_GENERATION_CONFIGS
+                .iter()
+                .find(|(k, _)| *k == found.0)
+            {
+                Some((_, text)) => m
+                    .with_generation_config(text)
+                    .expect("bundled generation configs parse (tested)"),
+                None => m,
+            },
+        )
     }
 
     /// The full id of the bundled model `name` names (case-insensitive, or a unique prefix),
@@ -685,6 +754,48 @@ mod tests {
             assert!(m.layers > 0 && m.hidden > 0 && m.heads > 0, "{id}");
         }
         assert_eq!(BUNDLED_MODELS.len(), 19);
+    }
+
+    #[test]
+    fn bundled_generation_configs_give_the_nucleus_vllm_applies() {
+        // Every bundled generation config belongs to a bundled model and parses.
+        for (id, _) in BUNDLED_GENERATION_CONFIGS {
+            assert!(BUNDLED_MODELS.iter().any(|(k, _)| k == id), "{id}");
+            assert!(
+                ModelConfig::bundled(id).unwrap().default_top_p.is_some(),
+                "{id}"
+            );
+        }
+        // Llama-2 and Llama-3.1-8B-Instruct publish top_p 0.9 (temperature 0.6); Mixtral's
+        // config is not bundled, so it samples as vLLM's neutral defaults do.
+        for id in ["llama-2-7b-hf", "llama-2-70b-hf", "llama-3.1-8b-instruct"] {
+            assert_eq!(ModelConfig::bundled(id).unwrap().default_top_p, Some(0.9));
+        }
+        assert_eq!(ModelConfig::bundled("mixtral").unwrap().default_top_p, None);
+        let m = || ModelConfig::bundled("llama-2-7b-hf").unwrap();
+        // vLLM makes a temperature of 0 greedy, with top_p 1, whatever the file's top_p.
+        let greedy = m()
+            .with_generation_config(r#"{"temperature": 0.0, "top_p": 0.5}"#)
+            .unwrap();
+        assert_eq!(greedy.default_top_p, Some(1.0));
+        let none = m()
+            .with_generation_config(r#"{"bos_token_id": 1}"#)
+            .unwrap();
+        assert_eq!(none.default_top_p, None);
+        for (bad, says) in [
+            (r#"{"top_p": 1.5}"#, "`top_p` must be in (0, 1], got 1.5"),
+            (r#"{"top_p": 0}"#, "`top_p` must be in (0, 1], got 0"),
+            (r#"{"top_p": "high"}"#, "`top_p` must be a number ≥ 0"),
+            (
+                r#"{"temperature": -1}"#,
+                "`temperature` must be a number ≥ 0",
+            ),
+            ("[1]", "expected a JSON object"),
+            ("{", "not valid JSON"),
+        ] {
+            let e = m().with_generation_config(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
     }
 
     #[test]

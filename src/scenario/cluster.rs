@@ -580,6 +580,7 @@ impl LatencySpec {
             elementwise_hidden_passes: k,
             elementwise_ffn_passes: l,
             moe_overlap_exponent: m,
+            top_p: n,
         } = self
         else {
             return Vec::new();
@@ -598,6 +599,7 @@ impl LatencySpec {
             ("elementwise_hidden_passes", k),
             ("elementwise_ffn_passes", l),
             ("moe_overlap_exponent", m),
+            ("top_p", n),
         ];
         named
             .into_iter()
@@ -622,6 +624,7 @@ impl LatencySpec {
             elementwise_hidden_passes: None,
             elementwise_ffn_passes: None,
             moe_overlap_exponent: None,
+            top_p: None,
         }
     }
 }
@@ -670,6 +673,11 @@ pub enum LatencySpec {
         elementwise_ffn_passes: Option<f64>,
         #[serde(default)]
         moe_overlap_exponent: Option<f64>,
+        /// The nucleus the requests sample with: below 1, every step sorts its logits
+        /// (vLLM 0.15's PyTorch sampler). Default: the model's `generation_config.json`, as
+        /// vLLM's `--generation-config auto` applies it to requests that give none; else 1.
+        #[serde(default)]
+        top_p: Option<f64>,
     },
     /// BLIS's roofline (MODELS.md §2.3), for conformance: one max(compute × MFU, memory)
     /// crossover, 2-matrix FFN, no communication or overheads; optional [α0, α1, α2].

@@ -67,6 +67,8 @@ fn models_on(gpu: &str, id: &str) -> (Roofline, TrainedPhysics, BlisRoofline) {
             alpha: [0.0; 3],
             step_overhead_us: DEFAULT_STEP_OVERHEAD_US,
             request_overhead_us: DEFAULT_REQUEST_OVERHEAD_US,
+            // As a scenario gets it: the model's generation config decides.
+            top_p_sort: m.default_top_p.is_some_and(|p| p < 1.0),
         },
         TrainedPhysics::new(m.clone(), g.clone(), tp, Coefficients::bundled()),
         BlisRoofline {
