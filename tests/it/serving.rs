@@ -231,3 +231,68 @@ fn bad_engine_numbers_are_errors_with_their_path() {
         "{e}"
     );
 }
+
+/// The fidelity chapter's Llama-2-7B load at 4 req/s, run as written and with one term of the
+/// serving path (or the top-p sort) switched off: every figure its table, its sum and its
+/// request taken apart quote is what the simulator gives.
+#[test]
+fn the_fidelity_chapters_ttft_figures_are_what_the_simulator_gives() {
+    let doc = crate::common::doc("fidelity");
+    let ron = doc
+        .split("```ron\n")
+        .find(|b| b.starts_with("(seed: 42, cluster: (groups: [(model: \"llama-2-7b-hf\""))
+        .and_then(|b| b.split("\n```").next())
+        .expect("docs/fidelity.md has the 4 req/s Llama-2-7B load");
+    let with = |extra: &str| {
+        let src = ron.replacen(
+            "max_num_batched_tokens: 2048)",
+            &format!("max_num_batched_tokens: 2048{extra})"),
+            1,
+        );
+        assert!(extra.is_empty() || src != ron, "the group takes {extra}");
+        run(&parse(&src))
+    };
+    let mean = |extra: &str| with(extra).0.ttft_ms.mean.unwrap();
+    let (all, rows) = with("");
+    let full = all.ttft_ms.mean.unwrap();
+    let bare = mean(", engine: (preset: Bare)");
+    let off = |what: &str| full - mean(&format!(", engine: ({what})"));
+    let quoted = [
+        format!("All of it together: {bare:.1} ms (the bare step) → {full:.1} ms at 4 req/s"),
+        format!("| +{:.1} ms (one step) |", off("async_scheduling: false")),
+        format!(
+            "| +{:.2} ms with the next row |",
+            off("api_request_us: 0.0, api_us_per_prompt_token: 0.0")
+        ),
+        format!("| +{:.1} ms |", off("tokenizer_window_us: 0.0")),
+        format!(
+            "| +{:.2} ms with the next row |",
+            off("api_step_us: 0.0, api_us_per_output_token: 0.0")
+        ),
+        format!(
+            "| +{:.2} ms |",
+            full - mean(", latency: Roofline(top_p: 1.0)")
+        ),
+    ];
+    for q in &quoted {
+        assert!(doc.contains(q.as_str()), "docs/fidelity.md lacks {q:?}");
+    }
+    // Request 300, taken apart: its arrival, its cached prompt and its TTFT.
+    let r = rows.iter().find(|r| r.str("request_id") == "300").unwrap();
+    let digits = r.str("arrival_us");
+    let arrival: String = digits
+        .chars()
+        .enumerate()
+        .flat_map(|(i, c)| {
+            let sep = i > 0 && (digits.len() - i) % 3 == 0;
+            sep.then_some(',').into_iter().chain([c])
+        })
+        .collect();
+    assert!(
+        doc.contains(&format!("it arrives at {arrival} µs")),
+        "{arrival}"
+    );
+    assert_eq!((r.u64("input_tokens"), r.u64("cached_tokens")), (590, 576));
+    let ttft = format!("| **TTFT** | | **{:.2}** |", r.us("ttft_ms") as f64 / 1e3);
+    assert!(doc.contains(&ttft), "docs/fidelity.md lacks {ttft:?}");
+}
