@@ -461,15 +461,18 @@ fn a_reader_that_goes_away_ends_the_output_quietly() {
             "outputs.timeseries_csv=false",
         ][..],
     ] {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_servesim"))
+        // The reading end is closed before the command starts, so its first write fails
+        // whenever it comes (closing it after the spawn raced a command quick enough to
+        // write everything into the pipe's buffer first, and exit 0).
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = Command::new(env!("CARGO_BIN_EXE_servesim"))
             .args(args)
             .current_dir(root)
-            .stdout(std::process::Stdio::piped())
+            .stdout(writer)
             .stderr(std::process::Stdio::piped())
-            .spawn()
+            .output()
             .unwrap();
-        drop(child.stdout.take());
-        let out = child.wait_with_output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
         assert_eq!(out.status.code(), Some(141), "{args:?}: {stderr}");
