@@ -253,7 +253,7 @@ impl LatencyModel for WideEp {
             let own = moe_layers * self.rank_moe_us(load, top)
                 + dense_layers * (r.layer_us(false, top, 2.0) + r.indexer_us(load))
                 + r.gemm_us(load.logit_rows, f64::from(m.hidden), vocab)
-                + r.top_p_sort_us(load.logit_rows)
+                + r.top_p_sort_us(*requests, load.logit_rows)
                 + r.request_overhead_us * requests;
             slowest = slowest.max(own);
         }

@@ -344,14 +344,17 @@ impl Roofline {
 }
 
 impl Roofline {
-    /// What sampling with a nucleus adds to a step of `logit_rows` rows, µs: vLLM 0.15's
-    /// sort of every row over the whole vocabulary (every rank samples the gathered logits),
-    /// 0 when the requests sample without one.
-    pub fn top_p_sort_us(&self, logit_rows: f64) -> f64 {
+    /// What sampling with a nucleus adds to a step of `requests` with `logit_rows` rows of
+    /// logits, µs: vLLM 0.15's sort of every row over the whole vocabulary (every rank samples
+    /// the gathered logits), 0 when the requests sample without one. A step that verifies
+    /// drafts (more rows than requests) sorts twice: the rejection sampler samples the
+    /// requests' bonus rows, then constrains the drafts' target rows, each a sort of its own.
+    pub fn top_p_sort_us(&self, requests: f64, logit_rows: f64) -> f64 {
         if !self.top_p_sort || logit_rows <= 0.0 {
             return 0.0;
         }
-        TOP_P_SORT_FIXED_US
+        let sorts = if logit_rows > requests { 2.0 } else { 1.0 };
+        sorts * TOP_P_SORT_FIXED_US
             + TOP_P_SORT_US_PER_ROW * logit_rows * f64::from(self.model.vocab) / TOP_P_SORT_VOCAB
     }
 }
@@ -369,7 +372,7 @@ impl LatencyModel for Roofline {
             self.kernels_us(&load, load.logit_rows, 2.0)
         };
         let us = kernels
-            + self.top_p_sort_us(load.logit_rows)
+            + self.top_p_sort_us(requests, load.logit_rows)
             + self.step_overhead_us
             + self.request_overhead_us * requests;
         Ok(SimDuration::from_us_f64(us).max(SimDuration(1)))
@@ -423,11 +426,14 @@ mod tests {
         r.top_p_sort = true;
         let sorted = r.step_time(&shape).unwrap().as_us() as f64;
         assert!((sorted - plain - 101.72).abs() <= 1.0, "{plain} → {sorted}");
-        assert!((r.top_p_sort_us(3.0) - 101.718_75).abs() < 1e-9);
+        assert!((r.top_p_sort_us(3.0, 3.0) - 101.718_75).abs() < 1e-9);
+        // Verifying 2 drafts each, the same 3 requests sort 9 rows in two calls:
+        // 2 × 90 + 4.0 × 9 × 32,000 / 32,768 = 215.156 µs.
+        assert!((r.top_p_sort_us(3.0, 9.0) - 215.156_25).abs() < 1e-9);
         // Nothing to sort, nothing added; without a nucleus, nothing at all.
-        assert_eq!(r.top_p_sort_us(0.0), 0.0);
+        assert_eq!(r.top_p_sort_us(0.0, 0.0), 0.0);
         r.top_p_sort = false;
-        assert_eq!(r.top_p_sort_us(3.0), 0.0);
+        assert_eq!(r.top_p_sort_us(3.0, 3.0), 0.0);
     }
 
     #[test]
