@@ -36,8 +36,9 @@ pub const DEFAULT_REQUEST_OVERHEAD_US: f64 = 5.0;
 /// softmax, cumulative sum, mask and scatter back), measured alone with CUDA events by vLLM's
 /// sampler benchmarks, PyTorch column, 32,768-token vocabulary: 0.094 ms for 1 row (PR
 /// #42191), 0.37 / 0.626 / 1.694 ms for 64 / 128 / 512 rows (PR #40376), 2.252 / 4.236 ms
-/// for 512 / 1,024 rows (PR #33538). The fixed part, µs: mostly kernel launches, which a
-/// step partly hides behind its forward pass, so it is at most this.
+/// for 512 / 1,024 rows (PR #33538, which re-opens PR #25824, run on an H100; the others do
+/// not name their GPU). The fixed part, µs: mostly kernel launches, which a step partly
+/// hides behind its forward pass, so it is at most this.
 pub const TOP_P_SORT_FIXED_US: f64 = 90.0;
 /// The part per logits row of a 32,768-token vocabulary, µs (it scales with the vocabulary).
 pub const TOP_P_SORT_US_PER_ROW: f64 = 4.0;
