@@ -273,6 +273,8 @@ impl FinishedRequest {
 pub struct RequestSample {
     pub id: u64,
     pub completed: bool,
+    /// Abandoned by its client (its timeout fired).
+    pub timed_out: bool,
     /// When it arrived (µs of simulated time).
     pub arrival_us: u64,
     /// When it completed, if it did.

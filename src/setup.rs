@@ -82,7 +82,7 @@ pub struct RunOptions {
     pub interrupt: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
     /// Requests to replay from memory, in addition to the scenario's workload (a measured
     /// run for `check-real` and `calibrate`).
-    pub replay: Option<std::sync::Arc<[crate::workload::TraceRow]>>,
+    pub replay: Option<crate::workload::Replay>,
     /// Collects one [`RequestSample`](crate::request::RequestSample) per request.
     pub collect: Option<std::sync::Arc<std::sync::Mutex<Vec<crate::request::RequestSample>>>>,
     /// Writes the bytes `requests.csv` would hold into this buffer (no file needed).

@@ -485,26 +485,29 @@ fn plan(
 
 /// Loads the measured run `check_real` and `calibrate` compare with (vLLM's benchmark JSON
 /// or a CSV, as on the command line); raises ValueError naming the file and line.
-fn measured(path: &str) -> PyResult<Vec<servesim::fidelity::MeasuredRequest>> {
+fn measured(path: &str) -> PyResult<servesim::fidelity::Measurement> {
     servesim::fidelity::measured::load(std::path::Path::new(path))
         .map_err(pyo3::exceptions::PyValueError::new_err)
 }
 
 /// `servesim check-real`: the comparison as the JSON `--format json` prints.
 #[pyfunction]
-#[pyo3(signature = (source, is_text, overrides, measured_path))]
+#[pyo3(signature = (source, is_text, overrides, measured_path, timeout_s=None))]
 fn check_real(
     py: Python<'_>,
     source: &str,
     is_text: bool,
     overrides: Vec<(String, String)>,
     measured_path: &str,
+    timeout_s: Option<f64>,
 ) -> PyResult<String> {
     let app = app();
     let sc = load(&app, source, is_text, &overrides)?;
     no_python_policies(&sc, "check_real")?;
-    let rows = measured(measured_path)?;
-    match py.detach(|| servesim::fidelity::check_real(&app, &sc, &rows)) {
+    let m = measured(measured_path)?;
+    let timeout = servesim::fidelity::replay_timeout(&m, timeout_s)
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("timeout_s: {e}")))?;
+    match py.detach(|| servesim::fidelity::check_real(&app, &sc, &m, timeout)) {
         Ok(r) => serde_json::to_string_pretty(&r).map_err(|e| RunError::new_err(e.to_string())),
         Err(e) => Err(RunError::new_err(e.to_string())),
     }
@@ -532,7 +535,8 @@ fn calibrate(
     let app = app();
     let sc = load(&app, source, is_text, &overrides)?;
     no_python_policies(&sc, "calibrate")?;
-    let rows = measured(measured_path)?;
+    // A fit matches completed requests and replays them alone.
+    let rows = measured(measured_path)?.completed();
     if let Some(problem) = input_problem(&sc, group, rows.len(), max_evals, ["group", "max_evals"])
     {
         return Err(pyo3::exceptions::PyValueError::new_err(problem));

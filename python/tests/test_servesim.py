@@ -608,3 +608,35 @@ def test_check_real_and_calibrate_give_what_the_cli_prints(tmp_path):
     # Our roofline needs the group's model and GPU: a run error, as on the command line.
     with pytest.raises(servesim.RunError, match="needs a model"):
         servesim.calibrate(str(scenario), str(measured), model="roofline", max_evals=8)
+
+
+def test_check_real_replays_timeouts_as_the_cli_does(tmp_path):
+    # A server that falls behind, its clients giving up after 20 s: the run's own
+    # requests.csv (timed-out rows and all) replayed with the same timeout times out the
+    # same requests; timeout_s is --timeout-s.
+    scenario = tmp_path / "server.ron"
+    scenario.write_text("""(seed: 5, cluster: (groups: [(kv_blocks: 4000, max_num_seqs: 1,
+        latency: Blackbox(alpha: [2000.0, 0.0, 0.0], beta: [4000.0, 12.0, 90.0]))]),
+      workload: (num_requests: 300, clients: [(rate_per_s: 6.0, timeout_s: 20.0,
+        input_tokens: Uniform(min: 32, max: 900), output_tokens: Uniform(min: 2, max: 120))]),
+      outputs: (dir: "out"))""")
+    rows = servesim.run(str(scenario)).requests
+    timed_out = int((rows["state"] == "timed_out").sum())
+    assert 20 < timed_out < 250
+    measured = tmp_path / "measured.csv"
+    rows.to_csv(measured, index=False)
+    report = servesim.check_real(str(scenario), str(measured), timeout_s=20.0)
+    assert report["timeout_s"] == 20.0
+    assert report["overall"]["timeouts"] == {"measured": timed_out, "simulated": timed_out}
+    assert report["mean_ape_pct"] < 0.01
+    cli_report = subprocess.run(
+        [cli(), "check-real", str(scenario), str(measured), "--timeout-s", "20",
+         "--format", "json", "--out", str(tmp_path / "cmp")],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    assert report == json.loads(cli_report)
+    patient = servesim.check_real(str(scenario), str(measured))
+    assert patient["timeout_s"] is None
+    assert patient["overall"]["timeouts"]["simulated"] == 0
+    with pytest.raises(ValueError, match="timeout_s: the client timeout must be"):
+        servesim.check_real(str(scenario), str(measured), timeout_s=-1.0)

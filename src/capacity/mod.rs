@@ -556,6 +556,7 @@ mod tests {
         RequestSample {
             id: arrival_ms,
             completed: completed_ms.is_some(),
+            timed_out: false,
             ttft_us: None,
             e2e_us: None,
             mean_itl_us: None,

@@ -100,6 +100,11 @@ pub(crate) struct CheckRealArgs {
     /// Where check-real.json goes (default: the scenario's outputs.dir).
     #[arg(long)]
     pub(crate) out: Option<PathBuf>,
+    /// The benchmark client's timeout, s: each replayed request is abandoned this long after
+    /// it was sent (default: the one the measurement shows, the median age at which its
+    /// timed-out requests failed; none if none did).
+    #[arg(long, value_name = "SECONDS")]
+    pub(crate) timeout_s: Option<f64>,
     #[arg(long = "set", value_name = "PATH=VALUE")]
     pub(crate) set: Vec<String>,
     #[arg(long, value_enum, default_value_t = Format::Text)]

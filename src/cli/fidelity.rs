@@ -13,7 +13,7 @@ fn load_with_measured(
     measured: &Path,
     set: &[String],
     catalog: &Catalog,
-) -> Result<(scenario::Scenario, Vec<crate::fidelity::MeasuredRequest>), ExitCode> {
+) -> Result<(scenario::Scenario, crate::fidelity::Measurement), ExitCode> {
     let overrides = parse_overrides(set, None).map_err(|e| {
         eprintln!("error: {e}");
         ExitCode::from(2)
@@ -32,16 +32,29 @@ pub(crate) fn check_real(app: &ServesimApp, a: CheckRealArgs) -> ExitCode {
         scenario,
         measured,
         out,
+        timeout_s,
         set,
         format,
     } = a;
     let built = app.build();
     let catalog = built.world().resource::<Catalog>();
-    let (sc, rows) = match load_with_measured(&scenario, &measured, &set, catalog) {
+    let (sc, measurement) = match load_with_measured(&scenario, &measured, &set, catalog) {
         Ok(x) => x,
         Err(code) => return code,
     };
-    let report = match crate::fidelity::check_real(app, &sc, &rows) {
+    let timeout = match crate::fidelity::replay_timeout(&measurement, timeout_s) {
+        Ok(t) => t,
+        Err(e) => {
+            let whose = if timeout_s.is_some() {
+                "--timeout-s"
+            } else {
+                "the measured requests' timeout"
+            };
+            eprintln!("error: {whose}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let report = match crate::fidelity::check_real(app, &sc, &measurement, timeout) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: {e}");
@@ -98,10 +111,18 @@ pub(crate) fn calibrate(app: &ServesimApp, a: CalibrateArgs) -> ExitCode {
     } = a;
     let built = app.build();
     let catalog = built.world().resource::<Catalog>();
-    let (sc, rows) = match load_with_measured(&scenario, &measured, &set, catalog) {
+    let (sc, measurement) = match load_with_measured(&scenario, &measured, &set, catalog) {
         Ok(x) => x,
         Err(code) => return code,
     };
+    // A fit matches completed requests and replays them alone.
+    let rows = measurement.completed();
+    let left_out = measurement.timed_out() + measurement.failed;
+    if left_out > 0 {
+        eprintln!(
+            "servesim: {left_out} of the measured requests timed out or failed and are left out of the fit (fit to a run that keeps up; `check-real` replays and counts timeouts)"
+        );
+    }
     if let Some(problem) = crate::fidelity::calibrate::input_problem(
         &sc,
         group,

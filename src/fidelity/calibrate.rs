@@ -465,7 +465,7 @@ pub fn calibrate(
             .collect();
         let mut sc = base.clone();
         sc.cluster.groups[group].latency = Some((sp.build)(&p));
-        match simulate(app, &sc, measured) {
+        match simulate(app, &sc, measured, None) {
             Ok(mut sim) => {
                 let alpha0 = alpha0_shift(measured, &sim);
                 for s in &mut sim {
@@ -546,7 +546,7 @@ pub fn calibrate(
     let latency = (sp.build)(&p);
     let mut sc = base.clone();
     sc.cluster.groups[group].latency = Some(latency.clone());
-    let sim = simulate(app, &sc, measured)?;
+    let sim = simulate(app, &sc, measured, None)?;
     if let Some(e) = super::none_completed(&sim, "the scenario's cluster with the fitted model") {
         return Err(e);
     }
@@ -557,6 +557,8 @@ pub fn calibrate(
             .enumerate()
             .filter(|(i, _)| is_holdout(*i))
             .count(),
+        measured_failed: 0,
+        timeout_s: None,
         not_completed_in_simulation: sim
             .iter()
             .enumerate()

@@ -12,13 +12,62 @@ use crate::workload::TraceRow;
 pub struct MeasuredRequest {
     pub arrival_us: u64,
     pub input_tokens: u32,
+    /// Output tokens: those it produced, or (timed out) those it asked for.
     pub output_tokens: u32,
+    /// Time to first token (0 for a request that timed out: not compared).
     pub ttft_us: f64,
+    /// End-to-end latency; for a request that timed out, how long after its start it failed
+    /// (0 if the file does not say).
     pub e2e_us: f64,
     /// Mean inter-token latency (time per output token after the first), if it has one.
     pub itl_us: Option<f64>,
     /// The benchmark stage the request belongs to, if the file says.
     pub stage: Option<String>,
+    /// Its client gave up on it (a timeout): it is replayed as load and counted, not compared.
+    pub timed_out: bool,
+}
+
+/// A measured run as read: the requests to replay and those that cannot be.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Measurement {
+    /// Completed and timed-out requests, by arrival (µs from the first).
+    pub requests: Vec<MeasuredRequest>,
+    /// Requests that failed otherwise (an HTTP error, a broken connection, an error the file
+    /// does not explain, a timed-out request whose length it does not say): not replayed.
+    pub failed: usize,
+}
+
+impl Measurement {
+    /// Requests whose client timed out.
+    pub fn timed_out(&self) -> usize {
+        self.requests.iter().filter(|r| r.timed_out).count()
+    }
+
+    /// The client timeout the run shows, s: the median time from a timed-out request's start
+    /// to its failure (a client's total timeout fires at the same age for every request).
+    /// `None` when no request timed out or the file does not say when they failed.
+    pub fn timeout_s(&self) -> Option<f64> {
+        let mut ages: Vec<f64> = self
+            .requests
+            .iter()
+            .filter(|r| r.timed_out && r.e2e_us > 0.0)
+            .map(|r| r.e2e_us / 1e6)
+            .collect();
+        if ages.is_empty() {
+            return None;
+        }
+        ages.sort_by(f64::total_cmp);
+        Some(ages[ages.len() / 2])
+    }
+
+    /// The completed requests alone (what a fit is matched to).
+    pub fn completed(&self) -> Vec<MeasuredRequest> {
+        self.requests
+            .iter()
+            .filter(|r| !r.timed_out)
+            .cloned()
+            .collect()
+    }
 }
 
 impl MeasuredRequest {
@@ -40,14 +89,14 @@ impl MeasuredRequest {
 pub const MAX_ROWS: usize = 10_000_000;
 
 /// Reads a measured run: `.json` as vLLM's benchmark result (an object) or inference-perf's
-/// per-request report (an array), anything else as CSV. Rows come back sorted by arrival;
+/// per-request report (an array), anything else as CSV. Requests come back sorted by arrival;
 /// errors name the file (and line for CSV, request for JSON).
-pub fn load(path: &Path) -> Result<Vec<MeasuredRequest>, String> {
+pub fn load(path: &Path) -> Result<Measurement, String> {
     use std::io::BufRead;
     let json = path
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("json"));
-    let mut rows = if json {
+    let mut m = if json {
         // An array is inference-perf's report, read as a stream (it can be larger than any
         // file read whole); an object is vLLM's result.
         let mut reader = std::io::BufReader::new(crate::input::open_regular(path)?);
@@ -66,7 +115,8 @@ pub fn load(path: &Path) -> Result<Vec<MeasuredRequest>, String> {
     } else {
         from_csv(&crate::input::read_text(path)?, &path.display().to_string())?
     };
-    if rows.is_empty() {
+    let rows = &mut m.requests;
+    if rows.iter().all(|r| r.timed_out) {
         return Err(format!(
             "{}: no completed request to compare with",
             path.display()
@@ -81,10 +131,10 @@ pub fn load(path: &Path) -> Result<Vec<MeasuredRequest>, String> {
             path.display()
         ));
     }
-    for r in &mut rows {
+    for r in rows.iter_mut() {
         r.arrival_us -= t0;
     }
-    Ok(rows)
+    Ok(m)
 }
 
 fn mean_itl(ttft: f64, e2e: f64, output: u32) -> Option<f64> {
@@ -93,9 +143,11 @@ fn mean_itl(ttft: f64, e2e: f64, output: u32) -> Option<f64> {
 
 /// A plain CSV with a header. Columns (any order, extra columns ignored): an arrival time
 /// `arrival_s`, `arrival_ms` or `arrival_us`; `input_tokens`; `output_tokens`; `ttft_ms`;
-/// `e2e_ms`; optionally `itl_ms` (mean inter-token latency of the request) and `stage`.
-/// A servesim `requests.csv` qualifies (only its completed rows are used).
-pub fn from_csv(text: &str, file: &str) -> Result<Vec<MeasuredRequest>, String> {
+/// `e2e_ms`; optionally `itl_ms` (mean inter-token latency of the request), `stage` and
+/// `state`. With a `state`, `completed` rows are compared, `timed_out` rows replayed (their
+/// `ttft_ms` and `e2e_ms` may be empty; `e2e_ms`, if given, is when the client gave up) and
+/// other rows counted as failed. A servesim `requests.csv` qualifies.
+pub fn from_csv(text: &str, file: &str) -> Result<Measurement, String> {
     let mut r = csv::ReaderBuilder::new()
         .trim(csv::Trim::All)
         .from_reader(text.as_bytes());
@@ -133,12 +185,21 @@ pub fn from_csv(text: &str, file: &str) -> Result<Vec<MeasuredRequest>, String> 
         col("state"),
     );
     let mut out = Vec::new();
+    let mut failed = 0;
     for (k, rec) in r.records().enumerate() {
         let line = k + 2;
-        let rec = rec.map_err(|e| format!("{file}:{line}: {e}"))?;
-        if state.is_some_and(|i| rec.get(i).is_some_and(|s| s != "completed")) {
-            continue;
+        if k >= MAX_ROWS {
+            return Err(format!("{file}: more than {MAX_ROWS} rows"));
         }
+        let rec = rec.map_err(|e| format!("{file}:{line}: {e}"))?;
+        let timed_out = match state.and_then(|i| rec.get(i)) {
+            None | Some("completed") => false,
+            Some("timed_out") => true,
+            Some(_) => {
+                failed += 1;
+                continue;
+            }
+        };
         let num = |i: usize, what: &str| -> Result<f64, String> {
             let s = rec.get(i).unwrap_or("");
             s.parse::<f64>()
@@ -166,6 +227,24 @@ pub fn from_csv(text: &str, file: &str) -> Result<Vec<MeasuredRequest>, String> 
             tokens(input, "input_tokens")?,
             tokens(output, "output_tokens")?,
         );
+        if timed_out {
+            let given = rec.get(e2e).is_some_and(|s| !s.is_empty());
+            out.push(MeasuredRequest {
+                arrival_us: arrival_us as u64,
+                input_tokens,
+                output_tokens,
+                ttft_us: 0.0,
+                e2e_us: if given {
+                    num(e2e, "e2e_ms")? * 1e3
+                } else {
+                    0.0
+                },
+                itl_us: None,
+                stage: stage.and_then(|i| rec.get(i)).map(str::to_string),
+                timed_out,
+            });
+            continue;
+        }
         let (ttft_us, e2e_us) = (num(ttft, "ttft_ms")? * 1e3, num(e2e, "e2e_ms")? * 1e3);
         if e2e_us < ttft_us {
             return Err(format!("{file}:{line}: e2e_ms is below ttft_ms"));
@@ -182,18 +261,20 @@ pub fn from_csv(text: &str, file: &str) -> Result<Vec<MeasuredRequest>, String> 
             e2e_us,
             itl_us,
             stage: stage.and_then(|i| rec.get(i)).map(str::to_string),
+            timed_out,
         });
-        if out.len() > MAX_ROWS {
-            return Err(format!("{file}: more than {MAX_ROWS} rows"));
-        }
     }
-    Ok(out)
+    Ok(Measurement {
+        requests: out,
+        failed,
+    })
 }
 
 /// vLLM's benchmark result JSON: parallel arrays `input_lens`, `output_lens`, `ttfts` (s),
 /// `itls` (per request, the gaps between its tokens in s), `start_times` (s, any origin),
-/// optional `e2els` (s) and `errors` (a non-empty string marks a failed request, skipped).
-pub fn from_vllm_json(text: &str) -> Result<Vec<MeasuredRequest>, String> {
+/// optional `e2els` (s) and `errors` (a non-empty string marks a failed request: counted, not
+/// replayed, as the file does not say how long its answer was to be).
+pub fn from_vllm_json(text: &str) -> Result<Measurement, String> {
     let v: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
     let array = |key: &str| -> Result<&Vec<serde_json::Value>, String> {
         v.get(key).and_then(|a| a.as_array()).ok_or_else(|| {
@@ -225,6 +306,7 @@ pub fn from_vllm_json(text: &str) -> Result<Vec<MeasuredRequest>, String> {
         return Err(format!("more than {MAX_ROWS} requests"));
     }
     let mut out = Vec::with_capacity(n);
+    let mut failed = 0;
     let max_tokens = f64::from(crate::workload::lengths::MAX_TOKENS);
     for i in 0..n {
         if errors
@@ -232,6 +314,7 @@ pub fn from_vllm_json(text: &str) -> Result<Vec<MeasuredRequest>, String> {
             .and_then(|e| e.as_str())
             .is_some_and(|s| !s.is_empty())
         {
+            failed += 1;
             continue;
         }
         // The CSV reader's checks, located by request index and array.
@@ -252,7 +335,8 @@ pub fn from_vllm_json(text: &str) -> Result<Vec<MeasuredRequest>, String> {
         let input = tokens(&inputs[i], "input_lens")?;
         let output = tokens(&outputs[i], "output_lens")?;
         if input < 1.0 || output < 1.0 {
-            continue; // failed or empty request
+            failed += 1; // failed or empty request
+            continue;
         }
         let ttft_us = f(&ttfts[i], "ttfts")? * 1e6;
         let gaps: Vec<f64> = match itls.and_then(|a| a.get(i)) {
@@ -296,9 +380,13 @@ pub fn from_vllm_json(text: &str) -> Result<Vec<MeasuredRequest>, String> {
                 Some(gaps.iter().sum::<f64>() * 1e6 / gaps.len() as f64)
             },
             stage: None,
+            timed_out: false,
         });
     }
-    Ok(out)
+    Ok(Measurement {
+        requests: out,
+        failed,
+    })
 }
 
 /// inference-perf's per-request report (`per_request_lifecycle_metrics.json`): an array with
@@ -307,17 +395,24 @@ pub fn from_vllm_json(text: &str) -> Result<Vec<MeasuredRequest>, String> {
 /// `output_token_times` (s, the same clock) at which content reached the client. Both layouts
 /// are read: `info` holding the three (inference-perf to early 2026), or (later)
 /// `info.request_metrics.text.input_tokens` and `info.response_metrics` holding the other two.
-/// A request with an `error` is skipped. TTFT is the first token's time − `start_time`
-/// (inference-perf's own), E2E `end_time` − `start_time`, and the mean ITL the span of the
-/// token times over `output_tokens` − 1. The report does not say each request's stage.
-pub fn from_inference_perf_json(text: &str) -> Result<Vec<MeasuredRequest>, String> {
+/// TTFT is the first token's time − `start_time` (inference-perf's own), E2E `end_time` −
+/// `start_time`, and the mean ITL the span of the token times over `output_tokens` − 1. The
+/// report does not say each request's stage.
+///
+/// A request whose `error.error_type` is `TimeoutError` (its client's `request_timeout`
+/// fired) is kept as timed out: it asked for the `max_tokens` of its `request` body, and its
+/// prompt length, which inference-perf records as 0 for a failed request, is estimated from
+/// the prompt's characters at the tokens per character of the completed requests (their
+/// mean prompt if the bodies hold no text). Any other error, a timed-out request without a
+/// `max_tokens`, and an empty prompt or answer are counted as failed.
+pub fn from_inference_perf_json(text: &str) -> Result<Measurement, String> {
     read_inference_perf(text.as_bytes())
 }
 
 /// [`from_inference_perf_json`] from a reader, one request at a time: the report also holds
-/// each request's body and raw response stream (hundreds of kB for a long answer), which are
-/// skipped unread, so a report of several GB takes memory for its rows only.
-pub fn read_inference_perf(reader: impl std::io::Read) -> Result<Vec<MeasuredRequest>, String> {
+/// each request's raw response stream (hundreds of kB for a long answer), which is skipped
+/// unread, so a report of several GB takes memory for its rows only.
+pub fn read_inference_perf(reader: impl std::io::Read) -> Result<Measurement, String> {
     use serde::Deserializer as _;
     let mut de = serde_json::Deserializer::from_reader(reader);
     let rows = de
@@ -328,14 +423,17 @@ pub fn read_inference_perf(reader: impl std::io::Read) -> Result<Vec<MeasuredReq
 }
 
 /// The fields of one request of inference-perf's report that a comparison needs; every other
-/// field (the request body, the raw response, chunk texts) is skipped.
+/// field (the raw response, chunk texts) is skipped.
 #[derive(serde::Deserialize)]
 struct InferencePerfEntry {
     start_time: Option<f64>,
     end_time: Option<f64>,
     info: Option<InferencePerfInfo>,
+    /// The request body, a JSON string: how long a timed-out request's prompt and answer were.
     #[serde(default)]
-    error: Option<serde::de::IgnoredAny>,
+    request: Option<serde_json::Value>,
+    #[serde(default)]
+    error: Option<serde_json::Value>,
 }
 
 #[derive(serde::Deserialize)]
@@ -363,21 +461,83 @@ struct InferencePerfResponse {
     output_token_times: Option<Vec<f64>>,
 }
 
+/// What a request body says of its size: the answer it asks for and its prompt's text
+/// (`prompt` for completions, `messages` for chat).
+#[derive(serde::Deserialize, Default)]
+struct RequestBody {
+    max_tokens: Option<f64>,
+    max_completion_tokens: Option<f64>,
+    prompt: Option<serde_json::Value>,
+    messages: Option<serde_json::Value>,
+}
+
+impl RequestBody {
+    /// The body of `request` (a JSON string, or already an object), if it is one.
+    fn of(request: Option<&serde_json::Value>) -> Option<Self> {
+        match request? {
+            serde_json::Value::String(s) => serde_json::from_str(s).ok(),
+            v @ serde_json::Value::Object(_) => serde_json::from_value(v.clone()).ok(),
+            _ => None,
+        }
+    }
+
+    /// Characters of the prompt's text, if the body holds any.
+    fn prompt_chars(&self) -> Option<usize> {
+        fn text(v: &serde_json::Value) -> usize {
+            match v {
+                serde_json::Value::String(s) => s.chars().count(),
+                serde_json::Value::Array(a) => a.iter().map(text).sum(),
+                // A chat message's `content`, or a content part's `text`.
+                serde_json::Value::Object(o) => {
+                    o.get("content").or_else(|| o.get("text")).map_or(0, text)
+                }
+                _ => 0,
+            }
+        }
+        let n = self.prompt.as_ref().or(self.messages.as_ref()).map(text)?;
+        (n > 0).then_some(n)
+    }
+}
+
+/// Completed requests whose bodies are read for the tokens per prompt character.
+const CHAR_SAMPLE: usize = 10_000;
+
 struct InferencePerfRows;
 
 impl<'de> serde::de::Visitor<'de> for InferencePerfRows {
-    type Value = Vec<MeasuredRequest>;
+    type Value = Measurement;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         f.write_str("an array of requests (inference-perf's per_request_lifecycle_metrics.json)")
     }
 
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        let mut out = Vec::new();
+        let mut m = Measurement::default();
+        // Timed-out requests whose prompt length is to be estimated: (row, characters).
+        let mut estimate: Vec<(usize, Option<usize>)> = Vec::new();
+        // Σ prompt tokens and Σ prompt characters of completed requests with a body.
+        let (mut tokens, mut chars, mut sampled) = (0.0, 0.0, 0usize);
         let mut i = 0usize;
         while let Some(e) = seq.next_element::<InferencePerfEntry>()? {
-            if let Some(row) = inference_perf_row(i, e).map_err(serde::de::Error::custom)? {
-                out.push(row);
+            match inference_perf_row(i, e).map_err(serde::de::Error::custom)? {
+                Row::Completed(row, body) => {
+                    if sampled < CHAR_SAMPLE
+                        && let Some(c) =
+                            RequestBody::of(body.as_ref()).and_then(|b| b.prompt_chars())
+                    {
+                        tokens += f64::from(row.input_tokens);
+                        chars += c as f64;
+                        sampled += 1;
+                    }
+                    m.requests.push(row);
+                }
+                Row::TimedOut(row, prompt_chars) => {
+                    if row.input_tokens == 0 {
+                        estimate.push((m.requests.len(), prompt_chars));
+                    }
+                    m.requests.push(row);
+                }
+                Row::Failed => m.failed += 1,
             }
             i += 1;
             if i > MAX_ROWS {
@@ -386,21 +546,40 @@ impl<'de> serde::de::Visitor<'de> for InferencePerfRows {
                 )));
             }
         }
-        Ok(out)
+        let completed: Vec<f64> = m
+            .requests
+            .iter()
+            .filter(|r| !r.timed_out)
+            .map(|r| f64::from(r.input_tokens))
+            .collect();
+        let mean = completed.iter().sum::<f64>() / completed.len().max(1) as f64;
+        let per_char = (chars > 0.0).then(|| tokens / chars);
+        let max = f64::from(crate::workload::lengths::MAX_TOKENS);
+        for (row, c) in estimate {
+            let guess = match (c, per_char) {
+                (Some(c), Some(k)) => c as f64 * k,
+                _ => mean,
+            };
+            m.requests[row].input_tokens = guess.round().clamp(1.0, max) as u32;
+        }
+        Ok(m)
     }
 }
 
-/// Request `i` of an inference-perf report as a measured request (None: failed or empty).
-fn inference_perf_row(i: usize, e: InferencePerfEntry) -> Result<Option<MeasuredRequest>, String> {
+/// One request of an inference-perf report as read.
+enum Row {
+    /// Completed, with its body (for the tokens per prompt character).
+    Completed(MeasuredRequest, Option<serde_json::Value>),
+    /// Its client timed out; its prompt's characters if the body says (its `input_tokens`
+    /// is 0 when inference-perf did not record them).
+    TimedOut(MeasuredRequest, Option<usize>),
+    /// Failed otherwise, or nothing to replay.
+    Failed,
+}
+
+/// Request `i` of an inference-perf report.
+fn inference_perf_row(i: usize, e: InferencePerfEntry) -> Result<Row, String> {
     let at = |what: &str| format!("request {i}: {what}");
-    if e.error.is_some() {
-        return Ok(None);
-    }
-    let (Some(start), Some(end), Some(info)) = (e.start_time, e.end_time, e.info) else {
-        return Err(at(
-            "no `start_time`, `end_time` and `info`: is this inference-perf's per_request_lifecycle_metrics.json?",
-        ));
-    };
     let max_tokens = f64::from(crate::workload::lengths::MAX_TOKENS);
     let tokens = |v: Option<f64>, name: &str| -> Result<f64, String> {
         let v = v.ok_or_else(|| at(&format!("info has no `{name}`")))?;
@@ -418,6 +597,53 @@ fn inference_perf_row(i: usize, e: InferencePerfEntry) -> Result<Option<Measured
             Err(at(&format!("{what} = {v} s is not a time in seconds ≥ 0")))
         }
     };
+    if let Some(error) = &e.error
+        && !error.is_null()
+    {
+        let timeout = error.get("error_type").and_then(|t| t.as_str()) == Some("TimeoutError");
+        let body = RequestBody::of(e.request.as_ref());
+        let asked = body
+            .as_ref()
+            .and_then(|b| b.max_tokens.or(b.max_completion_tokens));
+        let (Some(start), Some(end), Some(asked)) = (e.start_time, e.end_time, asked) else {
+            return Ok(Row::Failed);
+        };
+        if !timeout || !(1.0..=max_tokens).contains(&asked) || asked.fract() != 0.0 {
+            return Ok(Row::Failed);
+        }
+        let (start, end) = (seconds(start, "start_time")?, seconds(end, "end_time")?);
+        if end < start {
+            return Err(at(&format!(
+                "end_time {end} s is before start_time {start} s"
+            )));
+        }
+        let recorded = e.info.and_then(|info| {
+            info.input_tokens
+                .or_else(|| info.request_metrics?.text?.input_tokens)
+        });
+        let input = match recorded {
+            Some(v) => tokens(Some(v), "input_tokens")?,
+            None => 0.0,
+        };
+        return Ok(Row::TimedOut(
+            MeasuredRequest {
+                arrival_us: (start * 1e6) as u64,
+                input_tokens: input as u32,
+                output_tokens: asked as u32,
+                ttft_us: 0.0,
+                e2e_us: (end - start) * 1e6,
+                itl_us: None,
+                stage: None,
+                timed_out: true,
+            },
+            body.and_then(|b| b.prompt_chars()),
+        ));
+    }
+    let (Some(start), Some(end), Some(info)) = (e.start_time, e.end_time, e.info) else {
+        return Err(at(
+            "no `start_time`, `end_time` and `info`: is this inference-perf's per_request_lifecycle_metrics.json?",
+        ));
+    };
     let (request, response) = (info.request_metrics, info.response_metrics);
     let input = tokens(
         info.input_tokens
@@ -428,7 +654,7 @@ fn inference_perf_row(i: usize, e: InferencePerfEntry) -> Result<Option<Measured
         response.map_or((None, None), |r| (r.output_tokens, r.output_token_times));
     let output = tokens(info.output_tokens.or(later_output), "output_tokens")?;
     if input < 1.0 || output < 1.0 {
-        return Ok(None); // an empty prompt or answer: nothing to replay
+        return Ok(Row::Failed); // an empty prompt or answer: nothing to replay
     }
     let (start, end) = (seconds(start, "start_time")?, seconds(end, "end_time")?);
     let times = match info.output_token_times.or(later_times) {
@@ -449,15 +675,19 @@ fn inference_perf_row(i: usize, e: InferencePerfEntry) -> Result<Option<Measured
         )));
     }
     let output_tokens = output as u32;
-    Ok(Some(MeasuredRequest {
-        arrival_us: (start * 1e6) as u64,
-        input_tokens: input as u32,
-        output_tokens,
-        ttft_us: (first - start) * 1e6,
-        e2e_us: (end - start) * 1e6,
-        itl_us: (output_tokens > 1).then(|| (last - first) * 1e6 / (output - 1.0)),
-        stage: None,
-    }))
+    Ok(Row::Completed(
+        MeasuredRequest {
+            arrival_us: (start * 1e6) as u64,
+            input_tokens: input as u32,
+            output_tokens,
+            ttft_us: (first - start) * 1e6,
+            e2e_us: (end - start) * 1e6,
+            itl_us: (output_tokens > 1).then(|| (last - first) * 1e6 / (output - 1.0)),
+            stage: None,
+            timed_out: false,
+        },
+        e.request,
+    ))
 }
 
 /// Latest start time a vLLM result may hold (any origin, so an epoch time passes): 10¹² s.
@@ -471,7 +701,7 @@ mod tests {
     fn a_plain_csv_is_read_with_mean_itl_derived() {
         let csv = "arrival_s,input_tokens,output_tokens,ttft_ms,e2e_ms,stage\n\
                    1.5,100,11,20,120,a\n0.5,50,1,10,10,b\n";
-        let rows = from_csv(csv, "m.csv").unwrap();
+        let rows = from_csv(csv, "m.csv").unwrap().requests;
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0].arrival_us, 1_500_000);
         assert_eq!(rows[0].itl_us, Some(10_000.0)); // (120 − 20) / 10 ms
@@ -510,7 +740,7 @@ mod tests {
                 .collect();
             from_vllm_json(&format!("{{{}}}", body.join(", ")))
         };
-        assert_eq!(case("ttfts", "0.02").unwrap().len(), 2);
+        assert_eq!(case("ttfts", "0.02").unwrap().requests.len(), 2);
         for (field, value, says) in [
             (
                 "itls",
@@ -568,8 +798,11 @@ mod tests {
             "info": {"request_metrics": {"text": {"input_tokens": 300}},
                      "response_metrics": {"output_tokens": 3, "server_usage": null,
                         "chunk_times": [7.3, 7.4, 7.5], "output_token_times": [7.3, 7.4, 7.5]}}}]"#;
-        let rows = from_inference_perf_json(early).unwrap();
-        assert_eq!(rows.len(), 1, "the failed request is skipped");
+        let read = from_inference_perf_json(early).unwrap();
+        // A timeout without a body saying how long its answer was to be cannot be replayed.
+        assert_eq!(read.failed, 1);
+        let rows = read.requests;
+        assert_eq!(rows.len(), 1, "the failed request is not replayed");
         let r = &rows[0];
         assert_eq!(
             (r.arrival_us, r.input_tokens, r.output_tokens),
@@ -581,7 +814,7 @@ mod tests {
             (r.itl_us.unwrap() - 100_000.0).abs() < 1e-6,
             "(100.5 − 100.1) / 4 s"
         );
-        let r = &from_inference_perf_json(later).unwrap()[0];
+        let r = &from_inference_perf_json(later).unwrap().requests[0];
         assert_eq!((r.input_tokens, r.output_tokens), (300, 3));
         assert!((r.ttft_us - 50_000.0).abs() < 1e-6);
         assert!((r.itl_us.unwrap() - 100_000.0).abs() < 1e-6);
@@ -623,11 +856,89 @@ mod tests {
     }
 
     #[test]
+    fn inference_perf_timeouts_are_kept_with_their_asked_length_and_other_errors_counted() {
+        // Two completed chat requests at 3 characters per token, then: a timeout whose
+        // prompt length is not recorded (estimated from its 30 characters: 10 tokens), one
+        // whose length is, one without a body, an HTTP error and a timeout without text in
+        // its body (the completed requests' mean prompt: 150 tokens).
+        let done = |start: f64, input: u32, text: &str| {
+            format!(
+                r#"{{"start_time": {start}, "end_time": {e}, "error": null,
+                "request": "{{\"max_tokens\": 2, \"messages\": [{{\"role\": \"user\", \"content\": \"{text}\"}}]}}",
+                "info": {{"input_tokens": {input}, "output_tokens": 2,
+                          "output_token_times": [{t1}, {e}]}}}}"#,
+                e = start + 0.5,
+                t1 = start + 0.1
+            )
+        };
+        let timeout = |start: f64, input: u32, request: &str, kind: &str| {
+            format!(
+                r#"{{"start_time": {start}, "end_time": {e}, "request": {request},
+                "info": {{"input_tokens": {input}}},
+                "error": {{"error_type": "{kind}", "error_msg": ""}}}}"#,
+                e = start + 30.0
+            )
+        };
+        let text = |n: usize| "x".repeat(n);
+        let body = |max: u32, content: &str| {
+            format!(
+                r#""{{\"max_tokens\": {max}, \"messages\": [{{\"role\": \"user\", \"content\": [{{\"type\": \"text\", \"text\": \"{content}\"}}]}}]}}""#
+            )
+        };
+        let rows = [
+            done(1.0, 100, &text(300)),
+            done(2.0, 200, &text(600)),
+            timeout(3.0, 0, &body(64, &text(30)), "TimeoutError"),
+            timeout(4.0, 77, &body(32, &text(30)), "TimeoutError"),
+            timeout(5.0, 0, "null", "TimeoutError"),
+            timeout(6.0, 0, &body(8, &text(30)), "HTTP Error 500"),
+            timeout(7.0, 0, r#""{\"max_tokens\": 16}""#, "TimeoutError"),
+        ];
+        let m = from_inference_perf_json(&format!("[{}]", rows.join(","))).unwrap();
+        assert_eq!((m.failed, m.timed_out()), (2, 3));
+        let got: Vec<(u32, u32, bool)> = m
+            .requests
+            .iter()
+            .map(|r| (r.input_tokens, r.output_tokens, r.timed_out))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (100, 2, false),
+                (200, 2, false),
+                (10, 64, true),
+                (77, 32, true),
+                (150, 16, true)
+            ]
+        );
+        assert_eq!(m.timeout_s(), Some(30.0));
+        assert_eq!(m.completed().len(), 2);
+    }
+
+    #[test]
+    fn csv_rows_that_timed_out_are_kept_and_other_states_counted() {
+        let csv = "arrival_s,input_tokens,output_tokens,ttft_ms,e2e_ms,state\n\
+                   0,100,10,20,120,completed\n1,50,5,,,timed_out\n2,50,5,,25000,timed_out\n\
+                   3,50,5,,,rejected\n";
+        let m = from_csv(csv, "m.csv").unwrap();
+        assert_eq!((m.requests.len(), m.timed_out(), m.failed), (3, 2, 1));
+        assert_eq!(m.timeout_s(), Some(25.0));
+        let e = from_csv(
+            "arrival_s,input_tokens,output_tokens,ttft_ms,e2e_ms,state\n0,100,10,20,120,completed\n1,0,5,,,timed_out\n",
+            "m.csv",
+        )
+        .unwrap_err();
+        assert!(e.starts_with("m.csv:3: input_tokens"), "{e}");
+    }
+
+    #[test]
     fn vllm_json_is_read_per_request_and_failures_are_skipped() {
         let json = r#"{"input_lens": [100, 200, 300], "output_lens": [3, 0, 2],
             "ttfts": [0.05, 0.0, 0.04], "itls": [[0.01, 0.03], [], [0.02]],
             "start_times": [10.0, 10.5, 11.0], "errors": ["", "timeout", ""]}"#;
-        let rows = from_vllm_json(json).unwrap();
+        let read = from_vllm_json(json).unwrap();
+        assert_eq!(read.failed, 1, "counted, not replayed");
+        let rows = read.requests;
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0].input_tokens, 100);
         assert!((rows[0].e2e_us - 90_000.0).abs() < 1e-6);

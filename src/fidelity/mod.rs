@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
-pub use measured::MeasuredRequest;
+pub use measured::{MeasuredRequest, Measurement};
 
 use crate::metrics::RequestSample;
 use crate::scenario::Scenario;
@@ -36,12 +36,14 @@ pub fn replay_scenario(base: &Scenario) -> Scenario {
     s
 }
 
-/// Replays `measured` through `scenario`'s server (already made a replay scenario); returns
-/// one sample per measured request, in the same order.
+/// Replays `measured` through `scenario`'s server (already made a replay scenario), every
+/// request abandoned by its client `timeout` after its arrival if one is given; returns one
+/// sample per measured request, in the same order.
 pub fn simulate(
     app: &crate::ServesimApp,
     scenario: &Scenario,
     measured: &[MeasuredRequest],
+    timeout: Option<crate::time::SimDuration>,
 ) -> Result<Vec<RequestSample>, SimError> {
     let rows: Arc<[crate::workload::TraceRow]> =
         measured.iter().map(MeasuredRequest::trace_row).collect();
@@ -49,7 +51,7 @@ pub fn simulate(
     app.run(
         scenario,
         RunOptions {
-            replay: Some(rows),
+            replay: Some(crate::workload::Replay { rows, timeout }),
             collect: Some(collect.clone()),
             ..Default::default()
         },
@@ -57,6 +59,24 @@ pub fn simulate(
     let mut samples = std::mem::take(&mut *collect.lock().expect("the run has ended"));
     samples.sort_by_key(|s| s.id);
     Ok(samples)
+}
+
+/// The client timeout to replay with: `given` (s), else the one the measurement shows;
+/// an error for a value that is not a time a run can reach.
+pub fn replay_timeout(
+    measured: &Measurement,
+    given: Option<f64>,
+) -> Result<Option<crate::time::SimDuration>, String> {
+    let Some(s) = given.or_else(|| measured.timeout_s()) else {
+        return Ok(None);
+    };
+    let max = crate::engine::MAX_SIM_TIME.as_us() as f64 / 1e6;
+    if !(s > 0.0 && s <= max) {
+        return Err(format!(
+            "the client timeout must be a number of seconds in (0, {max:e}], got {s:?}"
+        ));
+    }
+    Ok(Some(crate::time::SimDuration::from_us_f64(s * 1e6)))
 }
 
 /// Mean, p50, p90, p99 (linear interpolation between order statistics).
@@ -91,7 +111,34 @@ pub struct Slice {
     pub name: String,
     /// Requests compared (completed in both the measurement and the simulation).
     pub requests: usize,
+    /// Requests whose client gave up, in the measurement and in the simulation.
+    pub timeouts: Timeouts,
     pub lines: Vec<Line>,
+}
+
+/// Requests abandoned by their client (timed out), measured and simulated.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct Timeouts {
+    pub measured: usize,
+    pub simulated: usize,
+}
+
+impl Timeouts {
+    /// "measured 1,600, simulated 1,432 (−10.5 %)".
+    pub fn describe(&self) -> String {
+        let change = if self.measured > 0 {
+            format!(
+                " ({:+.1} %)",
+                (self.simulated as f64 / self.measured as f64 - 1.0) * 100.0
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            "measured {}, simulated {}{change}",
+            self.measured, self.simulated
+        )
+    }
 }
 
 impl Slice {
@@ -110,8 +157,14 @@ impl Slice {
 /// The `check-real` report.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct Report {
+    /// Measured requests replayed: completed and timed out.
     pub measured_requests: usize,
-    /// Measured requests the simulation did not complete (dropped, still running…).
+    /// Measured requests that failed otherwise (not replayed).
+    pub measured_failed: usize,
+    /// The client timeout replayed, s (`None`: none, every request waits as long as it takes).
+    pub timeout_s: Option<f64>,
+    /// Requests completed in the measurement that the simulation did not complete (timed
+    /// out, dropped…).
     pub not_completed_in_simulation: usize,
     pub overall: Slice,
     pub stages: Vec<Slice>,
@@ -119,7 +172,8 @@ pub struct Report {
     pub mean_ape_pct: f64,
 }
 
-/// Compares the requests `pick` selects.
+/// Compares the requests `pick` selects: latencies of those completed in both, and how many
+/// timed out in each.
 pub fn compare_slice(
     name: &str,
     measured: &[MeasuredRequest],
@@ -128,8 +182,14 @@ pub fn compare_slice(
 ) -> Slice {
     let mut cols: [(Vec<f64>, Vec<f64>); 3] = Default::default();
     let mut n = 0;
+    let mut timeouts = Timeouts::default();
     for (i, (m, s)) in measured.iter().zip(simulated).enumerate() {
-        if !pick(i) || !s.completed {
+        if !pick(i) {
+            continue;
+        }
+        timeouts.measured += usize::from(m.timed_out);
+        timeouts.simulated += usize::from(s.timed_out);
+        if m.timed_out || !s.completed {
             continue;
         }
         n += 1;
@@ -161,18 +221,34 @@ pub fn compare_slice(
     Slice {
         name: name.into(),
         requests: n,
+        timeouts,
         lines,
     }
 }
 
-/// Replays and compares, overall and per stage (when the measurement names stages).
+/// Replays and compares, overall and per stage (when the measurement names stages), every
+/// request abandoned `timeout` after its arrival if one is given (see [`replay_timeout`]).
 pub fn check_real(
     app: &crate::ServesimApp,
     scenario: &Scenario,
-    measured: &[MeasuredRequest],
+    measurement: &Measurement,
+    timeout: Option<crate::time::SimDuration>,
 ) -> Result<Report, SimError> {
+    let measured = &measurement.requests[..];
     let sc = replay_scenario(scenario);
-    let simulated = simulate(app, &sc, measured)?;
+    let simulated = simulate(app, &sc, measured, timeout)?;
+    if let Some(t) = timeout
+        && !simulated.is_empty()
+        && simulated.iter().all(|s| s.timed_out)
+    {
+        return Err(SimError::Calibration(format!(
+            "none of the {} measured requests completed in the simulation: every one was \
+             abandoned at the client timeout of {} s (--timeout-s, or the measured timeouts'); \
+             there is nothing to compare",
+            simulated.len(),
+            t.as_us() as f64 / 1e6
+        )));
+    }
     if let Some(e) = none_completed(&simulated, "the scenario's cluster") {
         return Err(e);
     }
@@ -195,7 +271,13 @@ pub fn check_real(
         .collect();
     Ok(Report {
         measured_requests: measured.len(),
-        not_completed_in_simulation: simulated.iter().filter(|s| !s.completed).count(),
+        measured_failed: measurement.failed,
+        timeout_s: timeout.map(|t| t.as_us() as f64 / 1e6),
+        not_completed_in_simulation: measured
+            .iter()
+            .zip(&simulated)
+            .filter(|(m, s)| !m.timed_out && !s.completed)
+            .count(),
         mean_ape_pct: overall.mean_ape_pct(),
         overall,
         stages,
@@ -226,11 +308,34 @@ impl Report {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "{} measured requests; {} not completed in the simulation",
-            self.measured_requests, self.not_completed_in_simulation
+            "{} measured requests replayed, {} of them timed out; {} that completed did not complete in the simulation",
+            self.measured_requests,
+            self.overall.timeouts.measured,
+            self.not_completed_in_simulation
         );
+        if self.measured_failed > 0 {
+            let _ = writeln!(
+                s,
+                "{} measured requests failed otherwise and were not replayed",
+                self.measured_failed
+            );
+        }
+        match self.timeout_s {
+            Some(t) => {
+                let _ = writeln!(s, "client timeout {t} s");
+            }
+            None => {
+                let _ = writeln!(
+                    s,
+                    "no client timeout: every request waits as long as it takes"
+                );
+            }
+        }
         for slice in std::iter::once(&self.overall).chain(&self.stages) {
             let _ = writeln!(s, "\n{} ({} requests)", slice.name, slice.requests);
+            if self.timeout_s.is_some() || slice.timeouts != Timeouts::default() {
+                let _ = writeln!(s, "timeouts: {}", slice.timeouts.describe());
+            }
             let _ = writeln!(
                 s,
                 "{:<8}{:<6}{:>14}{:>14}{:>9}",

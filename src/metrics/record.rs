@@ -118,6 +118,7 @@ pub fn record_one(
             .push(RequestSample {
                 id: f.spec.id,
                 completed: f.state == FinalState::Completed,
+                timed_out: f.state == FinalState::TimedOut,
                 arrival_us: f.lifecycle.arrival.as_us(),
                 completed_us: f.completed.map(|c| c.as_us()),
                 slo_class: f.spec.slo_class,

@@ -33,6 +33,14 @@ pub use plugin::{
 };
 pub use trace::{TraceReader, TraceRow};
 
+/// Requests replayed from memory (a measured run, for `check-real` and `calibrate`), each
+/// abandoned by its client `timeout` after its arrival if one is given.
+#[derive(Clone, Debug)]
+pub struct Replay {
+    pub rows: Arc<[TraceRow]>,
+    pub timeout: Option<SimDuration>,
+}
+
 use crate::request::Segment;
 use crate::scenario::{ClientSpec, Scenario};
 use crate::time::{SimDuration, SimTime};

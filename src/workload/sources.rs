@@ -8,7 +8,7 @@ use rand::RngExt;
 
 use super::{
     Arrivals, Client, Labels, Lengths, PREFIX_TAG, REQUEST_TAG, Session, SessionCfg, Source,
-    TraceInput, TraceReader, TraceRow, Workload, client_rate, inference_perf, lengths, secs,
+    TraceInput, TraceReader, Workload, client_rate, inference_perf, lengths, secs,
 };
 use crate::engine::{Event, EventQueue, Injected, SimFault};
 use crate::request::{PromptContent, RequestSpec, Segment, SessionRef};
@@ -22,7 +22,7 @@ impl Workload {
     pub fn new(
         scenario: &Scenario,
         labels: &mut Labels,
-        replay: Option<Arc<[TraceRow]>>,
+        replay: Option<super::Replay>,
     ) -> Result<Self, String> {
         let base = scenario.base_dir.as_path();
         let w = &scenario.workload;
@@ -107,14 +107,14 @@ impl Workload {
                 sources.push(Source::Client(Box::new(c)));
             }
         }
-        if let Some(rows) = replay {
+        if let Some(super::Replay { rows, timeout }) = replay {
             let client = sources.len() as u32;
             sources.push(Source::Trace {
                 reader: TraceInput::Memory(rows, 0),
                 pending: None,
                 tenant: labels.tenant("replay"),
                 slo_class: labels.slo_class("standard"),
-                timeout: None,
+                timeout,
                 client,
             });
         }

@@ -60,7 +60,15 @@ fn measure(src: &str, noise: f64, dir: &Path) -> Vec<fidelity::MeasuredRequest> 
     }
     let path = dir.join("measured.csv");
     std::fs::write(&path, csv).unwrap();
-    measured::load(&path).unwrap()
+    measured::load(&path).unwrap().requests
+}
+
+/// Measured requests that all completed, as a measurement.
+fn measurement(rows: &[fidelity::MeasuredRequest]) -> fidelity::Measurement {
+    fidelity::Measurement {
+        requests: rows.to_vec(),
+        failed: 0,
+    }
 }
 
 #[test]
@@ -128,7 +136,13 @@ fn check_real_of_a_run_against_itself_is_exact_and_splits_stages() {
     for (i, r) in rows.iter_mut().enumerate() {
         r.stage = Some(if i < 150 { "first" } else { "second" }.into());
     }
-    let report = fidelity::check_real(&servesim::ServesimApp::new(), &parse(src), &rows).unwrap();
+    let report = fidelity::check_real(
+        &servesim::ServesimApp::new(),
+        &parse(src),
+        &measurement(&rows),
+        None,
+    )
+    .unwrap();
     assert_eq!(report.measured_requests, 300);
     assert_eq!(report.not_completed_in_simulation, 0);
     assert_eq!(report.overall.requests, 300);
@@ -146,7 +160,13 @@ fn check_real_of_a_run_against_itself_is_exact_and_splits_stages() {
         alpha: vec![2000.0, 0.0, 0.0],
         beta: vec![6000.0, 12.0, 90.0],
     });
-    let off = fidelity::check_real(&servesim::ServesimApp::new(), &slow, &rows).unwrap();
+    let off = fidelity::check_real(
+        &servesim::ServesimApp::new(),
+        &slow,
+        &measurement(&rows),
+        None,
+    )
+    .unwrap();
     let itl = off
         .overall
         .lines
@@ -450,7 +470,7 @@ fn a_fit_without_enough_requests_simulations_or_the_group_is_refused() {
     );
     // Through the library: the same sentence, as a calibration error.
     let app = servesim::ServesimApp::new();
-    let rows = measured::load(&nine).unwrap();
+    let rows = measured::load(&nine).unwrap().requests;
     let e = calibrate(&app, &parse(src), 0, &rows, Family::Blackbox, 400).unwrap_err();
     assert!(
         e.to_string().starts_with("9 measured requests are too few"),
@@ -488,8 +508,9 @@ fn an_inference_perf_per_request_report_is_a_measured_run() {
     let path = dir.path().join("per_request_lifecycle_metrics.json");
     std::fs::write(&path, serde_json::to_string(&entries).unwrap()).unwrap();
     let read = measured::load(&path).unwrap();
-    assert_eq!(read.len(), 200);
-    let report = fidelity::check_real(&servesim::ServesimApp::new(), &parse(src), &read).unwrap();
+    assert_eq!(read.requests.len(), 200);
+    let report =
+        fidelity::check_real(&servesim::ServesimApp::new(), &parse(src), &read, None).unwrap();
     for l in &report.overall.lines {
         assert!(l.ape_pct < 0.01, "{l:?}");
     }
@@ -512,7 +533,188 @@ fn an_inference_perf_per_request_report_is_a_measured_run() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        text.starts_with("200 measured requests; 0 not completed"),
+        text.starts_with(
+            "200 measured requests replayed, 0 of them timed out; 0 that completed did not complete in the simulation\nno client timeout"
+        ),
         "{text}"
+    );
+}
+
+/// A run that falls behind, its clients giving up after 20 s: its `requests.csv` (completed
+/// and timed-out rows, as servesim writes it) is a measured run. Replayed through the same
+/// server with the same timeout, the same requests time out and every compared line matches;
+/// without a timeout nobody gives up. Written as inference-perf writes a timeout (an `error`
+/// of type `TimeoutError`, no token counts, the request body), the timeout and each prompt's
+/// length are read from the report.
+#[test]
+fn check_real_replays_and_counts_the_requests_whose_client_timed_out() {
+    let dir = tempfile::tempdir().unwrap();
+    // One request at a time, ~0.26 s each (61 output tokens of 4.09 ms on average), 6
+    // arriving per second: the queue grows.
+    let src = "(seed: 5, cluster: (groups: [(kv_blocks: 4000, max_num_seqs: 1,
+            latency: Blackbox(alpha: [2000.0, 0.0, 0.0], beta: [4000.0, 12.0, 90.0]))]),
+          workload: (num_requests: 400, clients: [(rate_per_s: 6.0, timeout_s: 20.0,
+            input_tokens: Uniform(min: 32, max: 900), output_tokens: Uniform(min: 2, max: 120))]))";
+    Simulation::new(
+        &parse(src),
+        RunOptions {
+            out_dir: Some(dir.path().to_path_buf()),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+    .run()
+    .unwrap();
+    let csv = dir.path().join("requests.csv");
+    let read = measured::load(&csv).unwrap();
+    let timed_out = read.timed_out();
+    assert!(
+        (50..350).contains(&timed_out) && read.failed == 0,
+        "{timed_out} timed out, {} failed",
+        read.failed
+    );
+    assert_eq!(
+        read.timeout_s(),
+        None,
+        "requests.csv does not say when they gave up"
+    );
+    let app = servesim::ServesimApp::new();
+    let twenty = fidelity::replay_timeout(&read, Some(20.0)).unwrap();
+    let report = fidelity::check_real(&app, &parse(src), &read, twenty).unwrap();
+    assert_eq!(report.measured_requests, 400);
+    assert_eq!(report.timeout_s, Some(20.0));
+    assert_eq!(
+        (
+            report.overall.timeouts.measured,
+            report.overall.timeouts.simulated
+        ),
+        (timed_out, timed_out)
+    );
+    assert_eq!(report.not_completed_in_simulation, 0);
+    assert_eq!(report.overall.requests, 400 - timed_out);
+    for l in &report.overall.lines {
+        assert!(l.ape_pct < 0.01, "{l:?}");
+    }
+    // Without the timeout the simulated clients wait: nobody gives up, and the waits show.
+    let patient = fidelity::check_real(&app, &parse(src), &read, None).unwrap();
+    assert_eq!(patient.overall.timeouts.simulated, 0);
+    assert_eq!(patient.overall.timeouts.measured, timed_out);
+    assert!(patient.mean_ape_pct > 1.0, "{}", patient.to_text());
+    // The figures docs/fidelity.md gives for this replay.
+    let ttft = &patient.overall.lines[0];
+    assert_eq!(
+        (timed_out, ttft.metric.as_str(), ttft.ape_pct.round()),
+        (93, "ttft", 22.0),
+        "docs/fidelity.md: the same 93 timeouts; without --timeout-s mean TTFT 22 % high"
+    );
+
+    // inference-perf's report of the same run: 4 characters of prompt per token.
+    let body = |input: u32, output: u32| {
+        serde_json::json!({"model": "m", "max_tokens": output, "ignore_eos": true,
+            "prompt": "abcd".repeat(input as usize)})
+        .to_string()
+    };
+    let entries: Vec<serde_json::Value> = read
+        .requests
+        .iter()
+        .map(|r| {
+            let start = 4_000.0 + r.arrival_us as f64 / 1e6;
+            if r.timed_out {
+                return serde_json::json!({"start_time": start, "end_time": start + 20.0,
+                    "request": body(r.input_tokens, r.output_tokens), "response": "",
+                    "info": {"request_metrics": {"text": {"input_tokens": 0}},
+                        "response_metrics": null},
+                    "error": {"error_type": "TimeoutError", "error_msg": "Request timed out"}});
+            }
+            let (first, end) = (start + r.ttft_us / 1e6, start + r.e2e_us / 1e6);
+            let n = r.output_tokens as usize;
+            let times: Vec<f64> = (0..n)
+                .map(|k| first + (end - first) * k as f64 / (n - 1).max(1) as f64)
+                .collect();
+            serde_json::json!({"start_time": start, "end_time": end,
+                "request": body(r.input_tokens, r.output_tokens), "response": "", "error": null,
+                "info": {"request_metrics": {"text": {"input_tokens": r.input_tokens}},
+                    "response_metrics": {"output_tokens": r.output_tokens,
+                        "output_token_times": times}}})
+        })
+        .collect();
+    let report_path = dir.path().join("per_request_lifecycle_metrics.json");
+    std::fs::write(&report_path, serde_json::to_string(&entries).unwrap()).unwrap();
+    let ip = measured::load(&report_path).unwrap();
+    assert_eq!(ip.timed_out(), timed_out);
+    assert!((ip.timeout_s().unwrap() - 20.0).abs() < 1e-6);
+    for (a, b) in ip.requests.iter().zip(&read.requests) {
+        assert_eq!(
+            (a.input_tokens, a.output_tokens),
+            (b.input_tokens, b.output_tokens)
+        );
+    }
+    let inferred = fidelity::replay_timeout(&ip, None).unwrap();
+    let again = fidelity::check_real(&app, &parse(src), &ip, inferred).unwrap();
+    assert_eq!(
+        (
+            again.overall.timeouts.measured,
+            again.overall.timeouts.simulated
+        ),
+        (timed_out, timed_out)
+    );
+
+    // From the command line: the timeout given, said, and compared; a bad one refused.
+    let scenario = dir.path().join("server.ron");
+    std::fs::write(&scenario, src).unwrap();
+    let check = |extra: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_servesim"))
+            .args([
+                "check-real",
+                scenario.to_str().unwrap(),
+                csv.to_str().unwrap(),
+            ])
+            .arg("--out")
+            .arg(dir.path().join("report"))
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = check(&["--timeout-s", "20"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("client timeout 20 s\n")
+            && text.contains(&format!(
+                "timeouts: measured {timed_out}, simulated {timed_out} (+0.0 %)"
+            )),
+        "{text}"
+    );
+    let out = check(&["--timeout-s", "0"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--timeout-s: the client timeout must be a number of seconds in (0,"),
+        "{err}"
+    );
+    // A fit matches the completed requests alone, and says what it left out.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_servesim"))
+        .args([
+            "calibrate",
+            scenario.to_str().unwrap(),
+            csv.to_str().unwrap(),
+        ])
+        .args(["--max-evals", "8"])
+        .output()
+        .unwrap();
+    let (text, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{timed_out} of the measured requests timed out or failed and are left out of the fit"
+        )) && text.starts_with("fitted on "),
+        "{err}\n{text}"
     );
 }

@@ -287,16 +287,21 @@ def check_real(
     scenario: Any,
     measured: str,
     overrides: Optional[Mapping[str, Any]] = None,
+    timeout_s: Optional[float] = None,
 ) -> Dict[str, Any]:
     """``servesim check-real``: replays a measured benchmark run (``measured``: vLLM's
-    benchmark JSON or a CSV, as on the command line) through the scenario's server and returns
-    the comparison as the dict ``--format json`` prints: ``overall`` and per ``stages`` the
-    measured and simulated TTFT, ITL and E2E (mean, p50, p90, p99) with their errors, and
-    ``mean_ape_pct``. Writes no file. Raises ScenarioError for a bad scenario, ValueError for
-    a measured file that cannot be read (file and line), RunError when nothing measured
-    completes in the simulation."""
+    benchmark JSON, inference-perf's per-request report or a CSV, as on the command line)
+    through the scenario's server and returns the comparison as the dict ``--format json``
+    prints: ``overall`` and per ``stages`` the measured and simulated TTFT, ITL and E2E (mean,
+    p50, p90, p99) with their errors and the ``timeouts`` of each, and ``mean_ape_pct``.
+    ``timeout_s`` is the benchmark client's timeout (``--timeout-s``; default: the one the
+    measured timed-out requests show). Writes no file. Raises ScenarioError for a bad
+    scenario, ValueError for a measured file that cannot be read (file and line) or a bad
+    ``timeout_s``, RunError when nothing measured completes in the simulation."""
     source, is_text, ov = _resolve(scenario, overrides, None)
-    return json.loads(_native.check_real(source, is_text, ov, os.fspath(measured)))
+    return json.loads(
+        _native.check_real(source, is_text, ov, os.fspath(measured), timeout_s=timeout_s)
+    )
 
 
 def calibrate(
