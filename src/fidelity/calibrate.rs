@@ -559,6 +559,7 @@ pub fn calibrate(
             .count(),
         measured_failed: 0,
         timeout_s: None,
+        notes: Vec::new(),
         not_completed_in_simulation: sim
             .iter()
             .enumerate()

@@ -35,6 +35,8 @@ pub struct Measurement {
     /// Requests that failed otherwise (an HTTP error, a broken connection, an error the file
     /// does not explain, a timed-out request whose length it does not say): not replayed.
     pub failed: usize,
+    /// What the reader could not use and said so (printed on stderr).
+    pub notes: Vec<String>,
 }
 
 impl Measurement {
@@ -107,11 +109,25 @@ pub fn load(path: &Path) -> Result<Measurement, String> {
             .find(|b| !b.is_ascii_whitespace())
             == Some(&b'[');
         if array {
-            read_inference_perf(reader)
+            let (mut m, failed_starts) =
+                read_inference_perf_rows(reader).map_err(|e| format!("{}: {e}", path.display()))?;
+            let dir = path.parent().unwrap_or(Path::new("."));
+            let dir = if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                dir
+            };
+            match inference_perf_stages(dir) {
+                Ok(stages) => assign_inference_perf_stages(&mut m, &failed_starts, &stages),
+                Err(e) => m
+                    .notes
+                    .push(format!("{e}: the comparison is not split by stage")),
+            }
+            m
         } else {
             from_vllm_json(&crate::input::read_text(path)?)
+                .map_err(|e| format!("{}: {e}", path.display()))?
         }
-        .map_err(|e| format!("{}: {e}", path.display()))?
     } else {
         from_csv(&crate::input::read_text(path)?, &path.display().to_string())?
     };
@@ -267,6 +283,7 @@ pub fn from_csv(text: &str, file: &str) -> Result<Measurement, String> {
     Ok(Measurement {
         requests: out,
         failed,
+        notes: Vec::new(),
     })
 }
 
@@ -386,6 +403,7 @@ pub fn from_vllm_json(text: &str) -> Result<Measurement, String> {
     Ok(Measurement {
         requests: out,
         failed,
+        notes: Vec::new(),
     })
 }
 
@@ -397,7 +415,8 @@ pub fn from_vllm_json(text: &str) -> Result<Measurement, String> {
 /// `info.request_metrics.text.input_tokens` and `info.response_metrics` holding the other two.
 /// TTFT is the first token's time − `start_time` (inference-perf's own), E2E `end_time` −
 /// `start_time`, and the mean ITL the span of the token times over `output_tokens` − 1. The
-/// report does not say each request's stage.
+/// report does not say each request's stage ([`load`] takes it from the stage summaries beside
+/// the report: [`assign_inference_perf_stages`]).
 ///
 /// A request whose `error.error_type` is `TimeoutError` (its client's `request_timeout`
 /// fired) is kept as timed out: it asked for the `max_tokens` of its `request` body, and its
@@ -413,6 +432,11 @@ pub fn from_inference_perf_json(text: &str) -> Result<Measurement, String> {
 /// each request's raw response stream (hundreds of kB for a long answer), which is skipped
 /// unread, so a report of several GB takes memory for its rows only.
 pub fn read_inference_perf(reader: impl std::io::Read) -> Result<Measurement, String> {
+    read_inference_perf_rows(reader).map(|(m, _)| m)
+}
+
+/// [`read_inference_perf`], and the start times (s) of the requests that failed otherwise.
+fn read_inference_perf_rows(reader: impl std::io::Read) -> Result<(Measurement, Vec<f64>), String> {
     use serde::Deserializer as _;
     let mut de = serde_json::Deserializer::from_reader(reader);
     let rows = de
@@ -420,6 +444,100 @@ pub fn read_inference_perf(reader: impl std::io::Read) -> Result<Measurement, St
         .and_then(|rows| de.end().map(|()| rows))
         .map_err(|e| e.to_string())?;
     Ok(rows)
+}
+
+/// One stage of an inference-perf run as its summary gives it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InferencePerfStage {
+    pub id: u32,
+    /// Requests it sent (`load_summary.count`).
+    pub requests: u64,
+    /// Its `load_summary.requested_rate`, req/s, if given.
+    pub rate: Option<f64>,
+}
+
+/// The stage summaries inference-perf writes beside its per-request report
+/// (`stage_<id>_lifecycle_metrics.json`), by id; none if there are none.
+pub fn inference_perf_stages(dir: &Path) -> Result<Vec<InferencePerfStage>, String> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(Vec::new());
+    };
+    let mut stages = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(id) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("stage_"))
+            .and_then(|n| n.strip_suffix("_lifecycle_metrics.json"))
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let path = entry.path();
+        let text = crate::input::read_text(&path)?;
+        let v: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| format!("{}: not JSON: {e}", path.display()))?;
+        let load = v.get("load_summary");
+        let requests = load
+            .and_then(|l| l.get("count"))
+            .and_then(serde_json::Value::as_u64)
+            .ok_or_else(|| {
+                format!(
+                    "{}: no `load_summary.count`: is this an inference-perf stage summary?",
+                    path.display()
+                )
+            })?;
+        let rate = load
+            .and_then(|l| l.get("requested_rate"))
+            .and_then(serde_json::Value::as_f64)
+            .filter(|r| r.is_finite() && *r > 0.0);
+        stages.push(InferencePerfStage { id, requests, rate });
+    }
+    stages.sort_by_key(|s| s.id);
+    Ok(stages)
+}
+
+/// Names each request's stage from inference-perf's stage summaries: stages run one after
+/// another, so the first `requests` of stage 0's count sent are stage 0's, and so on, the
+/// requests that failed otherwise (`failed_starts`, s) counted in their place. If the counts
+/// do not add up to the report's requests, no stage is named and a note says why.
+pub fn assign_inference_perf_stages(
+    m: &mut Measurement,
+    failed_starts: &[f64],
+    stages: &[InferencePerfStage],
+) {
+    if stages.is_empty() {
+        return;
+    }
+    let counted: u64 = stages.iter().map(|s| s.requests).sum();
+    let total = (m.requests.len() + m.failed) as u64;
+    if counted != total || failed_starts.len() != m.failed {
+        m.notes.push(format!(
+            "the stage summaries beside the report count {counted} requests and the report holds {total}: the comparison is not split by stage"
+        ));
+        return;
+    }
+    // Every request's start (µs, the report's clock) and whether it is replayed (its row).
+    let mut order: Vec<(u64, Option<usize>)> = m
+        .requests
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.arrival_us, Some(i)))
+        .chain(failed_starts.iter().map(|s| ((s * 1e6) as u64, None)))
+        .collect();
+    order.sort_by_key(|&(t, row)| (t, row.is_none()));
+    let mut next = order.into_iter();
+    for stage in stages {
+        let name = match stage.rate {
+            Some(r) => format!("stage {} ({r} req/s)", stage.id),
+            None => format!("stage {}", stage.id),
+        };
+        for (_, row) in next.by_ref().take(stage.requests as usize) {
+            if let Some(i) = row {
+                m.requests[i].stage = Some(name.clone());
+            }
+        }
+    }
 }
 
 /// The fields of one request of inference-perf's report that a comparison needs; every other
@@ -505,7 +623,7 @@ const CHAR_SAMPLE: usize = 10_000;
 struct InferencePerfRows;
 
 impl<'de> serde::de::Visitor<'de> for InferencePerfRows {
-    type Value = Measurement;
+    type Value = (Measurement, Vec<f64>);
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         f.write_str("an array of requests (inference-perf's per_request_lifecycle_metrics.json)")
@@ -513,6 +631,8 @@ impl<'de> serde::de::Visitor<'de> for InferencePerfRows {
 
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
         let mut m = Measurement::default();
+        // Start times of the requests that failed otherwise, s (they count in their stage).
+        let mut failed_starts = Vec::new();
         // Timed-out requests whose prompt length is to be estimated: (row, characters).
         let mut estimate: Vec<(usize, Option<usize>)> = Vec::new();
         // Σ prompt tokens and Σ prompt characters of completed requests with a body.
@@ -537,7 +657,10 @@ impl<'de> serde::de::Visitor<'de> for InferencePerfRows {
                     }
                     m.requests.push(row);
                 }
-                Row::Failed => m.failed += 1,
+                Row::Failed(start) => {
+                    m.failed += 1;
+                    failed_starts.extend(start);
+                }
             }
             i += 1;
             if i > MAX_ROWS {
@@ -562,7 +685,7 @@ impl<'de> serde::de::Visitor<'de> for InferencePerfRows {
             };
             m.requests[row].input_tokens = guess.round().clamp(1.0, max) as u32;
         }
-        Ok(m)
+        Ok((m, failed_starts))
     }
 }
 
@@ -573,8 +696,8 @@ enum Row {
     /// Its client timed out; its prompt's characters if the body says (its `input_tokens`
     /// is 0 when inference-perf did not record them).
     TimedOut(MeasuredRequest, Option<usize>),
-    /// Failed otherwise, or nothing to replay.
-    Failed,
+    /// Failed otherwise, or nothing to replay (when it started, s, if the report says).
+    Failed(Option<f64>),
 }
 
 /// Request `i` of an inference-perf report.
@@ -605,11 +728,12 @@ fn inference_perf_row(i: usize, e: InferencePerfEntry) -> Result<Row, String> {
         let asked = body
             .as_ref()
             .and_then(|b| b.max_tokens.or(b.max_completion_tokens));
+        let failed = Row::Failed(e.start_time.filter(|s| s.is_finite()));
         let (Some(start), Some(end), Some(asked)) = (e.start_time, e.end_time, asked) else {
-            return Ok(Row::Failed);
+            return Ok(failed);
         };
         if !timeout || !(1.0..=max_tokens).contains(&asked) || asked.fract() != 0.0 {
-            return Ok(Row::Failed);
+            return Ok(failed);
         }
         let (start, end) = (seconds(start, "start_time")?, seconds(end, "end_time")?);
         if end < start {
@@ -654,7 +778,7 @@ fn inference_perf_row(i: usize, e: InferencePerfEntry) -> Result<Row, String> {
         response.map_or((None, None), |r| (r.output_tokens, r.output_token_times));
     let output = tokens(info.output_tokens.or(later_output), "output_tokens")?;
     if input < 1.0 || output < 1.0 {
-        return Ok(Row::Failed); // an empty prompt or answer: nothing to replay
+        return Ok(Row::Failed(Some(start))); // an empty prompt or answer: nothing to replay
     }
     let (start, end) = (seconds(start, "start_time")?, seconds(end, "end_time")?);
     let times = match info.output_token_times.or(later_times) {

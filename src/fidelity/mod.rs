@@ -166,6 +166,9 @@ pub struct Report {
     /// Requests completed in the measurement that the simulation did not complete (timed
     /// out, dropped…).
     pub not_completed_in_simulation: usize,
+    /// What the measured file's reader could not use (say, stage summaries that do not add
+    /// up to the report's requests).
+    pub notes: Vec<String>,
     pub overall: Slice,
     pub stages: Vec<Slice>,
     /// Mean of the APEs of TTFT, ITL and E2E means: one number to track.
@@ -278,6 +281,7 @@ pub fn check_real(
             .zip(&simulated)
             .filter(|(m, s)| !m.timed_out && !s.completed)
             .count(),
+        notes: measurement.notes.clone(),
         mean_ape_pct: overall.mean_ape_pct(),
         overall,
         stages,
@@ -319,6 +323,9 @@ impl Report {
                 "{} measured requests failed otherwise and were not replayed",
                 self.measured_failed
             );
+        }
+        for note in &self.notes {
+            let _ = writeln!(s, "note: {note}");
         }
         match self.timeout_s {
             Some(t) => {

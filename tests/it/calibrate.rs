@@ -67,7 +67,7 @@ fn measure(src: &str, noise: f64, dir: &Path) -> Vec<fidelity::MeasuredRequest> 
 fn measurement(rows: &[fidelity::MeasuredRequest]) -> fidelity::Measurement {
     fidelity::Measurement {
         requests: rows.to_vec(),
-        failed: 0,
+        ..Default::default()
     }
 }
 
@@ -638,9 +638,40 @@ fn check_real_replays_and_counts_the_requests_whose_client_timed_out() {
                         "output_token_times": times}}})
         })
         .collect();
-    let report_path = dir.path().join("per_request_lifecycle_metrics.json");
+    // A request refused before the others (an HTTP error): counted in its stage, not replayed.
+    let mut entries = entries;
+    entries.push(
+        serde_json::json!({"start_time": 3_999.0, "end_time": 3_999.1,
+        "request": body(10, 10), "response": "", "info": null,
+        "error": {"error_type": "HTTP Error 503", "error_msg": ""}}),
+    );
+    let ip_dir = dir.path().join("inference-perf");
+    std::fs::create_dir(&ip_dir).unwrap();
+    let report_path = ip_dir.join("per_request_lifecycle_metrics.json");
     std::fs::write(&report_path, serde_json::to_string(&entries).unwrap()).unwrap();
+    // Its stage summaries: stages run one after another, 151 then 250 requests sent.
+    let stage = |id: u32, count: u32, rate: f64| {
+        std::fs::write(
+            ip_dir.join(format!("stage_{id}_lifecycle_metrics.json")),
+            serde_json::json!({"load_summary": {"count": count, "requested_rate": rate}})
+                .to_string(),
+        )
+        .unwrap();
+    };
+    stage(0, 151, 6.0);
+    stage(1, 250, 6.0);
     let ip = measured::load(&report_path).unwrap();
+    assert_eq!((ip.failed, ip.notes.len()), (1, 0), "{:?}", ip.notes);
+    let names: Vec<&str> = ip
+        .requests
+        .iter()
+        .map(|r| r.stage.as_deref().unwrap())
+        .collect();
+    assert!(
+        names[..150].iter().all(|n| *n == "stage 0 (6 req/s)")
+            && names[150..].iter().all(|n| *n == "stage 1 (6 req/s)"),
+        "the first 150 replayed requests (and the refused one) are stage 0's"
+    );
     assert_eq!(ip.timed_out(), timed_out);
     assert!((ip.timeout_s().unwrap() - 20.0).abs() < 1e-6);
     for (a, b) in ip.requests.iter().zip(&read.requests) {
@@ -657,6 +688,29 @@ fn check_real_replays_and_counts_the_requests_whose_client_timed_out() {
             again.overall.timeouts.simulated
         ),
         (timed_out, timed_out)
+    );
+    assert_eq!(again.measured_failed, 1);
+    let per_stage: Vec<(usize, usize)> = again
+        .stages
+        .iter()
+        .map(|s| (s.requests + s.timeouts.measured, s.timeouts.simulated))
+        .collect();
+    assert_eq!(per_stage.len(), 2);
+    assert_eq!(per_stage[0].0 + per_stage[1].0, 400);
+    assert_eq!(per_stage[0].1 + per_stage[1].1, timed_out);
+    assert!(
+        per_stage[1].1 > per_stage[0].1,
+        "the queue grows: later requests give up more"
+    );
+    // Summaries that do not add up to the report split nothing, and say so.
+    stage(1, 200, 6.0);
+    let off = measured::load(&report_path).unwrap();
+    assert!(off.requests.iter().all(|r| r.stage.is_none()));
+    assert_eq!(
+        off.notes,
+        [
+            "the stage summaries beside the report count 351 requests and the report holds 401: the comparison is not split by stage"
+        ]
     );
 
     // From the command line: the timeout given, said, and compared; a bad one refused.
