@@ -514,24 +514,10 @@ fn an_inference_perf_per_request_report_is_a_measured_run() {
     for l in &report.overall.lines {
         assert!(l.ape_pct < 0.01, "{l:?}");
     }
-    let scenario = dir.path().join("server.ron");
-    std::fs::write(&scenario, src).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_servesim"))
-        .args([
-            "check-real",
-            scenario.to_str().unwrap(),
-            path.to_str().unwrap(),
-        ])
-        .arg("--out")
-        .arg(dir.path().join("report"))
-        .output()
-        .unwrap();
+    std::fs::write(dir.path().join("server.ron"), src).unwrap();
+    let args = ["check-real", "server.ron", path.to_str().unwrap()];
+    let out = crate::common::servesim_ok(&[&args[..], &["--out", "report"]].concat(), dir.path());
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     assert!(
         text.starts_with(
             "200 measured requests replayed, 0 of them timed out; 0 that completed did not complete in the simulation\nno client timeout"
@@ -548,23 +534,13 @@ fn an_inference_perf_per_request_report_is_a_measured_run() {
 /// length are read from the report.
 #[test]
 fn check_real_replays_and_counts_the_requests_whose_client_timed_out() {
-    let dir = tempfile::tempdir().unwrap();
     // One request at a time, ~0.26 s each (61 output tokens of 4.09 ms on average), 6
     // arriving per second: the queue grows.
     let src = "(seed: 5, cluster: (groups: [(kv_blocks: 4000, max_num_seqs: 1,
             latency: Blackbox(alpha: [2000.0, 0.0, 0.0], beta: [4000.0, 12.0, 90.0]))]),
           workload: (num_requests: 400, clients: [(rate_per_s: 6.0, timeout_s: 20.0,
             input_tokens: Uniform(min: 32, max: 900), output_tokens: Uniform(min: 2, max: 120))]))";
-    Simulation::new(
-        &parse(src),
-        RunOptions {
-            out_dir: Some(dir.path().to_path_buf()),
-            ..Default::default()
-        },
-    )
-    .unwrap()
-    .run()
-    .unwrap();
+    let (_, _, dir) = crate::common::run_keeping(&parse(src));
     let csv = dir.path().join("requests.csv");
     let read = measured::load(&csv).unwrap();
     let timed_out = read.timed_out();
@@ -716,18 +692,10 @@ fn check_real_replays_and_counts_the_requests_whose_client_timed_out() {
     // From the command line: the timeout given, said, and compared; a bad one refused.
     let scenario = dir.path().join("server.ron");
     std::fs::write(&scenario, src).unwrap();
+    let (scenario, csv) = (scenario.to_str().unwrap(), csv.to_str().unwrap());
     let check = |extra: &[&str]| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_servesim"))
-            .args([
-                "check-real",
-                scenario.to_str().unwrap(),
-                csv.to_str().unwrap(),
-            ])
-            .arg("--out")
-            .arg(dir.path().join("report"))
-            .args(extra)
-            .output()
-            .unwrap()
+        let args = [&["check-real", scenario, csv, "--out", "report"][..], extra].concat();
+        crate::common::servesim(&args, dir.path())
     };
     let out = check(&["--timeout-s", "20"]);
     let text = String::from_utf8_lossy(&out.stdout);
@@ -751,15 +719,10 @@ fn check_real_replays_and_counts_the_requests_whose_client_timed_out() {
         "{err}"
     );
     // A fit matches the completed requests alone, and says what it left out.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_servesim"))
-        .args([
-            "calibrate",
-            scenario.to_str().unwrap(),
-            csv.to_str().unwrap(),
-        ])
-        .args(["--max-evals", "8"])
-        .output()
-        .unwrap();
+    let out = crate::common::servesim(
+        &["calibrate", scenario, csv, "--max-evals", "8"],
+        dir.path(),
+    );
     let (text, err) = (
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr),
