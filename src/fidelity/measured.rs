@@ -5,6 +5,7 @@
 
 use std::path::Path;
 
+use crate::request::{PromptContent, Segment};
 use crate::workload::TraceRow;
 
 /// One measured request. Times in µs from the start of the benchmark.
@@ -25,6 +26,9 @@ pub struct MeasuredRequest {
     pub stage: Option<String>,
     /// Its client gave up on it (a timeout): it is replayed as load and counted, not compared.
     pub timed_out: bool,
+    /// What its prompt shares with others, when the file holds the prompts' text
+    /// (inference-perf's report: see [`prompt_blocks`]); `None`: a prompt of its own.
+    pub content: Option<PromptContent>,
 }
 
 /// A measured run as read: the requests to replay and those that cannot be.
@@ -73,13 +77,14 @@ impl Measurement {
 }
 
 impl MeasuredRequest {
-    /// The request as a trace row to replay (a prompt of its own: no shared prefix known).
+    /// The request as a trace row to replay (a prompt of its own unless its text said what
+    /// it shares).
     pub fn trace_row(&self) -> TraceRow {
         TraceRow {
             arrival_us: self.arrival_us,
             input_tokens: self.input_tokens,
             output_tokens: self.output_tokens,
-            content: None,
+            content: self.content.clone(),
             tenant: None,
             slo_class: None,
             adapter: None,
@@ -258,6 +263,7 @@ pub fn from_csv(text: &str, file: &str) -> Result<Measurement, String> {
                 itl_us: None,
                 stage: stage.and_then(|i| rec.get(i)).map(str::to_string),
                 timed_out,
+                content: None,
             });
             continue;
         }
@@ -278,6 +284,7 @@ pub fn from_csv(text: &str, file: &str) -> Result<Measurement, String> {
             itl_us,
             stage: stage.and_then(|i| rec.get(i)).map(str::to_string),
             timed_out,
+            content: None,
         });
     }
     Ok(Measurement {
@@ -398,6 +405,7 @@ pub fn from_vllm_json(text: &str) -> Result<Measurement, String> {
             },
             stage: None,
             timed_out: false,
+            content: None,
         });
     }
     Ok(Measurement {
@@ -599,26 +607,63 @@ impl RequestBody {
         }
     }
 
-    /// Characters of the prompt's text, if the body holds any.
-    fn prompt_chars(&self) -> Option<usize> {
-        fn text(v: &serde_json::Value) -> usize {
+    /// The prompt's text (a chat's message contents one after another), if the body holds
+    /// any.
+    fn prompt_text(&self) -> Option<String> {
+        fn text(v: &serde_json::Value, out: &mut String) {
             match v {
-                serde_json::Value::String(s) => s.chars().count(),
-                serde_json::Value::Array(a) => a.iter().map(text).sum(),
+                serde_json::Value::String(s) => out.push_str(s),
+                serde_json::Value::Array(a) => a.iter().for_each(|x| text(x, out)),
                 // A chat message's `content`, or a content part's `text`.
                 serde_json::Value::Object(o) => {
-                    o.get("content").or_else(|| o.get("text")).map_or(0, text)
+                    if let Some(x) = o.get("content").or_else(|| o.get("text")) {
+                        text(x, out);
+                    }
                 }
-                _ => 0,
+                _ => {}
             }
         }
-        let n = self.prompt.as_ref().or(self.messages.as_ref()).map(text)?;
-        (n > 0).then_some(n)
+        let mut out = String::new();
+        text(self.prompt.as_ref().or(self.messages.as_ref())?, &mut out);
+        (!out.is_empty()).then_some(out)
     }
 }
 
-/// Completed requests whose bodies are read for the tokens per prompt character.
-const CHAR_SAMPLE: usize = 10_000;
+/// Tokens per block of a derived prompt content: vLLM's default KV block.
+pub const TEXT_BLOCK_TOKENS: u32 = 16;
+
+/// Most bytes of prompt text kept while a report is read (to derive what prompts share).
+const MAX_PROMPT_TEXT_BYTES: usize = 1 << 30;
+
+/// What a prompt shares with others, from its text: one content id per block of
+/// [`TEXT_BLOCK_TOKENS`] tokens, a hash of the text up to the block's end, the block's end
+/// placed at `tokens_per_char` (the same for every prompt of a run, so prompts that begin
+/// with the same text have the same first blocks, as their tokens do). Blocks past the end of
+/// the text (a prompt of more tokens than its characters suggest) continue the whole text's
+/// hash.
+pub fn prompt_blocks(text: &str, input_tokens: u32, tokens_per_char: f64) -> PromptContent {
+    const TEXT_SALT: u64 = 0x7465_7874_5f62_6c6b;
+    let chars: Vec<(usize, char)> = text.char_indices().collect();
+    let blocks = input_tokens.div_ceil(TEXT_BLOCK_TOKENS);
+    let mut hash = crate::rng::FNV1A_OFFSET;
+    let mut fed = 0usize; // characters hashed so far
+    let segments: std::sync::Arc<[Segment]> = (0..blocks)
+        .map(|b| {
+            let end = ((b + 1) * TEXT_BLOCK_TOKENS).min(input_tokens);
+            let upto = ((f64::from(end) / tokens_per_char).round() as usize).min(chars.len());
+            if upto > fed {
+                let (from, to) = (chars[fed].0, chars.get(upto).map_or(text.len(), |c| c.0));
+                hash = crate::rng::fnv1a_continue(hash, &text.as_bytes()[from..to]);
+                fed = upto;
+            }
+            Segment {
+                id: crate::rng::mix(&[TEXT_SALT, hash, u64::from(b)]),
+                end,
+            }
+        })
+        .collect();
+    PromptContent::Segments(segments)
+}
 
 struct InferencePerfRows;
 
@@ -633,34 +678,43 @@ impl<'de> serde::de::Visitor<'de> for InferencePerfRows {
         let mut m = Measurement::default();
         // Start times of the requests that failed otherwise, s (they count in their stage).
         let mut failed_starts = Vec::new();
-        // Timed-out requests whose prompt length is to be estimated: (row, characters).
-        let mut estimate: Vec<(usize, Option<usize>)> = Vec::new();
-        // Σ prompt tokens and Σ prompt characters of completed requests with a body.
-        let (mut tokens, mut chars, mut sampled) = (0.0, 0.0, 0usize);
+        // Each replayed request's prompt text, while the report is read (to derive what the
+        // prompts share), and the bytes kept.
+        let mut texts: Vec<Option<String>> = Vec::new();
+        let mut kept = 0usize;
+        // Σ prompt tokens and Σ prompt characters of completed requests with a text.
+        let (mut tokens, mut chars) = (0.0, 0.0);
         let mut i = 0usize;
         while let Some(e) = seq.next_element::<InferencePerfEntry>()? {
-            match inference_perf_row(i, e).map_err(serde::de::Error::custom)? {
+            let (row, text) = match inference_perf_row(i, e).map_err(serde::de::Error::custom)? {
                 Row::Completed(row, body) => {
-                    if sampled < CHAR_SAMPLE
-                        && let Some(c) =
-                            RequestBody::of(body.as_ref()).and_then(|b| b.prompt_chars())
-                    {
+                    let text = RequestBody::of(body.as_ref()).and_then(|b| b.prompt_text());
+                    if let Some(t) = &text {
                         tokens += f64::from(row.input_tokens);
-                        chars += c as f64;
-                        sampled += 1;
+                        chars += t.chars().count() as f64;
                     }
-                    m.requests.push(row);
+                    (row, text)
                 }
-                Row::TimedOut(row, prompt_chars) => {
-                    if row.input_tokens == 0 {
-                        estimate.push((m.requests.len(), prompt_chars));
-                    }
-                    m.requests.push(row);
-                }
+                Row::TimedOut(row, text) => (row, text),
                 Row::Failed(start) => {
                     m.failed += 1;
                     failed_starts.extend(start);
+                    i += 1;
+                    continue;
                 }
+            };
+            m.requests.push(row);
+            if kept <= MAX_PROMPT_TEXT_BYTES {
+                kept += text.as_ref().map_or(0, String::len);
+                texts.push(text);
+                if kept > MAX_PROMPT_TEXT_BYTES {
+                    texts.iter_mut().for_each(|t| *t = None);
+                    m.notes.push(format!(
+                        "the prompts hold more than {MAX_PROMPT_TEXT_BYTES} bytes of text: they are replayed as unique, not as sharing what their text shares"
+                    ));
+                }
+            } else {
+                texts.push(None);
             }
             i += 1;
             if i > MAX_ROWS {
@@ -678,12 +732,18 @@ impl<'de> serde::de::Visitor<'de> for InferencePerfRows {
         let mean = completed.iter().sum::<f64>() / completed.len().max(1) as f64;
         let per_char = (chars > 0.0).then(|| tokens / chars);
         let max = f64::from(crate::workload::lengths::MAX_TOKENS);
-        for (row, c) in estimate {
-            let guess = match (c, per_char) {
-                (Some(c), Some(k)) => c as f64 * k,
-                _ => mean,
-            };
-            m.requests[row].input_tokens = guess.round().clamp(1.0, max) as u32;
+        for (r, text) in m.requests.iter_mut().zip(texts) {
+            // A timed-out request's prompt length, which the report does not record.
+            if r.input_tokens == 0 {
+                let guess = match (&text, per_char) {
+                    (Some(t), Some(k)) => t.chars().count() as f64 * k,
+                    _ => mean,
+                };
+                r.input_tokens = guess.round().clamp(1.0, max) as u32;
+            }
+            if let (Some(t), Some(k)) = (text, per_char) {
+                r.content = Some(prompt_blocks(&t, r.input_tokens, k));
+            }
         }
         Ok((m, failed_starts))
     }
@@ -693,9 +753,9 @@ impl<'de> serde::de::Visitor<'de> for InferencePerfRows {
 enum Row {
     /// Completed, with its body (for the tokens per prompt character).
     Completed(MeasuredRequest, Option<serde_json::Value>),
-    /// Its client timed out; its prompt's characters if the body says (its `input_tokens`
-    /// is 0 when inference-perf did not record them).
-    TimedOut(MeasuredRequest, Option<usize>),
+    /// Its client timed out; its prompt's text if the body holds it (its `input_tokens` is
+    /// 0 when inference-perf did not record them).
+    TimedOut(MeasuredRequest, Option<String>),
     /// Failed otherwise, or nothing to replay (when it started, s, if the report says).
     Failed(Option<f64>),
 }
@@ -759,8 +819,9 @@ fn inference_perf_row(i: usize, e: InferencePerfEntry) -> Result<Row, String> {
                 itl_us: None,
                 stage: None,
                 timed_out: true,
+                content: None,
             },
-            body.and_then(|b| b.prompt_chars()),
+            body.and_then(|b| b.prompt_text()),
         ));
     }
     let (Some(start), Some(end), Some(info)) = (e.start_time, e.end_time, e.info) else {
@@ -809,6 +870,7 @@ fn inference_perf_row(i: usize, e: InferencePerfEntry) -> Result<Row, String> {
             itl_us: (output_tokens > 1).then(|| (last - first) * 1e6 / (output - 1.0)),
             stage: None,
             timed_out: false,
+            content: None,
         },
         e.request,
     ))

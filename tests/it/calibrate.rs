@@ -584,10 +584,12 @@ fn check_real_replays_and_counts_the_requests_whose_client_timed_out() {
         "docs/fidelity.md: the same 93 timeouts; without --timeout-s mean TTFT 22 % high"
     );
 
-    // inference-perf's report of the same run: 4 characters of prompt per token.
-    let body = |input: u32, output: u32| {
+    // inference-perf's report of the same run: prompts of their own (each begins with its
+    // arrival time), 4 characters per token.
+    let body = |at: u64, input: u32, output: u32| {
+        let text = format!("{:08}", at % 100_000_000) + &"abcd".repeat(input as usize - 2);
         serde_json::json!({"model": "m", "max_tokens": output, "ignore_eos": true,
-            "prompt": "abcd".repeat(input as usize)})
+            "prompt": text})
         .to_string()
     };
     let entries: Vec<serde_json::Value> = read
@@ -597,7 +599,7 @@ fn check_real_replays_and_counts_the_requests_whose_client_timed_out() {
             let start = 4_000.0 + r.arrival_us as f64 / 1e6;
             if r.timed_out {
                 return serde_json::json!({"start_time": start, "end_time": start + 20.0,
-                    "request": body(r.input_tokens, r.output_tokens), "response": "",
+                    "request": body(r.arrival_us, r.input_tokens, r.output_tokens), "response": "",
                     "info": {"request_metrics": {"text": {"input_tokens": 0}},
                         "response_metrics": null},
                     "error": {"error_type": "TimeoutError", "error_msg": "Request timed out"}});
@@ -608,7 +610,7 @@ fn check_real_replays_and_counts_the_requests_whose_client_timed_out() {
                 .map(|k| first + (end - first) * k as f64 / (n - 1).max(1) as f64)
                 .collect();
             serde_json::json!({"start_time": start, "end_time": end,
-                "request": body(r.input_tokens, r.output_tokens), "response": "", "error": null,
+                "request": body(r.arrival_us, r.input_tokens, r.output_tokens), "response": "", "error": null,
                 "info": {"request_metrics": {"text": {"input_tokens": r.input_tokens}},
                     "response_metrics": {"output_tokens": r.output_tokens,
                         "output_token_times": times}}})
@@ -618,7 +620,7 @@ fn check_real_replays_and_counts_the_requests_whose_client_timed_out() {
     let mut entries = entries;
     entries.push(
         serde_json::json!({"start_time": 3_999.0, "end_time": 3_999.1,
-        "request": body(10, 10), "response": "", "info": null,
+        "request": body(0, 10, 10), "response": "", "info": null,
         "error": {"error_type": "HTTP Error 503", "error_msg": ""}}),
     );
     let ip_dir = dir.path().join("inference-perf");
@@ -733,5 +735,95 @@ fn check_real_replays_and_counts_the_requests_whose_client_timed_out() {
             "{timed_out} of the measured requests timed out or failed and are left out of the fit"
         )) && text.starts_with("fitted on "),
         "{err}\n{text}"
+    );
+}
+
+/// inference-perf's report holds every prompt's text, and prompts that begin alike share
+/// their first KV blocks in the replay as they did on the server. A run whose requests share
+/// system prompts (four of 400 tokens, a trace saying which), written as inference-perf
+/// writes it with the texts (the system prompt's, then the request's own), replays exactly;
+/// the same report without the texts replays every prompt as unique, and its TTFTs come out
+/// high.
+#[test]
+fn prompts_that_begin_alike_share_their_prefix_in_the_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = servesim::rng::stream(3, "prefix replay");
+    let mut trace =
+        String::from("arrival_us,input_tokens,output_tokens,prefix_group,prefix_tokens\n");
+    let mut group = Vec::new();
+    for i in 0..200u64 {
+        let g = rng.random_range(0..4u32);
+        let (input, output) = (
+            400 + rng.random_range(40..300u32),
+            rng.random_range(5..60u32),
+        );
+        trace.push_str(&format!("{},{input},{output},g{g},400\n", i * 200_000));
+        group.push(g);
+    }
+    std::fs::write(dir.path().join("t.csv"), trace).unwrap();
+    let cluster = "cluster: (groups: [(kv_blocks: 20000, max_num_seqs: 32,
+        latency: Blackbox(alpha: [1000.0, 0.0, 0.0], beta: [3000.0, 30.0, 60.0]))])";
+    let run = format!(
+        "(seed: 2, {cluster}, workload: (traces: [(format: ServesimCsv, file: \"t.csv\")]))"
+    );
+    std::fs::write(dir.path().join("s.ron"), run).unwrap();
+    crate::common::servesim_ok(&["run", "s.ron", "--out", "o"], dir.path());
+    let mut rows = read_rows(&dir.path().join("o/requests.csv"));
+    rows.sort_by_key(|r| r.u64("request_id"));
+    let cached: u64 = rows.iter().map(|r| r.u64("cached_tokens")).sum();
+    assert!(
+        cached > 100 * 384,
+        "the run shared its system prompts: {cached}"
+    );
+    // 4 characters per token: the system prompt's 1,600, then the request's own.
+    let system = |g: u32| format!("<system prompt {g}>").repeat(100)[..1600].to_string();
+    let report = |with_text: bool| -> Vec<serde_json::Value> {
+        rows.iter()
+            .map(|r| {
+                let (id, input) = (r.u64("request_id"), r.u64("input_tokens") as usize);
+                let own = format!("{id:08}") + &"q".repeat(4 * (input - 400) - 8);
+                let text = system(group[id as usize]) + &own;
+                let start = 4_000.0 + r.u64("arrival_us") as f64 / 1e6;
+                let ttft = r.str("ttft_ms").parse::<f64>().unwrap() / 1e3;
+                let e2e = r.str("e2e_ms").parse::<f64>().unwrap() / 1e3;
+                let n = r.u64("output_tokens") as usize;
+                let times: Vec<f64> = (0..n)
+                    .map(|k| start + ttft + (e2e - ttft) * k as f64 / (n - 1).max(1) as f64)
+                    .collect();
+                let body = if with_text {
+                    serde_json::json!({"max_tokens": n, "prompt": text}).to_string()
+                } else {
+                    "{}".to_string()
+                };
+                serde_json::json!({"start_time": start, "end_time": start + e2e,
+                    "request": body, "response": "", "error": null,
+                    "info": {"input_tokens": input, "output_tokens": n,
+                        "output_token_times": times}})
+            })
+            .collect()
+    };
+    let server = parse(&format!(
+        "(seed: 2, {cluster}, workload: (num_requests: 1, clients: [(rate_per_s: 1.0,
+            input_tokens: Constant(8), output_tokens: Constant(1))]))"
+    ));
+    let app = servesim::ServesimApp::new();
+    let check = |with_text: bool| {
+        let path = dir.path().join(format!("ip-{with_text}.json"));
+        std::fs::write(&path, serde_json::to_string(&report(with_text)).unwrap()).unwrap();
+        let m = measured::load(&path).unwrap();
+        assert_eq!(m.requests.iter().all(|r| r.content.is_some()), with_text);
+        fidelity::check_real(&app, &server, &m, None).unwrap()
+    };
+    let shared = check(true);
+    for l in &shared.overall.lines {
+        assert!(l.ape_pct < 0.01, "{l:?}");
+    }
+    let unique = check(false);
+    let ttft = &unique.overall.lines[0];
+    assert!(
+        // 9.3 ms measured, 21.1 ms replayed as unique prompts (docs/fidelity.md).
+        ttft.metric == "ttft" && (ttft.ape_pct - 125.8).abs() < 0.05,
+        "{}",
+        unique.to_text()
     );
 }
