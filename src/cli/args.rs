@@ -94,8 +94,9 @@ pub(crate) struct CheckRealArgs {
     /// Scenario describing the server (its workload is replaced by the measured one).
     pub(crate) scenario: PathBuf,
     /// Per-request measurements: a CSV (arrival_s|arrival_ms|arrival_us, input_tokens,
-    /// output_tokens, ttft_ms, e2e_ms[, itl_ms][, stage]), a vLLM benchmark JSON or
-    /// inference-perf's per_request_lifecycle_metrics.json.
+    /// output_tokens, ttft_ms, e2e_ms[, itl_ms][, stage][, state]), a vLLM benchmark JSON or
+    /// inference-perf's per_request_lifecycle_metrics.json (its stage summaries beside it
+    /// split it by stage).
     pub(crate) measured: PathBuf,
     /// Where check-real.json goes (default: the scenario's outputs.dir).
     #[arg(long)]

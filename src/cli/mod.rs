@@ -81,7 +81,8 @@ enum Command {
     /// Parse and validate a scenario without running it.
     Validate(ValidateArgs),
     /// Replay a measured benchmark run through the scenario's server and compare TTFT, ITL
-    /// and E2E (mean, p50, p90, p99), overall and per stage; also writes check-real.json.
+    /// and E2E (mean, p50, p90, p99) and timeouts, overall and per stage; also writes
+    /// check-real.json.
     CheckReal(CheckRealArgs),
     /// Fit latency coefficients to a measured benchmark run by simulating it; prints the
     /// latency line to paste into the scenario and the error on a held-back 20 %.
