@@ -124,7 +124,7 @@ pub struct Timeouts {
 }
 
 impl Timeouts {
-    /// "measured 1,600, simulated 1,432 (−10.5 %)".
+    /// "measured 1600, simulated 1432 (-10.5 %)".
     pub fn describe(&self) -> String {
         let change = if self.measured > 0 {
             format!(
