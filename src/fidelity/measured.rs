@@ -116,12 +116,10 @@ pub fn load(path: &Path) -> Result<Measurement, String> {
         if array {
             let (mut m, failed_starts) =
                 read_inference_perf_rows(reader).map_err(|e| format!("{}: {e}", path.display()))?;
-            let dir = path.parent().unwrap_or(Path::new("."));
-            let dir = if dir.as_os_str().is_empty() {
-                Path::new(".")
-            } else {
-                dir
-            };
+            let dir = path
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .unwrap_or(Path::new("."));
             match inference_perf_stages(dir) {
                 Ok(stages) => assign_inference_perf_stages(&mut m, &failed_starts, &stages),
                 Err(e) => m

@@ -240,18 +240,6 @@ pub fn check_real(
     let measured = &measurement.requests[..];
     let sc = replay_scenario(scenario);
     let simulated = simulate(app, &sc, measured, timeout)?;
-    if let Some(t) = timeout
-        && !simulated.is_empty()
-        && simulated.iter().all(|s| s.timed_out)
-    {
-        return Err(SimError::Calibration(format!(
-            "none of the {} measured requests completed in the simulation: every one was \
-             abandoned at the client timeout of {} s (--timeout-s, or the measured timeouts'); \
-             there is nothing to compare",
-            simulated.len(),
-            t.as_us() as f64 / 1e6
-        )));
-    }
     if let Some(e) = none_completed(&simulated, "the scenario's cluster") {
         return Err(e);
     }
@@ -295,6 +283,14 @@ pub(crate) fn none_completed(
 ) -> Option<SimError> {
     if simulated.iter().any(|s| s.completed) {
         return None;
+    }
+    if !simulated.is_empty() && simulated.iter().all(|s| s.timed_out) {
+        return Some(SimError::Calibration(format!(
+            "none of the {} measured requests completed in the simulation: every one was \
+             abandoned at the client timeout (--timeout-s, or the one the measured timeouts \
+             show); there is nothing to compare",
+            simulated.len()
+        )));
     }
     Some(SimError::Calibration(format!(
         "none of the {} measured requests completed in the simulation: {cluster} cannot serve \

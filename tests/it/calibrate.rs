@@ -576,13 +576,16 @@ fn check_real_replays_and_counts_the_requests_whose_client_timed_out() {
     assert_eq!(patient.overall.timeouts.simulated, 0);
     assert_eq!(patient.overall.timeouts.measured, timed_out);
     assert!(patient.mean_ape_pct > 1.0, "{}", patient.to_text());
-    // The figures docs/fidelity.md gives for this replay.
+    // docs/fidelity.md gives this replay's figures.
     let ttft = &patient.overall.lines[0];
-    assert_eq!(
-        (timed_out, ttft.metric.as_str(), ttft.ape_pct.round()),
-        (93, "ttft", 22.0),
-        "docs/fidelity.md: the same 93 timeouts; without --timeout-s mean TTFT 22 % high"
-    );
+    assert!(ttft.metric == "ttft" && ttft.simulated_ms > ttft.measured_ms);
+    let doc = fidelity_doc();
+    for figure in [
+        format!("the same {timed_out} timeouts"),
+        format!("its mean TTFT is {:.0} % high", ttft.ape_pct),
+    ] {
+        assert!(doc.contains(&figure), "docs/fidelity.md lacks: {figure}");
+    }
 
     // inference-perf's report of the same run: prompts of their own (each begins with its
     // arrival time), 4 characters per token.
@@ -821,9 +824,24 @@ fn prompts_that_begin_alike_share_their_prefix_in_the_replay() {
     let unique = check(false);
     let ttft = &unique.overall.lines[0];
     assert!(
-        // 9.3 ms measured, 21.1 ms replayed as unique prompts (docs/fidelity.md).
-        ttft.metric == "ttft" && (ttft.ape_pct - 125.8).abs() < 0.05,
+        ttft.metric == "ttft" && ttft.simulated_ms > 2.0 * ttft.measured_ms,
         "{}",
         unique.to_text()
     );
+    let figure = format!(
+        "TTFT {:.0} % high: {:.1} ms for {:.1}",
+        ttft.ape_pct, ttft.simulated_ms, ttft.measured_ms
+    );
+    assert!(
+        fidelity_doc().contains(&figure),
+        "docs/fidelity.md lacks: {figure}"
+    );
+}
+
+/// docs/fidelity.md with its line breaks as spaces (a figure may straddle two lines).
+fn fidelity_doc() -> String {
+    crate::common::doc("fidelity")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
 }
