@@ -165,6 +165,8 @@ pub struct Limits {
     pub role: crate::scenario::Role,
     /// The scheduler mode and API server around the steps.
     pub serving: crate::latency::ServingPath,
+    /// `serving.streams_out()`, read at every step's end.
+    pub streams_out: bool,
     /// The batch scheduler reserves KV for prompt + output at admission
     /// ([`BatchScheduler::reserves_whole_request`](schedulers::BatchScheduler::reserves_whole_request)).
     pub reserves_whole: bool,
@@ -191,6 +193,7 @@ impl Limits {
             max_waiting: None,
             role: Default::default(),
             serving: crate::latency::ServingPath::BARE,
+            streams_out: false,
             reserves_whole: false,
         }
     }
@@ -375,6 +378,12 @@ pub struct InstanceCounters {
     pub priority_inversions: u64,
     /// Steps started while a straggler window slowed the instance (faults).
     pub slowed_steps: u64,
+    /// Steps whose tokens went out through a modelled API server, and those of them whose
+    /// tokens reached it while it was still streaming the previous step's
+    /// ([`step::complete_one`]); the most chunks (requests with tokens) one step streamed.
+    pub api_steps: u64,
+    pub api_behind: u64,
+    pub api_peak_chunks: u32,
 }
 
 /// The scheduler state of an instance.
@@ -447,6 +456,9 @@ pub struct Scheduler {
     /// stages keep a fraction of their bandwidth (faults); empty without.
     pub host_faults: Vec<LinkWindow>,
     pub pp_faults: Vec<LinkWindow>,
+    /// Until when the API server streams the last completed step's tokens (a modelled
+    /// serving path only; [`step::complete_one`]).
+    pub api_busy_until: SimTime,
 }
 
 /// A window in which one of an instance's links keeps `bandwidth` of its bandwidth (faults

@@ -6,7 +6,9 @@ use bevy_ecs::schedule::ScheduleLabel;
 
 use super::pipeline::{enqueue_requests, expire_requests, publish_kv_events, retire_steps};
 use super::schedulers::{self, BatchFormation};
-use super::{AnomalyLog, InstanceIndex, InstanceSystems, Scheduler, batch, report, spawn, step};
+use super::{
+    AnomalyLog, InstanceIndex, InstanceSystems, Limits, Scheduler, batch, report, spawn, step,
+};
 use crate::catalog::PolicyAppExt;
 use crate::engine::{SimStep, SimStepFast, SimSystems};
 use crate::kv::{KvCache, KvEvents};
@@ -20,7 +22,8 @@ use crate::setup::{SetupAppExt, SetupCtx, SetupStage, SimError};
 /// (`fast::fast_ticks` runs them as one in `SimStepFast`), and `publish_kv_events` (Observe,
 /// only while KV events are on); the batch schedulers. Sets up the queue policies
 /// (`Active<family::Priority>`, `Active<family::Scheduling>`), spawns the instances
-/// ([`spawn`]) and warns when a wait queue grew past 10,000 requests. Owns
+/// ([`spawn`]) and warns when a wait queue grew past 10,000 requests or an API server could
+/// not stream a step's tokens before the next step's arrived. Owns
 /// [`InstanceIndex`], [`spawn::Groups`] and the KV events' switch `kv::KvEvents`.
 pub struct InstancePlugin;
 
@@ -44,7 +47,8 @@ impl Plugin for InstancePlugin {
             .add_summary_part(report::summarize)
             .add_summary_part(report::summarize_speculative)
             .add_summary_part(report::summarize_lora)
-            .add_finish_step(FinishStage::Concerns, warn_long_queues);
+            .add_finish_step(FinishStage::Concerns, warn_long_queues)
+            .add_finish_step(FinishStage::Concerns, warn_busy_api_servers);
         for label in [SimStep.intern(), SimStepFast.intern()] {
             app.configure_sets(
                 label,
@@ -126,5 +130,52 @@ fn warn_long_queues(world: &mut World, summary: &mut Summary) -> Result<(), SimE
              (rejected as queue_full) and keeps memory bounded"
         ));
     }
+    Ok(())
+}
+
+/// `FinishStage::Concerns`: a warning when, on at least 1 % of an instance's steps, the API
+/// server was still streaming the previous step's tokens as the step's own arrived
+/// (`step::complete_one`). servesim delivers every step's tokens a fixed time after the step
+/// (the serving path's `token_out`), as if its API server were free; vLLM's runs one event
+/// loop, which then falls behind and delivers them later. Names the instance behind on the
+/// largest share of its steps.
+fn warn_busy_api_servers(world: &mut World, summary: &mut Summary) -> Result<(), SimError> {
+    let mut busy = 0;
+    let mut worst: Option<(f64, usize, Entity)> = None;
+    for (i, &e) in world.resource::<InstanceIndex>().0.iter().enumerate() {
+        let c = world.get::<Scheduler>(e).expect("instance").counters;
+        if c.api_steps == 0 || c.api_behind * 100 < c.api_steps {
+            continue;
+        }
+        busy += 1;
+        let share = c.api_behind as f64 / c.api_steps as f64;
+        if worst.is_none_or(|w| share > w.0) {
+            worst = Some((share, i, e));
+        }
+    }
+    let Some((_, i, e)) = worst else {
+        return Ok(());
+    };
+    let c = world.get::<Scheduler>(e).expect("instance").counters;
+    let s = world.get::<Limits>(e).expect("instance").serving;
+    let others = match busy - 1 {
+        0 => String::new(),
+        1 => " (and 1 other instance)".into(),
+        n => format!(" (and {n} other instances)"),
+    };
+    summary.warnings.push(format!(
+        "instance {i}'s API server{others} was still streaming a step's tokens when the next \
+         step's arrived on {} of its {} steps ({:.1} %): a step's output work ({} µs + {} µs \
+         per request's chunk, up to {} chunks a step) outlasted the step, so a real vLLM \
+         API server would fall behind and deliver tokens later than simulated (servesim \
+         delays each step's tokens as if it were free; vLLM's --api-server-count runs more \
+         of them)",
+        c.api_behind,
+        c.api_steps,
+        100.0 * c.api_behind as f64 / c.api_steps as f64,
+        s.api_step_us,
+        s.api_us_per_output_token,
+        c.api_peak_chunks,
+    ));
     Ok(())
 }

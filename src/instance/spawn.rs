@@ -259,6 +259,7 @@ pub fn spawn_instances(app: &mut App, ctx: &SetupCtx<'_>) -> Result<(), SimError
                         pp_link_latency: SimDuration(group.pp_link_latency_us),
                         role: group.role,
                         serving: resolved.serving,
+                        streams_out: resolved.serving.streams_out(),
                         reserves_whole: batcher.reserves_whole_request(),
                     },
                     scheduler,

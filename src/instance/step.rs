@@ -17,7 +17,7 @@ use super::{InstanceIndex, Instances, Limits, Scheduler, refresh_view};
 use crate::engine::{ClusterView, Event, EventQueue, InstanceDue, SimClock, SimFault};
 use crate::kv::KvCache;
 use crate::latency::Latency;
-use crate::latency::{BatchShape, StepItem};
+use crate::latency::{BatchShape, ServingPath, StepItem};
 use crate::metrics::Aggregates;
 use crate::request::FinalState;
 use crate::time::{SimDuration, SimTime};
@@ -444,6 +444,21 @@ fn tier_transfers(
     (reload, offload)
 }
 
+/// Counts a step of `chunks` streamed chunks (one per request with tokens) ending at `end`
+/// against the instance's API server: the step is behind when the previous step's tokens
+/// were still being streamed as its own arrived (the previous step's output work,
+/// [`ServingPath::token_out`] of its last chunk, outlasted the gap between the two ends).
+/// Each step's tokens are delivered a fixed time after its end, as if the API server were
+/// free: vLLM's one event loop would deliver a behind step's later, which
+/// `plugin::warn_busy_api_servers` says at the end of the run.
+fn api_output(sched: &mut Scheduler, serving: &ServingPath, end: SimTime, chunks: u32) {
+    let c = &mut sched.counters;
+    c.api_steps += 1;
+    c.api_behind += u64::from(end < sched.api_busy_until);
+    c.api_peak_chunks = c.api_peak_chunks.max(chunks);
+    sched.api_busy_until = end + serving.token_out(chunks.saturating_sub(1));
+}
+
 /// Applies the token progress of instance `i`'s batch priced this tick.
 #[expect(
     clippy::too_many_arguments,
@@ -462,9 +477,13 @@ pub(crate) fn complete_one(
     let hands_off = limits.role == crate::scenario::Role::Prefill;
     let end = sched.step_done;
     let alpha2 = latency.0.output_token_overhead();
+    let serving = &limits.serving;
     if sched.lockstep.active {
         let (sample, n) = super::lockstep::complete(sched, end, alpha2);
         agg.itl.record_n(sample, n);
+        if limits.streams_out {
+            api_output(sched, serving, end, u32::try_from(n).unwrap_or(u32::MAX));
+        }
         refresh_view(view, i, sched, kv);
         if let Some(msg) = super::watchdog(i, sched, kv) {
             fault.0.get_or_insert(crate::engine::Fault::NoProgress(msg));
@@ -476,10 +495,9 @@ pub(crate) fn complete_one(
     if kv.store.is_some() {
         kv.set_now(end.as_us());
     }
-    let serving = limits.serving;
     let api = !serving.is_bare();
     // The step's tokens leave the API server in batch order (latency::ServingPath).
-    let mut emitted = 0u32;
+    let mut chunks = 0u32;
     let mut any_done = false;
     let mut any_handoff = false;
     // Consecutive decodes share one sample value: count runs, not tokens.
@@ -508,10 +526,11 @@ pub(crate) fn complete_one(
             continue; // a prefill chunk that did not reach the end of the prompt
         }
         seq.generated += emits;
-        // Its chunk leaves once the API server has processed its last token.
-        emitted += emits;
+        // Its tokens leave in one chunk (vLLM's one `RequestOutput` per request and step,
+        // speculative tokens together), after the chunks before it.
+        chunks += 1;
         let delivery = if api {
-            serving.token_out(emitted - 1)
+            serving.token_out(chunks - 1)
         } else {
             SimDuration::ZERO
         };
@@ -561,6 +580,9 @@ pub(crate) fn complete_one(
     }
     if let Some((v, n)) = run {
         agg.itl.record_n(v, n);
+    }
+    if chunks > 0 && limits.streams_out {
+        api_output(sched, serving, end, chunks);
     }
     if any_done {
         let Scheduler {

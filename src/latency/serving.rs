@@ -47,9 +47,11 @@ pub struct ServingPath {
     /// API server, per engine step with outputs: the engine-to-API-server hand-off and the
     /// output batch's fixed processing, µs.
     pub api_step_us: f64,
-    /// API server, per streamed token: detokenization, the request's output object, waking
-    /// its task, rendering and writing its SSE chunk, µs. A step's outputs are processed in
-    /// batch order, so a request's token reaches its client after those before it.
+    /// API server, per streamed chunk (a request's tokens of one step: one token, or with
+    /// speculative decoding its accepted tokens together, as vLLM's one `RequestOutput` per
+    /// request and step): detokenization, the request's output object, waking its task,
+    /// rendering and writing its SSE chunk, µs. A step's outputs are processed in batch
+    /// order, so a request's chunk reaches its client after those before it.
     pub api_us_per_output_token: f64,
     /// API server: how long the tokenizer's micro-batch stays open after its first prompt, µs
     /// (0: every prompt is tokenized at once). See [`TokenizerWindow`].
@@ -111,6 +113,11 @@ impl ServingPath {
         *self == Self::BARE
     }
 
+    /// True if a step's tokens take the API server any time ([`token_out`](Self::token_out)).
+    pub fn streams_out(&self) -> bool {
+        self.api_step_us > 0.0 || self.api_us_per_output_token > 0.0
+    }
+
     /// The API server's work on a request before the engine sees it.
     pub fn request_in(&self, input_tokens: u32) -> SimDuration {
         SimDuration::from_us_f64(
@@ -139,7 +146,7 @@ impl ServingPath {
         }
     }
 
-    /// From a step's end to its token reaching the client, for the `position`-th (from 0)
+    /// From a step's end to its chunk reaching the client, for the `position`-th (from 0)
     /// request of the step's outputs.
     pub fn token_out(&self, position: u32) -> SimDuration {
         SimDuration::from_us_f64(

@@ -74,6 +74,29 @@ fn steady_decodes_take_lockstep_steps_and_change_nothing() {
 }
 
 #[test]
+fn an_api_server_falling_behind_is_counted_in_lockstep_steps_too() {
+    // 500 µs per streamed token: the 20-odd requests running cost the API server ~10 ms a
+    // step, longer than the steps; the warning (and its counts) must be the same either way.
+    let s = same_both_ways(
+        r#"(seed: 7,
+        cluster: (groups: [(model: "llama-3.1-8b-instruct", gpu: "H100", kv_blocks: 4000,
+            max_num_seqs: 64, latency: TrainedPhysics(),
+            engine: (api_us_per_output_token: 500.0))]),
+        workload: (num_requests: 300, clients: [(rate_per_s: 10.0,
+            input_tokens: Uniform(min: 16, max: 200), output_tokens: Uniform(min: 200, max: 300))]),
+    )"#,
+        20,
+    );
+    assert!(
+        s.warnings
+            .iter()
+            .any(|w| w.contains("instance 0's API server was still streaming")),
+        "{:?}",
+        s.warnings
+    );
+}
+
+#[test]
 fn energy_accounts_are_the_same_with_lockstep_steps() {
     // A lockstep step charges each running request 1/n of its energy in whole nanojoules,
     // settled later: the same sums, in requests.csv's energy_j and the summary's energy.

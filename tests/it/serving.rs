@@ -146,6 +146,44 @@ fn the_api_server_delivers_a_steps_tokens_in_batch_order() {
 }
 
 #[test]
+fn an_api_server_slower_than_the_steps_is_a_warning() {
+    // n requests of five output tokens reach the engine at 0 µs; steps take 1,000 µs. The
+    // first is scheduled alone (step 1, one token); the other n − 1 prefill beside its first
+    // decode (step 2) and all decode together through step 5 (n tokens a step); step 6
+    // finishes the last n − 1. A step of k tokens costs the API server 50 + 10·k µs: for
+    // n = 96, 1,010 µs after each of steps 2–5, so steps 3–6 arrive while the step before
+    // them is still being streamed (4 of 6); for n = 95, 1,000 µs, done as the next arrives.
+    let engine = "(async_scheduling: false, api_request_us: 0.0, api_us_per_prompt_token: 0.0, \
+                  api_step_us: 50.0, api_us_per_output_token: 10.0, tokenizer_window_us: 0.0, \
+                  schedule_us: 0.0, schedule_us_per_request: 0.0)";
+    let warning = |n: usize| {
+        let (sc, _dir) = scenario(engine, &"0,16,5\n".repeat(n));
+        let (summary, rows) = run(&sc);
+        assert_eq!(rows.len(), n);
+        // The last request's last token: the (n − 1)-th of step 6, delivered on time.
+        assert_eq!(rows[n - 1].us("e2e_ms"), 6_000 + 50 + 10 * (n as u64 - 1));
+        let found: Vec<String> = summary
+            .warnings
+            .into_iter()
+            .filter(|w| w.contains("API server"))
+            .collect();
+        assert!(found.len() <= 1, "{found:?}");
+        found.into_iter().next()
+    };
+    let w = warning(96).expect("a warning at 96 tokens a step");
+    assert!(
+        w.contains("instance 0's API server was still streaming")
+            && w.contains("on 4 of its 6 steps (66.7 %)")
+            && w.contains("(50 µs + 10 µs per request's chunk, up to 96 chunks a step)"),
+        "{w}"
+    );
+    assert_eq!(warning(95), None);
+    // BLIS's reading has no API server to fall behind.
+    let (sc, _dir) = scenario("(preset: Bare)", &"0,16,5\n".repeat(200));
+    assert!(!run(&sc).0.warnings.iter().any(|w| w.contains("API server")));
+}
+
+#[test]
 fn a_roofline_group_without_latency_or_engine_gets_the_roofline_and_vllms_serving_path() {
     let group = |extra: &str| {
         format!(

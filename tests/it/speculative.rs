@@ -51,6 +51,27 @@ fn every_draft_accepted_emits_k_plus_one_tokens_a_step() {
 }
 
 #[test]
+fn a_verifications_tokens_stream_in_one_chunk() {
+    // As above with 9 output tokens: the first at 1,032 µs, four at 2,432 and four at 3,832.
+    // Behind an API server of 50 µs per step and 10 µs per request's chunk, each step's
+    // tokens of the request leave in one chunk, 60 µs after the step (vLLM's one
+    // `RequestOutput` per request and step): not 50 + 4 × 10.
+    let sc = parse(&one(
+        "speculative: (method: Ngram, num_speculative_tokens: 3, \
+                       acceptance: PerPosition([1.0, 1.0, 1.0])), \
+         engine: (async_scheduling: false, api_request_us: 0.0, api_us_per_prompt_token: 0.0, \
+                  api_step_us: 50.0, api_us_per_output_token: 10.0, tokenizer_window_us: 0.0, \
+                  schedule_us: 0.0, schedule_us_per_request: 0.0)",
+        1,
+        9,
+    ));
+    let (_, rows) = run(&sc);
+    assert_eq!(rows[0].u64("generated_tokens"), 9);
+    assert_eq!(rows[0].us("ttft_ms"), 1032 + 60);
+    assert_eq!(rows[0].us("e2e_ms"), 3832 + 60);
+}
+
+#[test]
 fn every_draft_rejected_costs_the_wider_steps_for_one_token_each() {
     // Each verification emits the target's own token only. Drafts per step: 3 while at least
     // 4 tokens remain (generated 1..=6), then 2, 1, 0: 6 × 1,400 + 1,300 + 1,200 + 1,100 µs
