@@ -185,7 +185,7 @@ impl ServingPath {
             return "step only (no scheduler or API server time: the BLIS reading)".into();
         }
         format!(
-            "{}; scheduler {} µs + {} µs/request per step ({}); API server {} µs + {} µs/prompt token in, {} µs + {} µs/token out",
+            "{}; scheduler {} µs + {} µs/request per step ({}); API server {} µs + {} µs/prompt token in, {} µs + {} µs per chunk out (a chunk per request and step)",
             if self.async_scheduling && pp > 1 {
                 "async scheduling with pipeline parallelism (vLLM 0.15: pp micro-batches in flight; a request waits for its token before its next step)"
             } else if self.async_scheduling {

@@ -22,7 +22,7 @@ fn scenario(engine: &str, rows: &str) -> (servesim::scenario::Scenario, tempfile
     (parse(&src), dir)
 }
 
-/// API server 500 µs + 1 µs per prompt token in, 50 µs + 10 µs per token out; no
+/// API server 500 µs + 1 µs per prompt token in, 50 µs + 10 µs per streamed chunk out; no
 /// scheduler time.
 const API: &str = "api_request_us: 500.0, api_us_per_prompt_token: 1.0, api_step_us: 50.0, \
                    api_us_per_output_token: 10.0, schedule_us: 0.0, schedule_us_per_request: 0.0";
