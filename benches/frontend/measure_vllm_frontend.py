@@ -14,7 +14,9 @@ path"). It drives the pieces a streamed chat request passes through in vLLM 0.15
   output thread and decoded by the front end, `OutputProcessor.process_outputs` (incremental
   detokenization, stop checks, iteration statistics, one `RequestOutput` per request into its
   collector), then, per request, the `generate()` task woken by asyncio, the SSE chunk built
-  with vLLM's `ChatCompletionStreamResponse` and `model_dump_json`, and written to a socket.
+  with vLLM's `ChatCompletionStreamResponse` and `model_dump_json`, and written to a socket;
+  then the same with 2 and 4 tokens a request and step (a speculative step's accepted
+  tokens, one chunk) against one, for what each extra token of a chunk costs.
 
 Run (a virtual environment with `pip install vllm==0.15.1`; the tokenizer is the 32k
 SentencePiece one that `mistral_common`, a vLLM dependency, ships as `tokenizer.model.v1`,
@@ -143,11 +145,14 @@ def measure_input(tok):
     return rows, a, b
 
 
-async def measure_output(tok, batch, steps=60):
+async def measure_output(tok, batch, steps=60, per_chunk=1):
+    """Mean µs per engine step of `batch` requests, each given `per_chunk` new tokens a step
+    (more than one under speculative decoding), from the engine's output thread to the SSE
+    chunks written."""
     enc, dec = MsgpackEncoder(), MsgpackDecoder(EngineCoreOutputs)
     proc = OutputProcessor(tok, log_stats=True)
     ids = tok.encode(text(400, 3), add_special_tokens=False)
-    stream = [ids[i % len(ids)] for i in range(steps + 8)]
+    stream = [ids[i % len(ids)] for i in range(steps * per_chunk + 8)]
     collectors = []
     for r in range(batch):
         ecr = EngineCoreRequest(
@@ -207,7 +212,8 @@ async def measure_output(tok, batch, steps=60):
     t0 = time.perf_counter()
     for s in range(steps):
         outs = EngineCoreOutputs(
-            outputs=[EngineCoreOutput(request_id=f"r{r}", new_token_ids=[stream[s]])
+            outputs=[EngineCoreOutput(request_id=f"r{r}",
+                                      new_token_ids=stream[s * per_chunk:(s + 1) * per_chunk])
                      for r in range(batch)]
         )
         wire = enc.encode(outs)
@@ -243,6 +249,15 @@ def main():
               f"{per_step / batch:6.1f} us per token")
     a, b = fit([p[0] for p in pts], [p[1] for p in pts])
     print(f"  fit: {a:.1f} us per step + {b:.2f} us per streamed token")
+    # Several tokens in one chunk (a speculative step's accepted tokens): what the extra
+    # tokens cost beyond the chunk's own.
+    for batch in (32, 128):
+        one = min(asyncio.run(measure_output(tok, batch)) for _ in range(3))
+        for k in (2, 4):
+            per_step = min(asyncio.run(measure_output(tok, batch, per_chunk=k)) for _ in range(3))
+            print(f"tokens out, batch {batch:4d}, {k} tokens a chunk: {per_step:8.1f} us per step "
+                  f"(1 token: {one:.1f} us), "
+                  f"{(per_step - one) / (batch * (k - 1)):5.2f} us per extra token")
 
 
 if __name__ == "__main__":

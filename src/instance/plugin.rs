@@ -168,8 +168,8 @@ fn warn_busy_api_servers(world: &mut World, summary: &mut Summary) -> Result<(),
          step's arrived on {} of its {} steps ({:.1} %): a step's output work ({} µs + {} µs \
          per request's chunk, up to {} chunks a step) outlasted the step, so a real vLLM \
          API server would fall behind and deliver tokens later than simulated (servesim \
-         delays each step's tokens as if it were free; vLLM's --api-server-count runs more \
-         of them)",
+         delays each token by its own step's output work but does not queue one step's \
+         output behind the last; vLLM's --api-server-count runs more API servers)",
         c.api_behind,
         c.api_steps,
         100.0 * c.api_behind as f64 / c.api_steps as f64,
