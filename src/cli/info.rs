@@ -533,6 +533,7 @@ fn sampling_line(
 fn step_examples(r: &crate::setup::ResolvedGroup) -> String {
     use crate::latency::{BatchShape, StepItem};
     let mut parts = Vec::new();
+    let mut api = String::new();
     for n in [1u32, 32, 128] {
         let items = vec![
             StepItem {
@@ -548,16 +549,28 @@ fn step_examples(r: &crate::setup::ResolvedGroup) -> String {
             prefill_tokens: 0,
             decode_tokens: n,
         };
-        match r.latency.step_time(&shape) {
-            Ok(t) => parts.push(format!(
-                "{:.2} ms for {n}",
-                r.serving.step(t, n).as_us() as f64 / 1e3
-            )),
+        let step = match r.latency.step_time(&shape) {
+            Ok(t) => r.serving.step(t, n),
             Err(e) => return format!("cannot price a decode step: {e}"),
+        };
+        parts.push(format!("{:.2} ms for {n}", step.as_us() as f64 / 1e3));
+        if n == 128 && r.serving.streams_out() {
+            // The API server's output work for the step's 128 chunks, against the step: the
+            // run warns when steps outlast it (`warn_busy_api_servers`).
+            let out = r.serving.token_out(n - 1);
+            api = format!(
+                "; its API server streams those 128 chunks in {:.2} ms ({})",
+                out.as_us() as f64 / 1e3,
+                if out <= step {
+                    "it keeps up"
+                } else {
+                    "longer than the step: at that batch it falls behind, and a run that gets there warns"
+                }
+            );
         }
     }
     format!(
-        "a decode step at 1,024 tokens of context each takes {} requests",
+        "a decode step at 1,024 tokens of context each takes {} requests{api}",
         parts.join(", ")
     )
 }

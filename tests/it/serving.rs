@@ -184,6 +184,39 @@ fn an_api_server_slower_than_the_steps_is_a_warning() {
 }
 
 #[test]
+fn validate_says_whether_the_api_server_keeps_up_with_a_step_of_128() {
+    // Llama-3.1-8B on an H100 (quickstart): a decode step of 128 takes 15.90 ms. Its API
+    // server streams the step's 128 chunks in 66 + 30 × 128 = 3,906 µs by default, and in
+    // 66 + 200 × 128 = 25,666 µs at 200 µs a chunk.
+    let steps = |set: &[&str]| {
+        let mut args = vec!["validate", "scenarios/quickstart.ron"];
+        for s in set {
+            args.extend(["--set", s]);
+        }
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let out = crate::common::servesim_ok(&args, root);
+        let out = String::from_utf8(out.stdout).unwrap();
+        out.lines()
+            .find(|l| l.trim_start().starts_with("steps:"))
+            .expect("a steps line")
+            .to_string()
+    };
+    let line = steps(&[]);
+    assert!(
+        line.ends_with("its API server streams those 128 chunks in 3.91 ms (it keeps up)"),
+        "{line}"
+    );
+    let line = steps(&["cluster.groups[0].engine=(api_us_per_output_token: 200.0)"]);
+    assert!(
+        line.contains("streams those 128 chunks in 25.67 ms (longer than the step"),
+        "{line}"
+    );
+    // BLIS's reading has no API server.
+    let line = steps(&["cluster.groups[0].engine=(preset: Bare)"]);
+    assert!(!line.contains("API server"), "{line}");
+}
+
+#[test]
 fn a_roofline_group_without_latency_or_engine_gets_the_roofline_and_vllms_serving_path() {
     let group = |extra: &str| {
         format!(
