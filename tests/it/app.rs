@@ -5,11 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use crate::common::read_rows;
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use crate::common::{read_rows, root};
 
 /// The example's binary, built by `cargo test` beside this test binary
 /// (`target/<profile>/examples/custom_cli`).

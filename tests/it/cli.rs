@@ -1,7 +1,9 @@
 //! The `servesim` binary: exit codes, error messages, byte-identical outputs.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
+
+use crate::common::root;
 
 fn servesim(args: &[&str], cwd: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_servesim"))
@@ -9,10 +11,6 @@ fn servesim(args: &[&str], cwd: &Path) -> Output {
         .current_dir(cwd)
         .output()
         .expect("the binary runs")
-}
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
 /// `// expect: PATH @ LINE:COL : TEXT [| TEXT]` lines at the top of a fixture.

@@ -1,12 +1,17 @@
 //! Helpers shared by the integration tests.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use servesim::metrics::Summary;
 use servesim::policy::Catalog;
 use servesim::scenario::Scenario;
 use servesim::{RunOptions, Simulation};
+
+/// The repository's root: scenarios, docs and assets are read from it.
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
 
 /// Parses scenario text (panics with the rendered error if it is invalid).
 pub fn parse(src: &str) -> Scenario {

@@ -5,9 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use crate::common::root;
 
 /// README.md and every chapter of the book, with their text.
 fn pages() -> Vec<(String, String)> {

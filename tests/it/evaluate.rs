@@ -1,11 +1,7 @@
 //! `servesim evaluate`: objectives by their definitions, the checks against gaming the
 //! score, the worst decisions, determinism over threads.
 
-use crate::common::servesim;
-
-fn root() -> std::path::PathBuf {
-    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use crate::common::{root, servesim};
 
 fn evaluate(extra: &[&str]) -> serde_json::Value {
     let tenants = root().join("scenarios/multi-tenant.ron");

@@ -1,7 +1,6 @@
 //! Latency models end to end: the bundled library, monotonicity, pipeline parallelism,
 //! measured tables and derived KV capacity.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use proptest::prelude::*;
@@ -12,7 +11,7 @@ use servesim::latency::{
 };
 use servesim::model::{BUNDLED_MODELS, ModelConfig, bundled_gpus, find_gpu, kv_capacity};
 
-use crate::common::{parse, run};
+use crate::common::{parse, root, run};
 
 fn shape(items: &[StepItem]) -> BatchShape<'_> {
     BatchShape {
@@ -171,10 +170,6 @@ proptest! {
         let at = |p: u32, d: u32| t.step_time(&BatchShape { items: &[], prefill_tokens: p, decode_tokens: d }).unwrap();
         prop_assert!(at(p + dp, d + dd) >= at(p, d));
     }
-}
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
 #[test]

@@ -5,11 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use super::common::{Row, read_rows};
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use super::common::{Row, read_rows, root};
 
 fn servesim(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_servesim"))

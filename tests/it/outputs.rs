@@ -4,9 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use crate::common::root;
 
 /// Every entry of `dir` (name, contents; directories as `<dir>`), sorted.
 fn listing(dir: &Path) -> Vec<(String, Vec<u8>)> {

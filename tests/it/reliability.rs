@@ -8,9 +8,7 @@ use std::process::{Command, Stdio};
 use servesim::policy::Catalog;
 use servesim::{RunOptions, Simulation};
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use crate::common::root;
 
 fn outputs_hash(dir: &Path, stdout: &str) -> u64 {
     let mut h = DefaultHasher::new();

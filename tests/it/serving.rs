@@ -193,8 +193,7 @@ fn validate_says_whether_the_api_server_keeps_up_with_a_step_of_128() {
         for s in set {
             args.extend(["--set", s]);
         }
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-        let out = crate::common::servesim_ok(&args, root);
+        let out = crate::common::servesim_ok(&args, &crate::common::root());
         let out = String::from_utf8(out.stdout).unwrap();
         out.lines()
             .find(|l| l.trim_start().starts_with("steps:"))

@@ -1,16 +1,12 @@
 //! Workloads end to end: sessions, accumulation, prompt pools, timeouts, tenants, traces.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use servesim::policy::Catalog;
 use servesim::scenario;
 
-use crate::common::{Row, parse, run};
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use crate::common::{Row, parse, root, run};
 
 fn load(name: &str, overrides: &[(&str, &str)]) -> scenario::Scenario {
     let app = servesim::default_app();
