@@ -196,7 +196,7 @@ pub fn set_up_groups(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<(), 
                 on_since: on.then_some(SimTime::ZERO),
                 kv: recipe.clone(),
                 weights: weights.map(|(net, s, m)| {
-                    let bytes = crate::model::params(m) * m.weight_bytes;
+                    let bytes = crate::model::weight_memory_bytes(m);
                     net.weight_load(i, bytes, s.load_gb_per_s, gpus)
                 }),
             });

@@ -56,17 +56,29 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
         if g.cpu_kv_blocks > 0 {
             let _ = write!(s, " + {} CPU-tier blocks", g.cpu_kv_blocks);
         }
-        if let Some(m) = r
-            .model
-            .as_ref()
-            .filter(|_| g.weight_dtype.is_some() || g.kv_cache_dtype.is_some())
-        {
+        if let Some(m) = r.model.as_ref().filter(|m| {
+            g.weight_dtype.is_some() || g.kv_cache_dtype.is_some() || m.weight_bytes != m.act_bytes
+        }) {
+            // What vLLM leaves unquantised (the embedding and LM head; with some checkpoints
+            // the attention projections) is said beside the bytes of the rest.
+            let mut kept = Vec::new();
+            if m.attn_weight_bytes != m.weight_bytes {
+                kept.push(format!("attention at {} B", m.attn_weight_bytes));
+            }
+            if m.head_bytes != m.weight_bytes {
+                kept.push(format!("embedding and LM head at {} B", m.head_bytes));
+            }
+            let kept = if kept.is_empty() {
+                String::new()
+            } else {
+                format!("; {}", kept.join(", "))
+            };
             let _ = write!(
                 s,
-                "; weights {} ({} B each, {:.1} GiB), KV cache {} ({} B per element)",
+                "; weights {} ({} B each{kept}: {:.1} GiB), KV cache {} ({} B per element)",
                 g.weight_dtype.as_deref().unwrap_or("as the model"),
                 m.weight_bytes,
-                crate::model::params(m) * m.weight_bytes / f64::from(1u32 << 30),
+                crate::model::weight_memory_bytes(m) / f64::from(1u32 << 30),
                 g.kv_cache_dtype.as_deref().unwrap_or("auto"),
                 m.kv_bytes
             );

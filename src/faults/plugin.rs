@@ -128,7 +128,7 @@ fn set_up_crashes(app: &mut App, ctx: &SetupCtx<'_>, f: &crate::scenario::Faults
             reload.push(d);
             autoscaled.push(group.scaling.is_some());
             weights.push(over_net.map(|(net, m)| {
-                net.weight_load(i, crate::model::params(m) * m.weight_bytes, 2.0, gpus)
+                net.weight_load(i, crate::model::weight_memory_bytes(m), 2.0, gpus)
             }));
         }
     }

@@ -240,7 +240,6 @@ impl LatencyModel for WideEp {
         let m = &r.model;
         let moe_layers = f64::from(m.moe_layers());
         let dense_layers = f64::from(m.dense_layers());
-        let vocab = f64::from(m.vocab) / f64::from(r.tp.max(1));
         let mut slowest = 0.0f64;
         let mut busiest = LayerLoad::default();
         let mut tokens = 0.0;
@@ -252,7 +251,7 @@ impl LatencyModel for WideEp {
             }
             let own = moe_layers * self.rank_moe_us(load, top)
                 + dense_layers * (r.layer_us(false, top, 2.0) + r.indexer_us(load))
-                + r.gemm_us(load.logit_rows, f64::from(m.hidden), vocab)
+                + r.head_gemm_us(load.logit_rows)
                 + r.top_p_sort_us(*requests, load.logit_rows)
                 + r.request_overhead_us * requests;
             slowest = slowest.max(own);

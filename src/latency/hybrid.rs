@@ -94,8 +94,7 @@ impl Roofline {
             let requests = batch.items.len() as f64;
             us += f64::from(k.linear) * blend(&|moe| self.linear_layer_us(moe, load, requests));
         }
-        let vocab = f64::from(m.vocab) / f64::from(self.tp.max(1));
-        us + self.gemm_us(load.logit_rows, f64::from(m.hidden), vocab)
+        us + self.head_gemm_us(load.logit_rows)
     }
 
     /// One linear-attention layer on one GPU, µs: the layer of [`Roofline::layer_us`]
@@ -130,7 +129,8 @@ impl Roofline {
         let (heads, dim) = (f64::from(k.index_heads), f64::from(k.index_dim));
         let q_in = m.query_input_width();
         // vLLM fuses the key and head-weight projections (`wk_weights_proj`).
-        let projections = self.gemm_us(t, q_in, heads * dim) + self.gemm_us(t, d, dim + heads);
+        let projections =
+            self.attn_gemm_us(t, q_in, heads * dim) + self.attn_gemm_us(t, d, dim + heads);
         let pairs = load.prefill_pairs + load.decode_context;
         let flops = 2.0 * heads * dim * pairs;
         let bytes = load.decode_context * (k.index_key_bytes() + 8.0);
@@ -152,8 +152,8 @@ impl Roofline {
         let heads = f64::from(k.linear_value_heads) / tp;
         let keys = f64::from(k.linear_key_heads) * f64::from(k.linear_key_dim) / tp;
         let values = heads * f64::from(k.linear_value_dim);
-        let projections = self.gemm_us(t, d, 2.0 * keys + 2.0 * values + 2.0 * heads)
-            + self.gemm_us(t, values, d);
+        let projections = self.attn_gemm_us(t, d, 2.0 * keys + 2.0 * values + 2.0 * heads)
+            + self.attn_gemm_us(t, values, d);
         let state = f64::from(k.linear_key_dim) * f64::from(k.linear_value_dim);
         let flops = 6.0 * t * heads * state;
         let (conv, recurrent) = k.linear_state_elements();

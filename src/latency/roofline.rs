@@ -123,13 +123,36 @@ impl Roofline {
 
     /// One GEMM of `m` rows against a `k × n` weight of `weight_bytes` per element, µs.
     pub fn gemm_us(&self, m: f64, k: f64, n: f64) -> f64 {
+        self.gemm_us_at(m, k, n, self.model.weight_bytes)
+    }
+
+    /// [`Self::gemm_us`] against an attention projection (`attn_weight_bytes`).
+    pub fn attn_gemm_us(&self, m: f64, k: f64, n: f64) -> f64 {
+        self.gemm_us_at(m, k, n, self.model.attn_weight_bytes)
+    }
+
+    /// The LM head's GEMM of `rows` logits rows (`head_bytes`: unquantised in vLLM), µs.
+    pub fn head_gemm_us(&self, rows: f64) -> f64 {
+        let vocab = f64::from(self.model.vocab) / f64::from(self.tp.max(1));
+        self.gemm_us_at(
+            rows,
+            f64::from(self.model.hidden),
+            vocab,
+            self.model.head_bytes,
+        )
+    }
+
+    /// One GEMM of `m` rows against a `k × n` weight of `weight_bytes` per element (at the
+    /// fp8 rate for 1-byte weights), µs.
+    fn gemm_us_at(&self, m: f64, k: f64, n: f64, weight_bytes: f64) -> f64 {
         if m <= 0.0 {
             return 0.0;
         }
         let ph = self.physics();
         let flops = 2.0 * m * k * n;
-        let bytes = k * n * self.model.weight_bytes + m * (k + n) * self.model.act_bytes;
-        let compute = flops / (self.peak() * ph.gemm_efficiency);
+        let bytes = k * n * weight_bytes + m * (k + n) * self.model.act_bytes;
+        let peak = self.gpu.peak_flops(weight_bytes);
+        let compute = flops / (peak * ph.gemm_efficiency);
         let memory = bytes / self.bandwidth();
         compute.max(memory) * 1e6 + ph.kernel_overhead_us
     }
@@ -220,7 +243,7 @@ impl Roofline {
         } else {
             q_dim
         };
-        self.gemm_us(t, d, q_out + 2.0 * kv_dim) + self.gemm_us(t, q_dim, d)
+        self.attn_gemm_us(t, d, q_out + 2.0 * kv_dim) + self.attn_gemm_us(t, q_dim, d)
     }
 
     /// Multi-head latent attention's projections, as vLLM's MLA layer runs them: the
@@ -235,15 +258,15 @@ impl Roofline {
         let (nope, rope) = (f64::from(m.qk_nope_head_dim), f64::from(m.qk_rope_head_dim));
         let (latent, v) = (f64::from(m.kv_lora_rank), f64::from(m.v_head_dim));
         let q = match m.q_lora_rank {
-            0 => self.gemm_us(t, d, heads * (nope + rope)),
+            0 => self.attn_gemm_us(t, d, heads * (nope + rope)),
             r => {
                 let r = f64::from(r);
-                self.gemm_us(t, d, r) + self.gemm_us(t, r, heads * (nope + rope))
+                self.attn_gemm_us(t, d, r) + self.attn_gemm_us(t, r, heads * (nope + rope))
             }
         };
-        q + self.gemm_us(t, d, latent + rope)
-            + self.gemm_us(t, latent, heads * (nope + v))
-            + self.gemm_us(t, heads * v, d)
+        q + self.attn_gemm_us(t, d, latent + rope)
+            + self.attn_gemm_us(t, latent, heads * (nope + v))
+            + self.attn_gemm_us(t, heads * v, d)
     }
 
     /// A dense MLP of `width` (sharded over TP) on `rows` tokens, µs.
@@ -339,8 +362,7 @@ impl Roofline {
         if dense > 0.0 {
             us += dense * self.layer_us(false, load, kv_tensors);
         }
-        let vocab = f64::from(m.vocab) / f64::from(self.tp.max(1));
-        us + self.gemm_us(logit_rows, f64::from(m.hidden), vocab)
+        us + self.head_gemm_us(logit_rows)
     }
 }
 
@@ -450,6 +472,27 @@ mod tests {
         let flops = 2.0 * 4096.0 * 4096.0 * 28672.0;
         let expected = flops / (989.5e12 * 0.76) * 1e6 + 6.0;
         assert!((r.gemm_us(4096.0, 4096.0, 28672.0) - expected).abs() < 1e-6);
+    }
+
+    #[test]
+    fn fp8_weights_leave_the_lm_head_in_bf16() {
+        // vLLM quantises linear and MoE layers only: with fp8 weights (1 B, fp8 rate) the
+        // gate+up GEMM streams half the bytes, the LM head (4096 × 128,256, a vocabulary
+        // embedding) still streams bf16: 1,050,673,152 + (4096 + 128,256) × 2 B at
+        // 3.015 TB/s = 348.57 µs, + 6 µs.
+        let mut r = llama(1);
+        r.model = crate::model::dtype::quantised(r.model, Some("fp8"), None).unwrap();
+        let head = 4096.0 * 128_256.0 * 2.0 + (4096.0 + 128_256.0) * 2.0;
+        assert!((r.head_gemm_us(1.0) - (head / 3.015e12 * 1e6 + 6.0)).abs() < 1e-6);
+        let up = 4096.0 * 28672.0 + (4096.0 + 28672.0) * 2.0;
+        assert!((r.gemm_us(1.0, 4096.0, 28672.0) - (up / 3.015e12 * 1e6 + 6.0)).abs() < 1e-6);
+        // Compute bound, the head runs at the bf16 rate, the rest at the fp8 rate.
+        let flops = 2.0 * 4096.0 * 4096.0 * 128_256.0;
+        let bf16 = flops / (989.5e12 * 0.76) * 1e6 + 6.0;
+        assert!((r.head_gemm_us(4096.0) - bf16).abs() < 1e-6);
+        let flops = 2.0 * 4096.0 * 4096.0 * 28672.0;
+        let fp8 = flops / (1979.0e12 * 0.76) * 1e6 + 6.0;
+        assert!((r.gemm_us(4096.0, 4096.0, 28672.0) - fp8).abs() < 1e-6);
     }
 
     #[test]

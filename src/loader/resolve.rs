@@ -1010,7 +1010,7 @@ fn speculative(
                             ),
                         ));
                     }
-                    let gib = crate::model::params(&d) * d.weight_bytes / f64::from(1u32 << 30);
+                    let gib = crate::model::weight_memory_bytes(&d) / f64::from(1u32 << 30);
                     Some((d, gib))
                 }
                 Err(e) => {
@@ -1026,7 +1026,7 @@ fn speculative(
                 );
                 // The head shares the target's embedding.
                 let shared = f64::from(head.vocab) * f64::from(head.hidden);
-                let gib = (crate::model::params(&head) - shared) * head.weight_bytes
+                let gib = (crate::model::weight_memory_bytes(&head) - shared * head.head_bytes)
                     / f64::from(1u32 << 30);
                 Some((head, gib))
             }

@@ -37,20 +37,21 @@ pub fn load_s(m: &ModelConfig, replica: Replica, gb_per_s: f64) -> f64 {
     let share = f64::from(tp.max(1) * pp.max(1));
     let bytes = if dp > 1 {
         let experts = routed_expert_params(m);
-        ((params(m) - experts) / share + experts / (share * f64::from(dp))) * m.weight_bytes
+        (weight_memory_bytes(m) - experts * m.weight_bytes) / share
+            + experts * m.weight_bytes / (share * f64::from(dp))
     } else {
-        params(m) * m.weight_bytes / share
+        weight_memory_bytes(m) / share
     };
     bytes / (gb_per_s * 1e9)
 }
 
-/// Parameter count with 3-matrix FFNs (gate, up, down).
-pub fn params(m: &ModelConfig) -> f64 {
+/// Parameters of every layer's attention: its projections (and with DeepSeek sparse
+/// attention its indexer, with linear-attention layers theirs) and the layers' two norms.
+pub fn attention_params(m: &ModelConfig) -> f64 {
     let d = f64::from(m.hidden);
     let l = f64::from(m.layers);
-    let v = f64::from(m.vocab);
     let dkv = f64::from(m.kv_heads) * f64::from(m.head_dim);
-    let attn = if m.is_mla() {
+    if m.is_mla() {
         // Query (through its compressed rank, if any), KV down-projection, the latent's
         // up-projection to keys and values, output; plus the two norms.
         let h = f64::from(m.heads);
@@ -74,7 +75,13 @@ pub fn params(m: &ModelConfig) -> f64 {
             + f64::from(m.kinds.linear) * (linear_layer_params(m) + 2.0 * d)
     } else {
         l * (d * (d + 2.0 * dkv) + d * d + 2.0 * d)
-    };
+    }
+}
+
+/// Parameter count with 3-matrix FFNs (gate, up, down).
+pub fn params(m: &ModelConfig) -> f64 {
+    let d = f64::from(m.hidden);
+    let l = f64::from(m.layers);
     let mlp = if m.is_moe() {
         let k_dense = f64::from(m.dense_layers());
         let k_moe = f64::from(m.moe_layers());
@@ -87,7 +94,23 @@ pub fn params(m: &ModelConfig) -> f64 {
     } else {
         l * 3.0 * d * f64::from(m.ffn_dense)
     };
-    v * d + attn + mlp + if m.tied_embeddings { 0.0 } else { v * d } + d
+    head_params(m) + attention_params(m) + mlp + d
+}
+
+/// Parameters of the token embedding and the LM head (one matrix when they are tied).
+pub fn head_params(m: &ModelConfig) -> f64 {
+    let vd = f64::from(m.vocab) * f64::from(m.hidden);
+    if m.tied_embeddings { vd } else { 2.0 * vd }
+}
+
+/// Bytes of weights one replica loads: the linear and MoE layers at `weight_bytes`, the
+/// attention projections at `attn_weight_bytes`, the embedding and LM head at `head_bytes`
+/// ([`ModelConfig`]: what vLLM's quantisation methods leave unquantised). For a model
+/// without quantisation every part is at `weight_bytes`: `params × weight_bytes`.
+pub fn weight_memory_bytes(m: &ModelConfig) -> f64 {
+    params(m) * m.weight_bytes
+        + attention_params(m) * (m.attn_weight_bytes - m.weight_bytes)
+        + head_params(m) * (m.head_bytes - m.weight_bytes)
 }
 
 /// Weights of one layer's lightning indexer (DeepSeek sparse attention, 0 without it): its
@@ -382,9 +405,11 @@ pub fn kv_capacity_with(
     let available = gpu.memory_gib * utilization * gpus;
     let weights = if dp > 1 {
         let experts = routed_expert_params(m);
-        ((params(m) - experts) * ranks + experts) * m.weight_bytes / GIB + draft.0 * ranks
+        ((weight_memory_bytes(m) - experts * m.weight_bytes) * ranks + experts * m.weight_bytes)
+            / GIB
+            + draft.0 * ranks
     } else {
-        params(m) * m.weight_bytes / GIB + draft.0
+        weight_memory_bytes(m) / GIB + draft.0
     };
     let activation = (if m.is_moe() { 8.0 } else { 5.5 }) * ranks;
     let non_torch = if gpus <= 1.0 { 0.15 } else { 0.6 * gpus };
@@ -424,15 +449,20 @@ mod tests {
     #[test]
     fn a_data_parallel_rank_loads_its_attention_whole_and_its_share_of_the_experts() {
         // DeepSeek-V3 (FP8) on 16 ranks of one GPU: each GPU reads every non-expert weight
-        // and 1/16 of the routed experts, at 2 GB/s.
+        // and 1/16 of the routed experts, at 2 GB/s; one byte a weight, but two for the
+        // embedding and the LM head (vLLM leaves them in bf16).
         let m = ModelConfig::bundled("deepseek-v3").unwrap();
-        let (p, e) = (params(&m), routed_expert_params(&m));
+        assert_eq!(
+            (m.weight_bytes, m.attn_weight_bytes, m.head_bytes),
+            (1.0, 1.0, 2.0)
+        );
+        let (p, e, h) = (params(&m), routed_expert_params(&m), head_params(&m));
         let dp16 = Replica {
             tp: 1,
             pp: 1,
             dp: 16,
         };
-        let expected = ((p - e) + e / 16.0) / 2e9;
+        let expected = ((p - e + h) + e / 16.0) / 2e9;
         assert!((load_s(&m, dp16, 2.0) - expected).abs() < 1e-9);
         // The same 16 GPUs as one TP group share every weight.
         let tp16 = Replica {
@@ -440,7 +470,7 @@ mod tests {
             pp: 1,
             dp: 1,
         };
-        assert!((load_s(&m, tp16, 2.0) - p / 16.0 / 2e9).abs() < 1e-9);
+        assert!((load_s(&m, tp16, 2.0) - (p + h) / 16.0 / 2e9).abs() < 1e-9);
         assert!(load_s(&m, dp16, 2.0) > 1.3 * load_s(&m, tp16, 2.0));
     }
 

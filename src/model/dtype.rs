@@ -74,7 +74,12 @@ pub fn quantised(
     let mut problems = Vec::new();
     if let Some(w) = weight {
         match weight_bytes(w) {
-            Ok(b) => m.weight_bytes = b,
+            // vLLM's online quantisation (`--quantization`) covers every linear layer,
+            // the attention projections too; the embedding and LM head stay as they are.
+            Ok(b) => {
+                m.weight_bytes = b;
+                m.attn_weight_bytes = b;
+            }
             Err(e) => problems.push(("weight_dtype", e)),
         }
     }
@@ -128,15 +133,24 @@ mod tests {
 
     #[test]
     fn fp8_weights_free_half_their_memory_for_kv() {
-        // fp8 weights: 7.4788 GiB; spare 72 − 7.4788 − 5.65 = 58.8712 GiB → ⌊× 512⌋ = 30,142.
+        // 8,030,261,248 parameters, of which the embedding and the LM head are
+        // 2 × 128,256 × 4,096 = 1,050,673,152, which vLLM keeps in bf16: fp8 weights take
+        // 6,979,588,096 + 2,101,346,304 B = 8.4573 GiB; spare 72 − 8.4573 − 5.65 = 57.8927 GiB
+        // → ⌊× 512⌋ = 29,641.
         let h100 = find_gpu("H100").unwrap();
         let m = quantised(llama(), Some("fp8"), None).unwrap();
-        assert_eq!(m.weight_bytes, 1.0);
+        assert_eq!(
+            (m.weight_bytes, m.attn_weight_bytes, m.head_bytes),
+            (1.0, 1.0, 2.0)
+        );
         let c = kv_capacity(&m, &h100, 1, 1, 0.9, 16).unwrap();
-        assert!((c.weights_gib - 7.4788).abs() < 1e-3, "{}", c.weights_gib);
-        assert_eq!(c.blocks, 30_142);
+        assert!((c.weights_gib - 8.4573).abs() < 1e-4, "{}", c.weights_gib);
+        assert_eq!(c.blocks, 29_641);
+        // int4: 0.5 B a weight but the same bf16 head: 3,489,794,048 + 2,101,346,304 B.
         let int4 = quantised(llama(), Some("awq"), None).unwrap();
         assert_eq!(int4.weight_bytes, 0.5);
+        let c = kv_capacity(&int4, &h100, 1, 1, 0.9, 16).unwrap();
+        assert!((c.weights_gib - 5.2072).abs() < 1e-4, "{}", c.weights_gib);
     }
 
     #[test]

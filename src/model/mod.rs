@@ -10,8 +10,9 @@ mod gpu;
 mod prices;
 
 pub use capacity::{
-    KvCapacity, KvLayout, Replica, flops_per_token, kv_bytes_per_token, kv_capacity,
-    kv_capacity_with, kv_layout, linear_layer_params, load_s, params, routed_expert_params,
+    KvCapacity, KvLayout, Replica, attention_params, flops_per_token, head_params,
+    kv_bytes_per_token, kv_capacity, kv_capacity_with, kv_layout, linear_layer_params, load_s,
+    params, routed_expert_params, weight_memory_bytes,
 };
 pub use gpu::{
     Calibration, GpuPhysics, GpuProfile, TwoStageAllReduce, allreduce_time_us, bundled_gpus,
@@ -158,8 +159,18 @@ pub struct ModelConfig {
     pub tied_embeddings: bool,
     /// Bytes per activation element (from `torch_dtype`; 2 if absent).
     pub act_bytes: f64,
-    /// Bytes per weight (quantisation aware).
+    /// Bytes per weight of the linear and MoE layers (quantisation aware).
     pub weight_bytes: f64,
+    /// Bytes per weight of the attention projections: `weight_bytes`, unless a
+    /// compressed-tensors checkpoint leaves them out of its quantisation (its `ignore` list
+    /// names every text layer's attention projections, as Llama-4-Scout-FP8's does):
+    /// `act_bytes`.
+    pub attn_weight_bytes: f64,
+    /// Bytes per weight of the token embedding and the LM head: `act_bytes` whatever the
+    /// quantisation, as vLLM 0.15 loads them (its fp8, compressed-tensors and AWQ methods
+    /// quantise linear and MoE layers only; the LM head is a vocabulary embedding), except
+    /// a GPTQ checkpoint that says `lm_head: true`.
+    pub head_bytes: f64,
     /// Bytes per KV-cache element: `act_bytes` unless the group sets `kv_cache_dtype`
     /// ([`dtype`]).
     pub kv_bytes: f64,
@@ -441,7 +452,22 @@ impl ModelConfig {
             .unwrap_or("bfloat16");
         let act_bytes =
             dtype_bytes(dtype).ok_or_else(|| format!("unknown torch_dtype `{dtype}`"))?;
-        let weight_bytes = weight_bytes(id, map.get("quantization_config")).unwrap_or(act_bytes);
+        let quantization = map.get("quantization_config");
+        let weight_bytes = weight_bytes(id, quantization).unwrap_or(act_bytes);
+        let attn_weight_bytes = if attention_left_unquantised(quantization, layers) {
+            act_bytes
+        } else {
+            weight_bytes
+        };
+        let head_bytes = if quantization
+            .and_then(|q| q.get("lm_head"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false)
+        {
+            weight_bytes
+        } else {
+            act_bytes
+        };
         let max_pos = uint("max_position_embeddings").unwrap_or(0);
         // vLLM: Gemma-3's `max_position_embeddings` already counts its RoPE scaling.
         let scaling = map
@@ -482,6 +508,8 @@ impl ModelConfig {
                 .unwrap_or(false),
             act_bytes,
             weight_bytes,
+            attn_weight_bytes,
+            head_bytes,
             kv_bytes: act_bytes,
             max_position_embeddings,
             kv_lora_rank: uint("kv_lora_rank").unwrap_or(0) as u32,
@@ -712,6 +740,40 @@ fn layer_kinds(
 }
 
 /// Weight bytes from the quantisation config or the model name (MODELS.md §2.5).
+/// A compressed-tensors quantisation whose `ignore` list names the attention projections
+/// of every one of the `layers` text layers (`…layers.N.self_attn.{q,k,v,o}_proj`; a vision
+/// tower's layers do not count): vLLM runs those layers unquantised (`is_layer_skipped`).
+fn attention_left_unquantised(q: Option<&Value>, layers: u32) -> bool {
+    let Some(ignore) = q
+        .filter(|q| q.get("quant_method").and_then(Value::as_str) == Some("compressed-tensors"))
+        .and_then(|q| q.get("ignore"))
+        .and_then(Value::as_array)
+    else {
+        return false;
+    };
+    let mut covered = std::collections::BTreeSet::new();
+    for name in ignore.iter().filter_map(Value::as_str) {
+        if name.starts_with("vision") || name.contains(".vision") {
+            continue;
+        }
+        let Some((before, proj)) = name.rsplit_once(".self_attn.") else {
+            continue;
+        };
+        if !["q_proj", "k_proj", "v_proj", "o_proj"].contains(&proj) {
+            continue;
+        }
+        if let Some(layer) = before
+            .rsplit_once("layers.")
+            .and_then(|(_, n)| n.parse::<u32>().ok())
+        {
+            covered.insert((layer, proj));
+        }
+    }
+    layers > 0
+        && covered.iter().filter(|(layer, _)| *layer < layers).count() as u64
+            == 4 * u64::from(layers)
+}
+
 fn weight_bytes(id: &str, q: Option<&Value>) -> Option<f64> {
     if let Some(q) = q {
         if let Some(bits) = q.get("bits").and_then(Value::as_f64) {
@@ -754,6 +816,66 @@ mod tests {
             assert!(m.layers > 0 && m.hidden > 0 && m.heads > 0, "{id}");
         }
         assert_eq!(BUNDLED_MODELS.len(), 19);
+    }
+
+    #[test]
+    fn what_a_quantised_checkpoint_leaves_in_bf16() {
+        // Llama-4-Scout-FP8 (compressed-tensors): its `ignore` list names the attention
+        // projections of all 48 text layers (and the vision tower's, which do not count).
+        let scout = ModelConfig::bundled("llama-4-scout").unwrap();
+        assert_eq!(
+            (
+                scout.weight_bytes,
+                scout.attn_weight_bytes,
+                scout.head_bytes
+            ),
+            (1.0, 2.0, 2.0)
+        );
+        // DeepSeek-V3's fp8 (block scales) quantises attention too; no model quantises its
+        // embedding or LM head; an unquantised model is at its own bytes throughout.
+        let v3 = ModelConfig::bundled("deepseek-v3").unwrap();
+        assert_eq!((v3.attn_weight_bytes, v3.head_bytes), (1.0, 2.0));
+        let llama = ModelConfig::bundled("llama-3.1-8b-instruct").unwrap();
+        assert_eq!(
+            (
+                llama.weight_bytes,
+                llama.attn_weight_bytes,
+                llama.head_bytes
+            ),
+            (2.0, 2.0, 2.0)
+        );
+        let q = |ignore: Vec<String>, method: &str| serde_json::json!({"quant_method": method, "ignore": ignore});
+        let all: Vec<String> = (0..2)
+            .flat_map(|l| {
+                ["q_proj", "k_proj", "v_proj", "o_proj"]
+                    .map(|p| format!("model.layers.{l}.self_attn.{p}"))
+            })
+            .collect();
+        assert!(attention_left_unquantised(
+            Some(&q(all.clone(), "compressed-tensors")),
+            2
+        ));
+        // One projection missing, a third layer, another method, or only a vision tower's.
+        assert!(!attention_left_unquantised(
+            Some(&q(all[1..].to_vec(), "compressed-tensors")),
+            2
+        ));
+        assert!(!attention_left_unquantised(
+            Some(&q(all.clone(), "compressed-tensors")),
+            3
+        ));
+        assert!(!attention_left_unquantised(Some(&q(all.clone(), "fp8")), 2));
+        let vision = all.iter().map(|n| format!("vision_model.{n}")).collect();
+        assert!(!attention_left_unquantised(
+            Some(&q(vision, "compressed-tensors")),
+            2
+        ));
+        // GPTQ's `lm_head: true` quantises the head with the rest.
+        let gptq = r#"{"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
+            "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100,
+            "quantization_config": {"quant_method": "gptq", "bits": 4, "lm_head": true}}"#;
+        let m = ModelConfig::from_hf_json("gptq", gptq).unwrap();
+        assert_eq!((m.weight_bytes, m.head_bytes), (0.5, 0.5));
     }
 
     #[test]

@@ -541,19 +541,6 @@ fn the_nucleus_comes_from_the_models_generation_config_or_the_scenario() {
     );
 }
 
-/// `1234567` → "1,234,567", as the chapter writes counts.
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 #[test]
 fn derived_kv_blocks_against_the_counts_vllm_reported() {
     // BLIS's real deployments (`trained_physics_iter29.json`, H100s, gpu_memory_utilization
@@ -579,6 +566,7 @@ fn derived_kv_blocks_against_the_counts_vllm_reported() {
     assert_eq!(seen.len(), 9, "{seen:?}");
     let doc =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/fidelity.md")).unwrap();
+    let thousands = crate::common::thousands;
     let mut dense = Vec::new();
     for ((id, tp, budget), vllm) in &seen {
         let model = ModelConfig::bundled(id).unwrap();
@@ -588,9 +576,9 @@ fn derived_kv_blocks_against_the_counts_vllm_reported() {
         let err = f64::from(ours) / *vllm as f64 - 1.0;
         let row = format!(
             "| `{id}` | {tp} | {} | {} | {} | {} % |",
-            thousands(*budget),
-            thousands(*vllm),
-            thousands(u64::from(ours)),
+            thousands(*budget as f64),
+            thousands(*vllm as f64),
+            thousands(f64::from(ours)),
             format!("{:+.1}", err * 100.0).replace('-', "−")
         );
         eprintln!("{row}");
@@ -599,9 +587,9 @@ fn derived_kv_blocks_against_the_counts_vllm_reported() {
             "docs/fidelity.md lacks the row\n{row}"
         );
         if id.starts_with("llama-4-scout") {
-            // A multimodal FP8 model: vLLM profiles its vision encoder and keeps embeddings
-            // and the LM head in bf16, neither of which the rule sees.
-            assert!(err > 0.3, "{id}: {err}");
+            // A multimodal FP8 model: its bf16 attention and LM head are counted, its vision
+            // tower and vLLM's profiling of it are not.
+            assert!((0.15..0.30).contains(&err), "{id}: {err}");
         } else {
             dense.push(err);
         }

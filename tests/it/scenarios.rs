@@ -183,6 +183,14 @@ fn quantised_weights_shorten_weight_bound_steps_and_bad_data_types_are_located()
         let at = text.find("context each takes ").unwrap() + "context each takes ".len();
         text[at..].split(" ms").next().unwrap().parse().unwrap()
     };
+    // What the weights take: fp8 but the embedding and LM head (2 × 128,256 × 8,192
+    // parameters), which vLLM keeps in bf16: 68,452,360,192 + 2 × 2,101,346,304 B = 67.7 GiB.
+    let out = crate::common::servesim_ok(&["validate", scenario.as_str()], dir.path());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("weights fp8 (1 B each; embedding and LM head at 2 B: 67.7 GiB)"),
+        "{text}"
+    );
     let fp8 = step_of_one(&[]);
     let bf16 = step_of_one(&[r#"cluster.groups[0].weight_dtype="bf16""#]);
     let ratio = fp8 / bf16;
