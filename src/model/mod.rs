@@ -739,7 +739,6 @@ fn layer_kinds(
     Ok(kinds)
 }
 
-/// Weight bytes from the quantisation config or the model name (MODELS.md §2.5).
 /// A compressed-tensors quantisation whose `ignore` list names the attention projections
 /// of every one of the `layers` text layers (`…layers.N.self_attn.{q,k,v,o}_proj`; a vision
 /// tower's layers do not count): vLLM runs those layers unquantised (`is_layer_skipped`).
@@ -774,6 +773,7 @@ fn attention_left_unquantised(q: Option<&Value>, layers: u32) -> bool {
             == 4 * u64::from(layers)
 }
 
+/// Weight bytes from the quantisation config or the model name (MODELS.md §2.5).
 fn weight_bytes(id: &str, q: Option<&Value>) -> Option<f64> {
     if let Some(q) = q {
         if let Some(bits) = q.get("bits").and_then(Value::as_f64) {
