@@ -116,7 +116,10 @@ pub(crate) fn run(app: &ServesimApp, a: RunArgs) -> ExitCode {
     let wall_limit_hit = Arc::new(AtomicBool::new(false));
     if let Some(limit) = max_wall_s {
         if !limit.is_finite() || limit <= 0.0 {
-            eprintln!("error: --max-wall-s must be a number of seconds > 0, got {limit}");
+            eprintln!(
+                "error: --max-wall-s must be a number of seconds > 0, got {}",
+                crate::scenario::readable(limit)
+            );
             return ExitCode::from(2);
         }
         let (flag, hit) = (interrupt.clone(), wall_limit_hit.clone());

@@ -15,11 +15,13 @@ pub struct Problem {
 }
 
 impl Problem {
+    /// A problem at `path`; numbers in `message` too long to read are shown in scientific
+    /// notation (a value such as `1e300` is not printed as its 301 digits).
     pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
         Problem {
             location: None,
             path: path.into(),
-            message: message.into(),
+            message: readable_numbers(message.into()),
             hint: None,
         }
     }
@@ -28,6 +30,56 @@ impl Problem {
         self.hint = Some(hint.into());
         self
     }
+}
+
+/// Runs of digits (and decimal points) longer than this are shown in scientific notation: a
+/// `u64` (20 digits) is left whole, `1e21` and beyond or below `1e-19` are not.
+const LONGEST_PLAIN_NUMBER: usize = 21;
+
+/// `v` as a message shows it: as Rust prints it, or in scientific notation when that takes
+/// more than [`LONGEST_PLAIN_NUMBER`] characters (`1e300`, not its 301 digits).
+pub fn readable(v: f64) -> String {
+    readable_numbers(v.to_string())
+}
+
+/// `message` with every number written in more than [`LONGEST_PLAIN_NUMBER`] characters in
+/// scientific notation. Rust prints an `f64` in full, so a value such as `1e300` given where a
+/// few microseconds were expected would otherwise be reported as 301 digits.
+fn readable_numbers(message: String) -> String {
+    let bytes = message.as_bytes();
+    let number_at = |i: usize| {
+        let len = bytes[i..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit() || **b == b'.')
+            .count();
+        // A run that ends on a period is a number followed by the sentence's full stop.
+        len - usize::from(bytes[i + len - 1] == b'.')
+    };
+    let mut out = String::with_capacity(message.len());
+    let mut start = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        let follows_word = i > 0 && (bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'.');
+        if !bytes[i].is_ascii_digit() || follows_word {
+            i += 1;
+            continue;
+        }
+        let len = number_at(i);
+        let run = &message[i..i + len];
+        if len > LONGEST_PLAIN_NUMBER
+            && let Ok(v) = run.parse::<f64>()
+        {
+            out.push_str(&message[start..i]);
+            out.push_str(&format!("{v:e}"));
+            start = i + len;
+        }
+        i += len;
+    }
+    if start == 0 {
+        return message;
+    }
+    out.push_str(&message[start..]);
+    out
 }
 
 /// The closest candidate to `name` by edit distance, if reasonably close.
@@ -69,6 +121,30 @@ pub fn finite_positive(problems: &mut Vec<Problem>, path: &str, v: f64, hint: &s
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbers_too_long_to_read_are_shown_in_scientific_notation() {
+        let got = |v: f64| Problem::new("x", format!("must be in [0, 10⁷], got {v}.")).message;
+        assert_eq!(got(1e300), "must be in [0, 10⁷], got 1e300.");
+        assert_eq!(got(-1.5e300), "must be in [0, 10⁷], got -1.5e300.");
+        assert_eq!(got(1e-300), "must be in [0, 10⁷], got 1e-300.");
+        assert_eq!(got(1e21), "must be in [0, 10⁷], got 1e21.");
+        // What a reader takes in at a glance stays as Rust prints it.
+        assert_eq!(got(1e20), "must be in [0, 10⁷], got 100000000000000000000.");
+        assert_eq!(
+            got(0.1 + 0.2),
+            "must be in [0, 10⁷], got 0.30000000000000004."
+        );
+        let seed = format!("seed {} and 1.2.3", u64::MAX);
+        assert_eq!(Problem::new("x", seed.clone()).message, seed);
+        // Two long numbers in one message, and one glued to a word, which is not a number.
+        assert_eq!(
+            Problem::new("x", format!("{} and {}", 2e30, 3e-30)).message,
+            "2e30 and 3e-30"
+        );
+        let name = format!("model{}", "1".repeat(30));
+        assert_eq!(Problem::new("x", name.clone()).message, name);
+    }
 
     #[test]
     fn did_you_mean_finds_near_misses_only() {

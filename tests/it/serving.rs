@@ -300,6 +300,12 @@ fn bad_engine_numbers_are_errors_with_their_path() {
         e.contains("cluster.groups[0].engine.tokenizer_window_us") && e.contains("got -1"),
         "{e}"
     );
+    // A value far out of range is shown as written, not as the 301 digits Rust prints.
+    let e = err("(api_us_per_output_token: 1e300)");
+    assert!(
+        e.contains("api_us_per_output_token: must be a number of µs in [0, 10⁷], got 1e300\n"),
+        "{e}"
+    );
 }
 
 /// The fidelity chapter's Llama-2-7B load at 4 req/s, run as written and with one term of the
