@@ -47,6 +47,24 @@ pub const MIN_WINDOW: usize = 40;
 /// The search stays within these multiples of the scenario's rates.
 pub const MAX_SCALE: f64 = 1024.0;
 pub const MIN_SCALE: f64 = 1.0 / 1024.0;
+/// The finest relative width a bracket may be asked to settle to: run-to-run noise is far
+/// wider, and an `f64` bracket cannot be split much finer (at 10⁻¹⁶ its ends meet).
+pub const MIN_TOLERANCE: f64 = 1e-6;
+/// The most seeds one search takes (`capacity`, and each candidate of `plan`). Each seed is
+/// a bisection of about ten runs, so this many are about the runs a sweep allows in one
+/// invocation ([`MAX_RUNS_PER_SHARD`](crate::sweep::MAX_RUNS_PER_SHARD)).
+pub const MAX_REPLICAS: u32 = 10_000;
+
+/// Unless `replicas` is in [1, [`MAX_REPLICAS`]], what is wrong with it.
+pub fn check_replicas(replicas: u32) -> Result<(), String> {
+    if (1..=MAX_REPLICAS).contains(&replicas) {
+        return Ok(());
+    }
+    Err(format!(
+        "replicas must be in [1, 10,000], got {replicas} (each seed is a search of about ten \
+         runs; the 95 % interval over 30 seeds is already within a few per cent)"
+    ))
+}
 
 /// One SLO class with latency targets.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -208,7 +226,10 @@ impl Bracket {
         match (self.passes, self.fails) {
             (None, Some(f)) => (f > MIN_SCALE).then_some((f / 2.0).max(MIN_SCALE)),
             (Some(p), None) => (p < MAX_SCALE).then_some((p * 2.0).min(MAX_SCALE)),
-            (Some(p), Some(f)) => (f / p > 1.0 + tolerance).then(|| (p * f).sqrt()),
+            // The midpoint must split the bracket, or the search would run it again forever.
+            (Some(p), Some(f)) => {
+                Some((p * f).sqrt()).filter(|&mid| f / p > 1.0 + tolerance && p < mid && mid < f)
+            }
             (None, None) => Some(1.0),
         }
     }
@@ -352,6 +373,26 @@ pub struct Settings {
     pub interrupt: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
+impl Settings {
+    /// Unless the tolerance, served share and replicas can be searched with, what is wrong
+    /// (the command line checks before it opens its output directory).
+    pub fn check(&self) -> Result<(), String> {
+        if !(MIN_TOLERANCE..=1.0).contains(&self.tolerance) {
+            return Err(format!(
+                "the tolerance must be in [10⁻⁶, 1], got {} (e.g. 0.02 for 2 %)",
+                crate::scenario::readable(self.tolerance)
+            ));
+        }
+        if !(self.served_share > 0.0 && self.served_share <= 1.0) {
+            return Err(format!(
+                "the served share must be in (0, 1], got {}",
+                crate::scenario::readable(self.served_share)
+            ));
+        }
+        check_replicas(self.replicas)
+    }
+}
+
 /// Why a search stopped short.
 #[derive(Debug, thiserror::Error)]
 pub enum CapacityError {
@@ -376,21 +417,7 @@ pub fn search(
     settings: &Settings,
 ) -> Result<Capacity, CapacityError> {
     use std::sync::atomic::Ordering;
-    if !(settings.tolerance > 0.0 && settings.tolerance <= 1.0) {
-        return Err(CapacityError::Input(format!(
-            "the tolerance must be in (0, 1], got {} (e.g. 0.02 for 2 %)",
-            settings.tolerance
-        )));
-    }
-    if !(settings.served_share > 0.0 && settings.served_share <= 1.0) {
-        return Err(CapacityError::Input(format!(
-            "the served share must be in (0, 1], got {}",
-            settings.served_share
-        )));
-    }
-    if settings.replicas == 0 {
-        return Err(CapacityError::Input("replicas must be at least 1".into()));
-    }
+    settings.check().map_err(CapacityError::Input)?;
     scenario.workload.clone().scale_rates(1.0).map_err(|e| {
         CapacityError::Input(format!("capacity cannot vary this workload's rate: {e}"))
     })?;
@@ -638,6 +665,24 @@ mod tests {
         assert!(p <= 1.3 && f > 1.3 && f / p <= 1.01, "{p} {f}");
         // Brackets share runs: two bisections of ~8 halvings each, plus the bracketing.
         assert!(s.runs <= 20, "{} runs", s.runs);
+    }
+
+    #[test]
+    fn a_bracket_too_narrow_to_split_is_settled_whatever_the_tolerance() {
+        // Adjacent f64s: their geometric mean is one of them, which `record` ignores, so a
+        // search that ran it would run it again forever.
+        let p = 3.7_f64;
+        let tight = Bracket {
+            passes: Some(p),
+            fails: Some(f64::from_bits(p.to_bits() + 1)),
+        };
+        assert_eq!(tight.next(0.0), None);
+        let wide = Bracket {
+            passes: Some(1.0),
+            fails: Some(4.0),
+        };
+        assert_eq!(wide.next(0.0), Some(2.0));
+        assert_eq!(wide.next(3.0), None);
     }
 
     #[test]

@@ -156,6 +156,12 @@ pub(crate) enum ListWhat {
     Hardware,
 }
 
+/// `n` and the noun, plural unless `n` is 1: "1 thread", "4 threads".
+pub(crate) fn counted(n: impl Into<u64>, noun: &str) -> String {
+    let n = n.into();
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
+}
+
 /// `--jobs`: as given (at least 1), or every core.
 pub(crate) fn jobs(given: Option<usize>) -> usize {
     given

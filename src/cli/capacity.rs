@@ -70,22 +70,25 @@ pub(crate) fn capacity(app: &ServesimApp, a: CapacityArgs) -> ExitCode {
         },
         None => scenario,
     };
-    super::args::announce(&scenario, catalog);
-    // The output directory is opened (and locked) before anything is simulated.
-    let out_dir = match super::args::open_out(a.out.as_deref()) {
-        Ok(d) => d,
-        Err(code) => return code,
-    };
     let interrupt = Arc::new(AtomicBool::new(false));
-    let flag = interrupt.clone();
-    let _ = ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed));
     let settings = Settings {
         replicas: a.replicas,
         tolerance: a.tolerance,
         served_share: a.served_share,
         jobs: super::args::jobs(a.jobs),
-        interrupt: Some(interrupt),
+        interrupt: Some(interrupt.clone()),
     };
+    if let Err(e) = settings.check() {
+        return fail(e);
+    }
+    super::args::announce(&scenario, catalog);
+    // The output directory is opened (and locked) before anything is simulated, and after
+    // every input is known to be good: a refused search leaves nothing behind.
+    let out_dir = match super::args::open_out(a.out.as_deref()) {
+        Ok(d) => d,
+        Err(code) => return code,
+    };
+    let _ = ctrlc::set_handler(move || interrupt.store(true, Ordering::Relaxed));
     #[expect(
         clippy::disallowed_methods,
         reason = "wall-clock timing goes to stderr only"
@@ -135,9 +138,12 @@ pub(crate) fn capacity(app: &ServesimApp, a: CapacityArgs) -> ExitCode {
     }
     if !a.quiet {
         eprintln!(
-            "servesim: {} runs on {} threads in {:.2} s wall",
-            result.runs + result.groups.iter().map(|g| g.runs).sum::<u32>(),
-            settings.jobs.min(result.seeds.len()),
+            "servesim: {} on {} in {:.2} s wall",
+            super::args::counted(
+                result.runs + result.groups.iter().map(|g| g.runs).sum::<u32>(),
+                "run"
+            ),
+            super::args::counted(settings.jobs.min(result.seeds.len()) as u64, "thread"),
             started.elapsed().as_secs_f64()
         );
     }

@@ -61,10 +61,6 @@ pub(crate) fn plan(app: &ServesimApp, a: PlanArgs) -> ExitCode {
         Ok(s) => s,
         Err(code) => return code,
     };
-    let out_dir = match super::args::open_out(a.out.as_deref()) {
-        Ok(d) => d,
-        Err(code) => return code,
-    };
     let shard = match a
         .shard
         .as_deref()
@@ -73,6 +69,14 @@ pub(crate) fn plan(app: &ServesimApp, a: PlanArgs) -> ExitCode {
     {
         Ok(s) => s.unwrap_or((0, 1)),
         Err(e) => return fail(e),
+    };
+    if let Err(e) = crate::capacity::check_replicas(a.replicas) {
+        return fail(e);
+    }
+    // Opened once every input is known to be good: a refused plan leaves nothing behind.
+    let out_dir = match super::args::open_out(a.out.as_deref()) {
+        Ok(d) => d,
+        Err(code) => return code,
     };
     let trials = match &out_dir {
         Some(dir) => {
@@ -146,9 +150,10 @@ pub(crate) fn plan(app: &ServesimApp, a: PlanArgs) -> ExitCode {
     }
     if !a.quiet {
         eprintln!(
-            "servesim: {} configurations, {} runs on {jobs} threads in {:.2} s wall",
-            result.outcomes.len(),
-            result.runs,
+            "servesim: {}, {} on {} in {:.2} s wall",
+            super::args::counted(result.outcomes.len() as u64, "configuration"),
+            super::args::counted(result.runs as u64, "run"),
+            super::args::counted(jobs as u64, "thread"),
             started.elapsed().as_secs_f64()
         );
     }

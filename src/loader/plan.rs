@@ -39,6 +39,20 @@ pub fn check(p: &mut Vec<Problem>, s: &Scenario, catalog: &Catalog) {
             );
         }
     }
+    let gpu_ids: Vec<String> = plan
+        .gpus
+        .iter()
+        .map(|n| crate::model::find_gpu(n).map_or(n.clone(), |g| g.id.clone()))
+        .collect();
+    repeated(p, "gpus", &gpu_ids);
+    repeated(p, "schedulers", &plan.schedulers);
+    repeated(p, "routing", &plan.routing);
+    let splits: Vec<String> = plan
+        .pd_splits
+        .iter()
+        .map(|(a, b)| format!("({a}, {b})"))
+        .collect();
+    repeated(p, "pd_splits", &splits);
     for (field, list) in [
         ("tp", &plan.tp),
         ("pp", &plan.pp),
@@ -50,6 +64,7 @@ pub fn check(p: &mut Vec<Problem>, s: &Scenario, catalog: &Catalog) {
                 p.push(Problem::new(format!("plan.{field}[{k}]"), "must be ≥ 1"));
             }
         }
+        repeated(p, field, list);
     }
     for (k, name) in plan.schedulers.iter().enumerate() {
         known::<crate::instance::schedulers::BatchFormation>(
@@ -240,4 +255,20 @@ fn known<F: crate::catalog::PolicyFamily>(
             format!("did you mean \"{s}\"?")
         });
     p.push(Problem::new(at, format!("unknown {kind} \"{name}\"")).hint(hint));
+}
+
+/// A value listed twice in `plan.<field>`: every candidate would be searched twice and
+/// listed twice among the runners-up.
+fn repeated<T: PartialEq + std::fmt::Display>(p: &mut Vec<Problem>, field: &str, list: &[T]) {
+    for (k, v) in list.iter().enumerate() {
+        if let Some(first) = list[..k].iter().position(|x| x == v) {
+            p.push(
+                Problem::new(
+                    format!("plan.{field}[{k}]"),
+                    format!("{v} is listed twice (also plan.{field}[{first}])"),
+                )
+                .hint("list each value once: every value is a set of candidates to search"),
+            );
+        }
+    }
 }

@@ -349,9 +349,7 @@ pub fn search(
             path.display()
         )));
     };
-    if settings.replicas == 0 {
-        return Err(PlanError::Input("replicas must be at least 1".into()));
-    }
+    crate::capacity::check_replicas(settings.replicas).map_err(PlanError::Input)?;
     let (shard, shards) = settings.shard;
     if shards == 0 || shard >= shards {
         return Err(PlanError::Input(format!(

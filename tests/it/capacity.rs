@@ -157,18 +157,43 @@ fn capacity_refuses_what_it_cannot_search_with_the_reason() {
         (
             "short.ron",
             &["--tolerance", "0"][..],
-            "tolerance must be in (0, 1]",
+            "tolerance must be in [10⁻⁶, 1], got 0 ",
+        ),
+        // Finer than an f64 bracket can be split: the search would run its midpoint forever.
+        (
+            "short.ron",
+            &["--tolerance", "1e-300"][..],
+            "tolerance must be in [10⁻⁶, 1], got 1e-300 ",
+        ),
+        (
+            "short.ron",
+            &["--tolerance", "1e300"][..],
+            "tolerance must be in [10⁻⁶, 1], got 1e300 ",
         ),
         (
             "short.ron",
             &["--replicas", "0"][..],
-            "replicas must be at least 1",
+            "replicas must be in [1, 10,000], got 0 ",
+        ),
+        (
+            "short.ron",
+            &["--replicas", "1000000"][..],
+            "replicas must be in [1, 10,000], got 1000000 ",
         ),
     ] {
-        let out = servesim(&[&["capacity", file][..], args].concat(), dir.path());
+        let out = servesim(
+            &[&["capacity", file, "--out", "refused"][..], args].concat(),
+            dir.path(),
+        );
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{file} {args:?}: {err}");
         assert!(err.contains(expected), "{file} {args:?}: {err}");
+        // A setting is refused before the output directory is made.
+        assert!(
+            args.is_empty() || !dir.path().join("refused").exists(),
+            "{file} {args:?}"
+        );
+        let _ = std::fs::remove_dir_all(dir.path().join("refused"));
     }
 }
 

@@ -326,6 +326,12 @@ fn a_sharded_plan_merges_into_the_unsharded_best_and_merge_refuses_what_is_not_i
         "s2 is not a shard of the plan in s0: its inputs differ (small.ron)",
     );
     assert!(!d.join("x").exists());
+    // Seeds beyond what a search takes are refused before anything runs.
+    refused(
+        &["plan", "small.ron", "--replicas", "20000", "--out", "x"],
+        "replicas must be in [1, 10,000], got 20000 ",
+    );
+    assert!(!d.join("x").exists());
 }
 
 #[test]
@@ -481,4 +487,31 @@ fn p_d_splits_size_both_pools_and_a_doubled_split_never_beats_the_split_it_doubl
     }
     let r11 = rows.iter().find(|r| r.str("pd_split") == "1:1").unwrap();
     assert_eq!(r11.u64("gpus"), 2 * r11.u64("instances"));
+}
+
+#[test]
+fn a_value_listed_twice_in_the_plan_is_refused_where_it_is() {
+    let dir = small();
+    let out = servesim(
+        &[
+            "validate",
+            "small.ron",
+            "--set",
+            r#"plan.gpus=["H100", "A100-80", "h100"]"#,
+            "--set",
+            "plan.tp=[1, 2, 1]",
+        ],
+        dir.path(),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("2 problems"), "{err}");
+    assert!(
+        err.contains("plan.gpus[2]: H100 is listed twice (also plan.gpus[0])"),
+        "{err}"
+    );
+    assert!(
+        err.contains("plan.tp[2]: 1 is listed twice (also plan.tp[0])"),
+        "{err}"
+    );
 }
