@@ -618,6 +618,25 @@ pub(crate) fn report(a: ReportArgs) -> ExitCode {
         _ => PathBuf::from("report.html"),
     });
     // What cannot be read is bad input (exit 2); a page that cannot be written, a failure (1).
+    if out.is_dir() {
+        eprintln!(
+            "error: --out {} is a directory: give the page's file name, e.g. --out {}",
+            out.display(),
+            out.join("report.html").display()
+        );
+        return ExitCode::from(2);
+    }
+    let same = |a: &PathBuf| std::fs::canonicalize(a).unwrap_or_else(|_| a.clone());
+    for (k, d) in dirs.iter().enumerate() {
+        if let Some(first) = dirs[..k].iter().find(|e| same(e) == same(d)) {
+            eprintln!(
+                "error: {} and {} are the same directory: give each run once",
+                first.display(),
+                d.display()
+            );
+            return ExitCode::from(2);
+        }
+    }
     if let Err(code) = finish_interrupted_commits(&dirs) {
         return code;
     }

@@ -118,7 +118,7 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
         inputs: Default::default(),
         version: crate::sweep::VERSION.into(),
     };
-    if let Err(e) = plan.check_size() {
+    if let Err(e) = plan.check_size().and_then(|_| plan.check_paths()) {
         return fail(e);
     }
     // The output directory is opened and locked before anything is simulated, and held
@@ -277,7 +277,9 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
         .collect();
     if !a.quiet {
         eprintln!(
-            "servesim: {total} runs on {jobs} threads in {:.2} s wall; wrote sweep.csv, sweep.json{} in {}",
+            "servesim: {} on {} in {:.2} s wall; wrote sweep.csv, sweep.json{} in {}",
+            super::args::counted(total as u64, "run"),
+            super::args::counted(jobs as u64, "thread"),
             started.elapsed().as_secs_f64(),
             if plan.replicas > 1 {
                 format!(", {}", crate::sweep::replicas::FILE)

@@ -252,6 +252,32 @@ impl Plan {
         }
     }
 
+    /// Unless every field is given one value per point, what is contradictory: a path varied
+    /// by two axes (only the later would count, and `sweep.csv` would hold two columns of
+    /// the same name), or varied and also `--set` (the `--set` would be silently overridden).
+    pub fn check_paths(&self) -> Result<(), String> {
+        let mut varied: BTreeMap<&str, &str> = BTreeMap::new();
+        for axis in &self.axes {
+            for path in split_top(&axis.path) {
+                if let Some(first) = varied.insert(path, &axis.path) {
+                    return Err(format!(
+                        "--vary {path} is given twice (in --vary {first}=… and --vary {}=…): \
+                         put all its values in one list",
+                        axis.path
+                    ));
+                }
+            }
+        }
+        if let Some((path, value)) = self.set.iter().find(|(p, _)| varied.contains_key(p.trim())) {
+            return Err(format!(
+                "{} is both varied (--vary) and set (--set {path}={value}): the --set would \
+                 never count; drop it or add its value to the --vary list",
+                path.trim()
+            ));
+        }
+        Ok(())
+    }
+
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

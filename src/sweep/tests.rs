@@ -196,3 +196,23 @@ fn merge_refuses_gaps_duplicates_and_strangers() {
     let e = merge(vec![part(0, 2), newer]).unwrap_err();
     assert!(e.contains("by servesim 9.9.9"), "{e}");
 }
+
+#[test]
+fn a_field_varied_twice_or_both_varied_and_set_is_refused() {
+    let ok = plan(&[("seed", &["1", "2"]), ("x", &["3"])], 1, (0, 1));
+    assert_eq!(ok.check_paths(), Ok(()));
+    let twice = plan(&[("seed", &["1", "2"]), ("seed", &["3"])], 1, (0, 1));
+    let err = twice.check_paths().unwrap_err();
+    assert!(err.starts_with("--vary seed is given twice"), "{err}");
+    // A linked axis counts each of its paths.
+    let linked = plan(&[("a, b", &["(1, 2)"]), ("b", &["3"])], 1, (0, 1));
+    let err = linked.check_paths().unwrap_err();
+    assert!(err.contains("--vary a, b=… and --vary b=…"), "{err}");
+    let mut set = ok.clone();
+    set.set = vec![("x".into(), "9".into())];
+    let err = set.check_paths().unwrap_err();
+    assert!(
+        err.starts_with("x is both varied (--vary) and set (--set x=9)"),
+        "{err}"
+    );
+}

@@ -709,6 +709,66 @@ fn report_refuses_pipes_devices_and_missing_directories_without_blocking() {
     }
 }
 
+/// A page aimed at a directory, or one run given twice, is refused before anything is read
+/// or written.
+#[test]
+fn report_refuses_a_directory_as_its_page_and_a_run_given_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let scenario = root().join("scenarios/quickstart.ron");
+    let out = servesim_within(
+        &[
+            "run",
+            scenario.to_str().unwrap(),
+            "--set",
+            "workload.num_requests=10",
+            "--out",
+            run.to_str().unwrap(),
+            "-q",
+        ],
+        60,
+    );
+    assert!(out.status.success());
+    let other = dir.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    let out = servesim_within(
+        &[
+            "report",
+            run.to_str().unwrap(),
+            "--out",
+            other.to_str().unwrap(),
+        ],
+        20,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("is a directory: give the page's file name, e.g. --out "),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_dir(&other).unwrap().count(), 0);
+    // The same run twice (once through `..`) would overlay a run on itself.
+    let again = dir.path().join("other/../run");
+    let page = dir.path().join("page.html");
+    let out = servesim_within(
+        &[
+            "report",
+            run.to_str().unwrap(),
+            again.to_str().unwrap(),
+            "--out",
+            page.to_str().unwrap(),
+        ],
+        20,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("are the same directory: give each run once"),
+        "{err}"
+    );
+    assert!(!page.exists());
+}
+
 fn tiny_sweep(out: &Path, extra: &[&str]) -> std::process::Output {
     let scenario = root().join("scenarios/quickstart.ron");
     let mut args = vec![
