@@ -174,8 +174,13 @@ pub fn evaluate_with(
     settings: &Settings,
     prepare: &(dyn Fn(u64, &mut crate::Simulation) -> Result<(), String> + Sync),
 ) -> Result<Evaluation, String> {
-    if settings.seeds == 0 {
-        return Err("seeds must be at least 1".into());
+    let most = crate::sweep::MAX_RUNS_PER_SHARD;
+    if !(1..=most).contains(&u64::from(settings.seeds)) {
+        return Err(format!(
+            "seeds must be in [1, 100,000], got {} (one run each; split a larger study into \
+             sweeps with `servesim sweep --replicas` and --shard)",
+            settings.seeds
+        ));
     }
     for (k, w) in &settings.weights {
         if !OBJECTIVES.contains(&k.as_str()) {
@@ -185,7 +190,10 @@ pub fn evaluate_with(
             ));
         }
         if !(w.is_finite() && *w >= 0.0) {
-            return Err(format!("the weight of {k} must be finite and ≥ 0, got {w}"));
+            return Err(format!(
+                "the weight of {k} must be finite and ≥ 0, got {}",
+                crate::scenario::readable(*w)
+            ));
         }
     }
     let weights: BTreeMap<String, f64> = OBJECTIVES
@@ -265,8 +273,14 @@ fn assemble(
         e.anomalies.scale_oscillations += a.scale_oscillations;
         e.anomalies.kv_thrashing += a.kv_thrashing;
     }
-    let total: f64 = weights.values().sum();
-    let weighted: f64 = weights.iter().map(|(k, w)| w * e.fitness[k]).sum();
+    // Weights are relative: scaled by the largest first, so that finite weights whose sum
+    // would overflow (1e308 twice) still give their weighted mean, not 0.
+    let largest = weights.values().copied().fold(0.0, f64::max);
+    let total: f64 = weights.values().map(|w| w / largest).sum();
+    let weighted: f64 = weights
+        .iter()
+        .map(|(k, w)| w / largest * e.fitness[k])
+        .sum();
     e.combined = weighted / total * e.fitness["served"];
     e.overall = class_metrics("all", summaries.iter().map(|(_, s)| whole(s)));
     let classes: Vec<String> = summaries

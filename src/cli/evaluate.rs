@@ -49,7 +49,11 @@ pub(crate) fn evaluate(app: &ServesimApp, a: EvaluateArgs) -> ExitCode {
                 "--weight {w}: expected OBJECTIVE=NUMBER, e.g. --weight ttft_p99=2"
             ));
         };
-        weights.insert(k.to_string(), v);
+        if weights.insert(k.to_string(), v).is_some() {
+            return fail(format!(
+                "--weight {k} is given twice: give each objective one weight"
+            ));
+        }
     }
     if a.worst > 1000 {
         return fail(format!("--worst {}: at most 1000", a.worst));

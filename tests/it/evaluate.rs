@@ -129,4 +129,62 @@ fn the_worst_decisions_are_the_highest_regrets_and_threads_change_nothing() {
     let bad = servesim(&["evaluate", tenants, "--weight", "speed=1"], &root());
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("no objective \"speed\""));
+    // Four billion seeds would be four billion runs (and their list alone 32 GB): refused
+    // with the bound before anything is allocated.
+    let bad = servesim(&["evaluate", tenants, "--seeds", "4000000000"], &root());
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains("seeds must be in [1, 100,000], got 4000000000 "),
+        "{err}"
+    );
+}
+
+#[test]
+fn weights_are_relative_and_each_objective_takes_one() {
+    let c = |e: &serde_json::Value| e["combined"].as_f64().unwrap();
+    let two = ["--weight", "ttft_p99=2", "--weight", "e2e_p99=1"];
+    let expect = {
+        let e = evaluate(&two);
+        // Five objectives weigh 1, ttft_p99 2 and e2e_p99 1: Σ w·f / 8, times `served`.
+        let others = ["itl_p99", "slo_attainment", "served", "cost", "fairness"];
+        let sum = 2.0 * f(&e, "ttft_p99")
+            + f(&e, "e2e_p99")
+            + others.map(|k| f(&e, k)).iter().sum::<f64>();
+        let want = sum / 8.0 * f(&e, "served");
+        assert!((c(&e) - want).abs() < 1e-12, "{} vs {want}", c(&e));
+        c(&e)
+    };
+    // The same proportions near the largest f64 (their sum overflows) give the same score.
+    let mut huge: Vec<String> = vec![
+        "--weight".into(),
+        "ttft_p99=1.6e308".into(),
+        "--weight".into(),
+        "e2e_p99=8e307".into(),
+    ];
+    for k in ["itl_p99", "slo_attainment", "served", "cost", "fairness"] {
+        huge.extend(["--weight".into(), format!("{k}=8e307")]);
+    }
+    let huge: Vec<&str> = huge.iter().map(String::as_str).collect();
+    let got = c(&evaluate(&huge));
+    assert!((got - expect).abs() < 1e-12, "{got} vs {expect}");
+    // Two weights for one objective contradict each other.
+    let tenants = root().join("scenarios/multi-tenant.ron");
+    let bad = servesim(
+        &[
+            "evaluate",
+            tenants.to_str().unwrap(),
+            "--weight",
+            "cost=1",
+            "--weight",
+            "cost=3",
+        ],
+        &root(),
+    );
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("--weight cost is given twice"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
 }
