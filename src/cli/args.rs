@@ -175,7 +175,7 @@ pub(crate) fn parse_overrides(
 ) -> Result<Vec<(String, String)>, String> {
     let mut out = Vec::new();
     for s in set {
-        let Some((path, value)) = s.split_once('=') else {
+        let Some((path, value)) = s.split_once('=').filter(|(p, _)| !p.trim().is_empty()) else {
             return Err(format!(
                 "--set {s}: expected PATH=VALUE, e.g. --set cluster.groups[0].count=4"
             ));

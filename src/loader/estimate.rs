@@ -115,9 +115,10 @@ const SLOW_TRANSFER_S: f64 = 3600.0;
 const SPARSE_ARRIVALS_S: f64 = 86_400.0;
 
 /// Inputs that will leave a run idle or waiting for long simulated spans (a KV or host link
-/// so slow that one prompt's KV takes hours to move, arrivals days apart), as warnings. The
-/// run handles them (idle spans cost nothing, see docs/guarantees.md), but they are more
-/// often a wrong unit than an intent.
+/// so slow that one prompt's KV takes hours to move, arrivals days apart), or a step token
+/// budget below the batch limit (vLLM refuses it), as warnings. The run handles them (idle
+/// spans cost nothing, see docs/guarantees.md), but they are more often a wrong unit or a
+/// slip than an intent.
 pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<String> {
     let mut w = Vec::new();
     let prompts: Vec<f64> = s
@@ -142,6 +143,12 @@ pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<Strin
         let Ok(r) = super::resolve_group(s, i, catalog) else {
             continue;
         };
+        if g.max_num_batched_tokens < g.max_num_seqs {
+            w.push(format!(
+                "cluster.groups[{i}].max_num_batched_tokens = {} is below max_num_seqs = {}: vLLM refuses this (its scheduler config requires max_num_batched_tokens ≥ max_num_seqs); here a step takes at most {} tokens, so at most that many requests advance per step",
+                g.max_num_batched_tokens, g.max_num_seqs, g.max_num_batched_tokens
+            ));
+        }
         let gpus = f64::from(g.tp.max(1) * g.pp.max(1));
         if g.role != crate::scenario::Role::Mixed && r.kv_bytes_per_token > 0.0 {
             let secs = prompt * r.kv_bytes_per_token / (g.kv_link() * 1e9 * gpus);

@@ -115,6 +115,13 @@ fn a_missing_file_and_a_bad_override_are_input_errors() {
     );
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("expected PATH=VALUE"));
+    // A value without a path is the same mistake, not a RON syntax error.
+    let out = servesim(
+        &["run", "scenarios/quickstart.ron", "--set", " =3"],
+        &root(),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--set  =3: expected PATH=VALUE"));
     let out = servesim(
         &[
             "validate",

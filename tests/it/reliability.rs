@@ -1102,6 +1102,19 @@ fn validate_warns_of_links_and_rates_that_leave_a_run_idle_for_days() {
     );
     let err = validate(text("50.0", "5.0"));
     assert!(!err.contains("warning"), "{err}");
+    // A token budget below the batch limit is a configuration vLLM refuses at start-up.
+    let err = validate(text("50.0", "5.0").replace(
+        "kv_blocks: 1000, latency",
+        "kv_blocks: 1000, max_num_seqs: 8, max_num_batched_tokens: 4, latency",
+    ));
+    assert!(
+        err.contains("warning: cluster.groups[1].max_num_batched_tokens = 4 is below max_num_seqs = 8: vLLM refuses this"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("cluster.groups[0].max_num_batched_tokens"),
+        "{err}"
+    );
 }
 
 /// Issue 30, class 7: a latency too large for the summary's 10-wide columns is written in
