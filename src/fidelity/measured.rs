@@ -324,6 +324,15 @@ pub fn from_vllm_json(text: &str) -> Result<Measurement, String> {
             starts.len()
         ));
     }
+    for (key, a) in [("itls", itls), ("e2els", e2els), ("errors", errors)] {
+        if let Some(a) = a.filter(|a| a.len() != n) {
+            let entries = if a.len() == 1 { "entry" } else { "entries" };
+            return Err(format!(
+                "{key} has {} {entries} for {n} requests: the arrays are one entry per request",
+                a.len()
+            ));
+        }
+    }
     if n > MAX_ROWS {
         return Err(format!("more than {MAX_ROWS} requests"));
     }
@@ -374,6 +383,12 @@ pub fn from_vllm_json(text: &str) -> Result<Measurement, String> {
         };
         let e2e_us = match e2els.and_then(|a| a.get(i)) {
             Some(x) => f(x, "e2els")? * 1e6,
+            // Without either array nothing says when a longer answer ended.
+            None if itls.is_none() && output > 1.0 => {
+                return Err(format!(
+                    "request {i}: output_lens[{i}] = {output} but neither `itls` nor `e2els` says when its last token came; save the benchmark with --save-result --save-detailed"
+                ));
+            }
             None => ttft_us + gaps.iter().sum::<f64>() * 1e6,
         };
         if e2e_us < ttft_us {
@@ -1130,5 +1145,23 @@ mod tests {
         assert_eq!(rows[1].arrival_us, 11_000_000);
         let e = from_vllm_json(r#"{"input_lens": []}"#).unwrap_err();
         assert!(e.contains("output_lens"), "{e}");
+        // Neither gaps nor end times: nothing says when a longer answer ended (it would read
+        // as E2E = TTFT and an ITL of 0). A one-token answer ends with its first token.
+        let bare = r#"{"input_lens": [100, 100], "output_lens": [1, 10], "ttfts": [0.02, 0.03],
+            "start_times": [0.0, 1.0]}"#;
+        let e = from_vllm_json(bare).unwrap_err();
+        assert!(
+            e.starts_with("request 1: output_lens[1] = 10 but neither `itls` nor `e2els`"),
+            "{e}"
+        );
+        let one = from_vllm_json(&bare.replace("[1, 10]", "[1, 1]")).unwrap();
+        assert_eq!(one.requests[1].e2e_us, 30_000.0);
+        // An array shorter than the others.
+        let e = from_vllm_json(&bare.replace("\"start_times\"", "\"itls\": [[]], \"start_times\""))
+            .unwrap_err();
+        assert_eq!(
+            e,
+            "itls has 1 entry for 2 requests: the arrays are one entry per request"
+        );
     }
 }
