@@ -56,10 +56,18 @@ fn default_adapter_rank() -> u32 {
 }
 
 impl AdapterSet {
-    /// The adapters' names, in order (`names`, or `lora0` … for `count`).
+    /// The most adapters a workload declares. Each is a name and a rank everywhere it can be
+    /// served; S-LoRA served 2,000 from one server, so this is far past any deployment.
+    pub const MAX: usize = 100_000;
+
+    /// The adapters' names, in order (`names`, or `lora0` … for `count`; a `count` past
+    /// [`MAX`](Self::MAX), which validation refuses, yields the first `MAX`, so that
+    /// nothing read before validation allocates for billions).
     pub fn all_names(&self) -> Vec<String> {
         if self.names.is_empty() {
-            (0..self.count).map(|k| format!("lora{k}")).collect()
+            (0..(self.count as usize).min(Self::MAX))
+                .map(|k| format!("lora{k}"))
+                .collect()
         } else {
             self.names.clone()
         }

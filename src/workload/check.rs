@@ -221,6 +221,19 @@ fn check_adapters(p: &mut Vec<Problem>, s: &Scenario) {
         }
         return;
     };
+    let declared = set.names.len().max(set.count as usize);
+    if declared > crate::scenario::AdapterSet::MAX {
+        let path = if set.names.is_empty() {
+            "count"
+        } else {
+            "names"
+        };
+        p.push(Problem::new(
+            format!("workload.adapters.{path}"),
+            format!("at most 100,000 adapters, got {declared}"),
+        ));
+        return;
+    }
     let names = set.all_names();
     if names.is_empty() {
         p.push(

@@ -296,6 +296,11 @@ fn bad_adapters_and_slots_are_refused_with_the_reason() {
             ),
             "give at least one adapter a weight > 0",
         ),
+        // Four billion adapters would be 100 GB of names before anything ran.
+        (
+            sc("lora: ()", "adapters: (count: 4294967295),", client),
+            "workload.adapters.count: at most 100,000 adapters, got 4294967295",
+        ),
         (
             sc("lora: (load_gb_per_s: 0.0)", ok, client),
             "cluster.groups[0].lora.load_gb_per_s: must be a finite number > 0",
