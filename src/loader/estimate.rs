@@ -115,7 +115,8 @@ const SLOW_TRANSFER_S: f64 = 3600.0;
 const SPARSE_ARRIVALS_S: f64 = 86_400.0;
 
 /// Inputs that will leave a run idle or waiting for long simulated spans (a KV or host link
-/// so slow that one prompt's KV takes hours to move, arrivals days apart), or a step token
+/// so slow that one prompt's KV takes hours to move, alpha overheads that hold a prompt for
+/// hours, arrivals days apart), or a step token
 /// budget below the batch limit (vLLM refuses it), as warnings. The run handles them (idle
 /// spans cost nothing, see docs/guarantees.md), but they are more often a wrong unit or a
 /// slip than an intent.
@@ -160,6 +161,16 @@ pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<Strin
                     span(secs)
                 ));
             }
+        }
+        let delay = r
+            .latency
+            .queueing_delay(prompt.round() as u32)
+            .as_secs_f64();
+        if delay > SLOW_TRANSFER_S {
+            w.push(format!(
+                "cluster.groups[{i}].latency: its alpha overheads hold one mean prompt ({prompt:.0} tokens) {} before it reaches the engine — every request waits that long (are the alphas in µs?)",
+                span(delay)
+            ));
         }
         if let Some((_, us_per_block, _)) = r.cpu_tier {
             let secs = (prompt / f64::from(g.block_size.max(1))).ceil() * us_per_block / 1e6;

@@ -1115,6 +1115,17 @@ fn validate_warns_of_links_and_rates_that_leave_a_run_idle_for_days() {
         !err.contains("cluster.groups[0].max_num_batched_tokens"),
         "{err}"
     );
+    // α1 = 10⁹ µs per prompt token: 64 tokens wait 64,000 s = 17.8 hours for the engine.
+    let err = validate(text("50.0", "5.0").replacen(
+        "alpha: [0.0, 0.0, 0.0]",
+        "alpha: [0.0, 1.0e9, 0.0]",
+        1,
+    ));
+    assert!(
+        err.contains("warning: cluster.groups[0].latency: its alpha overheads hold one mean prompt (64 tokens) 17.8 hours before it reaches the engine"),
+        "{err}"
+    );
+    assert!(!err.contains("cluster.groups[1].latency"), "{err}");
 }
 
 /// Issue 30, class 7: a latency too large for the summary's 10-wide columns is written in
