@@ -153,7 +153,7 @@ pub(crate) fn plan(app: &ServesimApp, a: PlanArgs) -> ExitCode {
             "servesim: {}, {} on {} in {:.2} s wall",
             super::args::counted(result.outcomes.len() as u64, "configuration"),
             super::args::counted(result.runs as u64, "run"),
-            super::args::counted(jobs as u64, "thread"),
+            super::args::counted(jobs.min((result.runs as usize).max(1)) as u64, "thread"),
             started.elapsed().as_secs_f64()
         );
     }

@@ -101,6 +101,19 @@ pub(crate) fn run(app: &ServesimApp, a: RunArgs) -> ExitCode {
         Ok(s) => s,
         Err(code) => return code,
     };
+    if !sc.outputs.timeline_json {
+        let flag = match (&trace_window, trace_sample) {
+            (Some(_), _) => Some("--trace-window"),
+            (None, Some(_)) => Some("--trace-sample"),
+            (None, None) => None,
+        };
+        if let Some(flag) = flag {
+            eprintln!(
+                "error: {flag} shapes timeline.json, which this run does not write: add --trace timeline (or outputs.timeline_json: true)"
+            );
+            return ExitCode::from(2);
+        }
+    }
     let out_dir = out.unwrap_or_else(|| PathBuf::from(&sc.outputs.dir));
     if let Err(e) = crate::output::check_dir(&out_dir) {
         eprintln!("error: {e}");

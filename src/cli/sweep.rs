@@ -279,7 +279,7 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
         eprintln!(
             "servesim: {} on {} in {:.2} s wall; wrote sweep.csv, sweep.json{} in {}",
             super::args::counted(total as u64, "run"),
-            super::args::counted(jobs as u64, "thread"),
+            super::args::counted(jobs.min(total.max(1)) as u64, "thread"),
             started.elapsed().as_secs_f64(),
             if plan.replicas > 1 {
                 format!(", {}", crate::sweep::replicas::FILE)

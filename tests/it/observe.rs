@@ -297,6 +297,28 @@ fn the_timeline_holds_every_step_and_request_and_respects_its_bounds() {
     ]);
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("outputs.timeline_window_s"));
+    // A window or a sample without a timeline would be ignored: refused, with the fix.
+    for flag in [["--trace-window", "2..4"], ["--trace-sample", "0.5"]] {
+        let unused = tempfile::tempdir().unwrap();
+        let bad = servesim(
+            &[
+                &["run", "scenarios/quickstart.ron"][..],
+                &flag[..],
+                &["--out", unused.path().to_str().unwrap()][..],
+            ]
+            .concat(),
+        );
+        assert_eq!(bad.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&bad.stderr);
+        assert!(
+            err.contains(&format!(
+                "{} shapes timeline.json, which this run does not write: add --trace timeline",
+                flag[0]
+            )),
+            "{err}"
+        );
+        assert_eq!(std::fs::read_dir(unused.path()).unwrap().count(), 0);
+    }
 }
 
 /// Runs `servesim sweep` with `extra` arguments into `out`.
