@@ -183,6 +183,14 @@ pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<Strin
         }
     }
     for (i, c) in s.workload.clients.iter().enumerate() {
+        for (field, spec) in [
+            ("input_tokens", &c.input_tokens),
+            ("output_tokens", &c.output_tokens),
+        ] {
+            if let Some(note) = clamped_normal(spec) {
+                w.push(format!("workload.clients[{i}].{field}: {note}"));
+            }
+        }
         if matches!(c.arrival, ArrivalSpec::AllAtZero { .. }) {
             continue;
         }
@@ -195,6 +203,32 @@ pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<Strin
         }
     }
     w
+}
+
+/// A `Normal` length whose mean lies more than three standard deviations outside its
+/// [min, max]: more than 99.8 % of its draws are clamped to one bound, so the client sends
+/// (nearly) a constant length, more often a slip (a swapped min and mean) than an intent.
+fn clamped_normal(spec: &LengthSpec) -> Option<String> {
+    let LengthSpec::Normal {
+        mean,
+        stdev,
+        min,
+        max,
+    } = *spec
+    else {
+        return None;
+    };
+    let (lo, hi) = (f64::from(min), f64::from(max));
+    let bound = if mean - 3.0 * stdev > hi {
+        max
+    } else if mean + 3.0 * stdev < lo {
+        min
+    } else {
+        return None;
+    };
+    Some(format!(
+        "Normal(mean: {mean}, stdev: {stdev}) lies more than three stdev outside [{min}, {max}]: nearly every length is clamped to {bound}"
+    ))
 }
 
 impl WorkEstimate {

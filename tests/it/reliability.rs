@@ -1126,6 +1126,21 @@ fn validate_warns_of_links_and_rates_that_leave_a_run_idle_for_days() {
         "{err}"
     );
     assert!(!err.contains("cluster.groups[1].latency"), "{err}");
+    // A Normal whose mean is 295 stdev above its max sends 2,048 tokens every time.
+    let err = validate(text("50.0", "5.0").replace(
+        "input_tokens: Constant(64)",
+        "input_tokens: Normal(mean: 5000.0, stdev: 10.0, min: 16, max: 2048)",
+    ));
+    assert!(
+        err.contains("warning: workload.clients[0].input_tokens: Normal(mean: 5000, stdev: 10) lies more than three stdev outside [16, 2048]: nearly every length is clamped to 2048"),
+        "{err}"
+    );
+    // Three stdev inside the bound is a tail, not a slip.
+    let err = validate(text("50.0", "5.0").replace(
+        "input_tokens: Constant(64)",
+        "input_tokens: Normal(mean: 2070.0, stdev: 10.0, min: 16, max: 2048)",
+    ));
+    assert!(!err.contains("warning"), "{err}");
 }
 
 /// Issue 30, class 7: a latency too large for the summary's 10-wide columns is written in
