@@ -41,9 +41,7 @@ pub fn check_group(p: &mut Vec<Problem>, s: &Scenario, i: usize, catalog: &Catal
         ));
     }
     check_scheduler(p, i, g, catalog, s.seed);
-    if g.block_size == 0 {
-        p.push(Problem::new(at("block_size"), "must be > 0").hint("vLLM's default is 16 tokens"));
-    }
+    // A block size of 0 is refused where the group is resolved, beside tp and pp of 0.
     if g.max_num_seqs == 0 {
         p.push(Problem::new(at("max_num_seqs"), "must be > 0").hint("vLLM's default is 256"));
     }

@@ -256,6 +256,9 @@ fn read_group(
     if g.pp == 0 {
         p.push(Problem::new(at("pp"), "must be ≥ 1"));
     }
+    if g.block_size == 0 {
+        p.push(Problem::new(at("block_size"), "must be > 0").hint("vLLM's default is 16 tokens"));
+    }
     if !g.pp_link_gb_per_s.is_finite() || g.pp_link_gb_per_s <= 0.0 {
         p.push(Problem::new(
             at("pp_link_gb_per_s"),
@@ -628,18 +631,9 @@ fn read_group(
                 }
             }
         }
-        (None, Some(_), Some(_)) => {
-            // A size the group's own checks refuse (a block_size, tp or pp of 0) leaves
-            // nothing to derive the cache from.
-            p.push(Problem::new(
-                at("kv_blocks"),
-                format!(
-                    "cannot be derived with block_size {}, tp {} and pp {}: each must be > 0",
-                    g.block_size, g.tp, g.pp
-                ),
-            ));
-            None
-        }
+        // A block size, tp or pp of 0 leaves nothing to derive the cache from; each is
+        // refused above with its own field.
+        (None, Some(_), Some(_)) => None,
         (None, _, _) => {
             if g.model.is_none() || g.gpu.is_none() {
                 p.push(

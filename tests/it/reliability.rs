@@ -1162,7 +1162,8 @@ fn huge_latencies_keep_the_summary_table_in_columns() {
 
 /// A block size, TP or PP of 0 beside a model and GPU left nothing to derive the KV cache
 /// from and the loader panicked ("no problems means blocks are known"); now each is a
-/// problem with its field, and the cache says why it cannot be sized.
+/// problem with its field, and the only one: the cache that cannot be sized is not reported
+/// as a second problem beside its cause.
 #[test]
 fn a_zero_size_beside_a_model_and_gpu_is_a_problem_not_a_panic() {
     for (field, said) in [
@@ -1175,11 +1176,16 @@ fn a_zero_size_beside_a_model_and_gpu_is_a_problem_not_a_panic() {
                workload: (num_requests: 1, clients: [(rate_per_s: 1.0, input_tokens: Constant(8), output_tokens: Constant(8))]))"#
         ));
         assert!(err.contains(said), "{field}: {err}");
-        if field == "block_size" {
-            assert!(
-                err.contains("cluster.groups[0].kv_blocks: cannot be derived with block_size 0, tp 1 and pp 1"),
-                "{err}"
-            );
-        }
+        assert!(err.contains("1 problem\n"), "{field}: {err}");
+        assert!(!err.contains("kv_blocks"), "{field}: {err}");
     }
+    // With kv_blocks given, a block size of 0 is refused all the same.
+    let err = crate::common::invalid(
+        r#"(cluster: (groups: [(kv_blocks: 100, block_size: 0)]),
+           workload: (num_requests: 1, clients: [(rate_per_s: 1.0, input_tokens: Constant(8), output_tokens: Constant(8))]))"#,
+    );
+    assert!(
+        err.contains("cluster.groups[0].block_size: must be > 0"),
+        "{err}"
+    );
 }
