@@ -155,12 +155,21 @@ pub struct OutputDir {
     /// Files of a run killed while committing that were moved into place when the directory
     /// was opened.
     completed: Vec<String>,
+    /// The directories `open` created, deepest first: a run that ends without committing
+    /// removes them again if they are still empty, so a refused run leaves no trace.
+    created: Vec<PathBuf>,
+    committed: bool,
 }
 
 impl OutputDir {
     /// Creates `dir` if needed, locks it and removes what killed runs left in it.
     pub fn open(dir: &Path) -> Result<Self, OutputError> {
         check_dir(dir)?;
+        let created = dir
+            .ancestors()
+            .take_while(|d| !d.as_os_str().is_empty() && fs::symlink_metadata(d).is_err())
+            .map(Path::to_path_buf)
+            .collect();
         fs::create_dir_all(dir).map_err(|e| {
             OutputError::Unusable(format!(
                 "cannot create output directory {}: {e}",
@@ -204,6 +213,8 @@ impl OutputDir {
             staged: Vec::new(),
             cleaned,
             completed,
+            created,
+            committed: false,
         })
     }
 
@@ -301,6 +312,8 @@ impl OutputDir {
             return Ok(Vec::new());
         };
         if self.staged.is_empty() {
+            // Nothing to move: the directory stays as the user asked for it.
+            self.committed = true;
             return Ok(Vec::new());
         }
         let journal = staging.path().join(JOURNAL);
@@ -350,6 +363,7 @@ impl OutputDir {
         }
         let _ = self.lock.sync_all();
         let Some((path, e)) = failure else {
+            self.committed = true;
             return Ok(std::mem::take(&mut self.staged));
         };
         // Undoing: the journal goes first, so that a kill while undoing is not finished by
@@ -376,6 +390,22 @@ impl OutputDir {
                 message,
                 unrestored: unrestored.join("; "),
             })
+        }
+    }
+}
+
+impl Drop for OutputDir {
+    fn drop(&mut self) {
+        if self.committed {
+            return;
+        }
+        // The staged files go first, with their staging directory (a commit killed on purpose
+        // in tests keeps it), then each directory this run created, while it is empty.
+        drop(self.staging.take());
+        for d in &self.created {
+            if fs::remove_dir(d).is_err() {
+                break;
+            }
         }
     }
 }
@@ -554,6 +584,32 @@ mod tests {
             .collect();
         v.sort();
         v
+    }
+
+    #[test]
+    fn a_run_that_does_not_commit_removes_the_directories_it_created_and_nothing_else() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("a/b/out");
+        let mut out = OutputDir::open(&dir).unwrap();
+        write(&mut out, "summary.json", "never committed");
+        drop(out);
+        assert!(names(tmp.path()).is_empty(), "{:?}", names(tmp.path()));
+        // A directory that was there before stays, empty or not.
+        fs::create_dir(tmp.path().join("kept")).unwrap();
+        drop(OutputDir::open(&tmp.path().join("kept")).unwrap());
+        assert_eq!(names(tmp.path()), vec!["kept".to_string()]);
+        // A directory this run created but another process wrote into stays too.
+        let out = OutputDir::open(&tmp.path().join("shared")).unwrap();
+        fs::write(tmp.path().join("shared/theirs.txt"), "x").unwrap();
+        drop(out);
+        assert_eq!(
+            names(&tmp.path().join("shared")),
+            vec!["theirs.txt".to_string()]
+        );
+        // A committed run's directory stays, even with nothing to commit.
+        let out = OutputDir::open(&tmp.path().join("empty")).unwrap();
+        assert!(out.commit().unwrap().is_empty());
+        assert!(tmp.path().join("empty").is_dir());
     }
 
     #[test]
