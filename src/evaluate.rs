@@ -177,8 +177,9 @@ pub fn evaluate_with(
     let most = crate::sweep::MAX_RUNS_PER_SHARD;
     if !(1..=most).contains(&u64::from(settings.seeds)) {
         return Err(format!(
-            "seeds must be in [1, 100,000], got {} (one run each; split a larger study into \
+            "seeds must be in [1, {}], got {} (one run each; split a larger study into \
              sweeps with `servesim sweep --replicas` and --shard)",
+            crate::scenario::grouped(most),
             settings.seeds
         ));
     }

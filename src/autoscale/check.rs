@@ -67,10 +67,15 @@ fn check_pool_intervals(p: &mut Vec<Problem>, s: &Scenario) {
 /// An autoscaled group's bounds and life-cycle times.
 fn check_scaling(p: &mut Vec<Problem>, i: usize, count: u32, sc: &crate::scenario::ScalingSpec) {
     let at = |f: &str| format!("cluster.groups[{i}].scaling.{f}");
-    if sc.max == 0 || sc.max > 10_000 {
+    let most = crate::scenario::MAX_INSTANCES;
+    if sc.max == 0 || u64::from(sc.max) > most {
         p.push(Problem::new(
             at("max"),
-            format!("must be within 1..=10,000, got {}", sc.max),
+            format!(
+                "must be within 1..={}, got {}",
+                crate::scenario::grouped(most),
+                sc.max
+            ),
         ));
     }
     if sc.min > sc.max {

@@ -61,8 +61,9 @@ pub fn check_replicas(replicas: u32) -> Result<(), String> {
         return Ok(());
     }
     Err(format!(
-        "replicas must be in [1, 10,000], got {replicas} (each seed is a search of about ten \
-         runs; the 95 % interval over 30 seeds is already within a few per cent)"
+        "replicas must be in [1, {}], got {replicas} (each seed is a search of about ten \
+         runs; the 95 % interval over 30 seeds is already within a few per cent)",
+        crate::scenario::grouped(u64::from(MAX_REPLICAS))
     ))
 }
 

@@ -97,11 +97,14 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
     let spawned =
         |g: &crate::scenario::InstanceGroup| g.scaling.as_ref().map_or(g.count, |x| x.max);
     let instances: u64 = s.cluster.groups.iter().map(|g| u64::from(spawned(g))).sum();
-    if instances > 10_000 {
+    if instances > crate::scenario::MAX_INSTANCES {
         p.push(
             Problem::new(
                 "cluster.groups",
-                format!("{instances} instances in all; at most 10,000"),
+                format!(
+                    "{instances} instances in all; at most {}",
+                    crate::scenario::grouped(crate::scenario::MAX_INSTANCES)
+                ),
             )
             .hint("simulate a representative slice of the cluster"),
         );

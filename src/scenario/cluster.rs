@@ -5,6 +5,9 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+/// The most instances a scenario may hold, autoscaled groups counted at their `max`.
+pub const MAX_INSTANCES: u64 = 10_000;
+
 /// The model-server instances, as groups of identical instances.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]

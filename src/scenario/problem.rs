@@ -42,6 +42,19 @@ pub fn readable(v: f64) -> String {
     readable_numbers(v.to_string())
 }
 
+/// `n` with its digits in groups of three, as messages write limits: `100,000`.
+pub fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// `message` with every number written in more than [`LONGEST_PLAIN_NUMBER`] characters in
 /// scientific notation. Rust prints an `f64` in full, so a value such as `1e300` given where a
 /// few microseconds were expected would otherwise be reported as 301 digits.
@@ -121,6 +134,16 @@ pub fn finite_positive(problems: &mut Vec<Problem>, path: &str, v: f64, hint: &s
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn limits_are_written_in_groups_of_three_digits() {
+        assert_eq!(grouped(0), "0");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(1000), "1,000");
+        assert_eq!(grouped(100_000), "100,000");
+        assert_eq!(grouped(16_777_216), "16,777,216");
+        assert_eq!(grouped(u64::MAX), "18,446,744,073,709,551,615");
+    }
 
     #[test]
     fn numbers_too_long_to_read_are_shown_in_scientific_notation() {

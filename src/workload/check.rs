@@ -230,7 +230,10 @@ fn check_adapters(p: &mut Vec<Problem>, s: &Scenario) {
         };
         p.push(Problem::new(
             format!("workload.adapters.{path}"),
-            format!("at most 100,000 adapters, got {declared}"),
+            format!(
+                "at most {} adapters, got {declared}",
+                crate::scenario::grouped(crate::scenario::AdapterSet::MAX as u64)
+            ),
         ));
         return;
     }
