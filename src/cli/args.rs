@@ -194,7 +194,7 @@ pub(crate) fn load(
     catalog: &Catalog,
 ) -> Result<scenario::Scenario, ExitCode> {
     crate::loader::load(path, overrides, catalog).map_err(|e| {
-        eprint!("error: {e}");
+        note!("error: {e}");
         ExitCode::from(2)
     })
 }
@@ -202,10 +202,10 @@ pub(crate) fn load(
 /// Says on stderr when a scenario will take minutes.
 pub(crate) fn announce(sc: &scenario::Scenario, catalog: &crate::catalog::Catalog) {
     if let Some(a) = crate::loader::estimate::estimate(sc).announcement() {
-        eprintln!("warning: {a}");
+        noteln!("warning: {a}");
     }
     for w in crate::loader::estimate::slow_inputs(sc, catalog) {
-        eprintln!("warning: {w}");
+        noteln!("warning: {w}");
     }
 }
 
@@ -214,9 +214,9 @@ pub(crate) fn announce(sc: &scenario::Scenario, catalog: &crate::catalog::Catalo
 pub(crate) fn finish_interrupted_commits(dirs: &[std::path::PathBuf]) -> Result<(), ExitCode> {
     for d in dirs {
         match crate::output::finish_interrupted_commit(d) {
-            Ok(notes) => notes.iter().for_each(|n| eprintln!("servesim: {n}")),
+            Ok(notes) => notes.iter().for_each(|n| noteln!("servesim: {n}")),
             Err(e) => {
-                eprintln!("error: {e}");
+                noteln!("error: {e}");
                 return Err(ExitCode::from(2));
             }
         }
@@ -231,11 +231,11 @@ pub(crate) fn open_out(out: Option<&Path>) -> Result<Option<crate::output::Outpu
         Ok(d) => {
             d.iter()
                 .flat_map(|d| d.notes())
-                .for_each(|n| eprintln!("servesim: {n}"));
+                .for_each(|n| noteln!("servesim: {n}"));
             Ok(d)
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            noteln!("error: {e}");
             Err(ExitCode::from(2))
         }
     }

@@ -50,7 +50,7 @@ pub(crate) struct CapacityArgs {
 
 pub(crate) fn capacity(app: &ServesimApp, a: CapacityArgs) -> ExitCode {
     let fail = |e: String| {
-        eprintln!("error: {e}");
+        noteln!("error: {e}");
         ExitCode::from(2)
     };
     let set = match parse_overrides(&a.set, None) {
@@ -106,11 +106,11 @@ pub(crate) fn capacity(app: &ServesimApp, a: CapacityArgs) -> ExitCode {
         },
         Err(CapacityError::Input(e)) => return fail(e),
         Err(CapacityError::Interrupted) => {
-            eprintln!("servesim: interrupted; nothing was written");
+            noteln!("servesim: interrupted; nothing was written");
             return ExitCode::from(130);
         }
         Err(e @ CapacityError::Run { .. }) => {
-            eprintln!("error: {e}");
+            noteln!("error: {e}");
             return ExitCode::from(1);
         }
     };
@@ -118,15 +118,15 @@ pub(crate) fn capacity(app: &ServesimApp, a: CapacityArgs) -> ExitCode {
     if let Some(dir) = out_dir
         && let Err(e) = super::args::write_files(dir, &[("capacity.json", json.as_bytes())])
     {
-        eprintln!("error: {e}");
+        noteln!("error: {e}");
         return ExitCode::from(1);
     }
     for w in &result.warnings {
-        eprintln!("warning: {w}");
+        noteln!("warning: {w}");
     }
     for g in &result.groups {
         for w in &g.warnings {
-            eprintln!(
+            noteln!(
                 "warning: group {} alone: {w}",
                 g.group.as_deref().unwrap_or("?")
             );
@@ -137,7 +137,7 @@ pub(crate) fn capacity(app: &ServesimApp, a: CapacityArgs) -> ExitCode {
         Format::Json => out!("{json}"),
     }
     if !a.quiet {
-        eprintln!(
+        noteln!(
             "servesim: {} on {} in {:.2} s wall",
             super::args::counted(
                 result.runs + result.groups.iter().map(|g| g.runs).sum::<u32>(),

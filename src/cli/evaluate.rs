@@ -32,7 +32,7 @@ pub(crate) struct EvaluateArgs {
 
 pub(crate) fn evaluate(app: &ServesimApp, a: EvaluateArgs) -> ExitCode {
     let fail = |e: String| {
-        eprintln!("error: {e}");
+        noteln!("error: {e}");
         ExitCode::from(2)
     };
     let set = match parse_overrides(&a.set, None) {
@@ -81,7 +81,7 @@ pub(crate) fn evaluate(app: &ServesimApp, a: EvaluateArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) if e.starts_with("seed ") => {
-            eprintln!("error: {e}");
+            noteln!("error: {e}");
             ExitCode::from(1)
         }
         Err(e) => fail(e),

@@ -15,12 +15,12 @@ fn load_with_measured(
     catalog: &Catalog,
 ) -> Result<(scenario::Scenario, crate::fidelity::Measurement), ExitCode> {
     let overrides = parse_overrides(set, None).map_err(|e| {
-        eprintln!("error: {e}");
+        noteln!("error: {e}");
         ExitCode::from(2)
     })?;
     let sc = load(scenario, &overrides, catalog)?;
     let rows = crate::fidelity::measured::load(measured).map_err(|e| {
-        eprintln!("error: {e}");
+        noteln!("error: {e}");
         ExitCode::from(2)
     })?;
     Ok((sc, rows))
@@ -50,14 +50,14 @@ pub(crate) fn check_real(app: &ServesimApp, a: CheckRealArgs) -> ExitCode {
             } else {
                 "the measured requests' timeout"
             };
-            eprintln!("error: {whose}: {e}");
+            noteln!("error: {whose}: {e}");
             return ExitCode::from(2);
         }
     };
     let report = match crate::fidelity::check_real(app, &sc, &measurement, timeout) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("error: {e}");
+            noteln!("error: {e}");
             return ExitCode::from(1);
         }
     };
@@ -65,11 +65,11 @@ pub(crate) fn check_real(app: &ServesimApp, a: CheckRealArgs) -> ExitCode {
     let dir = out.unwrap_or_else(|| PathBuf::from(&sc.outputs.dir));
     let mut out_dir = match crate::output::OutputDir::open(&dir) {
         Ok(d) => {
-            d.notes().iter().for_each(|n| eprintln!("servesim: {n}"));
+            d.notes().iter().for_each(|n| noteln!("servesim: {n}"));
             d
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            noteln!("error: {e}");
             return ExitCode::from(2);
         }
     };
@@ -84,14 +84,14 @@ pub(crate) fn check_real(app: &ServesimApp, a: CheckRealArgs) -> ExitCode {
             })
     });
     if let Err(e) = written.and_then(|()| out_dir.commit()) {
-        eprintln!("error: {e}");
+        noteln!("error: {e}");
         return ExitCode::from(1);
     }
     match format {
         Format::Text => out!("{}", report.to_text()),
         Format::Json => outln!("{json}"),
     }
-    eprintln!(
+    noteln!(
         "servesim: report in {}",
         dir.join("check-real.json").display()
     );
@@ -119,7 +119,7 @@ pub(crate) fn calibrate(app: &ServesimApp, a: CalibrateArgs) -> ExitCode {
     let rows = measurement.completed();
     let left_out = measurement.timed_out() + measurement.failed;
     if left_out > 0 {
-        eprintln!(
+        noteln!(
             "servesim: {left_out} of the measured requests timed out or failed and are left out of the fit (fit to a run that keeps up; `check-real` replays and counts timeouts)"
         );
     }
@@ -130,14 +130,14 @@ pub(crate) fn calibrate(app: &ServesimApp, a: CalibrateArgs) -> ExitCode {
         max_evals,
         ["--group", "--max-evals"],
     ) {
-        eprintln!("error: {problem}");
+        noteln!("error: {problem}");
         return ExitCode::from(2);
     }
     let fit = match crate::fidelity::calibrate::calibrate(app, &sc, group, &rows, model, max_evals)
     {
         Ok(f) => f,
         Err(e) => {
-            eprintln!("error: {e}");
+            noteln!("error: {e}");
             return ExitCode::from(1);
         }
     };

@@ -595,7 +595,7 @@ pub(crate) fn validate(app: &ServesimApp, a: ValidateArgs) -> ExitCode {
     let overrides = match parse_overrides(&set, None) {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("error: {e}");
+            noteln!("error: {e}");
             return ExitCode::from(2);
         }
     };
@@ -619,7 +619,7 @@ pub(crate) fn report(a: ReportArgs) -> ExitCode {
     });
     // What cannot be read is bad input (exit 2); a page that cannot be written, a failure (1).
     if out.is_dir() {
-        eprintln!(
+        noteln!(
             "error: --out {} is a directory: give the page's file name, e.g. --out {}",
             out.display(),
             out.join("report.html").display()
@@ -629,7 +629,7 @@ pub(crate) fn report(a: ReportArgs) -> ExitCode {
     let same = |a: &PathBuf| std::fs::canonicalize(a).unwrap_or_else(|_| a.clone());
     for (k, d) in dirs.iter().enumerate() {
         if let Some(first) = dirs[..k].iter().find(|e| same(e) == same(d)) {
-            eprintln!(
+            noteln!(
                 "error: {} and {} are the same directory: give each run once",
                 first.display(),
                 d.display()
@@ -643,17 +643,17 @@ pub(crate) fn report(a: ReportArgs) -> ExitCode {
     let page = match crate::report::report(&dirs) {
         Ok(page) => page,
         Err(e) => {
-            eprintln!("error: {e}");
+            noteln!("error: {e}");
             return ExitCode::from(2);
         }
     };
     match super::run::write_page(&page, &out) {
         Ok(()) => {
-            eprintln!("servesim: report in {}", out.display());
+            noteln!("servesim: report in {}", out.display());
             ExitCode::SUCCESS
         }
         Err((code, e)) => {
-            eprintln!("error: {e}");
+            noteln!("error: {e}");
             ExitCode::from(code)
         }
     }

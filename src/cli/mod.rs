@@ -19,6 +19,17 @@ macro_rules! outln {
     ($($t:tt)*) => { $crate::cli::write_stdout(format_args!($($t)*), true) };
 }
 
+/// `note!` that a stderr nobody can write to (`2>/dev/full`, a closed descriptor) cannot
+/// turn into a panic: see [`write_stderr`].
+macro_rules! note {
+    ($($t:tt)*) => { $crate::cli::write_stderr(format_args!($($t)*), false) };
+}
+
+/// `noteln!` that cannot panic: see [`write_stderr`].
+macro_rules! noteln {
+    ($($t:tt)*) => { $crate::cli::write_stderr(format_args!($($t)*), true) };
+}
+
 mod args;
 mod capacity;
 mod evaluate;
@@ -118,6 +129,21 @@ where
     }
 }
 
+/// Writes to stderr. Stderr holds diagnostics only (timing, progress, warnings, errors), so a
+/// failed write is dropped: the command goes on and ends with the exit status it would have
+/// had, which still says whether it failed (`noteln!` panicked, exit 101).
+pub(crate) fn write_stderr(text: std::fmt::Arguments<'_>, newline: bool) {
+    use std::io::Write as _;
+    let mut stderr = std::io::stderr().lock();
+    let _ = stderr.write_fmt(text).and_then(|()| {
+        if newline {
+            stderr.write_all(b"\n")
+        } else {
+            Ok(())
+        }
+    });
+}
+
 /// Writes to stdout. When the reader has gone (`servesim list hardware | head -3`), the
 /// process ends quietly with status 141, as SIGPIPE ends other command-line tools, instead
 /// of panicking (`run` has committed its result files before it prints).
@@ -138,7 +164,7 @@ pub(crate) fn write_stdout(text: std::fmt::Arguments<'_>, newline: bool) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(141),
         Err(e) => {
-            eprintln!("servesim: cannot write to stdout: {e}");
+            noteln!("servesim: cannot write to stdout: {e}");
             std::process::exit(1);
         }
     }

@@ -48,7 +48,7 @@ pub(crate) struct PlanArgs {
 
 pub(crate) fn plan(app: &ServesimApp, a: PlanArgs) -> ExitCode {
     let fail = |e: String| {
-        eprintln!("error: {e}");
+        noteln!("error: {e}");
         ExitCode::from(2)
     };
     let set = match parse_overrides(&a.set, None) {
@@ -88,7 +88,7 @@ pub(crate) fn plan(app: &ServesimApp, a: PlanArgs) -> ExitCode {
             match crate::plan::progress::Trials::start(dir.path(), &origin, a.resume) {
                 Ok(t) => {
                     if a.resume {
-                        eprintln!(
+                        noteln!(
                             "servesim: resuming: {} trials kept from {}",
                             t.kept(),
                             t.path().display()
@@ -122,16 +122,16 @@ pub(crate) fn plan(app: &ServesimApp, a: PlanArgs) -> ExitCode {
         Err(PlanError::Input(e)) => return fail(e),
         Err(PlanError::Interrupted) => {
             match &trials {
-                Some(t) => eprintln!(
+                Some(t) => noteln!(
                     "servesim: interrupted; the finished trials are in {}: run the same command with --resume to go on",
                     t.path().display()
                 ),
-                None => eprintln!("servesim: interrupted; nothing was written"),
+                None => noteln!("servesim: interrupted; nothing was written"),
             }
             return ExitCode::from(130);
         }
         Err(PlanError::Run(e)) => {
-            eprintln!("error: {e}");
+            noteln!("error: {e}");
             return ExitCode::from(1);
         }
     };
@@ -139,7 +139,7 @@ pub(crate) fn plan(app: &ServesimApp, a: PlanArgs) -> ExitCode {
     if let Some(dir) = out_dir {
         let path = dir.path().to_path_buf();
         if let Err(e) = write_plan(dir, &result, &json) {
-            eprintln!("error: {e}");
+            noteln!("error: {e}");
             return ExitCode::from(1);
         }
         crate::plan::progress::remove(&path);
@@ -149,7 +149,7 @@ pub(crate) fn plan(app: &ServesimApp, a: PlanArgs) -> ExitCode {
         Format::Json => out!("{json}"),
     }
     if !a.quiet {
-        eprintln!(
+        noteln!(
             "servesim: {}, {} on {} in {:.2} s wall",
             super::args::counted(result.outcomes.len() as u64, "configuration"),
             super::args::counted(result.runs as u64, "run"),
@@ -194,7 +194,7 @@ pub(crate) fn merge(shards: &[PathBuf], out: &std::path::Path) -> ExitCode {
         match read {
             Ok(p) => parts.push((d.display().to_string(), p)),
             Err(e) => {
-                eprintln!("error: {e}");
+                noteln!("error: {e}");
                 return ExitCode::from(2);
             }
         }
@@ -202,27 +202,27 @@ pub(crate) fn merge(shards: &[PathBuf], out: &std::path::Path) -> ExitCode {
     let result = match crate::plan::merge(parts) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("error: {e}");
+            noteln!("error: {e}");
             return ExitCode::from(2);
         }
     };
     let dir = match crate::output::OutputDir::open(out) {
         Ok(d) => {
-            d.notes().iter().for_each(|n| eprintln!("servesim: {n}"));
+            d.notes().iter().for_each(|n| noteln!("servesim: {n}"));
             d
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            noteln!("error: {e}");
             return ExitCode::from(2);
         }
     };
     let json = serde_json::to_string_pretty(&result).unwrap_or_default() + "\n";
     if let Err(e) = write_plan(dir, &result, &json) {
-        eprintln!("error: {e}");
+        noteln!("error: {e}");
         return ExitCode::from(1);
     }
     out!("{}", result.text(5));
-    eprintln!(
+    noteln!(
         "servesim: merged {} plan shards, {} configurations, into {}",
         shards.len(),
         result.outcomes.len(),

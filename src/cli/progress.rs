@@ -189,7 +189,7 @@ impl Bar {
                     .length()
                     .map_or(String::new(), |n| format!("/{about}{n}"));
                 let s = elapsed.as_secs();
-                eprintln!(
+                noteln!(
                     "{:02}:{:02}:{:02} {position}{total} {}, {message}",
                     s / 3600,
                     s / 60 % 60,

@@ -38,7 +38,7 @@ pub(crate) fn write_page(page: &str, out: &Path) -> Result<(), (u8, String)> {
         _ => PathBuf::from("."),
     };
     let mut dir = crate::output::OutputDir::open(&parent).map_err(|e| (2, e.to_string()))?;
-    dir.notes().iter().for_each(|n| eprintln!("servesim: {n}"));
+    dir.notes().iter().for_each(|n| noteln!("servesim: {n}"));
     let mut w = dir.create(&name).map_err(|e| (1, e.to_string()))?;
     use std::io::Write;
     w.write_all(page.as_bytes())
@@ -74,13 +74,13 @@ pub(crate) fn run(app: &ServesimApp, a: RunArgs) -> ExitCode {
     }
     if let Some(w) = &trace_window {
         let Some((a, b)) = w.split_once("..") else {
-            eprintln!(
+            noteln!(
                 "error: --trace-window {w}: expected START..END in simulated seconds, e.g. --trace-window 100..160"
             );
             return ExitCode::from(2);
         };
         let (Ok(a), Ok(b)) = (a.trim().parse::<f64>(), b.trim().parse::<f64>()) else {
-            eprintln!(
+            noteln!(
                 "error: --trace-window {w}: START and END must be numbers of simulated seconds, e.g. --trace-window 100..160"
             );
             return ExitCode::from(2);
@@ -93,7 +93,7 @@ pub(crate) fn run(app: &ServesimApp, a: RunArgs) -> ExitCode {
     let overrides = match parse_overrides(&set, seed) {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("error: {e}");
+            noteln!("error: {e}");
             return ExitCode::from(2);
         }
     };
@@ -108,7 +108,7 @@ pub(crate) fn run(app: &ServesimApp, a: RunArgs) -> ExitCode {
             (None, None) => None,
         };
         if let Some(flag) = flag {
-            eprintln!(
+            noteln!(
                 "error: {flag} shapes timeline.json, which this run does not write: add --trace timeline (or outputs.timeline_json: true)"
             );
             return ExitCode::from(2);
@@ -116,7 +116,7 @@ pub(crate) fn run(app: &ServesimApp, a: RunArgs) -> ExitCode {
     }
     let out_dir = out.unwrap_or_else(|| PathBuf::from(&sc.outputs.dir));
     if let Err(e) = crate::output::check_dir(&out_dir) {
-        eprintln!("error: {e}");
+        noteln!("error: {e}");
         return ExitCode::from(2);
     }
     announce(&sc, catalog);
@@ -129,7 +129,7 @@ pub(crate) fn run(app: &ServesimApp, a: RunArgs) -> ExitCode {
     let wall_limit_hit = Arc::new(AtomicBool::new(false));
     if let Some(limit) = max_wall_s {
         if !limit.is_finite() || limit <= 0.0 {
-            eprintln!(
+            noteln!(
                 "error: --max-wall-s must be a number of seconds > 0, got {}",
                 crate::scenario::readable(limit)
             );
@@ -183,11 +183,11 @@ pub(crate) fn run(app: &ServesimApp, a: RunArgs) -> ExitCode {
         Err(crate::SimError::Setup(crate::SetupError::Outputs(
             e @ crate::output::OutputError::Unusable(_),
         ))) => {
-            eprintln!("error: {e}");
+            noteln!("error: {e}");
             return ExitCode::from(2);
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            noteln!("error: {e}");
             return ExitCode::from(1);
         }
     };
@@ -205,37 +205,37 @@ pub(crate) fn run(app: &ServesimApp, a: RunArgs) -> ExitCode {
         Err(e @ crate::SimError::Run(crate::RunError::Interrupted(t)))
             if wall_limit_hit.load(Ordering::Relaxed) =>
         {
-            eprintln!(
+            noteln!(
                 "error: stopped by --max-wall-s at simulated time {t}{}",
                 as_it_was(&e)
             );
             return ExitCode::from(1);
         }
         Err(e @ crate::SimError::Run(crate::RunError::Interrupted(_))) => {
-            eprintln!("servesim: {e}{}", as_it_was(&e));
+            noteln!("servesim: {e}{}", as_it_was(&e));
             return ExitCode::from(130);
         }
         Err(e) => {
-            eprintln!("error: {e}{}", as_it_was(&e));
+            noteln!("error: {e}{}", as_it_was(&e));
             return ExitCode::from(1);
         }
     };
     if !report.completed.is_empty() {
-        eprintln!(
+        noteln!(
             "servesim: finished the commit of a run killed while moving its results into {}: {} moved into place (this run then replaced what it writes)",
             out_dir.display(),
             report.completed.join(", ")
         );
     }
     if !report.cleaned.is_empty() {
-        eprintln!(
+        noteln!(
             "servesim: removed what killed runs left in {}: {}",
             out_dir.display(),
             report.cleaned.join(", ")
         );
     }
     for w in &summary.warnings {
-        eprintln!("warning: {w}");
+        noteln!("warning: {w}");
     }
     let wall = started.elapsed().as_secs_f64();
     match format {
@@ -255,7 +255,7 @@ pub(crate) fn run(app: &ServesimApp, a: RunArgs) -> ExitCode {
         )
     };
     if !quiet {
-        eprintln!(
+        noteln!(
             "servesim: {} requests, {} ticks in {wall:.3} s wall ({:.0} requests/s, {:.0} ns per tick{}); {results}",
             summary.requests.injected,
             summary.ticks,
@@ -267,11 +267,11 @@ pub(crate) fn run(app: &ServesimApp, a: RunArgs) -> ExitCode {
     if want_report || sc.outputs.report_html {
         let page = out_dir.join("report.html");
         if let Err(e) = write_report(std::slice::from_ref(&out_dir), &page) {
-            eprintln!("error: the run's results are written, but not its report: {e}");
+            noteln!("error: the run's results are written, but not its report: {e}");
             return ExitCode::from(1);
         }
         if !quiet {
-            eprintln!("servesim: report in {}", page.display());
+            noteln!("servesim: report in {}", page.display());
         }
     }
     let mut report = report;
@@ -279,7 +279,7 @@ pub(crate) fn run(app: &ServesimApp, a: RunArgs) -> ExitCode {
         report.earlier.retain(|n| n != "report.html");
     }
     if !report.earlier.is_empty() && !quiet {
-        eprintln!(
+        noteln!(
             "servesim: left alone in {}: {} (from an earlier run; this run does not write {})",
             out_dir.display(),
             report.earlier.join(", "),

@@ -86,7 +86,7 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
     let catalog = built.world().resource::<Catalog>();
     use crate::sweep::{Plan, parse_axis, parse_shard};
     let fail = |e: String| {
-        eprintln!("error: {e}");
+        noteln!("error: {e}");
         ExitCode::from(2)
     };
     let axes = match a
@@ -125,7 +125,7 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
     // until sweep.csv and sweep.json are committed: a second sweep into it is refused.
     let out_dir = match crate::output::OutputDir::open(&a.out) {
         Ok(d) => {
-            d.notes().iter().for_each(|n| eprintln!("servesim: {n}"));
+            d.notes().iter().for_each(|n| noteln!("servesim: {n}"));
             d
         }
         Err(e) => return fail(e.to_string()),
@@ -149,7 +149,7 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
     }
     if !problems.is_empty() {
         for p in &problems {
-            eprint!("error: {p}");
+            note!("error: {p}");
         }
         return ExitCode::from(2);
     }
@@ -166,7 +166,7 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
         }
     } else {
         if a.out.join(kept::ROWS).exists() && !a.quiet {
-            eprintln!(
+            noteln!(
                 "servesim: starting over: {} held the runs of an earlier attempt (--resume keeps them)",
                 a.out.display()
             );
@@ -178,7 +178,7 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
         Err(e) => return fail(e),
     };
     if !finished.is_empty() && !a.quiet {
-        eprintln!(
+        noteln!(
             "servesim: resuming: {} of {} runs already finished in {}",
             finished.len(),
             points.len(),
@@ -233,7 +233,7 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
     bar.clear();
     let progress_error = progress_error.into_inner().expect("no thread panicked");
     if let Some(e) = &progress_error {
-        eprintln!("warning: finished runs were not all kept for --resume: {e}");
+        noteln!("warning: finished runs were not all kept for --resume: {e}");
     }
     let Some(new_rows) = rows else {
         let kept = match &keep {
@@ -243,7 +243,7 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
             ),
             None => String::new(),
         };
-        eprintln!(
+        noteln!(
             "servesim: interrupted; sweep.csv and sweep.json were not written; the {} runs finished are kept in {}{kept}: run the same command with --resume to finish the rest",
             finished.len() as u64 + done.load(Ordering::Relaxed),
             a.out.join(kept::ROWS).display()
@@ -253,7 +253,7 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
     let mut rows = finished;
     rows.extend(new_rows);
     if let Err(e) = write_sweep(out_dir, &plan, &rows) {
-        eprintln!("error: {e}");
+        noteln!("error: {e}");
         return ExitCode::from(1);
     }
     kept::remove(&a.out);
@@ -276,7 +276,7 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
         })
         .collect();
     if !a.quiet {
-        eprintln!(
+        noteln!(
             "servesim: {} on {} in {:.2} s wall; wrote sweep.csv, sweep.json{} in {}",
             super::args::counted(total as u64, "run"),
             super::args::counted(jobs.min(total.max(1)) as u64, "thread"),
@@ -292,13 +292,13 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
     if failures.is_empty() {
         return ExitCode::SUCCESS;
     }
-    eprintln!(
+    noteln!(
         "error: {} of {} runs failed (their rows in sweep.csv say so in `status`):",
         failures.len(),
         rows.len()
     );
     for f in &failures {
-        eprintln!("  {f}");
+        noteln!("  {f}");
     }
     ExitCode::from(1)
 }
@@ -312,7 +312,7 @@ pub(crate) fn merge(a: MergeArgs) -> ExitCode {
             .iter()
             .find(|d| std::fs::canonicalize(d).is_ok_and(|d| d == target))
     {
-        eprintln!(
+        noteln!(
             "error: --out {} is the shard {}: merging into it would replace the shard; give --out another directory",
             out.display(),
             shard.display()
@@ -336,33 +336,33 @@ pub(crate) fn merge(a: MergeArgs) -> ExitCode {
     {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("error: {e}");
+            noteln!("error: {e}");
             return ExitCode::from(2);
         }
     };
     let (plan, rows) = match crate::sweep::merge(parts) {
         Ok(m) => m,
         Err(e) => {
-            eprintln!("error: {e}");
+            noteln!("error: {e}");
             return ExitCode::from(2);
         }
     };
     let out_dir = match crate::output::OutputDir::open(&out) {
         Ok(d) => {
-            d.notes().iter().for_each(|n| eprintln!("servesim: {n}"));
+            d.notes().iter().for_each(|n| noteln!("servesim: {n}"));
             d
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            noteln!("error: {e}");
             return ExitCode::from(2);
         }
     };
     if let Err(e) = write_sweep(out_dir, &plan, &rows) {
-        eprintln!("error: {e}");
+        noteln!("error: {e}");
         return ExitCode::from(1);
     }
     out!("{}", comparison(&plan, &rows));
-    eprintln!(
+    noteln!(
         "servesim: merged {} shards, {} points, into {}",
         shards.len(),
         rows.len(),

@@ -1189,3 +1189,36 @@ fn a_zero_size_beside_a_model_and_gpu_is_a_problem_not_a_panic() {
         "{err}"
     );
 }
+
+/// A stderr that cannot be written (`2>/dev/full`) made `eprintln!` panic: exit 101 after a
+/// run that had succeeded. Diagnostics that cannot be written are dropped; the exit status
+/// still tells success (0, results written) from bad input (2).
+#[test]
+fn a_full_stderr_changes_no_exit_status() {
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        return; // no /dev/full on this system
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let status = |args: &[&str], stderr: std::fs::File| {
+        Command::new(env!("CARGO_BIN_EXE_servesim"))
+            .args(args)
+            .current_dir(root())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .status()
+            .unwrap()
+            .code()
+    };
+    let run = [
+        "run",
+        "scenarios/quickstart.ron",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    assert_eq!(status(&run, full.try_clone().unwrap()), Some(0));
+    assert!(out.join("summary.json").is_file());
+    let bad = dir.path().join("bad.ron");
+    std::fs::write(&bad, "(cluster: (groups: []))").unwrap();
+    assert_eq!(status(&["validate", bad.to_str().unwrap()], full), Some(2));
+}
