@@ -7,7 +7,9 @@
 //! with weights = params · weight BPP (3-matrix FFN), activation 5.5 GiB dense / 8 GiB MoE per
 //! replica, non-torch 0.15 GiB for one GPU else 0.6 GiB per GPU.
 //! blocks = ⌊free bytes per GPU / (block_size · KV bytes per token per GPU)⌋, the same on
-//! every GPU. For one GPU this is exactly BLIS's formula; for TP > 1 BLIS divides the
+//! every GPU. For one GPU this is exactly BLIS's formula, except that the query and output
+//! projections count H·head_dim columns where BLIS counts d (the same unless a model's
+//! heads are narrower or wider than its hidden size); for TP > 1 BLIS divides the
 //! per-token bytes by TP but multiplies the memory of all TP GPUs, which counts TP times
 //! the blocks that fit (its golden dataset's qwen2.5-7b TP4 case has 1,281,766 blocks where
 //! this gives 311,546).
@@ -74,7 +76,11 @@ pub fn attention_params(m: &ModelConfig) -> f64 {
         attention * (d * (q_out + 2.0 * dkv) + q * d + 2.0 * d)
             + f64::from(m.kinds.linear) * (linear_layer_params(m) + 2.0 * d)
     } else {
-        l * (d * (d + 2.0 * dkv) + d * d + 2.0 * d)
+        // The query and output projections are H·head_dim wide, as vLLM loads them; BLIS
+        // counts d² for each, which is the same only where H·head_dim = d (not on
+        // Mistral-Nemo's 32 × 128 = 4,096 of 5,120, nor Qwen3-30B-A3B's 4,096 of 2,048).
+        let q = f64::from(m.heads) * f64::from(m.head_dim);
+        l * (d * (q + 2.0 * dkv) + q * d + 2.0 * d)
     }
 }
 
