@@ -114,10 +114,14 @@ pub fn estimate(s: &Scenario) -> WorkEstimate {
 const SLOW_TRANSFER_S: f64 = 3600.0;
 const SPARSE_ARRIVALS_S: f64 = 86_400.0;
 
+/// The KV block sizes vLLM's `--block-size` accepts (`BlockSize` in `vllm/config/cache.py`,
+/// vLLM 0.11 to 0.15).
+const VLLM_BLOCK_SIZES: [u32; 7] = [1, 8, 16, 32, 64, 128, 256];
+
 /// Inputs that will leave a run idle or waiting for long simulated spans (a KV or host link
 /// so slow that one prompt's KV takes hours to move, alpha overheads that hold a prompt for
-/// hours, arrivals days apart), or a step token
-/// budget below the batch limit (vLLM refuses it), as warnings. The run handles them (idle
+/// hours, arrivals days apart), a step token budget below the batch limit or a block size
+/// vLLM does not offer (vLLM refuses both), as warnings. The run handles them (idle
 /// spans cost nothing, see docs/guarantees.md), but they are more often a wrong unit or a
 /// slip than an intent.
 pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<String> {
@@ -144,6 +148,13 @@ pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<Strin
         let Ok(r) = super::resolve_group(s, i, catalog) else {
             continue;
         };
+        if g.block_size > 0 && !VLLM_BLOCK_SIZES.contains(&g.block_size) {
+            w.push(format!(
+                "cluster.groups[{i}].block_size = {}: vLLM's --block-size is one of {} (`BlockSize` in vllm/config/cache.py); this runs as a what-if",
+                g.block_size,
+                VLLM_BLOCK_SIZES.map(|b| b.to_string()).join(", ")
+            ));
+        }
         if g.max_num_batched_tokens < g.max_num_seqs {
             w.push(format!(
                 "cluster.groups[{i}].max_num_batched_tokens = {} is below max_num_seqs = {}: vLLM refuses this (its scheduler config requires max_num_batched_tokens ≥ max_num_seqs); here a step takes at most {} tokens, so at most that many requests advance per step",

@@ -1115,6 +1115,20 @@ fn validate_warns_of_links_and_rates_that_leave_a_run_idle_for_days() {
         !err.contains("cluster.groups[0].max_num_batched_tokens"),
         "{err}"
     );
+    // A block size vLLM's --block-size does not offer runs, as a what-if, with a word.
+    let err = validate(
+        text("50.0", "5.0").replace("kv_blocks: 1000,", "kv_blocks: 1000, block_size: 7,"),
+    );
+    for i in 0..2 {
+        assert!(
+            err.contains(&format!("warning: cluster.groups[{i}].block_size = 7: vLLM's --block-size is one of 1, 8, 16, 32, 64, 128, 256")),
+            "{err}"
+        );
+    }
+    let err = validate(
+        text("50.0", "5.0").replace("kv_blocks: 1000,", "kv_blocks: 1000, block_size: 32,"),
+    );
+    assert!(!err.contains("block_size"), "{err}");
     // α1 = 10⁹ µs per prompt token: 64 tokens wait 64,000 s = 17.8 hours for the engine.
     let err = validate(text("50.0", "5.0").replacen(
         "alpha: [0.0, 0.0, 0.0]",
