@@ -63,12 +63,50 @@ fn columns(
         .collect()
 }
 
-fn num(record: &csv::StringRecord, i: usize) -> f64 {
-    record
-        .get(i)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(f64::NAN)
+/// The cells `cols` (named `names`) of `record`, read from line `line` of `path`: an empty
+/// cell is a value the run did not have (NaN); anything else must be a finite number ≥ 0, as
+/// servesim writes them, so a hand-edited or foreign file is refused where it is wrong
+/// instead of drawn as if it were right.
+fn numbers<const N: usize>(
+    path: &Path,
+    line: u64,
+    record: &csv::StringRecord,
+    cols: [usize; N],
+    names: [&str; N],
+) -> Result<[f64; N], ReportError> {
+    let mut out = [f64::NAN; N];
+    for (k, (&c, name)) in cols.iter().zip(names).enumerate() {
+        let cell = record.get(c).unwrap_or("");
+        if cell.is_empty() {
+            continue;
+        }
+        match cell.parse::<f64>() {
+            Ok(v) if v.is_finite() && v >= 0.0 => out[k] = v,
+            _ => {
+                return Err(read_err(
+                    path,
+                    format!(
+                        "line {line}, column `{name}`: expected a number ≥ 0, got \"{}\" (is it a servesim result file?)",
+                        cell.chars().take(40).collect::<String>()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(out)
 }
+
+/// The `state` values servesim writes in `requests.csv`.
+const STATES: [&str; 8] = [
+    "completed",
+    "rejected",
+    "dropped",
+    "timed_out",
+    "queued",
+    "running",
+    "in_transit",
+    "failed",
+];
 
 fn read_requests(path: &Path) -> Result<Requests, ReportError> {
     let mut reader = csv::Reader::from_reader(
@@ -87,11 +125,29 @@ fn read_requests(path: &Path) -> Result<Requests, ReportError> {
         .read_record(&mut record)
         .map_err(|e| read_err(path, e))?
     {
-        if record.get(c[0]) != Some("completed") {
+        let line = record.position().map_or(0, csv::Position::line);
+        let state = record.get(c[0]).unwrap_or("");
+        if state != "completed" {
+            if !STATES.contains(&state) {
+                return Err(read_err(
+                    path,
+                    format!(
+                        "line {line}, column `state`: no state \"{}\" (servesim writes {})",
+                        state.chars().take(40).collect::<String>(),
+                        STATES.join(", ")
+                    ),
+                ));
+            }
             continue;
         }
-        let (ttft, e2e, itl) = (num(&record, c[1]), num(&record, c[2]), num(&record, c[3]));
-        r.add(ttft, e2e, itl, num(&record, c[4]) / 1e6);
+        let [ttft, e2e, itl, done] = numbers(
+            path,
+            line,
+            &record,
+            [c[1], c[2], c[3], c[4]],
+            ["ttft_ms", "e2e_ms", "mean_itl_ms", "completion_us"],
+        )?;
+        r.add(ttft, e2e, itl, done / 1e6);
     }
     r.finish();
     Ok(r)
@@ -125,42 +181,62 @@ fn read_samples(path: &Path) -> Result<Samples, ReportError> {
         .read_record(&mut record)
         .map_err(|e| read_err(path, e))?
     {
-        let t = num(&record, c[0]);
-        let kv_total = num(&record, c[6]);
+        let line = record.position().map_or(0, csv::Position::line);
+        let [
+            t,
+            waiting,
+            in_flight,
+            kv_used,
+            kv_total,
+            tokens_per_s,
+            completed,
+            up,
+        ] = numbers(
+            path,
+            line,
+            &record,
+            [c[0], c[3], c[4], c[5], c[6], c[7], c[8], c[9]],
+            [
+                "time_s",
+                "waiting",
+                "in_flight",
+                "kv_used_blocks",
+                "kv_total_blocks",
+                "decode_tokens_per_s",
+                "completed",
+                "instances_up",
+            ],
+        )?;
         let kv = if kv_total > 0.0 {
-            num(&record, c[5]) / kv_total
+            kv_used / kv_total
         } else {
             0.0
         };
-        match record.get(c[1]) {
-            Some("all") => {
+        match record.get(c[1]).unwrap_or("") {
+            "all" => {
                 let span = t - last_t;
-                let done_per_s = if span > 0.0 {
-                    num(&record, c[8]) / span
-                } else {
-                    0.0
-                };
+                let done_per_s = if span > 0.0 { completed / span } else { 0.0 };
                 last_t = t;
-                s.cluster.push([
-                    t,
-                    num(&record, c[3]),
-                    num(&record, c[4]),
-                    kv,
-                    num(&record, c[7]),
-                    done_per_s,
-                    num(&record, c[9]),
-                ]);
+                s.cluster
+                    .push([t, waiting, in_flight, kv, tokens_per_s, done_per_s, up]);
             }
-            Some(i) => {
-                let Ok(i) = i.parse::<u32>() else { continue };
+            i => {
+                let Ok(i) = i.parse::<u32>() else {
+                    return Err(read_err(
+                        path,
+                        format!(
+                            "line {line}, column `instance`: expected `all` or an instance number, got \"{}\"",
+                            i.chars().take(40).collect::<String>()
+                        ),
+                    ));
+                };
                 let group = record.get(c[2]).unwrap_or("");
                 s.instances
                     .entry(i)
                     .or_insert_with(|| (format!("{i} {group}"), Vec::new()))
                     .1
-                    .push([t, num(&record, c[3]), kv]);
+                    .push([t, waiting, kv]);
             }
-            None => {}
         }
     }
     Ok(s)
@@ -182,7 +258,9 @@ impl Run {
         if summary.exists() {
             let text =
                 crate::input::read_text(&summary).map_err(|e| read_err_plain(&summary, e))?;
-            run.summary = Some(serde_json::from_str(&text).map_err(|e| read_err(&summary, e))?);
+            let value = serde_json::from_str(&text).map_err(|e| read_err(&summary, e))?;
+            check_summary(&summary, &value)?;
+            run.summary = Some(value);
         }
         let requests = dir.join("requests.csv");
         if requests.exists() {
@@ -325,6 +403,47 @@ const SUMMARY_ROWS: [(&str, &str); 28] = [
     ("electricity cost", "/energy/electricity_cost"),
     ("fitness", "/fitness"),
 ];
+
+/// What the page reads of a `summary.json` must be as servesim writes it: an object with its
+/// `requests` counts, whole numbers where it counts, numbers (or null, for a metric the run
+/// had no sample of) elsewhere; a field the page does not read is not looked at.
+fn check_summary(path: &Path, summary: &Value) -> Result<(), ReportError> {
+    if !summary.get("requests").is_some_and(Value::is_object) {
+        return Err(read_err(
+            path,
+            "no `requests` object: is it a servesim summary.json?",
+        ));
+    }
+    let counts = ["/seed", "/preemptions"];
+    for (_, pointer) in SUMMARY_ROWS {
+        let Some(v) = summary.pointer(pointer) else {
+            continue;
+        };
+        let fine = match pointer {
+            "/scenario" => v.is_string(),
+            _ if pointer.starts_with("/requests/") || counts.contains(&pointer) => v.is_u64(),
+            _ => v.is_null() || v.as_f64().is_some_and(f64::is_finite),
+        };
+        if !fine {
+            let expected = match pointer {
+                "/scenario" => "a name",
+                _ if pointer.starts_with("/requests/") || counts.contains(&pointer) => {
+                    "a whole number ≥ 0"
+                }
+                _ => "a number",
+            };
+            let got: String = v.to_string().chars().take(40).collect();
+            return Err(read_err(
+                path,
+                format!(
+                    "`{}`: expected {expected}, got {got} (is it a servesim summary.json?)",
+                    pointer[1..].replace('/', ".")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
 
 fn summary_table(runs: &[Run]) -> String {
     let mut s = String::from(r#"<table class="summary"><thead><tr><th></th>"#);

@@ -1236,3 +1236,108 @@ fn a_full_stderr_changes_no_exit_status() {
     std::fs::write(&bad, "(cluster: (groups: []))").unwrap();
     assert_eq!(status(&["validate", bad.to_str().unwrap()], full), Some(2));
 }
+
+/// Result files edited by hand or written by another tool were drawn as if they were right:
+/// a count of −5 completed requests, a TTFT of "abc" (NaN), a state servesim never writes.
+/// What the page reads must be as servesim writes it; the error names file, line and column.
+#[test]
+fn report_refuses_result_files_servesim_did_not_write_where_they_are_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    let scenario = root().join("scenarios/quickstart.ron");
+    let out = servesim_within(
+        &[
+            "run",
+            scenario.to_str().unwrap(),
+            "--set",
+            "workload.num_requests=20",
+            "--out",
+            run.to_str().unwrap(),
+            "-q",
+        ],
+        60,
+    );
+    assert!(out.status.success());
+    let read = |name: &str| std::fs::read_to_string(run.join(name)).unwrap();
+    let (summary, requests, series) = (
+        read("summary.json"),
+        read("requests.csv"),
+        read("timeseries.csv"),
+    );
+    // Line `n` (1-based) of `text` with its `k`-th comma-separated cell replaced.
+    let with_cell = |text: &str, n: usize, k: usize, cell: &str| {
+        let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+        let mut cells: Vec<&str> = lines[n - 1].split(',').collect();
+        cells[k] = cell;
+        lines[n - 1] = cells.join(",");
+        lines.join("\n") + "\n"
+    };
+    let column = |text: &str, name: &str| {
+        text.lines()
+            .next()
+            .unwrap()
+            .split(',')
+            .position(|c| c == name)
+            .unwrap()
+    };
+    let completed_line = requests
+        .lines()
+        .position(|l| l.contains(",completed,"))
+        .unwrap()
+        + 1;
+    let cases = [
+        (
+            "summary.json",
+            summary.replacen("\"completed\": 20", "\"completed\": -5", 1),
+            "summary.json: `requests.completed`: expected a whole number ≥ 0, got -5",
+        ),
+        (
+            "summary.json",
+            "{\"scenario\": \"x\"}".to_string(),
+            "summary.json: no `requests` object: is it a servesim summary.json?",
+        ),
+        (
+            "requests.csv",
+            with_cell(
+                &requests,
+                completed_line,
+                column(&requests, "ttft_ms"),
+                "abc",
+            ),
+            &format!(
+                "requests.csv: line {completed_line}, column `ttft_ms`: expected a number ≥ 0, got \"abc\""
+            ),
+        ),
+        (
+            "requests.csv",
+            with_cell(&requests, 2, column(&requests, "state"), "done"),
+            "requests.csv: line 2, column `state`: no state \"done\"",
+        ),
+        (
+            "timeseries.csv",
+            with_cell(&series, 3, column(&series, "waiting"), "NaN"),
+            "timeseries.csv: line 3, column `waiting`: expected a number ≥ 0, got \"NaN\"",
+        ),
+    ];
+    for (file, text, says) in cases {
+        let bad = dir.path().join("bad");
+        let _ = std::fs::remove_dir_all(&bad);
+        std::fs::create_dir(&bad).unwrap();
+        for name in ["summary.json", "requests.csv", "timeseries.csv"] {
+            std::fs::copy(run.join(name), bad.join(name)).unwrap();
+        }
+        std::fs::write(bad.join(file), text).unwrap();
+        let out = servesim_within(&["report", bad.to_str().unwrap()], 20);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{file}: {err}");
+        assert!(err.contains(says), "{says}\n{err}");
+        assert!(!bad.join("report.html").exists());
+    }
+    // Empty cells (a metric the request had no sample of) and the run itself still read.
+    let out = servesim_within(&["report", run.to_str().unwrap()], 20);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
