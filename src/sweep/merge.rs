@@ -42,18 +42,57 @@ impl Part {
                 json.display()
             ));
         }
+        // Every point of the whole sweep, to check that a row says what its point is.
+        let whole = Plan {
+            shard: (0, 1),
+            ..plan.clone()
+        };
+        let points: BTreeMap<usize, super::Point> =
+            whole.points().into_iter().map(|p| (p.index, p)).collect();
         let mut rows = BTreeMap::new();
-        for (line, record) in reader.records().enumerate() {
+        for record in reader.records() {
             let record = record.map_err(|e| format!("{}: {e}", path.display()))?;
+            let line = record.position().map_or(0, csv::Position::line);
+            let at = || format!("{} line {line}", path.display());
             let row: Vec<String> = record.iter().map(String::from).collect();
-            let index: usize = row[0].parse().map_err(|_| {
-                format!(
-                    "{} line {}: `{}` is not a point number",
-                    path.display(),
-                    line + 2,
-                    row[0]
-                )
-            })?;
+            let index: usize = row[0]
+                .parse()
+                .map_err(|_| format!("{}: `{}` is not a point number", at(), row[0]))?;
+            let Some(point) = points.get(&index) else {
+                return Err(format!(
+                    "{}: point {index} is not one of this sweep's {} points (was it edited?)",
+                    at(),
+                    points.len()
+                ));
+            };
+            let said: Vec<&str> = row[1..=plan.axes.len() + 1]
+                .iter()
+                .map(String::as_str)
+                .collect();
+            let mut meant: Vec<&str> = point
+                .values
+                .iter()
+                .map(|v| super::display_value(v))
+                .collect();
+            let replica = point.replica.to_string();
+            meant.push(&replica);
+            if said != meant {
+                let named = |cells: &[&str]| {
+                    header[1..]
+                        .iter()
+                        .zip(cells)
+                        .map(|(h, c)| format!("{h} = {c}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                return Err(format!(
+                    "{}: point {index} is {} in this sweep, but the row says {} (was it edited?)",
+                    at(),
+                    named(&meant),
+                    named(&said)
+                ));
+            }
+            super::check_row(&header, &row).map_err(|e| format!("{}: {e}", at()))?;
             if rows.insert(index, row).is_some() {
                 return Err(format!("{}: point {index} appears twice", path.display()));
             }

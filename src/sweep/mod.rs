@@ -486,6 +486,57 @@ pub fn row(
     r
 }
 
+/// What is wrong with a `sweep.csv` row under `header` (of [`Plan::header`]), if anything: its
+/// status must be `ok` or an `error: …`, and its result cells as [`row`] writes them (numbers,
+/// or empty where a run had no value or failed; per-instance columns numbers separated by
+/// spaces; `extras` a JSON object), so that a row edited by hand or written by another tool
+/// is refused instead of merged or drawn.
+pub fn check_row(header: &[String], row: &[String]) -> Result<(), String> {
+    if row.len() != header.len() {
+        return Err(format!(
+            "{} fields where the header has {}",
+            row.len(),
+            header.len()
+        ));
+    }
+    let Some(status) = header.iter().position(|h| h == "status") else {
+        return Err("no `status` column".into());
+    };
+    let ok = row[status] == "ok";
+    if !ok && !row[status].starts_with("error: ") {
+        return Err(format!(
+            "column `status`: expected `ok` or `error: …`, got \"{}\"",
+            row[status].chars().take(40).collect::<String>()
+        ));
+    }
+    for (name, cell) in header.iter().zip(row).skip(status + 1) {
+        if cell.is_empty() {
+            continue;
+        }
+        let fine = ok
+            && if INSTANCE_COLUMNS.contains(&name.as_str()) {
+                cell.split(' ').all(|v| v.parse::<f64>().is_ok())
+            } else if name == "extras" {
+                serde_json::from_str::<serde_json::Map<String, Value>>(cell).is_ok()
+            } else {
+                cell.parse::<f64>().is_ok()
+            };
+        if !fine {
+            let expected = match (ok, name.as_str()) {
+                (false, _) => "nothing for a run that failed",
+                (true, "extras") => "a JSON object",
+                (true, n) if INSTANCE_COLUMNS.contains(&n) => "numbers separated by spaces",
+                _ => "a number",
+            };
+            return Err(format!(
+                "column `{name}`: expected {expected}, got \"{}\"",
+                cell.chars().take(40).collect::<String>()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// `sweep.csv` bytes: the header, then the rows sorted by point.
 pub fn to_csv(plan: &Plan, rows: &BTreeMap<usize, Vec<String>>) -> Result<Vec<u8>, String> {
     let mut w = csv::Writer::from_writer(Vec::new());

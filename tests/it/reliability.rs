@@ -1341,3 +1341,110 @@ fn report_refuses_result_files_servesim_did_not_write_where_they_are_wrong() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A shard edited by hand was merged as it stood: a point's row claiming another axis value,
+/// a result cell of "abc", a status servesim never writes. `merge` (and `report` of a sweep)
+/// now check each row against the sweep's plan and the format `sweep` writes.
+#[test]
+fn merge_and_report_refuse_edited_sweep_rows_naming_the_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = root().join("scenarios/quickstart.ron");
+    let shard = |i: usize| {
+        let out = dir.path().join(format!("s{i}"));
+        let shard = format!("{i}/2");
+        let done = servesim_within(
+            &[
+                "sweep",
+                scenario.to_str().unwrap(),
+                "--vary",
+                "seed=[1,2,3,4]",
+                "--set",
+                "workload.num_requests=10",
+                "--shard",
+                &shard,
+                "--out",
+                out.to_str().unwrap(),
+                "-q",
+            ],
+            120,
+        );
+        assert!(done.status.success());
+        out
+    };
+    let (s0, s1) = (shard(0), shard(1));
+    let csv = std::fs::read_to_string(s1.join("sweep.csv")).unwrap();
+    let first: Vec<&str> = csv.lines().nth(1).unwrap().split(',').collect();
+    assert_eq!(&first[..5], ["1", "2", "0", "2", "ok"]);
+    let edit = |cell: usize, to: &str| {
+        let mut row = first.clone();
+        row[cell] = to;
+        csv.replacen(csv.lines().nth(1).unwrap(), &row.join(","), 1)
+    };
+    let merged = dir.path().join("merged");
+    for (text, says) in [
+        (
+            edit(1, "9"),
+            "sweep.csv line 2: point 1 is seed = 2, replica = 0 in this sweep, but the row says seed = 9, replica = 0",
+        ),
+        (
+            edit(0, "99"),
+            "sweep.csv line 2: point 99 is not one of this sweep's 4 points",
+        ),
+        (
+            edit(6, "abc"),
+            "sweep.csv line 2: column `requests.completed`: expected a number, got \"abc\"",
+        ),
+        (
+            edit(4, "fine"),
+            "sweep.csv line 2: column `status`: expected `ok` or `error: …`, got \"fine\"",
+        ),
+    ] {
+        std::fs::write(s1.join("sweep.csv"), &text).unwrap();
+        let out = servesim_within(
+            &[
+                "merge",
+                s0.to_str().unwrap(),
+                s1.to_str().unwrap(),
+                "--out",
+                merged.to_str().unwrap(),
+            ],
+            20,
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(says), "{says}\n{err}");
+        assert!(!merged.exists(), "nothing merged");
+    }
+    // The shards as written merge, and a merged sweep edited afterwards is refused by report.
+    std::fs::write(s1.join("sweep.csv"), &csv).unwrap();
+    let out = servesim_within(
+        &[
+            "merge",
+            s0.to_str().unwrap(),
+            s1.to_str().unwrap(),
+            "--out",
+            merged.to_str().unwrap(),
+        ],
+        20,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let whole = std::fs::read_to_string(merged.join("sweep.csv")).unwrap();
+    std::fs::write(
+        merged.join("sweep.csv"),
+        whole.replacen(",ok,", ",okay,", 1),
+    )
+    .unwrap();
+    let out = servesim_within(&["report", merged.to_str().unwrap()], 20);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(
+            "sweep.csv: line 2: column `status`: expected `ok` or `error: …`, got \"okay\""
+        ),
+        "{err}"
+    );
+}

@@ -56,17 +56,8 @@ impl Sweep {
         let mut points: Vec<Point> = Vec::new();
         let mut index: BTreeMap<Vec<String>, usize> = BTreeMap::new();
         for (k, r) in table.rows.iter().enumerate() {
-            if r.len() != table.header.len() {
-                return Err(read_err(
-                    &path,
-                    format!(
-                        "row {} has {} fields, the header {}",
-                        k + 2,
-                        r.len(),
-                        table.header.len()
-                    ),
-                ));
-            }
+            crate::sweep::check_row(&table.header, r)
+                .map_err(|e| read_err(&path, format!("line {}: {e}", k + 2)))?;
             let values: Vec<String> = axes.iter().map(|&c| r[c].clone()).collect();
             let p = *index.entry(values.clone()).or_insert_with(|| {
                 points.push(Point {
