@@ -32,8 +32,13 @@ pub fn merge(parts: Vec<(String, PlanResult)>) -> Result<PlanResult, String> {
                 "servesim {} ran it, {} the other",
                 o.version, f.version
             ))
-        } else if (&o.file, &o.set, o.replicas, o.shard.1) != (&f.file, &f.set, f.replicas, n) {
-            Some("the scenario path, --set, --replicas or the number of shards differ".into())
+        } else if (&o.file, &o.set, o.replicas, o.shard.1, o.configurations)
+            != (&f.file, &f.set, f.replicas, n, f.configurations)
+        {
+            Some(
+                "the scenario path, --set, --replicas, the number of shards or of configurations differ"
+                    .into(),
+            )
         } else {
             None
         };
@@ -63,6 +68,76 @@ pub fn merge(parts: Vec<(String, PlanResult)>) -> Result<PlanResult, String> {
         return Err(format!(
             "shard {} missing: a plan's answer needs every shard",
             missing.join(", ")
+        ));
+    }
+    // Each shard holds the configurations whose place is its number modulo N, each once, and
+    // together they hold every place from the first to the last: an edited or cut plan.json
+    // would otherwise answer from part of the plan.
+    let mut places = std::collections::BTreeSet::new();
+    for (name, p) in &parts {
+        let (i, n) = (p.origin.shard.0 as usize, n.max(1) as usize);
+        for o in &p.outcomes {
+            if o.position % n != i {
+                return Err(format!(
+                    "{name}: configuration {} is not one of shard {i}/{n}'s (was plan.json edited?)",
+                    o.position
+                ));
+            }
+            if !places.insert(o.position) {
+                return Err(format!(
+                    "{name}: configuration {} appears twice (was plan.json edited?)",
+                    o.position
+                ));
+            }
+            let prices = [
+                o.price_per_hour,
+                o.price_per_million_tokens,
+                Some(o.config.price_per_gpu_hour),
+            ];
+            if prices
+                .iter()
+                .flatten()
+                .any(|v| !(v.is_finite() && *v >= 0.0))
+            {
+                return Err(format!(
+                    "{name}: configuration {} has a price that is not a number ≥ 0 (was plan.json edited?)",
+                    o.position
+                ));
+            }
+        }
+    }
+    // A plan.json of an earlier version does not say how many there are: then the last
+    // place any shard holds bounds them.
+    let total = match first.origin.configurations {
+        0 => places.last().map_or(0, |&last| last + 1),
+        n => n,
+    };
+    if let Some(&last) = places.last()
+        && last >= total
+    {
+        return Err(format!(
+            "configuration {last} is beyond the plan's {total} (was a plan.json edited?)"
+        ));
+    }
+    if places.len() != total {
+        let absent: Vec<String> = (0..total)
+            .filter(|k| !places.contains(k))
+            .take(5)
+            .map(|k| k.to_string())
+            .collect();
+        let (which, are) = if total - places.len() == 1 {
+            ("configuration", "is")
+        } else {
+            ("configurations", "are")
+        };
+        return Err(format!(
+            "{which} {}{} of the plan {are} in no shard: a shard's plan.json was cut or edited",
+            absent.join(", "),
+            if total.saturating_sub(places.len()) > absent.len() {
+                ", …"
+            } else {
+                ""
+            }
         ));
     }
     let mut outcomes: Vec<Outcome> = parts

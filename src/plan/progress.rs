@@ -211,6 +211,7 @@ mod tests {
             set: vec![],
             replicas: 1,
             shard: (0, 1),
+            configurations: 4,
             inputs: BTreeMap::from([("p.ron".into(), "fnv1a:1".into())]),
             version: "0".into(),
         }

@@ -253,6 +253,10 @@ pub struct Origin {
     pub replicas: u32,
     /// (I, N): the configurations whose place in the search's order is I modulo N.
     pub shard: (u32, u32),
+    /// How many configurations the whole plan holds (all its shards together); 0 in a
+    /// `plan.json` written before it was recorded.
+    #[serde(default)]
+    pub configurations: usize,
     /// The FNV-1a hash of the scenario and of every file it names, by path relative to it.
     pub inputs: std::collections::BTreeMap<String, String>,
     pub version: String,
@@ -316,6 +320,10 @@ pub fn origin(
         set: overrides.to_vec(),
         replicas,
         shard,
+        configurations: scenario
+            .plan
+            .as_ref()
+            .map_or(0, |spec| configurations(scenario, spec).len()),
         inputs: crate::sweep::hash_inputs([scenario])?,
         version: crate::sweep::VERSION.to_string(),
     })

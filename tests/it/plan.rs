@@ -309,6 +309,51 @@ fn a_sharded_plan_merges_into_the_unsharded_best_and_merge_refuses_what_is_not_i
         &["merge", "s0", "s0", "s1", "--out", "x"],
         "are both shard 0/3",
     );
+    // A shard's plan.json edited or cut: it would answer from part of the plan. Shard 1 of
+    // 3 holds configurations 1, 4 and 7 of 8.
+    let json = std::fs::read_to_string(d.join("s1/plan.json")).unwrap();
+    let original: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(original["origin"]["configurations"], 8);
+    let last = |v: &serde_json::Value| {
+        v["outcomes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .position(|o| o["position"] == 7)
+            .unwrap()
+    };
+    let k = last(&original);
+    for (edit, why) in [
+        (
+            &(|v: &mut serde_json::Value| {
+                let at = last(v);
+                v["outcomes"].as_array_mut().unwrap().remove(at);
+            }) as &dyn Fn(&mut serde_json::Value),
+            "configuration 7 of the plan is in no shard: a shard's plan.json was cut or edited",
+        ),
+        (
+            &|v: &mut serde_json::Value| {
+                let o = v["outcomes"][0].clone();
+                v["outcomes"].as_array_mut().unwrap().push(o);
+            },
+            "appears twice",
+        ),
+        (
+            &|v: &mut serde_json::Value| v["outcomes"][k]["position"] = 6.into(),
+            "configuration 6 is not one of shard 1/3's",
+        ),
+        (
+            &|v: &mut serde_json::Value| v["outcomes"][k]["price_per_hour"] = (-1.0).into(),
+            "configuration 7 has a price that is not a number ≥ 0",
+        ),
+    ] {
+        let mut v = original.clone();
+        edit(&mut v);
+        std::fs::write(d.join("s1/plan.json"), v.to_string()).unwrap();
+        refused(&["merge", "s0", "s1", "s2", "--out", "x"], why);
+        assert!(!d.join("x").exists());
+    }
+    std::fs::write(d.join("s1/plan.json"), &json).unwrap();
     // A shard run after the scenario was edited.
     std::fs::write(
         d.join("small.ron"),
