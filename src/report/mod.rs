@@ -63,20 +63,20 @@ fn columns(
         .collect()
 }
 
-/// The cells `cols` (named `names`) of `record`, read from line `line` of `path`: an empty
-/// cell is a value the run did not have (NaN); anything else must be a finite number ≥ 0, as
-/// servesim writes them, so a hand-edited or foreign file is refused where it is wrong
-/// instead of drawn as if it were right.
+/// The cells `pick` (indices into `names`, found at `cols`) of `record`, read from line `line`
+/// of `path`: an empty cell is a value the run did not have (NaN); anything else must be a
+/// finite number ≥ 0, as servesim writes them, so a hand-edited or foreign file is refused
+/// where it is wrong instead of drawn as if it were right.
 fn numbers<const N: usize>(
     path: &Path,
     line: u64,
     record: &csv::StringRecord,
-    cols: [usize; N],
-    names: [&str; N],
+    (cols, names): (&[usize], &[&str]),
+    pick: [usize; N],
 ) -> Result<[f64; N], ReportError> {
     let mut out = [f64::NAN; N];
-    for (k, (&c, name)) in cols.iter().zip(names).enumerate() {
-        let cell = record.get(c).unwrap_or("");
+    for (k, &i) in pick.iter().enumerate() {
+        let cell = record.get(cols[i]).unwrap_or("");
         if cell.is_empty() {
             continue;
         }
@@ -86,7 +86,8 @@ fn numbers<const N: usize>(
                 return Err(read_err(
                     path,
                     format!(
-                        "line {line}, column `{name}`: expected a number ≥ 0, got \"{}\" (is it a servesim result file?)",
+                        "line {line}, column `{}`: expected a number ≥ 0, got \"{}\" (is it a servesim result file?)",
+                        names[i],
                         cell.chars().take(40).collect::<String>()
                     ),
                 ));
@@ -113,11 +114,8 @@ fn read_requests(path: &Path) -> Result<Requests, ReportError> {
         crate::input::open_lines(path).map_err(|e| read_err_plain(path, e))?,
     );
     let headers = reader.headers().map_err(|e| read_err(path, e))?.clone();
-    let c = columns(
-        path,
-        &headers,
-        &["state", "ttft_ms", "e2e_ms", "mean_itl_ms", "completion_us"],
-    )?;
+    const NAMES: [&str; 5] = ["state", "ttft_ms", "e2e_ms", "mean_itl_ms", "completion_us"];
+    let c = columns(path, &headers, &NAMES)?;
     // Streamed: memory is bounded however long the file (see `dist`).
     let mut r = Requests::new(EXACT_CAP);
     let mut record = csv::StringRecord::new();
@@ -140,13 +138,7 @@ fn read_requests(path: &Path) -> Result<Requests, ReportError> {
             }
             continue;
         }
-        let [ttft, e2e, itl, done] = numbers(
-            path,
-            line,
-            &record,
-            [c[1], c[2], c[3], c[4]],
-            ["ttft_ms", "e2e_ms", "mean_itl_ms", "completion_us"],
-        )?;
+        let [ttft, e2e, itl, done] = numbers(path, line, &record, (&c, &NAMES), [1, 2, 3, 4])?;
         r.add(ttft, e2e, itl, done / 1e6);
     }
     r.finish();
@@ -158,22 +150,19 @@ fn read_samples(path: &Path) -> Result<Samples, ReportError> {
         crate::input::open_lines(path).map_err(|e| read_err_plain(path, e))?,
     );
     let headers = reader.headers().map_err(|e| read_err(path, e))?.clone();
-    let c = columns(
-        path,
-        &headers,
-        &[
-            "time_s",
-            "instance",
-            "group",
-            "waiting",
-            "in_flight",
-            "kv_used_blocks",
-            "kv_total_blocks",
-            "decode_tokens_per_s",
-            "completed",
-            "instances_up",
-        ],
-    )?;
+    const NAMES: [&str; 10] = [
+        "time_s",
+        "instance",
+        "group",
+        "waiting",
+        "in_flight",
+        "kv_used_blocks",
+        "kv_total_blocks",
+        "decode_tokens_per_s",
+        "completed",
+        "instances_up",
+    ];
+    let c = columns(path, &headers, &NAMES)?;
     let mut s = Samples::default();
     let mut record = csv::StringRecord::new();
     let mut last_t = 0.0;
@@ -191,22 +180,7 @@ fn read_samples(path: &Path) -> Result<Samples, ReportError> {
             tokens_per_s,
             completed,
             up,
-        ] = numbers(
-            path,
-            line,
-            &record,
-            [c[0], c[3], c[4], c[5], c[6], c[7], c[8], c[9]],
-            [
-                "time_s",
-                "waiting",
-                "in_flight",
-                "kv_used_blocks",
-                "kv_total_blocks",
-                "decode_tokens_per_s",
-                "completed",
-                "instances_up",
-            ],
-        )?;
+        ] = numbers(path, line, &record, (&c, &NAMES), [0, 3, 4, 5, 6, 7, 8, 9])?;
         let kv = if kv_total > 0.0 {
             kv_used / kv_total
         } else {

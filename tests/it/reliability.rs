@@ -715,20 +715,7 @@ fn report_refuses_pipes_devices_and_missing_directories_without_blocking() {
 fn report_refuses_a_directory_as_its_page_and_a_run_given_twice() {
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("run");
-    let scenario = root().join("scenarios/quickstart.ron");
-    let out = servesim_within(
-        &[
-            "run",
-            scenario.to_str().unwrap(),
-            "--set",
-            "workload.num_requests=10",
-            "--out",
-            run.to_str().unwrap(),
-            "-q",
-        ],
-        60,
-    );
-    assert!(out.status.success());
+    quickstart_into(&run, 10);
     let other = dir.path().join("other");
     std::fs::create_dir(&other).unwrap();
     let out = servesim_within(
@@ -1244,20 +1231,7 @@ fn a_full_stderr_changes_no_exit_status() {
 fn report_refuses_result_files_servesim_did_not_write_where_they_are_wrong() {
     let dir = tempfile::tempdir().unwrap();
     let run = dir.path().join("run");
-    let scenario = root().join("scenarios/quickstart.ron");
-    let out = servesim_within(
-        &[
-            "run",
-            scenario.to_str().unwrap(),
-            "--set",
-            "workload.num_requests=20",
-            "--out",
-            run.to_str().unwrap(),
-            "-q",
-        ],
-        60,
-    );
-    assert!(out.status.success());
+    quickstart_into(&run, 20);
     let read = |name: &str| std::fs::read_to_string(run.join(name)).unwrap();
     let (summary, requests, series) = (
         read("summary.json"),
@@ -1381,6 +1355,18 @@ fn merge_and_report_refuse_edited_sweep_rows_naming_the_line() {
         csv.replacen(csv.lines().nth(1).unwrap(), &row.join(","), 1)
     };
     let merged = dir.path().join("merged");
+    let merge = || {
+        servesim_within(
+            &[
+                "merge",
+                s0.to_str().unwrap(),
+                s1.to_str().unwrap(),
+                "--out",
+                merged.to_str().unwrap(),
+            ],
+            20,
+        )
+    };
     for (text, says) in [
         (
             edit(1, "9"),
@@ -1400,16 +1386,7 @@ fn merge_and_report_refuse_edited_sweep_rows_naming_the_line() {
         ),
     ] {
         std::fs::write(s1.join("sweep.csv"), &text).unwrap();
-        let out = servesim_within(
-            &[
-                "merge",
-                s0.to_str().unwrap(),
-                s1.to_str().unwrap(),
-                "--out",
-                merged.to_str().unwrap(),
-            ],
-            20,
-        );
+        let out = merge();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{err}");
         assert!(err.contains(says), "{says}\n{err}");
@@ -1417,16 +1394,7 @@ fn merge_and_report_refuse_edited_sweep_rows_naming_the_line() {
     }
     // The shards as written merge, and a merged sweep edited afterwards is refused by report.
     std::fs::write(s1.join("sweep.csv"), &csv).unwrap();
-    let out = servesim_within(
-        &[
-            "merge",
-            s0.to_str().unwrap(),
-            s1.to_str().unwrap(),
-            "--out",
-            merged.to_str().unwrap(),
-        ],
-        20,
-    );
+    let out = merge();
     assert!(
         out.status.success(),
         "{}",
@@ -1446,5 +1414,28 @@ fn merge_and_report_refuse_edited_sweep_rows_naming_the_line() {
             "sweep.csv: line 2: column `status`: expected `ok` or `error: …`, got \"okay\""
         ),
         "{err}"
+    );
+}
+
+/// Runs the quickstart scenario with `requests` requests into `out` (at most 60 s).
+fn quickstart_into(out: &Path, requests: u32) {
+    let scenario = root().join("scenarios/quickstart.ron");
+    let set = format!("workload.num_requests={requests}");
+    let done = servesim_within(
+        &[
+            "run",
+            scenario.to_str().unwrap(),
+            "--set",
+            &set,
+            "--out",
+            out.to_str().unwrap(),
+            "-q",
+        ],
+        60,
+    );
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
     );
 }
