@@ -275,7 +275,38 @@ impl Plan {
                 path.trim()
             ));
         }
-        Ok(())
+        self.check_seeds()
+    }
+
+    /// Replica r of a point runs its seed + r, so varied seeds closer than `--replicas` apart
+    /// would run some seeds at two points (`seed=[1,2]` with 2 replicas runs seed 2 twice),
+    /// and their replicas would not be independent samples.
+    fn check_seeds(&self) -> Result<(), String> {
+        let replicas = u64::from(self.replicas);
+        let Some(axis) = self.axes.iter().find(|a| a.path.trim() == "seed") else {
+            return Ok(());
+        };
+        if replicas < 2 {
+            return Ok(());
+        }
+        let mut seeds: Vec<u64> = axis
+            .values
+            .iter()
+            .filter_map(|v| v.trim().parse().ok())
+            .collect();
+        seeds.sort_unstable();
+        match seeds.windows(2).find(|w| w[1] - w[0] < replicas) {
+            Some(w) => Err(format!(
+                "--vary seed=… with --replicas {replicas}: replica r runs seed + r, so seeds {} \
+                 and {} would share runs; space the seeds at least {replicas} apart \
+                 (e.g. seed=[{}, {}]) or drop --replicas",
+                w[0],
+                w[1],
+                w[0],
+                w[0].saturating_add(replicas)
+            )),
+            None => Ok(()),
+        }
     }
 
     pub fn is_empty(&self) -> bool {

@@ -216,3 +216,31 @@ fn a_field_varied_twice_or_both_varied_and_set_is_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn varied_seeds_closer_than_the_replicas_are_refused() {
+    // Replica r runs seed + r: seeds 1 and 2 with two replicas both run seed 2.
+    let close = plan(&[("seed", &["1", "2", "10"])], 2, (0, 1));
+    let err = close.check_paths().unwrap_err();
+    assert!(
+        err.starts_with("--vary seed=… with --replicas 2: replica r runs seed + r, so seeds 1 and 2 would share runs"),
+        "{err}"
+    );
+    assert!(err.contains("e.g. seed=[1, 3]"), "{err}");
+    // Listed in any order; far enough apart, or one replica, they are independent.
+    assert!(
+        plan(&[("seed", &["10", "1"])], 9, (0, 1))
+            .check_paths()
+            .is_ok()
+    );
+    assert!(
+        plan(&[("seed", &["10", "1"])], 10, (0, 1))
+            .check_paths()
+            .is_err()
+    );
+    assert!(
+        plan(&[("seed", &["1", "2"])], 1, (0, 1))
+            .check_paths()
+            .is_ok()
+    );
+}
