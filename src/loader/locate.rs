@@ -469,9 +469,47 @@ pub fn apply_override(src: &str, path: &str, value: &str) -> Result<String, Stri
         out.push_str(&src[group.open..]);
         return Ok(out);
     }
-    Err(format!(
-        "cannot set `{path}`: no such field is written and its parent cannot be found"
-    ))
+    Err(unset_reason(&map, path))
+}
+
+/// Why `path` can be neither replaced nor inserted: an entry of a list that is not written
+/// (an index past the end, or not an index), else no written struct to insert it into.
+fn unset_reason(map: &SourceMap, path: &str) -> String {
+    let written = |p: &str| map.find(p).is_some() || map.groups.iter().any(|g| g.path == p);
+    let mut at = 0;
+    while let Some(open) = path[at..].find('[').map(|o| at + o) {
+        let Some(close) = path[open..].find(']').map(|c| open + c) else {
+            break;
+        };
+        let (list, index) = (&path[..open], &path[open + 1..close]);
+        if !written(&path[..=close]) {
+            let n = (0..)
+                .take_while(|k| written(&format!("{list}[{k}]")))
+                .count();
+            return match index.trim().parse::<usize>() {
+                Err(_) => {
+                    format!("cannot set `{path}`: `[{index}]` is not a list index (0, 1, 2, …)")
+                }
+                Ok(_) if n == 0 && !written(list) => format!(
+                    "cannot set `{path}`: `{list}` is not written in the scenario (is the path right?)"
+                ),
+                Ok(_) if n == 0 => format!(
+                    "cannot set `{path}`: `{list}` has no entry written in the scenario; write the entry there (--set changes an entry, it does not add one)"
+                ),
+                Ok(_) => format!(
+                    "cannot set `{path}`: `{list}` has {n} entr{} ([0]{}); --set changes an entry, it does not add one",
+                    if n == 1 { "y" } else { "ies" },
+                    if n == 1 {
+                        String::new()
+                    } else {
+                        format!(" to [{}]", n - 1)
+                    }
+                ),
+            };
+        }
+        at = close + 1;
+    }
+    format!("cannot set `{path}`: no such field is written and its parent cannot be found")
 }
 
 #[cfg(test)]
@@ -513,7 +551,24 @@ mod tests {
         );
         let out = apply_override(SRC, "policies.routing", "\"least_loaded\"").unwrap();
         assert!(out.contains("policies: (routing: \"least_loaded\")"));
-        assert!(apply_override(SRC, "cluster.groups[5].count", "1").is_err());
+        // An entry that is not written cannot be set, and the error says what there is.
+        let err = |path: &str| apply_override(SRC, path, "1").unwrap_err();
+        assert_eq!(
+            err("cluster.groups[5].count"),
+            "cannot set `cluster.groups[5].count`: `cluster.groups` has 2 entries ([0] to [1]); --set changes an entry, it does not add one"
+        );
+        assert_eq!(
+            err("workload.clients[1].rate_per_s"),
+            "cannot set `workload.clients[1].rate_per_s`: `workload.clients` has 1 entry ([0]); --set changes an entry, it does not add one"
+        );
+        assert_eq!(
+            err("cluster.groups[-1].count"),
+            "cannot set `cluster.groups[-1].count`: `[-1]` is not a list index (0, 1, 2, …)"
+        );
+        assert_eq!(
+            err("policies.tenants[0].name"),
+            "cannot set `policies.tenants[0].name`: `policies.tenants` is not written in the scenario (is the path right?)"
+        );
     }
 
     #[test]
