@@ -29,8 +29,21 @@ pub fn open_regular(path: &Path) -> Result<File, String> {
     File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
 }
 
-/// Reads a whole regular file of at most [`MAX_WHOLE_FILE_BYTES`] as UTF-8 text.
+/// The UTF-8 byte-order mark some tools (spreadsheets, PowerShell) put before a file's text.
+const BOM: &str = "\u{feff}";
+
+/// Reads a whole regular data file of at most [`MAX_WHOLE_FILE_BYTES`] as UTF-8 text, without
+/// the byte-order mark a spreadsheet may have put before it (it carries no text).
 pub fn read_text(path: &Path) -> Result<String, String> {
+    let text = read_text_as_written(path)?;
+    Ok(match text.strip_prefix(BOM) {
+        Some(rest) => rest.to_string(),
+        None => text,
+    })
+}
+
+/// [`read_text`], keeping a byte-order mark (a scenario's loader says RON refuses it).
+pub fn read_text_as_written(path: &Path) -> Result<String, String> {
     let file = open_regular(path)?;
     let len = file.metadata().map(|m| m.len()).unwrap_or(0);
     if len > MAX_WHOLE_FILE_BYTES {
@@ -46,13 +59,22 @@ pub fn read_text(path: &Path) -> Result<String, String> {
     Ok(text)
 }
 
-/// Opens a regular file for streaming, failing on any line over [`MAX_LINE_BYTES`].
+/// Opens a regular file for streaming, failing on any line over [`MAX_LINE_BYTES`]; a leading
+/// byte-order mark is skipped, as [`read_text`] drops it.
 pub fn open_lines(path: &Path) -> Result<BufReader<LineCapped<BufReader<File>>>, String> {
     let file = open_regular(path)?;
+    let mut inner = BufReader::with_capacity(1 << 16, file);
+    let starts_with_bom = inner
+        .fill_buf()
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?
+        .starts_with(BOM.as_bytes());
+    if starts_with_bom {
+        inner.consume(BOM.len());
+    }
     Ok(BufReader::with_capacity(
         1 << 16,
         LineCapped {
-            inner: BufReader::with_capacity(1 << 16, file),
+            inner,
             run: 0,
             lines: 0,
         },
@@ -104,6 +126,21 @@ mod tests {
             let e = open_lines(Path::new("/dev/zero")).err().unwrap();
             assert!(e.contains("not a regular file"), "{e}");
         }
+    }
+
+    #[test]
+    fn a_byte_order_mark_before_a_data_file_is_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.csv");
+        std::fs::write(&path, "\u{feff}a,b\n1,2\n").unwrap();
+        assert_eq!(read_text(&path).unwrap(), "a,b\n1,2\n");
+        assert_eq!(read_text_as_written(&path).unwrap(), "\u{feff}a,b\n1,2\n");
+        let mut streamed = String::new();
+        open_lines(&path)
+            .unwrap()
+            .read_to_string(&mut streamed)
+            .unwrap();
+        assert_eq!(streamed, "a,b\n1,2\n");
     }
 
     #[test]

@@ -17,7 +17,7 @@ pub fn load(
     catalog: &Catalog,
 ) -> Result<Scenario, ScenarioError> {
     let file = path.display().to_string();
-    let src = crate::input::read_text(path).map_err(|e| ScenarioError {
+    let src = crate::input::read_text_as_written(path).map_err(|e| ScenarioError {
         file: file.clone(),
         problems: vec![
             Problem::new("", e)

@@ -1439,3 +1439,47 @@ fn quickstart_into(out: &Path, requests: u32) {
         String::from_utf8_lossy(&done.stderr)
     );
 }
+
+/// A data file saved "UTF-8 with BOM" (spreadsheets, PowerShell) failed as "expected value at
+/// line 1 column 1": the byte-order mark carries no text and is now skipped, so the trace
+/// replays exactly as without it. (A scenario with one is still refused with a hint: RON
+/// does not accept it.)
+#[test]
+fn a_byte_order_mark_before_a_trace_is_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = "{\"timestamp\": 0, \"input_length\": 40, \"output_length\": 5, \"hash_ids\": [1, 2, 3]}\n\
+                {\"timestamp\": 7, \"input_length\": 20, \"output_length\": 3, \"hash_ids\": [1, 2]}\n";
+    std::fs::write(dir.path().join("plain.jsonl"), rows).unwrap();
+    std::fs::write(dir.path().join("bom.jsonl"), format!("\u{feff}{rows}")).unwrap();
+    let run = |trace: &str| {
+        let scenario = dir.path().join(format!("{trace}.ron"));
+        std::fs::write(
+            &scenario,
+            format!(
+                r#"(cluster: (groups: [(kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 1.0, 1.0]))]),
+                   workload: (traces: [(format: Mooncake, file: "{trace}.jsonl")]))"#
+            ),
+        )
+        .unwrap();
+        let out = dir.path().join(trace);
+        let done = servesim_within(
+            &[
+                "run",
+                scenario.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+                "-q",
+            ],
+            30,
+        );
+        assert!(
+            done.status.success(),
+            "{trace}: {}",
+            String::from_utf8_lossy(&done.stderr)
+        );
+        std::fs::read_to_string(out.join("requests.csv")).unwrap()
+    };
+    let plain = run("plain");
+    assert_eq!(plain.lines().count(), 3, "{plain}");
+    assert_eq!(run("bom"), plain);
+}
