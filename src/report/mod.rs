@@ -393,19 +393,17 @@ fn check_summary(path: &Path, summary: &Value) -> Result<(), ReportError> {
         let Some(v) = summary.pointer(pointer) else {
             continue;
         };
-        let fine = match pointer {
-            "/scenario" => v.is_string(),
-            _ if pointer.starts_with("/requests/") || counts.contains(&pointer) => v.is_u64(),
-            _ => v.is_null() || v.as_f64().is_some_and(f64::is_finite),
+        let (fine, expected) = match pointer {
+            "/scenario" => (v.is_string(), "a name"),
+            _ if pointer.starts_with("/requests/") || counts.contains(&pointer) => {
+                (v.is_u64(), "a whole number ≥ 0")
+            }
+            _ => (
+                v.is_null() || v.as_f64().is_some_and(f64::is_finite),
+                "a number",
+            ),
         };
         if !fine {
-            let expected = match pointer {
-                "/scenario" => "a name",
-                _ if pointer.starts_with("/requests/") || counts.contains(&pointer) => {
-                    "a whole number ≥ 0"
-                }
-                _ => "a number",
-            };
             let got: String = v.to_string().chars().take(40).collect();
             return Err(read_err(
                 path,

@@ -544,21 +544,19 @@ pub fn check_row(header: &[String], row: &[String]) -> Result<(), String> {
         if cell.is_empty() {
             continue;
         }
-        let fine = ok
-            && if INSTANCE_COLUMNS.contains(&name.as_str()) {
-                cell.split(' ').all(|v| v.parse::<f64>().is_ok())
-            } else if name == "extras" {
-                serde_json::from_str::<serde_json::Map<String, Value>>(cell).is_ok()
-            } else {
-                cell.parse::<f64>().is_ok()
-            };
+        let (fine, expected) = match name.as_str() {
+            _ if !ok => (false, "nothing for a run that failed"),
+            n if INSTANCE_COLUMNS.contains(&n) => (
+                cell.split(' ').all(|v| v.parse::<f64>().is_ok()),
+                "numbers separated by spaces",
+            ),
+            "extras" => (
+                serde_json::from_str::<serde_json::Map<String, Value>>(cell).is_ok(),
+                "a JSON object",
+            ),
+            _ => (cell.parse::<f64>().is_ok(), "a number"),
+        };
         if !fine {
-            let expected = match (ok, name.as_str()) {
-                (false, _) => "nothing for a run that failed",
-                (true, "extras") => "a JSON object",
-                (true, n) if INSTANCE_COLUMNS.contains(&n) => "numbers separated by spaces",
-                _ => "a number",
-            };
             return Err(format!(
                 "column `{name}`: expected {expected}, got \"{}\"",
                 cell.chars().take(40).collect::<String>()
