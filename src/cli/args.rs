@@ -84,7 +84,9 @@ pub(crate) struct ReportArgs {
 
 #[derive(clap::Args)]
 pub(crate) struct ValidateArgs {
+    /// Scenario file (RON).
     pub(crate) scenario: PathBuf,
+    /// Override a field (as for `run`).
     #[arg(long = "set", value_name = "PATH=VALUE")]
     pub(crate) set: Vec<String>,
 }
@@ -106,8 +108,10 @@ pub(crate) struct CheckRealArgs {
     /// timed-out requests failed; none if none did).
     #[arg(long, value_name = "SECONDS")]
     pub(crate) timeout_s: Option<f64>,
+    /// Override a field of the scenario (as for `run`).
     #[arg(long = "set", value_name = "PATH=VALUE")]
     pub(crate) set: Vec<String>,
+    /// The comparison on stdout: a table, or check-real.json's content.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub(crate) format: Format,
 }
@@ -127,14 +131,18 @@ pub(crate) struct CalibrateArgs {
     /// Most simulations to run.
     #[arg(long, default_value_t = 400)]
     pub(crate) max_evals: usize,
+    /// Override a field of the scenario (as for `run`).
     #[arg(long = "set", value_name = "PATH=VALUE")]
     pub(crate) set: Vec<String>,
+    /// The fit on stdout: the coefficients, the line to paste and the held-back error in
+    /// words, or all of it as JSON.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub(crate) format: Format,
 }
 
 #[derive(clap::Args)]
 pub(crate) struct ListArgs {
+    /// What to list.
     #[arg(value_enum)]
     pub(crate) what: ListWhat,
 }
@@ -149,10 +157,14 @@ pub(crate) enum TraceKind {
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum ListWhat {
+    /// Every policy by family (admission, priority, scheduling, routing, autoscale,
+    /// scheduler) with its parameters and their defaults.
     Policies,
     /// Batch schedulers only (also under `policies`, family `scheduler`).
     Schedulers,
+    /// Bundled models: shape, parameters, weight bytes and the nucleus they sample with.
     Models,
+    /// GPU profiles: peaks, memory, power, calibration and node defaults.
     Hardware,
 }
 

@@ -41,6 +41,7 @@ pub(crate) struct CapacityArgs {
     /// Also write capacity.json here.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// The answer on stdout: in words, or capacity.json's content.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
     /// No run statistics on stderr (warnings and errors still).

@@ -26,6 +26,8 @@ pub(crate) struct EvaluateArgs {
     /// Parallel runs (default: every core).
     #[arg(long)]
     jobs: Option<usize>,
+    /// The evaluation on stdout: the trace summary in words, or every score, metric and
+    /// check as JSON.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
 }

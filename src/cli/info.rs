@@ -697,7 +697,7 @@ pub(crate) fn list(app: &ServesimApp, a: ListArgs) -> ExitCode {
         }
         ListWhat::Hardware => {
             outln!(
-                "{:<10}{:>10}{:>10}{:>8}{:>8}{:>8}{:>8}{:>18}  {:<12}{:<16}aliases",
+                "{:<10}{:>10}{:>10}{:>8}{:>8}{:>8}{:>8}{:>18}  {:<12}{:<19}aliases",
                 "gpu",
                 "bf16 TF",
                 "fp8 TF",
@@ -711,7 +711,7 @@ pub(crate) fn list(app: &ServesimApp, a: ListArgs) -> ExitCode {
             );
             for g in crate::model::bundled_gpus() {
                 outln!(
-                    "{:<10}{:>10}{:>10}{:>8}{:>8}{:>8}{:>8}{:>18}  {:<12}{:<16}{}",
+                    "{:<10}{:>10}{:>10}{:>8}{:>8}{:>8}{:>8}{:>18}  {:<12}{:<19}{}",
                     g.id,
                     g.tflops_bf16,
                     g.tflops_fp8,

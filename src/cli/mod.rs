@@ -169,3 +169,33 @@ pub(crate) fn write_stdout(text: std::fmt::Arguments<'_>, newline: bool) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// `servesim <command> --help` says what every argument is for and what every value of
+    /// a choice means: an argument without a line of help reads as a blank in the listing.
+    #[test]
+    fn every_argument_and_choice_has_help() {
+        let mut missing = Vec::new();
+        let cli = super::Cli::command();
+        for command in cli.get_subcommands() {
+            for arg in command.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                if arg.get_help().is_none() {
+                    missing.push(format!("{} {id}", command.get_name()));
+                }
+                for value in arg.get_possible_values() {
+                    if value.get_help().is_none() && arg.get_possible_values().len() > 2 {
+                        missing.push(format!("{} {id}={}", command.get_name(), value.get_name()));
+                    }
+                }
+            }
+        }
+        assert!(missing.is_empty(), "without help: {missing:?}");
+    }
+}

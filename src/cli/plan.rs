@@ -36,6 +36,7 @@ pub(crate) struct PlanArgs {
     /// only the rest (the answer is byte-identical to an uninterrupted plan).
     #[arg(long, requires = "out")]
     resume: bool,
+    /// The answer on stdout: in words, or plan.json's content.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
     /// Runners-up listed with why they lost.

@@ -74,8 +74,10 @@ pub(crate) struct SweepArgs {
     /// (OUT/sweep.progress.csv) and run only the rest.
     #[arg(long)]
     resume: bool,
+    /// A progress bar over the points on stderr.
     #[arg(long, value_enum, default_value_t = progress::Mode::Auto)]
     progress: progress::Mode,
+    /// No progress bar and no closing statistics on stderr (warnings and errors still).
     #[arg(long, short)]
     quiet: bool,
 }

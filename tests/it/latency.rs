@@ -256,6 +256,14 @@ fn list_models_and_hardware_show_the_library() {
     for id in ["H100", "H200", "A100-80", "A100-40", "L40S"] {
         assert!(hw.contains(id), "{id}");
     }
+    // Every column stands apart from the next: the node column's widest header, "node
+    // GPUs/NVL/NIC", once ran into "aliases".
+    let header: Vec<&str> = hw.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(header.last(), Some(&"aliases"), "{header:?}");
+    assert!(header.contains(&"GPUs/NVL/NIC"), "{header:?}");
+    let h100: Vec<&str> = hw.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(h100[..2], ["H100", "989.5"]);
+    assert_eq!(h100[h100.len() - 3..], ["8/450/50", "H100-SXM,", "h100"]);
 }
 
 /// The latency chapter's table of single-request latencies, regenerated from the models.
