@@ -364,10 +364,18 @@ pub(crate) fn merge(a: MergeArgs) -> ExitCode {
         return ExitCode::from(1);
     }
     out!("{}", comparison(&plan, &rows));
+    let runs = if plan.replicas > 1 {
+        format!(
+            "{} of {}",
+            super::args::counted(rows.len() as u64, "run"),
+            super::args::counted(rows.len() as u64 / u64::from(plan.replicas), "point")
+        )
+    } else {
+        super::args::counted(rows.len() as u64, "point")
+    };
     noteln!(
-        "servesim: merged {} shards, {} points, into {}",
+        "servesim: merged {} shards, {runs}, into {}",
         shards.len(),
-        rows.len(),
         out.join("sweep.csv").display()
     );
     ExitCode::SUCCESS

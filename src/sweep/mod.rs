@@ -278,6 +278,17 @@ impl Plan {
         self.check_seeds()
     }
 
+    /// The column of the seed each run ran: `seed`, or `run_seed` when `seed` is itself varied
+    /// (the axis's column holds the point's seed then; two columns named `seed` read badly:
+    /// pandas renames the second `seed.1`, polars refuses the file).
+    pub fn seed_column(&self) -> &'static str {
+        if self.axes.iter().any(|a| a.path.trim() == "seed") {
+            "run_seed"
+        } else {
+            "seed"
+        }
+    }
+
     /// Replica r of a point runs its seed + r, so varied seeds closer than `--replicas` apart
     /// would run some seeds at two points (`seed=[1,2]` with 2 replicas runs seed 2 twice),
     /// and their replicas would not be independent samples.
@@ -348,7 +359,7 @@ impl Plan {
     pub fn header(&self) -> Vec<String> {
         let mut h = vec!["point".to_string()];
         h.extend(self.axes.iter().map(|a| a.path.clone()));
-        h.extend(["replica", "seed", "status"].map(String::from));
+        h.extend(["replica", self.seed_column(), "status"].map(String::from));
         h.extend(METRICS.iter().map(|m| m.to_string()));
         h.extend(INSTANCE_COLUMNS.iter().map(|m| m.to_string()));
         h.push("extras".into());

@@ -21,6 +21,8 @@ pub fn table(header: &[String], rows: &BTreeMap<usize, Vec<String>>) -> String {
     let col = |name: &str| header.iter().position(|h| h == name);
     let status = col("status").unwrap_or(0);
     let varied: Vec<usize> = (1..col("replica").unwrap_or(1)).collect();
+    // Each run's seed follows its replica number (`seed`, or `run_seed` when seed is varied).
+    let seed = col("replica").map(|c| c + 1);
     let replicas = rows
         .values()
         .any(|r| col("replica").is_some_and(|c| r[c] != "0"));
@@ -28,7 +30,7 @@ pub fn table(header: &[String], rows: &BTreeMap<usize, Vec<String>>) -> String {
     let mut head = vec!["point".to_string()];
     head.extend(varied.iter().map(|&c| header[c].clone()));
     if replicas {
-        head.push("seed".into());
+        head.push(seed.map_or("seed", |c| header[c].as_str()).to_string());
     }
     head.extend(COLUMNS.iter().map(|t| t.0.to_string()));
     lines.push(head);
@@ -36,7 +38,7 @@ pub fn table(header: &[String], rows: &BTreeMap<usize, Vec<String>>) -> String {
         let mut line = vec![r[0].clone()];
         line.extend(varied.iter().map(|&c| display_value(&r[c]).to_string()));
         if replicas {
-            line.push(col("seed").map_or(String::new(), |c| r[c].clone()));
+            line.push(seed.map_or(String::new(), |c| r[c].clone()));
         }
         if r[status] != "ok" {
             line.push(r[status].clone());

@@ -339,3 +339,48 @@ fn replicas_give_each_point_a_mean_and_interval_that_merging_shards_reproduces()
         std::fs::read(d.join("whole/sweep-points.csv")).unwrap()
     );
 }
+
+#[test]
+fn varying_the_seed_names_each_runs_seed_apart_from_the_varied_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    setup(d);
+    let o = servesim(
+        &[
+            "sweep",
+            "quickstart.ron",
+            "--set",
+            "workload.num_requests=30",
+            "--vary",
+            "seed=[1,5]",
+            "--replicas",
+            "2",
+            "--progress",
+            "never",
+            "--out",
+            "out",
+        ],
+        d,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(d.join("out/sweep.csv")).unwrap();
+    let header: Vec<&str> = text.lines().next().unwrap().split(',').collect();
+    assert_eq!(
+        header[..5],
+        ["point", "seed", "replica", "run_seed", "status"]
+    );
+    let mut names = header.clone();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), header.len(), "a column name is written twice");
+    // Replica r of a point runs the point's seed + r.
+    let runs = crate::common::read_rows(&d.join("out/sweep.csv"));
+    let cells = |col: &str| {
+        runs.iter()
+            .map(|r| r.str(col).to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(cells("seed"), ["1", "1", "5", "5"]);
+    assert_eq!(cells("replica"), ["0", "1", "0", "1"]);
+    assert_eq!(cells("run_seed"), ["1", "2", "5", "6"]);
+}
