@@ -22,11 +22,40 @@ fn looks_like_path(s: &str) -> bool {
 
 fn load_model(name: &str, base: &Path) -> Result<ModelConfig, String> {
     if looks_like_path(name) {
-        let path = base.join(name);
+        let mut path = base.join(name);
+        if !path.exists() {
+            // `meta-llama/Llama-2-7b-hf`, as vLLM's `--model` takes it: the bundled model of
+            // that name (nothing is fetched from the Hub).
+            if let Some(m) = crate::model::hub_repo_name(name).and_then(ModelConfig::bundled) {
+                return Ok(m);
+            }
+            if let Some(repo) = crate::model::hub_repo_name(name) {
+                return Err(match meant_model(repo) {
+                    Some(m) => format!(
+                        "no file {} and no bundled model \"{repo}\"; {m}",
+                        path.display()
+                    ),
+                    None => format!(
+                        "no file {} and no bundled model \"{repo}\"; servesim fetches nothing \
+                         from the HuggingFace Hub: give the path of the model's config.json \
+                         (with its generation_config.json beside it)",
+                        path.display()
+                    ),
+                });
+            }
+        }
+        // A model's directory, as vLLM loads one: its config.json.
+        if path.is_dir() {
+            path = path.join("config.json");
+        }
         let text = crate::input::read_text(&path)?;
-        let id = path
-            .file_stem()
-            .map_or(name.to_string(), |s| s.to_string_lossy().into_owned());
+        // Named by its file, or by its directory when the file is a model directory's
+        // config.json.
+        let named = match path.file_stem() {
+            Some(s) if s == "config" => path.parent().and_then(Path::file_name),
+            stem => stem,
+        };
+        let id = named.map_or(name.to_string(), |s| s.to_string_lossy().into_owned());
         let m = ModelConfig::from_hf_json(&id, &text)
             .map_err(|e| format!("{}: {e}", path.display()))?;
         return match generation_config_beside(&path) {
@@ -38,13 +67,37 @@ fn load_model(name: &str, base: &Path) -> Result<ModelConfig, String> {
             None => Ok(m),
         };
     }
-    ModelConfig::bundled(name).ok_or_else(|| {
-        let ids = BUNDLED_MODELS.iter().map(|(k, _)| *k);
-        match did_you_mean(name, ids) {
-            Some(s) => format!("unknown model \"{name}\"; did you mean \"{s}\"? (`servesim list models`)"),
-            None => format!("unknown model \"{name}\" (`servesim list models` shows the bundled ones; or give a path to a config.json)"),
-        }
+    ModelConfig::bundled(name).ok_or_else(|| match meant_model(name) {
+        Some(m) => format!("unknown model \"{name}\"; {m} (`servesim list models`)"),
+        None => format!(
+            "unknown model \"{name}\" (`servesim list models` shows the bundled ones; or give \
+             a path to a config.json)"
+        ),
     })
+}
+
+/// What a model name that names no bundled model may have meant: a bundled id a few edits
+/// away, or the bundled base of a fine-tune (`mixtral-8x7b-instruct-v0.1`, `llama-2-7b-chat-hf`:
+/// the same architecture, not always the same sampling defaults).
+fn meant_model(name: &str) -> Option<String> {
+    let ids = || BUNDLED_MODELS.iter().map(|(k, _)| *k);
+    if let Some(s) = did_you_mean(&name.to_ascii_lowercase(), ids()) {
+        return Some(format!("did you mean \"{s}\"?"));
+    }
+    let base = |id: &str| -> String {
+        id.to_ascii_lowercase()
+            .split('-')
+            .filter(|w| !matches!(*w, "instruct" | "chat" | "it"))
+            .collect::<Vec<_>>()
+            .join("-")
+    };
+    let wanted = base(name);
+    let found = ids().find(|id| base(id) == wanted && !id.eq_ignore_ascii_case(name))?;
+    Some(format!(
+        "servesim bundles \"{found}\", the same model with or without instruction tuning, \
+         which as a rule keeps its architecture (its steps, its KV cache): name it, or give the \
+         model's own config.json (with generation_config.json, for its sampling defaults)"
+    ))
 }
 
 /// The `generation_config.json` a model config file brings, as vLLM finds it in a model's

@@ -320,8 +320,22 @@ fn dtype_bytes(s: &str) -> Option<f64> {
 
 /// The bundled (id, config.json) that `id` names: exactly (case-insensitive), or as the one
 /// bundled id it is a prefix of.
+/// The model part of a HuggingFace repository id (`meta-llama/Llama-2-7b-hf`: `Llama-2-7b-hf`),
+/// for a name of that form: one `/` between two parts, neither a path's `.` or `..`, no file
+/// extension.
+pub fn hub_repo_name(name: &str) -> Option<&str> {
+    let (org, model) = name.split_once('/')?;
+    let plain = |s: &str| !s.is_empty() && s != "." && s != ".." && !s.contains('\\');
+    (plain(org)
+        && plain(model)
+        && !model.contains('/')
+        && !name.ends_with(".json")
+        && !name.ends_with(".ron"))
+    .then_some(model)
+}
+
 fn bundled_entry(id: &str) -> Option<&'static (&'static str, &'static str)> {
-    let lower = id.to_ascii_lowercase();
+    let lower = hub_repo_name(id).unwrap_or(id).to_ascii_lowercase();
     let exact = BUNDLED_MODELS.iter().find(|(k, _)| *k == lower);
     exact.or_else(|| {
         let mut it = BUNDLED_MODELS.iter().filter(|(k, _)| k.starts_with(&lower));

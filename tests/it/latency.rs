@@ -469,3 +469,85 @@ proptest! {
         );
     }
 }
+
+/// A model named as vLLM's `--model` takes it (a HuggingFace repository id, or a model's
+/// directory) is the model of that name; a fine-tune servesim does not bundle points at the
+/// bundled model it was tuned from or to; an id nothing matches says the Hub is not read.
+#[test]
+fn models_answer_to_their_hub_ids_and_directories_and_a_missing_fine_tune_names_its_kin() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let validate = |model: &str| {
+        let text = format!(
+            r#"(cluster: (groups: [(model: "{model}", gpu: "H100", tp: 2)]),
+                workload: (num_requests: 1, clients: [(rate_per_s: 1.0,
+                    input_tokens: Constant(64), output_tokens: Constant(8))]))"#
+        );
+        std::fs::write(dir.join("s.ron"), text).unwrap();
+        let out = crate::common::servesim(&["validate", "s.ron"], dir);
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    for (hub, id) in [
+        ("meta-llama/Llama-2-7b-hf", "llama-2-7b-hf"),
+        ("mistralai/Mixtral-8x7B-v0.1", "mixtral-8x7b-v0.1"),
+        (
+            "codellama/CodeLlama-34b-Instruct-hf",
+            "codellama-34b-instruct-hf",
+        ),
+    ] {
+        let (code, out) = validate(hub);
+        assert_eq!(code, Some(0), "{hub}: {out}");
+        assert!(
+            out.contains(&format!("1 × {id} on 2 × H100")),
+            "{hub}: {out}"
+        );
+    }
+    // A directory holding a config.json is that model, before any bundled name.
+    let model = dir.join("meta-llama/Llama-2-7b-hf");
+    std::fs::create_dir_all(&model).unwrap();
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/assets/models/mistral-7b-v0.1.json"
+        ),
+        model.join("config.json"),
+    )
+    .unwrap();
+    let (code, out) = validate("meta-llama/Llama-2-7b-hf");
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("1 × Llama-2-7b-hf on 2 × H100"), "{out}");
+    assert!(
+        out.contains("32 sliding-window over 4096 tokens"),
+        "the directory's Mistral config: {out}"
+    );
+    for (name, says) in [
+        (
+            "mistralai/Mixtral-8x7B-Instruct-v0.1",
+            "no bundled model \"Mixtral-8x7B-Instruct-v0.1\"; servesim bundles \"mixtral-8x7b-v0.1\", the same model with or without instruction tuning",
+        ),
+        (
+            "llama-2-7b-chat-hf",
+            "unknown model \"llama-2-7b-chat-hf\"; servesim bundles \"llama-2-7b-hf\"",
+        ),
+        (
+            "codellama-34b-hf",
+            "servesim bundles \"codellama-34b-instruct-hf\"",
+        ),
+        (
+            "meta-llama/Llama-2-7b-hff",
+            "no bundled model \"Llama-2-7b-hff\"; did you mean \"llama-2-7b-hf\"?",
+        ),
+        (
+            "meta-llama/Meta-Llama-3-8B",
+            "servesim fetches nothing from the HuggingFace Hub: give the path of the model's config.json",
+        ),
+    ] {
+        let (code, out) = validate(name);
+        assert_eq!(code, Some(2), "{name}: {out}");
+        assert!(out.contains(says), "{name}: {out}");
+    }
+}
