@@ -133,7 +133,27 @@ fn load_gpu(name: &str, base: &Path) -> Result<GpuProfile, String> {
     find_gpu(name).ok_or_else(|| {
         let all = bundled_gpus();
         let names: Vec<&str> = all.iter().map(|g| g.id.as_str()).collect();
-        match did_you_mean(name, names.iter().copied()) {
+        let kin = crate::model::gpus_of_chip(name);
+        if !kin.is_empty() {
+            let ids: Vec<&str> = kin.iter().map(|g| g.id.as_str()).collect();
+            return format!(
+                "unknown GPU \"{name}\"; of that chip servesim bundles {}: name {} if it is your \
+                 part (`servesim list hardware` shows peaks and other names); another part \
+                 (a PCIe or NVL card, another memory size) has its own peaks: give them as a GPU \
+                 profile file",
+                ids.join(" and "),
+                if ids.len() == 1 { "it" } else { "one" }
+            );
+        }
+        // Compared as names match (`mi300` is one letter from `MI300X`), answered by id.
+        let keys: Vec<String> = names.iter().map(|n| crate::model::gpu_key(n)).collect();
+        let meant = did_you_mean(
+            &crate::model::gpu_key(name),
+            keys.iter().map(String::as_str),
+        )
+        .and_then(|k| keys.iter().position(|x| x == k))
+        .map(|i| names[i]);
+        match meant {
             Some(s) => {
                 format!("unknown GPU \"{name}\"; did you mean \"{s}\"? (`servesim list hardware`)")
             }

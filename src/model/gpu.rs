@@ -350,15 +350,39 @@ pub fn bundled_gpus() -> Vec<GpuProfile> {
     bundled().to_vec()
 }
 
-/// A bundled GPU by id or alias (case-insensitive).
+/// A bundled GPU by id or alias, whatever the case and with a space or underscore for a
+/// hyphen (`NVIDIA H100 80GB HBM3`, as nvidia-smi names the H100 SXM, is `nvidia-h100-80gb-hbm3`).
 pub fn find_gpu(name: &str) -> Option<GpuProfile> {
+    let wanted = gpu_key(name);
     bundled()
         .iter()
-        .find(|g| {
-            g.id.eq_ignore_ascii_case(name)
-                || g.aliases.iter().any(|a| a.eq_ignore_ascii_case(name))
+        .find(|g| gpu_key(&g.id) == wanted || g.aliases.iter().any(|a| gpu_key(a) == wanted))
+        .cloned()
+}
+
+/// A GPU name as names are compared: lower case, words joined by hyphens.
+pub fn gpu_key(name: &str) -> String {
+    name.trim()
+        .to_ascii_lowercase()
+        .split([' ', '_', '-'])
+        .filter(|w| !w.is_empty())
+        .collect::<Vec<_>>()
+        .join("-")
+}
+
+/// The bundled GPUs of the chip a name names (`A100`, `h100-pcie`: the bundled parts whose id
+/// begins with a word of the name), for a name that names no bundled part.
+pub fn gpus_of_chip(name: &str) -> Vec<GpuProfile> {
+    let key = gpu_key(name);
+    let words: Vec<&str> = key.split('-').collect();
+    bundled()
+        .iter()
+        .filter(|g| {
+            let id = gpu_key(&g.id);
+            words.contains(&id.split('-').next().unwrap_or(&id))
         })
         .cloned()
+        .collect()
 }
 
 #[cfg(test)]
@@ -376,6 +400,25 @@ mod tests {
         assert_eq!(find_gpu("h100-sxm").unwrap().id, "H100");
         assert_eq!(find_gpu("A100-SXM").unwrap().id, "A100-80");
         assert_eq!(find_gpu("gb200-nvl72").unwrap().id, "GB200");
+        // As nvidia-smi and torch name the parts, and spelt with spaces or underscores.
+        assert_eq!(find_gpu("NVIDIA H100 80GB HBM3").unwrap().id, "H100");
+        assert_eq!(find_gpu("h100 sxm").unwrap().id, "H100");
+        assert_eq!(find_gpu("A100_SXM4_80GB").unwrap().id, "A100-80");
+        assert_eq!(find_gpu("NVIDIA A100-SXM4-40GB").unwrap().id, "A100-40");
+        assert_eq!(find_gpu("AMD Instinct MI300X").unwrap().id, "MI300X");
+        // Other parts of a bundled chip are not it; their chip's bundled parts are named.
+        for other in ["H100-PCIe", "H100 NVL", "A100"] {
+            assert!(find_gpu(other).is_none(), "{other}");
+        }
+        let ids = |name: &str| {
+            gpus_of_chip(name)
+                .into_iter()
+                .map(|g| g.id)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ids("H100-PCIe"), ["H100"]);
+        assert_eq!(ids("a100"), ["A100-80", "A100-40"]);
+        assert!(ids("TPUv5").is_empty());
         let h100 = find_gpu("H100").unwrap();
         assert_eq!(h100.peak_flops(1.0), 1979.0e12);
         assert_eq!(h100.peak_flops(2.0), 989.5e12);

@@ -16,7 +16,7 @@ pub use capacity::{
 };
 pub use gpu::{
     Calibration, GpuPhysics, GpuProfile, TwoStageAllReduce, allreduce_time_us, bundled_gpus,
-    find_gpu,
+    find_gpu, gpu_key, gpus_of_chip,
 };
 pub use prices::{Price, bundled_prices, price_of};
 

@@ -263,7 +263,9 @@ fn list_models_and_hardware_show_the_library() {
     assert!(header.contains(&"GPUs/NVL/NIC"), "{header:?}");
     let h100: Vec<&str> = hw.lines().nth(1).unwrap().split_whitespace().collect();
     assert_eq!(h100[..2], ["H100", "989.5"]);
-    assert_eq!(h100[h100.len() - 3..], ["8/450/50", "H100-SXM,", "h100"]);
+    let node = h100.iter().position(|w| *w == "8/450/50").unwrap();
+    assert_eq!(h100[node + 1], "H100-SXM,", "{h100:?}");
+    assert_eq!(h100.last(), Some(&"h100"), "{h100:?}");
 }
 
 /// The latency chapter's table of single-request latencies, regenerated from the models.
@@ -550,4 +552,37 @@ fn models_answer_to_their_hub_ids_and_directories_and_a_missing_fine_tune_names_
         assert_eq!(code, Some(2), "{name}: {out}");
         assert!(out.contains(says), "{name}: {out}");
     }
+    // GPUs likewise: as nvidia-smi names them, and a hint that stays with the chip named.
+    let (code, out) = validate_gpu(dir, "NVIDIA H100 80GB HBM3");
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("on 2 × H100 (tp 2"), "{out}");
+    for (name, says) in [
+        (
+            "A100",
+            "of that chip servesim bundles A100-80 and A100-40: name one",
+        ),
+        (
+            "H100-PCIe",
+            "of that chip servesim bundles H100: name it if it is your part",
+        ),
+        ("mi300", "did you mean \"MI300X\"?"),
+    ] {
+        let (code, out) = validate_gpu(dir, name);
+        assert_eq!(code, Some(2), "{name}: {out}");
+        assert!(out.contains(says), "{name}: {out}");
+    }
+}
+
+fn validate_gpu(dir: &std::path::Path, gpu: &str) -> (Option<i32>, String) {
+    let text = format!(
+        r#"(cluster: (groups: [(model: "llama-2-7b-hf", gpu: "{gpu}", tp: 2)]),
+            workload: (num_requests: 1, clients: [(rate_per_s: 1.0,
+                input_tokens: Constant(64), output_tokens: Constant(8))]))"#
+    );
+    std::fs::write(dir.join("g.ron"), text).unwrap();
+    let out = crate::common::servesim(&["validate", "g.ron"], dir);
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
 }
