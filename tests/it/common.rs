@@ -201,6 +201,17 @@ pub fn assert_conserved(s: &Summary, rows: &[Row]) {
     assert_eq!(failed, r.failed.unwrap_or(0));
 }
 
+/// A model's directory at `dir` as HuggingFace keeps one: the bundled `model`'s config as its
+/// `config.json`.
+pub fn model_dir(dir: &Path, model: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::copy(
+        root().join(format!("assets/models/{model}.json")),
+        dir.join("config.json"),
+    )
+    .unwrap();
+}
+
 /// Runs the `servesim` binary with `args` in `cwd`.
 pub fn servesim(args: &[&str], cwd: &Path) -> std::process::Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_servesim"))

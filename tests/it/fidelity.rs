@@ -507,15 +507,7 @@ fn the_nucleus_comes_from_the_models_generation_config_or_the_scenario() {
     );
     // A model directory's generation_config.json beside its config.json, as vLLM reads it.
     let model = dir.join("my-model");
-    std::fs::create_dir(&model).unwrap();
-    std::fs::copy(
-        concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/assets/models/mistral-7b-v0.1.json"
-        ),
-        model.join("config.json"),
-    )
-    .unwrap();
+    crate::common::model_dir(&model, "mistral-7b-v0.1");
     std::fs::write(model.join("generation_config.json"), r#"{"top_p": 0.8}"#).unwrap();
     let (_, out, _) = validate("dir.ron", scenario("my-model/config.json", ""));
     assert!(

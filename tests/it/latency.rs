@@ -479,20 +479,7 @@ proptest! {
 fn models_answer_to_their_hub_ids_and_directories_and_a_missing_fine_tune_names_its_kin() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    let validate = |model: &str| {
-        let text = format!(
-            r#"(cluster: (groups: [(model: "{model}", gpu: "H100", tp: 2)]),
-                workload: (num_requests: 1, clients: [(rate_per_s: 1.0,
-                    input_tokens: Constant(64), output_tokens: Constant(8))]))"#
-        );
-        std::fs::write(dir.join("s.ron"), text).unwrap();
-        let out = crate::common::servesim(&["validate", "s.ron"], dir);
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned()
-                + &String::from_utf8_lossy(&out.stderr),
-        )
-    };
+    let validate = |model: &str| validate_group(dir, model, "H100");
     for (hub, id) in [
         ("meta-llama/Llama-2-7b-hf", "llama-2-7b-hf"),
         ("mistralai/Mixtral-8x7B-v0.1", "mixtral-8x7b-v0.1"),
@@ -509,16 +496,7 @@ fn models_answer_to_their_hub_ids_and_directories_and_a_missing_fine_tune_names_
         );
     }
     // A directory holding a config.json is that model, before any bundled name.
-    let model = dir.join("meta-llama/Llama-2-7b-hf");
-    std::fs::create_dir_all(&model).unwrap();
-    std::fs::copy(
-        concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/assets/models/mistral-7b-v0.1.json"
-        ),
-        model.join("config.json"),
-    )
-    .unwrap();
+    crate::common::model_dir(&dir.join("meta-llama/Llama-2-7b-hf"), "mistral-7b-v0.1");
     let (code, out) = validate("meta-llama/Llama-2-7b-hf");
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("1 × Llama-2-7b-hf on 2 × H100"), "{out}");
@@ -553,7 +531,7 @@ fn models_answer_to_their_hub_ids_and_directories_and_a_missing_fine_tune_names_
         assert!(out.contains(says), "{name}: {out}");
     }
     // GPUs likewise: as nvidia-smi names them, and a hint that stays with the chip named.
-    let (code, out) = validate_gpu(dir, "NVIDIA H100 80GB HBM3");
+    let (code, out) = validate_group(dir, "llama-2-7b-hf", "NVIDIA H100 80GB HBM3");
     assert_eq!(code, Some(0), "{out}");
     assert!(out.contains("on 2 × H100 (tp 2"), "{out}");
     for (name, says) in [
@@ -567,15 +545,17 @@ fn models_answer_to_their_hub_ids_and_directories_and_a_missing_fine_tune_names_
         ),
         ("mi300", "did you mean \"MI300X\"?"),
     ] {
-        let (code, out) = validate_gpu(dir, name);
+        let (code, out) = validate_group(dir, "llama-2-7b-hf", name);
         assert_eq!(code, Some(2), "{name}: {out}");
         assert!(out.contains(says), "{name}: {out}");
     }
 }
 
-fn validate_gpu(dir: &std::path::Path, gpu: &str) -> (Option<i32>, String) {
+/// `servesim validate` of one request on a group of `model` on two `gpu`s: its exit code, and
+/// its stdout and stderr together.
+fn validate_group(dir: &std::path::Path, model: &str, gpu: &str) -> (Option<i32>, String) {
     let text = format!(
-        r#"(cluster: (groups: [(model: "llama-2-7b-hf", gpu: "{gpu}", tp: 2)]),
+        r#"(cluster: (groups: [(model: "{model}", gpu: "{gpu}", tp: 2)]),
             workload: (num_requests: 1, clients: [(rate_per_s: 1.0,
                 input_tokens: Constant(64), output_tokens: Constant(8))]))"#
     );
