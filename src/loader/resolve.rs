@@ -46,7 +46,14 @@ fn load_model(name: &str, base: &Path) -> Result<ModelConfig, String> {
         }
         // A model's directory, as vLLM loads one: its config.json.
         if path.is_dir() {
-            path = path.join("config.json");
+            let config = path.join("config.json");
+            if !config.exists() {
+                return Err(format!(
+                    "{} is a directory without a config.json (a model's directory holds one)",
+                    path.display()
+                ));
+            }
+            path = config;
         }
         let text = crate::input::read_text(&path)?;
         // Named by its file, or by its directory when the file is a model directory's

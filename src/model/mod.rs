@@ -321,17 +321,19 @@ fn dtype_bytes(s: &str) -> Option<f64> {
 /// The bundled (id, config.json) that `id` names: exactly (case-insensitive), or as the one
 /// bundled id it is a prefix of.
 /// The model part of a HuggingFace repository id (`meta-llama/Llama-2-7b-hf`: `Llama-2-7b-hf`),
-/// for a name of that form: one `/` between two parts, neither a path's `.` or `..`, no file
-/// extension.
+/// for a name of that form: two parts of letters, digits, `-`, `_` and `.` (as the Hub allows)
+/// around one `/`, neither a path's `.` or `..`, no file extension.
 pub fn hub_repo_name(name: &str) -> Option<&str> {
     let (org, model) = name.split_once('/')?;
-    let plain = |s: &str| !s.is_empty() && s != "." && s != ".." && !s.contains('\\');
-    (plain(org)
-        && plain(model)
-        && !model.contains('/')
-        && !name.ends_with(".json")
-        && !name.ends_with(".ron"))
-    .then_some(model)
+    let plain = |s: &str| {
+        !s.is_empty()
+            && s != "."
+            && s != ".."
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    };
+    (plain(org) && plain(model) && !name.ends_with(".json") && !name.ends_with(".ron"))
+        .then_some(model)
 }
 
 fn bundled_entry(id: &str) -> Option<&'static (&'static str, &'static str)> {
@@ -830,6 +832,41 @@ mod tests {
             assert!(m.layers > 0 && m.hidden > 0 && m.heads > 0, "{id}");
         }
         assert_eq!(BUNDLED_MODELS.len(), 19);
+    }
+
+    #[test]
+    fn a_hub_repository_id_names_the_bundled_model_of_its_name() {
+        assert_eq!(
+            hub_repo_name("meta-llama/Llama-2-7b-hf"),
+            Some("Llama-2-7b-hf")
+        );
+        assert_eq!(
+            hub_repo_name("Qwen/Qwen2.5-7B-Instruct"),
+            Some("Qwen2.5-7B-Instruct")
+        );
+        // Paths, not ids: more parts, a dot part, a blank or spaced part, a file.
+        for path in [
+            "a/b/c",
+            "./llama-2-7b-hf",
+            "../llama-2-7b-hf",
+            " /llama-2-7b-hf",
+            "org/",
+            "/llama-2-7b-hf",
+            "org/llama-2-7b-hf.json",
+            "org\\llama-2-7b-hf",
+        ] {
+            assert_eq!(hub_repo_name(path), None, "{path}");
+        }
+        assert_eq!(
+            ModelConfig::canonical_name("meta-llama/Llama-2-7b-hf"),
+            "llama-2-7b-hf"
+        );
+        assert_eq!(
+            ModelConfig::bundled("mistralai/Mixtral-8x7B-v0.1")
+                .unwrap()
+                .id,
+            "mixtral-8x7b-v0.1"
+        );
     }
 
     #[test]

@@ -530,6 +530,13 @@ fn models_answer_to_their_hub_ids_and_directories_and_a_missing_fine_tune_names_
         assert_eq!(code, Some(2), "{name}: {out}");
         assert!(out.contains(says), "{name}: {out}");
     }
+    std::fs::create_dir(dir.join("empty")).unwrap();
+    let (code, out) = validate("./empty");
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains("empty is a directory without a config.json"),
+        "{out}"
+    );
     // GPUs likewise: as nvidia-smi names them, and a hint that stays with the chip named.
     let (code, out) = validate_group(dir, "llama-2-7b-hf", "NVIDIA H100 80GB HBM3");
     assert_eq!(code, Some(0), "{out}");
