@@ -6,7 +6,9 @@
 
 pub mod estimate;
 mod expert;
+mod features;
 mod hybrid;
+mod library;
 mod load;
 mod locate;
 mod plan;
