@@ -99,6 +99,9 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
         if let Some(line) = sampling_line(&r, g) {
             let _ = writeln!(s, "    sampling: {line}");
         }
+        if let Some(line) = batch_limits_line(&r, g) {
+            let _ = writeln!(s, "    batch limits: {line}");
+        }
         if let Some(line) = r.speculative.as_ref().map(|c| speculative_line(c, g, &r)) {
             let _ = writeln!(s, "    speculative: {line}");
         }
@@ -512,6 +515,27 @@ fn two_stage_line(r: &crate::setup::ResolvedGroup, tp: u32) -> Option<String> {
         ph.allreduce_gb_per_s,
         ph.allreduce_latency_us,
     ))
+}
+
+/// `validate`'s line when a group on a GPU where `vllm serve` would default to larger batch
+/// limits runs servesim's defaults: vLLM's `EngineArgs.get_batch_defaults` gives the OpenAI
+/// server 1,024 requests and 8,192 tokens a step on a GPU of 70 GiB or more that is not an
+/// A100, 256 and 2,048 otherwise (as servesim).
+fn batch_limits_line(
+    r: &crate::setup::ResolvedGroup,
+    g: &crate::scenario::InstanceGroup,
+) -> Option<String> {
+    let gpu = r.gpu.as_ref()?;
+    let larger = gpu.memory_gib >= 70.0 && !gpu.id.to_ascii_lowercase().contains("a100");
+    (larger && g.max_num_seqs == 256 && g.max_num_batched_tokens == 2048).then(|| {
+        format!(
+            "256 requests and 2,048 tokens a step, servesim's defaults and vLLM's on smaller \
+             GPUs; `vllm serve` on the {} defaults to 1,024 and 8,192 (vLLM's \
+             `EngineArgs.get_batch_defaults`): give max_num_seqs and max_num_batched_tokens to \
+             mimic a server left at its defaults",
+            gpu.id
+        )
+    })
 }
 
 /// `validate`'s line when a roofline group's requests sample with a nucleus: where its

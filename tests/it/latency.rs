@@ -558,6 +558,31 @@ fn models_answer_to_their_hub_ids_and_directories_and_a_missing_fine_tune_names_
     }
 }
 
+/// `vllm serve` on a GPU of 70 GiB or more that is not an A100 defaults to 1,024 requests and
+/// 8,192 tokens a step (vLLM's `EngineArgs.get_batch_defaults`), elsewhere to servesim's 256
+/// and 2,048: validate says so where the two differ and the group runs servesim's.
+#[test]
+fn validate_points_out_where_vllm_serve_would_default_to_larger_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    for (gpu, says) in [
+        ("H100", true),
+        ("MI300X", true),
+        ("A100-80", false),
+        ("L40S", false),
+    ] {
+        let (code, out) = validate_group(dir, "llama-2-7b-hf", gpu);
+        assert_eq!(code, Some(0), "{gpu}: {out}");
+        assert_eq!(
+            out.contains(&format!(
+                "batch limits: 256 requests and 2,048 tokens a step, servesim's defaults and vLLM's on smaller GPUs; `vllm serve` on the {gpu} defaults to 1,024 and 8,192"
+            )),
+            says,
+            "{gpu}: {out}"
+        );
+    }
+}
+
 /// `servesim validate` of one request on a group of `model` on two `gpu`s: its exit code, and
 /// its stdout and stderr together.
 fn validate_group(dir: &std::path::Path, model: &str, gpu: &str) -> (Option<i32>, String) {
