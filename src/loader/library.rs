@@ -15,26 +15,23 @@ fn looks_like_path(s: &str) -> bool {
 pub(super) fn load_model(name: &str, base: &Path) -> Result<ModelConfig, String> {
     if looks_like_path(name) {
         let mut path = base.join(name);
-        if !path.exists() {
-            // `meta-llama/Llama-2-7b-hf`, as vLLM's `--model` takes it: the bundled model of
-            // that name (nothing is fetched from the Hub).
-            if let Some(m) = crate::model::hub_repo_name(name).and_then(ModelConfig::bundled) {
-                return Ok(m);
-            }
-            if let Some(repo) = crate::model::hub_repo_name(name) {
-                return Err(match meant_model(repo) {
-                    Some(m) => format!(
-                        "no file {} and no bundled model \"{repo}\"; {m}",
-                        path.display()
-                    ),
-                    None => format!(
-                        "no file {} and no bundled model \"{repo}\"; servesim fetches nothing \
-                         from the HuggingFace Hub: give the path of the model's config.json \
-                         (with its generation_config.json beside it)",
-                        path.display()
-                    ),
-                });
-            }
+        // `meta-llama/Llama-2-7b-hf`, as vLLM's `--model` takes it, where no such path
+        // exists: the bundled model of that name (nothing is fetched from the Hub).
+        if !path.exists()
+            && let Some(repo) = crate::model::hub_repo_name(name)
+        {
+            return ModelConfig::bundled(repo).ok_or_else(|| match meant_model(repo) {
+                Some(m) => format!(
+                    "no file {} and no bundled model \"{repo}\"; {m}",
+                    path.display()
+                ),
+                None => format!(
+                    "no file {} and no bundled model \"{repo}\"; servesim fetches nothing \
+                     from the HuggingFace Hub: give the path of the model's config.json (with \
+                     its generation_config.json beside it)",
+                    path.display()
+                ),
+            });
         }
         // A model's directory, as vLLM loads one: its config.json.
         if path.is_dir() {
