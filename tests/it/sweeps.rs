@@ -383,4 +383,16 @@ fn varying_the_seed_names_each_runs_seed_apart_from_the_varied_one() {
     assert_eq!(cells("seed"), ["1", "1", "5", "5"]);
     assert_eq!(cells("replica"), ["0", "1", "0", "1"]);
     assert_eq!(cells("run_seed"), ["1", "2", "5", "6"]);
+    // The report's table of runs shows each run's seed, not the point's, under its name.
+    let o = servesim(&["report", "out"], d);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let page = std::fs::read_to_string(d.join("out/report.html")).unwrap();
+    assert!(
+        page.contains("<th>replica</th><th>run_seed</th><th>status</th>"),
+        "the runs' table heads"
+    );
+    assert!(
+        page.contains("<td>1</td><td>6</td><td>ok</td>"),
+        "point 1, replica 1"
+    );
 }

@@ -408,7 +408,14 @@ fn runs_table(sweep: &Sweep) -> String {
         r#"<section id="runs"><h2>Runs: configuration and results</h2><table class="runs"><thead><tr><th>run</th>"#,
     );
     axis_heads(&mut s, sweep);
-    s.push_str("<th>replica</th><th>seed</th><th>status</th>");
+    // Each run's seed follows its replica (`seed`, or `run_seed` when seed is itself varied).
+    let replica = t.col("replica");
+    let seed = replica.map(|c| c + 1);
+    let _ = write!(
+        s,
+        "<th>replica</th><th>{}</th><th>status</th>",
+        seed.map_or("seed", |c| t.header[c].as_str())
+    );
     for (h, _) in HEADLINE {
         let _ = write!(s, "<th>{h}</th>");
     }
@@ -418,12 +425,8 @@ fn runs_table(sweep: &Sweep) -> String {
         let _ = write!(s, "<tr><th>{}</th>", esc(&r[0]));
         let values: Vec<String> = sweep.axes.iter().map(|&c| r[c].clone()).collect();
         axis_cells(&mut s, &values);
-        for name in ["replica", "seed"] {
-            let _ = write!(
-                s,
-                "<td>{}</td>",
-                col(name).map_or("–".into(), |c| esc(&r[c]))
-            );
+        for c in [replica, seed] {
+            let _ = write!(s, "<td>{}</td>", c.map_or("–".into(), |c| esc(&r[c])));
         }
         let _ = write!(s, "<td>{}</td>", esc(&r[sweep.status]));
         for (_, m) in HEADLINE {
