@@ -95,15 +95,18 @@ fn readable_numbers(message: String) -> String {
     out
 }
 
-/// The closest candidate to `name` by edit distance, if reasonably close.
+/// The closest candidate to `name` by edit distance, if reasonably close: a few edits for its
+/// length, and fewer than the name has characters (so that something of it is kept: an empty
+/// or one-letter name is three edits from every three-letter one).
 pub fn did_you_mean<'a>(
     name: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<&'a str> {
+    let kept = name.trim().chars().count();
     candidates
         .into_iter()
         .map(|c| (edit_distance(name, c), c))
-        .filter(|(d, c)| *d <= 3.max(c.len() / 3))
+        .filter(|(d, c)| *d <= 3.max(c.len() / 3) && *d < kept)
         .min()
         .map(|(_, c)| c)
 }
@@ -175,5 +178,11 @@ mod tests {
         assert_eq!(did_you_mean("round_robbin", names), Some("round_robin"));
         assert_eq!(did_you_mean("leastloaded", names), Some("least_loaded"));
         assert_eq!(did_you_mean("zzzzzzzzzzzzzzzz", names), None);
+        // Nothing of an empty or unrelated short name would be kept.
+        let gpus = ["H100", "H20", "L40S"];
+        assert_eq!(did_you_mean("H10", gpus), Some("H100"));
+        for far in ["", "   ", "-", "abc"] {
+            assert_eq!(did_you_mean(far, gpus), None, "{far:?}");
+        }
     }
 }
