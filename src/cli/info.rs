@@ -717,6 +717,9 @@ pub(crate) fn list(app: &ServesimApp, a: ListArgs) -> ExitCode {
                     format!("{} B/param", m.weight_bytes)
                 );
             }
+            outln!(
+                "a group's model: an id above (any case, or a unique prefix), the HuggingFace repository id vLLM's --model takes (meta-llama/Llama-2-7b-hf), or a path to a config.json or a model's directory; top_p: the nucleus its generation_config.json gives requests that set none (- for none bundled)"
+            );
             ExitCode::SUCCESS
         }
         ListWhat::Hardware => {

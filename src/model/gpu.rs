@@ -403,6 +403,7 @@ mod tests {
         // As nvidia-smi and torch name the parts, and spelt with spaces or underscores.
         assert_eq!(find_gpu("NVIDIA H100 80GB HBM3").unwrap().id, "H100");
         assert_eq!(find_gpu("h100 sxm").unwrap().id, "H100");
+        assert_eq!(find_gpu("H100-80GB").unwrap().id, "H100");
         assert_eq!(find_gpu("A100_SXM4_80GB").unwrap().id, "A100-80");
         assert_eq!(find_gpu("NVIDIA A100-SXM4-40GB").unwrap().id, "A100-40");
         assert_eq!(find_gpu("AMD Instinct MI300X").unwrap().id, "MI300X");

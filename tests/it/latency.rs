@@ -252,6 +252,12 @@ fn list_models_and_hardware_show_the_library() {
     for (id, _) in BUNDLED_MODELS {
         assert!(models.contains(id), "{id}");
     }
+    assert!(
+        models.contains(
+            "the HuggingFace repository id vLLM's --model takes (meta-llama/Llama-2-7b-hf)"
+        ),
+        "{models}"
+    );
     let hw = run("hardware");
     for id in ["H100", "H200", "A100-80", "A100-40", "L40S"] {
         assert!(hw.contains(id), "{id}");
