@@ -527,12 +527,15 @@ fn batch_limits_line(
 ) -> Option<String> {
     let gpu = r.gpu.as_ref()?;
     let larger = gpu.memory_gib >= 70.0 && !gpu.id.to_ascii_lowercase().contains("a100");
-    (larger && g.max_num_seqs == 256 && g.max_num_batched_tokens == 2048).then(|| {
+    use crate::scenario::{DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS};
+    let (seqs, tokens) = (DEFAULT_MAX_NUM_SEQS, DEFAULT_MAX_NUM_BATCHED_TOKENS);
+    (larger && g.max_num_seqs == seqs && g.max_num_batched_tokens == tokens).then(|| {
         format!(
-            "256 requests and 2,048 tokens a step, servesim's defaults and vLLM's on smaller \
+            "{seqs} requests and {} tokens a step, servesim's defaults and vLLM's on smaller \
              GPUs; `vllm serve` on the {} defaults to 1,024 and 8,192 (vLLM's \
              `EngineArgs.get_batch_defaults`): give max_num_seqs and max_num_batched_tokens to \
              mimic a server left at its defaults",
+            crate::scenario::grouped(tokens.into()),
             gpu.id
         )
     })

@@ -507,11 +507,17 @@ pub(super) fn default_block_size() -> u32 {
 fn default_thrash_window() -> f64 {
     10.0
 }
+/// A group's `max_num_seqs` when it gives none (vLLM's `vllm serve` default on GPUs under
+/// 70 GiB and on A100s).
+pub const DEFAULT_MAX_NUM_SEQS: u32 = 256;
+/// A group's `max_num_batched_tokens` when it gives none (as [`DEFAULT_MAX_NUM_SEQS`]).
+pub const DEFAULT_MAX_NUM_BATCHED_TOKENS: u32 = 2048;
+
 fn default_max_num_seqs() -> u32 {
-    256
+    DEFAULT_MAX_NUM_SEQS
 }
 fn default_max_num_batched_tokens() -> u32 {
-    2048
+    DEFAULT_MAX_NUM_BATCHED_TOKENS
 }
 
 /// Which serving path a group's numbers start from (`engine.preset`).
