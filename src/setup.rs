@@ -181,6 +181,13 @@ pub struct ResolvedGroup {
     pub gpu: Option<GpuProfile>,
     pub kv_blocks: u32,
     pub max_model_len: Option<u32>,
+    /// Most requests in an instance's (each data-parallel rank's) running batch: the
+    /// group's `max_num_seqs` or its default ([`batch_limits`](crate::scenario::batch_limits)).
+    pub max_num_seqs: u32,
+    /// Token budget of a step, as `max_num_seqs`.
+    pub max_num_batched_tokens: u32,
+    /// Where a limit left out came from.
+    pub batch_defaults: crate::scenario::BatchDefaults,
     /// Shared by every instance of the group (latency models are pure).
     pub latency: Arc<dyn LatencyModel>,
     /// Bytes sent between pipeline stages per token (hidden × activation bytes).

@@ -517,28 +517,38 @@ fn two_stage_line(r: &crate::setup::ResolvedGroup, tp: u32) -> Option<String> {
     ))
 }
 
-/// `validate`'s line when a group on a GPU where `vllm serve` would default to larger batch
-/// limits runs servesim's defaults: vLLM's `EngineArgs.get_batch_defaults` gives the OpenAI
-/// server 1,024 requests and 8,192 tokens a step on a GPU of 70 GiB or more that is not an
-/// A100, 256 and 2,048 otherwise (as servesim).
+/// `validate`'s line when a group leaves a batch limit out: what it runs and whose default
+/// that is.
 fn batch_limits_line(
     r: &crate::setup::ResolvedGroup,
     g: &crate::scenario::InstanceGroup,
 ) -> Option<String> {
-    let gpu = r.gpu.as_ref()?;
-    let larger = gpu.memory_gib >= 70.0 && !gpu.id.to_ascii_lowercase().contains("a100");
-    use crate::scenario::{DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS};
-    let (seqs, tokens) = (DEFAULT_MAX_NUM_SEQS, DEFAULT_MAX_NUM_BATCHED_TOKENS);
-    (larger && g.max_num_seqs == seqs && g.max_num_batched_tokens == tokens).then(|| {
-        format!(
-            "{seqs} requests and {} tokens a step, servesim's defaults and vLLM's on smaller \
-             GPUs; `vllm serve` on the {} defaults to 1,024 and 8,192 (vLLM's \
-             `EngineArgs.get_batch_defaults`): give max_num_seqs and max_num_batched_tokens to \
-             mimic a server left at its defaults",
-            crate::scenario::grouped(tokens.into()),
-            gpu.id
-        )
-    })
+    use crate::scenario::{BatchDefaults, grouped};
+    if g.max_num_seqs.is_some() && g.max_num_batched_tokens.is_some() {
+        return None;
+    }
+    let gpu = r.gpu.as_ref().map_or("the GPU", |gp| gp.id.as_str());
+    let whose = match r.batch_defaults {
+        BatchDefaults::Blis => {
+            "BLIS's defaults (the BLIS reading; `vllm serve` takes 1,024 and 8,192 on GPUs of \
+             ≥ 70 GiB but A100s)"
+                .to_string()
+        }
+        BatchDefaults::Vllm { .. } => format!(
+            "`vllm serve`'s defaults on the {gpu} (vLLM's `EngineArgs.get_batch_defaults`: \
+             1,024 and 8,192 on GPUs of ≥ 70 GiB but A100s, else 256 and 2,048)"
+        ),
+    };
+    let given = match (g.max_num_seqs, g.max_num_batched_tokens) {
+        (Some(_), None) => "max_num_seqs as given, the budget from ",
+        (None, Some(_)) => "max_num_batched_tokens as given, max_num_seqs from ",
+        _ => "",
+    };
+    Some(format!(
+        "{} requests and {} tokens a step: {given}{whose}",
+        grouped(r.max_num_seqs.into()),
+        grouped(r.max_num_batched_tokens.into()),
+    ))
 }
 
 /// `validate`'s line when a roofline group's requests sample with a nucleus: where its

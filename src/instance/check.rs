@@ -42,13 +42,16 @@ pub fn check_group(p: &mut Vec<Problem>, s: &Scenario, i: usize, catalog: &Catal
     }
     check_scheduler(p, i, g, catalog, s.seed);
     // A block size of 0 is refused where the group is resolved, beside tp and pp of 0.
-    if g.max_num_seqs == 0 {
-        p.push(Problem::new(at("max_num_seqs"), "must be > 0").hint("vLLM's default is 256"));
+    if g.max_num_seqs == Some(0) {
+        p.push(
+            Problem::new(at("max_num_seqs"), "must be > 0")
+                .hint("omit it for vLLM's default (256; 1,024 on an H100-class GPU)"),
+        );
     }
-    if g.max_num_batched_tokens == 0 {
+    if g.max_num_batched_tokens == Some(0) {
         p.push(
             Problem::new(at("max_num_batched_tokens"), "must be > 0")
-                .hint("vLLM's default is 2048"),
+                .hint("omit it for vLLM's default (2,048; 8,192 on an H100-class GPU)"),
         );
     }
     if g.max_model_len == Some(0) {

@@ -235,15 +235,15 @@ pub fn spawn_instances(app: &mut App, ctx: &SetupCtx<'_>) -> Result<(), SimError
                     limits: Limits {
                         // Data-parallel ranks each bring their own budgets; a request's
                         // chunk stays within one rank's.
-                        max_num_seqs: group.max_num_seqs.saturating_mul(group.dp()),
-                        max_num_batched_tokens: group
+                        max_num_seqs: resolved.max_num_seqs.saturating_mul(group.dp()),
+                        max_num_batched_tokens: resolved
                             .max_num_batched_tokens
                             .saturating_mul(group.dp()),
                         long_prefill_token_threshold: match group.dp() {
                             1 => group.long_prefill_token_threshold,
                             _ => match group.long_prefill_token_threshold {
-                                0 => group.max_num_batched_tokens,
-                                t => t.min(group.max_num_batched_tokens),
+                                0 => resolved.max_num_batched_tokens,
+                                t => t.min(resolved.max_num_batched_tokens),
                             },
                         },
                         max_model_len: resolved.max_model_len,

@@ -155,10 +155,13 @@ pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<Strin
                 VLLM_BLOCK_SIZES.map(|b| b.to_string()).join(", ")
             ));
         }
-        if g.max_num_batched_tokens < g.max_num_seqs {
+        if r.max_num_batched_tokens < r.max_num_seqs {
             w.push(format!(
-                "cluster.groups[{i}].max_num_batched_tokens = {} is below max_num_seqs = {}: vLLM refuses this (its scheduler config requires max_num_batched_tokens ≥ max_num_seqs); here a step takes at most {} tokens, so at most that many requests advance per step",
-                g.max_num_batched_tokens, g.max_num_seqs, g.max_num_batched_tokens
+                "cluster.groups[{i}].max_num_batched_tokens = {} is below max_num_seqs = {}{}: vLLM refuses this (its scheduler config requires max_num_batched_tokens ≥ max_num_seqs); here a step takes at most {} tokens, so at most that many requests advance per step",
+                r.max_num_batched_tokens,
+                r.max_num_seqs,
+                if g.max_num_seqs.is_none() { " (its default)" } else { "" },
+                r.max_num_batched_tokens
             ));
         }
         let gpus = f64::from(g.tp.max(1) * g.pp.max(1));

@@ -10,7 +10,9 @@ use crate::latency::{
     Blackbox, BlisRoofline, Coefficients, LatencyModel, MeasuredTable, PiecewiseLinear, Roofline,
     ServingPath, TrainedPhysics,
 };
-use crate::scenario::{InstanceGroup, LatencySpec, Memo, Problem, Scenario, TopologySpec};
+use crate::scenario::{
+    BatchDefaults, InstanceGroup, LatencySpec, Memo, Problem, Scenario, TopologySpec,
+};
 use crate::setup::ResolvedGroup;
 
 use super::features::{lora, nvme_tier, speculative};
@@ -114,6 +116,46 @@ pub fn resolve_group(
         ),
     );
     Ok(r)
+}
+
+/// Where group `g`'s batch limits come from when it leaves them out, on `gpu`: vLLM's serving
+/// path takes `vllm serve`'s defaults for the GPU, the BLIS reading BLIS's.
+fn batch_defaults(g: &InstanceGroup, gpu: Option<&crate::model::GpuProfile>) -> BatchDefaults {
+    let vllm_path = match &g.engine {
+        Some(e) => e.preset != crate::scenario::EnginePreset::Bare,
+        None => matches!(&*g.latency(), LatencySpec::Roofline { .. }),
+    };
+    match gpu {
+        Some(gp) if vllm_path => BatchDefaults::vllm(gp.memory_gib, &gp.id),
+        _ if vllm_path => BatchDefaults::Vllm { large: false },
+        _ => BatchDefaults::Blis,
+    }
+}
+
+/// Where group `g`'s omitted batch limits come from on the GPU named `gpu` (a plan's
+/// candidate), and the longest sequence they are derived for (its `max_model_len` or its
+/// model's context length): the arguments of [`batch_limits`](crate::scenario::batch_limits).
+pub fn batch_defaults_on(
+    g: &InstanceGroup,
+    gpu: &str,
+    base: &Path,
+) -> (BatchDefaults, Option<u32>) {
+    let profile = load_gpu(gpu, base).ok();
+    let model = g.model.as_deref().and_then(|m| load_model(m, base).ok());
+    (
+        batch_defaults(g, profile.as_ref()),
+        longest_sequence(g, model.as_ref()),
+    )
+}
+
+/// vLLM's `max_model_len` as its batch defaults read it: the group's, or the model's context
+/// length (not capped by the KV cache, which vLLM checks apart).
+fn longest_sequence(g: &InstanceGroup, model: Option<&crate::model::ModelConfig>) -> Option<u32> {
+    g.max_model_len.or_else(|| {
+        let m = model?;
+        (m.max_position_embeddings > 0)
+            .then(|| m.max_position_embeddings.min(u32::MAX.into()) as u32)
+    })
 }
 
 /// Resolves group `i`; problems carry paths under `cluster.groups[i]`. Reads the group's
@@ -638,6 +680,13 @@ fn read_group(
         }
     }
     let nvme_tier = nvme_tier(g, i, model.as_ref(), cpu_tier.is_some(), &mut p);
+    let batch_defaults = batch_defaults(g, gpu.as_ref());
+    let (max_num_seqs, max_num_batched_tokens) = crate::scenario::batch_limits(
+        g.max_num_seqs,
+        g.max_num_batched_tokens,
+        batch_defaults,
+        longest_sequence(g, model.as_ref()),
+    );
     if !p.is_empty() {
         return Err(p);
     }
@@ -655,6 +704,9 @@ fn read_group(
         gpu,
         kv_blocks: kv_blocks.expect("no problems means blocks are known"),
         max_model_len,
+        max_num_seqs,
+        max_num_batched_tokens,
+        batch_defaults,
         latency: latency.expect("no problems means a latency model"),
         serving,
         roofline_physics,

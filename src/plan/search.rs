@@ -137,6 +137,13 @@ pub fn configurations(scenario: &Scenario, plan: &PlanSpec) -> Vec<Config> {
             list.to_vec()
         }
     };
+    let or_opt = |list: &[u32], own: Option<u32>| -> Vec<Option<u32>> {
+        if list.is_empty() {
+            vec![own]
+        } else {
+            list.iter().copied().map(Some).collect()
+        }
+    };
     let or_s = |list: &[String], own: &str| {
         if list.is_empty() {
             vec![own.to_string()]
@@ -153,10 +160,14 @@ pub fn configurations(scenario: &Scenario, plan: &PlanSpec) -> Vec<Config> {
     let mut out = Vec::new();
     for gpu in &gpus {
         let price = price_of(gpu, &plan.prices).unwrap_or(f64::NAN);
+        // A limit neither the plan nor the group gives takes the candidate GPU's default.
+        let (defaults, max_len) = crate::loader::batch_defaults_on(g, gpu, &scenario.base_dir);
         for &tp in &or(&plan.tp, g.tp) {
             for &pp in &or(&plan.pp, g.pp) {
-                for &seqs in &or(&plan.max_num_seqs, g.max_num_seqs) {
-                    for &tokens in &or(&plan.max_num_batched_tokens, g.max_num_batched_tokens) {
+                for seqs in or_opt(&plan.max_num_seqs, g.max_num_seqs) {
+                    for tokens in or_opt(&plan.max_num_batched_tokens, g.max_num_batched_tokens) {
+                        let (seqs, tokens) =
+                            crate::scenario::batch_limits(seqs, tokens, defaults, max_len);
                         for scheduler in &or_s(&plan.schedulers, &g.scheduler) {
                             for routing in &or_s(&plan.routing, &scenario.policies.routing) {
                                 for &pd_split in &splits {
@@ -831,6 +842,46 @@ mod tests {
         assert_eq!(most_units(0.3, 0.1, 64), 3); // 0.3 / 0.1 = 2.9999999999999996
         assert_eq!(most_units(11.0, 12.0, 64), 0);
         assert_eq!(most_units(1e6, 1.0, 64), 64);
+    }
+
+    #[test]
+    fn a_batch_limit_left_out_takes_each_candidate_gpus_default() {
+        let app = crate::default_app();
+        let catalog = app.world().resource::<crate::catalog::Catalog>();
+        let plan = |group: &str, lists: &str| {
+            let src = format!(
+                r#"(cluster: (groups: [(model: "llama-3.1-8b-instruct", gpu: "H100"{group})]),
+                    workload: (num_requests: 10, clients: [(rate_per_s: 1.0,
+                        input_tokens: Constant(64), output_tokens: Constant(8))]),
+                    plan: (gpus: ["A100-80", "H100"], max_instances: 4,
+                        prices: {{"A100-80": 1.0, "H100": 2.0}}{lists}))"#
+            );
+            let s = crate::loader::parse(&src, "p.ron", &[], catalog).unwrap();
+            let p = s.plan.clone().unwrap();
+            configurations(&s, &p)
+                .iter()
+                .map(|c| (c.gpu.clone(), c.max_num_seqs, c.max_num_batched_tokens))
+                .collect::<Vec<_>>()
+        };
+        let a100 = |s, t| ("A100-80".to_string(), s, t);
+        let h100 = |s, t| ("H100".to_string(), s, t);
+        // `vllm serve`'s defaults per GPU (roofline: vLLM's serving path).
+        assert_eq!(plan("", ""), [a100(256, 2048), h100(1024, 8192)]);
+        // The group's own limits hold on every GPU.
+        assert_eq!(
+            plan(", max_num_seqs: 64, max_num_batched_tokens: 4096", ""),
+            [a100(64, 4096), h100(64, 4096)]
+        );
+        // A listed budget: the default max_num_seqs is at most it, as in vLLM.
+        assert_eq!(
+            plan("", ", max_num_batched_tokens: [512]"),
+            [a100(256, 512), h100(512, 512)]
+        );
+        // The BLIS reading keeps BLIS's 256 and 2,048 everywhere.
+        assert_eq!(
+            plan(", latency: TrainedPhysics()", ""),
+            [a100(256, 2048), h100(256, 2048)]
+        );
     }
 
     #[test]

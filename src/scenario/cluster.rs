@@ -194,12 +194,14 @@ pub struct InstanceGroup {
     /// Which block the NVMe tier drops when full: `Lru` (default) or `Fifo`.
     #[serde(default)]
     pub nvme_kv_eviction: Eviction,
-    /// Most requests in the running batch (vLLM `max_num_seqs`). Default 256.
-    #[serde(default = "default_max_num_seqs")]
-    pub max_num_seqs: u32,
-    /// Token budget per step (vLLM `max_num_batched_tokens`). Default 2048.
-    #[serde(default = "default_max_num_batched_tokens")]
-    pub max_num_batched_tokens: u32,
+    /// Most requests in the running batch (vLLM `max_num_seqs`). Default: `vllm serve`'s
+    /// for the group's GPU with vLLM's serving path, 256 with the BLIS reading
+    /// ([`batch_limits`]).
+    #[serde(default)]
+    pub max_num_seqs: Option<u32>,
+    /// Token budget per step (vLLM `max_num_batched_tokens`). Default as `max_num_seqs`.
+    #[serde(default)]
+    pub max_num_batched_tokens: Option<u32>,
     /// Largest prefill chunk per request and step; 0 = only the budget limits it. Default 0.
     #[serde(default)]
     pub long_prefill_token_threshold: u32,
@@ -507,17 +509,66 @@ pub(super) fn default_block_size() -> u32 {
 fn default_thrash_window() -> f64 {
     10.0
 }
-/// A group's `max_num_seqs` when it gives none (vLLM's `vllm serve` default on GPUs under
-/// 70 GiB and on A100s).
+/// `max_num_seqs` when a group gives none and runs the BLIS reading, on a GPU under 70 GiB or
+/// an A100 (`vllm serve`'s default there, and BLIS's).
 pub const DEFAULT_MAX_NUM_SEQS: u32 = 256;
-/// A group's `max_num_batched_tokens` when it gives none (as [`DEFAULT_MAX_NUM_SEQS`]).
+/// `max_num_batched_tokens` as [`DEFAULT_MAX_NUM_SEQS`].
 pub const DEFAULT_MAX_NUM_BATCHED_TOKENS: u32 = 2048;
+/// `vllm serve`'s `max_num_seqs` on a GPU of 70 GiB or more that is not an A100.
+pub const LARGE_GPU_MAX_NUM_SEQS: u32 = 1024;
+/// `vllm serve`'s `max_num_batched_tokens` there.
+pub const LARGE_GPU_MAX_NUM_BATCHED_TOKENS: u32 = 8192;
 
-fn default_max_num_seqs() -> u32 {
-    DEFAULT_MAX_NUM_SEQS
+/// Where a group's batch limits come from when it leaves one out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BatchDefaults {
+    /// 256 requests and 2,048 tokens, nothing derived (BLIS's defaults).
+    Blis,
+    /// `vllm serve`'s (vLLM's `EngineArgs.get_batch_defaults` for the OpenAI server and
+    /// `_set_default_max_num_seqs_and_batched_tokens_args`): 1,024 and 8,192 on a GPU of
+    /// ≥ 70 GiB whose name has no "a100" (`large`), 256 and 2,048 otherwise; a default budget
+    /// is at most `max_num_seqs` × `max_model_len`, a default `max_num_seqs` at most the budget.
+    Vllm { large: bool },
 }
-fn default_max_num_batched_tokens() -> u32 {
-    DEFAULT_MAX_NUM_BATCHED_TOKENS
+
+impl BatchDefaults {
+    /// vLLM's defaults on `gpu` (`memory_gib`, `id`).
+    pub fn vllm(memory_gib: f64, id: &str) -> Self {
+        BatchDefaults::Vllm {
+            large: memory_gib >= 70.0 && !id.to_ascii_lowercase().contains("a100"),
+        }
+    }
+}
+
+/// The (`max_num_seqs`, `max_num_batched_tokens`) a group runs: the ones given, the others
+/// from `defaults`, for sequences of at most `max_model_len` tokens.
+pub fn batch_limits(
+    seqs: Option<u32>,
+    tokens: Option<u32>,
+    defaults: BatchDefaults,
+    max_model_len: Option<u32>,
+) -> (u32, u32) {
+    let (d_seqs, d_tokens, derive) = match defaults {
+        BatchDefaults::Blis => (DEFAULT_MAX_NUM_SEQS, DEFAULT_MAX_NUM_BATCHED_TOKENS, false),
+        BatchDefaults::Vllm { large: false } => {
+            (DEFAULT_MAX_NUM_SEQS, DEFAULT_MAX_NUM_BATCHED_TOKENS, true)
+        }
+        BatchDefaults::Vllm { large: true } => (
+            LARGE_GPU_MAX_NUM_SEQS,
+            LARGE_GPU_MAX_NUM_BATCHED_TOKENS,
+            true,
+        ),
+    };
+    let running = seqs.unwrap_or(d_seqs);
+    let budget = tokens.unwrap_or_else(|| match (derive, max_model_len) {
+        (true, Some(len)) => (u64::from(running) * u64::from(len)).min(d_tokens.into()) as u32,
+        _ => d_tokens,
+    });
+    let running = match seqs {
+        None if derive => running.min(budget),
+        _ => running,
+    };
+    (running, budget)
 }
 
 /// Which serving path a group's numbers start from (`engine.preset`).
@@ -760,4 +811,52 @@ pub enum Extrapolation {
     Clamp,
     /// Extend the outermost segment linearly (never below 1 µs).
     Linear,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{BatchDefaults, batch_limits};
+
+    const LARGE: BatchDefaults = BatchDefaults::Vllm { large: true };
+    const SMALL: BatchDefaults = BatchDefaults::Vllm { large: false };
+
+    #[test]
+    fn vllm_serve_takes_larger_batches_on_large_gpus_but_a100s() {
+        assert_eq!(BatchDefaults::vllm(80.0, "H100"), LARGE);
+        assert_eq!(BatchDefaults::vllm(178.8, "B200"), LARGE);
+        assert_eq!(BatchDefaults::vllm(80.0, "A100-80"), SMALL);
+        assert_eq!(BatchDefaults::vllm(48.0, "L40S"), SMALL);
+        assert_eq!(BatchDefaults::vllm(70.0, "x"), LARGE);
+        assert_eq!(BatchDefaults::vllm(69.9, "x"), SMALL);
+    }
+
+    #[test]
+    fn limits_left_out_take_the_defaults_and_given_ones_stay() {
+        assert_eq!(batch_limits(None, None, LARGE, Some(4096)), (1024, 8192));
+        assert_eq!(batch_limits(None, None, SMALL, Some(4096)), (256, 2048));
+        assert_eq!(
+            batch_limits(None, None, BatchDefaults::Blis, None),
+            (256, 2048)
+        );
+        assert_eq!(
+            batch_limits(Some(128), Some(512), LARGE, Some(4096)),
+            (128, 512)
+        );
+        assert_eq!(batch_limits(Some(64), None, LARGE, None), (64, 8192));
+    }
+
+    #[test]
+    fn a_default_budget_stays_within_the_longest_batch_and_a_default_batch_within_the_budget() {
+        // vLLM: budget = min(8192, max_num_seqs × max_model_len); then max_num_seqs =
+        // min(1024, budget) when it was left out.
+        assert_eq!(batch_limits(None, None, LARGE, Some(4)), (1024, 4096));
+        assert_eq!(batch_limits(Some(2), None, LARGE, Some(100)), (2, 200));
+        assert_eq!(batch_limits(None, Some(512), LARGE, None), (512, 512));
+        assert_eq!(batch_limits(None, Some(100), SMALL, None), (100, 100));
+        // BLIS derives nothing: a budget below max_num_seqs stays (and is warned of).
+        assert_eq!(
+            batch_limits(None, Some(100), BatchDefaults::Blis, Some(4)),
+            (256, 100)
+        );
+    }
 }

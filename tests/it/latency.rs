@@ -568,25 +568,97 @@ fn models_answer_to_their_hub_ids_and_directories_and_a_missing_fine_tune_names_
 /// 8,192 tokens a step (vLLM's `EngineArgs.get_batch_defaults`), elsewhere to servesim's 256
 /// and 2,048: validate says so where the two differ and the group runs servesim's.
 #[test]
-fn validate_points_out_where_vllm_serve_would_default_to_larger_batches() {
+fn validate_says_which_batch_limits_a_group_left_out_and_whose_they_are() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
-    for (gpu, says) in [
-        ("H100", true),
-        ("MI300X", true),
-        ("A100-80", false),
-        ("L40S", false),
+    for (gpu, line) in [
+        (
+            "H100",
+            "1,024 requests and 8,192 tokens a step: `vllm serve`'s defaults on the H100",
+        ),
+        (
+            "MI300X",
+            "1,024 requests and 8,192 tokens a step: `vllm serve`'s defaults on the MI300X",
+        ),
+        (
+            "A100-80",
+            "256 requests and 2,048 tokens a step: `vllm serve`'s defaults on the A100-80",
+        ),
+        (
+            "L40S",
+            "256 requests and 2,048 tokens a step: `vllm serve`'s defaults on the L40S",
+        ),
     ] {
         let (code, out) = validate_group(dir, "llama-2-7b-hf", gpu);
         assert_eq!(code, Some(0), "{gpu}: {out}");
-        assert_eq!(
-            out.contains(&format!(
-                "batch limits: 256 requests and 2,048 tokens a step, servesim's defaults and vLLM's on smaller GPUs; `vllm serve` on the {gpu} defaults to 1,024 and 8,192"
-            )),
-            says,
+        assert!(
+            out.contains(&format!("batch limits: {line}")),
             "{gpu}: {out}"
         );
     }
+    // One limit given: the other derived from it as vLLM does, and said so; both given: no line.
+    for (limits, line) in [
+        (
+            "max_num_batched_tokens: 512",
+            Some(
+                "512 requests and 512 tokens a step: max_num_batched_tokens as given, max_num_seqs from `vllm serve`'s defaults on the H100",
+            ),
+        ),
+        (
+            "max_num_seqs: 64",
+            Some(
+                "64 requests and 8,192 tokens a step: max_num_seqs as given, the budget from `vllm serve`'s defaults on the H100",
+            ),
+        ),
+        (
+            "latency: TrainedPhysics()",
+            Some("256 requests and 2,048 tokens a step: BLIS's defaults (the BLIS reading"),
+        ),
+        ("max_num_seqs: 64, max_num_batched_tokens: 512", None),
+    ] {
+        std::fs::write(
+            dir.join("l.ron"),
+            format!(
+                r#"(cluster: (groups: [(model: "llama-2-7b-hf", gpu: "H100", {limits})]),
+                    workload: (num_requests: 1, clients: [(rate_per_s: 1.0,
+                        input_tokens: Constant(64), output_tokens: Constant(8))]))"#
+            ),
+        )
+        .unwrap();
+        let out = crate::common::servesim_ok(&["validate", "l.ron"], dir);
+        let out = String::from_utf8_lossy(&out.stdout);
+        match line {
+            Some(line) => assert!(
+                out.contains(&format!("batch limits: {line}")),
+                "{limits}: {out}"
+            ),
+            None => assert!(!out.contains("batch limits:"), "{limits}: {out}"),
+        }
+    }
+}
+
+/// 600 prompts of 8 tokens at once on one Llama-2-7B: the requests that wait for a whole
+/// batch to finish (128 tokens each) before their first token.
+fn waited_for_a_batch(gpu: &str, engine: &str) -> usize {
+    let sc = parse(&format!(
+        r#"(cluster: (groups: [(model: "llama-2-7b-hf", gpu: "{gpu}"{engine})]),
+            workload: (num_requests: 600, clients: [(rate_per_s: 1000000.0,
+                input_tokens: Constant(8), output_tokens: Constant(128))]))"#
+    ));
+    let (_, rows) = run(&sc);
+    assert_eq!(rows.len(), 600);
+    rows.iter().filter(|r| r.us("ttft_ms") > 400_000).count()
+}
+
+#[test]
+fn a_group_left_at_its_defaults_batches_as_vllm_serve_would_on_its_gpu() {
+    // `vllm serve` on an H100: 1,024 requests and 8,192 tokens a step, so all 600 prompts
+    // (4,800 tokens) start in the first step.
+    assert_eq!(waited_for_a_batch("H100", ""), 0);
+    // On an A100 (and with the BLIS reading anywhere): 256 and 2,048, so 344 requests wait
+    // for the first 256 to finish their 128 tokens (≥ 128 decode steps of ≥ 5 ms).
+    assert_eq!(waited_for_a_batch("A100-80", ""), 344);
+    assert_eq!(waited_for_a_batch("H100", ", engine: (preset: Bare)"), 344);
 }
 
 /// `servesim validate` of one request on a group of `model` on two `gpu`s: its exit code, and
