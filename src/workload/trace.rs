@@ -145,8 +145,14 @@ impl TraceReader {
                         Some(Ok(l)) => break l,
                     }
                 };
-                let row: MooncakeRow = serde_json::from_str(&text)
-                    .map_err(|e| self.err(format!("not a Mooncake row: {e}")))?;
+                let row: MooncakeRow = serde_json::from_str(&text).map_err(|e| {
+                    let hint = if text.trim_start().starts_with('[') {
+                        " (a Mooncake trace is JSON Lines: one object per line, not an array)"
+                    } else {
+                        ""
+                    };
+                    self.err(format!("not a Mooncake row: {e}{hint}"))
+                })?;
                 if row.input_length == 0 || row.output_length == 0 {
                     return Err(self.err(format!(
                         "input_length {} and output_length {} must both be ≥ 1",
@@ -195,7 +201,18 @@ impl TraceReader {
                 let Some(rec) = records.next() else {
                     return Ok(None);
                 };
-                let rec = rec.map_err(|e| format!("{}: {e}", self.path.display()))?;
+                let rec = rec.map_err(|e| match e.kind() {
+                    csv::ErrorKind::UnequalLengths {
+                        pos: Some(pos),
+                        expected_len,
+                        len,
+                    } => format!(
+                        "{}:{}: {len} fields where the header has {expected_len}",
+                        self.path.display(),
+                        pos.line()
+                    ),
+                    _ => format!("{}: {e}", self.path.display()),
+                })?;
                 self.line = rec.position().map_or(self.line + 1, |p| p.line());
                 let get = |name: &str| {
                     headers
@@ -306,7 +323,7 @@ impl TraceReader {
         let scaled_s = time_s * self.time_factor;
         if scaled_s > 1e9 {
             return Err(self.err(format!(
-                "timestamp {time_s} s × time_scale / rate_scale = {scaled_s:e} s is past the 10⁹ s a run may reach"
+                "timestamp {time_s} s × time_scale / rate_scale = {scaled_s:.3e} s is past the 10⁹ s a run may reach"
             )));
         }
         let arrival_us = (scaled_s * 1e6).round() as u64;

@@ -322,6 +322,40 @@ fn a_bad_trace_row_is_reported_with_file_and_line_before_the_run() {
 }
 
 #[test]
+fn a_trace_of_the_wrong_shape_says_what_shape_it_needs() {
+    let dir = tempfile::tempdir().unwrap();
+    let check = |format: &str, file: &str, text: &str, expect: &str| {
+        std::fs::write(dir.path().join(file), text).unwrap();
+        std::fs::write(
+            dir.path().join("s.ron"),
+            format!(
+                "(cluster: (groups: [(kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1.0, 1.0, 1.0]))]),
+                  workload: (traces: [(format: {format}, file: \"{file}\")]))"
+            ),
+        )
+        .unwrap();
+        let out = crate::common::servesim(&["validate", "s.ron"], dir.path());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(expect), "{expect}: {err}");
+    };
+    // A row short of a field: its line and the counts, not the CSV reader's record number.
+    check(
+        "VidurCsv",
+        "t.csv",
+        "arrived_at,num_prefill_tokens,num_decode_tokens\n0.5,10,3\n0.7,10\n",
+        "t.csv:3: 2 fields where the header has 3",
+    );
+    // A JSON array where JSON Lines belong.
+    check(
+        "Mooncake",
+        "m.jsonl",
+        "[{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 5}]\n",
+        "m.jsonl:1: not a Mooncake row: invalid type: map, expected f64 at line 1 column 1 (a Mooncake trace is JSON Lines: one object per line, not an array)",
+    );
+}
+
+#[test]
 #[ignore = "slow in the test profile: generates 10 million requests; run with --ignored --release"]
 fn generating_ten_million_requests_keeps_memory_flat() {
     use servesim::engine::{Event, EventQueue};
