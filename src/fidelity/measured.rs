@@ -292,12 +292,43 @@ pub fn from_csv(text: &str, file: &str) -> Result<Measurement, String> {
     })
 }
 
+/// JSON as Python's `json.dump` writes it: its `NaN`, `Infinity` and `-Infinity` (outside
+/// strings; JSON has none of them) read as `null`, so a summary figure a benchmark could not
+/// compute (the median of no inter-token gaps) does not make the whole file unreadable.
+fn python_json(text: &str) -> Result<serde_json::Value, String> {
+    let parse = |t: &str| serde_json::from_str(t).map_err(|e| format!("not JSON: {e}"));
+    if !(text.contains("NaN") || text.contains("Infinity")) {
+        return parse(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let (mut in_string, mut escaped) = (false, false);
+    let mut rest = text;
+    while let Some(c) = rest.chars().next() {
+        if in_string {
+            in_string = escaped || c != '"';
+            escaped = !escaped && c == '\\';
+        } else if c == '"' {
+            in_string = true;
+        } else if let Some(word) = ["NaN", "-Infinity", "Infinity"]
+            .into_iter()
+            .find(|w| rest.starts_with(w))
+        {
+            out.push_str("null");
+            rest = &rest[word.len()..];
+            continue;
+        }
+        out.push(c);
+        rest = &rest[c.len_utf8()..];
+    }
+    parse(&out)
+}
+
 /// vLLM's benchmark result JSON: parallel arrays `input_lens`, `output_lens`, `ttfts` (s),
 /// `itls` (per request, the gaps between its tokens in s), `start_times` (s, any origin),
 /// optional `e2els` (s) and `errors` (a non-empty string marks a failed request: counted, not
 /// replayed, as the file does not say how long its answer was to be).
 pub fn from_vllm_json(text: &str) -> Result<Measurement, String> {
-    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    let v = python_json(text)?;
     let array = |key: &str| -> Result<&Vec<serde_json::Value>, String> {
         v.get(key).and_then(|a| a.as_array()).ok_or_else(|| {
             format!("no `{key}` array: is this a vLLM benchmark result saved with --save-result --save-detailed?")
@@ -352,7 +383,15 @@ pub fn from_vllm_json(text: &str) -> Result<Measurement, String> {
         let f = |a: &serde_json::Value, what: &str| {
             a.as_f64()
                 .filter(|x| x.is_finite() && *x >= 0.0)
-                .ok_or_else(|| format!("request {i}: {what}[{i}] = {a} is not a number ≥ 0"))
+                .ok_or_else(|| {
+                    // Python's NaN and Infinity read as null (`python_json`).
+                    let a = if a.is_null() {
+                        "null (or NaN, Infinity)".to_string()
+                    } else {
+                        a.to_string()
+                    };
+                    format!("request {i}: {what}[{i}] = {a} is not a number ≥ 0")
+                })
         };
         let tokens = |a: &serde_json::Value, what: &str| -> Result<f64, String> {
             let v = f(a, what)?;
@@ -496,8 +535,7 @@ pub fn inference_perf_stages(dir: &Path) -> Result<Vec<InferencePerfStage>, Stri
         };
         let path = entry.path();
         let text = crate::input::read_text(&path)?;
-        let v: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| format!("{}: not JSON: {e}", path.display()))?;
+        let v = python_json(&text).map_err(|e| format!("{}: {e}", path.display()))?;
         let load = v.get("load_summary");
         let requests = load
             .and_then(|l| l.get("count"))
@@ -1128,6 +1166,34 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.starts_with("m.csv:3: input_tokens"), "{e}");
+    }
+
+    #[test]
+    fn python_s_nan_and_infinity_read_as_null_outside_strings() {
+        let v = python_json(
+            r#"{"a": NaN, "b": [Infinity, -Infinity, 1.5], "c": "NaN \" Infinity", "d": "x\\"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"a": null, "b": [null, null, 1.5], "c": "NaN \" Infinity", "d": "x\\"})
+        );
+        assert!(
+            python_json("{\"a\": NaNa}")
+                .unwrap_err()
+                .starts_with("not JSON")
+        );
+        // A vLLM result whose summary holds a NaN reads; a NaN where a request's figure
+        // belongs is that request's error.
+        let body = r#""input_lens": [10, 20], "output_lens": [5, 5], "ttfts": [0.02, 0.03],
+            "itls": [[0.01, 0.01, 0.01, 0.01], [0.01, 0.01, 0.01, 0.01]], "start_times": [0, 0.5]"#;
+        let read = from_vllm_json(&format!("{{{body}, \"median_itl_ms\": NaN}}")).unwrap();
+        assert_eq!(read.requests.len(), 2);
+        let e = from_vllm_json(&format!("{{{}}}", body.replace("0.03", "NaN"))).unwrap_err();
+        assert!(
+            e.contains("ttfts[1] = null (or NaN, Infinity) is not a number ≥ 0"),
+            "{e}"
+        );
     }
 
     #[test]
