@@ -181,6 +181,9 @@ pub struct ResolvedGroup {
     pub gpu: Option<GpuProfile>,
     pub kv_blocks: u32,
     pub max_model_len: Option<u32>,
+    /// The most tokens one request's KV can take in an instance's cache (one data-parallel
+    /// rank's; with hybrid attention, as its layout holds them).
+    pub request_kv_tokens: u64,
     /// Most requests in an instance's (each data-parallel rank's) running batch: the
     /// group's `max_num_seqs` or its default ([`batch_limits`](crate::scenario::batch_limits)).
     pub max_num_seqs: u32,

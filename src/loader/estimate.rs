@@ -118,12 +118,48 @@ const SPARSE_ARRIVALS_S: f64 = 86_400.0;
 /// vLLM 0.11 to 0.15).
 const VLLM_BLOCK_SIZES: [u32; 7] = [1, 8, 16, 32, 64, 128, 256];
 
+/// The warning for a group whose longest request (its `max_model_len`, else its model's
+/// context) does not fit one request's share of its derived KV cache: vLLM refuses to start such a
+/// server (`check_enough_kv_cache_memory` in `vllm/v1/core/kv_cache_utils.py`: "To serve at
+/// least one request with the model's max seq len …"), where servesim serves requests up to
+/// what fits and drops longer ones.
+fn context_over_cache(
+    g: &crate::scenario::InstanceGroup,
+    r: &crate::setup::ResolvedGroup,
+) -> Option<String> {
+    use crate::scenario::grouped;
+    // Blocks given are vLLM's `num_gpu_blocks_override`, which it takes without this check.
+    if g.kv_blocks.is_some() {
+        return None;
+    }
+    let (longest, whose) = match (g.max_model_len, &r.model) {
+        (Some(len), _) => (u64::from(len), "max_model_len".to_string()),
+        (None, Some(m)) if m.max_position_embeddings > 0 => (
+            m.max_position_embeddings,
+            format!("{}'s context (max_model_len left out)", m.id),
+        ),
+        _ => return None,
+    };
+    (longest > r.request_kv_tokens).then(|| {
+        format!(
+            "{whose} of {} tokens does not fit the KV cache a request can take ({} tokens): \
+             vLLM refuses to start such a server (\"To serve at least one request with the \
+             model's max seq len …\"); here requests longer than {} tokens are dropped. Give \
+             max_model_len at most {}, as vLLM's message asks, or more KV memory",
+            grouped(longest),
+            grouped(r.request_kv_tokens),
+            grouped(r.request_kv_tokens),
+            grouped(r.request_kv_tokens),
+        )
+    })
+}
+
 /// Inputs that will leave a run idle or waiting for long simulated spans (a KV or host link
 /// so slow that one prompt's KV takes hours to move, alpha overheads that hold a prompt for
-/// hours, arrivals days apart), a step token budget below the batch limit or a block size
-/// vLLM does not offer (vLLM refuses both), as warnings. The run handles them (idle
-/// spans cost nothing, see docs/guarantees.md), but they are more often a wrong unit or a
-/// slip than an intent.
+/// hours, arrivals days apart), a step token budget below the batch limit, a block size vLLM
+/// does not offer or a context the KV cache cannot hold (vLLM refuses all three), as
+/// warnings. The run handles them (idle spans cost nothing, see docs/guarantees.md), but they
+/// are more often a wrong unit or a slip than an intent.
 pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<String> {
     let mut w = Vec::new();
     let prompts: Vec<f64> = s
@@ -154,6 +190,9 @@ pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<Strin
                 g.block_size,
                 VLLM_BLOCK_SIZES.map(|b| b.to_string()).join(", ")
             ));
+        }
+        if let Some(line) = context_over_cache(g, &r) {
+            w.push(format!("cluster.groups[{i}]: {line}"));
         }
         if r.max_num_batched_tokens < r.max_num_seqs {
             w.push(format!(

@@ -623,13 +623,14 @@ fn read_group(
             .ok()
             .flatten()
     });
+    // The most tokens one request can hold: it lives in one data-parallel rank's cache.
+    let request_kv_tokens = kv_blocks.map(|blocks| match kv_layout {
+        Some(l) => l.max_tokens(blocks, g.block_size),
+        None => u64::from(blocks / g.dp()) * u64::from(g.block_size),
+    });
     let max_model_len = g.max_model_len.or_else(|| {
         let m = model.as_ref()?;
-        // A request lives in one data-parallel rank's cache.
-        let cap = match kv_layout {
-            Some(l) => l.max_tokens(kv_blocks?, g.block_size),
-            None => u64::from(kv_blocks? / g.dp()) * u64::from(g.block_size),
-        };
+        let cap = request_kv_tokens?;
         let len = if m.max_position_embeddings > 0 {
             m.max_position_embeddings.min(cap)
         } else {
@@ -704,6 +705,7 @@ fn read_group(
         gpu,
         kv_blocks: kv_blocks.expect("no problems means blocks are known"),
         max_model_len,
+        request_kv_tokens: request_kv_tokens.expect("no problems means blocks are known"),
         max_num_seqs,
         max_num_batched_tokens,
         batch_defaults,

@@ -622,8 +622,17 @@ fn check_inference_perf(p: &mut Vec<Problem>, ip: &crate::scenario::InferencePer
         p.push(Problem::new(
             at("shared_prefix"),
             format!(
-                "{users} users × {} stages is more than the {MAX_INFERENCE_PERF_USERS} allowed",
-                ip.stages.len()
+                "{} system prompts × {} users each × {} {} is {} users, more than the {} allowed",
+                crate::scenario::grouped(sp.num_unique_system_prompts.into()),
+                crate::scenario::grouped(sp.num_users_per_system_prompt.into()),
+                ip.stages.len(),
+                if ip.stages.len() == 1 {
+                    "stage"
+                } else {
+                    "stages"
+                },
+                crate::scenario::grouped(users.saturating_mul(ip.stages.len() as u64)),
+                crate::scenario::grouped(MAX_INFERENCE_PERF_USERS)
             ),
         ));
     }

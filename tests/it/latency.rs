@@ -637,6 +637,40 @@ fn validate_says_which_batch_limits_a_group_left_out_and_whose_they_are() {
     }
 }
 
+#[test]
+fn a_context_the_derived_cache_cannot_hold_is_warned_of_as_vllm_refuses_it() {
+    // Llama-3.1-8B on an A100-40: 7,880 blocks of 16 = 126,080 tokens, short of its 131,072.
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let warning = |extra: &str| {
+        std::fs::write(
+            dir.join("c.ron"),
+            format!(
+                r#"(cluster: (groups: [(model: "llama-3.1-8b-instruct", gpu: "A100-40"{extra})]),
+                    workload: (num_requests: 1, clients: [(rate_per_s: 1.0,
+                        input_tokens: Constant(64), output_tokens: Constant(8))]))"#
+            ),
+        )
+        .unwrap();
+        let out = crate::common::servesim_ok(&["validate", "c.ron"], dir);
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let w = warning("");
+    assert!(
+        w.contains("warning: cluster.groups[0]: llama-3.1-8b-instruct's context (max_model_len left out) of 131,072 tokens does not fit the KV cache a request can take (126,080 tokens): vLLM refuses to start such a server"),
+        "{w}"
+    );
+    assert!(w.contains("Give max_model_len at most 126,080"), "{w}");
+    let w = warning(", max_model_len: 200000");
+    assert!(
+        w.contains("max_model_len of 200,000 tokens does not fit"),
+        "{w}"
+    );
+    // What fits, and blocks given (vLLM's num_gpu_blocks_override, taken unchecked), pass.
+    assert!(!warning(", max_model_len: 126080").contains("does not fit"));
+    assert!(!warning(", kv_blocks: 100").contains("does not fit"));
+}
+
 /// 600 prompts of 8 tokens at once on one Llama-2-7B: the requests that wait for a whole
 /// batch to finish (128 tokens each) before their first token.
 fn waited_for_a_batch(gpu: &str, engine: &str) -> usize {

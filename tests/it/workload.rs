@@ -423,6 +423,20 @@ fn inference_perf(reading: &str, stages: &str, multi_turn: bool) -> scenario::Sc
 }
 
 #[test]
+fn an_inference_perf_load_too_large_to_expand_says_how_it_counts() {
+    let e = crate::common::invalid(
+        "(cluster: (groups: [(kv_blocks: 4000, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [2000.0, 5.0, 50.0]))]),
+          workload: (inference_perf: (stages: [(rate_per_s: 1.0, duration_s: 10.0)],
+            shared_prefix: (num_unique_system_prompts: 1000, num_users_per_system_prompt: 1000,
+              system_prompt_len: 64, question_len: 40, output_len: 8))))",
+    );
+    assert!(
+        e.contains("1,000 system prompts × 1,000 users each × 1 stage is 1,000,000 users, more than the 100,000 allowed"),
+        "{e}"
+    );
+}
+
+#[test]
 fn an_inference_perf_load_sends_exactly_rate_times_duration_per_stage() {
     let stages = "(rate_per_s: 2.5, duration_s: 100.0), (rate_per_s: 0.7, duration_s: 100.0)";
     for (reading, multi_turn) in [
