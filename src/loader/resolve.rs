@@ -121,10 +121,7 @@ pub fn resolve_group(
 /// Where group `g`'s batch limits come from when it leaves them out, on `gpu`: vLLM's serving
 /// path takes `vllm serve`'s defaults for the GPU, the BLIS reading BLIS's.
 fn batch_defaults(g: &InstanceGroup, gpu: Option<&crate::model::GpuProfile>) -> BatchDefaults {
-    let vllm_path = match &g.engine {
-        Some(e) => e.preset != crate::scenario::EnginePreset::Bare,
-        None => matches!(&*g.latency(), LatencySpec::Roofline { .. }),
-    };
+    let vllm_path = g.engine_preset() != crate::scenario::EnginePreset::Bare;
     match gpu {
         Some(gp) if vllm_path => BatchDefaults::vllm(gp.memory_gib, &gp.id),
         _ if vllm_path => BatchDefaults::Vllm { large: false },
@@ -541,8 +538,10 @@ fn read_group(
     };
     let serving = match &g.engine {
         Some(e) => ServingPath::of(e),
-        None if matches!(&*spec, LatencySpec::Roofline { .. }) => ServingPath::VLLM,
-        None => ServingPath::BARE,
+        None => ServingPath::of(&crate::scenario::EngineSpec {
+            preset: g.engine_preset(),
+            ..Default::default()
+        }),
     };
     for (f, msg) in serving.problems() {
         p.push(Problem::new(at(&format!("engine.{f}")), msg));

@@ -619,6 +619,16 @@ impl InstanceGroup {
             None => std::borrow::Cow::Owned(LatencySpec::default_roofline()),
         }
     }
+
+    /// The serving path's preset: the `engine`'s, or its latency model's default (vLLM's
+    /// with `Roofline()`, the BLIS reading with every other model).
+    pub fn engine_preset(&self) -> EnginePreset {
+        match &self.engine {
+            Some(e) => e.preset,
+            None if matches!(&*self.latency(), LatencySpec::Roofline { .. }) => EnginePreset::Vllm,
+            None => EnginePreset::Bare,
+        }
+    }
 }
 
 impl LatencySpec {
