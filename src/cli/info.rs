@@ -33,10 +33,10 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
             let bytes = block * f64::from(r.kv_blocks) / f64::from(g.dp());
             format!(" ({:.1} GiB per GPU)", bytes / f64::from(1u32 << 30))
         });
-        let derived = if g.kv_blocks.is_some() {
-            ""
-        } else {
-            ", derived"
+        let derived = match (g.kv_blocks, r.batch_defaults) {
+            (Some(_), _) => "",
+            (None, scenario::BatchDefaults::Blis) => ", derived by BLIS's rule",
+            (None, _) => ", derived as vLLM's memory profile sizes them",
         };
         let _ = write!(
             s,

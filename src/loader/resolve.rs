@@ -576,6 +576,22 @@ fn read_group(
     let refused = model
         .as_ref()
         .is_some_and(|m| super::hybrid::refusals(&mut p, &at, g, m, draft_kv));
+    let batch_defaults = batch_defaults(g, gpu.as_ref());
+    let (max_num_seqs, max_num_batched_tokens) = crate::scenario::batch_limits(
+        g.max_num_seqs,
+        g.max_num_batched_tokens,
+        batch_defaults,
+        longest_sequence(g, model.as_ref()),
+    );
+    // vLLM's serving path sizes the cache as vLLM's start-up profile does; the BLIS reading
+    // by BLIS's rule, as its conformance results were sized.
+    let memory_rule = match batch_defaults {
+        BatchDefaults::Blis => crate::model::MemoryRule::Blis,
+        BatchDefaults::Vllm { .. } => crate::model::MemoryRule::Vllm {
+            tokens: max_num_batched_tokens,
+            rows: max_num_seqs.min(max_num_batched_tokens),
+        },
+    };
     let kv_blocks = match (g.kv_blocks, &model, &gpu) {
         _ if refused => None,
         (Some(0), _, _) => {
@@ -591,6 +607,7 @@ fn read_group(
                 g.gpu_memory_utilization,
                 g.block_size,
                 (draft_gib, draft_kv),
+                memory_rule,
             ) {
                 Ok(c) => Some(c.blocks),
                 Err(e) => {
@@ -680,13 +697,6 @@ fn read_group(
         }
     }
     let nvme_tier = nvme_tier(g, i, model.as_ref(), cpu_tier.is_some(), &mut p);
-    let batch_defaults = batch_defaults(g, gpu.as_ref());
-    let (max_num_seqs, max_num_batched_tokens) = crate::scenario::batch_limits(
-        g.max_num_seqs,
-        g.max_num_batched_tokens,
-        batch_defaults,
-        longest_sequence(g, model.as_ref()),
-    );
     if !p.is_empty() {
         return Err(p);
     }

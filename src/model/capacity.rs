@@ -337,6 +337,7 @@ pub fn kv_layout(m: &ModelConfig, tp: u32, block_size: u32) -> Result<Option<KvL
     }))
 }
 
+/// [`kv_capacity_with`] by BLIS's rule, for one replica of `tp × pp` GPUs without a drafter.
 pub fn kv_capacity(
     m: &ModelConfig,
     gpu: &GpuProfile,
@@ -346,7 +347,61 @@ pub fn kv_capacity(
     block_size: u32,
 ) -> Result<KvCapacity, String> {
     let replica = Replica { tp, pp, dp: 1 };
-    kv_capacity_with(m, gpu, replica, utilization, block_size, (0.0, 0.0))
+    let rule = MemoryRule::Blis;
+    kv_capacity_with(m, gpu, replica, utilization, block_size, (0.0, 0.0), rule)
+}
+
+/// How much of a GPU's memory besides the weights and the KV cache is set aside.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum MemoryRule {
+    /// BLIS's (`kv_capacity.go`): 5.5 GiB of activations per replica (8 GiB for MoE) and
+    /// 0.15 GiB of non-torch memory on one GPU, else 0.6 GiB per GPU, of the nominal memory.
+    Blis,
+    /// vLLM's start-up profile (`Worker.determine_available_memory`, vLLM 0.11–0.15): of the
+    /// memory CUDA reports, the peak of one forward pass of `tokens` tokens
+    /// (`max_num_batched_tokens`) or of the sampler over `rows` requests (`max_num_seqs`, at
+    /// most `tokens`), whichever is larger, and [`VLLM_OTHER_GIB`] of other memory per GPU.
+    Vllm { tokens: u32, rows: u32 },
+}
+
+/// What CUDA withholds of a GPU's memory from `cudaMemGetInfo`'s total, in GiB: an H100
+/// 80GB reports 79.1–79.3 GiB (PyTorch's out-of-memory messages, "GPU 0 has a total capacity
+/// of 79.11 GiB", vary with the driver). Taken alike for every GPU.
+pub const CUDA_WITHHELD_GIB: f64 = 0.8;
+
+/// Memory per GPU that vLLM's profile counts beside the weights and the profiling pass's
+/// peak: non-torch allocations since the worker started (cuBLAS workspaces, NCCL and
+/// custom all-reduce buffers, loaded kernels) and persistent input buffers. Not derivable
+/// from vLLM's code; the one constant fitted to vLLM's own KV block counts
+/// (docs/fidelity.md, "KV capacity against vLLM's own counts").
+pub const VLLM_OTHER_GIB: f64 = 0.69;
+
+/// Bytes per logit alive at the peak of vLLM's dummy sampler run (`_dummy_sampler_run`:
+/// temperature, top-k and top-p all on, PyTorch's `apply_top_k_top_p`), at the scatter that
+/// ends the top-p pass: the model's bf16 logits (2) and their float32 copy (4), the sorted
+/// values (4) and their int64 indices (8), the sorted softmax (4), the top-k and top-p masks
+/// (1 each) and the scatter's output (4).
+pub const SAMPLER_BYTES_PER_LOGIT: f64 = 28.0;
+
+/// Bytes per token one GPU holds at the peak of a forward pass: a dense layer's MLP
+/// gate-and-up output (2 · I / tp values) beside its activation's output (I / tp); a MoE
+/// layer's fused-MoE workspace for the k experts a token goes to (gate-and-up 2 · I / tp,
+/// activation I / tp and the down projection's hidden-wide output, each) and its shared
+/// experts' MLP; the larger of the model's layer kinds.
+pub fn forward_peak_bytes_per_token(m: &ModelConfig, tp: u32) -> f64 {
+    let tp = f64::from(tp.max(1));
+    let mlp = |width: u32| 3.0 * f64::from(width) / tp;
+    let dense = if m.dense_layers() > 0 || !m.is_moe() {
+        mlp(m.ffn_dense)
+    } else {
+        0.0
+    };
+    let moe = if m.is_moe() {
+        m.k() * (mlp(m.ffn_expert) + f64::from(m.hidden)) + mlp(m.ffn_shared)
+    } else {
+        0.0
+    };
+    dense.max(moe) * m.act_bytes
 }
 
 /// The GPUs of one instance: `dp` data-parallel attention ranks of `tp × pp` GPUs (dp > 1:
@@ -393,6 +448,7 @@ pub fn kv_capacity_with(
     utilization: f64,
     block_size: u32,
     draft: (f64, f64),
+    rule: MemoryRule,
 ) -> Result<KvCapacity, String> {
     let Replica { tp, pp, dp } = replica;
     let ranks = f64::from(dp.max(1));
@@ -408,7 +464,11 @@ pub fn kv_capacity_with(
         }
         per_block = layout.page_bytes;
     }
-    let available = gpu.memory_gib * utilization * gpus;
+    let memory = match rule {
+        MemoryRule::Blis => gpu.memory_gib,
+        MemoryRule::Vllm { .. } => gpu.memory_gib - CUDA_WITHHELD_GIB,
+    };
+    let available = memory * utilization * gpus;
     let weights = if dp > 1 {
         let experts = routed_expert_params(m);
         ((weight_memory_bytes(m) - experts * m.weight_bytes) * ranks + experts * m.weight_bytes)
@@ -417,8 +477,22 @@ pub fn kv_capacity_with(
     } else {
         weight_memory_bytes(m) / GIB + draft.0
     };
-    let activation = (if m.is_moe() { 8.0 } else { 5.5 }) * ranks;
-    let non_torch = if gpus <= 1.0 { 0.15 } else { 0.6 * gpus };
+    let (activation, non_torch) = match rule {
+        MemoryRule::Blis => (
+            (if m.is_moe() { 8.0 } else { 5.5 }) * ranks,
+            if gpus <= 1.0 { 0.15 } else { 0.6 * gpus },
+        ),
+        MemoryRule::Vllm { tokens, rows } => {
+            // Every GPU runs the forward pass on its rank's tokens; the sampler's rows hold
+            // the whole vocabulary on every GPU (vLLM gathers the logits), while the forward
+            // pass's output, a hidden row per token, is still held (`profile_run`).
+            let tokens = f64::from(tokens);
+            let forward = tokens * forward_peak_bytes_per_token(m, tp);
+            let logits = f64::from(rows) * f64::from(m.vocab) * SAMPLER_BYTES_PER_LOGIT;
+            let sampler = logits + tokens * f64::from(m.hidden) * m.act_bytes;
+            (forward.max(sampler) / GIB * gpus, VLLM_OTHER_GIB * gpus)
+        }
+    };
     let tp = tp * pp.max(1) * dp.max(1);
     let act = m.hidden_act.to_ascii_lowercase();
     let gated_gelu = m.gated_mlp && act.starts_with("gelu");
@@ -430,8 +504,25 @@ pub fn kv_capacity_with(
     }
     let spare = available - weights - activation - non_torch;
     if spare <= 0.0 || per_block <= 0.0 {
+        // Smaller batch limits help only where the profiling pass is what tips it over.
+        let batch_bound = available - weights - non_torch > 0.0;
+        let (pass, fewer) = match rule {
+            MemoryRule::Blis => (String::new(), ""),
+            MemoryRule::Vllm { tokens, rows } => (
+                format!(
+                    " (vLLM's profiling pass of {} tokens and {} sampler rows)",
+                    crate::scenario::grouped(u64::from(tokens)),
+                    crate::scenario::grouped(u64::from(rows))
+                ),
+                if batch_bound {
+                    ", lower max_num_batched_tokens or max_num_seqs,"
+                } else {
+                    ""
+                },
+            ),
+        };
         return Err(format!(
-            "{} does not fit: {available:.1} GiB available on {tp}×{}, {weights:.1} GiB of weights + {activation} GiB activations + {non_torch} GiB other; use more GPUs (tp) or give kv_blocks",
+            "{} does not fit: {available:.1} GiB available on {tp}×{}, {weights:.1} GiB of weights + {activation:.2} GiB activations{pass} + {non_torch:.2} GiB other; use more GPUs (tp){fewer} or give kv_blocks",
             m.id, gpu.id
         ));
     }
@@ -490,6 +581,41 @@ mod tests {
         assert_eq!(c.per_block_bytes, 2_097_152.0);
         assert!((c.weights_gib - 14.96).abs() < 0.01, "{}", c.weights_gib);
         assert_eq!(c.blocks, 26_312);
+    }
+
+    #[test]
+    fn vllm_s_profile_sets_aside_the_larger_of_the_forward_pass_and_the_sampler() {
+        let m = ModelConfig::bundled("llama-3.1-8b-instruct").unwrap();
+        let h100 = find_gpu("H100").unwrap();
+        let one = Replica {
+            tp: 1,
+            pp: 1,
+            dp: 1,
+        };
+        let vllm = |tokens, rows| {
+            let rule = MemoryRule::Vllm { tokens, rows };
+            kv_capacity_with(&m, &h100, one, 0.9, 16, (0.0, 0.0), rule).unwrap()
+        };
+        // `vllm serve` on an H100: the sampler's 1,024 rows × 128,256 logits × 28 B and the
+        // 8,192 hidden rows × 4,096 × 2 B it runs beside (3,744,464,896 B) outweigh the
+        // forward pass's 8,192 × 3 × 14,336 × 2 B (704,643,072 B): of 0.9 × (80 − 0.8) GiB,
+        // 71.28 − 14.95753 − 3.48730 − 0.69 = 52.14517 GiB, ⌊26,698.3⌋ blocks of 2 MiB.
+        let c = vllm(8192, 1024);
+        assert!((c.available_gib - 71.28).abs() < 1e-9);
+        assert_eq!(c.activation_gib, 3_744_464_896.0 / GIB);
+        assert_eq!(c.non_torch_gib, 0.69);
+        assert_eq!(c.blocks, 26_698);
+        // One request: the forward pass is the larger.
+        assert_eq!(vllm(8192, 1).activation_gib, 704_643_072.0 / GIB);
+        // BLIS's deployments, 128 requests of a 2,048-token budget: 128 × 128,256 × 28 B +
+        // 2,048 × 4,096 × 2 B.
+        let c = vllm(2048, 128);
+        assert_eq!(c.activation_gib, (459_669_504.0 + 16_777_216.0) / GIB);
+        // Mixtral on two GPUs: a token's fused-MoE workspace for its 2 experts, each
+        // 3 × 14,336 / 2 + 4,096 values of 2 B: 102,400 B.
+        let mixtral = ModelConfig::bundled("mixtral-8x7b-v0.1").unwrap();
+        assert_eq!(forward_peak_bytes_per_token(&mixtral, 2), 102_400.0);
+        assert_eq!(forward_peak_bytes_per_token(&m, 1), 86_016.0);
     }
 
     #[test]

@@ -12,7 +12,8 @@ mod prices;
 
 pub use bundled::{BUNDLED_GENERATION_CONFIGS, BUNDLED_MODELS, hub_repo_name};
 pub use capacity::{
-    KvCapacity, KvLayout, Replica, attention_params, flops_per_token, head_params,
+    CUDA_WITHHELD_GIB, KvCapacity, KvLayout, MemoryRule, Replica, SAMPLER_BYTES_PER_LOGIT,
+    VLLM_OTHER_GIB, attention_params, flops_per_token, forward_peak_bytes_per_token, head_params,
     kv_bytes_per_token, kv_capacity, kv_capacity_with, kv_layout, linear_layer_params, load_s,
     params, routed_expert_params, weight_memory_bytes,
 };
@@ -101,6 +102,10 @@ pub struct ModelConfig {
     /// `generation_config.json` (vLLM's default `--generation-config auto`), 1 when it samples
     /// greedily (temperature 0); `None` without such a file (vLLM's neutral 1).
     pub default_top_p: Option<f64>,
+    /// The checkpoint holds a vision encoder beside the text model (its config has a
+    /// `vision_config`, or an architecture `…ForConditionalGeneration`): vLLM loads it and
+    /// profiles it, memory servesim does not count.
+    pub multimodal: bool,
 }
 
 /// How many layers of each attention kind a model has (HuggingFace `layer_types`, or
@@ -417,6 +422,15 @@ impl ModelConfig {
                 .and_then(Value::as_bool)
                 .unwrap_or(model_type.starts_with("qwen3_next")),
             default_top_p: None,
+            multimodal: root.get("vision_config").is_some()
+                || root
+                    .get("architectures")
+                    .and_then(Value::as_array)
+                    .is_some_and(|a| {
+                        a.iter()
+                            .filter_map(Value::as_str)
+                            .any(|n| n.ends_with("ForConditionalGeneration"))
+                    }),
         })
     }
 

@@ -536,9 +536,12 @@ fn the_nucleus_comes_from_the_models_generation_config_or_the_scenario() {
 #[test]
 fn derived_kv_blocks_against_the_counts_vllm_reported() {
     // BLIS's real deployments (`trained_physics_iter29.json`, H100s, gpu_memory_utilization
-    // 0.9, 16-token blocks) give the KV blocks vLLM itself sized for each: a measurement of
-    // vLLM's memory profiling. Our derivation (BLIS's rule, docs/latency.md) against them; the
-    // chapter's table must hold exactly these rows.
+    // 0.9, 16-token blocks, max_num_seqs 128) give the KV blocks vLLM itself sized for each: a
+    // measurement of vLLM's memory profiling. Both our derivations against them: BLIS's rule
+    // (the BLIS reading's) and vLLM's profile (the serving path's, one constant of which,
+    // `VLLM_OTHER_GIB`, is fitted to these rows); the chapter's table must hold exactly these
+    // rows.
+    use servesim::model::{MemoryRule, Replica, kv_capacity_with};
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../shared/reference/data/trained_physics_iter29.json");
     let data: serde_json::Value =
@@ -547,10 +550,11 @@ fn derived_kv_blocks_against_the_counts_vllm_reported() {
     let mut seen = std::collections::BTreeMap::new();
     for e in data["experiments"].as_array().unwrap() {
         assert_eq!(e["hardware"], "H100");
+        assert_eq!(e["max_num_seqs"], 128);
         let id = e["model_config_dir"].as_str().unwrap();
         let id = id.rsplit('/').next().unwrap().to_string();
         let tp = e["tp"].as_u64().unwrap() as u32;
-        let budget = e["max_num_batched_tokens"].as_u64().unwrap();
+        let budget = e["max_num_batched_tokens"].as_u64().unwrap() as u32;
         let vllm = e["total_kv_blocks"].as_u64().unwrap();
         // Repeated runs of one deployment report one count.
         assert_eq!(*seen.entry((id, tp, budget)).or_insert(vllm), vllm);
@@ -559,34 +563,57 @@ fn derived_kv_blocks_against_the_counts_vllm_reported() {
     let doc =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/fidelity.md")).unwrap();
     let thousands = crate::common::thousands;
-    let mut dense = Vec::new();
+    let percent = |e: f64| format!("{:+.1}", e * 100.0).replace('-', "−");
+    let (mut blis, mut profile, mut missing) = (Vec::new(), Vec::new(), Vec::new());
     for ((id, tp, budget), vllm) in &seen {
         let model = ModelConfig::bundled(id).unwrap();
-        let ours = servesim::model::kv_capacity(&model, &h100, *tp, 1, 0.9, 16)
-            .unwrap()
-            .blocks;
-        let err = f64::from(ours) / *vllm as f64 - 1.0;
+        let replica = Replica {
+            tp: *tp,
+            pp: 1,
+            dp: 1,
+        };
+        let derive = |rule| {
+            let c = kv_capacity_with(&model, &h100, replica, 0.9, 16, (0.0, 0.0), rule);
+            f64::from(c.unwrap().blocks)
+        };
+        let by_blis = derive(MemoryRule::Blis);
+        let by_profile = derive(MemoryRule::Vllm {
+            tokens: *budget,
+            rows: 128,
+        });
+        let vllm = *vllm as f64;
+        let (e_blis, e_profile) = (by_blis / vllm - 1.0, by_profile / vllm - 1.0);
         let row = format!(
-            "| `{id}` | {tp} | {} | {} | {} | {} % |",
-            thousands(*budget as f64),
-            thousands(*vllm as f64),
-            thousands(f64::from(ours)),
-            format!("{:+.1}", err * 100.0).replace('-', "−")
+            "| `{id}` | {tp} | {} | {} | {} | {} % | {} | {} % |",
+            thousands(f64::from(*budget)),
+            thousands(vllm),
+            thousands(by_blis),
+            percent(e_blis),
+            thousands(by_profile),
+            percent(e_profile),
         );
-        eprintln!("{row}");
-        assert!(
-            doc.contains(row.as_str()),
-            "docs/fidelity.md lacks the row\n{row}"
-        );
+        if !doc.contains(row.as_str()) {
+            missing.push(row);
+        }
         if id.starts_with("llama-4-scout") {
             // A multimodal FP8 model: its bf16 attention and LM head are counted, its vision
             // tower and vLLM's profiling of it are not.
-            assert!((0.15..0.30).contains(&err), "{id}: {err}");
+            assert!((0.15..0.30).contains(&e_blis), "{id}: {e_blis}");
+            assert!((0.35..0.50).contains(&e_profile), "{id}: {e_profile}");
         } else {
-            dense.push(err);
+            blis.push(e_blis);
+            profile.push(e_profile);
         }
     }
-    // On text models the rule never gives more blocks than vLLM by over 1 % and at most 10 %
-    // fewer: a safe side, but a one-GPU deployment of a 7B model loses 7–9 % of its cache.
-    assert!(dense.iter().all(|e| (-0.10..0.01).contains(e)), "{dense:?}");
+    assert!(
+        missing.is_empty(),
+        "docs/fidelity.md lacks the rows\n{}",
+        missing.join("\n")
+    );
+    // On text models BLIS's rule never gives more blocks than vLLM by over 1 % and at most 10 %
+    // fewer: a one-GPU deployment of a 7B model loses 7–8 % of its cache. vLLM's profile is
+    // within 1 % either way (its one fitted constant's worst held-out model: −1.05 %).
+    assert!(blis.iter().all(|e| (-0.10..0.01).contains(e)), "{blis:?}");
+    assert!(profile.iter().all(|e| e.abs() < 0.01), "{profile:?}");
+    assert!(profile.iter().any(|e| *e > 0.0) && profile.iter().any(|e| *e < 0.0));
 }

@@ -9,7 +9,10 @@ use servesim::latency::{
     DEFAULT_STEP_OVERHEAD_US, Extrapolation, LatencyModel, MeasuredTable, PiecewiseLinear,
     Roofline, StepItem, TrainedPhysics,
 };
-use servesim::model::{BUNDLED_MODELS, ModelConfig, bundled_gpus, find_gpu, kv_capacity};
+use servesim::model::{
+    BUNDLED_MODELS, MemoryRule, ModelConfig, Replica, bundled_gpus, find_gpu, kv_capacity,
+    kv_capacity_with,
+};
 
 use crate::common::{parse, root, run};
 
@@ -225,8 +228,19 @@ fn kv_blocks_and_max_model_len_are_derived_from_model_and_gpu() {
           workload: (num_requests: 5, clients: [(rate_per_s: 5.0, input_tokens: Constant(100), output_tokens: Constant(10))]))",
     );
     let (s, _) = run(&sc);
-    assert_eq!(s.instances[0].kv_total_blocks, 26_312);
-    // 131,072 positions > 26,312·16 = 420,992? No: the model's context length is smaller.
+    // vLLM's start-up profile on an H100 with `vllm serve`'s 1,024 requests and 8,192 tokens:
+    // 0.9 × (80 − 0.8) = 71.28 GiB, less 8,030,261,248 × 2 B = 14.9575 GiB of weights, the
+    // sampler's peak (1,024 rows × 128,256 logits × 28 B + 8,192 hidden rows × 4,096 × 2 B =
+    // 3,744,464,896 B = 3.48730 GiB, above the forward pass's 8,192 × 3 × 14,336 × 2 B) and
+    // 0.69 GiB other: 52.14517 GiB, of 2 MiB blocks ⌊26,698.3⌋.
+    assert_eq!(s.instances[0].kv_total_blocks, 26_698);
+    // The BLIS reading keeps BLIS's rule: (72 − 14.9575 − 5.5 − 0.15) GiB → ⌊26,312.5⌋.
+    let bare = parse(
+        "(cluster: (groups: [(model: \"llama-3.1-8b-instruct\", gpu: \"H100\", latency: Roofline(), engine: (preset: Bare))]),
+          workload: (num_requests: 5, clients: [(rate_per_s: 5.0, input_tokens: Constant(100), output_tokens: Constant(10))]))",
+    );
+    assert_eq!(run(&bare).0.instances[0].kv_total_blocks, 26_312);
+    // 131,072 positions > 26,698·16 = 427,168? No: the model's context length is smaller.
     let huge = parse(
         "(cluster: (groups: [(model: \"llama-3.1-8b-instruct\", gpu: \"H100\", latency: Roofline())]),
           workload: (num_requests: 2, clients: [(rate_per_s: 5.0, input_tokens: Constant(131000), output_tokens: Constant(100))]))",
@@ -331,7 +345,9 @@ fn a_scenario_can_bring_its_own_model_config_and_gpu_profile() {
     let (s, rows) = run(&parse(&src));
     assert_eq!(s.requests.completed, 20);
     // The tiny model's own numbers reach the KV sizing: per token 4·2·64·4·2 = 4,096 B,
-    // 64 KiB per block, weights (3-matrix FFN) tiny, 72 − 5.5 − 0.15 GiB free ≈ 1.06M blocks.
+    // 64 KiB per block, weights (3-matrix FFN) tiny; vLLM's profile on an 80 GiB GPU named
+    // neither A100 (1,024 requests, 8,192 tokens): 71.28 GiB less 0.69 other and a sampler of
+    // 1,024 × 1,000 × 28 B + 8,192 × 512 × 2 B (0.035 GiB) ≈ 1.15M blocks.
     let m = ModelConfig::from_hf_json(
         "tiny",
         &std::fs::read_to_string(fixtures.join("models/tiny-llama.json")).unwrap(),
@@ -341,9 +357,26 @@ fn a_scenario_can_bring_its_own_model_config_and_gpu_profile() {
         ron::from_str(&std::fs::read_to_string(fixtures.join("golden-h100.ron")).unwrap()).unwrap();
     assert_eq!(
         s.instances[0].kv_total_blocks,
-        kv_capacity(&m, &g, 1, 1, 0.9, 16).unwrap().blocks
+        kv_capacity_with(
+            &m,
+            &g,
+            Replica {
+                tp: 1,
+                pp: 1,
+                dp: 1
+            },
+            0.9,
+            16,
+            (0.0, 0.0),
+            MemoryRule::Vllm {
+                tokens: 8192,
+                rows: 1024
+            }
+        )
+        .unwrap()
+        .blocks
     );
-    assert!(s.instances[0].kv_total_blocks > 1_000_000);
+    assert!((1_150_000..1_160_000).contains(&s.instances[0].kv_total_blocks));
     assert!(rows.iter().all(|r| r.str("state") == "completed"));
 }
 
@@ -639,7 +672,8 @@ fn validate_says_which_batch_limits_a_group_left_out_and_whose_they_are() {
 
 #[test]
 fn a_context_the_derived_cache_cannot_hold_is_warned_of_as_vllm_refuses_it() {
-    // Llama-3.1-8B on an A100-40: 7,880 blocks of 16 = 126,080 tokens, short of its 131,072.
+    // Llama-3.1-8B on an A100-40 by BLIS's rule (the BLIS reading): 7,880 blocks of 16 =
+    // 126,080 tokens, short of its 131,072.
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
     let warning = |extra: &str| {
@@ -655,20 +689,89 @@ fn a_context_the_derived_cache_cannot_hold_is_warned_of_as_vllm_refuses_it() {
         let out = crate::common::servesim_ok(&["validate", "c.ron"], dir);
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
-    let w = warning("");
+    let bare = ", engine: (preset: Bare)";
+    let w = warning(bare);
     assert!(
         w.contains("warning: cluster.groups[0]: llama-3.1-8b-instruct's context (max_model_len left out) of 131,072 tokens does not fit the KV cache a request can take (126,080 tokens): vLLM refuses to start such a server"),
         "{w}"
     );
     assert!(w.contains("Give max_model_len at most 126,080"), "{w}");
-    let w = warning(", max_model_len: 200000");
+    let w = warning(", engine: (preset: Bare), max_model_len: 200000");
     assert!(
         w.contains("max_model_len of 200,000 tokens does not fit"),
         "{w}"
     );
     // What fits, and blocks given (vLLM's num_gpu_blocks_override, taken unchecked), pass.
-    assert!(!warning(", max_model_len: 126080").contains("does not fit"));
-    assert!(!warning(", kv_blocks: 100").contains("does not fit"));
+    assert!(!warning(", engine: (preset: Bare), max_model_len: 126080").contains("does not fit"));
+    assert!(!warning(", engine: (preset: Bare), kv_blocks: 100").contains("does not fit"));
+    // vLLM's own profile leaves more: 0.9 × 39.2 − 14.9575 − 0.69 GiB less a sampler of 256
+    // rows (0.8718 GiB) is 9,605 blocks, 153,680 tokens; 200,000 still do not fit.
+    assert!(!warning("").contains("does not fit"));
+    assert!(warning(", max_model_len: 200000").contains("(153,680 tokens)"));
+}
+
+#[test]
+fn a_profiling_pass_too_large_for_the_gpu_says_so_and_what_to_lower() {
+    let group = |model: &str, gpu: &str, extra: &str| {
+        crate::common::invalid(&format!(
+            r#"(cluster: (groups: [(model: "{model}", gpu: "{gpu}"{extra})]),
+                workload: (num_requests: 1, clients: [(rate_per_s: 1.0,
+                    input_tokens: Constant(64), output_tokens: Constant(8))]))"#
+        ))
+    };
+    // 4,294,967,295 tokens of 86,016 B of MLP activations: far beyond an H100.
+    let e = group(
+        "llama-3.1-8b-instruct",
+        "H100",
+        ", max_num_seqs: 100000, max_num_batched_tokens: 4294967295",
+    );
+    assert!(
+        e.contains("llama-3.1-8b-instruct does not fit: 71.3 GiB available on 1×H100")
+            && e.contains("(vLLM's profiling pass of 4,294,967,295 tokens and 100,000 sampler rows)")
+            && e.contains("use more GPUs (tp), lower max_num_batched_tokens or max_num_seqs, or give kv_blocks"),
+        "{e}"
+    );
+    // Weights alone too large: smaller batch limits would not help, and it does not say so.
+    let e = group("llama-3.1-70b-instruct", "L40S", "");
+    assert!(
+        e.contains("131.4 GiB of weights") && e.contains("use more GPUs (tp) or give kv_blocks"),
+        "{e}"
+    );
+    assert!(!e.contains("lower max_num_batched_tokens"), "{e}");
+}
+
+#[test]
+fn a_derived_cache_for_a_multimodal_model_is_warned_of() {
+    // vLLM loads and profiles a vision encoder servesim does not count: Llama-4-Scout (its
+    // config's `vision_config`) and Gemma-3 (`Gemma3ForConditionalGeneration`).
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let stderr = |model: &str, extra: &str| {
+        std::fs::write(
+            dir.join("m.ron"),
+            format!(
+                r#"(cluster: (groups: [(model: "{model}", gpu: "H100", tp: 2{extra})]),
+                    workload: (num_requests: 1, clients: [(rate_per_s: 1.0,
+                        input_tokens: Constant(64), output_tokens: Constant(8))]))"#
+            ),
+        )
+        .unwrap();
+        let out = crate::common::servesim_ok(&["validate", "m.ron"], dir);
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let scout = "llama-4-scout-17b-16e-instruct-fp8-dynamic";
+    let w = stderr(scout, "");
+    assert!(
+        w.contains(&format!(
+            "warning: cluster.groups[0]: {scout} is multimodal: vLLM also loads its vision encoder"
+        )),
+        "{w}"
+    );
+    assert!(w.contains("give kv_blocks from vLLM's start-up log"), "{w}");
+    assert!(stderr("gemma-3-27b-it", "").contains("gemma-3-27b-it is multimodal"));
+    // Blocks given, or a text model, say nothing of it.
+    assert!(!stderr(scout, ", kv_blocks: 8253").contains("multimodal"));
+    assert!(!stderr("llama-3.1-8b-instruct", "").contains("multimodal"));
 }
 
 /// 600 prompts of 8 tokens at once on one Llama-2-7B: the requests that wait for a whole
