@@ -670,24 +670,31 @@ fn validate_says_which_batch_limits_a_group_left_out_and_whose_they_are() {
     }
 }
 
+/// What `servesim validate` prints on stderr for one group of the given fields serving one
+/// short request.
+fn validate_stderr(group: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("g.ron"),
+        format!(
+            r#"(cluster: (groups: [({group})]),
+                workload: (num_requests: 1, clients: [(rate_per_s: 1.0,
+                    input_tokens: Constant(64), output_tokens: Constant(8))]))"#
+        ),
+    )
+    .unwrap();
+    let out = crate::common::servesim_ok(&["validate", "g.ron"], dir.path());
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 #[test]
 fn a_context_the_derived_cache_cannot_hold_is_warned_of_as_vllm_refuses_it() {
     // Llama-3.1-8B on an A100-40 by BLIS's rule (the BLIS reading): 7,880 blocks of 16 =
     // 126,080 tokens, short of its 131,072.
-    let dir = tempfile::tempdir().unwrap();
-    let dir = dir.path();
     let warning = |extra: &str| {
-        std::fs::write(
-            dir.join("c.ron"),
-            format!(
-                r#"(cluster: (groups: [(model: "llama-3.1-8b-instruct", gpu: "A100-40"{extra})]),
-                    workload: (num_requests: 1, clients: [(rate_per_s: 1.0,
-                        input_tokens: Constant(64), output_tokens: Constant(8))]))"#
-            ),
-        )
-        .unwrap();
-        let out = crate::common::servesim_ok(&["validate", "c.ron"], dir);
-        String::from_utf8_lossy(&out.stderr).into_owned()
+        validate_stderr(&format!(
+            r#"model: "llama-3.1-8b-instruct", gpu: "A100-40"{extra}"#
+        ))
     };
     let bare = ", engine: (preset: Bare)";
     let w = warning(bare);
@@ -744,20 +751,8 @@ fn a_profiling_pass_too_large_for_the_gpu_says_so_and_what_to_lower() {
 fn a_derived_cache_for_a_multimodal_model_is_warned_of() {
     // vLLM loads and profiles a vision encoder servesim does not count: Llama-4-Scout (its
     // config's `vision_config`) and Gemma-3 (`Gemma3ForConditionalGeneration`).
-    let dir = tempfile::tempdir().unwrap();
-    let dir = dir.path();
     let stderr = |model: &str, extra: &str| {
-        std::fs::write(
-            dir.join("m.ron"),
-            format!(
-                r#"(cluster: (groups: [(model: "{model}", gpu: "H100", tp: 2{extra})]),
-                    workload: (num_requests: 1, clients: [(rate_per_s: 1.0,
-                        input_tokens: Constant(64), output_tokens: Constant(8))]))"#
-            ),
-        )
-        .unwrap();
-        let out = crate::common::servesim_ok(&["validate", "m.ron"], dir);
-        String::from_utf8_lossy(&out.stderr).into_owned()
+        validate_stderr(&format!(r#"model: "{model}", gpu: "H100", tp: 2{extra}"#))
     };
     let scout = "llama-4-scout-17b-16e-instruct-fp8-dynamic";
     let w = stderr(scout, "");
