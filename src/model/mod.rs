@@ -422,7 +422,7 @@ impl ModelConfig {
                 .and_then(Value::as_bool)
                 .unwrap_or(model_type.starts_with("qwen3_next")),
             default_top_p: None,
-            multimodal: root.get("vision_config").is_some()
+            multimodal: root.get("vision_config").is_some_and(|v| !v.is_null())
                 || root
                     .get("architectures")
                     .and_then(Value::as_array)
@@ -748,6 +748,42 @@ mod tests {
             "quantization_config": {"quant_method": "gptq", "bits": 4, "lm_head": true}}"#;
         let m = ModelConfig::from_hf_json("gptq", gptq).unwrap();
         assert_eq!((m.weight_bytes, m.head_bytes), (0.5, 0.5));
+    }
+
+    #[test]
+    fn a_checkpoint_with_a_vision_encoder_is_multimodal() {
+        let text = |extra: &str| {
+            format!(
+                r#"{{"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+                    "intermediate_size": 128, "vocab_size": 100{extra}}}"#
+            )
+        };
+        let multimodal = |extra: &str| {
+            ModelConfig::from_hf_json("m", &text(extra))
+                .unwrap()
+                .multimodal
+        };
+        assert!(!multimodal(""));
+        assert!(multimodal(r#", "vision_config": {"image_size": 336}"#));
+        assert!(!multimodal(r#", "vision_config": null"#));
+        assert!(multimodal(
+            r#", "architectures": ["Gemma3ForConditionalGeneration"]"#
+        ));
+        assert!(!multimodal(r#", "architectures": ["LlamaForCausalLM", 7]"#));
+        assert!(!multimodal(
+            r#", "architectures": "Gemma3ForConditionalGeneration""#
+        ));
+        assert!(
+            ModelConfig::bundled("llama-4-scout-17b-16e-instruct-fp8-dynamic")
+                .unwrap()
+                .multimodal
+        );
+        assert!(ModelConfig::bundled("gemma-3-27b-it").unwrap().multimodal);
+        assert!(
+            !ModelConfig::bundled("llama-3.1-8b-instruct")
+                .unwrap()
+                .multimodal
+        );
     }
 
     #[test]
