@@ -1,11 +1,13 @@
-//! KV block capacity from GPU memory (after BLIS `kv_capacity.go`, MODELS.md §2.6).
+//! KV block capacity from GPU memory: by vLLM's start-up profile ([`MemoryRule::Vllm`]) or
+//! by BLIS's rule (`kv_capacity.go`, MODELS.md §2.6, [`MemoryRule::Blis`]).
 //!
 //! A replica is TP × PP GPUs. Per GPU: the KV of one token is (L/PP)·2·head_dim·Hkv·BPP/TP
 //! bytes (MLA: (L/PP)·(kv_lora_rank + qk_rope_head_dim)·BPP, not split by TP, plus with
 //! DeepSeek sparse attention each layer's 132-byte indexer key), and the
 //! memory left for KV is memory · utilisation − (weights + activation + non-torch) / GPUs,
-//! with weights = params · weight BPP (3-matrix FFN), activation 5.5 GiB dense / 8 GiB MoE per
-//! replica, non-torch 0.15 GiB for one GPU else 0.6 GiB per GPU.
+//! with weights = params · weight BPP (3-matrix FFN); BLIS's rule takes activation 5.5 GiB
+//! dense / 8 GiB MoE per replica, non-torch 0.15 GiB for one GPU else 0.6 GiB per GPU, and
+//! vLLM's profile the terms of [`MemoryRule::Vllm`].
 //! blocks = ⌊free bytes per GPU / (block_size · KV bytes per token per GPU)⌋, the same on
 //! every GPU. For one GPU this is exactly BLIS's formula, except that the query and output
 //! projections count H·head_dim columns where BLIS counts d (the same unless a model's
