@@ -180,6 +180,8 @@ pub struct ResolvedGroup {
     pub model: Option<ModelConfig>,
     pub gpu: Option<GpuProfile>,
     pub kv_blocks: u32,
+    /// How the blocks were derived from the GPU's memory (`None`: the group gave them).
+    pub kv_sizing: Option<crate::model::KvCapacity>,
     pub max_model_len: Option<u32>,
     /// The most tokens one request's KV can take in an instance's cache (one data-parallel
     /// rank's; with hybrid attention, as its layout holds them).

@@ -10,7 +10,47 @@ use super::args::{
 use crate::catalog::Catalog;
 use crate::{ServesimApp, scenario};
 
-/// the GPU memory it takes when the model is known), and the expected work.
+/// How a derived KV cache's memory was found, per GPU: what the rule starts from and what it
+/// sets aside.
+fn kv_memory_line(r: &crate::setup::ResolvedGroup, g: &scenario::InstanceGroup) -> Option<String> {
+    let (c, m, gpu) = (r.kv_sizing.as_ref()?, r.model.as_ref()?, r.gpu.as_ref()?);
+    let gpus = f64::from(g.gpus().max(1));
+    let per = |gib: f64| format!("{:.2}", gib / gpus);
+    let spare = c.available_gib - c.weights_gib - c.activation_gib - c.non_torch_gib;
+    let util = g.gpu_memory_utilization;
+    let set_aside = if r.batch_defaults == scenario::BatchDefaults::Blis {
+        format!(
+            "{util} × {} GiB − {} weights − {} activations and other (BLIS's rule)",
+            gpu.memory_gib,
+            per(c.weights_gib),
+            per(c.activation_gib + c.non_torch_gib)
+        )
+    } else {
+        let pass = if c.sampler_peak {
+            format!(
+                "its sampler over {} rows of {} logits",
+                crate::scenario::grouped(r.max_num_seqs.min(r.max_num_batched_tokens).into()),
+                crate::scenario::grouped(m.vocab.into())
+            )
+        } else {
+            format!(
+                "a forward pass of {} tokens",
+                crate::scenario::grouped(r.max_num_batched_tokens.into())
+            )
+        };
+        format!(
+            "{util} × {:.1} GiB (what CUDA reports) − {} weights − {} vLLM's profiling pass ({pass}) − {} other",
+            gpu.memory_gib - crate::model::CUDA_WITHHELD_GIB,
+            per(c.weights_gib),
+            per(c.activation_gib),
+            per(c.non_torch_gib)
+        )
+    };
+    Some(format!("{set_aside} = {} GiB for KV", per(spare)))
+}
+
+/// What `validate` prints of a scenario: per group its model, GPU, parallelism and KV cache
+/// (with the GPU memory it takes when the model is known), and the expected work.
 fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
     use std::fmt::Write;
     let mut s = String::new();
@@ -91,6 +131,9 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
             );
         }
         let _ = writeln!(s);
+        if let Some(line) = kv_memory_line(&r, g) {
+            let _ = writeln!(s, "    KV memory per GPU: {line}");
+        }
         let _ = writeln!(s, "    serving path: {}", r.serving.describe(g.pp));
         let _ = writeln!(s, "    steps: {}", step_examples(&r));
         if let Some(line) = two_stage_line(&r, g.tp) {

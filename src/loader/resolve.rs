@@ -592,6 +592,7 @@ fn read_group(
             rows: max_num_seqs.min(max_num_batched_tokens),
         },
     };
+    let mut kv_sizing = None;
     let kv_blocks = match (g.kv_blocks, &model, &gpu) {
         _ if refused => None,
         (Some(0), _, _) => {
@@ -609,7 +610,11 @@ fn read_group(
                 (draft_gib, draft_kv),
                 memory_rule,
             ) {
-                Ok(c) => Some(c.blocks),
+                Ok(c) => {
+                    let blocks = c.blocks;
+                    kv_sizing = Some(c);
+                    Some(blocks)
+                }
                 Err(e) => {
                     p.push(Problem::new(at("kv_blocks"), e));
                     None
@@ -713,6 +718,7 @@ fn read_group(
         model,
         gpu,
         kv_blocks: kv_blocks.expect("no problems means blocks are known"),
+        kv_sizing,
         max_model_len,
         request_kv_tokens: request_kv_tokens.expect("no problems means blocks are known"),
         max_num_seqs,

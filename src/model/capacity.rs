@@ -29,6 +29,8 @@ pub struct KvCapacity {
     pub weights_gib: f64,
     pub activation_gib: f64,
     pub non_torch_gib: f64,
+    /// vLLM's profile: its sampler run, not its forward pass, set the peak.
+    pub sampler_peak: bool,
     pub blocks: u32,
 }
 
@@ -479,10 +481,11 @@ pub fn kv_capacity_with(
     } else {
         weight_memory_bytes(m) / GIB + draft.0
     };
-    let (activation, non_torch) = match rule {
+    let (activation, non_torch, sampler_peak) = match rule {
         MemoryRule::Blis => (
             (if m.is_moe() { 8.0 } else { 5.5 }) * ranks,
             if gpus <= 1.0 { 0.15 } else { 0.6 * gpus },
+            false,
         ),
         MemoryRule::Vllm { tokens, rows } => {
             // Every GPU runs the forward pass on its rank's tokens; the sampler's rows hold
@@ -492,7 +495,8 @@ pub fn kv_capacity_with(
             let forward = tokens * forward_peak_bytes_per_token(m, tp);
             let logits = f64::from(rows) * f64::from(m.vocab) * SAMPLER_BYTES_PER_LOGIT;
             let sampler = logits + tokens * f64::from(m.hidden) * m.act_bytes;
-            (forward.max(sampler) / GIB * gpus, VLLM_OTHER_GIB * gpus)
+            let peak = forward.max(sampler);
+            (peak / GIB * gpus, VLLM_OTHER_GIB * gpus, sampler > forward)
         }
     };
     let tp = tp * pp.max(1) * dp.max(1);
@@ -536,6 +540,7 @@ pub fn kv_capacity_with(
         weights_gib: weights,
         activation_gib: activation,
         non_torch_gib: non_torch,
+        sampler_peak,
         blocks: blocks.min(f64::from(u32::MAX)) as u32,
     })
 }

@@ -317,6 +317,16 @@ fn validate_prints_the_resolved_set_up() {
         out.contains("70b-tp4: 1 × llama-3.1-70b-instruct on 4 × H100 (tp 4, pp 1); 28005 KV blocks of 16 tokens, derived as vLLM's memory profile sizes them"),
         "{out}"
     );
+    // Per GPU: 0.9 × 80 − 14.96 − (5.5 + 0.15) = 51.39 GiB; 0.9 × (80 − 0.8) − 131.44 / 4 −
+    // 3.55 (1,024 × 128,256 × 28 B + 8,192 × 8,192 × 2 B) − 0.69 = 34.19 GiB.
+    assert!(
+        out.contains("    KV memory per GPU: 0.9 × 80 GiB − 14.96 weights − 5.65 activations and other (BLIS's rule) = 51.39 GiB for KV"),
+        "{out}"
+    );
+    assert!(
+        out.contains("    KV memory per GPU: 0.9 × 79.2 GiB (what CUDA reports) − 32.85 weights − 3.55 vLLM's profiling pass (its sampler over 1,024 rows of 128,256 logits) − 0.69 other = 34.19 GiB for KV"),
+        "{out}"
+    );
     assert!(out.contains("workload: about 600 requests"), "{out}");
 }
 
