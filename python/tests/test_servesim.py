@@ -112,7 +112,7 @@ def test_the_router_sees_the_request_and_the_instances():
     assert request[1] > 0 and request[2] > 0  # input and output tokens
     assert [i[0] for i in instances] == [0, 1]
     assert all(i[6] for i in instances)  # routable
-    assert instances[0][5] == 26698  # KV blocks of the quickstart instances (vLLM's profile)
+    assert instances[0][5] == 26583  # KV blocks of the quickstart instances (vLLM's profile)
     # The requests sent to instance 1 show up in its snapshot at the next decision.
     later = [instances[1] for _, instances in seen[1:]]
     assert any(i[1] + i[2] + i[3] > 0 for i in later)

@@ -378,14 +378,14 @@ pub const CUDA_WITHHELD_GIB: f64 = 0.8;
 /// custom all-reduce buffers, loaded kernels) and persistent input buffers. Not derivable
 /// from vLLM's code; the one constant fitted to vLLM's own KV block counts
 /// (docs/fidelity.md, "KV capacity against vLLM's own counts").
-pub const VLLM_OTHER_GIB: f64 = 0.69;
+pub const VLLM_OTHER_GIB: f64 = 0.67;
 
 /// Bytes per logit alive at the peak of vLLM's dummy sampler run (`_dummy_sampler_run`:
-/// temperature, top-k and top-p all on, PyTorch's `apply_top_k_top_p`), at the scatter that
-/// ends the top-p pass: the model's bf16 logits (2) and their float32 copy (4), the sorted
-/// values (4) and their int64 indices (8), the sorted softmax (4), the top-k and top-p masks
-/// (1 each) and the scatter's output (4).
-pub const SAMPLER_BYTES_PER_LOGIT: f64 = 28.0;
+/// temperature, top-k and top-p all on, PyTorch's `apply_top_k_top_p`), in its sort of every
+/// row: the model's bf16 logits (2) and their float32 copy (4), the sorted values (4) and
+/// their int64 indices (8), and the sort's scratch of 12 (vLLM issue #15105: that sort asked
+/// for 1.74 GiB = 1,024 rows × 152,064 logits × 12 B). The top-p pass after it holds 28.
+pub const SAMPLER_BYTES_PER_LOGIT: f64 = 30.0;
 
 /// Bytes per token one GPU holds at the peak of a forward pass: a dense layer's MLP
 /// gate-and-up output (2 · I / tp values) beside its activation's output (I / tp); a MoE
@@ -603,21 +603,21 @@ mod tests {
             let rule = MemoryRule::Vllm { tokens, rows };
             kv_capacity_with(&m, &h100, one, 0.9, 16, (0.0, 0.0), rule).unwrap()
         };
-        // `vllm serve` on an H100: the sampler's 1,024 rows × 128,256 logits × 28 B and the
-        // 8,192 hidden rows × 4,096 × 2 B it runs beside (3,744,464,896 B) outweigh the
+        // `vllm serve` on an H100: the sampler's 1,024 rows × 128,256 logits × 30 B and the
+        // 8,192 hidden rows × 4,096 × 2 B it runs beside (4,007,133,184 B) outweigh the
         // forward pass's 8,192 × 3 × 14,336 × 2 B (704,643,072 B): of 0.9 × (80 − 0.8) GiB,
-        // 71.28 − 14.95753 − 3.48730 − 0.69 = 52.14517 GiB, ⌊26,698.3⌋ blocks of 2 MiB.
+        // 71.28 − 14.95753 − 3.73193 − 0.67 = 51.92054 GiB, ⌊26,583.3⌋ blocks of 2 MiB.
         let c = vllm(8192, 1024);
         assert!((c.available_gib - 71.28).abs() < 1e-9);
-        assert_eq!(c.activation_gib, 3_744_464_896.0 / GIB);
-        assert_eq!(c.non_torch_gib, 0.69);
-        assert_eq!(c.blocks, 26_698);
+        assert_eq!(c.activation_gib, 4_007_133_184.0 / GIB);
+        assert_eq!(c.non_torch_gib, 0.67);
+        assert_eq!(c.blocks, 26_583);
         // One request: the forward pass is the larger.
         assert_eq!(vllm(8192, 1).activation_gib, 704_643_072.0 / GIB);
-        // BLIS's deployments, 128 requests of a 2,048-token budget: 128 × 128,256 × 28 B +
+        // BLIS's deployments, 128 requests of a 2,048-token budget: 128 × 128,256 × 30 B +
         // 2,048 × 4,096 × 2 B.
         let c = vllm(2048, 128);
-        assert_eq!(c.activation_gib, (459_669_504.0 + 16_777_216.0) / GIB);
+        assert_eq!(c.activation_gib, (492_503_040.0 + 16_777_216.0) / GIB);
         // Mixtral on two GPUs: a token's fused-MoE workspace for its 2 experts, each
         // 3 × 14,336 / 2 + 4,096 values of 2 B: 102,400 B.
         let mixtral = ModelConfig::bundled("mixtral-8x7b-v0.1").unwrap();

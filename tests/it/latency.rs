@@ -230,17 +230,17 @@ fn kv_blocks_and_max_model_len_are_derived_from_model_and_gpu() {
     let (s, _) = run(&sc);
     // vLLM's start-up profile on an H100 with `vllm serve`'s 1,024 requests and 8,192 tokens:
     // 0.9 × (80 − 0.8) = 71.28 GiB, less 8,030,261,248 × 2 B = 14.9575 GiB of weights, the
-    // sampler's peak (1,024 rows × 128,256 logits × 28 B + 8,192 hidden rows × 4,096 × 2 B =
-    // 3,744,464,896 B = 3.48730 GiB, above the forward pass's 8,192 × 3 × 14,336 × 2 B) and
-    // 0.69 GiB other: 52.14517 GiB, of 2 MiB blocks ⌊26,698.3⌋.
-    assert_eq!(s.instances[0].kv_total_blocks, 26_698);
+    // sampler's peak (1,024 rows × 128,256 logits × 30 B + 8,192 hidden rows × 4,096 × 2 B =
+    // 4,007,133,184 B = 3.73193 GiB, above the forward pass's 8,192 × 3 × 14,336 × 2 B) and
+    // 0.67 GiB other: 51.92054 GiB, of 2 MiB blocks ⌊26,583.3⌋.
+    assert_eq!(s.instances[0].kv_total_blocks, 26_583);
     // The BLIS reading keeps BLIS's rule: (72 − 14.9575 − 5.5 − 0.15) GiB → ⌊26,312.5⌋.
     let bare = parse(
         "(cluster: (groups: [(model: \"llama-3.1-8b-instruct\", gpu: \"H100\", latency: Roofline(), engine: (preset: Bare))]),
           workload: (num_requests: 5, clients: [(rate_per_s: 5.0, input_tokens: Constant(100), output_tokens: Constant(10))]))",
     );
     assert_eq!(run(&bare).0.instances[0].kv_total_blocks, 26_312);
-    // 131,072 positions > 26,698·16 = 427,168? No: the model's context length is smaller.
+    // 131,072 positions > 26,583·16 = 425,328? No: the model's context length is smaller.
     let huge = parse(
         "(cluster: (groups: [(model: \"llama-3.1-8b-instruct\", gpu: \"H100\", latency: Roofline())]),
           workload: (num_requests: 2, clients: [(rate_per_s: 5.0, input_tokens: Constant(131000), output_tokens: Constant(100))]))",
@@ -346,8 +346,8 @@ fn a_scenario_can_bring_its_own_model_config_and_gpu_profile() {
     assert_eq!(s.requests.completed, 20);
     // The tiny model's own numbers reach the KV sizing: per token 4·2·64·4·2 = 4,096 B,
     // 64 KiB per block, weights (3-matrix FFN) tiny; vLLM's profile on an 80 GiB GPU named
-    // neither A100 (1,024 requests, 8,192 tokens): 71.28 GiB less 0.69 other and a sampler of
-    // 1,024 × 1,000 × 28 B + 8,192 × 512 × 2 B (0.035 GiB) ≈ 1.15M blocks.
+    // neither A100 (1,024 requests, 8,192 tokens): 71.28 GiB less 0.67 other and a sampler of
+    // 1,024 × 1,000 × 30 B + 8,192 × 512 × 2 B (0.036 GiB) ≈ 1.15M blocks.
     let m = ModelConfig::from_hf_json(
         "tiny",
         &std::fs::read_to_string(fixtures.join("models/tiny-llama.json")).unwrap(),
@@ -711,10 +711,10 @@ fn a_context_the_derived_cache_cannot_hold_is_warned_of_as_vllm_refuses_it() {
     // What fits, and blocks given (vLLM's num_gpu_blocks_override, taken unchecked), pass.
     assert!(!warning(", engine: (preset: Bare), max_model_len: 126080").contains("does not fit"));
     assert!(!warning(", engine: (preset: Bare), kv_blocks: 100").contains("does not fit"));
-    // vLLM's own profile leaves more: 0.9 × 39.2 − 14.9575 − 0.69 GiB less a sampler of 256
-    // rows (0.8718 GiB) is 9,605 blocks, 153,680 tokens; 200,000 still do not fit.
+    // vLLM's own profile leaves more: 0.9 × 39.2 − 14.9575 − 0.67 GiB less a sampler of 256
+    // rows (0.9330 GiB) is 9,584 blocks, 153,344 tokens; 200,000 still do not fit.
     assert!(!warning("").contains("does not fit"));
-    assert!(warning(", max_model_len: 200000").contains("(153,680 tokens)"));
+    assert!(warning(", max_model_len: 200000").contains("(153,344 tokens)"));
 }
 
 #[test]
