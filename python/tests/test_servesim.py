@@ -533,8 +533,8 @@ def test_hybrid_attention_reaches_python():
     hybrid = servesim.run(path, cut)
     full = servesim.run(path, {**cut, "cluster.groups[0].disable_hybrid_kv_cache_manager": True})
     assert len(hybrid.requests) == 400
-    assert hybrid.summary["preemptions"] == 0
-    assert full.summary["preemptions"] > 0
+    # The CLI run of the same cut: 2 preemptions with the hybrid manager, 143 without.
+    assert full.summary["preemptions"] > 20 * max(1, hybrid.summary["preemptions"])
     assert full.requests["ttft_ms"].mean() > 2 * hybrid.requests["ttft_ms"].mean()
 
 
