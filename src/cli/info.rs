@@ -18,24 +18,17 @@ fn kv_memory_line(r: &crate::setup::ResolvedGroup, g: &scenario::InstanceGroup) 
     let per = |gib: f64| format!("{:.2}", gib / gpus);
     let spare = c.available_gib - c.weights_gib - c.activation_gib - c.non_torch_gib;
     let util = g.gpu_memory_utilization;
-    let set_aside = if r.batch_defaults == scenario::BatchDefaults::Blis {
-        format!(
-            "{util} × {} GiB − {} weights − {} activations and other (BLIS's rule)",
-            gpu.memory_gib,
-            per(c.weights_gib),
-            per(c.activation_gib + c.non_torch_gib)
-        )
-    } else {
+    let set_aside = if let crate::model::MemoryRule::Vllm { tokens, rows } = c.rule {
         let pass = if c.sampler_peak {
             format!(
                 "its sampler over {} rows of {} logits",
-                crate::scenario::grouped(r.max_num_seqs.min(r.max_num_batched_tokens).into()),
+                crate::scenario::grouped(rows.into()),
                 crate::scenario::grouped(m.vocab.into())
             )
         } else {
             format!(
                 "a forward pass of {} tokens",
-                crate::scenario::grouped(r.max_num_batched_tokens.into())
+                crate::scenario::grouped(tokens.into())
             )
         };
         format!(
@@ -44,6 +37,13 @@ fn kv_memory_line(r: &crate::setup::ResolvedGroup, g: &scenario::InstanceGroup) 
             per(c.weights_gib),
             per(c.activation_gib),
             per(c.non_torch_gib)
+        )
+    } else {
+        format!(
+            "{util} × {} GiB − {} weights − {} activations and other (BLIS's rule)",
+            gpu.memory_gib,
+            per(c.weights_gib),
+            per(c.activation_gib + c.non_torch_gib)
         )
     };
     Some(format!("{set_aside} = {} GiB for KV", per(spare)))

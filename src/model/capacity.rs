@@ -29,6 +29,8 @@ pub struct KvCapacity {
     pub weights_gib: f64,
     pub activation_gib: f64,
     pub non_torch_gib: f64,
+    /// The rule that sized it.
+    pub rule: MemoryRule,
     /// vLLM's profile: its sampler run, not its forward pass, set the peak.
     pub sampler_peak: bool,
     pub blocks: u32,
@@ -540,6 +542,7 @@ pub fn kv_capacity_with(
         weights_gib: weights,
         activation_gib: activation,
         non_torch_gib: non_torch,
+        rule,
         sampler_peak,
         blocks: blocks.min(f64::from(u32::MAX)) as u32,
     })
