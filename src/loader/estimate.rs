@@ -118,16 +118,24 @@ const SPARSE_ARRIVALS_S: f64 = 86_400.0;
 /// vLLM 0.11 to 0.15).
 const VLLM_BLOCK_SIZES: [u32; 7] = [1, 8, 16, 32, 64, 128, 256];
 
-/// The warning for a group whose longest request (its `max_model_len`, else its model's
-/// context) does not fit one request's share of its derived KV cache: vLLM refuses to start such a
-/// server (`check_enough_kv_cache_memory` in `vllm/v1/core/kv_cache_utils.py`: "To serve at
-/// least one request with the model's max seq len …"), where servesim serves requests up to
-/// what fits and drops longer ones.
+/// A group whose longest request (its `max_model_len`, else its model's context) does not fit
+/// one request's share of its derived KV cache: vLLM refuses to start such a server
+/// (`check_enough_kv_cache_memory` in `vllm/v1/core/kv_cache_utils.py`: "To serve at least one
+/// request with the model's max seq len …"), where servesim serves requests up to what fits and
+/// drops longer ones.
+struct ContextOverCache {
+    /// The longest request vLLM must hold, tokens.
+    longest: u64,
+    /// Where that length comes from: `max_model_len`, or the model's context.
+    whose: String,
+    /// What one request's share of the cache holds, tokens.
+    fits: u64,
+}
+
 fn context_over_cache(
     g: &crate::scenario::InstanceGroup,
     r: &crate::setup::ResolvedGroup,
-) -> Option<String> {
-    use crate::scenario::grouped;
+) -> Option<ContextOverCache> {
     // Blocks given are vLLM's `num_gpu_blocks_override`, which it takes without this check.
     if g.kv_blocks.is_some() {
         return None;
@@ -140,18 +148,33 @@ fn context_over_cache(
         ),
         _ => return None,
     };
-    (longest > r.request_kv_tokens).then(|| {
-        format!(
-            "{whose} of {} tokens does not fit the KV cache a request can take ({} tokens): \
-             vLLM refuses to start such a server (\"To serve at least one request with the \
-             model's max seq len …\"); here requests longer than {} tokens are dropped. Give \
-             max_model_len at most {}, as vLLM's message asks, or more KV memory",
-            grouped(longest),
-            grouped(r.request_kv_tokens),
-            grouped(r.request_kv_tokens),
-            grouped(r.request_kv_tokens),
-        )
+    (longest > r.request_kv_tokens).then(|| ContextOverCache {
+        longest,
+        whose,
+        fits: r.request_kv_tokens,
     })
+}
+
+/// Why vLLM would not start group `i` as the scenario gives it (its context does not fit its
+/// derived KV cache), for `plan`, which leaves such a configuration out rather than recommend
+/// a server that does not start; `None` when it would start (or the group does not resolve:
+/// the loader has said why).
+pub fn refused_at_start(
+    s: &Scenario,
+    i: usize,
+    catalog: &crate::catalog::Catalog,
+) -> Option<String> {
+    let r = super::resolve_group(s, i, catalog).ok()?;
+    let c = context_over_cache(&s.cluster.groups[i], &r)?;
+    use crate::scenario::grouped;
+    Some(format!(
+        "vLLM would not start it: {} of {} tokens does not fit the KV cache a request can take \
+         ({} tokens); give max_model_len at most {} to plan it",
+        c.whose,
+        grouped(c.longest),
+        grouped(c.fits),
+        grouped(c.fits),
+    ))
 }
 
 /// Inputs that will leave a run idle or waiting for long simulated spans (a KV or host link
@@ -191,8 +214,20 @@ pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<Strin
                 VLLM_BLOCK_SIZES.map(|b| b.to_string()).join(", ")
             ));
         }
-        if let Some(line) = context_over_cache(g, &r) {
-            w.push(format!("cluster.groups[{i}]: {line}"));
+        if let Some(c) = context_over_cache(g, &r) {
+            use crate::scenario::grouped;
+            w.push(format!(
+                "cluster.groups[{i}]: {} of {} tokens does not fit the KV cache a request can \
+                 take ({} tokens): vLLM refuses to start such a server (\"To serve at least one \
+                 request with the model's max seq len …\"); here requests longer than {} tokens \
+                 are dropped. Give max_model_len at most {}, as vLLM's message asks, or more KV \
+                 memory",
+                c.whose,
+                grouped(c.longest),
+                grouped(c.fits),
+                grouped(c.fits),
+                grouped(c.fits),
+            ));
         }
         if let Some(m) = r
             .model

@@ -638,8 +638,20 @@ impl Ctx<'_> {
             reason: String::new(),
             runs: 0,
         };
-        if let Err(e) = self.load(config, 1) {
-            outcome.reason = format!("excluded: {e}");
+        let sc = match self.load(config, 1) {
+            Ok(sc) => sc,
+            Err(e) => {
+                outcome.reason = format!("excluded: {e}");
+                return Ok(outcome);
+            }
+        };
+        let refused = |i: usize| crate::loader::estimate::refused_at_start(&sc, i, self.catalog);
+        let why = refused(self.group).or_else(|| {
+            let d = self.decode?;
+            refused(d).map(|w| format!("its decode group: {w}"))
+        });
+        if let Some(why) = why {
+            outcome.reason = format!("excluded: {why}");
             return Ok(outcome);
         }
         let per_unit = config.price_per_unit();

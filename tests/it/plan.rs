@@ -174,6 +174,60 @@ fn configurations_the_model_does_not_fit_are_excluded_with_the_reason_at_no_run(
     }
 }
 
+/// vLLM refuses to start a server whose context does not fit its KV cache; `plan` leaves such a
+/// configuration out (saying what `max_model_len` would admit it) rather than recommend it.
+/// Llama-3.1-8B (131,072 tokens of context) at 0.35 of an H100's memory: on one GPU
+/// 0.35 × 79.2 GiB − 14.96 GiB of weights − 0.66 GiB profiling pass (8,192 tokens × 3 × 14,336
+/// × 2 B) − 0.67 GiB other = 11.43 GiB of KV at 128 KiB a token (32 layers × 8 KV heads × 128
+/// × K and V × 2 B): 93.6k tokens, too few; on two, 7.5 GiB of weights each and 64 KiB a
+/// token: ≈ 300k, enough.
+#[test]
+fn a_configuration_vllm_would_not_start_is_excluded_until_max_model_len_admits_it() {
+    let dir = small();
+    let plan = |extra: &[&str]| {
+        let mut args = vec![
+            "--set",
+            "cluster.groups[0].gpu_memory_utilization=0.35",
+            "--set",
+            r#"plan.gpus=["H100"]"#,
+            "--set",
+            "plan.max_num_seqs=[64]",
+        ];
+        args.extend_from_slice(extra);
+        plan_json(dir.path(), &args)
+    };
+    let by_tp = |p: &serde_json::Value, tp: u64| {
+        p["outcomes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|o| o["config"]["tp"] == tp)
+            .cloned()
+            .unwrap()
+    };
+    let whole = plan(&[]);
+    let one = by_tp(&whole, 1);
+    assert_eq!(one["status"], "excluded", "{one}");
+    let reason = one["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("vLLM would not start it")
+            && reason.contains("context (max_model_len left out) of 131,072 tokens"),
+        "{reason}"
+    );
+    let fits: u64 = reason
+        .rsplit("max_model_len at most ")
+        .next()
+        .and_then(|t| t.split(' ').next())
+        .unwrap()
+        .replace(',', "")
+        .parse()
+        .unwrap();
+    assert!((93_000..94_000).contains(&fits), "{fits}");
+    assert_ne!(by_tp(&whole, 2)["status"], "excluded");
+    // With max_model_len at what fits, one GPU is planned too.
+    let admitted = plan(&["--set", &format!("cluster.groups[0].max_model_len={fits}")]);
+    assert_ne!(by_tp(&admitted, 1)["status"], "excluded");
+}
 /// Lines of a plan's progress file after its first (the plan's description).
 fn trials(path: &Path) -> usize {
     std::fs::read_to_string(path)
