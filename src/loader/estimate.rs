@@ -156,7 +156,7 @@ fn context_over_cache(
 }
 
 /// Why vLLM would not start group `i` as the scenario gives it (its context does not fit its
-/// derived KV cache), for `plan`, which leaves such a configuration out rather than recommend
+/// derived KV cache, and what would), for `plan`, which leaves such a configuration out rather than recommend
 /// a server that does not start; `None` when it would start (or the group does not resolve:
 /// the loader has said why).
 pub fn refused_at_start(
@@ -168,8 +168,8 @@ pub fn refused_at_start(
     let c = context_over_cache(&s.cluster.groups[i], &r)?;
     use crate::scenario::grouped;
     Some(format!(
-        "vLLM would not start it: {} of {} tokens does not fit the KV cache a request can take \
-         ({} tokens); give max_model_len at most {} to plan it",
+        "{} of {} tokens does not fit the KV cache a request can take ({} tokens); give \
+         max_model_len at most {} to plan it",
         c.whose,
         grouped(c.longest),
         grouped(c.fits),

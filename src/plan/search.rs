@@ -646,10 +646,12 @@ impl Ctx<'_> {
             }
         };
         let refused = |i: usize| crate::loader::estimate::refused_at_start(&sc, i, self.catalog);
-        let why = refused(self.group).or_else(|| {
-            let d = self.decode?;
-            refused(d).map(|w| format!("its decode group: {w}"))
-        });
+        let why = refused(self.group)
+            .map(|w| format!("vLLM would not start it: {w}"))
+            .or_else(|| {
+                let d = self.decode?;
+                refused(d).map(|w| format!("vLLM would not start its decode group: {w}"))
+            });
         if let Some(why) = why {
             outcome.reason = format!("excluded: {why}");
             return Ok(outcome);

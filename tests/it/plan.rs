@@ -228,6 +228,47 @@ fn a_configuration_vllm_would_not_start_is_excluded_until_max_model_len_admits_i
     let admitted = plan(&["--set", &format!("cluster.groups[0].max_model_len={fits}")]);
     assert_ne!(by_tp(&admitted, 1)["status"], "excluded");
 }
+
+/// With a P/D split both pools are vLLM servers: a decode pool vLLM would not start leaves the
+/// split out too, naming the pool.
+#[test]
+fn a_p_d_split_whose_decode_pool_vllm_would_not_start_is_excluded_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = env!("CARGO_MANIFEST_DIR");
+    let text = std::fs::read_to_string(format!("{root}/scenarios/pd-disaggregation.ron"))
+        .unwrap()
+        .replace(
+            "    outputs:",
+            r#"    plan: (gpus: ["H100"], pd_splits: [(1, 1), (1, 3)], max_instances: 4),
+    outputs:"#,
+        );
+    std::fs::write(dir.path().join("pd.ron"), text).unwrap();
+    let out = servesim(
+        &[
+            "plan",
+            "pd.ron",
+            "--set",
+            // The decode pool (group 1) at 0.3 of an H100: ~27.8k tokens of cache.
+            "cluster.groups[1].gpu_memory_utilization=0.3",
+            "--format",
+            "json",
+            "-q",
+        ],
+        dir.path(),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(plan["runs"], 0);
+    for o in plan["outcomes"].as_array().unwrap() {
+        assert_eq!(o["status"], "excluded");
+        let reason = o["reason"].as_str().unwrap();
+        assert!(
+            reason.starts_with("excluded: vLLM would not start its decode group: ")
+                && reason.contains("of 131,072 tokens"),
+            "{reason}"
+        );
+    }
+}
 /// Lines of a plan's progress file after its first (the plan's description).
 fn trials(path: &Path) -> usize {
     std::fs::read_to_string(path)
