@@ -132,6 +132,19 @@ struct ContextOverCache {
     fits: u64,
 }
 
+impl ContextOverCache {
+    /// "max_model_len of 200,000 tokens does not fit the KV cache a request can take (…)".
+    fn what(&self) -> String {
+        use crate::scenario::grouped;
+        format!(
+            "{} of {} tokens does not fit the KV cache a request can take ({} tokens)",
+            self.whose,
+            grouped(self.longest),
+            grouped(self.fits)
+        )
+    }
+}
+
 fn context_over_cache(
     g: &crate::scenario::InstanceGroup,
     r: &crate::setup::ResolvedGroup,
@@ -156,9 +169,9 @@ fn context_over_cache(
 }
 
 /// Why vLLM would not start group `i` as the scenario gives it (its context does not fit its
-/// derived KV cache, and what would), for `plan`, which leaves such a configuration out rather than recommend
-/// a server that does not start; `None` when it would start (or the group does not resolve:
-/// the loader has said why).
+/// derived KV cache) and what would, for `plan`, which leaves such a configuration out rather
+/// than recommend a server that does not start; `None` when it would start (or the group does
+/// not resolve: the loader has said why).
 pub fn refused_at_start(
     s: &Scenario,
     i: usize,
@@ -166,14 +179,10 @@ pub fn refused_at_start(
 ) -> Option<String> {
     let r = super::resolve_group(s, i, catalog).ok()?;
     let c = context_over_cache(&s.cluster.groups[i], &r)?;
-    use crate::scenario::grouped;
     Some(format!(
-        "{} of {} tokens does not fit the KV cache a request can take ({} tokens); give \
-         max_model_len at most {} to plan it",
-        c.whose,
-        grouped(c.longest),
-        grouped(c.fits),
-        grouped(c.fits),
+        "{}; give max_model_len at most {} to plan it",
+        c.what(),
+        crate::scenario::grouped(c.fits)
     ))
 }
 
@@ -215,18 +224,13 @@ pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<Strin
             ));
         }
         if let Some(c) = context_over_cache(g, &r) {
-            use crate::scenario::grouped;
+            let fits = crate::scenario::grouped(c.fits);
             w.push(format!(
-                "cluster.groups[{i}]: {} of {} tokens does not fit the KV cache a request can \
-                 take ({} tokens): vLLM refuses to start such a server (\"To serve at least one \
-                 request with the model's max seq len …\"); here requests longer than {} tokens \
-                 are dropped. Give max_model_len at most {}, as vLLM's message asks, or more KV \
-                 memory",
-                c.whose,
-                grouped(c.longest),
-                grouped(c.fits),
-                grouped(c.fits),
-                grouped(c.fits),
+                "cluster.groups[{i}]: {}: vLLM refuses to start such a server (\"To serve at least \
+                 one request with the model's max seq len …\"); here requests longer than {fits} \
+                 tokens are dropped. Give max_model_len at most {fits}, as vLLM's message asks, \
+                 or more KV memory",
+                c.what()
             ));
         }
         if let Some(m) = r
