@@ -141,9 +141,9 @@ fn plan_writes_every_configuration_and_the_front_the_same_on_any_number_of_threa
 #[test]
 fn configurations_the_model_does_not_fit_are_excluded_with_the_reason_at_no_run() {
     let dir = small();
-    let out = servesim(
+    let reasons = every_one_excluded(
+        dir.path(),
         &[
-            "plan",
             "small.ron",
             "--set",
             r#"cluster.groups[0].model="llama-3.1-70b-instruct""#,
@@ -155,23 +155,41 @@ fn configurations_the_model_does_not_fit_are_excluded_with_the_reason_at_no_run(
             "plan.tp=[1]",
             "--set",
             r#"plan.prices={"L40S": 1.0}"#,
-            "--format",
-            "json",
-            "-q",
         ],
-        dir.path(),
     );
-    // No configuration can serve: exit 1, with every reason.
+    for reason in reasons {
+        assert!(reason.contains("does not fit"), "{reason}");
+    }
+}
+
+/// Runs a plan no configuration of which can run: exit 1, no run, every configuration
+/// excluded; their reasons.
+fn every_one_excluded(dir: &Path, args: &[&str]) -> Vec<String> {
+    let mut all = vec!["plan"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--format", "json", "-q"]);
+    let out = servesim(&all, dir);
     assert_eq!(out.status.code(), Some(1));
     let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(plan["runs"], 0);
-    for o in plan["outcomes"].as_array().unwrap() {
-        assert_eq!(o["status"], "excluded");
-        assert!(
-            o["reason"].as_str().unwrap().contains("does not fit"),
-            "{o}"
-        );
-    }
+    plan["outcomes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            assert_eq!(o["status"], "excluded");
+            o["reason"].as_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+/// Writes the bundled P/D scenario (one Prefill and one Decode group) with `plan` as `pd.ron`.
+fn pd_scenario(dir: &Path, plan: &str) {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let text = std::fs::read_to_string(format!("{root}/scenarios/pd-disaggregation.ron"))
+        .unwrap()
+        .replace("    outputs:", &format!("    plan: {plan},\n    outputs:"));
+    std::fs::write(dir.join("pd.ron"), text).unwrap();
 }
 
 /// vLLM refuses to start a server whose context does not fit its KV cache; `plan` leaves such a
@@ -234,34 +252,21 @@ fn a_configuration_vllm_would_not_start_is_excluded_until_max_model_len_admits_i
 #[test]
 fn a_p_d_split_whose_decode_pool_vllm_would_not_start_is_excluded_naming_it() {
     let dir = tempfile::tempdir().unwrap();
-    let root = env!("CARGO_MANIFEST_DIR");
-    let text = std::fs::read_to_string(format!("{root}/scenarios/pd-disaggregation.ron"))
-        .unwrap()
-        .replace(
-            "    outputs:",
-            r#"    plan: (gpus: ["H100"], pd_splits: [(1, 1), (1, 3)], max_instances: 4),
-    outputs:"#,
-        );
-    std::fs::write(dir.path().join("pd.ron"), text).unwrap();
-    let out = servesim(
+    pd_scenario(
+        dir.path(),
+        r#"(gpus: ["H100"], pd_splits: [(1, 1), (1, 3)], max_instances: 4)"#,
+    );
+    let reasons = every_one_excluded(
+        dir.path(),
+        // The decode pool (group 1) at 0.3 of an H100: ~27.8k tokens of cache.
         &[
-            "plan",
             "pd.ron",
             "--set",
-            // The decode pool (group 1) at 0.3 of an H100: ~27.8k tokens of cache.
             "cluster.groups[1].gpu_memory_utilization=0.3",
-            "--format",
-            "json",
-            "-q",
         ],
-        dir.path(),
     );
-    assert_eq!(out.status.code(), Some(1));
-    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(plan["runs"], 0);
-    for o in plan["outcomes"].as_array().unwrap() {
-        assert_eq!(o["status"], "excluded");
-        let reason = o["reason"].as_str().unwrap();
+    assert_eq!(reasons.len(), 2);
+    for reason in reasons {
         assert!(
             reason.starts_with("excluded: vLLM would not start its decode group: ")
                 && reason.contains("of 131,072 tokens"),
@@ -555,18 +560,13 @@ fn plan_json_any(dir: &Path, extra: &[&str]) -> serde_json::Value {
 
 #[test]
 fn p_d_splits_size_both_pools_and_a_doubled_split_never_beats_the_split_it_doubles() {
-    // The bundled P/D scenario (one Prefill and one Decode group), planned over splits.
+    // The bundled P/D scenario, planned over splits.
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let root = env!("CARGO_MANIFEST_DIR");
-    let text = std::fs::read_to_string(format!("{root}/scenarios/pd-disaggregation.ron"))
-        .unwrap()
-        .replace(
-            "    outputs:",
-            r#"    plan: (gpus: ["H100"], pd_splits: [(1, 1), (2, 2), (1, 3)], max_instances: 8),
-    outputs:"#,
-        );
-    std::fs::write(d.join("pd.ron"), text).unwrap();
+    pd_scenario(
+        d,
+        r#"(gpus: ["H100"], pd_splits: [(1, 1), (2, 2), (1, 3)], max_instances: 8)"#,
+    );
     let out = servesim(
         &[
             "plan",
