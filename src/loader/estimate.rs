@@ -161,7 +161,7 @@ fn context_over_cache(
         ),
         _ => return None,
     };
-    (longest > r.request_kv_tokens).then(|| ContextOverCache {
+    (longest > r.request_kv_tokens).then_some(ContextOverCache {
         longest,
         whose,
         fits: r.request_kv_tokens,
