@@ -136,6 +136,9 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
         }
         let _ = writeln!(s, "    serving path: {}", r.serving.describe(g.pp));
         let _ = writeln!(s, "    steps: {}", step_examples(&r));
+        if let Some(line) = step_overhead_line(g) {
+            let _ = writeln!(s, "    step overhead: {line}");
+        }
         if let Some(line) = two_stage_line(&r, g.tp) {
             let _ = writeln!(s, "    {line}");
         }
@@ -616,6 +619,35 @@ fn sampling_line(
     Some(format!(
         "top-p {p} ({from}): each step sorts its logits rows, {} µs + {per_row:.2} µs per request (vLLM 0.15's sampler, measured); Roofline(top_p: 1.0) for greedy clients",
         crate::latency::TOP_P_SORT_FIXED_US
+    ))
+}
+
+/// The roofline's time in every step besides its kernels and the top-p sort, for `validate`:
+/// the scenario's, or the defaults, which are assumed (docs/fidelity.md, "What is still
+/// assumed"). Other latency models carry their own overheads in their coefficients.
+fn step_overhead_line(g: &crate::scenario::InstanceGroup) -> Option<String> {
+    let crate::scenario::LatencySpec::Roofline {
+        step_overhead_us,
+        request_overhead_us,
+        ..
+    } = &*g.latency()
+    else {
+        return None;
+    };
+    let whence = match (step_overhead_us, request_overhead_us) {
+        (Some(_), Some(_)) => "as the scenario gives them",
+        (Some(_), None) => "step_overhead_us as the scenario gives it, the other assumed",
+        (None, Some(_)) => "request_overhead_us as the scenario gives it, the other assumed",
+        (None, None) => {
+            "plain sampling, logits, input copies, graph launches: assumed, not measured; \
+             Roofline(step_overhead_us: …, request_overhead_us: …) or `servesim calibrate \
+             --model roofline` replaces them"
+        }
+    };
+    Some(format!(
+        "{} µs + {} µs per request in each step besides its kernels ({whence})",
+        step_overhead_us.unwrap_or(crate::latency::DEFAULT_STEP_OVERHEAD_US),
+        request_overhead_us.unwrap_or(crate::latency::DEFAULT_REQUEST_OVERHEAD_US),
     ))
 }
 

@@ -808,3 +808,44 @@ fn validate_group(dir: &std::path::Path, model: &str, gpu: &str) -> (Option<i32>
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
     )
 }
+
+#[test]
+fn validate_prints_the_roofline_s_per_step_overhead_and_whose_it_is() {
+    let stdout = |latency: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("g.ron"),
+            format!(
+                r#"(cluster: (groups: [(model: "llama-3.1-8b-instruct", gpu: "H100"{latency})]),
+                    workload: (num_requests: 1, clients: [(rate_per_s: 1.0,
+                        input_tokens: Constant(64), output_tokens: Constant(8))]))"#
+            ),
+        )
+        .unwrap();
+        let out = crate::common::servesim_ok(&["validate", "g.ron"], dir.path());
+        let text = String::from_utf8(out.stdout).unwrap();
+        text.lines()
+            .find_map(|l| l.trim_start().strip_prefix("step overhead: "))
+            .map(str::to_string)
+    };
+    // The defaults (400 µs and 5 µs per request) are assumptions, and say so.
+    let default = stdout("").unwrap();
+    assert!(
+        default.starts_with("400 µs + 5 µs per request in each step besides its kernels")
+            && default.contains("assumed, not measured"),
+        "{default}"
+    );
+    let given =
+        stdout(", latency: Roofline(step_overhead_us: 250, request_overhead_us: 2)").unwrap();
+    assert_eq!(
+        given,
+        "250 µs + 2 µs per request in each step besides its kernels (as the scenario gives them)"
+    );
+    let half = stdout(", latency: Roofline(request_overhead_us: 2)").unwrap();
+    assert!(
+        half.starts_with("400 µs + 2 µs") && half.contains("the other assumed"),
+        "{half}"
+    );
+    // BLIS's models carry their overheads in their coefficients: no such line.
+    assert_eq!(stdout(", latency: TrainedPhysics()"), None);
+}
