@@ -155,6 +155,7 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
         }
         return ExitCode::from(2);
     }
+    warn_points(&plan, &points, catalog);
     plan.inputs = match crate::sweep::hash_inputs(points.iter().map(|(_, sc)| sc)) {
         Ok(h) => h,
         Err(e) => return fail(e),
@@ -379,4 +380,38 @@ pub(crate) fn merge(a: MergeArgs) -> ExitCode {
         out.join("sweep.csv").display()
     );
     ExitCode::SUCCESS
+}
+
+/// Says on stderr what `run` would warn of, once per warning: plainly when every point of
+/// the sweep has it, else with the values of the points that do (a sweep over `tp` can reach a
+/// configuration vLLM would not start; its point still runs, as `run` would run it).
+fn warn_points(
+    plan: &crate::sweep::Plan,
+    points: &[(crate::sweep::Point, crate::scenario::Scenario)],
+    catalog: &crate::catalog::Catalog,
+) {
+    let mut said: Vec<(String, Vec<String>)> = Vec::new();
+    for (point, sc) in points.iter().filter(|(p, _)| p.replica == 0) {
+        let at = plan
+            .axes
+            .iter()
+            .zip(&point.values)
+            .map(|(a, v)| format!("{}={}", a.path, crate::sweep::display_value(v)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        for w in crate::loader::estimate::slow_inputs(sc, catalog) {
+            match said.iter_mut().find(|(t, _)| *t == w) {
+                Some((_, at_points)) => at_points.push(at.clone()),
+                None => said.push((w, vec![at.clone()])),
+            }
+        }
+    }
+    let everywhere = points.iter().filter(|(p, _)| p.replica == 0).count();
+    for (w, at) in said {
+        if at.len() == everywhere {
+            noteln!("warning: {w}");
+        } else {
+            noteln!("warning: at {}: {w}", at.join("; "));
+        }
+    }
 }

@@ -396,3 +396,57 @@ fn varying_the_seed_names_each_runs_seed_apart_from_the_varied_one() {
         "point 1, replica 1"
     );
 }
+
+/// A sweep says what `run` would warn of, once per warning: plainly when every point has it,
+/// else at the points that do. Llama-3.1-8B at 0.35 of an H100 holds 93,680 tokens of cache a
+/// request (its 131,072-token context does not fit: vLLM would not start it), at 0.5 enough.
+#[test]
+fn a_sweep_warns_once_per_warning_naming_the_points_it_holds_for() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    setup(d);
+    let o = servesim(
+        &[
+            "sweep",
+            "quickstart.ron",
+            "--set",
+            "workload.num_requests=20",
+            "--set",
+            "cluster.groups[0].block_size=48",
+            "--vary",
+            "cluster.groups[0].gpu_memory_utilization=[0.35,0.5]",
+            "--replicas",
+            "2",
+            "-q",
+            "--out",
+            "out",
+        ],
+        d,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stderr = String::from_utf8(o.stderr).unwrap();
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("warning:"))
+        .collect();
+    // Every point: the block size vLLM does not offer, said once (not per point or replica).
+    let block = warnings
+        .iter()
+        .filter(|w| w.contains("block_size = 48"))
+        .collect::<Vec<_>>();
+    assert_eq!(block.len(), 1, "{stderr}");
+    assert!(
+        block[0].starts_with("warning: cluster.groups[0].block_size"),
+        "{stderr}"
+    );
+    // One point: the context its cache cannot hold.
+    let context = warnings
+        .iter()
+        .filter(|w| w.contains("vLLM refuses to start"))
+        .collect::<Vec<_>>();
+    assert_eq!(context.len(), 1, "{stderr}");
+    assert!(
+        context[0].starts_with("warning: at cluster.groups[0].gpu_memory_utilization=0.35: "),
+        "{stderr}"
+    );
+}
