@@ -383,7 +383,7 @@ pub(crate) fn merge(a: MergeArgs) -> ExitCode {
 }
 
 /// Says on stderr what `run` would warn of, once per warning: plainly when every point of
-/// the sweep has it, else with the values of the points that do (a sweep over `tp` can reach a
+/// the sweep (of this shard) has it, else with the values of the points that do (a sweep over `tp` can reach a
 /// configuration vLLM would not start; its point still runs, as `run` would run it).
 fn warn_points(
     plan: &crate::sweep::Plan,
