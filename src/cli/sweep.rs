@@ -383,15 +383,22 @@ pub(crate) fn merge(a: MergeArgs) -> ExitCode {
 }
 
 /// Says on stderr what `run` would warn of, once per warning: plainly when every point of
-/// the sweep (of this shard) has it, else with the values of the points that do (a sweep over `tp` can reach a
-/// configuration vLLM would not start; its point still runs, as `run` would run it).
+/// the sweep (of this shard) has it, else with the values of the points that do, the first
+/// few of them, and at most ten warnings (a sweep over `tp` can reach a configuration vLLM
+/// would not start; its point still runs, as `run` would run it). Replicas of a point share
+/// its warnings.
 fn warn_points(
     plan: &crate::sweep::Plan,
     points: &[(crate::sweep::Point, crate::scenario::Scenario)],
     catalog: &crate::catalog::Catalog,
 ) {
+    const NAMED: usize = 5;
+    let mut seen = std::collections::HashSet::new();
     let mut said: Vec<(String, Vec<String>)> = Vec::new();
-    for (point, sc) in points.iter().filter(|(p, _)| p.replica == 0) {
+    for (point, sc) in points {
+        if !seen.insert(&point.values) {
+            continue;
+        }
         let at = plan
             .axes
             .iter()
@@ -406,12 +413,34 @@ fn warn_points(
             }
         }
     }
-    let everywhere = points.iter().filter(|(p, _)| p.replica == 0).count();
+    // A sweep over a memory or length axis can give each point its own wording of one
+    // warning: past a screenful, the rest are counted.
+    const SAID: usize = 10;
+    if said.len() > SAID {
+        let rest = said.split_off(SAID);
+        let points: usize = rest.iter().map(|(_, at)| at.len()).sum();
+        said.push((
+            format!(
+                "{} more warnings, at {points} point{} (`servesim validate` with a point's \
+                 values as --set says them)",
+                rest.len(),
+                if points == 1 { "" } else { "s" }
+            ),
+            Vec::new(),
+        ));
+    }
     for (w, at) in said {
-        if at.len() == everywhere {
+        if at.is_empty() {
+            noteln!("warning: {w}");
+        } else if at.len() == seen.len() {
             noteln!("warning: {w}");
         } else {
-            noteln!("warning: at {}: {w}", at.join("; "));
+            let more = match at.len().saturating_sub(NAMED) {
+                0 => String::new(),
+                n => format!(" and {n} more point{}", if n == 1 { "" } else { "s" }),
+            };
+            let named = at.iter().take(NAMED).cloned().collect::<Vec<_>>();
+            noteln!("warning: at {}{more}: {w}", named.join("; "));
         }
     }
 }

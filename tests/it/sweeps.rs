@@ -398,8 +398,10 @@ fn varying_the_seed_names_each_runs_seed_apart_from_the_varied_one() {
 }
 
 /// A sweep says what `run` would warn of, once per warning: plainly when every point has it,
-/// else at the points that do. Llama-3.1-8B at 0.35 of an H100 holds 93,680 tokens of cache a
-/// request (its 131,072-token context does not fit: vLLM would not start it), at 0.5 enough.
+/// else at the points that do. The quickstart's Llama-3.1-8B at 0.35 of an H100 (0.35 × 79.2 −
+/// 14.96 weights − 3.73 profiling pass − 0.67 other = 8.36 GiB at 128 KiB a token) holds
+/// 68,480 tokens of cache a request: its 131,072-token context does not fit, and vLLM would not
+/// start it; at 0.5, 165,808.
 #[test]
 fn a_sweep_warns_once_per_warning_naming_the_points_it_holds_for() {
     let tmp = tempfile::tempdir().unwrap();
@@ -447,6 +449,57 @@ fn a_sweep_warns_once_per_warning_naming_the_points_it_holds_for() {
     assert_eq!(context.len(), 1, "{stderr}");
     assert!(
         context[0].starts_with("warning: at cluster.groups[0].gpu_memory_utilization=0.35: "),
+        "{stderr}"
+    );
+    // A shard that holds only second replicas says it too.
+    let o = servesim(
+        &[
+            "sweep",
+            "quickstart.ron",
+            "--set",
+            "workload.num_requests=20",
+            "--vary",
+            "cluster.groups[0].gpu_memory_utilization=[0.35,0.5]",
+            "--replicas",
+            "2",
+            "--shard",
+            "1/2",
+            "-q",
+            "--out",
+            "shard",
+        ],
+        d,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stderr = String::from_utf8(o.stderr).unwrap();
+    assert!(
+        stderr.contains("warning: at cluster.groups[0].gpu_memory_utilization=0.35: "),
+        "{stderr}"
+    );
+    // Fourteen points each with its own wording: ten said, the rest counted.
+    let o = servesim(
+        &[
+            "sweep",
+            "quickstart.ron",
+            "--set",
+            "workload.num_requests=5",
+            "--vary",
+            "cluster.groups[0].gpu_memory_utilization=[0.26,0.27,0.28,0.29,0.30,0.31,0.32,0.33,0.34,0.35,0.36,0.37,0.38,0.39]",
+            "-q",
+            "--out",
+            "many",
+        ],
+        d,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let stderr = String::from_utf8(o.stderr).unwrap();
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("warning:"))
+        .collect();
+    assert_eq!(warnings.len(), 11, "{stderr}");
+    assert!(
+        warnings[10].starts_with("warning: 4 more warnings, at 4 points"),
         "{stderr}"
     );
 }
