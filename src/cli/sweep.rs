@@ -418,7 +418,11 @@ fn warn_points(
     const SAID: usize = 10;
     if said.len() > SAID {
         let rest = said.split_off(SAID);
-        let points: usize = rest.iter().map(|(_, at)| at.len()).sum();
+        let points = rest
+            .iter()
+            .flat_map(|(_, at)| at)
+            .collect::<std::collections::HashSet<_>>()
+            .len();
         said.push((
             format!(
                 "{} more warnings, at {points} point{} (`servesim validate` with a point's \
@@ -430,9 +434,7 @@ fn warn_points(
         ));
     }
     for (w, at) in said {
-        if at.is_empty() {
-            noteln!("warning: {w}");
-        } else if at.len() == seen.len() {
+        if at.is_empty() || at.len() == seen.len() {
             noteln!("warning: {w}");
         } else {
             let more = match at.len().saturating_sub(NAMED) {
