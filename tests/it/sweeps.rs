@@ -407,99 +407,67 @@ fn a_sweep_warns_once_per_warning_naming_the_points_it_holds_for() {
     let tmp = tempfile::tempdir().unwrap();
     let d = tmp.path();
     setup(d);
-    let o = servesim(
-        &[
-            "sweep",
-            "quickstart.ron",
-            "--set",
-            "workload.num_requests=20",
-            "--set",
-            "cluster.groups[0].block_size=48",
-            "--vary",
-            "cluster.groups[0].gpu_memory_utilization=[0.35,0.5]",
-            "--replicas",
-            "2",
-            "-q",
-            "--out",
-            "out",
-        ],
-        d,
-    );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let stderr = String::from_utf8(o.stderr).unwrap();
-    let warnings: Vec<&str> = stderr
-        .lines()
-        .filter(|l| l.starts_with("warning:"))
-        .collect();
-    // Every point: the block size vLLM does not offer, said once (not per point or replica).
-    let block = warnings
-        .iter()
-        .filter(|w| w.contains("block_size = 48"))
-        .collect::<Vec<_>>();
-    assert_eq!(block.len(), 1, "{stderr}");
-    assert!(
-        block[0].starts_with("warning: cluster.groups[0].block_size"),
-        "{stderr}"
-    );
-    // One point: the context its cache cannot hold.
-    let context = warnings
-        .iter()
-        .filter(|w| w.contains("vLLM refuses to start"))
-        .collect::<Vec<_>>();
-    assert_eq!(context.len(), 1, "{stderr}");
-    assert!(
-        context[0].starts_with("warning: at cluster.groups[0].gpu_memory_utilization=0.35: "),
-        "{stderr}"
-    );
-    // A shard that holds only second replicas says it too.
-    let o = servesim(
-        &[
-            "sweep",
-            "quickstart.ron",
-            "--set",
-            "workload.num_requests=20",
-            "--vary",
-            "cluster.groups[0].gpu_memory_utilization=[0.35,0.5]",
-            "--replicas",
-            "2",
-            "--shard",
-            "1/2",
-            "-q",
-            "--out",
-            "shard",
-        ],
-        d,
-    );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let stderr = String::from_utf8(o.stderr).unwrap();
-    assert!(
-        stderr.contains("warning: at cluster.groups[0].gpu_memory_utilization=0.35: "),
-        "{stderr}"
-    );
-    // Fourteen points each with its own wording: ten said, the rest counted.
-    let o = servesim(
-        &[
+    // A quick sweep of the quickstart over memory; its warnings.
+    let warnings = |out: &str, memory: &str, extra: &[&str]| -> Vec<String> {
+        let vary = format!("cluster.groups[0].gpu_memory_utilization=[{memory}]");
+        let mut args = vec![
             "sweep",
             "quickstart.ron",
             "--set",
             "workload.num_requests=5",
             "--vary",
-            "cluster.groups[0].gpu_memory_utilization=[0.26,0.27,0.28,0.29,0.30,0.31,0.32,0.33,0.34,0.35,0.36,0.37,0.38,0.39]",
+            &vary,
             "-q",
             "--out",
-            "many",
-        ],
-        d,
+            out,
+        ];
+        args.extend_from_slice(extra);
+        let o = servesim(&args, d);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stderr)
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with("warning:"))
+            .map(str::to_string)
+            .collect()
+    };
+    let two = ["--replicas", "2"];
+    let w = warnings(
+        "out",
+        "0.35,0.5",
+        &[&two[..], &["--set", "cluster.groups[0].block_size=48"]].concat(),
     );
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let stderr = String::from_utf8(o.stderr).unwrap();
-    let warnings: Vec<&str> = stderr
-        .lines()
-        .filter(|l| l.starts_with("warning:"))
-        .collect();
-    assert_eq!(warnings.len(), 11, "{stderr}");
+    // Every point: the block size vLLM does not offer, said once (not per point or replica).
+    let block: Vec<_> = w.iter().filter(|w| w.contains("block_size = 48")).collect();
+    assert_eq!(block.len(), 1, "{w:?}");
     assert!(
-        warnings[10].starts_with("warning: 4 more warnings, at 4 points"),
-        "{stderr}"
+        block[0].starts_with("warning: cluster.groups[0].block_size"),
+        "{w:?}"
+    );
+    // One point: the context its cache cannot hold.
+    let context: Vec<_> = w
+        .iter()
+        .filter(|w| w.contains("vLLM refuses to start"))
+        .collect();
+    assert_eq!(context.len(), 1, "{w:?}");
+    let at = "warning: at cluster.groups[0].gpu_memory_utilization=0.35: ";
+    assert!(context[0].starts_with(at), "{w:?}");
+    // A shard that holds only second replicas says it too.
+    let w = warnings(
+        "shard",
+        "0.35,0.5",
+        &[&two[..], &["--shard", "1/2"]].concat(),
+    );
+    assert!(w.iter().any(|w| w.starts_with(at)), "{w:?}");
+    // Fourteen points each with its own wording: ten said, the rest counted.
+    let memory = (26..40)
+        .map(|m| format!("0.{m}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let w = warnings("many", &memory, &[]);
+    assert_eq!(w.len(), 11, "{w:?}");
+    assert!(
+        w[10].starts_with("warning: 4 more warnings, at 4 points"),
+        "{w:?}"
     );
 }
