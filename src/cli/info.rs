@@ -134,7 +134,13 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
         if let Some(line) = kv_memory_line(&r, g) {
             let _ = writeln!(s, "    KV memory per GPU: {line}");
         }
-        let _ = writeln!(s, "    serving path: {}", r.serving.describe(g.pp));
+        let release = g.engine.as_ref().and_then(|e| e.release());
+        let _ = writeln!(
+            s,
+            "    serving path{}: {}",
+            release.map_or(String::new(), |r| format!(" (vLLM {r})")),
+            r.serving.describe(g.pp)
+        );
         let _ = writeln!(s, "    steps: {}", step_examples(&r));
         if let Some(line) = step_overhead_line(g) {
             let _ = writeln!(s, "    step overhead: {line}");

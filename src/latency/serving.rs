@@ -17,8 +17,9 @@
 //!   hidden — and a request that reaches the engine while step N runs is first scheduled in
 //!   step N+2 (the decision for N+1 was already taken when N started).
 //!
-//! The API server tokenizes prompts in micro-batches (vLLM 0.10 to at least 0.15,
-//! `AsyncMicrobatchTokenizer` in `vllm/utils/async_utils.py`, PR #19334): the first prompt
+//! The API server tokenizes prompts in micro-batches (vLLM 0.10 to 0.23,
+//! `AsyncMicrobatchTokenizer` in `vllm/utils/async_utils.py`, PR #19334; PR #45759 removed it
+//! for 0.24.0): the first prompt
 //! opens a window of 2 ms in which up to 32 prompts gather before one batched tokenizer call,
 //! so a prompt that arrives alone waits the whole window ([`TokenizerWindow`]).
 //!
@@ -75,7 +76,8 @@ impl ServingPath {
     ///   `ChatCompletionStreamResponse` + `model_dump_json`) + 6 (ASGI send and HTTP chunk);
     /// - `tokenizer_window_us` 2000 and `tokenizer_batch` 32: `AsyncMicrobatchTokenizer`'s
     ///   `batch_wait_timeout_s` and `max_batch_size` defaults (vLLM 0.11.0 and 0.15.1 source;
-    ///   vLLM PR #45759, June 2026, removed the batcher for this 2 ms wait).
+    ///   vLLM PR #45759, June 2026, removed the batcher for this 2 ms wait: 0.24.0 has none, see
+    ///   [`VllmRelease::NO_TOKENIZER_BATCH`](crate::scenario::VllmRelease::NO_TOKENIZER_BATCH)).
     pub const VLLM: ServingPath = ServingPath {
         async_scheduling: true,
         schedule_us: 14.0,
@@ -225,11 +227,16 @@ impl ServingPath {
     /// The numbers a group's `engine` stands for.
     pub fn of(spec: &EngineSpec) -> Self {
         let s = spec;
-        let mut p = match s.preset {
+        let mut p = match s.resolved_preset() {
             EnginePreset::Vllm => ServingPath::VLLM,
             EnginePreset::VllmSync => ServingPath::VLLM_SYNC,
             EnginePreset::Bare => ServingPath::BARE,
         };
+        if s.release()
+            .is_some_and(|r| r >= crate::scenario::VllmRelease::NO_TOKENIZER_BATCH)
+        {
+            p.tokenizer_window_us = 0.0;
+        }
         if let Some(v) = s.async_scheduling {
             p.async_scheduling = v;
         }

@@ -223,6 +223,9 @@ pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<Strin
                 VLLM_BLOCK_SIZES.map(|b| b.to_string()).join(", ")
             ));
         }
+        if let Some(note) = newer_release(g) {
+            w.push(format!("cluster.groups[{i}].engine.vllm: {note}"));
+        }
         if let Some(c) = context_over_cache(g, &r) {
             let fits = crate::scenario::grouped(c.fits);
             w.push(format!(
@@ -305,6 +308,49 @@ pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<Strin
         }
     }
     w
+}
+
+/// What a group's `engine.vllm` release changed after the releases servesim's serving path
+/// was taken from (0.11–0.15), as far as vLLM's pull requests say: the one change whose
+/// release is known is modelled (no tokenizer micro-batch from 0.24.0), the others named.
+fn newer_release(g: &crate::scenario::InstanceGroup) -> Option<String> {
+    use crate::scenario::VllmRelease;
+    let e = g.engine.as_ref()?;
+    let r = e.release()?;
+    let m = VllmRelease::MEASURED;
+    if (r.major, r.minor) <= (m.major, m.minor) {
+        return None;
+    }
+    let modelled = if r >= VllmRelease::NO_TOKENIZER_BATCH && e.tokenizer_window_us.is_none() {
+        format!(
+            ", without the API server's 2 ms tokenizer micro-batch (vLLM PR #45759 removed it; {} no longer has it)",
+            VllmRelease::NO_TOKENIZER_BATCH
+        )
+    } else {
+        String::new()
+    };
+    let mut not_modelled = Vec::new();
+    if g.tp > 1 {
+        not_modelled.push(
+            "FlashInfer's fused all-reduce + RMSNorm turned on by default on Hopper with TP > 1 (PR #34299, February 2026)",
+        );
+    }
+    if g.tp >= 4 {
+        not_modelled.push(
+            "NCCL symmetric memory given the all-reduces outside 16–512 KiB at TP 4 and 16–128 KiB at TP 8, which the custom kernel took (PR #33839, February 2026)",
+        );
+    }
+    let not_modelled = if not_modelled.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " Changes since 0.15 to what it prices that are not modelled: {}",
+            not_modelled.join("; ")
+        )
+    };
+    Some(format!(
+        "vLLM {r} is newer than the releases servesim's serving path was taken from (0.11 to {m}): it is priced as {m}{modelled}.{not_modelled}"
+    ))
 }
 
 /// A `Normal` length whose mean lies more than three standard deviations outside its

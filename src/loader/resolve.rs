@@ -539,12 +539,15 @@ fn read_group(
     let serving = match &g.engine {
         Some(e) => ServingPath::of(e),
         None => ServingPath::of(&crate::scenario::EngineSpec {
-            preset: g.engine_preset(),
+            preset: Some(g.engine_preset()),
             ..Default::default()
         }),
     };
     for (f, msg) in serving.problems() {
         p.push(Problem::new(at(&format!("engine.{f}")), msg));
+    }
+    if let Some(e) = &g.engine {
+        engine_release(&mut p, &at, e);
     }
     let speculative = g.speculative.as_ref().and_then(|sp| {
         speculative(
@@ -733,4 +736,38 @@ fn read_group(
         expert_parallel: wide_ep,
         kv_layout,
     })
+}
+
+/// A group's `engine.vllm`: a release servesim models (0.11 onwards), and not beside a
+/// `preset` (each names the numbers to start from).
+fn engine_release(
+    p: &mut Vec<Problem>,
+    at: &dyn Fn(&str) -> String,
+    e: &crate::scenario::EngineSpec,
+) {
+    use crate::scenario::VllmRelease;
+    let Some(text) = &e.vllm else {
+        return;
+    };
+    match VllmRelease::parse(text) {
+        Err(msg) => p.push(
+            Problem::new(at("engine.vllm"), msg)
+                .hint("the release `vllm --version` prints; or give a `preset` instead"),
+        ),
+        Ok(r) if r < VllmRelease::OLDEST => p.push(
+            Problem::new(
+                at("engine.vllm"),
+                format!(
+                    "vLLM {r} is older than the releases modelled: servesim's serving path is vLLM's v1 engine core, {} onwards (0.11 removed the v0 engine)",
+                    VllmRelease::OLDEST
+                ),
+            )
+            .hint("give `preset: VllmSync` to price it as vLLM 0.11–0.13 runs, knowing earlier releases differ"),
+        ),
+        Ok(_) if e.preset.is_some() => p.push(
+            Problem::new(at("engine.vllm"), "is given beside `preset`: each names the numbers to start from")
+                .hint("keep one: `vllm` picks the preset its release runs (VllmSync before 0.14.0, Vllm from it)"),
+        ),
+        Ok(_) => {}
+    }
 }

@@ -583,13 +583,16 @@ pub enum EnginePreset {
     Bare,
 }
 
-/// The serving path of a group's instances (`cluster.groups[i].engine`): a preset and any
-/// of its numbers overridden. See `latency::ServingPath` for what each term is.
+/// The serving path of a group's instances (`cluster.groups[i].engine`): a preset (or the vLLM
+/// release it stands for) and any of its numbers overridden. See `latency::ServingPath` for
+/// what each term is.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct EngineSpec {
-    /// The numbers to start from. Default `Vllm`.
-    pub preset: EnginePreset,
+    /// The numbers to start from. Default `Vllm`, or the preset `vllm` names.
+    pub preset: Option<EnginePreset>,
+    /// The vLLM release mimicked, e.g. "0.13.0": names the preset (see [`VllmRelease`]).
+    pub vllm: Option<String>,
     /// vLLM's async scheduling (on by default since vLLM 0.14).
     pub async_scheduling: Option<bool>,
     /// Engine-core CPU per step, µs.
@@ -611,6 +614,94 @@ pub struct EngineSpec {
     pub tokenizer_batch: Option<u32>,
 }
 
+/// A vLLM release (`engine.vllm`), as far as servesim's serving path tells releases apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct VllmRelease {
+    /// Minor version (vLLM's releases are 0.x.y).
+    pub major: u32,
+    /// Minor version.
+    pub minor: u32,
+    /// Patch version (0 when left out).
+    pub patch: u32,
+}
+
+impl VllmRelease {
+    /// The oldest release modelled: vLLM 0.11 removed the v0 engine; servesim's serving path is
+    /// the v1 engine core's.
+    pub const OLDEST: VllmRelease = VllmRelease::new(0, 11, 0);
+    /// The first release with async scheduling on by default (vLLM 0.14.0, PR #27614).
+    pub const ASYNC_DEFAULT: VllmRelease = VllmRelease::new(0, 14, 0);
+    /// The newest release whose serving path the defaults were taken from (vLLM 0.15.1).
+    pub const MEASURED: VllmRelease = VllmRelease::new(0, 15, 1);
+    /// The first release without the API server's tokenizer micro-batch: vLLM PR #45759
+    /// (opened 2026-06-16, the day after 0.23.0 was out) removed `AsyncMicrobatchTokenizer`,
+    /// and integrations moving to 0.24.0 replaced it (ai-dynamo/dynamo PR #11076).
+    pub const NO_TOKENIZER_BATCH: VllmRelease = VllmRelease::new(0, 24, 0);
+
+    const fn new(major: u32, minor: u32, patch: u32) -> Self {
+        VllmRelease {
+            major,
+            minor,
+            patch,
+        }
+    }
+
+    /// Reads "0.13.0", "0.14", "v0.15.1" or "0.15.1rc2" / "0.15.1+cu129" / "0.15.1.post1" (what
+    /// follows the numbers is a build or pre-release label and is not told apart).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let t = text.trim();
+        let t = t.strip_prefix('v').unwrap_or(t);
+        let numbers = t
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .map_or(t, |end| &t[..end])
+            .trim_end_matches('.');
+        let parts: Vec<&str> = numbers.split('.').collect();
+        let nums: Vec<u32> = parts.iter().filter_map(|p| p.parse().ok()).collect();
+        if !(2..=3).contains(&parts.len()) || nums.len() != parts.len() {
+            return Err(format!(
+                "must be a vLLM release such as \"0.15.1\" or \"0.13\", got {text:?}"
+            ));
+        }
+        Ok(VllmRelease::new(
+            nums[0],
+            nums[1],
+            nums.get(2).copied().unwrap_or(0),
+        ))
+    }
+
+    /// The preset this release runs: async scheduling from 0.14.0 on.
+    pub fn preset(self) -> EnginePreset {
+        if self >= Self::ASYNC_DEFAULT {
+            EnginePreset::Vllm
+        } else {
+            EnginePreset::VllmSync
+        }
+    }
+}
+
+impl std::fmt::Display for VllmRelease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)
+    }
+}
+
+impl EngineSpec {
+    /// The preset the numbers start from: `preset`, else the one `vllm` names, else `Vllm`.
+    pub fn resolved_preset(&self) -> EnginePreset {
+        self.preset
+            .or_else(|| {
+                let release = VllmRelease::parse(self.vllm.as_deref()?).ok()?;
+                Some(release.preset())
+            })
+            .unwrap_or_default()
+    }
+
+    /// The release `vllm` names, when it reads as one.
+    pub fn release(&self) -> Option<VllmRelease> {
+        VllmRelease::parse(self.vllm.as_deref()?).ok()
+    }
+}
+
 impl InstanceGroup {
     /// The latency model: the one given, or `Roofline()`.
     pub fn latency(&self) -> std::borrow::Cow<'_, LatencySpec> {
@@ -624,7 +715,7 @@ impl InstanceGroup {
     /// with `Roofline()`, the BLIS reading with every other model).
     pub fn engine_preset(&self) -> EnginePreset {
         match &self.engine {
-            Some(e) => e.preset,
+            Some(e) => e.resolved_preset(),
             None if matches!(&*self.latency(), LatencySpec::Roofline { .. }) => EnginePreset::Vllm,
             None => EnginePreset::Bare,
         }

@@ -106,6 +106,144 @@ fn on_a_busy_instance_async_scheduling_schedules_a_new_request_one_step_later() 
 }
 
 #[test]
+fn a_vllm_release_picks_its_scheduling_mode() {
+    // The busy instance above: A steps every 1,000 µs, B reaches the engine at 2,300 µs.
+    let rows = "0,16,20\n2300,16,3\n";
+    let delay = |engine: &str| {
+        let (sc, _dir) = scenario(
+            &format!(
+                "({engine}, api_request_us: 0.0, api_us_per_prompt_token: 0.0, api_step_us: 50.0, api_us_per_output_token: 10.0, schedule_us: 0.0, schedule_us_per_request: 0.0, tokenizer_window_us: 0.0)"
+            ),
+            rows,
+        );
+        run(&sc).1[1].us("scheduling_delay_ms")
+    };
+    // Before 0.14.0 vLLM scheduled between steps: B joins the step after the one in flight.
+    for release in ["0.11", "0.13.0", "0.13.9"] {
+        assert_eq!(delay(&format!("vllm: {release:?}")), 700, "{release}");
+    }
+    // From 0.14.0 on async scheduling is the default: one step later. Labels after the
+    // numbers are read past; releases after 0.15 are priced as 0.15.1 (and warned of).
+    for release in [
+        "0.14.0",
+        "v0.14",
+        "0.15.1",
+        "0.15.1rc2",
+        "0.15.1+cu129",
+        "0.18.0",
+    ] {
+        assert_eq!(delay(&format!("vllm: {release:?}")), 1_700, "{release}");
+    }
+    // A release names a preset; the fields given beside it still override its numbers
+    // (vLLM 0.13 run with --async-scheduling).
+    assert_eq!(delay("vllm: \"0.13.0\", async_scheduling: true"), 1_700);
+}
+
+#[test]
+fn from_vllm_0_24_a_lone_prompt_does_not_wait_for_a_tokenizer_batch() {
+    // The lone request of the first test: up to 0.23 its prompt waits out the tokenizer's
+    // 2,000 µs window and reaches the engine at 2,000 + 500 + 100 µs; 0.24.0 has no
+    // micro-batch (vLLM PR #45759), so at 600 µs. A window given beside the release stands.
+    let delay = |engine: &str| {
+        let (sc, _dir) = scenario(&format!("({engine}, {API})"), "0,100,4\n");
+        run(&sc).1[0].us("scheduling_delay_ms")
+    };
+    assert_eq!(delay("vllm: \"0.15.1\""), 2_600);
+    assert_eq!(delay("vllm: \"0.23.0\""), 2_600);
+    assert_eq!(delay("vllm: \"0.24.0\""), 600);
+    assert_eq!(delay("vllm: \"0.29.1\""), 600);
+    assert_eq!(
+        delay("vllm: \"0.24.0\", tokenizer_window_us: 1000.0"),
+        1_600
+    );
+}
+
+#[test]
+fn validate_names_the_release_and_what_a_newer_one_changed() {
+    let validate = |engine: &str, tp: u32| {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("g.ron"),
+            format!(
+                r#"(cluster: (groups: [(model: "llama-2-7b-hf", gpu: "H100", tp: {tp}, engine: {engine})]),
+                    workload: (num_requests: 1, clients: [(rate_per_s: 1.0,
+                        input_tokens: Constant(64), output_tokens: Constant(8))]))"#
+            ),
+        )
+        .unwrap();
+        let out = crate::common::servesim_ok(&["validate", "g.ron"], dir.path());
+        (
+            String::from_utf8(out.stdout).unwrap(),
+            String::from_utf8(out.stderr).unwrap(),
+        )
+    };
+    let (out, err) = validate("(vllm: \"0.13.0\")", 1);
+    assert!(
+        out.contains("serving path (vLLM 0.13.0): synchronous scheduling (vLLM ≤ 0.13)"),
+        "{out}"
+    );
+    assert!(!err.contains("warning"), "{err}");
+    let (out, err) = validate("(vllm: \"0.15.1\")", 2);
+    assert!(
+        out.contains("serving path (vLLM 0.15.1): async scheduling"),
+        "{out}"
+    );
+    assert!(!err.contains("warning"), "{err}");
+    // Newer than what the serving path was taken from: priced as 0.15.1, with the changes
+    // vLLM's pull requests made since (the all-reduce ones only where there is one).
+    let (_, err) = validate("(vllm: \"0.18.0\")", 2);
+    assert!(
+        err.contains("warning: cluster.groups[0].engine.vllm: vLLM 0.18.0 is newer than the releases servesim's serving path was taken from (0.11 to 0.15.1): it is priced as 0.15.1."),
+        "{err}"
+    );
+    // Before 0.24 the tokenizer's micro-batch is still there; TP 2 is not in the custom
+    // all-reduce's new size ranges (PR #33839 gives TP 4 and 8).
+    assert!(
+        !err.contains("PR #45759") && err.contains("PR #34299") && !err.contains("PR #33839"),
+        "{err}"
+    );
+    let (_, err) = validate("(vllm: \"0.18.0\")", 4);
+    assert!(
+        err.contains("PR #34299") && err.contains("PR #33839"),
+        "{err}"
+    );
+    let (out, err) = validate("(vllm: \"1.0.0\")", 1);
+    assert!(
+        err.contains("it is priced as 0.15.1, without the API server's 2 ms tokenizer micro-batch (vLLM PR #45759 removed it; 0.24.0 no longer has it).")
+            && !err.contains("PR #34299"),
+        "{err}"
+    );
+    assert!(out.contains("; each prompt tokenized at once"), "{out}");
+}
+
+#[test]
+fn a_vllm_release_servesim_cannot_read_or_does_not_model_is_an_error() {
+    let err = |engine: &str| {
+        crate::common::invalid(&format!(
+            "(cluster: (groups: [(model: \"llama-2-7b-hf\", gpu: \"H100\", engine: {engine})]), workload: (num_requests: 1, clients: [(rate_per_s: 1.0, input_tokens: Constant(10), output_tokens: Constant(2))]))"
+        ))
+    };
+    let e = err("(vllm: \"0.10.2\")");
+    assert!(
+        e.contains(
+            "cluster.groups[0].engine.vllm: vLLM 0.10.2 is older than the releases modelled"
+        ) && e.contains("preset: VllmSync"),
+        "{e}"
+    );
+    for bad in ["latest", "", "0", "1.2.3.4", "0.x.1"] {
+        let e = err(&format!("(vllm: {bad:?})"));
+        assert!(
+            e.contains(&format!(
+                "cluster.groups[0].engine.vllm: must be a vLLM release such as \"0.15.1\" or \"0.13\", got {bad:?}"
+            )),
+            "{bad}: {e}"
+        );
+    }
+    let e = err("(vllm: \"0.15.1\", preset: Vllm)");
+    assert!(e.contains("engine.vllm: is given beside `preset`"), "{e}");
+}
+
+#[test]
 fn without_async_scheduling_the_scheduler_runs_between_steps() {
     let engine = |mode: &str| {
         format!(
