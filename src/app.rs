@@ -90,6 +90,14 @@ impl ServesimApp {
         crate::loader::parse(text, file, overrides, app.world().resource::<Catalog>())
     }
 
+    /// What `servesim run` and `validate` warn of before a run (an input vLLM would refuse, a
+    /// release newer than those modelled, a unit that looks wrong): one message each, without
+    /// the "warning: " the CLI puts before it.
+    pub fn input_warnings(&self, scenario: &Scenario) -> Vec<String> {
+        let app = self.build();
+        crate::loader::estimate::slow_inputs(scenario, app.world().resource::<Catalog>())
+    }
+
     /// A simulation of `scenario`, ready to run, on a fresh app.
     pub fn simulation(
         &self,

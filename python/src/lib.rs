@@ -117,11 +117,18 @@ fn load(
     loaded.map_err(|e| ScenarioError::new_err(e.to_string()))
 }
 
-/// Checks a scenario as `servesim validate` does; raises ScenarioError.
+/// Checks a scenario as `servesim validate` does; raises ScenarioError. Returns what
+/// `validate` would warn of.
 #[pyfunction]
 #[pyo3(signature = (source, is_text, overrides))]
-fn validate(source: &str, is_text: bool, overrides: Vec<(String, String)>) -> PyResult<()> {
-    load(&app(), source, is_text, &overrides).map(drop)
+fn validate(
+    source: &str,
+    is_text: bool,
+    overrides: Vec<(String, String)>,
+) -> PyResult<Vec<String>> {
+    let builder = app();
+    let sc = load(&builder, source, is_text, &overrides)?;
+    Ok(builder.input_warnings(&sc))
 }
 
 /// What a summary hook sees when the run ends: every instance's counters.
@@ -190,7 +197,8 @@ fn call_summary_hook(
     }
 }
 
-/// Runs a scenario. Returns (summary.json text, requests.csv text or None).
+/// Runs a scenario. Returns (summary.json text, requests.csv text or None, what `run` would
+/// warn of before the run).
 #[pyfunction]
 #[pyo3(signature = (source, is_text, overrides, out=None, router=None, requests=true, summary_hook=None, admission=None, priority=None, queue_order=None, autoscale=None))]
 #[expect(
@@ -210,7 +218,7 @@ fn run(
     priority: Option<Py<PyAny>>,
     queue_order: Option<Py<PyAny>>,
     autoscale: Option<Py<PyAny>>,
-) -> PyResult<(String, Option<String>)> {
+) -> PyResult<(String, Option<String>, Vec<String>)> {
     let error: policies::Failure = Arc::new(Mutex::new(None));
     let mut builder = app();
     let mut python_code = router.is_some()
@@ -234,6 +242,7 @@ fn run(
         });
     }
     let mut sc = load(&builder, source, is_text, &overrides)?;
+    let warnings = builder.input_warnings(&sc);
     let registered = registry::used_by(&sc);
     python_code |= registered;
     let given = policies::Given {
@@ -285,7 +294,7 @@ fn run(
         let bytes = b.0.lock().map(|v| v.clone()).unwrap_or_default();
         String::from_utf8_lossy(&bytes).into_owned()
     });
-    Ok((json, csv))
+    Ok((json, csv, warnings))
 }
 
 /// `capacity` and `plan` run their simulations on threads without Python: a scenario that

@@ -168,6 +168,67 @@ def test_a_sweep_gives_the_rows_of_the_points_run_one_by_one():
     assert rows[0]["policies.routing"] == '"round_robin"'
 
 
+RELEASE = '(vllm: "{}")'
+
+
+def newer(release):
+    return f"vLLM {release} is newer than the releases servesim's serving path was taken from"
+
+
+def test_load_validate_and_run_issue_what_the_cli_warns_of():
+    import warnings
+
+    ov = {**small(50), "cluster.groups[0].engine": RELEASE.format("0.18.0")}
+    for call in (servesim.validate, servesim.load):
+        with pytest.warns(servesim.ServesimWarning, match=newer("0.18.0")):
+            call(QUICK, ov)
+    with pytest.warns(servesim.ServesimWarning, match=newer("0.18.0")):
+        r = servesim.run(QUICK, overrides=ov, seed=1)
+    assert [w for w in r.input_warnings if newer("0.18.0") in w], r.input_warnings
+    # The CLI says the same on stderr.
+    err = subprocess.run(
+        [cli(), "validate", QUICK, "--set", "cluster.groups[0].engine=" + RELEASE.format("0.18.0")],
+        check=True, capture_output=True, text=True,
+    ).stderr
+    assert "warning: " + r.input_warnings[0] in err
+    # A scenario the CLI has nothing to say of gives no warning.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", servesim.ServesimWarning)
+        assert servesim.run(QUICK, overrides=small(50), seed=1).input_warnings == []
+        servesim.validate(QUICK, small(50))
+
+
+@pytest.mark.parametrize("backend", ["process", "ray"])
+def test_a_sweep_issues_each_input_warning_once(backend):
+    if backend == "ray":
+        pytest.importorskip("ray")
+    import warnings
+
+    key = "cluster.groups[0].engine"
+    releases = ["0.15.1", "0.18.0", "0.18.0", "0.19.2"]
+    points = [{**small(30), key: RELEASE.format(r)} for r in releases]
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always", servesim.ServesimWarning)
+        rows = sweep(QUICK, points, backend=backend, jobs=2, seed=1)
+    said = [str(w.message) for w in seen if w.category is servesim.ServesimWarning]
+    # One warning per distinct message, naming the points that have it (not every one does).
+    assert len(said) == 2, said
+    assert said[0].startswith(
+        f"at workload.num_requests=30 {key}={RELEASE.format('0.18.0')}; "
+        f"workload.num_requests=30 {key}={RELEASE.format('0.18.0')}: {key}.vllm: "
+        + newer("0.18.0")
+    ), said
+    assert newer("0.19.2") in said[1], said
+    assert len(rows) == 4
+    # A warning every point has is said plainly, once.
+    ov = {key: RELEASE.format("0.20.0")}
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always", servesim.ServesimWarning)
+        sweep(QUICK, [{**small(20), **ov}, {**small(30), **ov}], backend=backend, jobs=2)
+    said = [str(w.message) for w in seen if w.category is servesim.ServesimWarning]
+    assert len(said) == 1 and said[0].startswith(f"{key}.vllm: " + newer("0.20.0")), said
+
+
 def send_to_last(request, instances):
     """A routing policy of one's own (module-level: the process pool imports it, Ray gets it by value)."""
     return [i[0] for i in instances if i[6]][-1]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import warnings
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ._native import RunError, ScenarioError
@@ -40,7 +41,20 @@ __all__ = [
     "registered",
     "ScenarioError",
     "RunError",
+    "ServesimWarning",
 ]
+
+
+class ServesimWarning(UserWarning):
+    """What the CLI prints as ``warning: …``: an input vLLM would refuse or servesim reads as a
+    slip (``load``, ``validate``, ``run``, once per sweep), or an outcome worth a look (``run``,
+    also in ``summary["warnings"]``). Filter them as any warning:
+    ``warnings.simplefilter("error", servesim.ServesimWarning)`` makes them errors."""
+
+
+def _warn(messages: Sequence[str], stacklevel: int = 3) -> None:
+    for m in messages:
+        warnings.warn(m, ServesimWarning, stacklevel=stacklevel)
 
 Request = _native.Request
 """What a Python policy sees of a request: ``id``, ``input_tokens``, ``output_tokens``,
@@ -139,12 +153,17 @@ class Result:
     """What a run produced: ``summary`` (the summary.json object) and ``requests`` (the
     requests.csv rows as a pandas DataFrame)."""
 
-    def __init__(self, summary_json: str, requests_csv: Optional[str]):
+    def __init__(
+        self, summary_json: str, requests_csv: Optional[str], input_warnings: Sequence[str] = ()
+    ):
         self.summary_json = summary_json
         """summary.json's exact text."""
         self.requests_csv = requests_csv
         """requests.csv's exact text (None when not collected)."""
         self.summary: Dict[str, Any] = json.loads(summary_json)
+        self.input_warnings: List[str] = list(input_warnings)
+        """What ``servesim run`` warned of before the run (as ``validate``); the outcome's own
+        warnings are ``summary["warnings"]``."""
 
     @property
     def requests(self):
@@ -181,7 +200,7 @@ def load(
     ScenarioError with every problem located."""
     source, is_text = _source(scenario)
     ov = _overrides(overrides, seed)
-    _native.validate(source, is_text, ov)
+    _warn(_native.validate(source, is_text, ov))
     return Scenario(source, is_text, ov)
 
 
@@ -194,9 +213,10 @@ def _resolve(scenario: Any, overrides: Optional[Mapping[str, Any]], seed: Option
 
 def validate(scenario: str, overrides: Optional[Mapping[str, Any]] = None) -> None:
     """Checks a scenario (path or RON text) as ``servesim validate`` does; raises
-    ScenarioError with every problem located (file:line:column, field, hint)."""
+    ScenarioError with every problem located (file:line:column, field, hint), and issues a
+    ``ServesimWarning`` for each warning ``validate`` prints."""
     source, is_text = _source(scenario)
-    _native.validate(source, is_text, _overrides(overrides, None))
+    _warn(_native.validate(source, is_text, _overrides(overrides, None)))
 
 
 def run(
@@ -233,14 +253,17 @@ def run(
     (default 15) spaces the evaluations, the first one interval after t = 0, and
     ``autoscale(now_s, groups)`` (each a ``servesim.Group``) returns ``{group: desired}``
     (groups left out keep their size; min, max and cooldowns apply as for built-in policies).
-    Each run gets its own ``copy.deepcopy`` of the scaler.
+    Each run gets its own ``copy.deepcopy`` of the scaler. What the CLI would print as
+    warnings (before the run, and of its outcome) are issued as ``ServesimWarning``.
     """
     source, is_text, ov = _resolve(scenario, overrides, seed)
-    summary, rows = _native.run(
+    summary, rows, inputs = _native.run(
         source, is_text, ov, out=out, router=routing, requests=requests, summary_hook=summary_hook,
         admission=admission, priority=priority, queue_order=queue_order, autoscale=autoscale,
     )
-    return Result(summary, rows)
+    result = Result(summary, rows, inputs)
+    _warn(result.input_warnings + list(result.summary.get("warnings") or ()))
+    return result
 
 
 def capacity(

@@ -10,9 +10,10 @@ gives the same rows either way.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+import warnings
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import register, registered, run
+from . import ServesimWarning, register, registered, run
 
 #: Summary fields copied into each row (dotted paths into summary.json).
 METRICS = (
@@ -57,16 +58,69 @@ def run_point(
     ``priority``, ``queue_order``, ``autoscale``), as ``run`` takes them. ``catalogue``:
     ``servesim.registered()`` of the process that made the sweep, registered here first (a
     worker process starts with an empty one)."""
+    return _run_point(scenario, point, seed, routing, summary_hook, policies, catalogue)[0]
+
+
+def _run_point(
+    scenario: str,
+    point: Mapping[str, Any],
+    seed: Optional[int],
+    routing: Optional[Callable],
+    summary_hook: Optional[Callable],
+    policies: Optional[Mapping[str, Callable]],
+    catalogue: Sequence[tuple],
+) -> Tuple[Dict[str, Any], List[str]]:
+    """``run_point``'s row and the run's input warnings (not issued in the worker, where
+    they would be lost or repeated: the sweep issues them once)."""
     for family, name, make, description, params in catalogue:
         register(family, name, make, description, params)
-    summary = run(
-        scenario, point, seed=seed, requests=False, routing=routing, summary_hook=summary_hook,
-        **dict(policies or {}),
-    ).summary
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ServesimWarning)
+        result = run(
+            scenario, point, seed=seed, requests=False, routing=routing,
+            summary_hook=summary_hook, **dict(policies or {}),
+        )
+    summary = result.summary
     row: Dict[str, Any] = dict(point)
     row.update({m: _get(summary, m) for m in METRICS})
     row.update({f"extras.{k}": v for k, v in (summary.get("extras") or {}).items()})
-    return row
+    return row, result.input_warnings
+
+
+#: Distinct warnings a sweep issues before counting the rest in one (as ``servesim sweep``).
+MAX_WARNINGS = 10
+#: Points named in a warning that not every point has, before the rest are counted.
+MAX_POINTS_NAMED = 5
+
+
+def _say_once(points: Sequence[Mapping[str, Any]], found: Sequence[Sequence[str]]) -> None:
+    """Issues each distinct input warning of the sweep's runs once, as ``servesim sweep``
+    prints them: plainly when every point has it, else after the points that have it."""
+    by_message: Dict[str, List[int]] = {}
+    for i, messages in enumerate(found):
+        for m in dict.fromkeys(messages):
+            by_message.setdefault(m, []).append(i)
+    said = 0
+    for m, idx in by_message.items():
+        if said == MAX_WARNINGS:
+            rest = len(by_message) - said
+            warnings.warn(
+                f"{rest} more warning{'s' if rest > 1 else ''} of these points "
+                "(servesim.validate on a point shows its own)",
+                ServesimWarning, stacklevel=3,
+            )
+            return
+        said += 1
+        if len(idx) == len(points):
+            warnings.warn(m, ServesimWarning, stacklevel=3)
+            continue
+        named = "; ".join(
+            " ".join(f"{k}={v}" for k, v in points[i].items()) or "the base scenario"
+            for i in idx[:MAX_POINTS_NAMED]
+        )
+        more = len(idx) - MAX_POINTS_NAMED
+        named += f" and {more} more point{'s' if more > 1 else ''}" if more > 0 else ""
+        warnings.warn(f"at {named}: {m}", ServesimWarning, stacklevel=3)
 
 
 def _send_by_value(ray, functions: Sequence[Optional[Callable]]) -> None:
@@ -132,7 +186,9 @@ def sweep(
     the policies registered with ``servesim.register`` are registered in every worker; on
     Ray, functions from a module of your own (not an installed package) are sent by value, so
     the workers need not import it. Only the registered policies whose name appears in the
-    scenario or the points travel.
+    scenario or the points travel. Each distinct input warning of the runs is issued once as a
+    ``ServesimWarning`` (naming the points that have it, when not all do), as ``servesim
+    sweep`` prints them.
     """
     policies = {k: f for k, f in (("admission", admission), ("priority", priority),
                                   ("queue_order", queue_order), ("autoscale", autoscale))
@@ -149,18 +205,22 @@ def sweep(
         if not ray.is_initialized():
             ray.init(num_cpus=jobs, include_dashboard=False, log_to_driver=False)
         _send_by_value(ray, (routing, summary_hook, *policies.values(), *(c[2] for c in catalogue)))
-        task = ray.remote(run_point)
-        return ray.get(
+        task = ray.remote(_run_point)
+        results = ray.get(
             [task.remote(scenario, p, seed, routing, summary_hook, policies, catalogue)
              for p in points]
         )
+        _say_once(points, [w for _, w in results])
+        return [row for row, _ in results]
     from concurrent.futures import ProcessPoolExecutor
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=jobs or os.cpu_count(), mp_context=ctx) as pool:
         futures = [
-            pool.submit(run_point, scenario, p, seed, routing, summary_hook, policies, catalogue)
+            pool.submit(_run_point, scenario, p, seed, routing, summary_hook, policies, catalogue)
             for p in points
         ]
-        return [f.result() for f in futures]
+        results = [f.result() for f in futures]
+    _say_once(points, [w for _, w in results])
+    return [row for row, _ in results]
