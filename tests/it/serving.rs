@@ -487,6 +487,11 @@ fn the_fidelity_chapters_ttft_figures_are_what_the_simulator_gives() {
             "| +{:.2} ms |",
             full - mean(", latency: Roofline(top_p: 1.0)")
         ),
+        format!(
+            "vLLM 0.13.0 {:.1} ms, 0.15.1 {full:.1} ms, 0.24.0 {:.1} ms.",
+            mean(", engine: (vllm: \"0.13.0\")"),
+            mean(", engine: (vllm: \"0.24.0\")")
+        ),
     ];
     for q in &quoted {
         assert!(doc.contains(q.as_str()), "docs/fidelity.md lacks {q:?}");
