@@ -145,6 +145,17 @@ pub(crate) fn plan(app: &ServesimApp, a: PlanArgs) -> ExitCode {
         }
         crate::plan::progress::remove(&path);
     }
+    let considered: Vec<(String, Vec<String>)> = result
+        .outcomes
+        .iter()
+        .filter(|o| o.status != crate::plan::Status::Excluded)
+        .map(|o| (o.config.label(), o.warnings.clone()))
+        .collect();
+    super::args::say_once(
+        &considered,
+        "configuration",
+        "with the configuration's values as --set",
+    );
     match a.format {
         Format::Text => out!("{}", result.text(a.runners_up)),
         Format::Json => out!("{json}"),

@@ -392,9 +392,8 @@ fn warn_points(
     points: &[(crate::sweep::Point, crate::scenario::Scenario)],
     catalog: &crate::catalog::Catalog,
 ) {
-    const NAMED: usize = 5;
     let mut seen = std::collections::HashSet::new();
-    let mut said: Vec<(String, Vec<String>)> = Vec::new();
+    let mut found = Vec::new();
     for (point, sc) in points {
         if !seen.insert(&point.values) {
             continue;
@@ -406,43 +405,7 @@ fn warn_points(
             .map(|(a, v)| format!("{}={}", a.path, crate::sweep::display_value(v)))
             .collect::<Vec<_>>()
             .join(", ");
-        for w in crate::loader::estimate::slow_inputs(sc, catalog) {
-            match said.iter_mut().find(|(t, _)| *t == w) {
-                Some((_, at_points)) => at_points.push(at.clone()),
-                None => said.push((w, vec![at.clone()])),
-            }
-        }
+        found.push((at, crate::loader::estimate::slow_inputs(sc, catalog)));
     }
-    // A sweep over a memory or length axis can give each point its own wording of one
-    // warning: past a screenful, the rest are counted.
-    const SAID: usize = 10;
-    if said.len() > SAID {
-        let rest = said.split_off(SAID);
-        let points = rest
-            .iter()
-            .flat_map(|(_, at)| at)
-            .collect::<std::collections::HashSet<_>>()
-            .len();
-        said.push((
-            format!(
-                "{} more warnings, at {points} point{} (`servesim validate` with a point's \
-                 values as --set says them)",
-                rest.len(),
-                if points == 1 { "" } else { "s" }
-            ),
-            Vec::new(),
-        ));
-    }
-    for (w, at) in said {
-        if at.is_empty() || at.len() == seen.len() {
-            noteln!("warning: {w}");
-        } else {
-            let more = match at.len().saturating_sub(NAMED) {
-                0 => String::new(),
-                n => format!(" and {n} more point{}", if n == 1 { "" } else { "s" }),
-            };
-            let named = at.iter().take(NAMED).cloned().collect::<Vec<_>>();
-            noteln!("warning: at {}{more}: {w}", named.join("; "));
-        }
-    }
+    super::args::say_once(&found, "point", "with a point's values as --set");
 }

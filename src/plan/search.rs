@@ -252,6 +252,10 @@ pub struct Outcome {
     /// Why it lost, in words.
     pub reason: String,
     pub runs: u32,
+    /// What `servesim validate` would warn of in the configuration (not for one excluded):
+    /// said once by `plan`, not kept in `plan.json`.
+    #[serde(skip)]
+    pub warnings: Vec<String>,
 }
 
 /// What a plan ran: what `merge` checks shards share and `--resume` checks an earlier
@@ -637,6 +641,7 @@ impl Ctx<'_> {
             passing: Vec::new(),
             reason: String::new(),
             runs: 0,
+            warnings: Vec::new(),
         };
         let sc = match self.load(config, 1) {
             Ok(sc) => sc,
@@ -656,6 +661,7 @@ impl Ctx<'_> {
             outcome.reason = format!("excluded: {why}");
             return Ok(outcome);
         }
+        outcome.warnings = crate::loader::estimate::slow_inputs(&sc, self.catalog);
         let per_unit = config.price_per_unit();
         let cap = match bound {
             Some(best) => most_units(best.price, per_unit, max_instances),

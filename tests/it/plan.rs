@@ -247,6 +247,48 @@ fn a_configuration_vllm_would_not_start_is_excluded_until_max_model_len_admits_i
     assert_ne!(by_tp(&admitted, 1)["status"], "excluded");
 }
 
+#[test]
+fn plan_says_each_input_warning_of_the_configurations_it_considers_once() {
+    let dir = small();
+    let stderr = |extra: &[&str]| {
+        let mut args = vec!["plan", "small.ron", "--format", "json"];
+        args.extend_from_slice(extra);
+        let out = servesim(&args, dir.path());
+        assert!(out.status.success());
+        String::from_utf8(out.stderr).unwrap()
+    };
+    // What every configuration has is said once, plainly.
+    let e = stderr(&["--set", "cluster.groups[0].block_size=12"]);
+    assert_eq!(e.matches("vLLM's --block-size is one of").count(), 1, "{e}");
+    assert!(
+        e.lines()
+            .any(|l| l.starts_with("warning: cluster.groups[0].block_size = 12: ")),
+        "{e}"
+    );
+    // What depends on the configuration names those that have it: vLLM 0.18 changed the
+    // all-reduce, which only TP 2 runs.
+    let e = stderr(&["--set", r#"cluster.groups[0].engine=(vllm: "0.18.0")"#]);
+    assert_eq!(e.matches("vLLM 0.18.0 is newer").count(), 2, "{e}");
+    let tp2 = e
+        .lines()
+        .find(|l| l.contains("PR #34299"))
+        .expect("a TP 2 warning");
+    assert!(
+        tp2.starts_with("warning: at H100 tp2 ")
+            && tp2.matches(" tp2 ").count() == 4
+            && !tp2.contains(" tp1 "),
+        "{tp2}"
+    );
+    // A configuration vLLM would not start is excluded (the plan says why), not warned of.
+    let e = stderr(&[
+        "--set",
+        "cluster.groups[0].gpu_memory_utilization=0.35",
+        "--set",
+        r#"plan.gpus=["H100"]"#,
+    ]);
+    assert!(!e.contains("warning"), "{e}");
+}
+
 /// With a P/D split both pools are vLLM servers: a decode pool vLLM would not start leaves the
 /// split out too, naming the pool.
 #[test]
