@@ -465,7 +465,11 @@ fn evaluate(
     }
 }
 
-/// `servesim plan` of a scenario file with a `plan` block: its answer as JSON.
+/// Runs (or configurations) by label, each with its warnings.
+type Labelled = Vec<(String, Vec<String>)>;
+
+/// `servesim plan` of a scenario file with a `plan` block: its answer as JSON, and each
+/// configuration not excluded with what `validate` would warn of in it.
 #[pyfunction]
 #[pyo3(signature = (path, overrides, replicas=1, jobs=None))]
 fn plan(
@@ -474,8 +478,8 @@ fn plan(
     overrides: Vec<(String, String)>,
     replicas: u32,
     jobs: Option<usize>,
-) -> PyResult<String> {
-    use servesim::plan::{PlanError, Settings, search};
+) -> PyResult<(String, Labelled)> {
+    use servesim::plan::{PlanError, Settings, Status, search};
     let app = app();
     let sc = load(&app, path, false, &overrides)?;
     no_python_policies(&sc, "plan")?;
@@ -486,10 +490,27 @@ fn plan(
     };
     let path = std::path::Path::new(path);
     match py.detach(|| search(&app, path, &overrides, &sc, &settings)) {
-        Ok(p) => serde_json::to_string_pretty(&p).map_err(|e| RunError::new_err(e.to_string())),
+        Ok(p) => {
+            let found = p
+                .outcomes
+                .iter()
+                .filter(|o| o.status != Status::Excluded)
+                .map(|o| (o.config.label(), o.warnings.clone()))
+                .collect();
+            serde_json::to_string_pretty(&p)
+                .map(|json| (json, found))
+                .map_err(|e| RunError::new_err(e.to_string()))
+        }
         Err(PlanError::Input(e)) => Err(ScenarioError::new_err(e)),
         Err(e) => Err(RunError::new_err(e.to_string())),
     }
+}
+
+/// The warnings of many runs (each run's label and warnings), each said once, as `sweep` and
+/// `plan` print them (`servesim::loader::estimate::said_once`).
+#[pyfunction]
+fn said_once(found: Labelled, what: &str, how: &str) -> Vec<String> {
+    servesim::loader::estimate::said_once(&found, what, how)
 }
 
 /// Loads the measured run `check_real` and `calibrate` compare with (vLLM's benchmark JSON
@@ -574,6 +595,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(capacity, m)?)?;
     m.add_function(wrap_pyfunction!(evaluate, m)?)?;
     m.add_function(wrap_pyfunction!(plan, m)?)?;
+    m.add_function(wrap_pyfunction!(said_once, m)?)?;
     m.add_function(wrap_pyfunction!(check_real, m)?)?;
     m.add_function(wrap_pyfunction!(calibrate, m)?)?;
     m.add("ScenarioError", m.py().get_type::<ScenarioError>())?;

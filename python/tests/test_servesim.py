@@ -211,11 +211,11 @@ def test_a_sweep_issues_each_input_warning_once(backend):
         warnings.simplefilter("always", servesim.ServesimWarning)
         rows = sweep(QUICK, points, backend=backend, jobs=2, seed=1)
     said = [str(w.message) for w in seen if w.category is servesim.ServesimWarning]
-    # One warning per distinct message, naming the points that have it (not every one does).
+    # One warning per distinct message, naming the points that have it (not every one does;
+    # equal points once).
     assert len(said) == 2, said
     assert said[0].startswith(
-        f"at workload.num_requests=30 {key}={RELEASE.format('0.18.0')}; "
-        f"workload.num_requests=30 {key}={RELEASE.format('0.18.0')}: {key}.vllm: "
+        f"at workload.num_requests=30, {key}={RELEASE.format('0.18.0')}: {key}.vllm: "
         + newer("0.18.0")
     ), said
     assert newer("0.19.2") in said[1], said
@@ -288,6 +288,17 @@ def test_capacity_and_plan_give_what_the_cli_prints(tmp_path):
     p = servesim.plan(plan_file, small_plan)
     assert len(p["outcomes"]) == 1
     assert p["outcomes"][0]["status"] in ("best", "infeasible")
+    # What the CLI's plan warns of, once: the release is newer than modelled at TP 4.
+    release = {**small_plan, "cluster.groups[0].engine": RELEASE.format("0.18.0")}
+    with pytest.warns(servesim.ServesimWarning, match=newer("0.18.0")) as seen:
+        servesim.plan(plan_file, release)
+    said = [str(w.message) for w in seen if w.category is servesim.ServesimWarning]
+    assert len(said) == 1 and "PR #33839" in said[0], said
+    err = subprocess.run(
+        [cli(), "plan", plan_file, *(f"--set={k}={v}" for k, v in release.items()), "-q"],
+        capture_output=True, text=True,
+    ).stderr
+    assert "warning: " + said[0] in err, err
     with pytest.raises(servesim.ScenarioError):
         servesim.capacity(QUICK, {"workload.clients[0].arrival": "AllAtZero(count: 10)"})
     # One group alone (--group): the CLI's answer, naming the group; an unknown group refused.

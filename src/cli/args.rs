@@ -221,48 +221,10 @@ pub(crate) fn announce(sc: &scenario::Scenario, catalog: &crate::catalog::Catalo
     }
 }
 
-/// Prints the warnings of many runs (`found`: each run's label and warnings), each once: plainly
-/// when every run has it, else after the labels of the runs that have it (five named, the rest
-/// counted); past ten warnings the rest are counted (a sweep over a memory or length axis can
-/// give each point its own wording of one warning). `what` names a run ("point"), `how` says
-/// how `servesim validate` reproduces one ("with a point's values as --set").
+/// Prints the warnings of many runs on stderr, each once ([`said_once`](crate::loader::estimate::said_once)).
 pub(crate) fn say_once(found: &[(String, Vec<String>)], what: &str, how: &str) {
-    const NAMED: usize = 5;
-    const SAID: usize = 10;
-    let mut said: Vec<(&str, Vec<&str>)> = Vec::new();
-    for (at, warnings) in found {
-        for w in warnings {
-            match said.iter_mut().find(|(t, _)| *t == w) {
-                Some((_, ats)) => ats.push(at),
-                None => said.push((w, vec![at])),
-            }
-        }
-    }
-    let plural = |n: usize, one: &str| format!("{n} {one}{}", if n == 1 { "" } else { "s" });
-    let rest = said.len().saturating_sub(SAID);
-    for (w, at) in said.iter().take(SAID) {
-        if at.len() == found.len() {
-            noteln!("warning: {w}");
-        } else {
-            let more = match at.len().saturating_sub(NAMED) {
-                0 => String::new(),
-                n => format!(" and {} more", plural(n, what)),
-            };
-            let named = at.iter().take(NAMED).copied().collect::<Vec<_>>();
-            noteln!("warning: at {}{more}: {w}", named.join("; "));
-        }
-    }
-    if rest > 0 {
-        let runs = said[SAID..]
-            .iter()
-            .flat_map(|(_, at)| at)
-            .collect::<std::collections::HashSet<_>>()
-            .len();
-        noteln!(
-            "warning: {} more warnings, at {} (`servesim validate` {how} says them)",
-            rest,
-            plural(runs, what)
-        );
+    for w in crate::loader::estimate::said_once(found, what, how) {
+        noteln!("warning: {w}");
     }
 }
 

@@ -353,6 +353,57 @@ fn newer_release(g: &crate::scenario::InstanceGroup) -> Option<String> {
     ))
 }
 
+/// The warnings of many runs (`found`: each run's label, unique, and its warnings), each said
+/// once: plainly
+/// when every run has it, else after the labels of the runs that have it (five named, the rest
+/// counted); past ten warnings the rest are counted in one (a sweep over a memory or length
+/// axis can give each point its own wording of one warning). `what` names a run ("point"),
+/// `how` says how `servesim validate` reproduces one ("with a point's values as --set").
+/// What `sweep` and `plan` print, and Python's `sweep` and `plan` issue.
+pub fn said_once(found: &[(String, Vec<String>)], what: &str, how: &str) -> Vec<String> {
+    const NAMED: usize = 5;
+    const SAID: usize = 10;
+    let mut said: Vec<(&str, Vec<&str>)> = Vec::new();
+    for (at, warnings) in found {
+        for w in warnings {
+            match said.iter_mut().find(|(t, _)| *t == w) {
+                Some((_, ats)) => ats.push(at),
+                None => said.push((w, vec![at])),
+            }
+        }
+    }
+    let plural = |n: usize, one: &str| format!("{n} {one}{}", if n == 1 { "" } else { "s" });
+    let mut lines: Vec<String> = said
+        .iter()
+        .take(SAID)
+        .map(|(w, at)| {
+            if at.len() == found.len() {
+                (*w).to_string()
+            } else {
+                let more = match at.len().saturating_sub(NAMED) {
+                    0 => String::new(),
+                    n => format!(" and {} more", plural(n, what)),
+                };
+                let named = at.iter().take(NAMED).copied().collect::<Vec<_>>();
+                format!("at {}{more}: {w}", named.join("; "))
+            }
+        })
+        .collect();
+    if said.len() > SAID {
+        let runs = said[SAID..]
+            .iter()
+            .flat_map(|(_, at)| at)
+            .collect::<std::collections::HashSet<_>>()
+            .len();
+        lines.push(format!(
+            "{} more warnings, at {} (`servesim validate` {how} says them)",
+            said.len() - SAID,
+            plural(runs, what)
+        ));
+    }
+    lines
+}
+
 /// A `Normal` length whose mean lies more than three standard deviations outside its
 /// [min, max]: more than 99.8 % of its draws are clamped to one bound, so the client sends
 /// (nearly) a constant length, more often a slip (a swapped min and mean) than an intent.

@@ -299,11 +299,14 @@ def plan(
 ) -> Dict[str, Any]:
     """``servesim plan`` of a scenario file with a ``plan`` block: the dict ``--format json``
     prints (``outcomes[0]`` is the best when its ``status`` is ``"best"``; ``pareto``; the
-    reason every other configuration lost)."""
+    reason every other configuration lost). What ``servesim plan`` warns of in the
+    configurations it considers is issued once each as a ``ServesimWarning``."""
     source, is_text, ov = _resolve(scenario, overrides, None)
     if is_text:
         raise ValueError("plan needs a scenario file (its configurations are loaded from it)")
-    return json.loads(_native.plan(source, ov, replicas=replicas, jobs=jobs))
+    answer, found = _native.plan(source, ov, replicas=replicas, jobs=jobs)
+    _warn(_native.said_once(found, "configuration", "with the configuration's values as --set"))
+    return json.loads(answer)
 
 
 def check_real(

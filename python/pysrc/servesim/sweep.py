@@ -13,7 +13,7 @@ import os
 import warnings
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import ServesimWarning, register, registered, run
+from . import ServesimWarning, _native, register, registered, run
 
 #: Summary fields copied into each row (dotted paths into summary.json).
 METRICS = (
@@ -87,40 +87,18 @@ def _run_point(
     return row, result.input_warnings
 
 
-#: Distinct warnings a sweep issues before counting the rest in one (as ``servesim sweep``).
-MAX_WARNINGS = 10
-#: Points named in a warning that not every point has, before the rest are counted.
-MAX_POINTS_NAMED = 5
-
-
 def _say_once(points: Sequence[Mapping[str, Any]], found: Sequence[Sequence[str]]) -> None:
     """Issues each distinct input warning of the sweep's runs once, as ``servesim sweep``
-    prints them: plainly when every point has it, else after the points that have it."""
-    by_message: Dict[str, List[int]] = {}
-    for i, messages in enumerate(found):
-        for m in dict.fromkeys(messages):
-            by_message.setdefault(m, []).append(i)
-    said = 0
-    for m, idx in by_message.items():
-        if said == MAX_WARNINGS:
-            rest = len(by_message) - said
-            warnings.warn(
-                f"{rest} more warning{'s' if rest > 1 else ''} of these points "
-                "(servesim.validate on a point shows its own)",
-                ServesimWarning, stacklevel=3,
-            )
-            return
-        said += 1
-        if len(idx) == len(points):
-            warnings.warn(m, ServesimWarning, stacklevel=3)
-            continue
-        named = "; ".join(
-            " ".join(f"{k}={v}" for k, v in points[i].items()) or "the base scenario"
-            for i in idx[:MAX_POINTS_NAMED]
-        )
-        more = len(idx) - MAX_POINTS_NAMED
-        named += f" and {more} more point{'s' if more > 1 else ''}" if more > 0 else ""
-        warnings.warn(f"at {named}: {m}", ServesimWarning, stacklevel=3)
+    prints them (the same code): plainly when every point has it, else after the points
+    that have it."""
+    by_label: Dict[str, List[str]] = {}
+    for p, w in zip(points, found):
+        # Equal points have equal warnings: each label once, as the CLI counts points.
+        label = ", ".join(f"{k}={v}" for k, v in p.items()) or "the base scenario"
+        by_label.setdefault(label, list(w))
+    lines = _native.said_once(list(by_label.items()), "point", "with a point's values as --set")
+    for line in lines:
+        warnings.warn(line, ServesimWarning, stacklevel=3)
 
 
 def _send_by_value(ray, functions: Sequence[Optional[Callable]]) -> None:
