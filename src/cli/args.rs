@@ -221,7 +221,8 @@ pub(crate) fn announce(sc: &scenario::Scenario, catalog: &crate::catalog::Catalo
     }
 }
 
-/// Prints the warnings of many runs on stderr, each once ([`said_once`](crate::loader::estimate::said_once)).
+/// Prints the warnings of many runs on stderr, each once
+/// ([`said_once`](crate::loader::estimate::said_once)).
 pub(crate) fn say_once(found: &[(String, Vec<String>)], what: &str, how: &str) {
     for w in crate::loader::estimate::said_once(found, what, how) {
         noteln!("warning: {w}");

@@ -354,10 +354,9 @@ fn newer_release(g: &crate::scenario::InstanceGroup) -> Option<String> {
 }
 
 /// The warnings of many runs (`found`: each run's label, unique, and its warnings), each said
-/// once: plainly
-/// when every run has it, else after the labels of the runs that have it (five named, the rest
-/// counted); past ten warnings the rest are counted in one (a sweep over a memory or length
-/// axis can give each point its own wording of one warning). `what` names a run ("point"),
+/// once: plainly when every run has it, else after the labels of the runs that have it (five
+/// named, the rest counted); past ten warnings the rest are counted in one (a sweep over a
+/// memory or length axis can give each point its own wording of one warning). `what` names a run ("point"),
 /// `how` says how `servesim validate` reproduces one ("with a point's values as --set").
 /// What `sweep` and `plan` print, and Python's `sweep` and `plan` issue.
 pub fn said_once(found: &[(String, Vec<String>)], what: &str, how: &str) -> Vec<String> {
@@ -382,7 +381,7 @@ pub fn said_once(found: &[(String, Vec<String>)], what: &str, how: &str) -> Vec<
             } else {
                 let more = match at.len().saturating_sub(NAMED) {
                     0 => String::new(),
-                    n => format!(" and {} more", plural(n, what)),
+                    n => format!(" and {n} more {what}{}", if n == 1 { "" } else { "s" }),
                 };
                 let named = at.iter().take(NAMED).copied().collect::<Vec<_>>();
                 format!("at {}{more}: {w}", named.join("; "))
@@ -447,6 +446,43 @@ impl WorkEstimate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn many_runs_warnings_are_said_once_each() {
+        let run =
+            |at: &str, w: &[&str]| (at.to_string(), w.iter().map(|s| s.to_string()).collect());
+        let found: Vec<(String, Vec<String>)> = vec![
+            run("a", &["every", "two"]),
+            run("b", &["every"]),
+            run("c", &["every", "two"]),
+        ];
+        assert_eq!(
+            said_once(&found, "point", "so"),
+            ["every", "at a; c: two"],
+            "plainly when all have it, else after those that have it"
+        );
+        // Seven runs with one warning, another on its own: five named, the rest counted.
+        let mut found: Vec<(String, Vec<String>)> =
+            (1..=7).map(|i| run(&format!("p{i}"), &["w"])).collect();
+        found.push(run("p8", &[]));
+        assert_eq!(
+            said_once(&found, "point", "so"),
+            ["at p1; p2; p3; p4; p5 and 2 more points: w"]
+        );
+        // Twelve distinct warnings at two runs: ten said, two counted with their runs.
+        let words: Vec<String> = (0..12).map(|i| format!("w{i}")).collect();
+        let found = vec![
+            ("x".to_string(), words[..11].to_vec()),
+            ("y".to_string(), vec![words[11].clone()]),
+        ];
+        let said = said_once(&found, "configuration", "with its values");
+        assert_eq!(said.len(), 11);
+        assert_eq!(said[0], "at x: w0");
+        assert_eq!(
+            said[10],
+            "2 more warnings, at 2 configurations (`servesim validate` with its values says them)"
+        );
+    }
 
     #[test]
     fn means_of_the_length_distributions() {
