@@ -293,7 +293,7 @@ def test_capacity_and_plan_give_what_the_cli_prints(tmp_path):
     with pytest.warns(servesim.ServesimWarning, match=newer("0.18.0")) as seen:
         servesim.plan(plan_file, release)
     said = [str(w.message) for w in seen if w.category is servesim.ServesimWarning]
-    assert len(said) == 1 and "PR #33839" in said[0], said
+    assert len(said) == 1 and "PR #34299" in said[0], said
     err = subprocess.run(
         [cli(), "plan", plan_file, *(f"--set={k}={v}" for k, v in release.items()), "-q"],
         capture_output=True, text=True,
