@@ -242,7 +242,6 @@ fn run(
         });
     }
     let mut sc = load(&builder, source, is_text, &overrides)?;
-    let warnings = builder.input_warnings(&sc);
     let registered = registry::used_by(&sc);
     python_code |= registered;
     let given = policies::Given {
@@ -271,6 +270,11 @@ fn run(
         return Err(e);
     }
     let mut sim = built.map_err(|e| RunError::new_err(e.to_string()))?;
+    // What `run` warns of before the run, from the simulation's own catalog (no other app).
+    let warnings = servesim::loader::estimate::slow_inputs(
+        &sc,
+        sim.world().resource::<servesim::policy::Catalog>(),
+    );
     scope.bind(sim.world_mut());
     if wants_live || scope.wants_live() {
         live::every_tick(sim.world_mut());

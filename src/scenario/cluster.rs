@@ -617,7 +617,7 @@ pub struct EngineSpec {
 /// A vLLM release (`engine.vllm`), as far as servesim's serving path tells releases apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct VllmRelease {
-    /// Minor version (vLLM's releases are 0.x.y).
+    /// Major version (0 for every vLLM release so far: 0.x.y).
     pub major: u32,
     /// Minor version.
     pub minor: u32,
