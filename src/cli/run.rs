@@ -85,9 +85,22 @@ pub(crate) fn run(app: &ServesimApp, a: RunArgs) -> ExitCode {
             );
             return ExitCode::from(2);
         };
+        if !(a.is_finite() && b.is_finite() && 0.0 <= a && a < b) {
+            noteln!(
+                "error: --trace-window {w}: START and END must be simulated seconds with 0 ≤ START < END, e.g. --trace-window 100..160"
+            );
+            return ExitCode::from(2);
+        }
         set.push(format!("outputs.timeline_window_s=({a:?},{b:?})"));
     }
     if let Some(r) = trace_sample {
+        if !(r > 0.0 && r <= 1.0) {
+            noteln!(
+                "error: --trace-sample {}: must be a fraction in (0, 1], e.g. --trace-sample 0.01 to draw one request in a hundred",
+                crate::scenario::readable(r)
+            );
+            return ExitCode::from(2);
+        }
         set.push(format!("outputs.timeline_request_sample={r:?}"));
     }
     let overrides = match parse_overrides(&set, seed) {

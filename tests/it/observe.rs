@@ -296,7 +296,33 @@ fn the_timeline_holds_every_step_and_request_and_respects_its_bounds() {
         small.path().to_str().unwrap(),
     ]);
     assert_eq!(bad.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("outputs.timeline_window_s"));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains(
+            "--trace-window 5..2: START and END must be simulated seconds with 0 ≤ START < END"
+        ),
+        "the flag the user typed is named, not the field it sets: {err}"
+    );
+    for sample in ["0", "NaN", "1.5"] {
+        let bad = servesim(&[
+            "run",
+            "scenarios/quickstart.ron",
+            "--trace",
+            "timeline",
+            "--trace-sample",
+            sample,
+            "--out",
+            small.path().to_str().unwrap(),
+        ]);
+        assert_eq!(bad.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&bad.stderr);
+        assert!(
+            err.contains(&format!(
+                "--trace-sample {sample}: must be a fraction in (0, 1]"
+            )),
+            "{err}"
+        );
+    }
     // A window or a sample without a timeline would be ignored: refused, with the fix.
     for flag in [["--trace-window", "2..4"], ["--trace-sample", "0.5"]] {
         let unused = tempfile::tempdir().unwrap();
