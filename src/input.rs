@@ -14,6 +14,26 @@ pub const MAX_LINE_BYTES: usize = 1 << 20;
 /// Largest file read whole (configs, profiles, tables, measured runs).
 pub const MAX_WHOLE_FILE_BYTES: u64 = 1 << 30;
 
+/// Refuses a CSV header that names one of the columns a reader uses twice: which of the two
+/// was meant cannot be told, and taking the first would read the file silently wrong. `file`
+/// starts the message, which names the column.
+pub fn no_repeated_column(
+    headers: &csv::StringRecord,
+    used: &[&str],
+    file: &str,
+) -> Result<(), String> {
+    match used
+        .iter()
+        .find(|name| headers.iter().filter(|h| h == *name).count() > 1)
+    {
+        Some(name) => Err(format!(
+            "{file}:1: the header names column `{name}` twice; which one is meant cannot be told (columns: {})",
+            headers.iter().collect::<Vec<_>>().join(", ")
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Opens `path` if it is a regular file; the error says what it is otherwise.
 pub fn open_regular(path: &Path) -> Result<File, String> {
     let meta =

@@ -171,6 +171,23 @@ pub fn from_csv(text: &str, file: &str) -> Result<Measurement, String> {
         .trim(csv::Trim::All)
         .from_reader(text.as_bytes());
     let headers = r.headers().map_err(|e| format!("{file}:1: {e}"))?.clone();
+    crate::input::no_repeated_column(
+        &headers,
+        &[
+            "arrival_s",
+            "arrival_ms",
+            "arrival_us",
+            "input_tokens",
+            "output_tokens",
+            "ttft_ms",
+            "e2e_ms",
+            "itl_ms",
+            "mean_itl_ms",
+            "stage",
+            "state",
+        ],
+        file,
+    )?;
     let col = |name: &str| headers.iter().position(|h| h == name);
     let (arrival, scale) = if let Some(i) = col("arrival_s") {
         (i, 1e6)

@@ -54,6 +54,7 @@ impl MeasuredTable {
             .trim(csv::Trim::All)
             .from_reader(text.as_bytes());
         let headers = rdr.headers().map_err(|e| format!("{source}: {e}"))?.clone();
+        crate::input::no_repeated_column(&headers, &[&["step_us"][..], &KEYS].concat(), source)?;
         let col = |name: &str| headers.iter().position(|h| h == name);
         let Some(step_col) = col("step_us") else {
             return Err(format!(

@@ -115,6 +115,7 @@ pub fn load_column(path: &Path, column: &str, min: u32) -> Result<Arc<[u32]>, St
         .headers()
         .map_err(|e| format!("{}: {e}", path.display()))?
         .clone();
+    crate::input::no_repeated_column(&headers, &[column], &path.display().to_string())?;
     let Some(i) = headers.iter().position(|h| h == column) else {
         return Err(format!(
             "{}: no column `{column}` (columns: {})",

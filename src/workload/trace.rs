@@ -85,6 +85,16 @@ impl TraceReader {
                 } else {
                     &["arrival_us", "input_tokens", "output_tokens"]
                 };
+                let optional: &[&str] = if spec.format == TraceFormat::VidurCsv {
+                    &[]
+                } else {
+                    &["prefix_group", "prefix_tokens", "adapter"]
+                };
+                crate::input::no_repeated_column(
+                    &headers,
+                    &[needed, optional].concat(),
+                    &path.display().to_string(),
+                )?;
                 for n in needed {
                     if !headers.iter().any(|h| h == *n) {
                         return Err(format!(

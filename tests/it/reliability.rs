@@ -1483,3 +1483,81 @@ fn a_byte_order_mark_before_a_trace_is_skipped() {
     assert_eq!(plain.lines().count(), 3, "{plain}");
     assert_eq!(run("bom"), plain);
 }
+
+/// A CSV whose header names a column it reads twice was read from the first of the two, so a
+/// file with a stale and a fresh `arrival_us` (or `step_us`, `ttft_ms`, a length column) ran
+/// silently on whichever came first. Each of the four CSV readers now refuses it, naming the
+/// column and the file's header line.
+#[test]
+fn a_csv_header_naming_a_column_twice_is_refused_by_every_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| std::fs::write(dir.path().join(name), text).unwrap();
+    write(
+        "trace.csv",
+        "arrival_us,input_tokens,output_tokens,arrival_us\n5,10,10,900\n",
+    );
+    write("lengths.csv", "n,n\n10,20\n");
+    write(
+        "steps.csv",
+        "prefill_tokens,decode_tokens,step_us,step_us\n0,1,100,200\n64,1,900,950\n",
+    );
+    let blackbox = "latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 1.0, 1.0])";
+    let cases = [
+        (
+            "trace",
+            format!(
+                r#"(cluster: (groups: [(kv_blocks: 100, {blackbox})]),
+                   workload: (traces: [(format: ServesimCsv, file: "trace.csv")]))"#
+            ),
+            "trace.csv:1: the header names column `arrival_us` twice",
+        ),
+        (
+            "lengths",
+            format!(
+                r#"(cluster: (groups: [(kv_blocks: 100, {blackbox})]),
+                   workload: (num_requests: 5, clients: [(rate_per_s: 1.0,
+                       input_tokens: Empirical(file: "lengths.csv", column: "n"),
+                       output_tokens: Constant(5))]))"#
+            ),
+            "lengths.csv:1: the header names column `n` twice",
+        ),
+        (
+            "table",
+            r#"(cluster: (groups: [(kv_blocks: 100,
+                   latency: MeasuredTable(file: "steps.csv"))]),
+                   workload: (num_requests: 5, clients: [(rate_per_s: 1.0,
+                       input_tokens: Constant(8), output_tokens: Constant(5))]))"#
+                .to_string(),
+            "steps.csv:1: the header names column `step_us` twice",
+        ),
+    ];
+    for (name, text, expected) in cases {
+        let scenario = dir.path().join(format!("{name}.ron"));
+        std::fs::write(&scenario, text).unwrap();
+        let done = servesim_within(&["validate", scenario.to_str().unwrap()], 30);
+        let err = String::from_utf8_lossy(&done.stderr);
+        assert_eq!(done.status.code(), Some(2), "{name}: {err}");
+        assert!(err.contains(expected), "{name}: {err}");
+    }
+    // check-real's measured CSV: two `ttft_ms` columns.
+    write(
+        "measured.csv",
+        "arrival_us,input_tokens,output_tokens,ttft_ms,e2e_ms,ttft_ms\n0,10,10,5,50,7\n",
+    );
+    let done = servesim_within(
+        &[
+            "check-real",
+            root().join("scenarios/quickstart.ron").to_str().unwrap(),
+            dir.path().join("measured.csv").to_str().unwrap(),
+            "--out",
+            dir.path().join("out").to_str().unwrap(),
+        ],
+        30,
+    );
+    let err = String::from_utf8_lossy(&done.stderr);
+    assert_eq!(done.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("measured.csv:1: the header names column `ttft_ms` twice"),
+        "{err}"
+    );
+}
