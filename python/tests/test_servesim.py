@@ -677,6 +677,13 @@ def test_check_real_and_calibrate_give_what_the_cli_prints(tmp_path):
         bad = tmp_path / "bad.csv"
         bad.write_text("arrival_s,input_tokens\n1,2\n")
         servesim.check_real(str(scenario), str(bad))
+    # A benchmark that did not stream (each answer whole: E2E = TTFT) is refused by both.
+    whole = tmp_path / "whole.csv"
+    whole.write_text("arrival_s,input_tokens,output_tokens,ttft_ms,e2e_ms\n"
+                     + "".join(f"{k}.0,200,20,300.0,300.0\n" for k in range(20)))
+    for fn in (servesim.check_real, servesim.calibrate):
+        with pytest.raises(ValueError, match="the benchmark did not stream"):
+            fn(str(scenario), str(whole))
     # Our roofline needs the group's model and GPU: a run error, as on the command line.
     with pytest.raises(servesim.RunError, match="needs a model"):
         servesim.calibrate(str(scenario), str(measured), model="roofline", max_evals=8)

@@ -141,6 +141,20 @@ pub fn load(path: &Path) -> Result<Measurement, String> {
             path.display()
         ));
     }
+    // A benchmark that did not stream gets every token at once: what it calls TTFT is the
+    // whole answer's time and its ITL is 0, which would be compared (and fitted) as if the
+    // server decoded for free.
+    let longer = rows.iter().filter(|r| !r.timed_out && r.output_tokens > 1);
+    let (n, at_once) = longer.fold((0, 0), |(n, k), r| {
+        (n + 1, k + usize::from(r.e2e_us <= r.ttft_us))
+    });
+    if n > 0 && at_once == n {
+        return Err(format!(
+            "{}: each of the {n} completed requests with more than one output token got them all at once (E2E = TTFT): the benchmark did not stream, so what it calls TTFT is the whole answer's time and nothing says how long decoding took\n    \
+             hint: measure with streaming (`vllm bench serve` streams; inference-perf: `api.streaming: true`), which records when each token came",
+            path.display()
+        ));
+    }
     rows.sort_by_key(|r| r.arrival_us);
     let t0 = rows[0].arrival_us;
     let span_s = (rows[rows.len() - 1].arrival_us - t0) as f64 / 1e6;
@@ -271,7 +285,9 @@ pub fn from_csv(text: &str, file: &str) -> Result<Measurement, String> {
                 output_tokens,
                 ttft_us: 0.0,
                 e2e_us: if given {
-                    num(e2e, "e2e_ms")? * 1e3
+                    within_a_run(num(e2e, "e2e_ms")? * 1e3, || {
+                        format!("{file}:{line}: e2e_ms = {:?}", rec.get(e2e).unwrap_or(""))
+                    })?
                 } else {
                     0.0
                 },
@@ -282,12 +298,17 @@ pub fn from_csv(text: &str, file: &str) -> Result<Measurement, String> {
             });
             continue;
         }
-        let (ttft_us, e2e_us) = (num(ttft, "ttft_ms")? * 1e3, num(e2e, "e2e_ms")? * 1e3);
+        let latency = |i: usize, what: &str| -> Result<f64, String> {
+            within_a_run(num(i, what)? * 1e3, || {
+                format!("{file}:{line}: {what} = {:?}", rec.get(i).unwrap_or(""))
+            })
+        };
+        let (ttft_us, e2e_us) = (latency(ttft, "ttft_ms")?, latency(e2e, "e2e_ms")?);
         if e2e_us < ttft_us {
             return Err(format!("{file}:{line}: e2e_ms is below ttft_ms"));
         }
         let itl_us = match itl {
-            Some(i) if rec.get(i).is_some_and(|s| !s.is_empty()) => Some(num(i, "itl_ms")? * 1e3),
+            Some(i) if rec.get(i).is_some_and(|s| !s.is_empty()) => Some(latency(i, "itl_ms")?),
             _ => mean_itl(ttft_us, e2e_us, output_tokens),
         };
         out.push(MeasuredRequest {
@@ -425,7 +446,9 @@ pub fn from_vllm_json(text: &str) -> Result<Measurement, String> {
             failed += 1; // failed or empty request
             continue;
         }
-        let ttft_us = f(&ttfts[i], "ttfts")? * 1e6;
+        let ttft_us = within_a_run(f(&ttfts[i], "ttfts")? * 1e6, || {
+            format!("request {i}: ttfts[{i}] = {} s", ttfts[i])
+        })?;
         let gaps: Vec<f64> = match itls.and_then(|a| a.get(i)) {
             None => Vec::new(),
             Some(serde_json::Value::Array(a)) => {
@@ -438,14 +461,18 @@ pub fn from_vllm_json(text: &str) -> Result<Measurement, String> {
             }
         };
         let e2e_us = match e2els.and_then(|a| a.get(i)) {
-            Some(x) => f(x, "e2els")? * 1e6,
+            Some(x) => within_a_run(f(x, "e2els")? * 1e6, || {
+                format!("request {i}: e2els[{i}] = {x} s")
+            })?,
             // Without either array nothing says when a longer answer ended.
             None if itls.is_none() && output > 1.0 => {
                 return Err(format!(
                     "request {i}: output_lens[{i}] = {output} but neither `itls` nor `e2els` says when its last token came; save the benchmark with --save-result --save-detailed"
                 ));
             }
-            None => ttft_us + gaps.iter().sum::<f64>() * 1e6,
+            None => within_a_run(ttft_us + gaps.iter().sum::<f64>() * 1e6, || {
+                format!("request {i}: ttfts[{i}] + the sum of itls[{i}]")
+            })?,
         };
         if e2e_us < ttft_us {
             return Err(format!(
@@ -869,6 +896,9 @@ fn inference_perf_row(i: usize, e: InferencePerfEntry) -> Result<Row, String> {
                 "end_time {end} s is before start_time {start} s"
             )));
         }
+        within_a_run((end - start) * 1e6, || {
+            at(&format!("end_time − start_time = {:e} s", end - start))
+        })?;
         let recorded = e.info.and_then(|info| {
             info.input_tokens
                 .or_else(|| info.request_metrics?.text?.input_tokens)
@@ -927,6 +957,9 @@ fn inference_perf_row(i: usize, e: InferencePerfEntry) -> Result<Row, String> {
             "token times from {first} s to {last} s do not lie between start_time {start} s and end_time {end} s"
         )));
     }
+    within_a_run((end - start) * 1e6, || {
+        at(&format!("end_time − start_time = {:e} s", end - start))
+    })?;
     let output_tokens = output as u32;
     Ok(Row::Completed(
         MeasuredRequest {
@@ -946,6 +979,24 @@ fn inference_perf_row(i: usize, e: InferencePerfEntry) -> Result<Row, String> {
 
 /// Latest start time a vLLM result may hold (any origin, so an epoch time passes): 10¹² s.
 const MAX_START_S: f64 = 1e12;
+
+/// Longest latency (TTFT, E2E, a mean gap) a measured request may report, µs: the 10⁹ s a
+/// run may reach. A longer one is a unit mix-up or a corrupt file; read, it made the means
+/// infinite and the comparison NaN.
+const MAX_LATENCY_US: f64 = 1e15;
+
+/// `us` if no longer than a run may reach, else an error: `described` names the field as the
+/// file gives it, located.
+fn within_a_run(us: f64, described: impl FnOnce() -> String) -> Result<f64, String> {
+    if us <= MAX_LATENCY_US {
+        Ok(us)
+    } else {
+        Err(format!(
+            "{} is longer than the 10⁹ s a run may reach",
+            described()
+        ))
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -1107,6 +1158,60 @@ mod tests {
             let e = from_inference_perf_json(bad).unwrap_err();
             assert!(e.contains(says), "{bad}: {e}");
         }
+    }
+
+    /// A latency past the 10⁹ s a run may reach was read: 1e308 ms made the means infinite,
+    /// the table NaN and the mean APE "−0.0 %". Each reader refuses it where it stands; 10⁹ s
+    /// itself is read.
+    #[test]
+    fn latencies_longer_than_a_run_may_reach_are_refused_where_they_stand() {
+        let csv = |ttft: &str, e2e: &str| {
+            from_csv(
+                &format!(
+                    "arrival_s,input_tokens,output_tokens,ttft_ms,e2e_ms\n0,10,10,{ttft},{e2e}\n"
+                ),
+                "m.csv",
+            )
+        };
+        assert_eq!(csv("5", "1e12").unwrap().requests[0].e2e_us, 1e15);
+        let longer = " is longer than the 10⁹ s a run may reach";
+        for (ttft, e2e, field) in [
+            ("5", "1.1e12", r#"e2e_ms = "1.1e12""#),
+            ("1e308", "1e308", r#"ttft_ms = "1e308""#),
+        ] {
+            assert_eq!(
+                csv(ttft, e2e).unwrap_err(),
+                format!("m.csv:2: {field}{longer}")
+            );
+        }
+        let vllm = |ttft: &str, e2e: &str| {
+            from_vllm_json(&format!(
+                r#"{{"input_lens": [10], "output_lens": [10], "ttfts": [{ttft}], "e2els": [{e2e}], "start_times": [0.0]}}"#
+            ))
+        };
+        assert_eq!(vllm("0.005", "1e9").unwrap().requests[0].e2e_us, 1e15);
+        let e = vllm("1e308", "1e308").unwrap_err();
+        assert!(
+            e.starts_with("request 0: ttfts[0] = 1e")
+                && e.ends_with("s is longer than the 10⁹ s a run may reach"),
+            "{e}"
+        );
+        let e = vllm("0.005", "2e9").unwrap_err();
+        assert!(e.starts_with("request 0: e2els[0] = 2"), "{e}");
+        let ip = |end: f64| {
+            from_inference_perf_json(&format!(
+                r#"[{{"start_time": 0.0, "end_time": {end:?}, "error": null, "info": {{"input_tokens": 5,
+                   "output_tokens": 2, "output_token_times": [1.0, {end:?}]}}}}]"#
+            ))
+        };
+        assert_eq!(ip(1e9).unwrap().requests[0].e2e_us, 1e15);
+        let e = ip(5e11).unwrap_err();
+        assert!(
+            e.starts_with(
+                "request 0: end_time − start_time = 5e11 s is longer than the 10⁹ s a run may reach at line 2"
+            ),
+            "{e}"
+        );
     }
 
     #[test]

@@ -101,7 +101,8 @@ pub struct Line {
     pub stat: String,
     pub measured_ms: f64,
     pub simulated_ms: f64,
-    /// |simulated − measured| / measured, in percent.
+    /// |simulated − measured| / measured, in percent; none (NaN, `null` in JSON) when the
+    /// measured figure is 0 (a non-streaming benchmark's ITL).
     pub ape_pct: f64,
 }
 
@@ -142,15 +143,56 @@ impl Timeouts {
 }
 
 impl Slice {
-    /// Mean of the APEs of the TTFT, ITL and E2E means (those that could be computed).
-    pub fn mean_ape_pct(&self) -> f64 {
-        let means: Vec<f64> = self
-            .lines
+    /// The mean lines whose APE could be computed (measured mean above 0).
+    fn means_with_ape(&self) -> impl Iterator<Item = &Line> {
+        self.lines
             .iter()
             .filter(|l| l.stat == "mean" && l.ape_pct.is_finite())
-            .map(|l| l.ape_pct)
+    }
+
+    /// Mean of the APEs of the TTFT, ITL and E2E means (those that could be computed); NaN
+    /// (`null` in JSON) when none could.
+    pub fn mean_ape_pct(&self) -> f64 {
+        let (sum, n) = self
+            .means_with_ape()
+            .fold((0.0, 0), |(sum, n), l| (sum + l.ape_pct, n + 1));
+        if n == 0 { f64::NAN } else { sum / n as f64 }
+    }
+
+    /// "mean APE of the TTFT, ITL and E2E means: 4.2 %", naming only the means it averages
+    /// and why one is left out.
+    fn describe_mean_ape(&self) -> String {
+        let upper = |m: &str| m.to_uppercase();
+        let used: Vec<String> = self.means_with_ape().map(|l| upper(&l.metric)).collect();
+        let left: Vec<String> = self
+            .lines
+            .iter()
+            .filter(|l| l.stat == "mean" && !l.ape_pct.is_finite())
+            .map(|l| upper(&l.metric))
             .collect();
-        means.iter().sum::<f64>() / means.len().max(1) as f64
+        let why = match left.len() {
+            0 => String::new(),
+            1 => format!(" ({}: its measured mean is 0, no APE)", left[0]),
+            _ => format!(" ({}: their measured means are 0, no APE)", join_and(&left)),
+        };
+        if used.is_empty() {
+            format!("mean APE: n/a{why}")
+        } else {
+            format!(
+                "mean APE of the {} means: {:.1} %{why}",
+                join_and(&used),
+                self.mean_ape_pct()
+            )
+        }
+    }
+}
+
+/// "a", "a and b", "a, b and c".
+fn join_and(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.clone(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
     }
 }
 
@@ -345,18 +387,19 @@ impl Report {
                 "metric", "stat", "measured ms", "simulated ms", "APE %"
             );
             for l in &slice.lines {
+                let ape = if l.ape_pct.is_finite() {
+                    format!("{:.1}", l.ape_pct)
+                } else {
+                    "n/a".to_string()
+                };
                 let _ = writeln!(
                     s,
-                    "{:<8}{:<6}{:>14.3}{:>14.3}{:>9.1}",
-                    l.metric, l.stat, l.measured_ms, l.simulated_ms, l.ape_pct
+                    "{:<8}{:<6}{:>14.3}{:>14.3}{ape:>9}",
+                    l.metric, l.stat, l.measured_ms, l.simulated_ms
                 );
             }
         }
-        let _ = writeln!(
-            s,
-            "\nmean APE of the TTFT, ITL and E2E means: {:.1} %",
-            self.mean_ape_pct
-        );
+        let _ = writeln!(s, "\n{}", self.overall.describe_mean_ape());
         s
     }
 }
@@ -364,6 +407,65 @@ impl Report {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A benchmark that did not stream measures an ITL of 0: its APE was printed as "inf"
+    /// and silently left out of a summary that still said it averaged TTFT, ITL and E2E.
+    #[test]
+    fn a_measured_mean_of_zero_has_no_ape_and_the_summary_says_it_left_it_out() {
+        let line = |metric: &str, measured_ms: f64, simulated_ms: f64| Line {
+            metric: metric.into(),
+            stat: "mean".into(),
+            measured_ms,
+            simulated_ms,
+            ape_pct: ((simulated_ms - measured_ms) / measured_ms).abs() * 100.0,
+        };
+        let slice = |itl: f64, others: f64| Slice {
+            name: "all".into(),
+            requests: 2,
+            timeouts: Timeouts::default(),
+            lines: vec![
+                line("ttft", 50.0 * others, 40.0),
+                line("itl", itl, 7.0),
+                line("e2e", 100.0 * others, 110.0),
+            ],
+        };
+        let all = slice(5.0, 1.0);
+        assert_eq!(
+            all.describe_mean_ape(),
+            "mean APE of the TTFT, ITL and E2E means: 23.3 %"
+        );
+        let streamed_not = slice(0.0, 1.0);
+        assert_eq!(streamed_not.mean_ape_pct(), 15.0, "(20 % + 10 %) / 2");
+        assert_eq!(
+            streamed_not.describe_mean_ape(),
+            "mean APE of the TTFT and E2E means: 15.0 % (ITL: its measured mean is 0, no APE)"
+        );
+        let nothing = slice(0.0, 0.0);
+        assert!(nothing.mean_ape_pct().is_nan());
+        assert_eq!(
+            nothing.describe_mean_ape(),
+            "mean APE: n/a (TTFT, ITL and E2E: their measured means are 0, no APE)"
+        );
+        let report = Report {
+            measured_requests: 2,
+            measured_failed: 0,
+            timeout_s: None,
+            not_completed_in_simulation: 0,
+            notes: Vec::new(),
+            mean_ape_pct: streamed_not.mean_ape_pct(),
+            overall: streamed_not,
+            stages: Vec::new(),
+        };
+        let text = report.to_text();
+        assert!(
+            text.contains("\nitl     mean           0.000         7.000      n/a\n"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("(ITL: its measured mean is 0, no APE)\n"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn percentiles_interpolate_between_order_statistics() {

@@ -845,3 +845,67 @@ fn fidelity_doc() -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
+
+/// A benchmark that did not stream gets each answer whole: E2E = TTFT, ITL 0. `calibrate`
+/// fitted decode steps of 0.1 µs to it and `check-real` printed an "inf" APE beside a mean
+/// that said it averaged the ITL; both now refuse the file with the fix (exit 2), and one
+/// request that streamed is enough to read it.
+#[test]
+fn a_benchmark_that_did_not_stream_is_refused_by_check_real_and_calibrate() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut csv = String::from("arrival_us,input_tokens,output_tokens,ttft_ms,e2e_ms\n");
+    for k in 0..20 {
+        csv += &format!("{},300,50,{},{}\n", k * 100_000, 40 + k % 7, 40 + k % 7);
+    }
+    // A one-token answer says nothing either way.
+    csv += "2000000,300,1,41,41\n";
+    std::fs::write(dir.path().join("whole.csv"), &csv).unwrap();
+    std::fs::write(
+        dir.path().join("streamed.csv"),
+        csv.replace("100000,300,50,41,41", "100000,300,50,41,380"),
+    )
+    .unwrap();
+    let quickstart = crate::common::root().join("scenarios/quickstart.ron");
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_servesim"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = dir.path().join("report");
+    let (scenario, whole) = (quickstart.to_str().unwrap(), dir.path().join("whole.csv"));
+    let whole = whole.to_str().unwrap();
+    for command in [
+        vec![
+            "check-real",
+            scenario,
+            whole,
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        vec!["calibrate", scenario, whole, "--max-evals", "8"],
+    ] {
+        let done = run(&command);
+        let err = String::from_utf8_lossy(&done.stderr);
+        assert_eq!(done.status.code(), Some(2), "{command:?}: {err}");
+        assert!(
+            err.contains(
+                "whole.csv: each of the 20 completed requests with more than one output token got them all at once (E2E = TTFT): the benchmark did not stream"
+            ) && err.contains("hint: measure with streaming"),
+            "{command:?}: {err}"
+        );
+        assert!(!out.exists(), "{command:?} wrote nothing");
+    }
+    let done = run(&[
+        "check-real",
+        quickstart.to_str().unwrap(),
+        dir.path().join("streamed.csv").to_str().unwrap(),
+        "--out",
+        dir.path().join("streamed").to_str().unwrap(),
+    ]);
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+}
