@@ -115,6 +115,13 @@ pub fn parse_axis(arg: &str) -> Result<Axis, String> {
             "--vary {arg}: every value must be non-empty and there must be at least one, {example}"
         ));
     }
+    for (k, v) in values.iter().enumerate() {
+        if let Some(first) = values[..k].iter().position(|w| w == v) {
+            return Err(format!(
+                "--vary {arg}: {v} is listed twice (values {first} and {k}): its points would run twice alike; --replicas K runs each point with K seeds"
+            ));
+        }
+    }
     let axis = Axis {
         path: path.trim().to_string(),
         values,

@@ -71,6 +71,11 @@ fn axes_split_at_top_level_commas_only() {
     assert!(parse_axis("x=[]").is_err());
     assert!(parse_axis("x=[1,,2]").is_err());
     assert!(parse_axis("nothing").is_err());
+    // A value given twice would run its points twice alike (plan refuses the same).
+    assert_eq!(
+        parse_axis("seed=[1, 2, 1]").unwrap_err(),
+        "--vary seed=[1, 2, 1]: 1 is listed twice (values 0 and 2): its points would run twice alike; --replicas K runs each point with K seeds"
+    );
 }
 
 #[test]
