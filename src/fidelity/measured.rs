@@ -418,7 +418,8 @@ pub fn from_vllm_json(text: &str) -> Result<Measurement, String> {
             continue;
         }
         // The CSV reader's checks, located by request index and array.
-        let f = |a: &serde_json::Value, what: &str| {
+        let f = |a: &serde_json::Value, what: &dyn Fn() -> String| {
+            // `what` names the entry, "ttfts[3]" or "itls[3][17]", when it is wrong.
             a.as_f64()
                 .filter(|x| x.is_finite() && *x >= 0.0)
                 .ok_or_else(|| {
@@ -428,32 +429,35 @@ pub fn from_vllm_json(text: &str) -> Result<Measurement, String> {
                     } else {
                         a.to_string()
                     };
-                    format!("request {i}: {what}[{i}] = {a} is not a number ≥ 0")
+                    format!("request {i}: {} = {a} is not a number ≥ 0", what())
                 })
         };
-        let tokens = |a: &serde_json::Value, what: &str| -> Result<f64, String> {
+        let tokens = |a: &serde_json::Value, what: &dyn Fn() -> String| -> Result<f64, String> {
             let v = f(a, what)?;
             if v > max_tokens || v.fract() != 0.0 {
                 return Err(format!(
-                    "request {i}: {what}[{i}] = {v} is not a whole number of tokens in [1, {max_tokens}]"
+                    "request {i}: {} = {v} is not a whole number of tokens in [1, {max_tokens}]",
+                    what()
                 ));
             }
             Ok(v)
         };
-        let input = tokens(&inputs[i], "input_lens")?;
-        let output = tokens(&outputs[i], "output_lens")?;
+        let input = tokens(&inputs[i], &|| format!("input_lens[{i}]"))?;
+        let output = tokens(&outputs[i], &|| format!("output_lens[{i}]"))?;
         if input < 1.0 || output < 1.0 {
             failed += 1; // failed or empty request
             continue;
         }
-        let ttft_us = within_a_run(f(&ttfts[i], "ttfts")? * 1e6, || {
+        let ttft_us = within_a_run(f(&ttfts[i], &|| format!("ttfts[{i}]"))? * 1e6, || {
             format!("request {i}: ttfts[{i}] = {} s", ttfts[i])
         })?;
         let gaps: Vec<f64> = match itls.and_then(|a| a.get(i)) {
             None => Vec::new(),
-            Some(serde_json::Value::Array(a)) => {
-                a.iter().map(|x| f(x, "itls")).collect::<Result<_, _>>()?
-            }
+            Some(serde_json::Value::Array(a)) => a
+                .iter()
+                .enumerate()
+                .map(|(j, x)| f(x, &|| format!("itls[{i}][{j}]")))
+                .collect::<Result<_, _>>()?,
             Some(other) => {
                 return Err(format!(
                     "request {i}: itls[{i}] = {other} is not a list of gaps in seconds"
@@ -461,7 +465,7 @@ pub fn from_vllm_json(text: &str) -> Result<Measurement, String> {
             }
         };
         let e2e_us = match e2els.and_then(|a| a.get(i)) {
-            Some(x) => within_a_run(f(x, "e2els")? * 1e6, || {
+            Some(x) => within_a_run(f(x, &|| format!("e2els[{i}]"))? * 1e6, || {
                 format!("request {i}: e2els[{i}] = {x} s")
             })?,
             // Without either array nothing says when a longer answer ended.
@@ -481,7 +485,7 @@ pub fn from_vllm_json(text: &str) -> Result<Measurement, String> {
                 ttft_us / 1e6
             ));
         }
-        let start = f(&starts[i], "start_times")?;
+        let start = f(&starts[i], &|| format!("start_times[{i}]"))?;
         if start > MAX_START_S {
             return Err(format!(
                 "request {i}: start_times[{i}] = {start:e} s is out of range (at most {MAX_START_S:e} s)"
@@ -1050,12 +1054,12 @@ mod tests {
             (
                 "itls",
                 "[0.04, -0.01]",
-                "itls[1] = -0.01 is not a number ≥ 0",
+                "itls[1][1] = -0.01 is not a number ≥ 0",
             ),
             (
                 "itls",
                 "[0.04, \"x\"]",
-                "itls[1] = \"x\" is not a number ≥ 0",
+                "itls[1][1] = \"x\" is not a number ≥ 0",
             ),
             ("itls", "7", "itls[1] = 7 is not a list"),
             (
