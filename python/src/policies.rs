@@ -337,7 +337,13 @@ impl RoutingPolicy for PyRouter {
             if self.wants_cluster {
                 args.push(Bound::new(py, self.names.get().cluster())?.into_any());
             }
-            let pick: Option<u32> = self.f.bind(py).call1(PyTuple::new(py, args)?)?.extract()?;
+            let returned = self.f.bind(py).call1(PyTuple::new(py, args)?)?;
+            let pick: Option<u32> = returned.extract().map_err(|_| {
+                let shown = returned.repr().map_or_else(|_| "?".into(), |r| r.to_string());
+                RunError::new_err(format!(
+                    "the Python router returned {shown}, which is neither an instance index (an int ≥ 0) nor None (rejected)"
+                ))
+            })?;
             if let Some(i) = pick
                 && !view.instances.get(i as usize).is_some_and(|s| s.routable)
             {

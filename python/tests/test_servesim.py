@@ -2,6 +2,7 @@
 routers, the evaluator, and sweeps. Run: pytest python/tests (after `maturin develop`)."""
 
 import json
+import re
 import os
 import subprocess
 from pathlib import Path
@@ -126,6 +127,28 @@ def test_router_errors_stop_the_run():
         servesim.run(QUICK, overrides=small(10), routing=boom)
     with pytest.raises(servesim.RunError, match="returned 7, which is not a routable instance"):
         servesim.run(QUICK, overrides=small(10), routing=lambda r, i: 7)
+    # What is not an index at all is said as such, with what came back.
+    for bad in ("0", -1, 1.0):
+        with pytest.raises(servesim.RunError, match=f"returned {re.escape(repr(bad))}, which is "
+                           "neither an instance index"):
+            servesim.run(QUICK, overrides=small(10), routing=lambda r, i, bad=bad: bad)
+
+
+def test_bad_counts_and_override_keys_name_the_argument():
+    # Negative counts raised OverflowError("can't convert negative int to unsigned").
+    for call, says in [
+        (lambda: servesim.evaluate(QUICK, small(10), seeds=-1), "seeds = -1: expected a whole number"),
+        (lambda: servesim.evaluate(QUICK, small(10), worst=2**40), "worst = 1099511627776"),
+        (lambda: servesim.capacity(QUICK, small(10), replicas=-2), "replicas = -2"),
+        (lambda: servesim.calibrate(QUICK, "m.csv", max_evals=-5), "max_evals = -5"),
+    ]:
+        with pytest.raises(ValueError, match=says):
+            call()
+    with pytest.raises(TypeError, match="override keys are field paths .* not int"):
+        servesim.run(QUICK, overrides={1: 2})
+    # Python's NaN reaches the scenario's own check (it did not parse as RON).
+    with pytest.raises(servesim.ScenarioError, match="horizon_s: must be a finite number > 0, got NaN"):
+        servesim.validate(QUICK, overrides={"horizon_s": float("nan")})
 
 
 def test_evaluate_returns_the_objectives_of_the_run_and_the_cli_s_json(tmp_path):

@@ -126,6 +126,8 @@ def _ron(value: Any) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
+        if value != value:
+            return "NaN"  # RON's spelling; Python's "nan" did not parse
         text = repr(value)
         return text if any(c in text for c in ".eEn") else text + ".0"
     if isinstance(value, str):
@@ -134,10 +136,24 @@ def _ron(value: Any) -> str:
 
 
 def _overrides(overrides: Optional[Mapping[str, Any]], seed: Optional[int]) -> List[Tuple[str, str]]:
-    out = [(str(k), _ron(v)) for k, v in (overrides or {}).items()]
+    for k in overrides or {}:
+        if not isinstance(k, str):
+            raise TypeError(
+                f"override keys are field paths such as 'cluster.groups[0].count', not "
+                f"{type(k).__name__} ({k!r})"
+            )
+    out = [(k, _ron(v)) for k, v in (overrides or {}).items()]
     if seed is not None:
         out.append(("seed", str(int(seed))))
     return out
+
+
+def _count(name: str, value: Any, most: int = 2**32 - 1) -> Any:
+    """``value`` as given, unless it is an int outside [0, most]: the native layer refused
+    such a count with an OverflowError that did not say which argument it was."""
+    if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value <= most:
+        raise ValueError(f"{name} = {value}: expected a whole number from 0 to {most:,}")
+    return value
 
 
 def _source(scenario: str) -> Tuple[str, bool]:
@@ -285,8 +301,9 @@ def capacity(
     source, is_text, ov = _resolve(scenario, overrides, None)
     return json.loads(
         _native.capacity(
-            source, is_text, ov, replicas=replicas, tolerance=tolerance,
-            served_share=served_share, jobs=jobs, group=group, each_group=each_group,
+            source, is_text, ov, replicas=_count("replicas", replicas), tolerance=tolerance,
+            served_share=served_share, jobs=_count("jobs", jobs, 2**64 - 1), group=group,
+            each_group=each_group,
         )
     )
 
@@ -304,7 +321,9 @@ def plan(
     source, is_text, ov = _resolve(scenario, overrides, None)
     if is_text:
         raise ValueError("plan needs a scenario file (its configurations are loaded from it)")
-    answer, found = _native.plan(source, ov, replicas=replicas, jobs=jobs)
+    answer, found = _native.plan(
+        source, ov, replicas=_count("replicas", replicas), jobs=_count("jobs", jobs, 2**64 - 1)
+    )
     _warn(_native.said_once(found, "configuration", "with the configuration's values as --set"))
     return json.loads(answer)
 
@@ -349,8 +368,8 @@ def calibrate(
     source, is_text, ov = _resolve(scenario, overrides, None)
     return json.loads(
         _native.calibrate(
-            source, is_text, ov, os.fspath(measured), model=model, group=group,
-            max_evals=max_evals,
+            source, is_text, ov, os.fspath(measured), model=model,
+            group=_count("group", group, 2**64 - 1), max_evals=_count("max_evals", max_evals, 2**64 - 1),
         )
     )
 
@@ -383,8 +402,8 @@ def evaluate(
     source, is_text, ov = _resolve(scenario, params, seed)
     return json.loads(
         _native.evaluate(
-            source, is_text, ov, seeds=seeds, weights=dict(weights or {}), worst=worst,
-            jobs=jobs, router=routing, admission=admission, priority=priority,
+            source, is_text, ov, seeds=_count("seeds", seeds), weights=dict(weights or {}),
+            worst=_count("worst", worst), jobs=_count("jobs", jobs, 2**64 - 1), router=routing, admission=admission, priority=priority,
             queue_order=queue_order, autoscale=autoscale,
         )
     )
