@@ -70,10 +70,32 @@ pub(super) fn expert_parallel(
                 .hint("LoRA on expert-parallel instances is not modelled"),
         );
     }
+    // The busiest GPU takes at most every row its experts can: T × min(k, N/E) of a mean of
+    // T·k/E, so the ratio is at most E · min(k, N/E) / k. A larger one was capped there
+    // silently.
+    let (k, per_gpu) = (
+        f64::from(m.experts_per_token.max(1)),
+        f64::from(m.experts) / f64::from(gpus),
+    );
+    let most = f64::from(gpus) * k.min(per_gpu) / k;
     if !e.imbalance.is_finite() || e.imbalance < 1.0 {
         p.push(
             Problem::new(f("imbalance"), format!("must be ≥ 1, got {}", e.imbalance))
                 .hint("the busiest GPU's routed tokens over the mean: 1 when perfectly balanced"),
+        );
+    } else if m.is_moe() && gpus <= m.experts && e.imbalance > most {
+        p.push(
+            Problem::new(
+                f("imbalance"),
+                format!(
+                    "{} is more than the {} a step can reach: with {} experts of {} per token over {gpus} GPUs, the busiest takes at most every row its experts can",
+                    e.imbalance,
+                    crate::scenario::readable(most),
+                    m.experts,
+                    m.experts_per_token
+                ),
+            )
+            .hint("the busiest GPU's routed tokens over the mean, as vLLM's EPLB logs its inverse (balancedness), e.g. 1.5"),
         );
     }
     for (name, v) in [

@@ -119,6 +119,13 @@ fn bad_expert_parallelism_is_refused_with_the_reason() {
             "expert_parallel: (dp: 2, imbalance: 0.5)",
             "imbalance: must be ≥ 1",
         ),
+        // On 2 GPUs the busiest takes at most all rows: twice the mean (it was capped there
+        // silently).
+        (
+            "qwen3-30b-a3b",
+            "expert_parallel: (dp: 2, imbalance: 2.5)",
+            "imbalance: 2.5 is more than the 2 a step can reach: with 128 experts of 8 per token over 2 GPUs",
+        ),
         (
             "qwen3-30b-a3b",
             "expert_parallel: (dp: 2, rdma_gb_per_s: 0.0)",
