@@ -60,10 +60,13 @@ pub fn check(p: &mut Vec<Problem>, s: &Scenario) {
             .hint("1.0 counts the GPUs alone; data centres report 1.1–1.6"),
         );
     }
-    if !e.price_per_kwh.is_finite() || e.price_per_kwh < 0.0 {
+    if !(e.price_per_kwh.is_finite() && (0.0..=1e6).contains(&e.price_per_kwh)) {
         p.push(Problem::new(
             "energy.price_per_kwh",
-            format!("must be a finite number ≥ 0, got {}", e.price_per_kwh),
+            format!(
+                "must be a number within 0..=10⁶ (as cost_per_gpu_hour), got {}",
+                crate::scenario::readable(e.price_per_kwh)
+            ),
         ));
     }
 }

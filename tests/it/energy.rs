@@ -187,6 +187,14 @@ fn bad_energy_inputs_are_located_errors() {
         "(cluster: (groups: [({group})]), {wl}, energy: (pue: 0.5))"
     ));
     assert!(e.contains("energy.pue") && e.contains("≥ 1"), "{e}");
+    // A price past 10⁶ a kWh (as cost_per_gpu_hour) printed a 300-digit electricity cost.
+    let e = crate::common::invalid(&format!(
+        "(cluster: (groups: [({group})]), {wl}, energy: (price_per_kwh: 1e300))"
+    ));
+    assert!(
+        e.contains("energy.price_per_kwh: must be a number within 0..=10⁶"),
+        "{e}"
+    );
     let e = crate::common::invalid(&format!(
         "(cluster: (groups: [({group}, power: (idle_w: 1.0, floor_w: 2.0, max_w: 3.0))]), {wl})"
     ));
