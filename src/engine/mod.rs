@@ -569,6 +569,15 @@ pub fn tick_observed(
             return false;
         }
         if t > MAX_SIM_TIME {
+            // The timeout of a request that already left is no event (below), however far
+            // off: a client timeout longer than a run can reach stopped runs that had ended.
+            let stale = world.resource::<EventQueue>().peek().is_some_and(
+                |e| matches!(e, Event::Timeout { request } if world.get_entity(*request).is_err()),
+            );
+            if stale {
+                world.resource_mut::<EventQueue>().pop_at(t);
+                continue;
+            }
             let cause = world
                 .resource::<EventQueue>()
                 .peek()

@@ -1561,3 +1561,24 @@ fn a_csv_header_naming_a_column_twice_is_refused_by_every_reader() {
         "{err}"
     );
 }
+
+/// A client timeout longer than a run can reach (`timeout_s: 1e300`, "never") stopped a run
+/// that had served every request, at the first finished request's timeout past 10⁹ s. Such
+/// timeouts of requests that left are no events, like nearer ones: the run ends as without a
+/// timeout.
+#[test]
+fn a_timeout_past_the_clock_s_reach_does_not_stop_a_finished_run() {
+    let src = |timeout: &str| {
+        format!(
+            r#"(seed: 3, cluster: (groups: [(kv_blocks: 400, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 1.0, 10.0]))]),
+                workload: (num_requests: 50, clients: [(rate_per_s: 20.0, input_tokens: Constant(64),
+                    output_tokens: Constant(8){timeout})]))"#
+        )
+    };
+    let (never, rows) = crate::common::run(&crate::common::parse(&src(", timeout_s: 1e300")));
+    let (without, rows_without) = crate::common::run(&crate::common::parse(&src("")));
+    assert_eq!(never.requests.completed, 50);
+    assert_eq!(never.sim_duration_s, without.sim_duration_s);
+    let e2e = |rows: &[crate::common::Row]| rows.iter().map(|r| r.us("e2e_ms")).collect::<Vec<_>>();
+    assert_eq!(e2e(&rows), e2e(&rows_without));
+}
