@@ -51,11 +51,14 @@ pub fn check(p: &mut Vec<Problem>, s: &Scenario) {
     let Some(e) = &s.energy else {
         return;
     };
-    if !e.pue.is_finite() || e.pue < 1.0 {
+    if !(e.pue.is_finite() && (1.0..=10.0).contains(&e.pue)) {
         p.push(
             Problem::new(
                 "energy.pue",
-                format!("must be a finite number ≥ 1, got {}", e.pue),
+                format!(
+                    "must be a number within 1..=10, got {}",
+                    crate::scenario::readable(e.pue)
+                ),
             )
             .hint("1.0 counts the GPUs alone; data centres report 1.1–1.6"),
         );

@@ -34,10 +34,15 @@ impl PowerFigures {
             ("floor_w", self.floor_w),
             ("max_w", self.max_w),
         ] {
-            if !v.is_finite() || v < 0.0 {
+            // One GPU: an H100 SXM is rated 700 W, a B200 1,000 W; 10⁵ W is no GPU (and
+            // 1e300 W printed energy figures of 300 digits).
+            if !(v.is_finite() && (0.0..=1e5).contains(&v)) {
                 p.push((
                     field,
-                    format!("must be a finite number of watts ≥ 0, got {v}"),
+                    format!(
+                        "must be a number of watts per GPU within 0..=10⁵, got {}",
+                        super::readable(v)
+                    ),
                 ));
             }
         }

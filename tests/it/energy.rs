@@ -186,7 +186,25 @@ fn bad_energy_inputs_are_located_errors() {
     let e = crate::common::invalid(&format!(
         "(cluster: (groups: [({group})]), {wl}, energy: (pue: 0.5))"
     ));
-    assert!(e.contains("energy.pue") && e.contains("≥ 1"), "{e}");
+    assert!(
+        e.contains("energy.pue: must be a number within 1..=10, got 0.5"),
+        "{e}"
+    );
+    for (bad, says) in [
+        ("energy: (pue: 1e300)", "energy.pue: must be a number within 1..=10"),
+        (
+            "energy: (pue: 1.2), cluster: (groups: [(model: \"llama-3.1-8b-instruct\", gpu: \"H100\", power: (idle_w: 1e300, floor_w: 1e300, max_w: 1e300))])",
+            "power.idle_w: must be a number of watts per GPU within 0..=10⁵",
+        ),
+    ] {
+        let src = if bad.contains("cluster") {
+            format!("({wl}, {bad})")
+        } else {
+            format!("(cluster: (groups: [({group})]), {wl}, {bad})")
+        };
+        let e = crate::common::invalid(&src);
+        assert!(e.contains(says), "{bad}: {e}");
+    }
     // A price past 10⁶ a kWh (as cost_per_gpu_hour) printed a 300-digit electricity cost.
     let e = crate::common::invalid(&format!(
         "(cluster: (groups: [({group})]), {wl}, energy: (price_per_kwh: 1e300))"
