@@ -72,11 +72,29 @@ pub fn read_text_as_written(path: &Path) -> Result<String, String> {
             path.display()
         ));
     }
-    let mut text = String::new();
+    let mut bytes = Vec::new();
     file.take(MAX_WHOLE_FILE_BYTES + 1)
-        .read_to_string(&mut text)
+        .read_to_end(&mut bytes)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    Ok(text)
+    String::from_utf8(bytes).map_err(|e| not_utf8(path, e.as_bytes(), e.utf8_error()))
+}
+
+/// Where a file stops being UTF-8 text, and what it likely is instead (a UTF-16 file, as
+/// Windows tools save "Unicode" text, starts with a byte-order mark of its own).
+fn not_utf8(path: &Path, bytes: &[u8], e: std::str::Utf8Error) -> String {
+    if bytes.starts_with(&[0xff, 0xfe]) || bytes.starts_with(&[0xfe, 0xff]) {
+        return format!(
+            "cannot read {}: it is UTF-16 text (it starts with UTF-16's byte-order mark); save it as UTF-8",
+            path.display()
+        );
+    }
+    let good = &bytes[..e.valid_up_to()];
+    let line = 1 + good.iter().filter(|b| **b == b'\n').count();
+    let column = 1 + good.iter().rev().take_while(|b| **b != b'\n').count();
+    format!(
+        "cannot read {}: it is not UTF-8 text (from {line}:{column} on); save it as UTF-8",
+        path.display()
+    )
 }
 
 /// Opens a regular file for streaming, failing on any line over [`MAX_LINE_BYTES`]; a leading
@@ -146,6 +164,27 @@ mod tests {
             let e = open_lines(Path::new("/dev/zero")).err().unwrap();
             assert!(e.contains("not a regular file"), "{e}");
         }
+    }
+
+    #[test]
+    fn text_that_is_not_utf8_says_where_and_what_it_likely_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, bytes: &[u8]| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, bytes).unwrap();
+            path
+        };
+        let e = read_text(&write("u16.ron", b"\xff\xfe(\x00")).unwrap_err();
+        assert!(
+            e.ends_with("u16.ron: it is UTF-16 text (it starts with UTF-16's byte-order mark); save it as UTF-8"),
+            "{e}"
+        );
+        // Latin-1's é (0xe9) on line 2, after 3 characters.
+        let e = read_text(&write("latin1.ron", b"(\n  n\xe9e: 1)")).unwrap_err();
+        assert!(
+            e.ends_with("latin1.ron: it is not UTF-8 text (from 2:4 on); save it as UTF-8"),
+            "{e}"
+        );
     }
 
     #[test]

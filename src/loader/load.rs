@@ -19,10 +19,9 @@ pub fn load(
     let file = path.display().to_string();
     let src = crate::input::read_text_as_written(path).map_err(|e| ScenarioError {
         file: file.clone(),
-        problems: vec![
-            Problem::new("", e)
-                .hint("check the path; scenarios are RON files such as scenarios/quickstart.ron"),
-        ],
+        problems: vec![Problem::new("", e).hint(
+            "check the path; scenarios are UTF-8 RON files such as scenarios/quickstart.ron",
+        )],
     })?;
     let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
     let mut scenario = parse_in(&src, &file, overrides, catalog, &base_dir)?;
