@@ -1,6 +1,6 @@
 //! `servesim validate`, `servesim list` and `servesim report`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use super::args::{
@@ -754,6 +754,24 @@ pub(crate) fn report(a: ReportArgs) -> ExitCode {
             );
             return ExitCode::from(2);
         }
+    }
+    // A page written into a run's directory under a result file's name (`--out
+    // run/summary.json`) replaced what it reports on; there it must be an .html file.
+    let html = out
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("html"));
+    let parent = out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    if !html && let Some(dir) = dirs.iter().find(|d| same(d) == same(&parent.to_path_buf())) {
+        noteln!(
+            "error: --out {} is in the run directory {}, where a page not named *.html could replace a result file the report reads; give it an .html name, e.g. --out {}",
+            out.display(),
+            dir.display(),
+            dir.join("report.html").display()
+        );
+        return ExitCode::from(2);
     }
     if let Err(code) = finish_interrupted_commits(&dirs) {
         return code;

@@ -1582,3 +1582,44 @@ fn a_timeout_past_the_clock_s_reach_does_not_stop_a_finished_run() {
     let e2e = |rows: &[crate::common::Row]| rows.iter().map(|r| r.us("e2e_ms")).collect::<Vec<_>>();
     assert_eq!(e2e(&rows), e2e(&rows_without));
 }
+
+/// `report run --out run/summary.json` wrote the page over the summary it had just read, and
+/// every later report of the run failed. In a run's directory the page must be an .html file.
+#[test]
+fn report_does_not_write_its_page_over_a_result_file_of_a_run_it_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    quickstart_into(&run, 20);
+    let summary = std::fs::read(run.join("summary.json")).unwrap();
+    for name in ["summary.json", "requests.csv", "notes"] {
+        let page = run.join(name);
+        let done = servesim_within(
+            &[
+                "report",
+                run.to_str().unwrap(),
+                "--out",
+                page.to_str().unwrap(),
+            ],
+            30,
+        );
+        let err = String::from_utf8_lossy(&done.stderr);
+        assert_eq!(done.status.code(), Some(2), "{name}: {err}");
+        assert!(
+            err.contains("where a page not named *.html could replace a result file"),
+            "{err}"
+        );
+    }
+    assert_eq!(std::fs::read(run.join("summary.json")).unwrap(), summary);
+    assert!(!run.join("notes").exists());
+    let page = run.join("compare.html");
+    let done = servesim_within(
+        &[
+            "report",
+            run.to_str().unwrap(),
+            "--out",
+            page.to_str().unwrap(),
+        ],
+        30,
+    );
+    assert!(done.status.success() && page.exists());
+}
