@@ -718,42 +718,33 @@ fn report_refuses_a_directory_as_its_page_and_a_run_given_twice() {
     quickstart_into(&run, 10);
     let other = dir.path().join("other");
     std::fs::create_dir(&other).unwrap();
-    let out = servesim_within(
-        &[
-            "report",
-            run.to_str().unwrap(),
-            "--out",
-            other.to_str().unwrap(),
-        ],
-        20,
-    );
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(
-        err.contains("is a directory: give the page's file name, e.g. --out "),
-        "{err}"
+    report_refused(
+        &[&run],
+        &other,
+        "is a directory: give the page's file name, e.g. --out ",
     );
     assert_eq!(std::fs::read_dir(&other).unwrap().count(), 0);
     // The same run twice (once through `..`) would overlay a run on itself.
     let again = dir.path().join("other/../run");
     let page = dir.path().join("page.html");
-    let out = servesim_within(
-        &[
-            "report",
-            run.to_str().unwrap(),
-            again.to_str().unwrap(),
-            "--out",
-            page.to_str().unwrap(),
-        ],
-        20,
-    );
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(
-        err.contains("are the same directory: give each run once"),
-        "{err}"
+    report_refused(
+        &[&run, &again],
+        &page,
+        "are the same directory: give each run once",
     );
     assert!(!page.exists());
+}
+
+/// `servesim report RUNS --out PAGE`, which must be refused as bad input (exit 2), saying
+/// `says`.
+fn report_refused(runs: &[&Path], page: &Path, says: &str) {
+    let mut args = vec!["report"];
+    args.extend(runs.iter().map(|r| r.to_str().unwrap()));
+    args.extend(["--out", page.to_str().unwrap()]);
+    let done = servesim_within(&args, 20);
+    let err = String::from_utf8_lossy(&done.stderr);
+    assert_eq!(done.status.code(), Some(2), "{err}");
+    assert!(err.contains(says), "{err}");
 }
 
 fn tiny_sweep(out: &Path, extra: &[&str]) -> std::process::Output {
@@ -1592,21 +1583,10 @@ fn report_does_not_write_its_page_over_a_result_file_of_a_run_it_reads() {
     quickstart_into(&run, 20);
     let summary = std::fs::read(run.join("summary.json")).unwrap();
     for name in ["summary.json", "requests.csv", "notes"] {
-        let page = run.join(name);
-        let done = servesim_within(
-            &[
-                "report",
-                run.to_str().unwrap(),
-                "--out",
-                page.to_str().unwrap(),
-            ],
-            30,
-        );
-        let err = String::from_utf8_lossy(&done.stderr);
-        assert_eq!(done.status.code(), Some(2), "{name}: {err}");
-        assert!(
-            err.contains("where a page not named *.html could replace a result file"),
-            "{err}"
+        report_refused(
+            &[&run],
+            &run.join(name),
+            "where a page not named *.html could replace a result file",
         );
     }
     assert_eq!(std::fs::read(run.join("summary.json")).unwrap(), summary);
