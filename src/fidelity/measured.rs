@@ -409,13 +409,19 @@ pub fn from_vllm_json(text: &str) -> Result<Measurement, String> {
     let mut failed = 0;
     let max_tokens = f64::from(crate::workload::lengths::MAX_TOKENS);
     for i in 0..n {
-        if errors
-            .and_then(|e| e.get(i))
-            .and_then(|e| e.as_str())
-            .is_some_and(|s| !s.is_empty())
-        {
-            failed += 1;
-            continue;
+        // vLLM writes "" for a request that succeeded and the error's text otherwise.
+        match errors.and_then(|e| e.get(i)) {
+            None | Some(serde_json::Value::Null) => {}
+            Some(serde_json::Value::String(s)) if s.is_empty() => {}
+            Some(serde_json::Value::String(_)) => {
+                failed += 1;
+                continue;
+            }
+            Some(other) => {
+                return Err(format!(
+                    "request {i}: errors[{i}] = {other} is not an error message (\"\" when the request succeeded)"
+                ));
+            }
         }
         // The CSV reader's checks, located by request index and array.
         let f = |a: &serde_json::Value, what: &dyn Fn() -> String| {
@@ -1043,7 +1049,11 @@ mod tests {
             let body: Vec<String> = arrays
                 .iter()
                 .map(|(k, v)| {
-                    let good = if *k == "itls" { "[0.04, 0.04]" } else { "1" };
+                    let good = match *k {
+                        "itls" => "[0.04, 0.04]",
+                        "errors" => "\"\"",
+                        _ => "1",
+                    };
                     format!("\"{k}\": [{good}, {v}]")
                 })
                 .collect();
@@ -1062,6 +1072,7 @@ mod tests {
                 "itls[1][1] = \"x\" is not a number ≥ 0",
             ),
             ("itls", "7", "itls[1] = 7 is not a list"),
+            ("errors", "5", "errors[1] = 5 is not an error message"),
             (
                 "e2els",
                 "0.01",
