@@ -191,7 +191,10 @@ fn bad_energy_inputs_are_located_errors() {
         "{e}"
     );
     for (bad, says) in [
-        ("energy: (pue: 1e300)", "energy.pue: must be a number within 1..=10"),
+        (
+            "energy: (pue: 1e300)",
+            "energy.pue: must be a number within 1..=10",
+        ),
         (
             "energy: (pue: 1.2), cluster: (groups: [(model: \"llama-3.1-8b-instruct\", gpu: \"H100\", power: (idle_w: 1e300, floor_w: 1e300, max_w: 1e300))])",
             "power.idle_w: must be a number of watts per GPU within 0..=10⁵",
