@@ -59,9 +59,9 @@ fn covered_systems() -> Vec<std::any::TypeId> {
 }
 
 /// Takes the built [`SimStepFast`] schedule out of `app` when it may stand in for
-/// `schedule` (whose SimStep holds built-in systems alone, with the fast-tick system
-/// there), and sets [`FastLoop`]: fast ticks may run on by themselves unless every tick
-/// must be seen (invariant checks, KV events, P/D hand-offs), and ticks of arrivals run
+/// `schedule`: when every system of SimStep is one SimStepFast runs or covers (not a user's,
+/// nor P/D's Transfer stage, which must run between a step's end and the next batch). Sets [`FastLoop`]: fast ticks may run on by themselves unless every tick
+/// must be seen (invariant checks, KV events), and ticks of arrivals run
 /// SimStepFast unless a routed request may have to wait for a cold start.
 pub fn take_fast_schedule(app: &mut App, schedule: &Schedule) -> Option<Schedule> {
     use bevy_ecs::schedule::Schedules;
@@ -84,13 +84,10 @@ pub fn take_fast_schedule(app: &mut App, schedule: &Schedule) -> Option<Schedule
     let kv_events = world
         .get_resource::<crate::kv::KvEvents>()
         .is_some_and(|k| k.0);
-    let disaggregated = world
-        .get_resource::<crate::disagg::Disagg>()
-        .is_some_and(|d| d.enabled);
     let parking = world
         .get_resource::<crate::engine::Parked>()
         .is_some_and(|p| p.enabled);
-    let on = fast.is_some() && !check && !kv_events && !disaggregated;
+    let on = fast.is_some() && !check && !kv_events;
     let mut fast_loop = app.world_mut().resource_mut::<FastLoop>();
     fast_loop.on = on;
     fast_loop.arrivals = on && !parking;

@@ -44,8 +44,7 @@ pub use check::check;
 use bevy_ecs::prelude::*;
 
 use crate::engine::{
-    ClusterView, Event, EventQueue, InstanceDue, RecordDue, SimClock, SimStep, SimStepFast,
-    TransferDue,
+    ClusterView, Event, EventQueue, InstanceDue, RecordDue, SimClock, SimStep, TransferDue,
 };
 use crate::engine::{InstanceSnapshot, SimSystems};
 use crate::instance::{Handoff, Incoming, InstanceIndex, Instances, list_for_batch, refresh_view};
@@ -178,8 +177,8 @@ pub struct TransferStats {
     pub contention: Histogram,
 }
 
-/// Prefill/decode disaggregation: [`transfer_kv`] in [`SimSystems::Transfer`] of both tick
-/// schedules (hand-offs happen at step ends), added by [`schedule_transfers`] when the
+/// Prefill/decode disaggregation: [`transfer_kv`] in [`SimSystems::Transfer`] of SimStep
+/// (hand-offs happen at step ends; such a run takes SimStep on every tick), added by [`schedule_transfers`] when the
 /// cluster has decode instances (a run checking for work it cannot have would pay for it on
 /// every tick). Empties `TransferDue` and `InstanceDue::handoffs`; fills `InstanceDue::batch` and, for requests no decode
 /// instance can hold, `RecordDue`. Owns [`Disagg`] and
@@ -355,17 +354,19 @@ pub struct TransferWork<'w> {
     record: ResMut<'w, RecordDue>,
 }
 
-/// Adds [`transfer_kv`] to both tick schedules.
+/// Adds [`transfer_kv`] to SimStep. Not to [`SimStepFast`](crate::engine::SimStepFast):
+/// its one instance system forms batches in the Advance stage, before Transfer, while a
+/// hand-off's transfer frees a prefill instance's blocks or drops its request (no decode
+/// instance could hold it) before that instance forms its next batch, as SimStep orders
+/// them. A run with the Transfer stage therefore takes SimStep on every tick (the schedule
+/// it holds is not one SimStepFast may stand in for).
 pub fn schedule_transfers(app: &mut bevy_app::App) {
-    use bevy_ecs::schedule::ScheduleLabel;
-    for label in [SimStep.intern(), SimStepFast.intern()] {
-        app.add_systems(
-            label,
-            transfer_kv.in_set(SimSystems::Transfer).run_if(
-                |d: Res<TransferDue>, i: Res<InstanceDue>, x: Res<Disagg>| x.has_work(&d, &i),
-            ),
-        );
-    }
+    app.add_systems(
+        SimStep,
+        transfer_kv
+            .in_set(SimSystems::Transfer)
+            .run_if(|d: Res<TransferDue>, i: Res<InstanceDue>, x: Res<Disagg>| x.has_work(&d, &i)),
+    );
 }
 
 /// Hands prefilled requests to decode instances, starts the KV transfers that have room,

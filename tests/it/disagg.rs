@@ -633,3 +633,53 @@ fn kv_link_faults_need_a_pd_instance_and_a_fraction() {
         "{e}"
     );
 }
+
+/// Found by random scenarios: with async scheduling (the default serving path) a request
+/// that reached a prefill instance during a step is held back from the step after it; when
+/// the request that step handed off was then dropped (no decode cache could hold it), the
+/// instance was not listed for its next batch on a tick of step ends, so the waiting request
+/// sat until the next arrival — and the last one forever, reported as left at the horizon
+/// (an INV-8 panic with invariant checks). A P/D run now takes SimStep on every tick, whose
+/// Transfer stage runs before the next batch is formed.
+#[test]
+fn a_prefill_instance_goes_on_after_dropping_a_request_no_decode_cache_holds() {
+    // 3,300 + 300 − 1 tokens need 225 blocks; the decode cache has 200. Arrivals every
+    // 62.5 ms, while a 3,300-token prefill takes longer: each request reaches the instance
+    // during the step before its own.
+    let text = r#"(seed: 3,
+        cluster: (groups: [
+            (name: "p", count: 1, role: Prefill, model: "llama-3.1-8b-instruct", gpu: "H100"),
+            (name: "d", count: 1, role: Decode, model: "llama-3.1-8b-instruct", gpu: "H100", kv_blocks: 200)]),
+        workload: (num_requests: 3, clients: [(rate_per_s: 16.0, arrival: Constant,
+            input_tokens: Constant(3300), output_tokens: Constant(300))]))"#;
+    let sc = parse(text);
+    let (s, rows) = run(&sc);
+    assert_eq!(s.requests.dropped, 3, "{:?}", s.requests);
+    assert_eq!(s.requests.queued, 0, "nothing is left waiting");
+    // The prefills run back to back: a first token at most one prefill (the lone first
+    // request's time to its first token, API server included) after the one before.
+    let first: Vec<u64> = rows
+        .iter()
+        .map(|r| r.u64("arrival_us") + r.us("ttft_ms"))
+        .collect();
+    let prefill = rows[0].us("ttft_ms");
+    for k in 1..first.len() {
+        assert!(
+            first[k] - first[k - 1] <= prefill,
+            "request {k}: first token {} µs after the one before (a prefill takes {prefill} µs)",
+            first[k] - first[k - 1]
+        );
+    }
+    // Without invariant checks, the same.
+    let dir = tempfile::tempdir().unwrap();
+    let sim = servesim::Simulation::new(
+        &sc,
+        servesim::RunOptions {
+            out_dir: Some(dir.path().to_path_buf()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(!sim.uses_fast_ticks(), "P/D takes SimStep on every tick");
+    assert_eq!(sim.run().unwrap(), s);
+}
