@@ -577,9 +577,9 @@ fn start_transfers(
             let cached = kv.cached_prefix_blocks(&spec.content, input, input + 1);
             // Not a prompt admission: the prefix hit rate counts prompts, decode-side hits
             // are `blocks_cached_on_decode`.
-            let counted = (kv.hit_blocks, kv.miss_blocks);
+            let counted = (kv.hit_blocks, kv.miss_blocks, kv.lower_hits);
             let fits = kv.admit(&mut t.reserved, &spec.content, input, cached, input);
-            (kv.hit_blocks, kv.miss_blocks) = counted;
+            (kv.hit_blocks, kv.miss_blocks, kv.lower_hits) = counted;
             if !fits {
                 stuck = true;
                 break;

@@ -85,14 +85,19 @@ pub fn summarize(world: &mut World, summary: &mut Summary) {
     let duration = world.resource::<crate::engine::SimClock>().now.as_us();
     let agg = world.resource::<crate::metrics::Aggregates>();
     let (mut hit, mut miss) = (0u64, 0u64);
+    // Prompt hits by the tier they were loaded from (the tiers' own load counts also hold
+    // P/D decode instances' prefix loads, which are not prompt admissions).
+    let mut below = crate::kv::LowerHits::default();
     let (mut offloaded, mut reloaded, mut thrashed) = (0u64, 0u64, 0u64);
     let mut nvme: Option<crate::metrics::KvTierSummary> = None;
-    let mut store_loaded = 0u64;
     for (i, &e) in index.iter().enumerate() {
         let sched = world.get::<Scheduler>(e).expect("instance has a scheduler");
         let kv = world.get::<KvCache>(e).expect("instance has a KV cache");
         hit += kv.hit_blocks;
         miss += kv.miss_blocks;
+        below.cpu += kv.lower_hits.cpu;
+        below.nvme += kv.lower_hits.nvme;
+        below.store += kv.lower_hits.store;
         if let Some(c) = &kv.cpu {
             offloaded += c.offloaded;
             reloaded += c.reloaded;
@@ -103,9 +108,6 @@ pub fn summarize(world: &mut World, summary: &mut Summary) {
             n.capacity_blocks += u64::from(c.capacity());
             n.written_blocks += c.offloaded;
             n.loaded_blocks += c.reloaded;
-        }
-        if let Some(s) = &kv.store {
-            store_loaded += s.loaded;
         }
         let c = sched.counters;
         summary.anomalies.priority_inversions += c.priority_inversions;
@@ -138,9 +140,8 @@ pub fn summarize(world: &mut World, summary: &mut Summary) {
         .collect();
     summary.fairness.jain_instance_completed = crate::metrics::jain(&completed);
     summary.fairness.cov_instance_completed = crate::metrics::cov(&completed);
-    let below_cpu = nvme.as_ref().map_or(0, |n| n.loaded_blocks) + store_loaded;
     if let Some(n) = nvme.as_mut() {
-        n.hit_rate = ratio(n.loaded_blocks, hit + miss);
+        n.hit_rate = ratio(below.nvme, hit + miss);
     }
     let store = world
         .get_resource::<super::spawn::SharedKvStore>()
@@ -154,15 +155,15 @@ pub fn summarize(world: &mut World, summary: &mut Summary) {
                 evicted_blocks: s.evicted,
                 loaded_blocks: s.loaded,
                 cross_instance_loaded_blocks: s.cross_instance_loaded,
-                hit_rate: ratio(s.loaded, hit + miss),
+                hit_rate: ratio(below.store, hit + miss),
             }
         });
     summary.kv = KvSummary {
         hit_rate: ratio(hit, hit + miss),
         hit_blocks: hit,
         miss_blocks: miss,
-        gpu_hit_rate: ratio(hit - reloaded - below_cpu, hit + miss),
-        cpu_hit_rate: ratio(reloaded, hit + miss),
+        gpu_hit_rate: ratio(hit - below.total(), hit + miss),
+        cpu_hit_rate: ratio(below.cpu, hit + miss),
         offloaded_blocks: offloaded,
         reloaded_blocks: reloaded,
         thrashing_rate: ratio(thrashed, reloaded),

@@ -24,6 +24,10 @@ pub struct KvCache {
     pub hit_blocks: u64,
     /// Prompt blocks that had to be computed at admission (cumulative).
     pub miss_blocks: u64,
+    /// Of `hit_blocks`, those loaded from a tier below the GPU, by tier. The tiers' own
+    /// load counters also count loads that are not prompt admissions (a P/D decode
+    /// instance's prefix taken from the shared store instead of over the wire).
+    pub lower_hits: LowerHits,
     /// The CPU offload tier, if the instance has one.
     pub cpu: Option<CpuTier>,
     /// The NVMe tier below the CPU tier, if the instance has one.
@@ -36,6 +40,20 @@ pub struct KvCache {
     pub(super) events: Option<Vec<(KvEventKind, u64)>>,
     /// Hybrid attention: how a request's blocks are spread over the KV cache groups.
     pub(super) layout: Option<KvLayout>,
+}
+
+/// Prompt blocks an admission found below the GPU, by the tier it loaded them from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LowerHits {
+    pub cpu: u64,
+    pub nvme: u64,
+    pub store: u64,
+}
+
+impl LowerHits {
+    pub fn total(&self) -> u64 {
+        self.cpu + self.nvme + self.store
+    }
 }
 
 impl KvCache {
@@ -64,6 +82,7 @@ impl KvCache {
             index: BlockIndex::new(n),
             hit_blocks: 0,
             miss_blocks: 0,
+            lower_hits: LowerHits::default(),
             cpu: None,
             nvme: None,
             store: None,
@@ -171,6 +190,7 @@ impl KvCache {
         }
         fresh.hit_blocks = self.hit_blocks;
         fresh.miss_blocks = self.miss_blocks;
+        fresh.lower_hits = self.lower_hits;
         fresh.events = self.events.take();
         fresh.layout = self.layout;
         *self = fresh;
@@ -421,6 +441,12 @@ impl KvCache {
                     // block of this very admission may have pushed it out of every tier:
                     // then nothing is loaded, and the block counts as stored.)
                     let kind = self.load_lower(h).unwrap_or(KvEventKind::Stored);
+                    match kind {
+                        KvEventKind::Reloaded => self.lower_hits.cpu += 1,
+                        KvEventKind::Loaded { tier: KvTier::Nvme } => self.lower_hits.nvme += 1,
+                        KvEventKind::Loaded { .. } => self.lower_hits.store += 1,
+                        _ => {}
+                    }
                     let b = self.take_fresh();
                     let indexed = self.index.insert(h, b, &mut self.blocks);
                     debug_assert!(indexed, "a lower-tier hit is not on the GPU");

@@ -118,8 +118,19 @@ pub(super) fn open_files(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<
     Ok(())
 }
 
+/// Why a run stopped, as its finish finds the event queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stopped {
+    /// No event was left.
+    RanOut,
+    /// The next event falls past the horizon.
+    Horizon,
+    /// Its caller finished it with events left before the horizon.
+    Early,
+}
+
 /// Diagnoses of a run's outcome that a user should not miss.
-pub fn diagnose(s: &Summary, largest: LargestCache) -> Vec<String> {
+pub fn diagnose(s: &Summary, largest: LargestCache, stopped: Stopped) -> Vec<String> {
     let r = &s.requests;
     let mut w = Vec::new();
     let holds = |(blocks, size): (u32, u32)| {
@@ -152,9 +163,19 @@ pub fn diagnose(s: &Summary, largest: LargestCache) -> Vec<String> {
     }
     let left = r.queued + r.running + r.in_transit;
     if left > 0 {
-        w.push(format!(
-            "{left} requests were still in the system when the run stopped (horizon)"
-        ));
+        w.push(match stopped {
+            // Nothing scheduled could move them on: a policy of the user's that never places
+            // them (a decode router that routes nowhere), or a stall of ours.
+            Stopped::RanOut => format!(
+                "{left} requests were still in the system when no event was left to move them on (no horizon stopped the run); unless a policy of your own holds them, this is a servesim bug: please report it with the scenario"
+            ),
+            Stopped::Horizon => {
+                format!("{left} requests were still in the system when the run stopped (horizon)")
+            }
+            Stopped::Early => format!(
+                "{left} requests were still in the system when the run was finished before its end"
+            ),
+        });
     }
     if r.timed_out * 10 > r.injected {
         w.push(format!(
@@ -173,7 +194,13 @@ pub fn diagnose(s: &Summary, largest: LargestCache) -> Vec<String> {
 
 /// `FinishStage::Run`: the diagnoses, as summary warnings.
 pub(super) fn diagnose_run(world: &mut World, summary: &mut Summary) -> Result<(), SimError> {
-    let found = diagnose(summary, *world.resource::<LargestCache>());
+    let next = world.resource::<crate::engine::EventQueue>().peek_time();
+    let stopped = match next {
+        None => Stopped::RanOut,
+        Some(t) if t > world.resource::<crate::engine::SimClock>().horizon => Stopped::Horizon,
+        Some(_) => Stopped::Early,
+    };
+    let found = diagnose(summary, *world.resource::<LargestCache>(), stopped);
     summary.warnings.extend(found);
     Ok(())
 }

@@ -458,6 +458,14 @@ fn hand_offs_with_no_decode_instance_wait_on_the_prefill_instance_accounted_for(
     );
     assert_eq!(s.requests.running, 4, "all prefilled, none placed");
     assert_eq!(s.requests.completed, 0);
+    // No horizon: the run stopped because nothing was left to happen.
+    assert!(
+        s.warnings.iter().any(|w| w.starts_with(
+            "4 requests were still in the system when no event was left to move them on"
+        )),
+        "{:?}",
+        s.warnings
+    );
     assert_eq!(s.disaggregation.unwrap().transfers, 0);
     assert!(s.instances[0].steps <= 4, "{} steps", s.instances[0].steps);
 }

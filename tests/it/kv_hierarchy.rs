@@ -265,5 +265,35 @@ fn the_store_outlives_crashes_and_serves_new_and_disaggregated_instances() {
     );
     let (s, rows) = run(&parse(&pd));
     assert_conserved(&s, &rows);
-    assert!(s.kv.store.is_some());
+    let st = s.kv.store.as_ref().unwrap();
+    let n = s.kv.nvme.as_ref().unwrap();
+    let tiers = s.kv.gpu_hit_rate + s.kv.cpu_hit_rate + n.hit_rate + st.hit_rate;
+    assert!((tiers - s.kv.hit_rate).abs() < 1e-9, "{:?}", s.kv);
+}
+
+/// Found by random feature combinations: a P/D decode instance takes the prefix of a
+/// request handed to it from the shared store rather than over the wire. Those loads are
+/// the store's (`loaded_blocks`), not prompt hits: one prefill instance with room for every
+/// prompt computes or finds every prompt block on its own GPU, so every hit is a GPU hit.
+/// (They went into the hit rates: `gpu_hit_rate` underflowed to 1.7 × 10¹⁷.)
+#[test]
+fn a_decode_instances_loads_from_the_store_are_not_prompt_hits() {
+    let (s, rows) = run(&parse(
+        r#"(seed: 5, cluster: (groups: [
+            (name: "p", count: 1, role: Prefill, model: "llama-3.1-8b-instruct", gpu: "H100"),
+            (name: "d", count: 3, role: Decode, model: "llama-3.1-8b-instruct", gpu: "H100", max_num_seqs: 1)],
+            kv_store: (blocks: 5000, latency_us: 200.0, write: WriteThrough)),
+          policies: (routing: "least_loaded"),
+          workload: (num_requests: 30, clients: [(rate_per_s: 100.0, input_tokens: Constant(129),
+            output_tokens: Constant(20), shared_prefix_tokens: 64, prefix_groups: 2)]))"#,
+    ));
+    assert_conserved(&s, &rows);
+    let st = s.kv.store.as_ref().unwrap();
+    assert!(
+        st.loaded_blocks > 0,
+        "decode instances loaded from the store: {st:?}"
+    );
+    assert!(s.kv.hit_blocks > 0);
+    assert_eq!(st.hit_rate, 0.0, "{st:?}");
+    assert_eq!(s.kv.gpu_hit_rate, s.kv.hit_rate, "{:?}", s.kv);
 }

@@ -224,3 +224,206 @@ fn a_pipelined_instance_with_a_tight_cache_does_not_livelock() {
     assert_eq!(s.requests.completed, s.requests.injected);
     assert!(s.preemptions < 10_000, "{} preemptions", s.preemptions);
 }
+
+/// A random combination of the features that reach into the instance pipeline from outside
+/// it: P/D pools, autoscaling, crashes and stragglers, degraded KV links, speculative
+/// decoding, multi-LoRA, CPU KV tiers, a shared KV store, sessions and timeouts — on vLLM's
+/// serving path (async scheduling), which holds back requests that reach an instance
+/// during a step.
+#[derive(Debug, Clone)]
+struct Mix {
+    disagg: bool,
+    count: u32,
+    decode_blocks: Option<u32>,
+    max_num_seqs: u32,
+    scaling: bool,
+    crash: Option<(bool, u32)>,
+    straggler: bool,
+    link_fault: bool,
+    speculative: Option<u32>,
+    lora: bool,
+    cpu_blocks: Option<u32>,
+    store: bool,
+    session: bool,
+    timeout_ms: Option<u32>,
+    input: (u32, u32),
+    output: u32,
+    rate: f64,
+    requests: u32,
+    seed: u64,
+}
+
+fn mix() -> impl Strategy<Value = Mix> {
+    (
+        (
+            any::<bool>(),
+            1u32..4,
+            prop::option::of(60u32..400),
+            prop::sample::select(vec![1u32, 4, 64]),
+            any::<bool>(),
+            prop::option::of((any::<bool>(), 0u32..3000)),
+            any::<bool>(),
+            any::<bool>(),
+        ),
+        (
+            prop::option::of(1u32..5),
+            any::<bool>(),
+            prop::option::of(10u32..600),
+            any::<bool>(),
+            any::<bool>(),
+            prop::option::of(100u32..4000),
+        ),
+        (
+            (16u32..2000, 0u32..3000),
+            1u32..300,
+            5.0f64..200.0,
+            1u32..120,
+            any::<u64>(),
+        ),
+    )
+        .prop_map(
+            |(
+                (disagg, count, decode_blocks, max_num_seqs, scaling, crash, straggler, link_fault),
+                (speculative, lora, cpu_blocks, store, session, timeout_ms),
+                ((i0, i1), output, rate, requests, seed),
+            )| Mix {
+                disagg,
+                count,
+                decode_blocks,
+                max_num_seqs,
+                scaling,
+                crash,
+                straggler,
+                link_fault,
+                speculative,
+                lora,
+                cpu_blocks,
+                store,
+                session,
+                timeout_ms,
+                input: (i0, i0 + i1),
+                output,
+                rate,
+                requests,
+                seed,
+            },
+        )
+}
+
+fn mixed_scenario(m: &Mix) -> String {
+    let group = |name: &str, role: &str, count: u32, blocks: Option<u32>, last: bool| {
+        let mut g = format!(
+            "(name: \"{name}\", count: {count}, model: \"llama-3.1-8b-instruct\", gpu: \"H100\", role: {role}, max_num_seqs: {},",
+            m.max_num_seqs
+        );
+        if let Some(b) = blocks {
+            g += &format!(" kv_blocks: {b},");
+        }
+        if let Some(b) = m.cpu_blocks {
+            g += &format!(" cpu_kv_blocks: {b},");
+        }
+        // Drafts are verified where requests decode; adapters only off the P/D pools.
+        if let (Some(k), true) = (m.speculative, role != "Prefill") {
+            g += &format!(
+                " speculative: (method: Ngram, num_speculative_tokens: {k}, acceptance: Rate(0.6)),"
+            );
+        }
+        if m.lora && role == "Mixed" {
+            g += " lora: (max_loras: 2, max_cpu_loras: 4, max_lora_rank: 16),";
+        }
+        if m.scaling && last {
+            g += " scaling: (min: 1, max: 4, provision_s: 0.5, warmup_s: 0.2, warmup_speed: 0.5, scale_down_cooldown_s: 1.0),";
+        }
+        g + ")"
+    };
+    let groups = if m.disagg {
+        format!(
+            "{}, {}",
+            group("p", "Prefill", 1, None, false),
+            group("d", "Decode", m.count, m.decode_blocks, true)
+        )
+    } else {
+        group("g", "Mixed", m.count, m.decode_blocks, true)
+    };
+    let store = if m.store {
+        "kv_store: (blocks: 5000, latency_us: 200.0, write: WriteThrough),"
+    } else {
+        ""
+    };
+    let autoscale = if m.scaling {
+        "autoscale: \"target_tracking\", autoscale_params: {\"target_in_flight\": 4.0, \"interval_s\": 0.5},"
+    } else {
+        ""
+    };
+    let mut faults = Vec::new();
+    if let Some((retry, at_ms)) = m.crash {
+        let policy = if retry {
+            "Retry(max_retries: 1, backoff_s: 0.01)"
+        } else {
+            "Fail"
+        };
+        faults.push(format!(
+            "crashes: [(instance: 0, at_s: {:?})], on_crash: {policy}, repair_s: 1.0",
+            f64::from(at_ms) / 1000.0
+        ));
+    }
+    if m.straggler {
+        faults.push("stragglers: [(instance: 0, from_s: 0.1, until_s: 1.5, slowdown: 5.0)]".into());
+    }
+    if m.link_fault && m.disagg {
+        faults.push("kv_links: [(instance: 0, from_s: 0.2, until_s: 0.8, bandwidth: 0.0)]".into());
+    }
+    let session = if m.session {
+        "session: (turns: Uniform(min: 1, max: 3), think_time_s: 0.05, accumulate: true),"
+    } else {
+        ""
+    };
+    let timeout = m
+        .timeout_ms
+        .map(|t| format!("timeout_s: {:?},", f64::from(t) / 1000.0))
+        .unwrap_or_default();
+    let (adapters, adapter) = if m.lora && !m.disagg {
+        ("adapters: (count: 6, rank: 16),", "adapter: Zipf(1.0),")
+    } else {
+        ("", "")
+    };
+    format!(
+        "(seed: {seed}, cluster: (groups: [{groups}], {store}),
+          policies: (routing: \"least_loaded\", {autoscale}),
+          faults: ({faults}),
+          workload: (num_requests: {req}, {adapters} clients: [
+            (rate_per_s: {rate:?}, input_tokens: Uniform(min: {i0}, max: {i1}),
+             output_tokens: Uniform(min: 1, max: {out}), shared_prefix_tokens: 64, prefix_groups: 2,
+             {session} {timeout} {adapter})]))",
+        seed = m.seed,
+        faults = faults.join(", "),
+        req = m.requests,
+        rate = m.rate,
+        i0 = m.input.0,
+        i1 = m.input.1,
+        out = m.output,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, rng_seed: proptest::test_runner::RngSeed::Fixed(2026), ..ProptestConfig::default() })]
+
+    /// Every combination is valid (a scenario the checks refuse fails the case) and keeps
+    /// every invariant; no request is left in the system when the last event has run.
+    #[test]
+    fn random_feature_combinations_keep_every_invariant(m in mix()) {
+        let (s, rows) = run(&parse(&mixed_scenario(&m)));
+        let r = &s.requests;
+        prop_assert_eq!(r.queued + r.running + r.in_transit, 0, "no horizon: everything ends");
+        prop_assert!(rows.iter().all(|row| ["completed", "dropped", "timed_out", "rejected", "failed"].contains(&row.str("state"))));
+        for row in rows.iter().filter(|row| row.str("state") == "completed") {
+            prop_assert_eq!(row.u64("generated_tokens"), row.u64("output_tokens"));
+        }
+        // Prompt hits by tier add up to the hit rate.
+        let kv = &s.kv;
+        let store = kv.store.as_ref().map_or(0.0, |t| t.hit_rate);
+        let rates = [kv.hit_rate, kv.gpu_hit_rate, kv.cpu_hit_rate, store];
+        prop_assert!(rates.iter().all(|r| (0.0..=1.0).contains(r)), "{:?}", kv);
+        prop_assert!((kv.gpu_hit_rate + kv.cpu_hit_rate + store - kv.hit_rate).abs() < 1e-9, "{:?}", kv);
+    }
+}

@@ -141,6 +141,34 @@ fn a_horizon_stops_the_run_and_leaves_requests_in_their_buckets() {
             .filter(|r| r.str("state") == "completed")
             .all(|r| r.u64("completion_us") <= 2_000_000)
     );
+    let left = s.requests.queued + s.requests.running;
+    assert!(
+        s.warnings.contains(&format!(
+            "{left} requests were still in the system when the run stopped (horizon)"
+        )),
+        "{:?}",
+        s.warnings
+    );
+    // Finished by its caller after 50 ticks, before its horizon: said so, not "horizon".
+    // (With invariant checks each call is one tick.)
+    let options = servesim::RunOptions {
+        check_invariants: true,
+        ..Default::default()
+    };
+    let mut sim = servesim::Simulation::new(&sc, options).unwrap();
+    for _ in 0..50 {
+        assert!(sim.tick());
+    }
+    let early = sim.finish().unwrap();
+    assert!(early.sim_duration_s < 2.0);
+    let left = early.requests.queued + early.requests.running;
+    assert!(
+        early.warnings.contains(&format!(
+            "{left} requests were still in the system when the run was finished before its end"
+        )),
+        "{:?}",
+        early.warnings
+    );
 }
 
 #[test]
