@@ -295,6 +295,14 @@ fn crash(world: &mut World, i: u32, now: SimTime) {
     let lost = take_down(world, i);
     if autoscaled {
         crate::autoscale::crash_off(world, i, now);
+        // Requests parked for the cold start it was (or for another) would wait for an
+        // arrival to ask again, and with none to come, for ever: ask now.
+        if world
+            .get_resource::<crate::engine::Parked>()
+            .is_some_and(|p| !p.requests.is_empty())
+        {
+            world.resource_mut::<crate::engine::ScaleDue>().cold_start = true;
+        }
     }
     mark(world, e, i, true);
     world.resource_scope(|world, mut c: Mut<Crashes>| {
