@@ -141,14 +141,13 @@ fn a_horizon_stops_the_run_and_leaves_requests_in_their_buckets() {
             .filter(|r| r.str("state") == "completed")
             .all(|r| r.u64("completion_us") <= 2_000_000)
     );
-    let left = s.requests.queued + s.requests.running;
-    assert!(
-        s.warnings.contains(&format!(
-            "{left} requests were still in the system when the run stopped (horizon)"
-        )),
-        "{:?}",
-        s.warnings
-    );
+    // The warning names what stopped the run with requests left.
+    let says = |s: &servesim::metrics::Summary, why: &str| {
+        let left = s.requests.queued + s.requests.running;
+        let want = format!("{left} requests were still in the system when {why}");
+        assert!(s.warnings.contains(&want), "{want:?} in {:?}", s.warnings);
+    };
+    says(&s, "the run stopped (horizon)");
     // Finished by its caller after 50 ticks, before its horizon: said so, not "horizon".
     // (With invariant checks each call is one tick.)
     let options = servesim::RunOptions {
@@ -161,14 +160,7 @@ fn a_horizon_stops_the_run_and_leaves_requests_in_their_buckets() {
     }
     let early = sim.finish().unwrap();
     assert!(early.sim_duration_s < 2.0);
-    let left = early.requests.queued + early.requests.running;
-    assert!(
-        early.warnings.contains(&format!(
-            "{left} requests were still in the system when the run was finished before its end"
-        )),
-        "{:?}",
-        early.warnings
-    );
+    says(&early, "the run was finished before its end");
 }
 
 #[test]
