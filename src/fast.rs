@@ -60,9 +60,10 @@ fn covered_systems() -> Vec<std::any::TypeId> {
 
 /// Takes the built [`SimStepFast`] schedule out of `app` when it may stand in for
 /// `schedule`: when every system of SimStep is one SimStepFast runs or covers (not a user's,
-/// nor P/D's Transfer stage, which must run between a step's end and the next batch). Sets [`FastLoop`]: fast ticks may run on by themselves unless every tick
-/// must be seen (invariant checks, KV events), and ticks of arrivals run
-/// SimStepFast unless a routed request may have to wait for a cold start.
+/// nor P/D's Transfer stage, which must run between a step's end and the next batch). Sets
+/// [`FastLoop`]: fast ticks may run on by themselves unless every tick must be seen
+/// (invariant checks, KV events), and ticks of arrivals run SimStepFast unless a routed
+/// request may have to wait for a cold start.
 pub fn take_fast_schedule(app: &mut App, schedule: &Schedule) -> Option<Schedule> {
     use bevy_ecs::schedule::Schedules;
     let fast = app

@@ -178,11 +178,12 @@ pub struct TransferStats {
 }
 
 /// Prefill/decode disaggregation: [`transfer_kv`] in [`SimSystems::Transfer`] of SimStep
-/// (hand-offs happen at step ends; such a run takes SimStep on every tick), added by [`schedule_transfers`] when the
-/// cluster has decode instances (a run checking for work it cannot have would pay for it on
-/// every tick). Empties `TransferDue` and `InstanceDue::handoffs`; fills `InstanceDue::batch` and, for requests no decode
-/// instance can hold, `RecordDue`. Owns [`Disagg`] and
-/// [`ActiveDecodeRouting`], which its setup builds.
+/// (hand-offs happen at step ends; such a run takes SimStep on every tick), added by
+/// [`schedule_transfers`] when the cluster has decode instances (a run checking for work it
+/// cannot have would pay for it on every tick). Empties `TransferDue` and
+/// `InstanceDue::handoffs`; fills `InstanceDue::batch` and, for requests no decode instance
+/// can hold, `RecordDue`. Owns [`Disagg`] and [`ActiveDecodeRouting`], which its setup
+/// builds.
 pub struct DisaggPlugin;
 
 impl bevy_app::Plugin for DisaggPlugin {
