@@ -7,7 +7,8 @@
 //! ends its stay: TTFT is stamped there, as vLLM P/D reports it. At that step's end
 //! [`transfer_kv`]:
 //! 1. picks a decode instance with `policies.decode_routing` (any routing policy, over the
-//!    routable `Decode` instances);
+//!    routable `Decode` instances that could ever hold the request: `max_model_len` and cache
+//!    size may differ between decode groups); when none could, the request is dropped;
 //! 2. queues the request there; in hand-off order, each reserves its prompt's blocks on the
 //!    decode instance (prefix hits there need not be sent, as vLLM's NIXL connector reads
 //!    only the blocks the decode side lacks). No room: it waits, head of line, and the wait
@@ -413,41 +414,24 @@ pub fn transfer_kv(
     let block_size = cached.block_size.max(1);
     let mut ready = ready.drain(..);
     while let Some((p, h)) = ready.next() {
+        // The decode instances that could ever hold the request (groups may differ in
+        // `max_model_len` and cache size); only those are candidates.
+        let mut any_holds = false;
         decode_view.clear();
-        decode_view.extend(view.instances.iter().map(|s| InstanceSnapshot {
-            routable: s.routable && x.role(s.index) == Role::Decode,
-            ..*s
-        }));
-        let rv = RouterView {
-            instances: &decode_view,
-            probe: &*cached,
-            block_size,
-            adapters: &[],
-        };
-        let Some(d) = routing.0.choose(&h.seq.spec, now, &rv) else {
-            // No decode instance is routable: this and every later hand-off of this pass go
-            // back to their prefill instance, in order, until one is.
-            let mut back: Vec<(u32, Handoff)> = vec![(p, h)];
-            back.extend(ready.by_ref());
-            for (p, h) in back.into_iter().rev() {
-                let (mut sched, ..) = instances
-                    .get_mut(index.0[p as usize])
+        decode_view.extend(view.instances.iter().map(|s| {
+            let holds = x.role(s.index) == Role::Decode && {
+                let (_, kv, _, limits, _) = instances
+                    .get(index.0[s.index as usize])
                     .expect("instance entity exists for the whole run");
-                sched.outbound -= 1;
-                sched.handoff.insert(0, h);
-                if !x.unrouted.contains(&p) {
-                    x.unrouted.push(p);
-                }
+                crate::instance::servable(&h.seq.spec, kv, limits)
+            };
+            any_holds |= holds;
+            InstanceSnapshot {
+                routable: s.routable && holds,
+                ..*s
             }
-            break;
-        };
-        let servable = {
-            let (_, kv, _, limits, _) = instances
-                .get(index.0[d as usize])
-                .expect("instance entity exists for the whole run");
-            crate::instance::servable(&h.seq.spec, kv, limits)
-        };
-        if !servable {
+        }));
+        if !any_holds {
             let (mut sched, mut kv, ..) = instances
                 .get_mut(index.0[p as usize])
                 .expect("instance entity exists for the whole run");
@@ -463,6 +447,29 @@ pub fn transfer_kv(
             refresh_view(&mut view, p, &sched, &kv);
             continue;
         }
+        let rv = RouterView {
+            instances: &decode_view,
+            probe: &*cached,
+            block_size,
+            adapters: &[],
+        };
+        let Some(d) = routing.0.choose(&h.seq.spec, now, &rv) else {
+            // No decode instance that could hold it is routable: this and every later
+            // hand-off of this pass go back to their prefill instance, in order, until one is.
+            let mut back: Vec<(u32, Handoff)> = vec![(p, h)];
+            back.extend(ready.by_ref());
+            for (p, h) in back.into_iter().rev() {
+                let (mut sched, ..) = instances
+                    .get_mut(index.0[p as usize])
+                    .expect("instance entity exists for the whole run");
+                sched.outbound -= 1;
+                sched.handoff.insert(0, h);
+                if !x.unrouted.contains(&p) {
+                    x.unrouted.push(p);
+                }
+            }
+            break;
+        };
         if let Ok(mut a) = assigned.get_mut(h.seq.entity) {
             a.0 = d;
         }

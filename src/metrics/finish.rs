@@ -152,7 +152,7 @@ pub fn diagnose(s: &Summary, largest: LargestCache, stopped: Stopped) -> Vec<Str
     }
     if after_prefill > 0 {
         w.push(format!(
-            "{} of {} requests were dropped as unservable after their prefill: prompt + output exceeds what any decode instance's KV cache can hold (the largest decode cache holds {}); give the decode pool more KV blocks",
+            "{} of {} requests were dropped as unservable after their prefill: prompt + output exceeds, on every decode instance, max_model_len or what its KV cache can hold (the largest decode cache holds {}); give the decode pool more KV blocks or a longer max_model_len",
             after_prefill,
             r.injected,
             holds(largest.decode.unwrap_or((0, 16)))

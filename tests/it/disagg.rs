@@ -536,6 +536,75 @@ fn requests_no_decode_instance_can_hold_are_blamed_on_the_decode_pool() {
     );
 }
 
+/// Decode groups may differ in `max_model_len` and cache size: a request one of them can never
+/// hold goes to another that can, whatever the decode routing would pick; only what no decode
+/// instance holds is dropped.
+#[test]
+fn a_decode_group_that_cannot_hold_a_request_is_passed_over_not_dropped_at() {
+    // Decode instances 1 (group "decode") and 2 (group "short", 1,000 blocks and
+    // `max_model_len`); round robin alternates 1, 2, 1, 2 while both are candidates.
+    let with_short = |text: String, max_model_len: u32| {
+        let short = format!(
+            "(name: \"short\", count: 1, role: Decode, model: \"llama-3.1-8b-instruct\",
+              kv_blocks: 1000, max_model_len: {max_model_len},
+              latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 1.0, 10.0]))"
+        );
+        text.replacen(")] ", &format!("), {short}] "), 1).replacen(
+            "(seed: 3,",
+            "(seed: 3, policies: (decode_routing: \"round_robin\"),",
+            1,
+        )
+    };
+    let on = |rows: &[crate::common::Row], i: &str| {
+        rows.iter()
+            .filter(|r| r.str("decode_instance") == i)
+            .count()
+    };
+    // "decode" has 1,000 blocks, "short" max_model_len 170. 100 + 40 = 140 tokens: both
+    // hold these.
+    let (s, rows, _dir) = run_keeping(&parse(&with_short(
+        pd(1, 1, "", &all_at_zero(4, 100, 40)),
+        170,
+    )));
+    assert_eq!(s.requests.completed, 4, "{:?}", s.warnings);
+    assert_eq!(
+        (on(&rows, "1"), on(&rows, "2")),
+        (2, 2),
+        "round robin over both"
+    );
+    // 160 + 40 = 200 tokens, above "short"'s max_model_len: all go to "decode".
+    let (s, rows, _dir) = run_keeping(&parse(&with_short(
+        pd(1, 1, "", &all_at_zero(4, 160, 40)),
+        170,
+    )));
+    assert_eq!(
+        (s.requests.completed, s.requests.dropped),
+        (4, 0),
+        "{:?}",
+        s.warnings
+    );
+    assert_eq!(on(&rows, "1"), 4);
+    // "decode" now holds 12 blocks (192 tokens), "short" max_model_len 300. 160 + 40 − 1 = 199
+    // tokens need 13 blocks: all go to "short". 280 + 40 = 320 tokens: neither, so dropped
+    // after their prefill and blamed on the decode pool.
+    let two_lengths = "(clients: [(arrival: AllAtZero(count: 4), input_tokens: Constant(160), output_tokens: Constant(40)),
+        (arrival: AllAtZero(count: 2), input_tokens: Constant(280), output_tokens: Constant(40))])";
+    let text = with_short(with_decode_blocks(&pd(1, 1, "", two_lengths), 12), 300);
+    let (s, rows, _dir) = run_keeping(&parse(&text));
+    assert_eq!(
+        (s.requests.completed, s.requests.dropped),
+        (4, 2),
+        "{:?}",
+        s.warnings
+    );
+    assert_eq!(on(&rows, "2"), 4);
+    let w = s.warnings.join("\n");
+    assert!(
+        w.contains("2 of 6 requests were dropped as unservable after their prefill"),
+        "{w}"
+    );
+}
+
 /// Issue 30, class 5: a model named by a unique prefix or in another case is the same model
 /// wherever a full name is accepted — here the P/D check that both pools serve one model.
 #[test]
