@@ -98,9 +98,27 @@ fn parse_in(
         // RON may point at the whitespace before the offending token; point at the token.
         let mut offset = map.offset_of(&text, e.span.start.line, e.span.start.col);
         offset += text[offset..].len() - text[offset..].trim_start().len();
+        // `max_num_seqs: 12.5`: RON reads the integer 12 and then stops at the `.`.
+        let decimal = decimal_for_integer(&text, offset, &e.code);
+        if let Some((start, _)) = decimal {
+            offset = start;
+        }
         let (line, col) = map.line_col(&text, offset);
         let path = map.path_at(offset).unwrap_or("").to_string();
-        let (message, mut hint) = validate::explain_ron_error(&e.code, &path);
+        let (mut message, mut hint) = validate::explain_ron_error(&e.code, &path);
+        if let Some((_, number)) = decimal {
+            message = format!("expected a whole number, found {number}");
+            let v: f64 = number.parse().unwrap_or(0.0);
+            hint = Some(if v.fract() == 0.0 && v.abs() < 1e15 {
+                format!("this field takes an integer: write {v:.0}")
+            } else {
+                format!(
+                    "this field takes an integer, such as {:.0} or {:.0}",
+                    v.floor(),
+                    v.ceil()
+                )
+            });
+        }
         // A value given by --set without its quotes.
         if let Some((_, value)) = overrides.iter().find(|(p, _)| *p == path)
             && matches!(
@@ -134,4 +152,33 @@ fn parse_in(
     }
     problems.sort_by_key(|p| p.location.unwrap_or((usize::MAX, 0)));
     Err(ScenarioError { file, problems })
+}
+
+/// The number with a fraction or exponent RON stopped in when it wanted an integer (`50.0`
+/// reads as the integer 50 and fails at the `.`; `1e3` fails at the `e`): its start and text.
+fn decimal_for_integer<'t>(
+    text: &'t str,
+    offset: usize,
+    code: &ron::Error,
+) -> Option<(usize, &'t str)> {
+    if !matches!(
+        code,
+        ron::Error::ExpectedComma
+            | ron::Error::ExpectedStructLikeEnd
+            | ron::Error::ExpectedArrayEnd
+            | ron::Error::ExpectedMapEnd
+            | ron::Error::TrailingCharacters
+            | ron::Error::InvalidIntegerDigit { .. }
+    ) {
+        return None;
+    }
+    let (before, after) = text.split_at(offset);
+    let start = before.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    let start = start - usize::from(before[..start].ends_with(['-', '+']));
+    let end = offset
+        + after
+            .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '+')))
+            .unwrap_or(after.len());
+    let number = &text[start..end];
+    (number.contains(['.', 'e', 'E']) && number.parse::<f64>().is_ok()).then_some((start, number))
 }

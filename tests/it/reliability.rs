@@ -1182,6 +1182,43 @@ fn a_zero_size_beside_a_model_and_gpu_is_a_problem_not_a_panic() {
     );
 }
 
+/// A decimal where a whole number belongs (`routing_latency_us: 50.0`) read as the integer 50
+/// followed by junk: "Expected comma" with no word of numbers. Now the error names the
+/// number, points at it, and the hint gives the integer to write.
+#[test]
+fn a_decimal_in_an_integer_field_is_named_and_located() {
+    let scenario = |field: &str| {
+        format!(
+            r#"(policies: ({field}),
+   cluster: (groups: [(kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1.0, 1.0, 1.0]))]),
+   workload: (num_requests: 1, clients: [(rate_per_s: 1.0, input_tokens: Constant(8), output_tokens: Constant(8))]))"#
+        )
+    };
+    for (field, said) in [
+        (
+            "routing_latency_us: 50.0",
+            "bad.ron:1:33: policies.routing_latency_us: expected a whole number, found 50.0\n    \
+             hint: this field takes an integer: write 50",
+        ),
+        (
+            "admission_latency_us: 1e3",
+            "bad.ron:1:35: policies.admission_latency_us: expected a whole number, found 1e3\n    \
+             hint: this field takes an integer: write 1000",
+        ),
+        (
+            "routing_latency_us: 12.5, routing: \"random\"",
+            "bad.ron:1:33: policies.routing_latency_us: expected a whole number, found 12.5\n    \
+             hint: this field takes an integer, such as 12 or 13",
+        ),
+    ] {
+        let err = crate::common::invalid(&scenario(field));
+        assert!(err.contains(said), "{field}: {err}");
+    }
+    // A float field keeps its own message, and a decimal elsewhere is not mistaken for one.
+    let err = crate::common::invalid(&scenario("routing: 1.5"));
+    assert!(!err.contains("whole number"), "{err}");
+}
+
 /// A stderr that cannot be written (`2>/dev/full`) made `eprintln!` panic: exit 101 after a
 /// run that had succeeded. Diagnostics that cannot be written are dropped; the exit status
 /// still tells success (0, results written) from bad input (2).
