@@ -75,7 +75,11 @@ pub fn evaluate_scaling(
 ) {
     let now = clock.now;
     let scaler = &mut *scaler;
+    let mut cold = std::mem::take(&mut due.cold_start);
     if std::mem::take(&mut due.evaluate) {
+        // A scale-down may cancel the instance parked requests wait for (`scheduled` to 0):
+        // then a cold start serves them, as when they were parked.
+        cold = true;
         // The groups due now (each has its own schedule: its interval or the policy's).
         let due_groups: Vec<usize> = (0..scaler.groups.len())
             .filter(|&g| scaler.groups[g].next_eval.is_some_and(|t| t <= now))
@@ -116,7 +120,7 @@ pub fn evaluate_scaling(
             }
         }
     }
-    if std::mem::take(&mut due.cold_start) && !parked.requests.is_empty() {
+    if cold && !parked.requests.is_empty() {
         cold_start(now, scaler, &index, &mut view, &mut queue, &mut instances);
     }
     finish_drains(now, &index, scaler, &view, &mut instances, &groups);

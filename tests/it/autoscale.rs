@@ -189,6 +189,43 @@ fn a_drain_finishes_every_request_on_the_instance_and_takes_no_new_ones() {
     assert!((s.cost.per_million_output_tokens.unwrap() - g.cost / mtok).abs() < 1e-9);
 }
 
+/// A scale-down that cancels the instance parked requests wait for (the schedule asks for
+/// none at 0.5 s, while the one it started at 0 provisions) left them parked for ever: the
+/// run ended with them "in transit" and the "servesim bug" warning (and, with MTBF crashes
+/// drawing on, never ended). As when they were parked, a cold start now serves them.
+#[test]
+fn a_schedule_that_cancels_what_parked_requests_wait_for_gives_them_a_cold_start() {
+    // Provisioning 1 s, no load: the schedule's instance (t = 0) would serve from 1 s; it
+    // is cancelled at 0.5 s and the cold start then serves from 1.5 s. Four requests
+    // (8 tokens, 2 steps of 1 ms) arrive at 0.1 s, 0.2 s, ...
+    let (s, rows, events) = run(&format!(
+        "(cluster: (groups: [(name: \"g\", count: 0, kv_blocks: 1000, {ONE_MS},
+            scaling: (min: 0, max: 1, provision_s: 1.0, load_s: 0.0))]),
+          policies: (autoscale: \"scheduled\", autoscale_params: {{\"0\": 1, \"0.5\": 0}}),
+          workload: (num_requests: 4, clients: [(rate_per_s: 10.0, arrival: Constant,
+            input_tokens: Constant(8), output_tokens: Constant(2))]))"
+    ));
+    assert_eq!(s.requests.completed, 4, "{:?}", s.warnings);
+    let t: Vec<(u64, String)> = timeline(&events).into_iter().map(|e| (e.0, e.2)).collect();
+    let at = |us: u64, what: &str| (us, what.to_string());
+    assert_eq!(
+        t,
+        [
+            at(0, "provisioning"),
+            at(500_000, "cancelled"),
+            at(500_000, "provisioning"),
+            at(1_500_000, "loading"),
+            at(1_500_000, "serving"),
+        ]
+    );
+    assert_eq!(events[2].str("reason"), "cold_start");
+    // Each request's first token: the 1.5 s start + its prefill step (1 ms) at the latest.
+    for r in &rows {
+        let first = r.u64("arrival_us") + r.us("ttft_ms");
+        assert!((1_500_000..=1_504_000).contains(&first), "{first}");
+    }
+}
+
 #[test]
 fn cooldowns_space_the_scale_ups() {
     // A queue that never drains (one long request per instance slot, max_num_seqs 1) keeps
