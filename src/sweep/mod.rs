@@ -266,6 +266,7 @@ impl Plan {
         let mut varied: BTreeMap<&str, &str> = BTreeMap::new();
         for axis in &self.axes {
             for path in split_top(&axis.path) {
+                inert(path.trim())?;
                 if let Some(first) = varied.insert(path, &axis.path) {
                     return Err(format!(
                         "--vary {path} is given twice (in --vary {first}=… and --vary {}=…): \
@@ -664,3 +665,23 @@ mod tests;
 
 pub use merge::{Part, merge};
 pub use table::table;
+
+/// A field no run of a sweep reads: varying it would give points that are all alike.
+fn inert(path: &str) -> Result<(), String> {
+    if path == "outputs.dir" {
+        return Err(
+            "--vary outputs.dir: a sweep writes no run there (sweep.csv and sweep.json go to \
+             --out, each point's files to OUT/point-NNNN with --keep-outputs), so every point \
+             would be alike"
+                .into(),
+        );
+    }
+    if path == "plan" || path.starts_with("plan.") {
+        return Err(format!(
+            "--vary {path}: the plan block is read by `servesim plan` only, never by a run, so \
+             every point would be alike; vary the group's own fields instead \
+             (--vary 'cluster.groups[0].tp=[1,2]')"
+        ));
+    }
+    Ok(())
+}

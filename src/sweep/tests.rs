@@ -222,6 +222,35 @@ fn a_field_varied_twice_or_both_varied_and_set_is_refused() {
     );
 }
 
+/// `--vary outputs.dir=["a","b"]` ran two identical points and wrote nothing to a or b;
+/// `--vary plan.tp=…` two identical points too: refused, saying why.
+#[test]
+fn a_field_no_run_reads_is_not_varied() {
+    let err = plan(&[("outputs.dir", &["\"a\"", "\"b\""])], 1, (0, 1))
+        .check_paths()
+        .unwrap_err();
+    assert!(
+        err.starts_with("--vary outputs.dir: a sweep writes no run there"),
+        "{err}"
+    );
+    let err = plan(&[("seed, plan.tp", &["(1, [1])", "(2, [2])"])], 1, (0, 1))
+        .check_paths()
+        .unwrap_err();
+    assert!(
+        err.starts_with("--vary plan.tp: the plan block is read by `servesim plan` only"),
+        "{err}"
+    );
+    // Other outputs fields change what each kept point writes; names that only start alike
+    // are other fields.
+    for path in ["outputs.report_html", "planet", "outputs.dirs"] {
+        assert_eq!(
+            plan(&[(path, &["1"])], 1, (0, 1)).check_paths(),
+            Ok(()),
+            "{path}"
+        );
+    }
+}
+
 #[test]
 fn varied_seeds_closer_than_the_replicas_are_refused() {
     // Replica r runs seed + r: seeds 1 and 2 with two replicas both run seed 2.
