@@ -226,6 +226,10 @@ impl InTransit for Query<'_, '_, (&RequestSpec, &mut Lifecycle)> {
 
 /// Abandons the requests whose client timeout fires now: wherever they are, they leave
 /// with state `timed_out`, releasing their KV blocks (INV-1 bucket `timed_out`).
+#[expect(
+    clippy::too_many_arguments,
+    reason = "a system's parameters are its signature"
+)]
 pub fn expire_requests(
     mut due: ResMut<EnqueueDue>,
     mut record: ResMut<RecordDue>,
@@ -234,8 +238,10 @@ pub fn expire_requests(
     mut view: ResMut<ClusterView>,
     requests: Query<(&RequestSpec, &Lifecycle, Option<&AssignedTo>)>,
     mut instances: Query<(&mut Scheduler, &mut KvCache)>,
+    parked: Option<ResMut<crate::engine::Parked>>,
 ) {
     let mut work = std::mem::take(&mut due.timeouts);
+    let mut unassigned = false;
     for &entity in &work {
         let Ok((spec, lifecycle, assigned)) = requests.get(entity) else {
             continue; // already finished
@@ -244,6 +250,7 @@ pub fn expire_requests(
             continue; // ended this very tick
         }
         let Some(&AssignedTo(i)) = assigned else {
+            unassigned = true;
             record.0.push(FinishedRequest::unserved(
                 entity,
                 spec.clone(),
@@ -323,6 +330,11 @@ pub fn expire_requests(
         sched.counters.timed_out += 1;
         record.0.push(ended);
         refresh_view(&mut view, i, sched, &kv);
+    }
+    // Requests parked for a cold start leave the list (it holds the live ones: the run is
+    // over when it is empty, and autoscaling counts it).
+    if let Some(mut parked) = parked.filter(|p| unassigned && !p.requests.is_empty()) {
+        parked.requests.retain(|e| !work.contains(e));
     }
     work.clear();
     due.timeouts = work;

@@ -226,6 +226,32 @@ fn a_schedule_that_cancels_what_parked_requests_wait_for_gives_them_a_cold_start
     }
 }
 
+/// A parked request whose client timed out stayed on the parked list: the run could not end
+/// while it was there (nothing left means nothing parked) and autoscaling counted it as
+/// waiting, evaluating on; with MTBF crashes keeping every cold start from serving, such a run
+/// never ended (found by random feature combinations). Timed out, it leaves the list.
+#[test]
+fn parked_requests_that_time_out_leave_the_parked_list_and_the_run_ends() {
+    // Three requests at 0.1, 0.2, 0.3 s with a 0.5 s timeout; the cold start at 0.1 s takes
+    // 10 s: each times out parked, the last at 0.8 s, and the run ends there.
+    let (s, rows, events) = run(&format!(
+        "(cluster: (groups: [(name: \"g\", count: 0, kv_blocks: 1000, {ONE_MS},
+            scaling: (min: 0, max: 2, provision_s: 10.0, load_s: 0.0))]),
+          policies: (autoscale: \"threshold\", autoscale_params: {{\"queue_high\": 4.0, \"interval_s\": 1.0}}),
+          workload: (num_requests: 3, clients: [(rate_per_s: 10.0, arrival: Constant,
+            input_tokens: Constant(8), output_tokens: Constant(2), timeout_s: 0.5)]))"
+    ));
+    assert_eq!(s.requests.timed_out, 3);
+    assert!(rows.iter().all(|r| r.str("state") == "timed_out"));
+    assert!(
+        (s.sim_duration_s - 0.8).abs() < 1e-9,
+        "{}",
+        s.sim_duration_s
+    );
+    let t: Vec<(u64, String)> = timeline(&events).into_iter().map(|e| (e.0, e.2)).collect();
+    assert_eq!(t, [(100_000, "provisioning".to_string())]);
+}
+
 #[test]
 fn cooldowns_space_the_scale_ups() {
     // A queue that never drains (one long request per instance slot, max_num_seqs 1) keeps
