@@ -61,6 +61,17 @@ impl Estimate {
         }
     }
 
+    /// The interval cut to the range the quantity can take (a rate is never negative, a
+    /// share never above 1): a t interval over few seeds is wide (12.7 standard errors
+    /// either side with two) and would otherwise reach past it.
+    pub fn within(self, min: f64, max: f64) -> Estimate {
+        Estimate {
+            low: self.low.map(|l| l.clamp(min, max)),
+            high: self.high.map(|h| h.clamp(min, max)),
+            ..self
+        }
+    }
+
     /// `mean` or `mean [low, high]` with `digits` decimals.
     pub fn show(&self, digits: usize) -> String {
         match (self.low, self.high) {
@@ -73,6 +84,18 @@ impl Estimate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_interval_is_cut_to_what_the_quantity_can_take() {
+        // mean 1.5, sample sd 0.7071, n 2: half-width 12.706 × 0.5 = 6.353.
+        let e = Estimate::of(&[1.0, 2.0]);
+        assert!((e.low.unwrap() + 4.853).abs() < 1e-9, "{e:?}");
+        let cut = e.clone().within(0.0, f64::INFINITY);
+        assert_eq!((cut.low, cut.mean), (Some(0.0), 1.5));
+        assert!((cut.high.unwrap() - 7.853).abs() < 1e-9);
+        let share = e.within(0.0, 1.0);
+        assert_eq!((share.low, share.high), (Some(0.0), Some(1.0)));
+    }
 
     #[test]
     fn the_interval_of_three_values_is_the_t_interval_by_hand() {

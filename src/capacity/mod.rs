@@ -529,15 +529,15 @@ pub fn search(
             .collect();
         limits.push(Limit {
             overloaded_completed_per_s: if k == 0 {
-                overloaded.as_deref().map(Estimate::of)
+                overloaded.as_deref().map(rate)
             } else {
                 None
             },
             criterion,
             holds_when,
             at_least: scale_per_seed.contains(&Some(MAX_SCALE)),
-            scale: all.as_deref().map(Estimate::of),
-            requests_per_s: rates.as_deref().map(Estimate::of),
+            scale: all.as_deref().map(rate),
+            requests_per_s: rates.as_deref().map(rate),
             scale_per_seed,
         });
     }
@@ -574,6 +574,11 @@ pub fn search(
         warnings,
         groups: Vec::new(),
     })
+}
+
+/// A multiple or rate over seeds: never negative.
+fn rate(values: &[f64]) -> Estimate {
+    Estimate::of(values).within(0.0, f64::INFINITY)
 }
 
 #[cfg(test)]

@@ -613,7 +613,7 @@ impl Ctx<'_> {
                     if v.is_empty() {
                         Estimate::of(&[f64::NAN])
                     } else {
-                        Estimate::of(&v)
+                        Estimate::of(&v).within(0.0, 1.0)
                     }
                 })
                 .collect(),
