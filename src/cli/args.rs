@@ -192,9 +192,22 @@ pub(crate) fn parse_overrides(
                 "--set {s}: expected PATH=VALUE, e.g. --set cluster.groups[0].count=4"
             ));
         };
-        out.push((path.trim().to_string(), value.trim().to_string()));
+        let (path, value) = (path.trim(), value.trim());
+        // Only the last would count: a mistake as likely as not.
+        if let Some((_, first)) = out.iter().find(|(p, _)| p == path) {
+            return Err(format!(
+                "--set {path} is given twice (={first} and ={value}): only the last would \
+                 count; give it once"
+            ));
+        }
+        out.push((path.to_string(), value.to_string()));
     }
     if let Some(seed) = seed {
+        if let Some((_, first)) = out.iter().find(|(p, _)| p == "seed") {
+            return Err(format!(
+                "the seed is given twice (--set seed={first} and --seed {seed}): give it once"
+            ));
+        }
         out.push(("seed".into(), seed.to_string()));
     }
     Ok(out)

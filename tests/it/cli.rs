@@ -122,6 +122,39 @@ fn a_missing_file_and_a_bad_override_are_input_errors() {
     );
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--set  =3: expected PATH=VALUE"));
+    // A path set twice (only the last would count), or the seed by --set and --seed.
+    let out = servesim(
+        &[
+            "run",
+            "scenarios/quickstart.ron",
+            "--set",
+            "cluster.groups[0].count=2",
+            "--set",
+            " cluster.groups[0].count = 4",
+        ],
+        &root(),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("--set cluster.groups[0].count is given twice (=2 and =4)")
+    );
+    let out = servesim(
+        &[
+            "run",
+            "scenarios/quickstart.ron",
+            "--set",
+            "seed=3",
+            "--seed",
+            "5",
+        ],
+        &root(),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("the seed is given twice (--set seed=3 and --seed 5)")
+    );
     let out = servesim(
         &[
             "validate",
