@@ -18,6 +18,10 @@ use crate::setup::{RunError, SetupCtx, SetupError, SimError};
 pub struct LargestCache {
     pub routed: (u32, u32),
     pub decode: Option<(u32, u32)>,
+    /// The longest `max_model_len` of those instances and of the decode pool (`None`: some
+    /// group has no limit).
+    pub routed_len: Option<u32>,
+    pub decode_len: Option<u32>,
 }
 
 impl Default for LargestCache {
@@ -25,6 +29,8 @@ impl Default for LargestCache {
         LargestCache {
             routed: (0, 16),
             decode: None,
+            routed_len: None,
+            decode_len: None,
         }
     }
 }
@@ -32,14 +38,23 @@ impl Default for LargestCache {
 impl LargestCache {
     /// Of the groups that may have instances (autoscaled ones at their max).
     pub fn of(ctx: &SetupCtx<'_>) -> Self {
-        let largest = |decode: bool| {
+        let pool = |decode: bool| {
             ctx.scenario
                 .cluster
                 .groups
                 .iter()
                 .zip(ctx.resolved)
                 .filter(|(g, _)| g.scaling.as_ref().map_or(g.count, |s| s.max) > 0)
-                .filter(|(g, _)| (g.role == crate::scenario::Role::Decode) == decode)
+                .filter(move |(g, _)| (g.role == crate::scenario::Role::Decode) == decode)
+        };
+        let longest = |decode: bool| {
+            pool(decode)
+                .map(|(_, r)| r.max_model_len)
+                .reduce(|a, b| a.zip(b).map(|(a, b)| a.max(b)))
+                .flatten()
+        };
+        let largest = |decode: bool| {
+            pool(decode)
                 .map(|(g, r)| (r.kv_blocks, g.block_size))
                 .reduce(|best, c| {
                     if u64::from(c.0) * u64::from(c.1) > u64::from(best.0) * u64::from(best.1) {
@@ -52,6 +67,8 @@ impl LargestCache {
         LargestCache {
             routed: largest(false).unwrap_or((0, 16)),
             decode: largest(true),
+            routed_len: longest(false),
+            decode_len: longest(true),
         }
     }
 }
@@ -133,10 +150,12 @@ pub enum Stopped {
 pub fn diagnose(s: &Summary, largest: LargestCache, stopped: Stopped) -> Vec<String> {
     let r = &s.requests;
     let mut w = Vec::new();
-    let holds = |(blocks, size): (u32, u32)| {
+    let holds = |(blocks, size): (u32, u32), len: Option<u32>| {
         format!(
-            "{blocks} blocks × {size} tokens = {} tokens",
-            u64::from(blocks) * u64::from(size)
+            "{blocks} blocks × {size} tokens = {} tokens{}",
+            u64::from(blocks) * u64::from(size),
+            len.map(|m| format!("; the longest max_model_len is {m}"))
+                .unwrap_or_default()
         )
     };
     // P/D: requests no decode instance can hold are dropped after their prefill.
@@ -147,7 +166,7 @@ pub fn diagnose(s: &Summary, largest: LargestCache, stopped: Stopped) -> Vec<Str
             "{} of {} requests were dropped as unservable: prompt + output exceeds max_model_len or what their instance's KV cache can hold (the largest holds {})",
             at_entry,
             r.injected,
-            holds(largest.routed)
+            holds(largest.routed, largest.routed_len)
         ));
     }
     if after_prefill > 0 {
@@ -155,7 +174,7 @@ pub fn diagnose(s: &Summary, largest: LargestCache, stopped: Stopped) -> Vec<Str
             "{} of {} requests were dropped as unservable after their prefill: prompt + output exceeds, on every decode instance, max_model_len or what its KV cache can hold (the largest decode cache holds {}); give the decode pool more KV blocks or a longer max_model_len",
             after_prefill,
             r.injected,
-            holds(largest.decode.unwrap_or((0, 16)))
+            holds(largest.decode.unwrap_or((0, 16)), largest.decode_len)
         ));
     }
     if r.injected > 0 && r.rejected == r.injected {

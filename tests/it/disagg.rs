@@ -527,7 +527,7 @@ fn requests_no_decode_instance_can_hold_are_blamed_on_the_decode_pool() {
     let w = s.warnings.join("\n");
     assert!(
         w.contains("4 of 4 requests were dropped as unservable after their prefill")
-            && w.contains("the largest decode cache holds 12 blocks × 16 tokens = 192 tokens"),
+            && w.contains("the largest decode cache holds 12 blocks × 16 tokens = 192 tokens; the longest max_model_len is 192)"),
         "{w}"
     );
     assert!(
@@ -600,7 +600,8 @@ fn a_decode_group_that_cannot_hold_a_request_is_passed_over_not_dropped_at() {
     assert_eq!(on(&rows, "2"), 4);
     let w = s.warnings.join("\n");
     assert!(
-        w.contains("2 of 6 requests were dropped as unservable after their prefill"),
+        w.contains("2 of 6 requests were dropped as unservable after their prefill")
+            && w.contains("; the longest max_model_len is 300)"),
         "{w}"
     );
 }
