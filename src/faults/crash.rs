@@ -54,7 +54,18 @@ pub struct Crashes {
     /// (arrived, completed, good) of the requests arriving while all were up / some down.
     pub(super) healthy: [u64; 3],
     pub(super) degraded_slo: [u64; 3],
+    /// Crashes in a row with requests in the system and no step run, request arrived or
+    /// request ended between them, and that progress count at the last crash
+    /// ([`NO_PROGRESS_CRASHES`]).
+    pub(super) idle_crashes: u32,
+    pub(super) progress: u64,
 }
+
+/// Crashes in a row with nothing served between them after which the run stops: instances
+/// crash before they are up (an MTBF shorter than the start or repair), and requests that
+/// wait without a timeout would wait for ever. A start that succeeds even 1 time in 100
+/// ends such a streak at 1,000 but with probability 0.99¹⁰⁰⁰ ≈ 4 × 10⁻⁵.
+pub const NO_PROGRESS_CRASHES: u32 = 1000;
 
 #[derive(Debug, Clone)]
 pub(super) struct CrashRecord {
@@ -129,6 +140,8 @@ impl Crashes {
             completed_after_retry: 0,
             healthy: [0; 3],
             degraded_slo: [0; 3],
+            idle_crashes: 0,
+            progress: 0,
         }
     }
 
@@ -338,6 +351,45 @@ fn crash(world: &mut World, i: u32, now: SimTime) {
         }
     });
     settle_fates(world, i, now, lost);
+    no_progress(world, now);
+}
+
+/// Counts a crash towards [`NO_PROGRESS_CRASHES`] unless something was served since the last.
+fn no_progress(world: &mut World, now: SimTime) {
+    let mut steps = 0;
+    for s in world.query::<&Scheduler>().iter(world) {
+        steps += s.counters.steps;
+    }
+    let injected = world.resource::<crate::engine::Injected>().0;
+    let ended = world.resource::<crate::metrics::Aggregates>().ended();
+    let progress = steps + injected + ended;
+    let mut c = world.resource_mut::<Crashes>();
+    // Crashes while no request is in the system keep no one waiting.
+    c.idle_crashes = if progress == c.progress && injected > ended {
+        c.idle_crashes + 1
+    } else {
+        0
+    };
+    c.progress = progress;
+    if c.idle_crashes < NO_PROGRESS_CRASHES {
+        return;
+    }
+    let mtbf = c
+        .mtbf_s
+        .map(|m| format!(" (faults.mtbf_s = {m} s)"))
+        .unwrap_or_default();
+    let msg = format!(
+        "{NO_PROGRESS_CRASHES} crashes in a row by t = {:.1} s with no step run, request arrived \
+         or request ended between them: instances crash{mtbf} before they are up again, and \
+         the requests waiting for them would wait for ever; raise faults.mtbf_s, shorten the \
+         start (provision_s, load_s, warmup_s) or the repair (repair_s, reload_s), give the \
+         requests a timeout_s, or set horizon_s",
+        now.as_us() as f64 / 1e6
+    );
+    world
+        .resource_mut::<crate::engine::SimFault>()
+        .0
+        .get_or_insert(crate::engine::Fault::NoProgress(msg));
 }
 
 /// Takes everything off instance `i`: its requests (and those in KV transfer to or from it,

@@ -178,7 +178,13 @@ pub fn diagnose(s: &Summary, largest: LargestCache, stopped: Stopped) -> Vec<Str
         ));
     }
     if r.injected > 0 && r.rejected == r.injected {
-        w.push("every request was rejected by admission".into());
+        // By admission, for want of a routable instance, a full queue: say which.
+        let why: Vec<String> = s
+            .rejections
+            .iter()
+            .map(|(reason, n)| format!("{reason}: {n}"))
+            .collect();
+        w.push(format!("every request was rejected ({})", why.join(", ")));
     }
     let left = r.queued + r.running + r.in_transit;
     if left > 0 {
