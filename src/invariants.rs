@@ -176,10 +176,14 @@ pub fn check_invariants(
         }
         assert!(
             sched.is_progressing(),
-            "INV-8 at {now}: instance {} has {} waiting and {} running but no step in flight",
+            "INV-8 at {now}: instance {} has {} waiting and {} running but no step in flight \
+             (listed {}, down {}, unroutable {})",
             inst.index,
             sched.waiting.len(),
-            sched.running.len()
+            sched.running.len(),
+            sched.listed,
+            sched.down,
+            sched.unroutable
         );
         if let Some(seq) = sched.waiting.iter().find(|s| !s.kv.is_empty()) {
             panic!(

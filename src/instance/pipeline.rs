@@ -329,6 +329,9 @@ pub fn expire_requests(
         };
         sched.counters.timed_out += 1;
         record.0.push(ended);
+        // The blocks it held may be what a waiting request needs: an idle instance forms a
+        // batch this tick (it waited for its next arrival, or for ever).
+        list_for_batch(&mut listed, i, sched);
         refresh_view(&mut view, i, sched, &kv);
     }
     // Requests parked for a cold start leave the list (it holds the live ones: the run is

@@ -470,6 +470,37 @@ fn hand_offs_with_no_decode_instance_wait_on_the_prefill_instance_accounted_for(
     assert!(s.instances[0].steps <= 4, "{} steps", s.instances[0].steps);
 }
 
+/// A hand-off that times out frees its prompt's blocks on the prefill instance; a request
+/// waiting for those blocks was not formed into a batch until the next arrival (INV-8 with
+/// invariant checks; found by random feature combinations with P/D, crashes and timeouts).
+#[test]
+fn a_timed_out_hand_off_frees_its_blocks_for_the_next_request_at_once() {
+    // 1,000 blocks of 16 tokens; a 9,000-token prompt holds 563. Request 1 prefills, then
+    // waits for a decode instance that never comes; request 2 (a second later) computes 3
+    // chunks of 2,048 tokens (384 blocks) in the 437 blocks left, the 4th does not fit: it
+    // preempts itself, its blocks kept in the prefix cache. When request 1 times out (1.5 s
+    // after its arrival) request 2 finds 6,144 tokens cached and computes the other 2,856:
+    // (1,000 + 2,048) + (1,000 + 808) = 4,856 µs.
+    let (s, rows) = run_with_decode_policy(
+        servesim::policy::RoutingEntry {
+            name: "nowhere",
+            description: "never routes",
+            params: &[],
+            free_params: false,
+            build: |_| Ok(Box::new(Nowhere)),
+        },
+        "(num_requests: 2, clients: [(rate_per_s: 1.0, arrival: Constant, input_tokens: Constant(9000), output_tokens: Constant(3), timeout_s: 1.5)])",
+    );
+    assert_eq!(s.requests.timed_out, 2);
+    let freed = rows[0].u64("arrival_us") + 1_500_000;
+    let first = rows[1].u64("arrival_us") + rows[1].us("ttft_ms");
+    assert_eq!(
+        first,
+        freed + 4_856,
+        "request 2 goes on when request 1 frees its blocks"
+    );
+}
+
 /// A decode routing policy that finds nothing before 50 ms, then the first routable instance.
 struct Late;
 impl servesim::policy::RoutingPolicy for Late {
