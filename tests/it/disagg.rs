@@ -402,6 +402,17 @@ impl servesim::policy::RoutingPolicy for Nowhere {
     }
 }
 
+/// [`Nowhere`] as a routing policy to register.
+fn nowhere() -> servesim::policy::RoutingEntry {
+    servesim::policy::RoutingEntry {
+        name: "nowhere",
+        description: "never routes",
+        params: &[],
+        free_params: false,
+        build: |_| Ok(Box::new(Nowhere)),
+    }
+}
+
 /// Runs `workload` on one prefill and one decode instance with `policy` registered and used
 /// as the decode routing policy, invariants checked every tick: the summary and the rows.
 fn run_with_decode_policy(
@@ -446,16 +457,7 @@ fn run_with_decode_policy(
 fn hand_offs_with_no_decode_instance_wait_on_the_prefill_instance_accounted_for() {
     // Invariants every tick: the waiting requests and their blocks stay on the prefill
     // instance (INV-1, INV-4), and it does not spin empty steps while they wait.
-    let (s, _) = run_with_decode_policy(
-        servesim::policy::RoutingEntry {
-            name: "nowhere",
-            description: "never routes",
-            params: &[],
-            free_params: false,
-            build: |_| Ok(Box::new(Nowhere)),
-        },
-        &all_at_zero(4, 160, 3),
-    );
+    let (s, _) = run_with_decode_policy(nowhere(), &all_at_zero(4, 160, 3));
     assert_eq!(s.requests.running, 4, "all prefilled, none placed");
     assert_eq!(s.requests.completed, 0);
     // No horizon: the run stopped because nothing was left to happen.
@@ -482,13 +484,7 @@ fn a_timed_out_hand_off_frees_its_blocks_for_the_next_request_at_once() {
     // after its arrival) request 2 finds 6,144 tokens cached and computes the other 2,856:
     // (1,000 + 2,048) + (1,000 + 808) = 4,856 µs.
     let (s, rows) = run_with_decode_policy(
-        servesim::policy::RoutingEntry {
-            name: "nowhere",
-            description: "never routes",
-            params: &[],
-            free_params: false,
-            build: |_| Ok(Box::new(Nowhere)),
-        },
+        nowhere(),
         "(num_requests: 2, clients: [(rate_per_s: 1.0, arrival: Constant, input_tokens: Constant(9000), output_tokens: Constant(3), timeout_s: 1.5)])",
     );
     assert_eq!(s.requests.timed_out, 2);
