@@ -60,6 +60,29 @@ fn estimate(ok: &[&[String]], k: usize) -> Option<Estimate> {
     (!values.is_empty()).then(|| Estimate::of(&values))
 }
 
+/// The values metric `name` can take, to which `sweep-points.csv` cuts its interval: a
+/// share (hit rates, attainment, Jain's index) lies in [0, 1], `fitness` is the user's
+/// objective and may be anything, every other metric (counts, rates, latencies, costs) is
+/// never negative.
+fn range(name: &str) -> (f64, f64) {
+    const SHARES: [&str; 7] = [
+        "kv.hit_rate",
+        "kv.gpu_hit_rate",
+        "kv.cpu_hit_rate",
+        "kv.thrashing_rate",
+        "slo.attainment",
+        "fairness.jain_tenant_output_tokens",
+        "fairness.jain_instance_completed",
+    ];
+    if name == "fitness" {
+        (f64::NEG_INFINITY, f64::INFINITY)
+    } else if SHARES.contains(&name) {
+        (0.0, 1.0)
+    } else {
+        (0.0, f64::INFINITY)
+    }
+}
+
 /// `sweep-points.csv` bytes.
 pub fn to_csv(plan: &Plan, rows: &BTreeMap<usize, Vec<String>>) -> Result<Vec<u8>, String> {
     let mut w = csv::Writer::from_writer(Vec::new());
@@ -69,8 +92,9 @@ pub fn to_csv(plan: &Plan, rows: &BTreeMap<usize, Vec<String>>) -> Result<Vec<u8
         r.extend(p.values.iter().map(|v| display_value(v).to_string()));
         r.push(p.runs.to_string());
         r.push((p.runs - p.ok.len()).to_string());
-        for k in 0..METRICS.len() {
-            match estimate(&p.ok, k) {
+        for (k, name) in METRICS.iter().enumerate() {
+            let (min, max) = range(name);
+            match estimate(&p.ok, k).map(|e| e.within(min, max)) {
                 Some(e) => {
                     let show = |x: Option<f64>| x.map_or(String::new(), |x| x.to_string());
                     r.extend([e.mean.to_string(), show(e.low), show(e.high)]);
@@ -168,6 +192,10 @@ mod tests {
             r[1] = if i < 3 { "1" } else { "2" }.into();
             r[col("status")] = status.into();
             r[col("ttft_ms.p99")] = ttft.into();
+            if i < 3 {
+                r[col("kv.hit_rate")] = ["0.9", "1", "1"][i].into();
+                r[col("fitness")] = ["-1", "-2", "-3"][i].into();
+            }
             rows.insert(i, r);
         }
         let csv = String::from_utf8(to_csv(&plan, &rows).unwrap()).unwrap();
@@ -179,10 +207,19 @@ mod tests {
             .collect();
         let at = |r: usize, name: &str| recs[r][h.iter().position(|x| x == name).unwrap()].clone();
         assert_eq!((at(0, "runs"), at(0, "failed")), ("3".into(), "0".into()));
-        // mean 2, sd 1, n 3: ± 4.303/√3 = 2.4843.
+        // mean 2, sd 1, n 3: ± 4.303/√3 = 2.4843; the low end, −0.48 ms, is cut to 0 (a
+        // latency is never negative); the table keeps the half-width.
         assert_eq!(at(0, "ttft_ms.p99.mean"), "2");
-        let low: f64 = at(0, "ttft_ms.p99.low").parse().unwrap();
-        assert!((low - (2.0 - 2.4843)).abs() < 1e-4, "{low}");
+        assert_eq!(at(0, "ttft_ms.p99.low"), "0");
+        let high: f64 = at(0, "ttft_ms.p99.high").parse().unwrap();
+        assert!((high - (2.0 + 2.4843)).abs() < 1e-4, "{high}");
+        // A hit rate of 0.9, 1, 1: 0.9667 ± 4.303 × 0.0577/√3 = ± 0.1434, cut at 1; fitness
+        // (−1, −2, −3) keeps its t interval, −2 ± 2.4843.
+        assert_eq!(at(0, "kv.hit_rate.high"), "1");
+        let low: f64 = at(0, "kv.hit_rate.low").parse().unwrap();
+        assert!((low - (0.96667 - 0.14337)).abs() < 1e-4, "{low}");
+        let low: f64 = at(0, "fitness.low").parse().unwrap();
+        assert!((low - (-2.0 - 2.4843)).abs() < 1e-4, "{low}");
         assert_eq!((at(1, "runs"), at(1, "failed")), ("3".into(), "1".into()));
         assert_eq!(at(1, "ttft_ms.p99.mean"), "10");
         assert_eq!(at(1, "ttft_ms.p99.high"), "10");
