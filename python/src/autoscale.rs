@@ -1,7 +1,7 @@
 //! Autoscaling in Python: an object with `interval_s` (seconds between evaluations, the first
 //! one interval after t = 0; 15 when absent) that is called as `scaler(now_s, groups)` with a
 //! `servesim.Group` view per autoscaled group and returns `{group: desired}` or
-//! `{group: (desired, reason)}` (the reason goes to `scale_events.csv`; groups left out keep
+//! `{group: (desired, reason)}`, a group by index or name (the reason goes to `scale_events.csv`; groups left out keep
 //! their size; the engine clamps to the group's [min, max] and applies its cooldowns, as
 //! for the built-in policies).
 //!
@@ -9,14 +9,15 @@
 //! while the run is set up, so it is installed by a set-up step (`autoscale=` of `run` and
 //! `evaluate`) or built by the catalogue (a registered policy), never swapped in afterwards.
 
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyBool, PyDict};
 use servesim::SimTime;
 use servesim::policy::{GroupSignals, ScalePolicy, ScaleTarget};
 use servesim::time::SimDuration;
 
 use crate::RunError;
-use crate::policies::{Failure, guarded};
+use crate::policies::{Failure, guarded, shown};
 
 /// An autoscaled group as a Python scaler sees it at an evaluation.
 #[pyclass(frozen, get_all, module = "servesim")]
@@ -64,17 +65,39 @@ impl Group {
 /// The evaluation interval an object asks for (`interval_s`, default 15 s).
 pub fn interval(py: Python<'_>, scaler: &Py<PyAny>) -> PyResult<SimDuration> {
     let b = scaler.bind(py);
-    let s: f64 = if b.hasattr("interval_s")? {
-        b.getattr("interval_s")?.extract()?
-    } else {
-        15.0
-    };
-    if !(s.is_finite() && s >= 1e-6) {
-        return Err(RunError::new_err(format!(
-            "the Python scaler's interval_s must be a finite number of seconds ≥ 1e-6, got {s}"
-        )));
+    if !b.hasattr("interval_s")? {
+        return Ok(SimDuration::from_secs_f64(15.0));
     }
-    Ok(SimDuration::from_secs_f64(s))
+    let given = b.getattr("interval_s")?;
+    match given.extract::<f64>() {
+        Ok(s) if s.is_finite() && s >= 1e-6 && !given.is_instance_of::<PyBool>() => {
+            Ok(SimDuration::from_secs_f64(s))
+        }
+        _ => Err(PyValueError::new_err(format!(
+            "the Python scaler's interval_s must be a finite number of seconds ≥ 1e-6 (the time between evaluations), got {}",
+            shown(&given)
+        ))),
+    }
+}
+
+/// The group a scaler's key names: its index (`Group.group`) or its name (`Group.name`).
+fn group_of(key: &Bound<'_, PyAny>, names: &[String]) -> PyResult<u32> {
+    if !key.is_instance_of::<PyBool>()
+        && let Ok(g) = key.extract::<u32>()
+    {
+        return Ok(g);
+    }
+    let named = key
+        .extract::<String>()
+        .ok()
+        .and_then(|n| names.iter().position(|g| *g == n));
+    named.map(|g| g as u32).ok_or_else(|| {
+        RunError::new_err(format!(
+            "the Python scaler's keys are groups, by index (Group.group) or name (Group.name); {} is neither (the groups: {})",
+            shown(key),
+            names.join(", ")
+        ))
+    })
 }
 
 /// `scaler(now_s, groups) -> {group: desired}`.
@@ -154,18 +177,19 @@ impl ScalePolicy for PyScaler {
             let out = self.f.bind(py).call1((now.as_us() as f64 / 1e6, views))?;
             let wanted = out.cast::<PyDict>().map_err(|_| {
                 RunError::new_err(
-                    "the Python scaler must return a dict {group index: desired size or (size, reason)}",
+                    "the Python scaler must return a dict {group (index or name): desired size or (size, reason)}",
                 )
             })?;
             let mut targets = Vec::with_capacity(wanted.len());
             for (k, v) in wanted.iter() {
-                let group: u32 = k.extract()?;
+                let group = group_of(&k, names)?;
                 let (desired, reason) = match v.extract::<u32>() {
                     Ok(d) => (d, default_reason),
                     Err(_) => {
                         let (d, r): (u32, String) = v.extract().map_err(|_| {
                             RunError::new_err(format!(
-                                "the Python scaler's size for group {group} must be a whole number ≥ 0 or (size, reason), got {v}"
+                                "the Python scaler's size for group {group} must be a whole number ≥ 0 or (size, reason), got {}",
+                                shown(&v)
                             ))
                         })?;
                         (d, keep(reasons, r))

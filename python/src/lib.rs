@@ -102,6 +102,21 @@ fn install_scaler(
     Ok(())
 }
 
+/// A scaler given as `autoscale=` fits the scenario: its `interval_s` is one, and some group
+/// has `scaling` (as `servesim validate` refuses a scaling policy with nothing to scale).
+fn check_scaler(py: Python<'_>, scaler: Option<&Py<PyAny>>, sc: &Scenario) -> PyResult<()> {
+    let Some(scaler) = scaler else {
+        return Ok(());
+    };
+    autoscale::interval(py, scaler)?;
+    if sc.cluster.groups.iter().all(|g| g.scaling.is_none()) {
+        return Err(ScenarioError::new_err(
+            "autoscale= scales the groups with `scaling`, and no group of this scenario has it: give a group scaling: (min: 1, max: 8)",
+        ));
+    }
+    Ok(())
+}
+
 /// Loads a scenario from a path, or from RON text when `is_text`.
 fn load(
     app: &ServesimApp,
@@ -227,9 +242,7 @@ fn run(
         || priority.is_some()
         || queue_order.is_some()
         || autoscale.is_some();
-    if let Some(scaler) = autoscale {
-        builder = with_scaler(builder, scaler, error.clone());
-    }
+    let scaler = autoscale;
     let reads_cache = policies::reads_cache(py, router.as_ref());
     if let Some(hook) = summary_hook {
         let (hook, error) = (Arc::new(hook), error.clone());
@@ -242,6 +255,10 @@ fn run(
         });
     }
     let mut sc = load(&builder, source, is_text, &overrides)?;
+    check_scaler(py, scaler.as_ref(), &sc)?;
+    if let Some(scaler) = scaler {
+        builder = with_scaler(builder, scaler, error.clone());
+    }
     let registered = registry::used_by(&sc);
     python_code |= registered;
     let given = policies::Given {
@@ -401,10 +418,11 @@ fn evaluate(
     let failure: policies::Failure = Arc::new(Mutex::new(None));
     let mut app = app();
     let scales = autoscale.is_some();
+    let mut sc = load(&app, source, is_text, &overrides)?;
+    check_scaler(py, autoscale.as_ref(), &sc)?;
     if let Some(scaler) = autoscale {
         app = with_scaler(app, scaler, failure.clone());
     }
-    let mut sc = load(&app, source, is_text, &overrides)?;
     let given = policies::Given {
         reads_cache: policies::reads_cache(py, router.as_ref()),
         router,

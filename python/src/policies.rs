@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex, OnceLock};
 
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyBool, PyTuple};
 use servesim::SimTime;
 use servesim::bevy_ecs::world::World;
 use servesim::engine::InstanceSnapshot;
@@ -309,6 +309,11 @@ pub fn guarded<T>(failure: &Failure, fallback: T, f: impl FnOnce(Python<'_>) -> 
     })
 }
 
+/// What a policy returned, as Python shows it (`repr`), for an error.
+pub fn shown(v: &Bound<'_, PyAny>) -> String {
+    v.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+}
+
 /// `routing(request, instances) -> index or None`.
 pub struct PyRouter {
     pub f: Py<PyAny>,
@@ -338,10 +343,16 @@ impl RoutingPolicy for PyRouter {
                 args.push(Bound::new(py, self.names.get().cluster())?.into_any());
             }
             let returned = self.f.bind(py).call1(PyTuple::new(py, args)?)?;
+            if returned.is_instance_of::<PyBool>() {
+                // A bool is an int in Python: True would route to instance 1.
+                return Err(RunError::new_err(format!(
+                    "the Python router returned {returned}, a bool: return an instance's index (an int) or None (rejected)"
+                )));
+            }
             let pick: Option<u32> = returned.extract().map_err(|_| {
-                let shown = returned.repr().map_or_else(|_| "?".into(), |r| r.to_string());
                 RunError::new_err(format!(
-                    "the Python router returned {shown}, which is neither an instance index (an int ≥ 0) nor None (rejected)"
+                    "the Python router returned {}, which is neither an instance index (an int ≥ 0) nor None (rejected)",
+                    shown(&returned)
                 ))
             })?;
             if let Some(i) = pick
@@ -394,11 +405,16 @@ impl AdmissionPolicy for PyAdmission {
             if let Ok(admit) = out.extract::<bool>() {
                 return Ok((!admit).then(|| "python".to_string()));
             }
-            out.extract::<String>().map(Some).map_err(|_| {
-                RunError::new_err(
-                    "the Python admission policy must return True, False or a reason (str)",
-                )
-            })
+            match out.extract::<String>() {
+                Ok(reason) if reason.is_empty() => Err(RunError::new_err(
+                    "the Python admission policy returned an empty reason: return True to admit, False or a reason that names why to reject",
+                )),
+                Ok(reason) => Ok(Some(reason)),
+                Err(_) => Err(RunError::new_err(format!(
+                    "the Python admission policy must return True, False or a reason (str), got {}",
+                    shown(&out)
+                ))),
+            }
         });
         match said {
             None => Admission::Admit,
@@ -429,10 +445,17 @@ impl PriorityPolicy for PyPriority {
     fn priority(&self, r: &RequestSpec, class_priority: i32, age: SimDuration) -> f64 {
         guarded(&self.failure, 0.0, |py| {
             let request = Bound::new(py, self.names.get().request(r, None, SimTime::ZERO))?;
-            self.f
+            let out = self
+                .f
                 .bind(py)
-                .call1((request, class_priority, age.as_secs_f64()))?
-                .extract::<f64>()
+                .call1((request, class_priority, age.as_secs_f64()))?;
+            match out.extract::<f64>() {
+                Ok(p) if !p.is_nan() && !out.is_instance_of::<PyBool>() => Ok(p),
+                _ => Err(RunError::new_err(format!(
+                    "the Python priority policy must return a number (higher is served first), got {}",
+                    shown(&out)
+                ))),
+            }
         })
     }
 }
@@ -449,10 +472,17 @@ impl QueueOrder for PyQueueOrder {
     fn key(&self, r: &RequestSpec, arrival: SimTime, priority: f64) -> (f64, f64) {
         guarded(&self.failure, (0.0, 0.0), |py| {
             let request = Bound::new(py, self.names.get().request(r, Some(arrival), arrival))?;
-            self.f
+            let out = self
+                .f
                 .bind(py)
-                .call1((request, arrival.as_us() as f64 / 1e6, priority))?
-                .extract::<(f64, f64)>()
+                .call1((request, arrival.as_us() as f64 / 1e6, priority))?;
+            match out.extract::<(f64, f64)>() {
+                Ok((a, b)) if !a.is_nan() && !b.is_nan() => Ok((a, b)),
+                _ => Err(RunError::new_err(format!(
+                    "the Python queue order must return a sort key of two numbers (a tuple, smaller first), got {}",
+                    shown(&out)
+                ))),
+            }
         })
     }
 }

@@ -19,6 +19,7 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use servesim::ServesimApp;
@@ -275,7 +276,14 @@ fn make(family: &str, args: &PolicyArgs<'_>) -> Result<Made, String> {
         for (k, v) in args.params {
             params.set_item(k, v)?;
         }
-        Ok(f.bind(py).call1((params,))?.unbind())
+        let policy = f.bind(py).call1((params,))?;
+        if !policy.is_callable() {
+            return Err(PyTypeError::new_err(format!(
+                "make(params) returned {}, which is not callable: return the policy (a function, or an object with __call__)",
+                crate::policies::shown(&policy)
+            )));
+        }
+        Ok(policy.unbind())
     })
     .map_err(|e| format!("{}: {e}", args.name))?;
     let names = SharedNames::default();

@@ -3,6 +3,7 @@ built-in policies give byte-identical results in run, evaluate and sweep, regist
 parameters are validated as built-in ones are, and errors stop the run."""
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -125,6 +126,36 @@ def test_a_scaler_that_returns_nonsense_or_raises_stops_the_run():
         servesim.run(SCALING, SHORT, autoscale=boom, requests=False)
     with pytest.raises(ArithmeticError, match="no scaling today"):
         servesim.evaluate(SCALING, SHORT, autoscale=boom)
+    with pytest.raises(servesim.RunError, match="keys are groups, by index .* or name .*'nope' is neither"):
+        servesim.run(SCALING, SHORT, autoscale=lambda now, groups: {"nope": 2}, requests=False)
+
+
+class Every:
+    def __init__(self, interval_s):
+        self.interval_s = interval_s
+
+    def __call__(self, now, groups):
+        return {g.name: g.max for g in groups}
+
+
+def test_a_scaler_names_groups_by_name_and_its_interval_and_scenario_are_checked():
+    by_name = servesim.run(SCALING, SHORT, autoscale=Every(5.0), requests=False)
+    by_index = servesim.run(SCALING, SHORT, requests=False,
+                            autoscale=lambda now, groups: {g.group: g.max for g in groups})
+    by_index_every_5 = servesim.run(SCALING, SHORT, requests=False, autoscale=type(
+        "E", (), {"interval_s": 5.0, "__call__": lambda self, now, groups: {g.group: g.max for g in groups}})())
+    assert by_name.summary_json == by_index_every_5.summary_json
+    assert by_name.summary["groups"][0]["scale_ups"] > 0
+    assert by_index.summary_json != by_name.summary_json  # 15 s, not 5 s, between evaluations
+    # Said before the run as what it is (it was "invalid scenario (validate it first)").
+    for bad in (0, float("nan"), "15", True):
+        with pytest.raises(ValueError, match=f"interval_s must be a finite number of seconds .*got {re.escape(repr(bad))}"):
+            servesim.run(SCALING, SHORT, autoscale=Every(bad))
+    # A scaler for a scenario with nothing to scale was ignored.
+    with pytest.raises(servesim.ScenarioError, match="no group of this scenario has it"):
+        servesim.run(QUICK, {"workload.num_requests": 10}, autoscale=Every(5.0))
+    with pytest.raises(servesim.ScenarioError, match="no group of this scenario has it"):
+        servesim.evaluate(QUICK, {"workload.num_requests": 10}, autoscale=Every(5.0))
 
 
 def test_registered_names_and_parameters_are_validated_like_built_in_ones():

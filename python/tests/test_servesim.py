@@ -132,6 +132,47 @@ def test_router_errors_stop_the_run():
         with pytest.raises(servesim.RunError, match=f"returned {re.escape(repr(bad))}, which is "
                            "neither an instance index"):
             servesim.run(QUICK, overrides=small(10), routing=lambda r, i, bad=bad: bad)
+    # A bool is an int in Python: True routed every request to instance 1.
+    with pytest.raises(servesim.RunError, match="returned True, a bool"):
+        servesim.run(QUICK, overrides=small(10), routing=lambda r, i: True)
+
+
+def test_what_a_policy_returns_is_checked_and_named():
+    # Each of these ran before: a priority of "high" or NaN and a sort key with NaN ordered
+    # the queue by nothing, an empty reason counted rejections under "".
+    by_priority = dict(small(20), **{"policies.scheduling": '"priority_fcfs"'})
+    for bad in ("high", float("nan"), True):
+        with pytest.raises(servesim.RunError, match=f"priority policy must return a number .*got {re.escape(repr(bad))}"):
+            servesim.run(QUICK, by_priority, priority=lambda r, c, a, bad=bad: bad)
+    for bad in ((1.0,), (float("nan"), 0.0), 1.0, [1, 2]):
+        with pytest.raises(servesim.RunError, match=f"queue order must return a sort key of two numbers .*got {re.escape(repr(bad))}"):
+            servesim.run(QUICK, small(200), queue_order=lambda r, a, p, bad=bad: bad)
+    with pytest.raises(servesim.RunError, match="returned an empty reason"):
+        servesim.run(QUICK, small(20), admission=lambda r, i: "")
+    with pytest.raises(servesim.RunError, match="True, False or a reason .*got None"):
+        servesim.run(QUICK, small(20), admission=lambda r, i: None)
+    # Infinite priorities order as any number.
+    r = servesim.run(QUICK, by_priority, priority=lambda r, c, a: float("inf") if r.id % 2 else 0.0)
+    assert r.summary["requests"]["completed"] == 20
+
+
+def test_the_scenario_seed_and_out_arguments_are_checked(tmp_path):
+    # A pathlib.Path is a path (it raised "'PosixPath' object is not an instance of 'str'").
+    by_path = servesim.run(Path(QUICK), small(10), seed=3, out=tmp_path / "p")
+    assert by_path.summary_json == servesim.run(QUICK, small(10), seed=3).summary_json
+    assert (tmp_path / "p" / "summary.json").read_text() == by_path.summary_json
+    for bad in (None, 5, b"(seed: 1)"):
+        with pytest.raises(TypeError, match=f"scenario is a path .* not {type(bad).__name__}"):
+            servesim.run(bad)
+    # seed=1.5 ran seed 1 and seed="7" seed 7, silently.
+    for bad in (1.5, "7", True):
+        with pytest.raises(TypeError, match=f"seed is a whole number .*not {type(bad).__name__}"):
+            servesim.run(QUICK, small(10), seed=bad)
+    with pytest.raises(ValueError, match="out is an empty path"):
+        servesim.run(QUICK, small(10), out="")
+    # A loaded scenario's seed gives way to the run's.
+    assert (servesim.run(servesim.load(QUICK, small(10), seed=1), seed=2).summary_json
+            == servesim.run(QUICK, small(10), seed=2).summary_json)
 
 
 def test_bad_counts_and_override_keys_name_the_argument():

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import json
+import numbers
 import os
 import warnings
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -144,6 +145,9 @@ def _overrides(overrides: Optional[Mapping[str, Any]], seed: Optional[int]) -> L
             )
     out = [(k, _ron(v)) for k, v in (overrides or {}).items()]
     if seed is not None:
+        if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+            # int() would read 1.5 as 1 and "7" as 7 silently.
+            raise TypeError(f"seed is a whole number from 0 to 2**64 - 1, not {type(seed).__name__} ({seed!r})")
         out.append(("seed", str(int(seed))))
     return out
 
@@ -156,8 +160,16 @@ def _count(name: str, value: Any, most: int = 2**32 - 1) -> Any:
     return value
 
 
-def _source(scenario: str) -> Tuple[str, bool]:
-    """A path to a scenario file, or RON text (anything that starts with '(')."""
+def _source(scenario: Any) -> Tuple[str, bool]:
+    """A path to a scenario file (str or os.PathLike), or RON text (anything that starts with
+    '(')."""
+    if isinstance(scenario, os.PathLike):
+        scenario = os.fspath(scenario)
+    if not isinstance(scenario, str):
+        raise TypeError(
+            f"scenario is a path (str or os.PathLike), RON text or a servesim.Scenario, not "
+            f"{type(scenario).__name__}"
+        )
     if os.path.exists(scenario):
         return scenario, False
     if scenario.lstrip().startswith("("):
@@ -268,11 +280,16 @@ def run(
     wait queue. ``autoscale`` is a scaler for the groups with ``scaling``: its ``interval_s``
     (default 15) spaces the evaluations, the first one interval after t = 0, and
     ``autoscale(now_s, groups)`` (each a ``servesim.Group``) returns ``{group: desired}``
+    (a group by index or name)
     (groups left out keep their size; min, max and cooldowns apply as for built-in policies).
     Each run gets its own ``copy.deepcopy`` of the scaler. What the CLI would print as
     warnings (before the run, and of its outcome) are issued as ``ServesimWarning``.
     """
     source, is_text, ov = _resolve(scenario, overrides, seed)
+    if out is not None:
+        out = os.fspath(out)
+        if not out:
+            raise ValueError("out is an empty path: give the directory to write the result files to")
     summary, rows, inputs = _native.run(
         source, is_text, ov, out=out, router=routing, requests=requests, summary_hook=summary_hook,
         admission=admission, priority=priority, queue_order=queue_order, autoscale=autoscale,
