@@ -172,6 +172,10 @@ def test_registered_names_and_parameters_are_validated_like_built_in_ones():
     with pytest.raises(ValueError, match="unknown policy family"):
         servesim.register("routers", "x", make_least_loaded)
     assert ("routing", "py_least_loaded") in {(r[0], r[1]) for r in servesim.registered()}
+    # What make returns must be callable: said at the parameters, not at the first request.
+    servesim.register("routing", "py_not_callable", lambda params: 5)
+    with pytest.raises(servesim.ScenarioError, match=r"routing_params: py_not_callable: TypeError: make\(params\) returned 5, which is not callable"):
+        servesim.validate(QUICK, {"policies.routing": '"py_not_callable"'})
     # capacity and plan run on threads without Python: refused, saying so.
     with pytest.raises(servesim.ScenarioError, match="registered from Python"):
         servesim.capacity(QUICK, {"policies.routing": '"py_least_loaded"'})
