@@ -22,14 +22,16 @@ use servesim::metrics::SharedBuffer;
 use servesim::scenario::Scenario;
 use servesim::{RunOptions, ServesimApp, SimTime};
 
+// Named as `servesim` exports them, so that pickle finds them again: a sweep's worker
+// process sends its exception back pickled ("_native" is no module one can import).
 pyo3::create_exception!(
-    _native,
+    servesim,
     ScenarioError,
     PyException,
     "The scenario is invalid: the message lists every problem with file, field and line:column."
 );
 pyo3::create_exception!(
-    _native,
+    servesim,
     RunError,
     PyException,
     "The run could not complete (an output directory problem, an overloaded cluster, a router error...)."

@@ -232,6 +232,26 @@ def test_a_sweep_gives_the_rows_of_the_points_run_one_by_one():
     assert rows[0]["policies.routing"] == '"round_robin"'
 
 
+def test_a_sweep_takes_a_loaded_scenario_and_reports_a_bad_point_as_the_run_does():
+    base = servesim.load(QUICK, small(40), seed=4)
+    points = [{"policies.routing": '"least_loaded"'}, {"policies.routing": '"random"'}]
+    rows = sweep(base, points, backend="process", jobs=2)
+    assert rows == [run_point(base, p) for p in points]
+    # Each point starts from the loaded scenario's overrides and seed.
+    for row, p in zip(rows, points):
+        alone = servesim.run(QUICK, {**small(40), **p}, seed=4).summary
+        assert row["requests.completed"] == alone["requests"]["completed"] == 40
+        assert row["ttft_ms.p99"] == alone["ttft_ms"]["p99"]
+    # A worker's ScenarioError came back as "PicklingError: Can't pickle <class
+    # '_native.ScenarioError'>": the exception is now the run's own.
+    with pytest.raises(servesim.ScenarioError, match="workload.nope: unknown field"):
+        sweep(QUICK, [{"workload.nope": 1}], backend="process", jobs=1)
+    with pytest.raises(ValueError, match='backend is "auto", "ray" or "process", not \'nope\''):
+        sweep(QUICK, points, backend="nope")
+    with pytest.raises(TypeError, match="points is a list of dicts"):
+        sweep(QUICK, {"policies.routing": '"random"'}, backend="process")
+
+
 RELEASE = '(vllm: "{}")'
 
 

@@ -13,7 +13,7 @@ import os
 import warnings
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import ServesimWarning, _native, register, registered, run
+from . import Scenario, ServesimWarning, _native, _source, register, registered, run
 
 #: Summary fields copied into each row (dotted paths into summary.json).
 METRICS = (
@@ -133,16 +133,21 @@ def _named(catalogue: Sequence[tuple], scenario: str, points: Sequence[Mapping[s
     """The registered policies a sweep can name: those whose name appears in the scenario's
     text or in a point's values. Only they travel to the workers, so a registered policy the
     sweep does not use (a closure that cannot be pickled, say) cannot break it."""
-    text = scenario
-    if os.path.exists(scenario):
-        with open(scenario, encoding="utf-8") as f:
+    if isinstance(scenario, Scenario):
+        text = scenario.source if scenario.is_text else ""
+        path = None if scenario.is_text else scenario.source
+        text += "\n".join(v for _, v in scenario.overrides)
+    else:
+        text, path = scenario, scenario if os.path.exists(scenario) else None
+    if path is not None:
+        with open(path, encoding="utf-8") as f:
             text = f.read()
     text += "\n".join(str(v) for p in points for v in p.values())
     return [c for c in catalogue if c[1] in text]
 
 
 def sweep(
-    scenario: str,
+    scenario: Any,
     points: Sequence[Mapping[str, Any]],
     backend: str = "auto",
     jobs: Optional[int] = None,
@@ -154,7 +159,9 @@ def sweep(
     queue_order: Optional[Callable] = None,
     autoscale: Optional[Any] = None,
 ) -> List[Dict[str, Any]]:
-    """Runs every point (a dict of overrides) and returns one row per point, in order.
+    """Runs every point (a dict of overrides) of ``scenario`` (a path, RON text or a
+    ``servesim.Scenario`` from ``load``, whose overrides every point starts from) and returns
+    one row per point, in order.
 
     ``backend``: ``"ray"`` (``ray.init()`` is called if Ray is not initialised: set
     ``RAY_ADDRESS`` to use a cluster), ``"process"`` (a local process pool of ``jobs``
@@ -171,7 +178,20 @@ def sweep(
     policies = {k: f for k, f in (("admission", admission), ("priority", priority),
                                   ("queue_order", queue_order), ("autoscale", autoscale))
                 if f is not None}
-    scenario = os.path.abspath(scenario) if os.path.exists(scenario) else scenario
+    if backend not in ("auto", "ray", "process"):
+        raise ValueError(f'backend is "auto", "ray" or "process", not {backend!r}')
+    if isinstance(points, (Mapping, str)) or not all(isinstance(p, Mapping) for p in points):
+        raise TypeError(
+            "points is a list of dicts of overrides, one dict per run, such as "
+            "[{'policies.routing': '\"least_loaded\"'}, {'policies.routing': '\"round_robin\"'}]"
+        )
+    # Workers may start elsewhere (a Ray node): a path travels absolute.
+    if isinstance(scenario, Scenario):
+        if not scenario.is_text:
+            scenario = Scenario(os.path.abspath(scenario.source), False, scenario.overrides)
+    else:
+        scenario, _ = _source(scenario)
+        scenario = os.path.abspath(scenario) if os.path.exists(scenario) else scenario
     catalogue = _named(registered(), scenario, points)
     ray = _ray() if backend in ("auto", "ray") else None
     if backend == "ray" and ray is None:
