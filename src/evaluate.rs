@@ -41,6 +41,8 @@ pub struct Settings {
     pub worst: u32,
     /// Weight of each objective in `combined` (a name left out weighs 1; 0 leaves it out).
     pub weights: BTreeMap<String, f64>,
+    /// Set from elsewhere (Ctrl-C in Python), it stops every run at its next tick.
+    pub interrupt: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Default for Settings {
@@ -50,6 +52,7 @@ impl Default for Settings {
             jobs: 1,
             worst: 5,
             weights: BTreeMap::new(),
+            interrupt: None,
         }
     }
 }
@@ -217,7 +220,13 @@ pub fn evaluate_with(
         sc.seed = seed;
         sc.outputs.worst_decisions = settings.worst;
         let run = app
-            .simulation(&sc, crate::RunOptions::default())
+            .simulation(
+                &sc,
+                crate::RunOptions {
+                    interrupt: settings.interrupt.clone(),
+                    ..Default::default()
+                },
+            )
             .map_err(|e| format!("seed {seed}: {e}"))
             .and_then(|mut sim| {
                 prepare(seed, &mut sim).map_err(|e| format!("seed {seed}: {e}"))?;

@@ -10,6 +10,7 @@ mod live;
 mod policies;
 mod registry;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use pyo3::exceptions::PyException;
@@ -102,6 +103,40 @@ fn install_scaler(
         autoscale::PyScaler::new(p.f, every, groups, "python", p.failure),
     )));
     Ok(())
+}
+
+/// Runs `work` on a thread of its own, without the GIL, while this thread lets Python handle
+/// its signals every 50 ms: what a handler raises (KeyboardInterrupt, for Ctrl-C) sets
+/// `stop`, which the work polls at its next tick, and is raised once the work has returned.
+/// A long run used to ignore Ctrl-C until it ended: Python's handler only sets a flag that
+/// Python code checks, and none ran.
+fn interruptible<T: Send>(
+    py: Python<'_>,
+    stop: &Arc<AtomicBool>,
+    work: impl FnOnce() -> T + Send,
+) -> PyResult<T> {
+    std::thread::scope(|s| {
+        let waiting = std::thread::current();
+        let worker = s.spawn(move || {
+            let done = work();
+            waiting.unpark();
+            done
+        });
+        let mut raised = None;
+        while !worker.is_finished() {
+            py.detach(|| std::thread::park_timeout(std::time::Duration::from_millis(50)));
+            if raised.is_none()
+                && let Err(e) = py.check_signals()
+            {
+                stop.store(true, Ordering::Relaxed);
+                raised = Some(e);
+            }
+        }
+        let done = worker
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        raised.map_or(Ok(done), Err)
+    })
 }
 
 /// A scaler given as `autoscale=` fits the scenario: its `interval_s` is one, and some group
@@ -278,9 +313,11 @@ fn run(
     // A router that reads caches needs the instances' KV events (as a Rust one turns on).
     sc.outputs.kv_events |= reads_cache;
     let buffer = requests.then(SharedBuffer::default);
+    let stop = Arc::new(AtomicBool::new(false));
     let options = RunOptions {
         out_dir: out.map(Into::into),
         requests_csv_memory: buffer.clone(),
+        interrupt: Some(stop.clone()),
         ..Default::default()
     };
     let scope = registry::Scope::open();
@@ -302,8 +339,9 @@ fn run(
     let result = if python_code {
         sim.run()
     } else {
-        // No Python code runs during the simulation: let other Python threads go on.
-        py.detach(move || sim.run())
+        // No Python code runs during the simulation: let other Python threads go on, and
+        // Ctrl-C stop it.
+        interruptible(py, &stop, move || sim.run())?
     };
     if let Some(e) = error.lock().ok().and_then(|mut e| e.take()) {
         return Err(e);
@@ -372,20 +410,21 @@ fn capacity(
         Some(name) => group_alone(&sc, name).map_err(ScenarioError::new_err)?,
         None => sc,
     };
+    let stop = Arc::new(AtomicBool::new(false));
     let settings = Settings {
         replicas,
         tolerance,
         served_share,
         jobs: jobs.unwrap_or_else(cores).max(1),
-        interrupt: None,
+        interrupt: Some(stop.clone()),
     };
-    let searched = py.detach(|| {
+    let searched = interruptible(py, &stop, || {
         if each_group {
             search_each_group(&app, &sc, &settings)
         } else {
             search(&app, &sc, &settings)
         }
-    });
+    })?;
     match searched {
         Ok(c) => serde_json::to_string_pretty(&Capacity { group, ..c })
             .map_err(|e| RunError::new_err(e.to_string())),
@@ -444,11 +483,13 @@ fn evaluate(
             "worst={worst}: at most 1000"
         )));
     }
+    let stop = Arc::new(AtomicBool::new(false));
     let settings = Settings {
         seeds,
         jobs: jobs.unwrap_or_else(cores).max(1),
         worst,
         weights,
+        interrupt: Some(stop.clone()),
     };
     // Each run gets its own copy of the policies, so seeds do not share their state and the
     // answer does not depend on the thread count.
@@ -474,7 +515,7 @@ fn evaluate(
         };
         evaluate_with(&app, &sc, &settings, &prepare)
     } else {
-        py.detach(|| evaluate_with(&app, &sc, &settings, &prepare))
+        interruptible(py, &stop, || evaluate_with(&app, &sc, &settings, &prepare))?
     };
     if let Some(e) = failure.lock().ok().and_then(|mut e| e.take()) {
         return Err(e);
@@ -507,13 +548,15 @@ fn plan(
     let app = app();
     let sc = load(&app, path, false, &overrides)?;
     no_python_policies(&sc, "plan")?;
+    let stop = Arc::new(AtomicBool::new(false));
     let settings = Settings {
         replicas,
         jobs: jobs.unwrap_or_else(cores).max(1),
+        interrupt: Some(stop.clone()),
         ..Default::default()
     };
     let path = std::path::Path::new(path);
-    match py.detach(|| search(&app, path, &overrides, &sc, &settings)) {
+    match interruptible(py, &stop, || search(&app, path, &overrides, &sc, &settings))? {
         Ok(p) => {
             let found = p
                 .outcomes

@@ -71,6 +71,7 @@ pub(crate) fn evaluate(app: &ServesimApp, a: EvaluateArgs) -> ExitCode {
         jobs: super::args::jobs(a.jobs),
         worst: a.worst,
         weights,
+        interrupt: None,
     };
     match crate::evaluate::evaluate(app, &scenario, &settings) {
         Ok(e) => {
