@@ -9,8 +9,8 @@ mod autoscale;
 mod live;
 mod policies;
 mod registry;
+mod stop;
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use pyo3::exceptions::PyException;
@@ -103,40 +103,6 @@ fn install_scaler(
         autoscale::PyScaler::new(p.f, every, groups, "python", p.failure),
     )));
     Ok(())
-}
-
-/// Runs `work` on a thread of its own, without the GIL, while this thread lets Python handle
-/// its signals every 50 ms: what a handler raises (KeyboardInterrupt, for Ctrl-C) sets
-/// `stop`, which the work polls at its next tick, and is raised once the work has returned.
-/// A long run used to ignore Ctrl-C until it ended: Python's handler only sets a flag that
-/// Python code checks, and none ran.
-fn interruptible<T: Send>(
-    py: Python<'_>,
-    stop: &Arc<AtomicBool>,
-    work: impl FnOnce() -> T + Send,
-) -> PyResult<T> {
-    std::thread::scope(|s| {
-        let waiting = std::thread::current();
-        let worker = s.spawn(move || {
-            let done = work();
-            waiting.unpark();
-            done
-        });
-        let mut raised = None;
-        while !worker.is_finished() {
-            py.detach(|| std::thread::park_timeout(std::time::Duration::from_millis(50)));
-            if raised.is_none()
-                && let Err(e) = py.check_signals()
-            {
-                stop.store(true, Ordering::Relaxed);
-                raised = Some(e);
-            }
-        }
-        let done = worker
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        raised.map_or(Ok(done), Err)
-    })
 }
 
 /// A scaler given as `autoscale=` fits the scenario: its `interval_s` is one, and some group
@@ -252,7 +218,7 @@ fn call_summary_hook(
 /// Runs a scenario. Returns (summary.json text, requests.csv text or None, what `run` would
 /// warn of before the run).
 #[pyfunction]
-#[pyo3(signature = (source, is_text, overrides, out=None, router=None, requests=true, summary_hook=None, admission=None, priority=None, queue_order=None, autoscale=None))]
+#[pyo3(signature = (source, is_text, overrides, out=None, router=None, requests=true, summary_hook=None, admission=None, priority=None, queue_order=None, autoscale=None, max_wall_s=None))]
 #[expect(
     clippy::too_many_arguments,
     reason = "the Python function's keyword arguments"
@@ -270,7 +236,9 @@ fn run(
     priority: Option<Py<PyAny>>,
     queue_order: Option<Py<PyAny>>,
     autoscale: Option<Py<PyAny>>,
+    max_wall_s: Option<f64>,
 ) -> PyResult<(String, Option<String>, Vec<String>)> {
+    let stop = stop::Stop::new(max_wall_s)?;
     let error: policies::Failure = Arc::new(Mutex::new(None));
     let mut builder = app();
     let mut python_code = router.is_some()
@@ -313,11 +281,10 @@ fn run(
     // A router that reads caches needs the instances' KV events (as a Rust one turns on).
     sc.outputs.kv_events |= reads_cache;
     let buffer = requests.then(SharedBuffer::default);
-    let stop = Arc::new(AtomicBool::new(false));
     let options = RunOptions {
         out_dir: out.map(Into::into),
         requests_csv_memory: buffer.clone(),
-        interrupt: Some(stop.clone()),
+        interrupt: Some(stop.flag.clone()),
         ..Default::default()
     };
     let scope = registry::Scope::open();
@@ -337,11 +304,11 @@ fn run(
     }
     given.install(sim.world_mut(), &error);
     let result = if python_code {
-        sim.run()
+        stop.with_python(py, || sim.run())?
     } else {
         // No Python code runs during the simulation: let other Python threads go on, and
         // Ctrl-C stop it.
-        interruptible(py, &stop, move || sim.run())?
+        stop.without_python(py, move || sim.run())?
     };
     if let Some(e) = error.lock().ok().and_then(|mut e| e.take()) {
         return Err(e);
@@ -410,15 +377,15 @@ fn capacity(
         Some(name) => group_alone(&sc, name).map_err(ScenarioError::new_err)?,
         None => sc,
     };
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = stop::Stop::new(None)?;
     let settings = Settings {
         replicas,
         tolerance,
         served_share,
         jobs: jobs.unwrap_or_else(cores).max(1),
-        interrupt: Some(stop.clone()),
+        interrupt: Some(stop.flag.clone()),
     };
-    let searched = interruptible(py, &stop, || {
+    let searched = stop.without_python(py, || {
         if each_group {
             search_each_group(&app, &sc, &settings)
         } else {
@@ -435,7 +402,7 @@ fn capacity(
 
 /// `servesim evaluate`: the evaluation as the JSON `--format json` prints.
 #[pyfunction]
-#[pyo3(signature = (source, is_text, overrides, seeds=1, weights=std::collections::BTreeMap::new(), worst=5, jobs=None, router=None, admission=None, priority=None, queue_order=None, autoscale=None))]
+#[pyo3(signature = (source, is_text, overrides, seeds=1, weights=std::collections::BTreeMap::new(), worst=5, jobs=None, router=None, admission=None, priority=None, queue_order=None, autoscale=None, max_wall_s=None))]
 #[expect(
     clippy::too_many_arguments,
     reason = "the Python function's keyword arguments"
@@ -454,8 +421,10 @@ fn evaluate(
     priority: Option<Py<PyAny>>,
     queue_order: Option<Py<PyAny>>,
     autoscale: Option<Py<PyAny>>,
+    max_wall_s: Option<f64>,
 ) -> PyResult<String> {
     use servesim::evaluate::{Settings, evaluate_with};
+    let stop = stop::Stop::new(max_wall_s)?;
     let failure: policies::Failure = Arc::new(Mutex::new(None));
     let mut app = app();
     let scales = autoscale.is_some();
@@ -483,13 +452,12 @@ fn evaluate(
             "worst={worst}: at most 1000"
         )));
     }
-    let stop = Arc::new(AtomicBool::new(false));
     let settings = Settings {
         seeds,
         jobs: jobs.unwrap_or_else(cores).max(1),
         worst,
         weights,
-        interrupt: Some(stop.clone()),
+        interrupt: Some(stop.flag.clone()),
     };
     // Each run gets its own copy of the policies, so seeds do not share their state and the
     // answer does not depend on the thread count.
@@ -513,9 +481,9 @@ fn evaluate(
             jobs: 1,
             ..settings
         };
-        evaluate_with(&app, &sc, &settings, &prepare)
+        stop.with_python(py, || evaluate_with(&app, &sc, &settings, &prepare))?
     } else {
-        interruptible(py, &stop, || evaluate_with(&app, &sc, &settings, &prepare))?
+        stop.without_python(py, || evaluate_with(&app, &sc, &settings, &prepare))?
     };
     if let Some(e) = failure.lock().ok().and_then(|mut e| e.take()) {
         return Err(e);
@@ -548,15 +516,15 @@ fn plan(
     let app = app();
     let sc = load(&app, path, false, &overrides)?;
     no_python_policies(&sc, "plan")?;
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = stop::Stop::new(None)?;
     let settings = Settings {
         replicas,
         jobs: jobs.unwrap_or_else(cores).max(1),
-        interrupt: Some(stop.clone()),
+        interrupt: Some(stop.flag.clone()),
         ..Default::default()
     };
     let path = std::path::Path::new(path);
-    match interruptible(py, &stop, || search(&app, path, &overrides, &sc, &settings))? {
+    match stop.without_python(py, || search(&app, path, &overrides, &sc, &settings))? {
         Ok(p) => {
             let found = p
                 .outcomes

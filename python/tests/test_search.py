@@ -84,6 +84,56 @@ def test_a_failing_candidate_scores_zero_with_the_reason_and_a_bad_scenario_rais
         evaluate_workload(source("least_loaded.py"), Workload("bad", QUICK, {"workload.num_requests": -1}))
 
 
+FINE = "def route(request, instances):\n    return min((i for i in instances if i.routable), key=lambda i: i.load).index\n"
+# A candidate that loops, and swallows what interrupts it (as a retry loop does).
+LOOPS = """
+def route(request, instances):
+    while True:
+        try:
+            while True:
+                pass
+        except Exception:
+            pass
+"""
+
+
+def test_a_candidate_that_loops_or_runs_too_long_scores_zero_after_max_wall_s(tmp_path):
+    # In a subprocess, so that a regression fails the test instead of hanging it.
+    script = f"""
+import json, servesim
+from servesim.search import Workload, evaluate_workload
+quick = {QUICK!r}
+out = {{}}
+looped = evaluate_workload({LOOPS!r}, Workload("w", quick, {{"workload.num_requests": 50}}), max_wall_s=0.5)
+out["looped"] = [looped["score"], looped["error"]]
+# A run with no Python code that would take hours; nothing is written.
+try:
+    servesim.run(quick, {{"workload.num_requests": 10**9}}, requests=False, out={str(tmp_path / "out")!r}, max_wall_s=0.5)
+except servesim.RunError as e:
+    out["long"] = str(e)
+try:
+    servesim.evaluate(quick, {{"workload.num_requests": 10**9}}, seeds=2, jobs=2, max_wall_s=0.5)
+except servesim.RunError as e:
+    out["evaluate"] = str(e)
+# Nothing is left to go off later, and a program that ends is scored as without the limit.
+fine = {FINE!r}
+w = Workload("w", quick, {{"workload.num_requests": 50}})
+out["fine"] = evaluate_workload(fine, w, max_wall_s=60.0)["score"] == evaluate_workload(fine, w)["score"] > 0
+print(json.dumps(out))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    said = "stopped after max_wall_s = 0.5 s of wall time; nothing was written"
+    assert out["looped"] == [0.0, f"RunError: {said}"]
+    assert out["long"] == out["evaluate"] == said
+    assert out["fine"] is True
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    for bad in (0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="max_wall_s must be a number of seconds > 0"):
+            servesim.run(QUICK, {"workload.num_requests": 10}, max_wall_s=bad)
+
+
 def test_a_program_scores_what_evaluate_gives_its_policies_and_the_mean_over_workloads():
     r = evaluate_program(source("least_loaded.py"), WORKLOADS)
     for w, got in zip(WORKLOADS, r["workloads"]):

@@ -259,6 +259,7 @@ def run(
     priority: Optional[Callable[[Request, int, float], float]] = None,
     queue_order: Optional[Callable[[Request, float, float], Tuple[float, float]]] = None,
     autoscale: Optional[Any] = None,
+    max_wall_s: Optional[float] = None,
 ) -> Result:
     """Runs a scenario (a path, RON text, or a ``Scenario`` from ``load``).
 
@@ -284,6 +285,9 @@ def run(
     (groups left out keep their size; min, max and cooldowns apply as for built-in policies).
     Each run gets its own ``copy.deepcopy`` of the scaler. What the CLI would print as
     warnings (before the run, and of its outcome) are issued as ``ServesimWarning``.
+    ``max_wall_s`` stops the run after that many seconds of wall time (``--max-wall-s``),
+    raising RunError and writing nothing, even inside a Python policy that never returns.
+    Ctrl-C stops a run as it stops the command line's (KeyboardInterrupt).
     """
     source, is_text, ov = _resolve(scenario, overrides, seed)
     if out is not None:
@@ -293,6 +297,7 @@ def run(
     summary, rows, inputs = _native.run(
         source, is_text, ov, out=out, router=routing, requests=requests, summary_hook=summary_hook,
         admission=admission, priority=priority, queue_order=queue_order, autoscale=autoscale,
+        max_wall_s=max_wall_s,
     )
     result = Result(summary, rows, inputs)
     _warn(result.input_warnings + list(result.summary.get("warnings") or ()))
@@ -404,6 +409,7 @@ def evaluate(
     priority: Optional[Callable[[Request, int, float], float]] = None,
     queue_order: Optional[Callable[[Request, float, float], Tuple[float, float]]] = None,
     autoscale: Optional[Any] = None,
+    max_wall_s: Optional[float] = None,
 ) -> Dict[str, Any]:
     """``servesim evaluate``: a candidate's evaluation for a policy search, as the dict
     ``--format json`` prints. ``params`` are overrides (the candidate's policies and their
@@ -415,12 +421,14 @@ def evaluate(
     shed, a class starved, requests unaccounted for) and ``trace["text"]`` a summary in words
     for an LLM. Python policies (as for ``run``) replace the scenario's; each seed's run gets
     its own ``copy.deepcopy`` of them, so seeds share no state. Raises ScenarioError for a bad
-    scenario or setting, RunError when a run fails (a policy's exception is re-raised)."""
+    scenario or setting, RunError when a run fails (a policy's exception is re-raised) or
+    the seeds together take more than ``max_wall_s`` seconds of wall time (a policy search's
+    guard against a candidate that loops)."""
     source, is_text, ov = _resolve(scenario, params, seed)
     return json.loads(
         _native.evaluate(
             source, is_text, ov, seeds=_count("seeds", seeds), weights=dict(weights or {}),
             worst=_count("worst", worst), jobs=_count("jobs", jobs, 2**64 - 1), router=routing, admission=admission, priority=priority,
-            queue_order=queue_order, autoscale=autoscale,
+            queue_order=queue_order, autoscale=autoscale, max_wall_s=max_wall_s,
         )
     )

@@ -86,19 +86,21 @@ def evaluate_workload(
     weights: Optional[Mapping[str, float]] = None,
     seeds: int = 1,
     worst: int = 5,
+    max_wall_s: Optional[float] = None,
 ) -> Dict[str, Any]:
     """One program on one workload: ``score`` (the evaluation's ``combined``, 0 when the
     program fails), ``evaluation`` (``servesim.evaluate``'s dict, None on failure), ``error``
-    (why it failed: a compile error or the exception a policy raised) and ``feedback`` (the
-    trace summary in words, or the error). A bad scenario is not the candidate's fault: its
-    ScenarioError is raised."""
+    (why it failed: a compile error, the exception a policy raised, or ``max_wall_s`` seconds
+    of wall time spent — a candidate that loops, or is far slower than it should be) and
+    ``feedback`` (the trace summary in words, or the error). A bad scenario is not the
+    candidate's fault: its ScenarioError is raised."""
     evaluation = None
     error = None
     try:
         policies = compile_program(source)
         evaluation = evaluate(
             workload.scenario, dict(workload.overrides), weights=weights, seeds=seeds,
-            worst=worst, jobs=1, **policies,
+            worst=worst, jobs=1, max_wall_s=max_wall_s, **policies,
         )
     except ScenarioError:
         raise
@@ -114,8 +116,8 @@ def evaluate_workload(
 
 
 def _one(job) -> Dict[str, Any]:
-    source, workload, weights, seeds, worst = job
-    return evaluate_workload(source, workload, weights, seeds, worst)
+    source, workload, weights, seeds, worst, max_wall_s = job
+    return evaluate_workload(source, workload, weights, seeds, worst, max_wall_s)
 
 
 def evaluate_programs(
@@ -125,14 +127,15 @@ def evaluate_programs(
     seeds: int = 1,
     worst: int = 5,
     pool: Any = None,
+    max_wall_s: Optional[float] = None,
 ) -> List[Dict[str, Any]]:
     """Every program on every workload, as ``evaluate_program`` gives each. ``pool``: anything
     with ``map(function, items)`` in order — a ``concurrent.futures.ProcessPoolExecutor``, a
     ``ray.util.multiprocessing.Pool`` — runs the (program, workload) pairs there; the result
     is the same as without one (each pair is compiled and run where it lands, seeded by its
-    scenario)."""
+    scenario). ``max_wall_s`` bounds each (program, workload) evaluation's wall time."""
     weights = dict(weights) if weights else None
-    jobs = [(s, w, weights, seeds, worst) for s in sources for w in workloads]
+    jobs = [(s, w, weights, seeds, worst, max_wall_s) for s in sources for w in workloads]
     results = list(pool.map(_one, jobs)) if pool is not None else [_one(j) for j in jobs]
     n = len(workloads)
     return [_summarise(results[i * n:(i + 1) * n]) for i in range(len(sources))]
@@ -145,13 +148,14 @@ def evaluate_program(
     seeds: int = 1,
     worst: int = 5,
     pool: Any = None,
+    max_wall_s: Optional[float] = None,
 ) -> Dict[str, Any]:
     """A program on every workload: ``score`` (the mean of the workloads' scores),
     ``fitness`` (each objective's mean over the workloads, 0 where the program failed),
     ``workloads`` (each
     workload's result, see ``evaluate_workload``) and ``feedback`` (the workloads' feedback,
     a paragraph each)."""
-    return evaluate_programs([source], workloads, weights, seeds, worst, pool)[0]
+    return evaluate_programs([source], workloads, weights, seeds, worst, pool, max_wall_s)[0]
 
 
 def _summarise(results: List[Dict[str, Any]]) -> Dict[str, Any]:

@@ -35,7 +35,8 @@ class ServesimAdapter:
     ``component``: the candidate's key holding the program. ``weights``, ``seeds``, ``worst``:
     as ``servesim.evaluate``. ``pool``: evaluate a batch's workloads there (anything with an
     ordered ``map``: a process pool, a Ray pool); the scores are the same as without.
-    ``proposer``: GEPA's ``propose_new_texts`` hook (see the module's text)."""
+    ``proposer``: GEPA's ``propose_new_texts`` hook (see the module's text). ``max_wall_s``:
+    a workload's evaluation that takes longer scores 0 (a candidate that loops)."""
 
     def __init__(
         self,
@@ -45,8 +46,10 @@ class ServesimAdapter:
         worst: int = 5,
         pool: Any = None,
         proposer: Optional[Callable[..., Dict[str, str]]] = None,
+        max_wall_s: Optional[float] = None,
     ):
         self.component = component
+        self.max_wall_s = max_wall_s
         self.weights = dict(weights) if weights else None
         self.seeds = seeds
         self.worst = worst
@@ -62,7 +65,8 @@ class ServesimAdapter:
 
         source = candidate[self.component]
         result = evaluate_programs(
-            [source], list(batch), self.weights, self.seeds, self.worst, self.pool
+            [source], list(batch), self.weights, self.seeds, self.worst, self.pool,
+            self.max_wall_s,
         )[0]
         per = result["workloads"]
         return EvaluationBatch(

@@ -34,7 +34,8 @@ FEATURES = ("ttft_p99_ms", "e2e_p99_ms")
 
 class Evaluator:
     """``evaluate(program_path)`` for OpenEvolve: the program file's policies on every
-    workload. ``weights``, ``seeds``, ``worst``: as ``servesim.evaluate``."""
+    workload. ``weights``, ``seeds``, ``worst``: as ``servesim.evaluate``; ``max_wall_s``: a
+    workload's evaluation that takes longer scores 0 (a candidate that loops)."""
 
     def __init__(
         self,
@@ -42,8 +43,10 @@ class Evaluator:
         weights: Optional[Mapping[str, float]] = None,
         seeds: int = 1,
         worst: int = 5,
+        max_wall_s: Optional[float] = None,
     ):
         self.workloads = list(workloads)
+        self.max_wall_s = max_wall_s
         self.weights = dict(weights) if weights else None
         self.seeds = seeds
         self.worst = worst
@@ -51,7 +54,9 @@ class Evaluator:
     def metrics(self, source: str) -> Dict[str, Any]:
         """The metrics and the feedback of a program's source (what ``__call__`` returns,
         as a dict: ``metrics``, ``feedback``)."""
-        r = evaluate_program(source, self.workloads, self.weights, self.seeds, self.worst)
+        r = evaluate_program(
+            source, self.workloads, self.weights, self.seeds, self.worst, max_wall_s=self.max_wall_s
+        )
         ran = [w["evaluation"] for w in r["workloads"] if w["evaluation"] is not None]
         mean = lambda xs: sum(xs) / len(xs) if xs else 0.0  # noqa: E731
         metrics: Dict[str, Any] = {"combined_score": r["score"]}
