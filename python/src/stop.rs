@@ -74,6 +74,10 @@ impl Stop {
         py: Python<'_>,
         work: impl FnOnce() -> T + Send,
     ) -> PyResult<T> {
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "a wall-clock budget; nothing simulated reads it"
+        )]
         let started = Instant::now();
         std::thread::scope(|s| {
             let waiting = std::thread::current();
