@@ -135,4 +135,41 @@ mod tests {
         assert!(a.world().contains_resource::<Catalog>(), "built-ins first");
         assert!(b.world().contains_resource::<crate::engine::SimClock>());
     }
+
+    #[test]
+    fn an_app_interrupt_stops_every_run_without_a_flag_of_its_own() {
+        use std::sync::atomic::AtomicBool;
+        let set = Arc::new(AtomicBool::new(true));
+        let flag = set.clone();
+        let app = ServesimApp::new().with(move |app| {
+            app.insert_resource(crate::setup::AppInterrupt(flag.clone()));
+        });
+        // 2,000 requests: several hundred ticks (the flag is read between runs of fast ticks).
+        let sc = app
+            .parse(
+                "(cluster: (groups: [(kv_blocks: 1000, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 0.0, 1.0]))]), \
+                 workload: (num_requests: 2000, clients: [(rate_per_s: 10.0, input_tokens: Constant(32), output_tokens: Constant(4))]))",
+                "t.ron",
+                &[],
+            )
+            .unwrap();
+        let e = app.run(&sc, RunOptions::default()).unwrap_err();
+        assert!(
+            e.to_string().starts_with("interrupted at simulated time"),
+            "{e}"
+        );
+        let own = RunOptions {
+            interrupt: Some(Arc::new(AtomicBool::new(false))),
+            ..Default::default()
+        };
+        assert_eq!(app.run(&sc, own).unwrap().requests.completed, 2000);
+        set.store(false, Ordering::Relaxed);
+        assert_eq!(
+            app.run(&sc, RunOptions::default())
+                .unwrap()
+                .requests
+                .completed,
+            2000
+        );
+    }
 }

@@ -69,6 +69,12 @@ pub struct SetupCtx<'a> {
     pub options: &'a RunOptions,
 }
 
+/// An interrupt flag for every run an app builds (a resource an extension inserts): a run
+/// whose [`RunOptions::interrupt`] is `None` polls this one, so a command that runs many
+/// simulations (`calibrate`, `check-real`) stops as a whole when it is set.
+#[derive(bevy_ecs::prelude::Resource, Clone, Debug)]
+pub struct AppInterrupt(pub std::sync::Arc<std::sync::atomic::AtomicBool>);
+
 /// How to run.
 #[derive(Clone, Debug, Default)]
 pub struct RunOptions {

@@ -115,11 +115,16 @@ impl Simulation {
             return Err(SetupError::Schedule(e.to_string(schedule.graph(), app.world())).into());
         }
         let fast = crate::fast::take_fast_schedule(&mut app, &schedule);
+        let interrupt = options.interrupt.or_else(|| {
+            app.world()
+                .get_resource::<crate::setup::AppInterrupt>()
+                .map(|i| i.0.clone())
+        });
         Ok(Simulation {
             world: std::mem::take(app.world_mut()),
             schedule,
             fast,
-            interrupt: options.interrupt,
+            interrupt,
             progress: options.progress,
             max_in_flight: scenario.limits.max_in_flight,
         })

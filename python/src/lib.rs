@@ -572,7 +572,11 @@ fn check_real(
     let m = measured(measured_path)?;
     let timeout = servesim::fidelity::replay_timeout(&m, timeout_s)
         .map_err(|e| pyo3::exceptions::PyValueError::new_err(format!("timeout_s: {e}")))?;
-    match py.detach(|| servesim::fidelity::check_real(&app, &sc, &m, timeout)) {
+    let stop = stop::Stop::new(None)?;
+    let app = stop.for_every_run(app);
+    match stop.without_python(py, || {
+        servesim::fidelity::check_real(&app, &sc, &m, timeout)
+    })? {
         Ok(r) => serde_json::to_string_pretty(&r).map_err(|e| RunError::new_err(e.to_string())),
         Err(e) => Err(RunError::new_err(e.to_string())),
     }
@@ -606,7 +610,9 @@ fn calibrate(
     {
         return Err(pyo3::exceptions::PyValueError::new_err(problem));
     }
-    match py.detach(|| calibrate(&app, &sc, group, &rows, family, max_evals)) {
+    let stop = stop::Stop::new(None)?;
+    let app = stop.for_every_run(app);
+    match stop.without_python(py, || calibrate(&app, &sc, group, &rows, family, max_evals))? {
         Ok(f) => serde_json::to_string_pretty(&f).map_err(|e| RunError::new_err(e.to_string())),
         Err(e) => Err(RunError::new_err(e.to_string())),
     }

@@ -54,6 +54,15 @@ impl Stop {
         })
     }
 
+    /// `app`, every run it builds stopped by this flag (for calls that run many
+    /// simulations without an interrupt setting of their own: `check_real`, `calibrate`).
+    pub fn for_every_run(&self, app: servesim::ServesimApp) -> servesim::ServesimApp {
+        let flag = self.flag.clone();
+        app.with(move |app| {
+            app.insert_resource(servesim::setup::AppInterrupt(flag.clone()));
+        })
+    }
+
     /// The error a call whose budget ran out raises, whatever its run said.
     fn spent_error(&self) -> Option<PyErr> {
         let budget = self.budget?;

@@ -259,14 +259,24 @@ def test_a_sweep_takes_a_loaded_scenario_and_reports_a_bad_point_as_the_run_does
     "run(QUICK, {'workload.num_requests': 10**9}, requests=False, out=OUT)",
     "evaluate(QUICK, {'workload.num_requests': 10**9}, seeds=2, jobs=2)",
     "capacity(QUICK, {'workload.num_requests': 10**9}, replicas=1, jobs=1)",
+    "calibrate(SERVER, MEASURED, max_evals=400)",
 ])
 def test_ctrl_c_stops_a_long_call_and_writes_nothing(tmp_path, call):
     # Python's SIGINT handler only sets a flag that Python code checks: a run without Python
     # policies ignored Ctrl-C until it ended (for a billion requests, hours).
+    server, measured = tmp_path / "server.ron", tmp_path / "measured.csv"
+    if call.startswith("calibrate"):
+        # ~5,000 measured requests: 400 replays take ~15 s.
+        server.write_text(SERVER.replace("(rate_per_s: 12.0, duration_s: 30.0)",
+                                         "(rate_per_s: 8.0, duration_s: 600.0)"))
+        rows = servesim.run(str(server)).requests
+        rows[["arrival_us", "input_tokens", "output_tokens", "ttft_ms", "e2e_ms"]].to_csv(
+            measured, index=False)
     script = (
         "import signal, servesim\n"
         "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         f"QUICK, OUT = {QUICK!r}, {str(tmp_path / 'out')!r}\n"
+        f"SERVER, MEASURED = {str(server)!r}, {str(measured)!r}\n"
         "print('started', flush=True)\n"
         "try:\n"
         f"    servesim.{call}\n"
