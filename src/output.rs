@@ -88,7 +88,7 @@ impl Outputs {
             )));
         }
         if self.opened.is_none() {
-            self.opened = Some(OutputDir::open(dir)?);
+            self.opened = Some(OutputDir::open_for(dir, Results::Run)?);
         }
         let out = self.opened.as_mut().expect("opened above");
         out.create(name).map(Some)
@@ -161,7 +161,77 @@ pub struct OutputDir {
     committed: bool,
 }
 
+/// What a command writes into its output directory. A directory holds one command's
+/// results: `servesim report` reads one kind per directory, and two kinds side by side would
+/// be shown as one of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Results {
+    /// `run` (and `check-real`, which writes `check-real.json` beside a run's results).
+    Run,
+    Sweep,
+    Plan,
+    Capacity,
+}
+
+impl Results {
+    const ALL: [Results; 4] = [
+        Results::Run,
+        Results::Sweep,
+        Results::Plan,
+        Results::Capacity,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Results::Run => "run",
+            Results::Sweep => "sweep",
+            Results::Plan => "plan",
+            Results::Capacity => "capacity search",
+        }
+    }
+
+    /// The files that say a directory holds this kind of result (`report.html` belongs to
+    /// any; a plan's progress file is its own).
+    fn files(self) -> &'static [&'static str] {
+        match self {
+            Results::Run => &RESULT_FILES,
+            Results::Sweep => &["sweep.csv", "sweep.json", "sweep-points.csv"],
+            Results::Plan => &["plan.csv", "pareto.csv", "plan.json"],
+            Results::Capacity => &["capacity.json"],
+        }
+    }
+
+    /// `dir` holds no other command's results.
+    pub fn check_unmixed(self, dir: &Path) -> Result<(), OutputError> {
+        for other in Results::ALL.into_iter().filter(|o| *o != self) {
+            let found: Vec<&str> = other
+                .files()
+                .iter()
+                .copied()
+                .filter(|f| *f != "report.html" && fs::symlink_metadata(dir.join(f)).is_ok())
+                .collect();
+            if !found.is_empty() {
+                return Err(OutputError::Unusable(format!(
+                    "{} holds a {}'s results ({}); this {}'s would be mixed with them (and `servesim \
+                     report` would show one of the two): give --out another directory",
+                    dir.display(),
+                    other.name(),
+                    found.join(", "),
+                    self.name()
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl OutputDir {
+    /// [`open`](Self::open) for `kind`'s results: refused when `dir` holds another command's.
+    pub fn open_for(dir: &Path, kind: Results) -> Result<Self, OutputError> {
+        kind.check_unmixed(dir)?;
+        Self::open(dir)
+    }
+
     /// Creates `dir` if needed, locks it and removes what killed runs left in it.
     pub fn open(dir: &Path) -> Result<Self, OutputError> {
         check_dir(dir)?;

@@ -259,8 +259,14 @@ pub(crate) fn finish_interrupted_commits(dirs: &[std::path::PathBuf]) -> Result<
 
 /// Opens (and locks) an optional `--out` before anything is simulated, saying what opening it
 /// tidied; an unusable directory is bad input (2).
-pub(crate) fn open_out(out: Option<&Path>) -> Result<Option<crate::output::OutputDir>, ExitCode> {
-    match out.map(crate::output::OutputDir::open).transpose() {
+pub(crate) fn open_out(
+    out: Option<&Path>,
+    kind: crate::output::Results,
+) -> Result<Option<crate::output::OutputDir>, ExitCode> {
+    match out
+        .map(|d| crate::output::OutputDir::open_for(d, kind))
+        .transpose()
+    {
         Ok(d) => {
             d.iter()
                 .flat_map(|d| d.notes())

@@ -85,7 +85,7 @@ pub(crate) fn capacity(app: &ServesimApp, a: CapacityArgs) -> ExitCode {
     super::args::announce(&scenario, catalog);
     // The output directory is opened (and locked) before anything is simulated, and after
     // every input is known to be good: a refused search leaves nothing behind.
-    let out_dir = match super::args::open_out(a.out.as_deref()) {
+    let out_dir = match super::args::open_out(a.out.as_deref(), crate::output::Results::Capacity) {
         Ok(d) => d,
         Err(code) => return code,
     };

@@ -63,7 +63,7 @@ pub(crate) fn check_real(app: &ServesimApp, a: CheckRealArgs) -> ExitCode {
     };
     let json = serde_json::to_string_pretty(&report).expect("the report serialises");
     let dir = out.unwrap_or_else(|| PathBuf::from(&sc.outputs.dir));
-    let mut out_dir = match crate::output::OutputDir::open(&dir) {
+    let mut out_dir = match crate::output::OutputDir::open_for(&dir, crate::output::Results::Run) {
         Ok(d) => {
             d.notes().iter().for_each(|n| noteln!("servesim: {n}"));
             d

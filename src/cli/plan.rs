@@ -75,7 +75,7 @@ pub(crate) fn plan(app: &ServesimApp, a: PlanArgs) -> ExitCode {
         return fail(e);
     }
     // Opened once every input is known to be good: a refused plan leaves nothing behind.
-    let out_dir = match super::args::open_out(a.out.as_deref()) {
+    let out_dir = match super::args::open_out(a.out.as_deref(), crate::output::Results::Plan) {
         Ok(d) => d,
         Err(code) => return code,
     };
@@ -218,7 +218,7 @@ pub(crate) fn merge(shards: &[PathBuf], out: &std::path::Path) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let dir = match crate::output::OutputDir::open(out) {
+    let dir = match crate::output::OutputDir::open_for(out, crate::output::Results::Plan) {
         Ok(d) => {
             d.notes().iter().for_each(|n| noteln!("servesim: {n}"));
             d

@@ -125,7 +125,7 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
     }
     // The output directory is opened and locked before anything is simulated, and held
     // until sweep.csv and sweep.json are committed: a second sweep into it is refused.
-    let out_dir = match crate::output::OutputDir::open(&a.out) {
+    let out_dir = match crate::output::OutputDir::open_for(&a.out, crate::output::Results::Sweep) {
         Ok(d) => {
             d.notes().iter().for_each(|n| noteln!("servesim: {n}"));
             d
@@ -350,7 +350,7 @@ pub(crate) fn merge(a: MergeArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let out_dir = match crate::output::OutputDir::open(&out) {
+    let out_dir = match crate::output::OutputDir::open_for(&out, crate::output::Results::Sweep) {
         Ok(d) => {
             d.notes().iter().for_each(|n| noteln!("servesim: {n}"));
             d

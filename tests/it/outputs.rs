@@ -349,3 +349,86 @@ fn a_link_at_a_temporary_or_result_name_is_never_followed() {
             .is_symlink()
     );
 }
+
+#[test]
+fn a_directory_holds_one_command_s_results_and_another_command_is_refused_there() {
+    // A sweep written into a run's directory left both side by side, and `servesim report`
+    // showed the sweep alone; a run into a sweep's directory likewise.
+    let tmp = tempfile::tempdir().unwrap();
+    let (runs, sweeps) = (tmp.path().join("run"), tmp.path().join("sweep"));
+    let small = "workload.num_requests=20";
+    let q = "scenarios/quickstart.ron";
+    let out = run(&["run", q, "--set", small, "--out", runs.to_str().unwrap()]);
+    assert!(out.status.success());
+    let vary = "policies.routing=[\"round_robin\"]";
+    let out = run(&[
+        "sweep",
+        q,
+        "--set",
+        small,
+        "--vary",
+        vary,
+        "--out",
+        sweeps.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let (run_files, sweep_files) = (listing(&runs), listing(&sweeps));
+    let refused = |args: &[&str], dir: &Path, holds: &str, this: &str| {
+        let out = run(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains(&format!(
+                "{} holds a {holds}'s results ({}); this {this}'s would be mixed with them",
+                dir.display(),
+                if holds == "run" {
+                    "requests.csv, summary.json, timeseries.csv"
+                } else {
+                    "sweep.csv, sweep.json"
+                }
+            )),
+            "{err}"
+        );
+    };
+    let (r, s) = (runs.to_str().unwrap(), sweeps.to_str().unwrap());
+    refused(
+        &["sweep", q, "--set", small, "--vary", vary, "--out", r],
+        &runs,
+        "run",
+        "sweep",
+    );
+    refused(
+        &["run", q, "--set", small, "--out", s],
+        &sweeps,
+        "sweep",
+        "run",
+    );
+    refused(
+        &[
+            "capacity",
+            q,
+            "--set",
+            "workload.num_requests=200",
+            "--replicas",
+            "1",
+            "--out",
+            r,
+        ],
+        &runs,
+        "run",
+        "capacity search",
+    );
+    refused(
+        &["plan", "scenarios/plan.ron", "--out", s],
+        &sweeps,
+        "sweep",
+        "plan",
+    );
+    // Nothing was written or removed, and a run's own directory still takes its next run.
+    assert_eq!((listing(&runs), listing(&sweeps)), (run_files, sweep_files));
+    assert!(
+        run(&["run", q, "--set", small, "--out", r])
+            .status
+            .success()
+    );
+}
