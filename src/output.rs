@@ -171,14 +171,17 @@ pub enum Results {
     Sweep,
     Plan,
     Capacity,
+    /// A policy search's trials (`servesim.report.write_search`, Python).
+    Search,
 }
 
 impl Results {
-    const ALL: [Results; 4] = [
+    const ALL: [Results; 5] = [
         Results::Run,
         Results::Sweep,
         Results::Plan,
         Results::Capacity,
+        Results::Search,
     ];
 
     fn name(self) -> &'static str {
@@ -187,6 +190,7 @@ impl Results {
             Results::Sweep => "sweep",
             Results::Plan => "plan",
             Results::Capacity => "capacity search",
+            Results::Search => "policy search",
         }
     }
 
@@ -198,6 +202,7 @@ impl Results {
             Results::Sweep => &["sweep.csv", "sweep.json", "sweep-points.csv"],
             Results::Plan => &["plan.csv", "pareto.csv", "plan.json"],
             Results::Capacity => &["capacity.json"],
+            Results::Search => &["search.csv", "search.json"],
         }
     }
 

@@ -541,6 +541,15 @@ fn plan(
     }
 }
 
+/// Raises ValueError when `dir` holds another command's results than a policy search's
+/// (`write_search`): `servesim report` reads one kind per directory.
+#[pyfunction]
+fn search_may_write(dir: &str) -> PyResult<()> {
+    servesim::output::Results::Search
+        .check_unmixed(std::path::Path::new(dir))
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))
+}
+
 /// The warnings of many runs (each run's label and warnings), each said once, as `sweep` and
 /// `plan` print them (`servesim::loader::estimate::said_once`).
 #[pyfunction]
@@ -637,6 +646,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(evaluate, m)?)?;
     m.add_function(wrap_pyfunction!(plan, m)?)?;
     m.add_function(wrap_pyfunction!(said_once, m)?)?;
+    m.add_function(wrap_pyfunction!(search_may_write, m)?)?;
     m.add_function(wrap_pyfunction!(check_real, m)?)?;
     m.add_function(wrap_pyfunction!(calibrate, m)?)?;
     m.add("ScenarioError", m.py().get_type::<ScenarioError>())?;

@@ -255,3 +255,12 @@ def test_write_search_refuses_a_trial_without_its_objectives_and_unknown_directi
                      objectives=["ttft", "cost"], directions=["minimize", "minimize"])
     with pytest.raises(ValueError, match="neither"):
         write_search(str(tmp_path), [], objectives=["ttft"], directions=["down"])
+    # A directory holds one command's results: not a search's beside a run's, nor the reverse.
+    servesim.run(QUICK, {"workload.num_requests": 10}, out=str(tmp_path / "run"))
+    trial = [{"trial": 0, "ttft": 1.0, "feasible": True, "pareto": True}]
+    with pytest.raises(ValueError, match="holds a run's results .*this policy search's would be mixed"):
+        write_search(str(tmp_path / "run"), trial, objectives=["ttft"], directions=["minimize"])
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == ["requests.csv", "summary.json", "timeseries.csv"]
+    write_search(str(tmp_path / "search"), trial, objectives=["ttft"], directions=["minimize"])
+    with pytest.raises(servesim.RunError, match="holds a policy search's results \\(search.csv, search.json\\)"):
+        servesim.run(QUICK, {"workload.num_requests": 10}, out=str(tmp_path / "search"))

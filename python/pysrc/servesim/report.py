@@ -15,6 +15,8 @@ import math
 import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from . import _native
+
 
 def _cell(v: Any) -> str:
     if isinstance(v, bool):
@@ -35,7 +37,8 @@ def write_search(
     """Writes ``out/search.csv`` and ``out/search.json``. Each trial is a mapping with
     ``trial`` (a number), every name in ``objectives``, ``feasible`` and ``pareto`` (bools)
     and any parameters; ``directions`` holds ``"minimize"`` or ``"maximize"`` per objective.
-    Raises ValueError for a trial without an objective or a direction that is neither."""
+    Raises ValueError for a trial without an objective or a direction that is neither, or an
+    ``out`` that holds another command's results (a run's, a sweep's...)."""
     if len(objectives) != len(directions) or not objectives:
         raise ValueError("give one direction per objective, and at least one objective")
     for d in directions:
@@ -48,6 +51,8 @@ def write_search(
         if missing:
             raise ValueError(f"trial {t.get('trial', '?')} has no {', '.join(missing)}")
         params.extend(k for k in t if k not in fixed and k not in params)
+    # A directory holds one command's results (``servesim report`` reads one kind).
+    _native.search_may_write(os.fspath(out))
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "search.csv"), "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f, lineterminator="\n")
