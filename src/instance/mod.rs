@@ -512,14 +512,16 @@ impl Scheduler {
     }
 
     /// INV-8: an instance with work has a step in flight or a micro-batch that will free
-    /// some of its requests, or waits for KV blocks a transfer is still sending or that
-    /// hand-offs hold until a decode instance is routable.
+    /// some of its requests, or waits for KV blocks a transfer is still sending, that
+    /// hand-offs hold until a decode instance is routable, or (a decode instance) that are
+    /// reserved for KV still arriving: each of those lists the instance again when it ends.
     pub fn is_progressing(&self) -> bool {
         !self.has_work()
             || self.step_end.is_some()
             || !self.in_flight.is_empty()
             || self.outbound > 0
             || !self.handoff.is_empty()
+            || !self.incoming.is_empty()
     }
 
     /// Requests on the instance that have not left (queued, running, leaving, handed off at

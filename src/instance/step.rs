@@ -115,11 +115,19 @@ pub(crate) fn execute_one(
     }
     let empty = items.is_empty() && priced.is_none();
     sched.stalled_steps = if empty { sched.stalled_steps + 1 } else { 0 };
-    if empty && (!sched.in_flight.is_empty() || sched.outbound > 0 || !sched.handoff.is_empty()) {
+    if empty
+        && (!sched.in_flight.is_empty()
+            || sched.outbound > 0
+            || !sched.handoff.is_empty()
+            || !sched.incoming.is_empty())
+    {
         // Everything runnable is in the pipeline: wait for a micro-batch to finish. Or
         // (P/D) the blocks the queue needs are still being sent: the transfer's end lists
         // the instance again; or they are held by hand-offs waiting for a routable decode
-        // instance (all down or starting): their transfer's end lists it again.
+        // instance (all down or starting): their transfer's end lists it again; or (on a
+        // decode instance) they are reserved for KV still arriving, held up by a severed
+        // link perhaps: its arrival lists the instance again. Stepping empty meanwhile
+        // would trip the progress watchdog before the link came back.
         return false;
     }
     // An empty batch (everything preempted this step) still takes 1 µs, so the

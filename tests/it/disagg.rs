@@ -658,6 +658,33 @@ fn a_model_named_by_a_unique_prefix_is_the_same_model_in_both_pools() {
 }
 
 #[test]
+fn a_decode_instance_waits_for_kv_held_by_a_severed_link_instead_of_stepping_empty() {
+    // Three 160-token prompts (10 blocks each) at 0 onto a decode cache of 31 blocks.
+    // Request 0 is prefilled alone (0–1160 µs) and its KV arrives at 1630; requests 1 and 2
+    // (prefilled 1160–2480) reserve 20 blocks there while the decode side's link is cut from
+    // 2 ms to 1 s, leaving request 0 one block: it cannot grow past 176 tokens. The instance
+    // stepped empty (1 µs each) until the progress watchdog stopped the run 0.1 s later.
+    let src = with_decode_blocks(&pd(1, 1, "", &all_at_zero(3, 160, 20)), 31).replacen(
+        "workload:",
+        "faults: (kv_links: [(instance: 1, from_s: 0.002, until_s: 1.0, bandwidth: 0.0)]), workload:",
+        1,
+    );
+    let (s, rows) = run(&parse(&src));
+    assert_eq!(s.requests.completed, 3);
+    let by_id = |id: u64| rows.iter().find(|r| r.u64("request_id") == id).unwrap();
+    // The held transfers start at 1 s, 420 µs each, one after the other on the link.
+    assert_eq!(by_id(1).us("kv_transfer_ms"), 1_000_000 + 420 - 2480);
+    assert_eq!(by_id(2).us("kv_transfer_ms"), 1_000_000 + 2 * 420 - 2480);
+    assert_eq!(by_id(0).us("kv_transfer_ms"), 470);
+    // Request 0 finishes only once the blocks it waits for are free again.
+    assert!(
+        by_id(0).us("e2e_ms") > 1_000_000,
+        "{}",
+        by_id(0).us("e2e_ms")
+    );
+}
+
+#[test]
 fn a_degraded_kv_link_slows_the_transfers_that_start_in_its_window_and_a_severed_one_holds_them() {
     // The lone request of the case above: its transfer could start at 1160 + 50 = 1210 µs.
     let transfer = |links: &str| {
