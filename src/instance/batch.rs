@@ -77,6 +77,7 @@ pub(crate) fn form_one(
     if sched.step_end.is_some() || !sched.has_work() {
         return false;
     }
+    let preemptions = sched.counters.preemptions;
     // Lockstep steps advance every request one token a step: not with speculative decoding,
     // and not with adapters (each step prepares its adapters).
     if lockstep
@@ -90,6 +91,7 @@ pub(crate) fn form_one(
             batcher.0.lockstep_decodes(),
         )
     {
+        sched.preempted_forming = sched.counters.preemptions != preemptions;
         return true;
     }
     sched.settle();
@@ -105,6 +107,7 @@ pub(crate) fn form_one(
     let unseen = unseen_arrivals(sched, limits, now);
     sched.scheduled.clear();
     batcher.0.form(sched, kv, limits, now, ordering);
+    sched.preempted_forming = sched.counters.preemptions != preemptions;
     super::anomaly::check_overtaking(sched, now, ordering);
     if let Some(mut unseen) = unseen {
         sched.waiting.append(&mut unseen);

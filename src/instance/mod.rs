@@ -410,6 +410,9 @@ pub struct Scheduler {
     pub listed: bool,
     /// Consecutive steps that computed nothing (watchdog).
     pub stalled_steps: u32,
+    /// Forming the batch preempted a request: an empty batch is then retried at once (the
+    /// blocks it freed may admit the queue), not left to wait for arriving KV.
+    pub preempted_forming: bool,
     /// Preemptions counted when a request last completed here (watchdog).
     pub preemptions_at_completion: u64,
     pub counters: InstanceCounters,

@@ -119,7 +119,7 @@ pub(crate) fn execute_one(
         && (!sched.in_flight.is_empty()
             || sched.outbound > 0
             || !sched.handoff.is_empty()
-            || !sched.incoming.is_empty())
+            || (!sched.incoming.is_empty() && !sched.preempted_forming && !kv.has_lower_tiers()))
     {
         // Everything runnable is in the pipeline: wait for a micro-batch to finish. Or
         // (P/D) the blocks the queue needs are still being sent: the transfer's end lists
@@ -127,7 +127,9 @@ pub(crate) fn execute_one(
         // instance (all down or starting): their transfer's end lists it again; or (on a
         // decode instance) they are reserved for KV still arriving, held up by a severed
         // link perhaps: its arrival lists the instance again. Stepping empty meanwhile
-        // would trip the progress watchdog before the link came back.
+        // would trip the progress watchdog before the link came back. (A batch emptied by
+        // preemption is retried: the blocks freed may admit the queue; so is one on an
+        // instance with lower KV tiers, whose next try may move blocks out of the way.)
         return false;
     }
     // An empty batch (everything preempted this step) still takes 1 µs, so the
