@@ -51,7 +51,7 @@ use bevy_ecs::prelude::*;
 
 use crate::labels::Labels;
 use crate::model::{GpuProfile, ModelConfig};
-use crate::scenario::{Problem, did_you_mean};
+use crate::scenario::{Problem, closest, did_you_mean};
 
 /// A family of policies: what its members implement and what scenarios call it.
 pub trait PolicyFamily: Send + Sync + 'static {
@@ -350,9 +350,17 @@ fn name_in_catalog(
     names: &[&str],
 ) {
     if !names.contains(&name) {
-        let hint = match did_you_mean(name, names.iter().copied()) {
-            Some(s) => format!("did you mean \"{s}\"? (`servesim list policies` shows all)"),
-            None => format!("known {kind} policies: {}", names.join(", ")),
+        let near: Vec<String> = closest(name, names.iter().copied())
+            .iter()
+            .map(|s| format!("\"{s}\""))
+            .collect();
+        let hint = if near.is_empty() {
+            format!("known {kind} policies: {}", names.join(", "))
+        } else {
+            format!(
+                "did you mean {}? (`servesim list policies` shows all)",
+                near.join(" or ")
+            )
         };
         problems.push(Problem::new(path, format!("unknown {kind} policy \"{name}\"")).hint(hint));
     }

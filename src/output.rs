@@ -184,7 +184,8 @@ impl Results {
         Results::Search,
     ];
 
-    fn name(self) -> &'static str {
+    /// What the command's results are called: "a sweep's results".
+    pub fn name(self) -> &'static str {
         match self {
             Results::Run => "run",
             Results::Sweep => "sweep",
@@ -206,15 +207,27 @@ impl Results {
         }
     }
 
+    /// The kind of results `dir` holds and the files that say so (the first kind found).
+    pub fn held_in(dir: &Path) -> Option<(Results, Vec<&'static str>)> {
+        Results::ALL.into_iter().find_map(|kind| {
+            let found = kind.found_in(dir);
+            (!found.is_empty()).then_some((kind, found))
+        })
+    }
+
+    /// This kind's files (`report.html` aside) present in `dir`.
+    fn found_in(self, dir: &Path) -> Vec<&'static str> {
+        self.files()
+            .iter()
+            .copied()
+            .filter(|f| *f != "report.html" && fs::symlink_metadata(dir.join(f)).is_ok())
+            .collect()
+    }
+
     /// `dir` holds no other command's results.
     pub fn check_unmixed(self, dir: &Path) -> Result<(), OutputError> {
         for other in Results::ALL.into_iter().filter(|o| *o != self) {
-            let found: Vec<&str> = other
-                .files()
-                .iter()
-                .copied()
-                .filter(|f| *f != "report.html" && fs::symlink_metadata(dir.join(f)).is_ok())
-                .collect();
+            let found = other.found_in(dir);
             if !found.is_empty() {
                 return Err(OutputError::Unusable(format!(
                     "{} holds a {}'s results ({}); this {}'s would be mixed with them (and `servesim \

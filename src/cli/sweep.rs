@@ -9,6 +9,7 @@ use super::args::{MergeArgs, parse_overrides};
 use super::progress;
 use crate::ServesimApp;
 use crate::catalog::Catalog;
+use crate::output::Results;
 
 /// Writes sweep.csv and sweep.json (and with replicas sweep-points.csv) into `out`, together
 /// (staged, then moved into place).
@@ -306,6 +307,41 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
     ExitCode::from(1)
 }
 
+/// What the shards hold: one sweep's or one plan's results, or (`None`) nothing a command
+/// wrote, left for the sweep's reader to say what is missing.
+fn shards_kind(shards: &[PathBuf]) -> Result<Option<Results>, String> {
+    let mut first: Option<(&PathBuf, Results)> = None;
+    for d in shards {
+        let Some((kind, files)) = Results::held_in(d) else {
+            continue;
+        };
+        if !matches!(kind, Results::Sweep | Results::Plan) {
+            return Err(format!(
+                "{} holds a {}'s results ({}), not a shard: merge joins the --out directories \
+                 of `servesim sweep --shard` or of `servesim plan --shard`",
+                d.display(),
+                kind.name(),
+                files.join(", ")
+            ));
+        }
+        match first {
+            None => first = Some((d, kind)),
+            Some((a, seen)) if seen != kind => {
+                return Err(format!(
+                    "{} holds a {}'s results and {} a {}'s: merge joins the shards of one sweep \
+                     or of one plan",
+                    a.display(),
+                    seen.name(),
+                    d.display(),
+                    kind.name()
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(first.map(|(_, kind)| kind))
+}
+
 /// Joins the shards of a sweep.
 pub(crate) fn merge(a: MergeArgs) -> ExitCode {
     let MergeArgs { shards, out } = a;
@@ -325,12 +361,13 @@ pub(crate) fn merge(a: MergeArgs) -> ExitCode {
     if let Err(code) = super::args::finish_interrupted_commits(&shards) {
         return code;
     }
-    // Shards of a plan hold plan.json and no sweep.json.
-    if shards
-        .first()
-        .is_some_and(|d| d.join("plan.json").is_file() && !d.join("sweep.json").exists())
-    {
-        return super::plan::merge(&shards, &out);
+    match shards_kind(&shards) {
+        Ok(Some(Results::Plan)) => return super::plan::merge(&shards, &out),
+        Ok(_) => {}
+        Err(e) => {
+            noteln!("error: {e}");
+            return ExitCode::from(2);
+        }
     }
     let parts = match shards
         .iter()

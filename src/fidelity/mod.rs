@@ -343,6 +343,15 @@ pub(crate) fn none_completed(
     )))
 }
 
+/// `n` and `noun`, plural unless `n` is 1: "1 request", "2 requests".
+fn requests(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 impl Report {
     /// The deterministic text report.
     pub fn to_text(&self) -> String {
@@ -350,16 +359,21 @@ impl Report {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "{} measured requests replayed, {} of them timed out; {} that completed did not complete in the simulation",
-            self.measured_requests,
+            "{} replayed, {} of them timed out; {} that completed did not complete in the simulation",
+            requests(self.measured_requests, "measured request"),
             self.overall.timeouts.measured,
             self.not_completed_in_simulation
         );
         if self.measured_failed > 0 {
             let _ = writeln!(
                 s,
-                "{} measured requests failed otherwise and were not replayed",
-                self.measured_failed
+                "{} failed otherwise and {} not replayed",
+                requests(self.measured_failed, "measured request"),
+                if self.measured_failed == 1 {
+                    "was"
+                } else {
+                    "were"
+                }
             );
         }
         for note in &self.notes {
@@ -377,7 +391,12 @@ impl Report {
             }
         }
         for slice in std::iter::once(&self.overall).chain(&self.stages) {
-            let _ = writeln!(s, "\n{} ({} requests)", slice.name, slice.requests);
+            let _ = writeln!(
+                s,
+                "\n{} ({})",
+                slice.name,
+                requests(slice.requests, "request")
+            );
             if self.timeout_s.is_some() || slice.timeouts != Timeouts::default() {
                 let _ = writeln!(s, "timeouts: {}", slice.timeouts.describe());
             }
@@ -465,6 +484,41 @@ mod tests {
             text.ends_with("(ITL: its measured mean is 0, no APE)\n"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn one_request_is_a_request() {
+        let one = |name: &str| Slice {
+            name: name.into(),
+            requests: 1,
+            timeouts: Timeouts::default(),
+            lines: Vec::new(),
+        };
+        let report = |n: usize| Report {
+            measured_requests: n,
+            measured_failed: n,
+            timeout_s: None,
+            not_completed_in_simulation: 0,
+            notes: Vec::new(),
+            mean_ape_pct: f64::NAN,
+            overall: one("all"),
+            stages: vec![Slice {
+                requests: 3,
+                ..one("stage 1")
+            }],
+        };
+        let text = report(1).to_text();
+        for want in [
+            "1 measured request replayed, 0 of them",
+            "\n1 measured request failed otherwise and was not replayed\n",
+            "\nall (1 request)\n",
+            "\nstage 1 (3 requests)\n",
+        ] {
+            assert!(text.contains(want), "{want:?} in\n{text}");
+        }
+        let text = report(2).to_text();
+        assert!(text.starts_with("2 measured requests replayed"), "{text}");
+        assert!(text.contains("\n2 measured requests failed otherwise and were not"));
     }
 
     #[test]

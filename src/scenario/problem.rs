@@ -95,20 +95,31 @@ fn readable_numbers(message: String) -> String {
     out
 }
 
-/// The closest candidate to `name` by edit distance, if reasonably close: a few edits for its
-/// length, and fewer than the name has characters (so that something of it is kept: an empty
-/// or one-letter name is three edits from every three-letter one).
+/// The closest candidate to `name` by edit distance, if reasonably close (see [`closest`]); of
+/// equally close candidates the first listed.
 pub fn did_you_mean<'a>(
     name: &str,
     candidates: impl IntoIterator<Item = &'a str>,
 ) -> Option<&'a str> {
+    closest(name, candidates).into_iter().next()
+}
+
+/// The candidates closest to `name` by edit distance, in their order, if reasonably close: a
+/// few edits for its length, and fewer than the name has characters (so that something of it
+/// is kept: an empty or one-letter name is three edits from every three-letter one). Several
+/// when equally close (`vllm`: `vllm_v0` and `vllm_v1`).
+pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
     let kept = name.trim().chars().count();
-    candidates
+    let near: Vec<(usize, &str)> = candidates
         .into_iter()
         .map(|c| (edit_distance(name, c), c))
         .filter(|(d, c)| *d <= 3.max(c.len() / 3) && *d < kept)
-        .min()
+        .collect();
+    let best = near.iter().map(|(d, _)| *d).min();
+    near.into_iter()
+        .filter(|(d, _)| Some(*d) == best)
         .map(|(_, c)| c)
+        .collect()
 }
 
 fn edit_distance(a: &str, b: &str) -> usize {
@@ -184,5 +195,19 @@ mod tests {
         for far in ["", "   ", "-", "abc"] {
             assert_eq!(did_you_mean(far, gpus), None, "{far:?}");
         }
+        // Ties go to the first listed, not the first in the alphabet; `closest` gives all.
+        assert_eq!(
+            did_you_mean("vllm", ["vllm_v1", "vllm_v0"]),
+            Some("vllm_v1")
+        );
+        assert_eq!(
+            did_you_mean("vllm", ["vllm_v0", "vllm_v1"]),
+            Some("vllm_v0")
+        );
+        let schedulers = ["orca", "vllm_v0", "vllm_v1", "sarathi"];
+        assert_eq!(closest("vllm", schedulers), ["vllm_v0", "vllm_v1"]);
+        assert_eq!(closest("vllm_v2", schedulers), ["vllm_v0", "vllm_v1"]);
+        assert_eq!(closest("vllm_v1x", schedulers), ["vllm_v1"]);
+        assert!(closest("zzzzzzzzzzzzzzzz", schedulers).is_empty());
     }
 }

@@ -451,6 +451,26 @@ fn a_sharded_plan_merges_into_the_unsharded_best_and_merge_refuses_what_is_not_i
         &["merge", "s0", "s0", "s1", "--out", "x"],
         "are both shard 0/3",
     );
+    // Another command's directory among the shards is named with what it holds (a sweep's
+    // shard was reported as a plan.json that could not be read, a plan's as a missing
+    // sweep.json).
+    for (name, file) in [("w", "sweep.csv"), ("r", "summary.json")] {
+        std::fs::create_dir(d.join(name)).unwrap();
+        std::fs::write(d.join(name).join(file), "").unwrap();
+    }
+    refused(
+        &["merge", "s0", "s1", "w", "s2", "--out", "x"],
+        "s0 holds a plan's results and w a sweep's: merge joins the shards of one sweep or of one plan",
+    );
+    refused(
+        &["merge", "w", "s0", "--out", "x"],
+        "w holds a sweep's results and s0 a plan's",
+    );
+    refused(
+        &["merge", "s0", "r", "--out", "x"],
+        "r holds a run's results (summary.json), not a shard",
+    );
+    assert!(!d.join("x").exists());
     // A shard's plan.json edited or cut: it would answer from part of the plan. Shard 1 of
     // 3 holds configurations 1, 4 and 7 of 8.
     let json = std::fs::read_to_string(d.join("s1/plan.json")).unwrap();
