@@ -119,7 +119,7 @@ pub(crate) fn execute_one(
         && (!sched.in_flight.is_empty()
             || sched.outbound > 0
             || !sched.handoff.is_empty()
-            || (!sched.incoming.is_empty() && !sched.preempted_forming && !kv.has_lower_tiers()))
+            || (!sched.incoming.is_empty() && !sched.preempted_forming && !kv.has_untaken_moves()))
     {
         // Everything runnable is in the pipeline: wait for a micro-batch to finish. Or
         // (P/D) the blocks the queue needs are still being sent: the transfer's end lists
@@ -128,8 +128,8 @@ pub(crate) fn execute_one(
         // decode instance) they are reserved for KV still arriving, held up by a severed
         // link perhaps: its arrival lists the instance again. Stepping empty meanwhile
         // would trip the progress watchdog before the link came back. (A batch emptied by
-        // preemption is retried: the blocks freed may admit the queue; so is one on an
-        // instance with lower KV tiers, whose next try may move blocks out of the way.)
+        // preemption is retried: the blocks freed may admit the queue; so is one that moved
+        // blocks to or from a lower KV tier, which are priced as a step.)
         return false;
     }
     // An empty batch (everything preempted this step) still takes 1 µs, so the

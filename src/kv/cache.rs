@@ -250,6 +250,17 @@ impl KvCache {
         self.lower
     }
 
+    /// True if blocks moved between the GPU and a tier below it since the last
+    /// [`take_transfers`](Self::take_transfers) and [`take_loads`](Self::take_loads): a step
+    /// is to be priced for them.
+    pub fn has_untaken_moves(&self) -> bool {
+        self.cpu
+            .iter()
+            .chain(self.nvme.as_deref())
+            .any(|c| c.pending != (0, 0))
+            || self.store.as_ref().is_some_and(|s| s.pending_loads > 0)
+    }
+
     /// True if the instance can load blocks from the NVMe tier or the shared store.
     pub fn has_remote_tiers(&self) -> bool {
         self.nvme.is_some() || self.store.is_some()

@@ -669,19 +669,30 @@ fn a_decode_instance_waits_for_kv_held_by_a_severed_link_instead_of_stepping_emp
         "faults: (kv_links: [(instance: 1, from_s: 0.002, until_s: 1.0, bandwidth: 0.0)]), workload:",
         1,
     );
-    let (s, rows) = run(&parse(&src));
-    assert_eq!(s.requests.completed, 3);
-    let by_id = |id: u64| rows.iter().find(|r| r.u64("request_id") == id).unwrap();
-    // The held transfers start at 1 s, 420 µs each, one after the other on the link.
-    assert_eq!(by_id(1).us("kv_transfer_ms"), 1_000_000 + 420 - 2480);
-    assert_eq!(by_id(2).us("kv_transfer_ms"), 1_000_000 + 2 * 420 - 2480);
-    assert_eq!(by_id(0).us("kv_transfer_ms"), 470);
-    // Request 0 finishes only once the blocks it waits for are free again.
-    assert!(
-        by_id(0).us("e2e_ms") > 1_000_000,
-        "{}",
-        by_id(0).us("e2e_ms")
+    // The same with a CPU KV tier on the decode instance (whose empty steps were retried,
+    // as they may move blocks between the tiers, and tripped the watchdog as well): it waits
+    // once a try moved nothing.
+    let tiered = src.replacen(
+        "kv_blocks: 31",
+        "gpu: \"H100\", kv_blocks: 31, cpu_kv_blocks: 100",
+        1,
     );
+    assert_ne!(tiered, src);
+    for src in [src, tiered] {
+        let (s, rows) = run(&parse(&src));
+        assert_eq!(s.requests.completed, 3);
+        let by_id = |id: u64| rows.iter().find(|r| r.u64("request_id") == id).unwrap();
+        // The held transfers start at 1 s, 420 µs each, one after the other on the link.
+        assert_eq!(by_id(1).us("kv_transfer_ms"), 1_000_000 + 420 - 2480);
+        assert_eq!(by_id(2).us("kv_transfer_ms"), 1_000_000 + 2 * 420 - 2480);
+        assert_eq!(by_id(0).us("kv_transfer_ms"), 470);
+        // Request 0 finishes only once the blocks it waits for are free again.
+        assert!(
+            by_id(0).us("e2e_ms") > 1_000_000,
+            "{}",
+            by_id(0).us("e2e_ms")
+        );
+    }
 }
 
 #[test]
