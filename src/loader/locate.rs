@@ -411,6 +411,7 @@ pub fn check_single_value(value: &str) -> Result<(), String> {
 /// else inserts it (creating missing parent structs) into the nearest written struct.
 /// Keys of map fields (`policies.admission_params.capacity`) are set or inserted as keys.
 pub fn apply_override(src: &str, path: &str, value: &str) -> Result<String, String> {
+    check_path(path)?;
     check_single_value(value)?;
     let map = SourceMap::new(src);
     let parts: Vec<&str> = path.split('.').collect();
@@ -470,6 +471,51 @@ pub fn apply_override(src: &str, path: &str, value: &str) -> Result<String, Stri
         return Ok(out);
     }
     Err(unset_reason(&map, path))
+}
+
+/// `path` is field names joined by `.`, each perhaps followed by list indices (`groups[0]`);
+/// after a map field (`routing_params`) the rest is the key. (`.seed` or `seed.` was applied
+/// as something else and reported as a duplicate `seed` or a number expected.)
+fn check_path(path: &str) -> Result<(), String> {
+    if path.trim().is_empty() {
+        return Err("the field path is empty".into());
+    }
+    let mut parts = path.split('.').peekable();
+    while let Some(part) = parts.next() {
+        let name_end = part.find('[').unwrap_or(part.len());
+        let (name, indices) = part.split_at(name_end);
+        if name.is_empty() {
+            return Err("has an empty field name (before or after a `.`)".into());
+        }
+        if !name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        {
+            return Err(format!(
+                "`{name}` is not a field name (letters, digits and `_`)"
+            ));
+        }
+        // `[…]` groups only; what is inside is checked where the list is found.
+        let mut rest = indices;
+        while let Some(inner) = rest.strip_prefix('[') {
+            match inner.find(']') {
+                Some(close) => rest = &inner[close + 1..],
+                None => break,
+            }
+        }
+        if !rest.is_empty() {
+            return Err(format!(
+                "`{part}` is neither a field name nor a list entry such as `groups[0]`"
+            ));
+        }
+        if MAP_FIELDS.contains(&name) && indices.is_empty() && parts.peek().is_some() {
+            let key: Vec<&str> = parts.collect();
+            if key.concat().is_empty() {
+                return Err(format!("the key of `{name}` is empty"));
+            }
+            return Ok(());
+        }
+    }
+    Ok(())
 }
 
 /// Why `path` can be neither replaced nor inserted: an entry of a list that is not written
@@ -638,6 +684,46 @@ mod tests {
             assert!(
                 apply_override(SRC, "seed", good).is_ok(),
                 "refused {good:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_path_that_is_not_field_names_joined_by_dots_is_refused() {
+        for (bad, why) in [
+            ("", "the field path is empty"),
+            (" ", "the field path is empty"),
+            (".seed", "has an empty field name (before or after a `.`)"),
+            ("seed.", "has an empty field name"),
+            ("cluster..groups", "has an empty field name"),
+            (
+                "cluster.groups[0]x.count",
+                "`groups[0]x` is neither a field name nor",
+            ),
+            ("cluster.groups[0.count", "`groups[0` is neither"),
+            ("cluster.gro ups", "`gro ups` is not a field name"),
+            ("cluster.0groups", "`0groups` is not a field name"),
+            ("[0].seed", "has an empty field name"),
+            (
+                "policies.routing_params.",
+                "the key of `routing_params` is empty",
+            ),
+        ] {
+            let err = apply_override(SRC, bad, "1").unwrap_err();
+            assert!(err.contains(why), "{bad:?}: {err}");
+        }
+        // Indices, map keys with dots and a whole map are paths.
+        for good in [
+            "cluster.groups[1].count",
+            "cluster.groups[0].latency.alpha[1]",
+            "policies.routing_params.weight.kv",
+            "policies.routing_params",
+            "_x",
+        ] {
+            let r = apply_override(SRC, good, "1");
+            assert!(
+                r.as_ref().is_ok() || !r.as_ref().unwrap_err().contains("field name"),
+                "{good:?}: {r:?}"
             );
         }
     }

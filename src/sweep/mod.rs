@@ -95,7 +95,7 @@ pub struct Point {
 /// parentheses and strings do not split).
 pub fn parse_axis(arg: &str) -> Result<Axis, String> {
     let example = "e.g. --vary 'policies.routing=[\"round_robin\",\"least_loaded\"]' or --vary cluster.groups[0].count=[2,4,8]";
-    let Some((path, list)) = arg.split_once('=') else {
+    let Some((path, list)) = arg.split_once('=').filter(|(p, _)| !p.trim().is_empty()) else {
         return Err(format!(
             "--vary {arg}: expected PATH=[v1,v2,...], {example}"
         ));

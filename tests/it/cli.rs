@@ -122,6 +122,27 @@ fn a_missing_file_and_a_bad_override_are_input_errors() {
     );
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--set  =3: expected PATH=VALUE"));
+    let out = servesim(
+        &["sweep", "scenarios/quickstart.ron", "--vary", "=[1,2]"],
+        &root(),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--vary =[1,2]: expected PATH=[v1,v2,...]")
+    );
+    // A path with an empty field name was applied as something else: `.seed` was reported
+    // as a duplicate field `seed`, `seed.` as a number expected.
+    for (path, why) in [
+        (".seed", "has an empty field name"),
+        ("seed.", "has an empty field name"),
+        ("cluster..groups", "has an empty field name"),
+    ] {
+        let set = format!("{path}=1");
+        let out = servesim(&["run", "scenarios/quickstart.ron", "--set", &set], &root());
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(&format!("{path}: {why}")), "{err}");
+    }
     // A path set twice (only the last would count), or the seed by --set and --seed.
     let out = servesim(
         &[
