@@ -24,7 +24,7 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     pub(crate) out: Option<PathBuf>,
     /// Override the scenario seed.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub(crate) seed: Option<u64>,
     /// Override any field: --set cluster.groups[0].count=4 (value in RON syntax).
     #[arg(long = "set", value_name = "PATH=VALUE")]
@@ -40,7 +40,7 @@ pub(crate) struct RunArgs {
     pub(crate) trace: Vec<TraceKind>,
     /// Stop the run after this many seconds of wall time (exit 1; nothing is written,
     /// as for Ctrl-C).
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, allow_negative_numbers = true, value_name = "SECONDS")]
     pub(crate) max_wall_s: Option<f64>,
     /// Also write report.html into the output directory (as `servesim report` would).
     #[arg(long)]
@@ -50,7 +50,7 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "START..END")]
     pub(crate) trace_window: Option<String>,
     /// Fraction of requests drawn in timeline.json (by request id).
-    #[arg(long, value_name = "FRACTION")]
+    #[arg(long, allow_negative_numbers = true, value_name = "FRACTION")]
     pub(crate) trace_sample: Option<f64>,
     /// Progress bar on stderr.
     #[arg(long, value_enum, default_value_t = progress::Mode::Auto)]
@@ -106,7 +106,7 @@ pub(crate) struct CheckRealArgs {
     /// The benchmark client's timeout, s: each replayed request is abandoned this long after
     /// it was sent (default: the one the measurement shows, the median age at which its
     /// timed-out requests failed; none if none did).
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, allow_negative_numbers = true, value_name = "SECONDS")]
     pub(crate) timeout_s: Option<f64>,
     /// Override a field of the scenario (as for `run`).
     #[arg(long = "set", value_name = "PATH=VALUE")]
@@ -126,10 +126,10 @@ pub(crate) struct CalibrateArgs {
     #[arg(long, value_enum, default_value_t = crate::fidelity::calibrate::Family::Blackbox)]
     pub(crate) model: crate::fidelity::calibrate::Family,
     /// The instance group whose latency model is fitted.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
     pub(crate) group: usize,
     /// Most simulations to run.
-    #[arg(long, default_value_t = 400)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 400)]
     pub(crate) max_evals: usize,
     /// Override a field of the scenario (as for `run`).
     #[arg(long = "set", value_name = "PATH=VALUE")]

@@ -18,17 +18,17 @@ pub(crate) struct CapacityArgs {
     set: Vec<String>,
     /// Seeds searched (the scenario's seed, +1, …): each gets its own answer, and the
     /// answers their mean and 95 % interval.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 3)]
     replicas: u32,
     /// Relative width at which a bracket is settled.
-    #[arg(long, default_value_t = 0.02)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0.02)]
     tolerance: f64,
     /// Share of a window's arrivals that must be completed in it for the rate to be
     /// sustained.
-    #[arg(long, default_value_t = SERVED_SHARE)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = SERVED_SHARE)]
     served_share: f64,
     /// Parallel searches (default: every core).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     jobs: Option<usize>,
     /// Search this instance group alone (every other group left out): what it sustains
     /// under the whole workload.

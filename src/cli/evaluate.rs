@@ -15,16 +15,16 @@ pub(crate) struct EvaluateArgs {
     #[arg(long = "set", value_name = "PATH=VALUE")]
     set: Vec<String>,
     /// Seeds run (the scenario's seed, +1, …); objectives are their mean.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
     seeds: u32,
     /// Weight of an objective in the combined score (default 1 each; 0 leaves it out).
     #[arg(long = "weight", value_name = "OBJECTIVE=W")]
     weights: Vec<String>,
     /// Worst routing decisions listed in the trace summary.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 5)]
     worst: u32,
     /// Parallel runs (default: every core).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     jobs: Option<usize>,
     /// The evaluation on stdout: the trace summary in words, or every score, metric and
     /// check as JSON.

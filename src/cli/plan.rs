@@ -18,10 +18,10 @@ pub(crate) struct PlanArgs {
     set: Vec<String>,
     /// Seeds every trial runs (the scenario's seed, +1, …); a size meets the SLOs only if
     /// it does on every seed.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
     replicas: u32,
     /// Parallel trials (default: every core).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     jobs: Option<usize>,
     /// Also write plan.csv (every configuration), pareto.csv and plan.json here; each trial
     /// is recorded in OUT/plan.progress.jsonl as it finishes (for --resume).
@@ -40,7 +40,7 @@ pub(crate) struct PlanArgs {
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
     /// Runners-up listed with why they lost.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 5)]
     runners_up: usize,
     /// No run statistics on stderr (warnings and errors still).
     #[arg(long, short)]

@@ -56,10 +56,10 @@ pub(crate) struct SweepArgs {
     #[arg(long = "set", value_name = "PATH=VALUE")]
     set: Vec<String>,
     /// Runs per point, with seeds seed, seed+1, ….
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
     replicas: u32,
     /// Parallel runs (default: every core).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     jobs: Option<usize>,
     /// Run only the points whose number is I modulo N (a Slurm array task or a
     /// Kubernetes Indexed Job pod); join the parts with `servesim merge`.

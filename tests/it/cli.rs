@@ -130,6 +130,31 @@ fn a_missing_file_and_a_bad_override_are_input_errors() {
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("--vary =[1,2]: expected PATH=[v1,v2,...]")
     );
+    // A negative number is a bad value, not an unexpected argument.
+    for (args, want) in [
+        (
+            &["run", "scenarios/quickstart.ron", "--seed", "-3"][..],
+            "invalid value '-3' for '--seed <SEED>'",
+        ),
+        (
+            &[
+                "capacity",
+                "scenarios/quickstart.ron",
+                "--tolerance",
+                "-0.5",
+            ][..],
+            "the tolerance must be in [10⁻⁶, 1], got -0.5",
+        ),
+        (
+            &["run", "scenarios/quickstart.ron", "--max-wall-s", "-1"][..],
+            "--max-wall-s must be a number of seconds > 0, got -1",
+        ),
+    ] {
+        let out = servesim(args, &root());
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
     // A path with an empty field name was applied as something else: `.seed` was reported
     // as a duplicate field `seed`, `seed.` as a number expected.
     for (path, why) in [
