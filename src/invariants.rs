@@ -73,7 +73,7 @@ pub fn check_invariants(
     injected: Res<Injected>,
     agg: Res<Aggregates>,
     mut last: Local<SimTime>,
-    mut seen: Local<std::collections::HashMap<u32, u32>>,
+    mut seen: Local<crate::kv::HolderCounts>,
     requests: Query<&Lifecycle>,
     instances: Query<(&Instance, &Scheduler, &KvCache, Option<&Power>)>,
     view: Res<ClusterView>,

@@ -40,7 +40,7 @@ mod store;
 #[cfg(test)]
 mod tests;
 
-pub use cache::{KvCache, KvRecipe, LowerHits};
+pub use cache::{HolderCounts, KvCache, KvRecipe, LowerHits};
 pub use cpu::CpuTier;
 pub use store::{KvStore, StoreLink, StoreWrite, lock};
 

@@ -134,6 +134,41 @@ fn admission_takes_ceil_tokens_over_block_size_and_release_returns_them() {
 }
 
 #[test]
+fn the_holders_check_finds_a_miscount_and_forgets_it() {
+    let mut kv = KvCache::new(10, 16);
+    let (mut a, mut b) = (SeqBlocks::default(), SeqBlocks::default());
+    assert!(kv.admit(&mut a, &content(1, 0, 7), 33, 0, 33));
+    assert!(kv.admit(&mut b, &content(2, 0, 8), 16, 0, 16));
+    let mut scratch = HolderCounts::default();
+    kv.check_holders([&a, &b].into_iter(), &mut scratch)
+        .unwrap();
+    // A block named twice, a holder missing, a block past the end.
+    let twice = a.clone();
+    let err = kv
+        .check_holders([&a, &b, &twice].into_iter(), &mut scratch)
+        .unwrap_err();
+    assert!(
+        err.contains("has reference count 1 but 2 requests hold it"),
+        "{err}"
+    );
+    let err = kv
+        .check_holders([&a].into_iter(), &mut scratch)
+        .unwrap_err();
+    assert_eq!(err, "4 blocks are allocated but requests hold 3");
+    let mut stray = SeqBlocks::default();
+    stray.blocks.push(10);
+    let err = kv
+        .check_holders([&a, &b, &stray].into_iter(), &mut scratch)
+        .unwrap_err();
+    assert_eq!(err, "a request holds block 10, past the cache's end");
+    // What the failed checks counted is not carried into the next.
+    kv.check_holders([&b, &a].into_iter(), &mut scratch)
+        .unwrap();
+    kv.release(&mut a);
+    kv.check_holders([&b].into_iter(), &mut scratch).unwrap();
+}
+
+#[test]
 fn allocation_is_all_or_nothing() {
     let mut kv = KvCache::new(4, 16);
     let mut a = SeqBlocks::default();
@@ -592,7 +627,7 @@ fn a_sliding_window_frees_the_blocks_it_has_moved_past() {
     }
     assert_eq!((s.blocks.len(), s.side().len()), (5, 4));
     assert_eq!(kv.free_blocks(), 40 - 9);
-    let mut seen = std::collections::HashMap::new();
+    let mut seen = HolderCounts::default();
     kv.check_holders(std::iter::once(&s), &mut seen).unwrap();
     kv.audit().unwrap();
     // Asking again for what is held changes nothing.
@@ -679,7 +714,7 @@ fn a_window_over_every_layer_frees_its_own_blocks_behind_it() {
         assert!(kv.grow(&mut s, t));
     }
     assert_eq!((s.len(), kv.free_blocks()), (5, 18));
-    let mut seen = std::collections::HashMap::new();
+    let mut seen = HolderCounts::default();
     kv.check_holders(std::iter::once(&s), &mut seen).unwrap();
     kv.audit().unwrap();
     // The freed prompt blocks keep their hashes on the free list.
@@ -720,7 +755,7 @@ fn a_window_hit_needs_only_the_blocks_the_window_reads() {
     assert!(b.blocks[..5].iter().all(|&x| x == NONE));
     assert_eq!(kv.free_blocks(), 40 - 33 - 3);
     assert_eq!((kv.hit_blocks, kv.miss_blocks), (7, 8 + 33 + 1));
-    let mut seen = std::collections::HashMap::new();
+    let mut seen = HolderCounts::default();
     kv.check_holders([&other, &b].into_iter(), &mut seen)
         .unwrap();
     kv.audit().unwrap();
