@@ -173,6 +173,9 @@ def test_the_scenario_seed_and_out_arguments_are_checked(tmp_path):
             servesim.run(QUICK, small(10), seed=bad)
     with pytest.raises(ValueError, match="out is an empty path"):
         servesim.run(QUICK, small(10), out="")
+    # The seed in the overrides and as an argument: the argument's silently won.
+    with pytest.raises(ValueError, match=r"the seed is given twice \(overrides\['seed'\] = 1 and seed=2\)"):
+        servesim.run(QUICK, {**small(10), "seed": 1}, seed=2)
     # A loaded scenario's seed gives way to the run's.
     assert (servesim.run(servesim.load(QUICK, small(10), seed=1), seed=2).summary_json
             == servesim.run(QUICK, small(10), seed=2).summary_json)

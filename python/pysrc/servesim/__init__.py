@@ -148,6 +148,13 @@ def _overrides(overrides: Optional[Mapping[str, Any]], seed: Optional[int]) -> L
         if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
             # int() would read 1.5 as 1 and "7" as 7 silently.
             raise TypeError(f"seed is a whole number from 0 to 2**64 - 1, not {type(seed).__name__} ({seed!r})")
+        given = [k for k in overrides or {} if k.strip() == "seed"]
+        if given:
+            # Only the last would count (the command line refuses --set seed=… with --seed).
+            raise ValueError(
+                f"the seed is given twice (overrides[{given[0]!r}] = {overrides[given[0]]!r} and "
+                f"seed={seed!r}): give it once"
+            )
         out.append(("seed", str(int(seed))))
     return out
 
