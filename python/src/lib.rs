@@ -132,7 +132,14 @@ fn load(
     } else {
         app.load(source.as_ref(), overrides)
     };
-    loaded.map_err(|e| ScenarioError::new_err(e.to_string()))
+    loaded.map_err(|mut e| {
+        // The loader names overrides as the command line gives them (--set).
+        if !overrides.is_empty() {
+            let name = if is_text { "<text>" } else { source };
+            e.file = format!("{name} (after the overrides)");
+        }
+        ScenarioError::new_err(e.to_string())
+    })
 }
 
 /// Checks a scenario as `servesim validate` does; raises ScenarioError. Returns what

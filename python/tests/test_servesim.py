@@ -64,7 +64,7 @@ def test_a_bad_scenario_raises_with_every_problem_located():
     assert "2 problems" in text
     assert "cluster.groups[0].kv_blocks: must be > 0" in text
     assert "workload.num_requests: must be ≥ 1" in text
-    assert "quickstart.ron (after --set):" in text
+    assert "quickstart.ron (after the overrides):" in text
     with pytest.raises(servesim.ScenarioError, match="no/such.ron: 1 problem"):
         servesim.run("no/such.ron")
     with pytest.raises(servesim.ScenarioError, match="workload.num_requests: must be ≥ 1"):

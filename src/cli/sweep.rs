@@ -133,26 +133,27 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
         }
         Err(e) => return fail(e.to_string()),
     };
-    // Every point is loaded and validated first; all problems are reported at once.
+    // Every point is loaded and validated first; all problems are reported at once, each
+    // named by the first point that has it.
     let mut points = Vec::new();
-    let mut problems: Vec<String> = Vec::new();
+    let mut problems: Vec<(crate::loader::ScenarioError, Vec<Vec<String>>)> = Vec::new();
     for point in plan.points() {
         match crate::loader::load(&a.scenario, &plan.overrides(&point), catalog) {
             Ok(mut sc) => {
                 sc.seed = sc.seed.wrapping_add(u64::from(point.replica));
                 points.push((point, sc));
             }
-            Err(e) => {
-                let text = e.to_string();
-                if !problems.contains(&text) {
-                    problems.push(text);
-                }
-            }
+            Err(e) => match problems.iter_mut().find(|(p, _)| p.problems == e.problems) {
+                Some((_, at)) if at.contains(&point.values) => {}
+                Some((_, at)) => at.push(point.values),
+                None => problems.push((e, vec![point.values])),
+            },
         }
     }
     if !problems.is_empty() {
-        for p in &problems {
-            note!("error: {p}");
+        for (mut e, at) in problems {
+            e.file = format!("{} ({})", a.scenario.display(), point_label(&plan, &at));
+            note!("error: {e}");
         }
         return ExitCode::from(2);
     }
@@ -445,4 +446,25 @@ fn warn_points(
         found.push((at, crate::loader::estimate::slow_inputs(sc, catalog)));
     }
     super::args::say_once(&found, "point", "with a point's values as --set");
+}
+
+/// Which sweep points a load error came from: the first point's values, and how many others
+/// share it (`--set`s named when there are some, as they were applied too).
+fn point_label(plan: &crate::sweep::Plan, at: &[Vec<String>]) -> String {
+    let values: Vec<String> = plan
+        .axes
+        .iter()
+        .zip(&at[0])
+        .map(|(axis, v)| format!("{}={}", axis.path, crate::sweep::display_value(v)))
+        .collect();
+    let mut label = format!("at {}", values.join(", "));
+    if !plan.set.is_empty() {
+        label.push_str(", after --set");
+    }
+    match at.len() {
+        1 => {}
+        2 => label.push_str(", and 1 other point"),
+        n => label.push_str(&format!(", and {} other points", n - 1)),
+    }
+    label
 }

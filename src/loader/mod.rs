@@ -26,7 +26,8 @@ use crate::scenario::Problem;
 /// A scenario that failed to load: every problem found, in source order.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub struct ScenarioError {
-    /// The file as named by the user (plus "after --set" if overrides were applied).
+    /// The file as named by the user, plus "(after --set)" if overrides were applied (a
+    /// sweep names the point instead, the Python package its overrides).
     pub file: String,
     pub problems: Vec<Problem>,
 }

@@ -471,3 +471,61 @@ fn a_sweep_warns_once_per_warning_naming_the_points_it_holds_for() {
         "{w:?}"
     );
 }
+
+#[test]
+fn a_point_that_fails_to_load_is_named_by_its_values() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    setup(d);
+    let o = servesim(
+        &[
+            "sweep",
+            "quickstart.ron",
+            "--vary",
+            "cluster.groups[0].kv_blocks=[4096,0]",
+            "--vary",
+            r#"policies.routing=["round_robin","least_loaded"]"#,
+            "--replicas",
+            "2",
+            "-q",
+            "--out",
+            "out",
+        ],
+        d,
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    // Both routings fail with kv_blocks=0 (each twice, as replicas): one error, the first
+    // point named and the other counted; the --vary values are not called --set.
+    let head = "error: quickstart.ron (at cluster.groups[0].kv_blocks=0, \
+                policies.routing=round_robin, and 1 other point): 1 problem";
+    assert_eq!(err.matches("error:").count(), 1, "{err}");
+    assert!(err.contains(head), "{err}");
+    assert!(
+        err.contains("cluster.groups[0].kv_blocks: must be > 0"),
+        "{err}"
+    );
+    assert!(!err.contains("--set"), "{err}");
+    assert!(!d.join("out/sweep.csv").exists());
+    // With a --set as well, the label says so.
+    let o = servesim(
+        &[
+            "sweep",
+            "quickstart.ron",
+            "--set",
+            "workload.num_requests=5",
+            "--vary",
+            "cluster.groups[0].kv_blocks=[0,4096]",
+            "-q",
+            "--out",
+            "out2",
+        ],
+        d,
+    );
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("quickstart.ron (at cluster.groups[0].kv_blocks=0, after --set): 1 problem"),
+        "{err}"
+    );
+}
