@@ -301,10 +301,16 @@ fn run(
     }
     let mut sim = built.map_err(|e| RunError::new_err(e.to_string()))?;
     // What `run` warns of before the run, from the simulation's own catalog (no other app).
-    let warnings = servesim::loader::estimate::slow_inputs(
+    let mut warnings = servesim::loader::estimate::slow_inputs(
         &sc,
         sim.world().resource::<servesim::policy::Catalog>(),
     );
+    if given.priority.is_some() && given.queue_order.is_none() {
+        warnings.extend(servesim::loader::estimate::priority_unused(
+            &sc,
+            "priority=",
+        ));
+    }
     scope.bind(sim.world_mut());
     if wants_live || scope.wants_live() {
         live::every_tick(sim.world_mut());

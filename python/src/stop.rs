@@ -43,7 +43,7 @@ impl Stop {
             Some(s) if s.is_finite() && s > 0.0 => Some(Duration::from_secs_f64(s.min(1e9))),
             Some(s) => {
                 return Err(PyValueError::new_err(format!(
-                    "max_wall_s must be a number of seconds > 0, got {s}"
+                    "max_wall_s must be a finite number of seconds > 0, got {s}"
                 )));
             }
         };

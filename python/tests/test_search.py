@@ -130,7 +130,7 @@ print(json.dumps(out))
     assert out["fine"] is True
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
     for bad in (0, -1.0, float("nan"), float("inf")):
-        with pytest.raises(ValueError, match="max_wall_s must be a number of seconds > 0"):
+        with pytest.raises(ValueError, match="max_wall_s must be a finite number of seconds > 0"):
             servesim.run(QUICK, {"workload.num_requests": 10}, max_wall_s=bad)
 
 

@@ -157,6 +157,9 @@ def test_what_a_policy_returns_is_checked_and_named():
     # Infinite priorities order as any number.
     r = servesim.run(QUICK, by_priority, priority=lambda r, c, a: float("inf") if r.id % 2 else 0.0)
     assert r.summary["requests"]["completed"] == 20
+    # With FCFS queues and tail preemption no priority is read: said, not silently ignored.
+    with pytest.warns(servesim.ServesimWarning, match=r"priority= orders nothing here: scheduling \"fcfs\""):
+        servesim.run(QUICK, small(20), priority=lambda r, c, a: 1.0)
 
 
 def test_the_scenario_seed_and_out_arguments_are_checked(tmp_path):
@@ -191,8 +194,20 @@ def test_bad_counts_and_override_keys_name_the_argument():
     ]:
         with pytest.raises(ValueError, match=says):
             call()
+    with pytest.raises(ValueError, match="scenario is empty: give a scenario file's path"):
+        servesim.run(" ")
     with pytest.raises(TypeError, match="override keys are field paths .* not int"):
         servesim.run(QUICK, overrides={1: 2})
+    # jobs=0 ran on one thread (Ray given num_cpus=0 waited for ever), as --jobs 0 did.
+    for call in (
+        lambda: servesim.evaluate(QUICK, small(10), jobs=0),
+        lambda: servesim.capacity(QUICK, small(10), jobs=0),
+        lambda: sweep(QUICK, [small(10)], backend="process", jobs=0),
+    ):
+        with pytest.raises(ValueError, match="jobs = 0: 0 threads cannot run anything"):
+            call()
+    with pytest.raises(TypeError, match=r"jobs is a whole number .* not float \(1.5\)"):
+        sweep(QUICK, [small(10)], backend="process", jobs=1.5)
     # Python's NaN reaches the scenario's own check (it did not parse as RON).
     with pytest.raises(servesim.ScenarioError, match="horizon_s: must be a finite number > 0, got NaN"):
         servesim.validate(QUICK, overrides={"horizon_s": float("nan")})

@@ -174,6 +174,22 @@ pub(crate) fn counted(n: impl Into<u64>, noun: &str) -> String {
     format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
 }
 
+/// The value of `--jobs`: a whole number ≥ 1 (0 is refused rather than read as 1 or as
+/// "every core", which is what omitting it means).
+pub(crate) fn parse_jobs(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(0) => Err(
+            "0 threads cannot run anything: give 1 or more, or omit --jobs to use \
+                      every core"
+                .into(),
+        ),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!(
+            "expected a whole number of threads ≥ 1, got {s:?} (omit --jobs to use every core)"
+        )),
+    }
+}
+
 /// `--jobs`: as given (at least 1), or every core.
 pub(crate) fn jobs(given: Option<usize>) -> usize {
     given

@@ -28,7 +28,7 @@ pub(crate) struct CapacityArgs {
     #[arg(long, allow_negative_numbers = true, default_value_t = SERVED_SHARE)]
     served_share: f64,
     /// Parallel searches (default: every core).
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_negative_numbers = true, value_parser = super::args::parse_jobs)]
     jobs: Option<usize>,
     /// Search this instance group alone (every other group left out): what it sustains
     /// under the whole workload.

@@ -24,7 +24,7 @@ pub(crate) struct EvaluateArgs {
     #[arg(long, allow_negative_numbers = true, default_value_t = 5)]
     worst: u32,
     /// Parallel runs (default: every core).
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_negative_numbers = true, value_parser = super::args::parse_jobs)]
     jobs: Option<usize>,
     /// The evaluation on stdout: the trace summary in words, or every score, metric and
     /// check as JSON.

@@ -21,7 +21,7 @@ pub(crate) struct PlanArgs {
     #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
     replicas: u32,
     /// Parallel trials (default: every core).
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_negative_numbers = true, value_parser = super::args::parse_jobs)]
     jobs: Option<usize>,
     /// Also write plan.csv (every configuration), pareto.csv and plan.json here; each trial
     /// is recorded in OUT/plan.progress.jsonl as it finishes (for --resume).

@@ -143,7 +143,7 @@ pub(crate) fn run(app: &ServesimApp, a: RunArgs) -> ExitCode {
     if let Some(limit) = max_wall_s {
         if !limit.is_finite() || limit <= 0.0 {
             noteln!(
-                "error: --max-wall-s must be a number of seconds > 0, got {}",
+                "error: --max-wall-s must be a finite number of seconds > 0, got {}",
                 crate::scenario::readable(limit)
             );
             return ExitCode::from(2);

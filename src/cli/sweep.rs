@@ -59,7 +59,7 @@ pub(crate) struct SweepArgs {
     #[arg(long, allow_negative_numbers = true, default_value_t = 1)]
     replicas: u32,
     /// Parallel runs (default: every core).
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_negative_numbers = true, value_parser = super::args::parse_jobs)]
     jobs: Option<usize>,
     /// Run only the points whose number is I modulo N (a Slurm array task or a
     /// Kubernetes Indexed Job pod); join the parts with `servesim merge`.

@@ -287,6 +287,10 @@ pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<Strin
             }
         }
     }
+    if s.policies.priority != "constant" {
+        let given = format!("policies.priority = {:?}", s.policies.priority);
+        w.extend(priority_unused(s, &given));
+    }
     for (i, c) in s.workload.clients.iter().enumerate() {
         for (field, spec) in [
             ("input_tokens", &c.input_tokens),
@@ -308,6 +312,21 @@ pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<Strin
         }
     }
     w
+}
+
+/// A priority policy (`given` names it) that orders nothing: the wait queues are served in
+/// arrival order (`fcfs`) and preemption takes the batch's tail, so no decision reads a
+/// priority (it only feeds the priority-inversion count).
+pub fn priority_unused(s: &Scenario, given: &str) -> Option<String> {
+    (s.policies.scheduling == "fcfs"
+        && s.policies.preemption == crate::scenario::PreemptionOrder::Tail)
+        .then(|| {
+            format!(
+                "{given} orders nothing here: scheduling \"fcfs\" serves each queue in arrival \
+                 order and preemption takes the batch's tail; give policies.scheduling \
+                 \"priority_fcfs\" or policies.preemption Priority for it to take effect"
+            )
+        })
 }
 
 /// What a group's `engine.vllm` release changed after the releases servesim's serving path

@@ -147,7 +147,23 @@ fn a_missing_file_and_a_bad_override_are_input_errors() {
         ),
         (
             &["run", "scenarios/quickstart.ron", "--max-wall-s", "-1"][..],
-            "--max-wall-s must be a number of seconds > 0, got -1",
+            "--max-wall-s must be a finite number of seconds > 0, got -1",
+        ),
+        // --jobs 0 ran on one thread, though omitting --jobs means every core.
+        (
+            &["evaluate", "scenarios/quickstart.ron", "--jobs", "0"][..],
+            "0 threads cannot run anything: give 1 or more, or omit --jobs to use every core",
+        ),
+        (
+            &[
+                "sweep",
+                "scenarios/quickstart.ron",
+                "--vary",
+                "seed=[1]",
+                "--jobs",
+                "-2",
+            ][..],
+            "expected a whole number of threads ≥ 1, got \"-2\"",
         ),
     ] {
         let out = servesim(args, &root());

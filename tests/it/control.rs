@@ -164,6 +164,43 @@ fn priority_scheduling_serves_the_critical_class_first_and_preempts_the_batch_cl
 }
 
 #[test]
+fn a_priority_policy_that_orders_nothing_is_said_to() {
+    // FCFS queues and tail preemption read no priority: slo_based runs exactly as constant,
+    // and validate says so; with priority_fcfs it is used and nothing is said.
+    let src = |priority: &str, sched: &str| {
+        format!(
+            "(seed: 4, {}, policies: (priority: \"{priority}\", scheduling: \"{sched}\"),
+              workload: (num_requests: 200, clients: [
+                (name: \"c\", slo_class: \"critical\", rate_per_s: 15.0, input_tokens: Uniform(min: 100, max: 600), output_tokens: Uniform(min: 20, max: 200)),
+                (name: \"b\", slo_class: \"batch\", rate_per_s: 15.0, input_tokens: Uniform(min: 100, max: 600), output_tokens: Uniform(min: 20, max: 200))]))",
+            cluster(1, 400, "[3000.0, 10.0, 100.0]")
+        )
+    };
+    let ttfts = |sc: &str| -> Vec<String> {
+        let (_, rows) = run(&parse(sc));
+        rows.iter().map(|r| r.str("ttft_ms").to_string()).collect()
+    };
+    let fcfs = ttfts(&src("slo_based", "fcfs"));
+    assert_eq!(fcfs, ttfts(&src("constant", "fcfs")));
+    assert_ne!(fcfs, ttfts(&src("slo_based", "priority_fcfs")));
+    let dir = tempfile::tempdir().unwrap();
+    let validate = |text: String| {
+        std::fs::write(dir.path().join("p.ron"), text).unwrap();
+        let o = crate::common::servesim_ok(&["validate", "p.ron"], dir.path());
+        String::from_utf8(o.stderr).unwrap()
+    };
+    let said = validate(src("slo_based", "fcfs"));
+    assert!(
+        said.contains("warning: policies.priority = \"slo_based\" orders nothing here"),
+        "{said}"
+    );
+    for quiet in [src("slo_based", "priority_fcfs"), src("constant", "fcfs")] {
+        let said = validate(quiet);
+        assert!(!said.contains("orders nothing"), "{said}");
+    }
+}
+
+#[test]
 fn always_busiest_is_worse_than_least_loaded() {
     let src = |routing: &str| {
         format!(

@@ -159,12 +159,23 @@ def _overrides(overrides: Optional[Mapping[str, Any]], seed: Optional[int]) -> L
     return out
 
 
-def _count(name: str, value: Any, most: int = 2**32 - 1) -> Any:
-    """``value`` as given, unless it is an int outside [0, most]: the native layer refused
+def _count(name: str, value: Any, most: int = 2**32 - 1, least: int = 0) -> Any:
+    """``value`` as given, unless it is an int outside [least, most]: the native layer refused
     such a count with an OverflowError that did not say which argument it was."""
-    if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value <= most:
-        raise ValueError(f"{name} = {value}: expected a whole number from 0 to {most:,}")
+    if isinstance(value, int) and not isinstance(value, bool) and not least <= value <= most:
+        raise ValueError(f"{name} = {value}: expected a whole number from {least} to {most:,}")
     return value
+
+
+def _jobs(jobs: Any) -> Any:
+    """``jobs`` checked as ``--jobs`` is: None (every core) or a whole number ≥ 1."""
+    if jobs is None:
+        return None
+    if isinstance(jobs, bool) or not isinstance(jobs, numbers.Integral):
+        raise TypeError(f"jobs is a whole number of threads ≥ 1 or None, not {type(jobs).__name__} ({jobs!r})")
+    if jobs == 0:
+        raise ValueError("jobs = 0: 0 threads cannot run anything; give 1 or more, or None for every core")
+    return _count("jobs", int(jobs), 2**64 - 1)
 
 
 def _source(scenario: Any) -> Tuple[str, bool]:
@@ -176,6 +187,11 @@ def _source(scenario: Any) -> Tuple[str, bool]:
         raise TypeError(
             f"scenario is a path (str or os.PathLike), RON text or a servesim.Scenario, not "
             f"{type(scenario).__name__}"
+        )
+    if not scenario.strip():
+        raise ValueError(
+            "scenario is empty: give a scenario file's path (such as scenarios/quickstart.ron) "
+            "or RON text"
         )
     if os.path.exists(scenario):
         return scenario, False
@@ -331,7 +347,7 @@ def capacity(
     return json.loads(
         _native.capacity(
             source, is_text, ov, replicas=_count("replicas", replicas), tolerance=tolerance,
-            served_share=served_share, jobs=_count("jobs", jobs, 2**64 - 1), group=group,
+            served_share=served_share, jobs=_jobs(jobs), group=group,
             each_group=each_group,
         )
     )
@@ -351,7 +367,7 @@ def plan(
     if is_text:
         raise ValueError("plan needs a scenario file (its configurations are loaded from it)")
     answer, found = _native.plan(
-        source, ov, replicas=_count("replicas", replicas), jobs=_count("jobs", jobs, 2**64 - 1)
+        source, ov, replicas=_count("replicas", replicas), jobs=_jobs(jobs)
     )
     _warn(_native.said_once(found, "configuration", "with the configuration's values as --set"))
     return json.loads(answer)
@@ -435,7 +451,7 @@ def evaluate(
     return json.loads(
         _native.evaluate(
             source, is_text, ov, seeds=_count("seeds", seeds), weights=dict(weights or {}),
-            worst=_count("worst", worst), jobs=_count("jobs", jobs, 2**64 - 1), router=routing, admission=admission, priority=priority,
+            worst=_count("worst", worst), jobs=_jobs(jobs), router=routing, admission=admission, priority=priority,
             queue_order=queue_order, autoscale=autoscale, max_wall_s=max_wall_s,
         )
     )

@@ -13,7 +13,7 @@ import os
 import warnings
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import Scenario, ServesimWarning, _native, _source, register, registered, run
+from . import Scenario, ServesimWarning, _jobs, _native, _source, register, registered, run
 
 #: Summary fields copied into each row (dotted paths into summary.json).
 METRICS = (
@@ -180,6 +180,8 @@ def sweep(
                 if f is not None}
     if backend not in ("auto", "ray", "process"):
         raise ValueError(f'backend is "auto", "ray" or "process", not {backend!r}')
+    # Ray given num_cpus=0 would schedule nothing and wait for ever.
+    jobs = _jobs(jobs)
     if isinstance(points, (Mapping, str)) or not all(isinstance(p, Mapping) for p in points):
         raise TypeError(
             "points is a list of dicts of overrides, one dict per run, such as "
