@@ -270,7 +270,9 @@ pub fn from_csv(text: &str, file: &str) -> Result<Measurement, String> {
         let arrival_us = num(arrival, "arrival")? * scale;
         if arrival_us > 1e15 {
             return Err(format!(
-                "{file}:{line}: arrival {arrival_us} µs is out of range"
+                "{file}:{line}: arrival = {:?} is out of range: an arrival is at most 10⁹ s \
+                 (about 31 years)",
+                rec.get(arrival).unwrap_or("")
             ));
         }
         let (input_tokens, output_tokens) = (
@@ -1031,6 +1033,13 @@ mod tests {
         assert!(e.starts_with("m.csv:3: output_tokens"), "{e}");
         let e = from_csv("arrival,x\n", "m.csv").unwrap_err();
         assert!(e.contains("no arrival column"), "{e}");
+        // Said as written, not as 300 digits of microseconds.
+        let csv = "arrival_s,input_tokens,output_tokens,ttft_ms,e2e_ms\n1e300,10,5,1,2\n";
+        let e = from_csv(csv, "m.csv").unwrap_err();
+        assert_eq!(
+            e,
+            "m.csv:2: arrival = \"1e300\" is out of range: an arrival is at most 10⁹ s (about 31 years)"
+        );
     }
 
     #[test]

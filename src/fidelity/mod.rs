@@ -73,7 +73,8 @@ pub fn replay_timeout(
     let max = crate::engine::MAX_SIM_TIME.as_us() as f64 / 1e6;
     if !(s > 0.0 && s <= max) {
         return Err(format!(
-            "the client timeout must be a number of seconds in (0, {max:e}], got {s:?}"
+            "the client timeout must be a number of seconds in (0, {max:e}], got {}",
+            crate::scenario::readable(s)
         ));
     }
     Ok(Some(crate::time::SimDuration::from_us_f64(s * 1e6)))

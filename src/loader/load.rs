@@ -119,7 +119,7 @@ fn parse_in(
                 )
             });
         }
-        // A value given by --set without its quotes.
+        // A value given by --set (or --vary) without its quotes.
         if let Some((_, value)) = overrides.iter().find(|(p, _)| *p == path)
             && matches!(
                 e.code,
@@ -127,7 +127,8 @@ fn parse_in(
             )
         {
             hint = Some(format!(
-                "a string is quoted, also in --set: --set '{path}=\"{value}\"'"
+                "a string is quoted, also on the command line: --set '{path}=\"{value}\"', \
+                 --vary '{path}=[\"{value}\"]'"
             ));
         }
         ScenarioError {

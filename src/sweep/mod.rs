@@ -91,6 +91,18 @@ pub struct Point {
     pub values: Vec<String>,
 }
 
+/// Two values of an axis that set the field alike: equal as written, or the same number
+/// (`1` and `1.0` of a rate; whole numbers compared exactly, beyond f64's precision).
+fn same_value(a: &str, b: &str) -> bool {
+    if a == b {
+        return true;
+    }
+    match (a.trim().parse::<i128>(), b.trim().parse::<i128>()) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => matches!((a.trim().parse::<f64>(), b.trim().parse::<f64>()), (Ok(x), Ok(y)) if x == y),
+    }
+}
+
 /// Splits `PATH=[v1, v2, ...]` into the path and its RON values (commas inside brackets,
 /// parentheses and strings do not split).
 pub fn parse_axis(arg: &str) -> Result<Axis, String> {
@@ -116,9 +128,14 @@ pub fn parse_axis(arg: &str) -> Result<Axis, String> {
         ));
     }
     for (k, v) in values.iter().enumerate() {
-        if let Some(first) = values[..k].iter().position(|w| w == v) {
+        if let Some(first) = values[..k].iter().position(|w| same_value(w, v)) {
+            let what = if values[first] == *v {
+                format!("{v} is listed twice")
+            } else {
+                format!("{} and {v} are the same number", values[first])
+            };
             return Err(format!(
-                "--vary {arg}: {v} is listed twice (values {first} and {k}): its points would run twice alike; --replicas K runs each point with K seeds"
+                "--vary {arg}: {what} (values {first} and {k}): its points would run twice alike; --replicas K runs each point with K seeds"
             ));
         }
     }

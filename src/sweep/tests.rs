@@ -76,6 +76,16 @@ fn axes_split_at_top_level_commas_only() {
         parse_axis("seed=[1, 2, 1]").unwrap_err(),
         "--vary seed=[1, 2, 1]: 1 is listed twice (values 0 and 2): its points would run twice alike; --replicas K runs each point with K seeds"
     );
+    // Also when written differently: a rate of 1 and 1.0, an exponent.
+    assert!(
+        parse_axis("r=[1.0, 2, 1]")
+            .unwrap_err()
+            .contains("1.0 and 1 are the same number (values 0 and 2)")
+    );
+    assert!(parse_axis("r=[2e1, 20]").is_err());
+    // Whole numbers beyond f64's precision stay apart; so do different strings.
+    assert!(parse_axis("seed=[18446744073709551615, 18446744073709551614]").is_ok());
+    assert!(parse_axis(r#"p=["a", "b"]"#).is_ok());
 }
 
 #[test]

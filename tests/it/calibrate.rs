@@ -720,7 +720,8 @@ fn check_real_replays_and_counts_the_requests_whose_client_timed_out() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
-        err.contains("--timeout-s: the client timeout must be a number of seconds in (0,"),
+        err.contains("--timeout-s: the client timeout must be a number of seconds in (0,")
+            && err.contains("], got 0\n"),
         "{err}"
     );
     // A fit matches the completed requests alone, and says what it left out.

@@ -548,7 +548,7 @@ fn an_unquoted_string_in_set_is_told_to_quote_it() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains(
-            r#"hint: a string is quoted, also in --set: --set 'policies.routing="prefix_aware"'"#
+            r#"hint: a string is quoted, also on the command line: --set 'policies.routing="prefix_aware"', --vary 'policies.routing=["prefix_aware"]'"#
         ),
         "{err}"
     );
