@@ -67,6 +67,9 @@ def test_a_program_that_does_not_compile_or_defines_nothing_is_a_located_candida
         compile_program("x = 1\n")
     with pytest.raises(CandidateError, match="ZeroDivisionError"):
         compile_program("x = 1 / 0\n")
+    # exit() at the top of a program ended the whole search with SystemExit.
+    with pytest.raises(CandidateError, match=r"defining the program called exit\(3\)"):
+        compile_program("import sys\nsys.exit(3)\n")
     policies = compile_program(source("least_loaded.py") + "\ndef admit(r, i):\n    return True\n")
     assert sorted(policies) == ["admission", "routing"]
 
@@ -78,6 +81,12 @@ def test_a_failing_candidate_scores_zero_with_the_reason_and_a_bad_scenario_rais
     assert broken["feedback"].startswith("Workload rc: the candidate failed and scores 0.")
     raising = evaluate_workload("def route(r, i):\n    raise KeyError('x')\n", WORKLOADS[0])
     assert raising["error"] == "KeyError: 'x'"
+    # A policy that calls exit() fails as a candidate; the search goes on.
+    exits = evaluate_workload("def route(r, i):\n    exit(2)\n", WORKLOADS[0])
+    assert exits["score"] == 0.0 and exits["error"] == "SystemExit: a policy called exit(2)"
+    # No workloads scored every program 0 without running it.
+    with pytest.raises(ValueError, match="workloads is empty"):
+        evaluate_program(FINE, [])
     r = evaluate_program("def route(r, i):\n    return 99\n", WORKLOADS)
     assert r["score"] == 0.0 and r["fitness"] == {k: 0.0 for k in OBJECTIVES}
     with pytest.raises(servesim.ScenarioError):

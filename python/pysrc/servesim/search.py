@@ -61,6 +61,8 @@ def compile_program(source: str, filename: str = "<candidate>") -> Dict[str, Cal
         exec(compile(source, filename, "exec"), namespace)
     except SyntaxError as e:
         raise CandidateError(f"{filename}:{e.lineno}:{e.offset}: {e.msg}") from None
+    except SystemExit as e:  # exit() would end the whole search, not just this candidate
+        raise CandidateError(f"{filename}: defining the program called exit({e.code!r})") from None
     except Exception as e:  # the program's own top-level code failed
         raise CandidateError(f"{filename}: defining the program raised {type(e).__name__}: {e}") from None
     policies = {kw: namespace[fn] for fn, kw in FUNCTIONS.items() if callable(namespace.get(fn))}
@@ -104,6 +106,8 @@ def evaluate_workload(
         )
     except ScenarioError:
         raise
+    except SystemExit as e:  # a policy that calls exit() fails; the search goes on
+        error = f"SystemExit: a policy called exit({e.code!r})"
     except Exception as e:  # noqa: BLE001 — a candidate's failure is its score, not a crash
         error = f"{type(e).__name__}: {e}" if not isinstance(e, CandidateError) else str(e)
     return {
@@ -134,6 +138,11 @@ def evaluate_programs(
     ``ray.util.multiprocessing.Pool`` — runs the (program, workload) pairs there; the result
     is the same as without one (each pair is compiled and run where it lands, seeded by its
     scenario). ``max_wall_s`` bounds each (program, workload) evaluation's wall time."""
+    if isinstance(sources, str):
+        raise TypeError("sources is a list of programs (source texts); for one, use evaluate_program")
+    if not workloads:
+        # The mean over no workloads would score every program 0 without running it.
+        raise ValueError("workloads is empty: give at least one Workload to evaluate on")
     weights = dict(weights) if weights else None
     jobs = [(s, w, weights, seeds, worst, max_wall_s) for s in sources for w in workloads]
     results = list(pool.map(_one, jobs)) if pool is not None else [_one(j) for j in jobs]
