@@ -171,6 +171,12 @@ def test_registered_names_and_parameters_are_validated_like_built_in_ones():
         servesim.register("routing", "least_loaded", make_least_loaded)
     with pytest.raises(ValueError, match="unknown policy family"):
         servesim.register("routers", "x", make_least_loaded)
+    # A make that is not callable, and params that are not a dict, are said when registered.
+    with pytest.raises(TypeError, match=r"make is a function .* not int \(5\)"):
+        servesim.register("routing", "py_five", 5)
+    with pytest.raises(TypeError, match="params maps each parameter's name to its meaning.* not list"):
+        servesim.register("routing", "py_listed", make_least_loaded, params=["alpha"])
+    assert "py_five" not in {r[1] for r in servesim.registered()}
     assert ("routing", "py_least_loaded") in {(r[0], r[1]) for r in servesim.registered()}
     # What make returns must be callable: said at the parameters, not at the first request.
     servesim.register("routing", "py_not_callable", lambda params: 5)

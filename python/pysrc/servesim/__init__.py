@@ -112,6 +112,17 @@ def register(
     name is accepted. Registering a name again replaces it; a built-in name is refused.
     ``capacity`` and ``plan`` refuse scenarios that name a Python policy (they run on threads
     without Python)."""
+    if not callable(make):
+        # Accepted, it failed only when a scenario named the policy.
+        raise TypeError(
+            f"make is a function that takes the parameters (a dict) and returns the policy, "
+            f"not {type(make).__name__} ({make!r})"
+        )
+    if params is not None and not isinstance(params, Mapping):
+        raise TypeError(
+            f"params maps each parameter's name to its meaning, such as "
+            f"{{'alpha': 'weight of the queue'}}, not {type(params).__name__}"
+        )
     _native.register(family, name, make, description, dict(params) if params is not None else None)
 
 
