@@ -8,9 +8,6 @@
 //! exact. Percentiles interpolate linearly between ranks ⌊r⌋ and ⌈r⌉, r = p/100·(n−1)
 //! (MODELS.md §5.2).
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
-
 use super::percentile::Distribution;
 
 /// Sub-bucket bits of the run-wide distributions: buckets within 1/4,096 of their values.
@@ -30,29 +27,18 @@ fn bucket(v: u64, bits: u32) -> u32 {
     (2 * sub + u64::from(shift - 1) * sub + within) as u32
 }
 
-/// Multiplicative hash for small integer bucket keys (SipHash costs more than the work).
-#[derive(Default)]
-struct BucketHasher(u64);
-
-impl Hasher for BucketHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    fn write_u32(&mut self, n: u32) {
-        self.0 = u64::from(n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-}
+/// Buckets per page of a histogram: pages are allocated as samples reach them, so memory
+/// follows the range of values seen, not the count.
+const PAGE_BITS: u32 = 6;
+const PAGE: usize = 1 << PAGE_BITS;
 
 /// A histogram of µs samples.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Histogram {
     bits: u32,
-    buckets: HashMap<u32, (u64, u64), BuildHasherDefault<BucketHasher>>,
+    /// Bucket b's sample count and sum at `pages[b / PAGE][b % PAGE]`: an array lookup
+    /// (no hashing), 16 bytes a bucket, and the buckets already in order for percentiles.
+    pages: Vec<Option<Box<[(u64, u64); PAGE]>>>,
     count: u64,
     sum: u128,
     min: u64,
@@ -70,7 +56,7 @@ impl Histogram {
     pub fn with_bits(bits: u32) -> Self {
         Histogram {
             bits,
-            buckets: HashMap::default(),
+            pages: Vec::new(),
             count: 0,
             sum: 0,
             min: 0,
@@ -83,7 +69,12 @@ impl Histogram {
         if n == 0 {
             return;
         }
-        let b = self.buckets.entry(bucket(v, self.bits)).or_default();
+        let k = bucket(v, self.bits) as usize;
+        let page = k >> PAGE_BITS;
+        if page >= self.pages.len() {
+            self.pages.resize_with(page + 1, || None);
+        }
+        let b = &mut self.pages[page].get_or_insert_with(|| Box::new([(0, 0); PAGE]))[k % PAGE];
         b.0 += n;
         b.1 += v * n;
         if self.count == 0 {
@@ -110,16 +101,19 @@ impl Histogram {
         if self.count == 0 {
             return Distribution::default();
         }
-        let mut cells: Vec<(u32, u64, f64)> = self
-            .buckets
+        // The buckets that hold samples, in order of value, with their means.
+        let cells: Vec<(u64, f64)> = self
+            .pages
             .iter()
-            .map(|(&k, &(c, s))| (k, c, s as f64 / c as f64))
+            .flatten()
+            .flat_map(|page| page.iter())
+            .filter(|&&(c, _)| c > 0)
+            .map(|&(c, s)| (c, s as f64 / c as f64))
             .collect();
-        cells.sort_unstable_by_key(|c| c.0);
         let n = self.count;
         let at = |rank: u64| -> f64 {
             let mut seen = 0;
-            for &(_, c, mean) in &cells {
+            for &(c, mean) in &cells {
                 seen += c;
                 if rank < seen {
                     return mean;
