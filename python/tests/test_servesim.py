@@ -328,6 +328,18 @@ def test_load_validate_and_run_issue_what_the_cli_warns_of():
     for call in (servesim.validate, servesim.load):
         with pytest.warns(servesim.ServesimWarning, match=newer("0.18.0")):
             call(QUICK, ov)
+    # evaluate and capacity said nothing of it, as `servesim evaluate` did not.
+    with pytest.warns(servesim.ServesimWarning, match=newer("0.18.0")):
+        servesim.evaluate(QUICK, ov)
+    with pytest.warns(servesim.ServesimWarning, match=newer("0.18.0")):
+        servesim.capacity(QUICK, {**ov, **small(200)}, replicas=1, tolerance=0.2)
+    for command in (["evaluate"], ["capacity", "--replicas", "1", "--tolerance", "0.2"]):
+        err = subprocess.run(
+            [cli(), *command, QUICK, "--set", "workload.num_requests=200",
+             "--set", "cluster.groups[0].engine=" + RELEASE.format("0.18.0")],
+            check=True, capture_output=True, text=True,
+        ).stderr
+        assert "warning: " in err and newer("0.18.0") in err, (command, err)
     with pytest.warns(servesim.ServesimWarning, match=newer("0.18.0")):
         r = servesim.run(QUICK, overrides=ov, seed=1)
     assert [w for w in r.input_warnings if newer("0.18.0") in w], r.input_warnings

@@ -73,6 +73,8 @@ pub(crate) fn evaluate(app: &ServesimApp, a: EvaluateArgs) -> ExitCode {
         weights,
         interrupt: None,
     };
+    // What `validate` would warn of, on stderr (the evaluation on stdout is unchanged).
+    super::args::announce(&scenario, catalog);
     match crate::evaluate::evaluate(app, &scenario, &settings) {
         Ok(e) => {
             match a.format {

@@ -125,6 +125,28 @@ fn the_worst_decisions_are_the_highest_regrets_and_threads_change_nothing() {
     );
     assert!(one.status.success());
     assert_eq!(one.stdout, two.stdout);
+    // What validate warns of goes to stderr, as run and capacity say it; stdout is the same.
+    let warned = servesim(
+        &[
+            "evaluate",
+            tenants,
+            "--seeds",
+            "2",
+            "--jobs",
+            "1",
+            "--format",
+            "json",
+            "--set",
+            "cluster.groups[0].block_size=48",
+        ],
+        &root(),
+    );
+    let err = String::from_utf8_lossy(&warned.stderr);
+    assert!(
+        err.contains("warning: cluster.groups[0].block_size = 48: vLLM's --block-size is one of"),
+        "{err}"
+    );
+    assert!(!String::from_utf8_lossy(&one.stderr).contains("warning:"));
     // Bad settings are refused with the reason.
     let bad = servesim(&["evaluate", tenants, "--weight", "speed=1"], &root());
     assert_eq!(bad.status.code(), Some(2));

@@ -352,9 +352,11 @@ def capacity(
     each SLO class holds, as the dict ``--format json`` prints (``limits[k]["requests_per_s"]``
     holds ``mean``, ``low`` and ``high`` over ``replicas`` seeds). ``group`` searches that
     instance group alone (``--group``); ``each_group=True`` adds every group searched alone
-    under ``groups`` (``--each-group``). Raises ScenarioError for a scenario or setting it
+    under ``groups`` (``--each-group``). What ``servesim capacity`` warns of in the scenario is
+    issued as a ``ServesimWarning``. Raises ScenarioError for a scenario or setting it
     cannot search, RunError when a run fails."""
     source, is_text, ov = _resolve(scenario, overrides, None)
+    _warn(_native.validate(source, is_text, ov))  # what `servesim capacity` warns of
     return json.loads(
         _native.capacity(
             source, is_text, ov, replicas=_count("replicas", replicas), tolerance=tolerance,
@@ -454,11 +456,13 @@ def evaluate(
     ``anomalies`` the failure-mode counts, ``checks`` what argues against the score (load
     shed, a class starved, requests unaccounted for) and ``trace["text"]`` a summary in words
     for an LLM. Python policies (as for ``run``) replace the scenario's; each seed's run gets
-    its own ``copy.deepcopy`` of them, so seeds share no state. Raises ScenarioError for a bad
+    its own ``copy.deepcopy`` of them, so seeds share no state. What ``servesim evaluate``
+    warns of in the scenario is issued as a ``ServesimWarning``. Raises ScenarioError for a bad
     scenario or setting, RunError when a run fails (a policy's exception is re-raised) or
     the seeds together take more than ``max_wall_s`` seconds of wall time (a policy search's
     guard against a candidate that loops)."""
     source, is_text, ov = _resolve(scenario, params, seed)
+    _warn(_native.validate(source, is_text, ov))  # what `servesim evaluate` warns of
     return json.loads(
         _native.evaluate(
             source, is_text, ov, seeds=_count("seeds", seeds), weights=dict(weights or {}),
