@@ -32,13 +32,16 @@ fn bucket(v: u64, bits: u32) -> u32 {
 const PAGE_BITS: u32 = 6;
 const PAGE: usize = 1 << PAGE_BITS;
 
+/// One page: each bucket's sample count and sum of values.
+type Page = [(u64, u64); PAGE];
+
 /// A histogram of µs samples.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Histogram {
     bits: u32,
     /// Bucket b's sample count and sum at `pages[b / PAGE][b % PAGE]`: an array lookup
     /// (no hashing), 16 bytes a bucket, and the buckets already in order for percentiles.
-    pages: Vec<Option<Box<[(u64, u64); PAGE]>>>,
+    pages: Vec<Option<Box<Page>>>,
     count: u64,
     sum: u128,
     min: u64,
