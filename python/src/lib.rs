@@ -435,7 +435,7 @@ fn evaluate(
     queue_order: Option<Py<PyAny>>,
     autoscale: Option<Py<PyAny>>,
     max_wall_s: Option<f64>,
-) -> PyResult<String> {
+) -> PyResult<(String, Vec<String>)> {
     use servesim::evaluate::{Settings, evaluate_with};
     let stop = stop::Stop::new(max_wall_s)?;
     let failure: policies::Failure = Arc::new(Mutex::new(None));
@@ -454,6 +454,13 @@ fn evaluate(
         queue_order,
     };
     sc.outputs.kv_events |= given.reads_cache;
+    let warnings: Vec<String> = if given.priority.is_some() && given.queue_order.is_none() {
+        servesim::loader::estimate::priority_unused(&sc, "priority=")
+            .into_iter()
+            .collect()
+    } else {
+        Vec::new()
+    };
     let registered = registry::used_by(&sc);
     let python_code = given.any() || scales || registered;
     let wants_live = given.wants_live(py);
@@ -505,7 +512,9 @@ fn evaluate(
         return Err(e);
     }
     match evaluated {
-        Ok(e) => serde_json::to_string_pretty(&e).map_err(|e| RunError::new_err(e.to_string())),
+        Ok(e) => serde_json::to_string_pretty(&e)
+            .map(|json| (json, warnings))
+            .map_err(|e| RunError::new_err(e.to_string())),
         Err(e) if e.starts_with("seed ") => Err(RunError::new_err(e)),
         Err(e) => Err(ScenarioError::new_err(e)),
     }

@@ -160,6 +160,9 @@ def test_what_a_policy_returns_is_checked_and_named():
     # With FCFS queues and tail preemption no priority is read: said, not silently ignored.
     with pytest.warns(servesim.ServesimWarning, match=r"priority= orders nothing here: scheduling \"fcfs\""):
         servesim.run(QUICK, small(20), priority=lambda r, c, a: 1.0)
+    # A policy search would score every priority candidate alike: evaluate says so too.
+    with pytest.warns(servesim.ServesimWarning, match="priority= orders nothing here"):
+        servesim.evaluate(QUICK, small(20), priority=lambda r, c, a: 1.0)
 
 
 def test_the_scenario_seed_and_out_arguments_are_checked(tmp_path):

@@ -463,10 +463,10 @@ def evaluate(
     guard against a candidate that loops)."""
     source, is_text, ov = _resolve(scenario, params, seed)
     _warn(_native.validate(source, is_text, ov))  # what `servesim evaluate` warns of
-    return json.loads(
-        _native.evaluate(
-            source, is_text, ov, seeds=_count("seeds", seeds), weights=dict(weights or {}),
-            worst=_count("worst", worst), jobs=_jobs(jobs), router=routing, admission=admission, priority=priority,
-            queue_order=queue_order, autoscale=autoscale, max_wall_s=max_wall_s,
-        )
+    answer, found = _native.evaluate(
+        source, is_text, ov, seeds=_count("seeds", seeds), weights=dict(weights or {}),
+        worst=_count("worst", worst), jobs=_jobs(jobs), router=routing, admission=admission, priority=priority,
+        queue_order=queue_order, autoscale=autoscale, max_wall_s=max_wall_s,
     )
+    _warn(found)  # a priority= that orders nothing, as run says
+    return json.loads(answer)
