@@ -209,6 +209,8 @@ def test_bad_counts_and_override_keys_name_the_argument():
     ):
         with pytest.raises(ValueError, match="jobs = 0: 0 threads cannot run anything"):
             call()
+    with pytest.raises(ValueError, match="jobs = -2: expected a whole number from 1 to"):
+        servesim.evaluate(QUICK, small(10), jobs=-2)
     with pytest.raises(TypeError, match=r"jobs is a whole number .* not float \(1.5\)"):
         sweep(QUICK, [small(10)], backend="process", jobs=1.5)
     # Python's NaN reaches the scenario's own check (it did not parse as RON).

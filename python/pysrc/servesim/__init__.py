@@ -186,7 +186,7 @@ def _jobs(jobs: Any) -> Any:
         raise TypeError(f"jobs is a whole number of threads ≥ 1 or None, not {type(jobs).__name__} ({jobs!r})")
     if jobs == 0:
         raise ValueError("jobs = 0: 0 threads cannot run anything; give 1 or more, or None for every core")
-    return _count("jobs", int(jobs), 2**64 - 1)
+    return _count("jobs", int(jobs), 2**64 - 1, least=1)
 
 
 def _source(scenario: Any) -> Tuple[str, bool]:
