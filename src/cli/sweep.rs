@@ -436,13 +436,7 @@ fn warn_points(
         if !seen.insert(&point.values) {
             continue;
         }
-        let at = plan
-            .axes
-            .iter()
-            .zip(&point.values)
-            .map(|(a, v)| format!("{}={}", a.path, crate::sweep::display_value(v)))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let at = plan.describe(&point.values);
         found.push((at, crate::loader::estimate::slow_inputs(sc, catalog)));
     }
     super::args::say_once(&found, "point", "with a point's values as --set");
@@ -451,13 +445,7 @@ fn warn_points(
 /// Which sweep points a load error came from: the first point's values, and how many others
 /// share it (`--set`s named when there are some, as they were applied too).
 fn point_label(plan: &crate::sweep::Plan, at: &[Vec<String>]) -> String {
-    let values: Vec<String> = plan
-        .axes
-        .iter()
-        .zip(&at[0])
-        .map(|(axis, v)| format!("{}={}", axis.path, crate::sweep::display_value(v)))
-        .collect();
-    let mut label = format!("at {}", values.join(", "));
+    let mut label = format!("at {}", plan.describe(&at[0]));
     if !plan.set.is_empty() {
         label.push_str(", after --set");
     }

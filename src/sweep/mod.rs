@@ -371,6 +371,16 @@ impl Plan {
             .collect()
     }
 
+    /// A point's values as its messages name it: `path=value, ...` (strings unquoted).
+    pub fn describe(&self, values: &[String]) -> String {
+        self.axes
+            .iter()
+            .zip(values)
+            .map(|(a, v)| format!("{}={}", a.path, display_value(v)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// The overrides of one point: the `--set`s, then its values.
     pub fn overrides(&self, point: &Point) -> Vec<(String, String)> {
         let mut o = self.set.clone();
