@@ -393,6 +393,19 @@ impl LengthSpec {
             LengthSpec::Empirical { .. } => 0,
         }
     }
+
+    /// Largest value the distribution can produce (None for Empirical, unknown up front).
+    pub fn max_value(&self) -> Option<u32> {
+        match *self {
+            LengthSpec::Constant(n) => Some(n),
+            LengthSpec::Uniform { max, .. }
+            | LengthSpec::Normal { max, .. }
+            | LengthSpec::LogNormal { max, .. }
+            | LengthSpec::Exponential { max, .. }
+            | LengthSpec::Zipf { max, .. } => Some(max),
+            LengthSpec::Empirical { .. } => None,
+        }
+    }
 }
 
 /// A trace to replay.

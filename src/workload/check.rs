@@ -121,7 +121,7 @@ pub fn check(s: &Scenario) -> Vec<Problem> {
         }
         check_length(&mut p, &at("input_tokens"), &c.input_tokens, 0);
         check_length(&mut p, &at("output_tokens"), &c.output_tokens, 1);
-        if c.shared_prefix_tokens == 0 && matches!(c.input_tokens, LengthSpec::Constant(0)) {
+        if c.shared_prefix_tokens == 0 && c.input_tokens.max_value() == Some(0) {
             p.push(
                 Problem::new(at("input_tokens"), "every prompt would be empty")
                     .hint("give at least 1 input token or a shared prefix"),
@@ -361,8 +361,21 @@ pub fn check_files(scenario: &Scenario) -> Vec<(String, String)> {
             if let crate::scenario::LengthSpec::Empirical { file, column } = spec {
                 // Output lengths must be ≥ 1: a zero would otherwise silently become 1.
                 let min = u32::from(field == "output_tokens");
-                if let Err(e) = lengths::load_column(&base.join(file), column, min) {
-                    problems.push((format!("workload.clients[{i}].{field}"), e));
+                match lengths::load_column(&base.join(file), column, min) {
+                    Err(e) => problems.push((format!("workload.clients[{i}].{field}"), e)),
+                    Ok(values)
+                        if field == "input_tokens"
+                            && c.shared_prefix_tokens == 0
+                            && values.iter().all(|&v| v == 0) =>
+                    {
+                        problems.push((
+                            format!("workload.clients[{i}].{field}"),
+                            format!(
+                                "{file}: every value of `{column}` is 0, so every prompt would be empty (give a shared prefix or another column)"
+                            ),
+                        ));
+                    }
+                    Ok(_) => {}
                 }
             }
         }

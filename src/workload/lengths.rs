@@ -116,6 +116,12 @@ pub fn load_column(path: &Path, column: &str, min: u32) -> Result<Arc<[u32]>, St
         .map_err(|e| format!("{}: {e}", path.display()))?
         .clone();
     crate::input::no_repeated_column(&headers, &[column], &path.display().to_string())?;
+    if headers.is_empty() {
+        return Err(format!(
+            "{}: the file is empty (expected a header row naming `{column}`)",
+            path.display()
+        ));
+    }
     let Some(i) = headers.iter().position(|h| h == column) else {
         return Err(format!(
             "{}: no column `{column}` (columns: {})",

@@ -510,3 +510,60 @@ fn blis_sessions_send_their_share_with_think_time_after_each_completion() {
         }
     }
 }
+
+#[test]
+fn a_prompt_length_that_can_only_draw_zero_is_refused_and_a_zero_draw_is_one_token() {
+    // vLLM refuses an empty prompt ("The decoder prompt cannot be empty"), so a length that
+    // can give nothing but 0 (and no shared prefix) is an error, whatever its shape.
+    let scenario = |input: &str, prefix: u32| {
+        format!(
+            "(cluster: (groups: [(kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], \
+             beta: [1000.0, 1.0, 1.0]))]), workload: (num_requests: 200, clients: \
+             [(rate_per_s: 10.0, input_tokens: {input}, output_tokens: Constant(2), \
+             shared_prefix_tokens: {prefix})]))"
+        )
+    };
+    for input in [
+        "Constant(0)",
+        "Uniform(min: 0, max: 0)",
+        "Normal(mean: 5.0, stdev: 1.0, min: 0, max: 0)",
+        "Exponential(mean: 5.0, max: 0)",
+    ] {
+        let err = crate::common::invalid(&scenario(input, 0));
+        assert!(
+            err.contains("clients[0].input_tokens: every prompt would be empty"),
+            "{input}: {err}"
+        );
+        parse(&scenario(input, 8)); // a shared prefix is a prompt
+    }
+    // A draw of 0 among others is a 1-token prompt.
+    let (_, rows) = run(&parse(&scenario("Uniform(min: 0, max: 1)", 0)));
+    assert_eq!(rows.len(), 200);
+    assert!(rows.iter().all(|r| r.u64("input_tokens") == 1));
+
+    // An Empirical column of zeros says which file and column.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("zeros.csv"), "n\n0\n0.4\n").unwrap();
+    std::fs::write(dir.path().join("empty.csv"), "").unwrap();
+    for (file, expected) in [
+        (
+            "zeros.csv",
+            "zeros.csv: every value of `n` is 0, so every prompt would be empty",
+        ),
+        (
+            "empty.csv",
+            "empty.csv: the file is empty (expected a header row naming `n`)",
+        ),
+    ] {
+        let path = dir.path().join("s.ron");
+        let input = format!("Empirical(file: {file:?}, column: \"n\")");
+        std::fs::write(&path, scenario(&input, 0)).unwrap();
+        let done = crate::common::servesim(&["validate", path.to_str().unwrap()], dir.path());
+        let err = String::from_utf8_lossy(&done.stderr);
+        assert_eq!(done.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("workload.clients[0].input_tokens") && err.contains(expected),
+            "{err}"
+        );
+    }
+}
