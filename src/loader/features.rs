@@ -63,7 +63,7 @@ pub(super) fn lora(
             Problem::new(
                 at("lora"),
                 format!(
-                    "multi-LoRA runs on the vllm_v1 scheduler, not `{}`",
+                    "multi-LoRA runs on the vllm_v1 scheduler, not {}",
                     g.scheduler
                 ),
             )

@@ -279,7 +279,7 @@ fn bad_adapters_and_slots_are_refused_with_the_reason() {
         ),
         (
             sc("lora: (), scheduler: \"sarathi\"", ok, client),
-            "multi-LoRA runs on the vllm_v1 scheduler, not `sarathi`",
+            "multi-LoRA runs on the vllm_v1 scheduler, not sarathi",
         ),
         (
             sc(

@@ -224,6 +224,51 @@ fn an_eagle3_head_takes_memory_from_the_kv_cache_and_time_from_each_step() {
 }
 
 #[test]
+fn a_draft_model_takes_its_weights_and_its_kv_from_the_cache() {
+    // Llama-3.1-70B on 4 H100s: 27,821 blocks without a drafter, so its KV memory per GPU
+    // lies in [27,821, 27,822) × 1,310,720 B (80 layers × 8 KV heads × 128 × 2 × 2 B / 4
+    // GPUs × 16 tokens). A Llama-3.1-8B drafter at the target's TP takes its weights
+    // (8,030,261,248 parameters × 2 B / 4 = 4,015,130,624 B a GPU) and adds its own KV
+    // (32 × 8 × 128 × 2 × 2 B / 4 × 16 = 524,288 B a block): ⌊(36,465,786,880 −
+    // 4,015,130,624) / 1,835,008⌋ = 17,684, and the upper end gives the same.
+    let src = |spec: &str| {
+        format!(
+            r#"(seed: 1, cluster: (groups: [(count: 1, model: "llama-3.1-70b-instruct", gpu: "H100", tp: 4 {spec})]),
+               workload: (num_requests: 16, clients: [(rate_per_s: 4.0, arrival: Constant,
+                 input_tokens: Constant(256), output_tokens: Constant(64))]))"#
+        )
+    };
+    let (p, plain_rows) = run(&parse(&src("")));
+    assert_eq!(p.instances[0].kv_total_blocks, 27_821);
+    let (s, rows) = run(&parse(&src(
+        r#", speculative: (method: DraftModel("llama-3.1-8b-instruct"), num_speculative_tokens: 3, acceptance: Rate(0.8))"#,
+    )));
+    assert_eq!(s.instances[0].kv_total_blocks, 17_684);
+    assert!(
+        s.speculative[0].draft_s > 0.0,
+        "the drafter runs on the GPU"
+    );
+    assert!(rows.iter().all(|r| r.u64("drafted_tokens") > 0));
+    // At 0.8 a verification gains 2.95 tokens for less than two plain steps' time.
+    let e2e = |rows: &[crate::common::Row]| rows.iter().map(|r| r.us("e2e_ms")).sum::<u64>();
+    assert!(
+        e2e(&rows) < e2e(&plain_rows),
+        "{} vs {}",
+        e2e(&rows),
+        e2e(&plain_rows)
+    );
+
+    let e = invalid(&src(
+        r#", speculative: (method: DraftModel("llama-9-1b"), num_speculative_tokens: 3, acceptance: Rate(0.8))"#,
+    ));
+    assert!(
+        e.contains("cluster.groups[0].speculative.method")
+            && e.contains("unknown model \"llama-9-1b\""),
+        "{e}"
+    );
+}
+
+#[test]
 fn a_scenario_without_speculation_has_no_speculative_outputs() {
     let (s, rows, dir) = run_keeping(&parse(&one("", 3, 5)));
     assert!(s.speculative.is_empty());
