@@ -77,6 +77,7 @@ impl MeasuredTable {
             ));
         }
         let mut rows: Vec<(Vec<f64>, f64)> = Vec::new();
+        let mut lines: Vec<u64> = Vec::new();
         for rec in rdr.records() {
             let rec = rec.map_err(|e| format!("{source}: {e}"))?;
             let line = rec.position().map_or(0, |p| p.line());
@@ -95,6 +96,7 @@ impl MeasuredTable {
                 .collect::<Result<_, _>>()?;
             let step = num(step_col, "step_us")?;
             rows.push((key, step));
+            lines.push(line);
         }
         if rows.is_empty() {
             return Err(format!("{source}: no rows"));
@@ -133,9 +135,16 @@ impl MeasuredTable {
             .collect();
         order.sort_unstable();
         if let Some(w) = order.windows(2).find(|w| w[0].0 == w[1].0) {
+            let shape: Vec<String> = keys
+                .iter()
+                .zip(&rows[w[1].1].0)
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
             return Err(format!(
-                "{source}: the shape {:?} appears twice",
-                rows[w[1].1].0
+                "{source}:{}: {} is measured twice (first on line {})",
+                lines[w[1].1],
+                shape.join(", "),
+                lines[w[0].1]
             ));
         }
         if cells != rows.len() as u128 {
@@ -313,9 +322,12 @@ mod tests {
             e.contains("not a full grid: no row for prefill_tokens=0, decode_tokens=2"),
             "{e}"
         );
-        let twice = "prefill_tokens,decode_tokens,step_us\n0,1,100\n0,1,200\n";
+        let twice = "prefill_tokens,decode_tokens,step_us\n0,1,100\n5,1,150\n0,1,200\n";
         let e = MeasuredTable::parse(twice, "t.csv", Extrapolation::Error).unwrap_err();
-        assert!(e.contains("appears twice"), "{e}");
+        assert_eq!(
+            e,
+            "t.csv:4: prefill_tokens=0, decode_tokens=1 is measured twice (first on line 2)"
+        );
     }
 
     #[test]
