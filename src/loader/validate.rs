@@ -7,10 +7,15 @@
 use crate::catalog::Catalog;
 use crate::scenario::{Problem, Scenario, did_you_mean, finite_positive};
 
-/// Turns a RON/serde error into a message and a hint.
+/// Turns a RON/serde error into a message and a hint. RON's own wording names our Rust types
+/// (`InstanceGroup`, `ClusterSpec`) and its raw-identifier syntax, which a scenario's author
+/// never sees; these say what the field expects instead.
 pub(super) fn explain_ron_error(code: &ron::Error, path: &str) -> (String, Option<String>) {
     use ron::Error as E;
-    let length_field = path.ends_with("input_tokens") || path.ends_with("output_tokens");
+    const FIELDS: &str = "docs/scenarios.md lists every field and its default";
+    let length_field = ["input_tokens", "output_tokens", "turns"]
+        .iter()
+        .any(|f| path.ends_with(f));
     match code {
         // `output_tokens: 300`: RON reads the bare number as an identifier.
         E::InvalidIdentifier(found) | E::SuggestRawIdentifier(found)
@@ -22,6 +27,19 @@ pub(super) fn explain_ron_error(code: &ron::Error, path: &str) -> (String, Optio
                     "write Constant({found}) for a fixed length, or a distribution such as \
                  Uniform(min: 1, max: {found})"
                 )),
+            )
+        }
+        // `Gamma(2.0)`, `Uniform(1, 2)`: a value where a field name belongs.
+        E::InvalidIdentifier(found) | E::SuggestRawIdentifier(found)
+            if found.parse::<f64>().is_ok() =>
+        {
+            (
+                format!("expected a field name, found the number {found}"),
+                Some(
+                    "fields are named, e.g. Gamma(cv: 2.0) or Uniform(min: 1, max: 100); \
+                     docs/scenarios.md lists them"
+                        .into(),
+                ),
             )
         }
         E::NoSuchStructField {
@@ -42,31 +60,46 @@ pub(super) fn explain_ron_error(code: &ron::Error, path: &str) -> (String, Optio
             };
             (format!("unknown variant `{found}`"), Some(hint))
         }
-        E::MissingStructField { field, outer } => (
-            format!(
-                "missing field `{field}`{}",
-                outer
-                    .as_ref()
-                    .map(|o| format!(" in {o}"))
-                    .unwrap_or_default()
-            ),
-            Some("add the field; docs/scenarios.md lists every field and its default".into()),
+        E::MissingStructField { field, .. } => (
+            format!("missing field `{field}`"),
+            Some(format!("add the field; {FIELDS}")),
+        ),
+        E::DuplicateStructField { field, .. } => (
+            format!("`{field}` is given twice"),
+            Some("keep one: only one value can count".into()),
+        ),
+        E::ExpectedDifferentStructName { found, .. } => (
+            format!("a value here is written without a name, found `{found}(…)`"),
+            Some("write just the parentheses, e.g. cluster: (groups: [...])".into()),
+        ),
+        E::ExpectedStructLike | E::ExpectedNamedStructLike(_) => (
+            "expected `(` and the fields of this value".into(),
+            Some(format!(
+                "e.g. outputs: (dir: \"out\") or arrival: Gamma(cv: 2.0); {FIELDS}"
+            )),
         ),
         E::IntegerOutOfBounds => (
-            format!(
-                "{code}: expected a whole number ≥ 0 that fits this field (counts and lengths \
-                 are at most 4,294,967,295; num_requests and seeds at most \
-                 18,446,744,073,709,551,615)"
-            ),
+            "out of range: expected a whole number ≥ 0 that fits this field (counts and lengths \
+             are at most 4,294,967,295; num_requests and seeds at most \
+             18,446,744,073,709,551,615)"
+                .into(),
             Some("counts and token lengths are non-negative integers, e.g. 16".into()),
         ),
         E::ExpectedInteger => (
-            format!("{code}: expected a whole number ≥ 0 in range for this field"),
+            "expected a whole number ≥ 0 in range for this field".into(),
             Some("counts and token lengths are non-negative integers, e.g. 16".into()),
         ),
         E::ExpectedFloat => (
-            format!("{code}: expected a number"),
+            "expected a number".into(),
             Some("write numbers like 12.0 or 0.5 (not in quotes)".into()),
+        ),
+        E::ExpectedString => (
+            "expected a string in double quotes".into(),
+            Some("e.g. name: \"chat\"".into()),
+        ),
+        E::ExpectedBoolean => (
+            "expected true or false".into(),
+            Some("write true or false, without quotes".into()),
         ),
         other => (
             other.to_string(),
