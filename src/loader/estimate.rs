@@ -206,7 +206,9 @@ pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<Strin
         prompts.iter().sum::<f64>() / prompts.len() as f64
     };
     let span = |secs: f64| {
-        if secs >= 86_400.0 {
+        if secs >= 86_400.0 * 1e6 {
+            format!("{:.1e} days", secs / 86_400.0)
+        } else if secs >= 86_400.0 {
             format!("{:.1} days", secs / 86_400.0)
         } else {
             format!("{:.1} hours", secs / 3600.0)
@@ -300,7 +302,20 @@ pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<Strin
                 w.push(format!("workload.clients[{i}].{field}: {note}"));
             }
         }
-        if matches!(c.arrival, ArrivalSpec::AllAtZero { .. }) {
+        // These take no rate: one given is not used (a sweep may vary the arrival of a client
+        // whose rate the other arrivals use, so this is a warning, not an error).
+        let unused = match c.arrival {
+            ArrivalSpec::AllAtZero { .. } => Some("AllAtZero sends its count at t = 0"),
+            ArrivalSpec::Staged { .. } | ArrivalSpec::ConstantTimer { .. } => {
+                Some("staged arrivals take their rates from their stages")
+            }
+            _ => None,
+        };
+        if let Some(why) = unused {
+            let given = [("rate_per_s", c.rate_per_s), ("rate_share", c.rate_share)];
+            if let Some((field, _)) = given.iter().find(|(_, v)| v.is_some()) {
+                w.push(format!("workload.clients[{i}].{field} is not used: {why}"));
+            }
             continue;
         }
         let rate = crate::workload::client_rate(s, c);

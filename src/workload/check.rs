@@ -69,6 +69,15 @@ pub fn check(s: &Scenario) -> Vec<Problem> {
                 | ArrivalSpec::ConstantTimer { .. }
         )
     };
+    if w.aggregate_rate_per_s.is_some() && !w.clients.iter().any(|c| c.rate_share.is_some()) {
+        p.push(
+            Problem::new(
+                "workload.aggregate_rate_per_s",
+                "divides nothing: no client gives rate_share",
+            )
+            .hint("give the clients rate_share instead of rate_per_s, or remove it"),
+        );
+    }
     let sources_end = w
         .clients
         .iter()
@@ -94,7 +103,7 @@ pub fn check(s: &Scenario) -> Vec<Problem> {
             )),
             (Some(r), None) => {
                 finite_positive(&mut p, &at("rate_per_s"), r, "mean requests per second");
-                if r.is_finite() && r > 0.0 && r < 1e-6 {
+                if needs_rate && r.is_finite() && r > 0.0 && r < 1e-6 {
                     p.push(
                         Problem::new(
                             at("rate_per_s"),
@@ -106,6 +115,19 @@ pub fn check(s: &Scenario) -> Vec<Problem> {
             }
             (None, Some(sh)) => {
                 finite_positive(&mut p, &at("rate_share"), sh, "a positive weight");
+                let rate = crate::workload::client_rate(s, c);
+                if needs_rate && rate.is_finite() && rate > 0.0 && rate < 1e-6 {
+                    p.push(
+                        Problem::new(
+                            at("rate_share"),
+                            format!(
+                                "gives {rate:.3e} req/s (aggregate_rate_per_s × its share of \
+                                 the shares), less than one request in 11 days (10⁻⁶)"
+                            ),
+                        )
+                        .hint("raise the share or workload.aggregate_rate_per_s"),
+                    );
+                }
                 if w.aggregate_rate_per_s.is_none() {
                     p.push(
                         Problem::new(at("rate_share"), "needs workload.aggregate_rate_per_s")
@@ -532,6 +554,26 @@ fn check_arrival(p: &mut Vec<Problem>, path: &str, spec: &ArrivalSpec) {
                     format!("{path}.stages"),
                     "needs at least one stage",
                 ));
+            }
+            let constant_timer = matches!(spec, ArrivalSpec::ConstantTimer { .. });
+            // Staged: Poisson at each rate; ConstantTimer: exactly ⌊rate × duration⌋ a stage.
+            let sends = |st: &crate::scenario::Stage| {
+                if constant_timer {
+                    (st.rate_per_s * st.duration_s).floor() >= 1.0
+                } else {
+                    st.rate_per_s > 0.0
+                }
+            };
+            if !stages.is_empty() && !stages.iter().any(sends) {
+                let why = if constant_timer {
+                    "every stage sends ⌊rate_per_s × duration_s⌋ = 0 requests"
+                } else {
+                    "every stage has rate_per_s 0"
+                };
+                p.push(
+                    Problem::new(format!("{path}.stages"), format!("{why}: nothing arrives"))
+                        .hint("raise a stage's rate or duration"),
+                );
             }
             for (k, st) in stages.iter().enumerate() {
                 if !st.rate_per_s.is_finite() || st.rate_per_s < 0.0 {

@@ -567,3 +567,79 @@ fn a_prompt_length_that_can_only_draw_zero_is_refused_and_a_zero_draw_is_one_tok
         );
     }
 }
+
+#[test]
+fn a_source_that_sends_nothing_is_refused_and_a_rate_not_used_is_warned_of() {
+    let scenario = |workload: &str| {
+        format!(
+            "(cluster: (groups: [(kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], \
+             beta: [1000.0, 1.0, 1.0]))]), workload: (num_requests: 10, {workload}))"
+        )
+    };
+    let c = "input_tokens: Constant(8), output_tokens: Constant(2)";
+    let cases = [
+        (
+            format!("aggregate_rate_per_s: 5.0, clients: [(rate_per_s: 1.0, {c})]"),
+            "workload.aggregate_rate_per_s: divides nothing: no client gives rate_share",
+        ),
+        (
+            // 5 × 1e-8 / (1 + 1e-8) req/s: one request in 7 years.
+            format!(
+                "aggregate_rate_per_s: 5.0, clients: [(rate_share: 1e-8, {c}), (rate_share: 1.0, {c})]"
+            ),
+            "workload.clients[0].rate_share: gives 5.000e-8 req/s",
+        ),
+        (
+            // ⌊0.5 × 1.9⌋ = ⌊0.95⌋ = 0 and ⌊0.0 × 10⌋ = 0: no stage sends one.
+            format!(
+                "clients: [(arrival: ConstantTimer(stages: [(rate_per_s: 0.5, duration_s: 1.9), (rate_per_s: 0.0, duration_s: 10.0)]), {c})]"
+            ),
+            "workload.clients[0].arrival.stages: every stage sends ⌊rate_per_s × duration_s⌋ = 0 requests",
+        ),
+        (
+            format!(
+                "clients: [(arrival: Staged(stages: [(rate_per_s: 0.0, duration_s: 1.0), (rate_per_s: 0.0, duration_s: 2.0)]), {c})]"
+            ),
+            "workload.clients[0].arrival.stages: every stage has rate_per_s 0",
+        ),
+    ];
+    for (workload, expected) in cases {
+        let err = crate::common::invalid(&scenario(&workload));
+        assert!(err.contains(expected), "{workload}\n{err}");
+    }
+    // A rate an arrival does not use is warned of, not refused: a sweep may vary the arrival
+    // of a client whose rate the other arrivals use.
+    let dir = tempfile::tempdir().unwrap();
+    for (workload, expected) in [
+        (
+            format!(
+                "clients: [(arrival: Staged(stages: [(rate_per_s: 2.0, duration_s: 1.0)]), rate_per_s: 3.0, {c})]"
+            ),
+            "workload.clients[0].rate_per_s is not used: staged arrivals take their rates from their stages",
+        ),
+        (
+            format!(
+                "aggregate_rate_per_s: 5.0, clients: [(arrival: AllAtZero(count: 3), rate_share: 1.0, {c}), (rate_share: 1.0, {c})]"
+            ),
+            "workload.clients[0].rate_share is not used: AllAtZero sends its count at t = 0",
+        ),
+    ] {
+        let path = dir.path().join("s.ron");
+        std::fs::write(&path, scenario(&workload)).unwrap();
+        let done = crate::common::servesim(&["validate", path.to_str().unwrap()], dir.path());
+        let err = String::from_utf8_lossy(&done.stderr);
+        assert_eq!(done.status.code(), Some(0), "{err}");
+        assert!(err.contains(&format!("warning: {expected}")), "{err}");
+    }
+    // A pause stage among sending ones is a pause, and ⌊0.5 × 2.0⌋ = 1 sends one.
+    for ok in [
+        format!(
+            "clients: [(arrival: ConstantTimer(stages: [(rate_per_s: 0.5, duration_s: 2.0), (rate_per_s: 0.0, duration_s: 10.0)]), {c})]"
+        ),
+        format!(
+            "clients: [(arrival: Staged(stages: [(rate_per_s: 0.0, duration_s: 1.0), (rate_per_s: 4.0, duration_s: 2.0)]), {c})]"
+        ),
+    ] {
+        parse(&scenario(&ok));
+    }
+}
