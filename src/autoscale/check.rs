@@ -135,3 +135,35 @@ fn check_scaling(p: &mut Vec<Problem>, i: usize, count: u32, sc: &crate::scenari
         );
     }
 }
+
+/// `scheduled` sizes outside a group's `scaling` bounds: the group stops at the bound, which is
+/// more often a slip than an intent, so each is warned of.
+pub fn scheduled_out_of_bounds(s: &Scenario) -> Vec<String> {
+    if s.policies.autoscale != "scheduled" {
+        return Vec::new();
+    }
+    let labels = s.labels().groups;
+    let mut w = Vec::new();
+    for (key, &size) in &s.policies.autoscale_params {
+        let named = key.rsplit_once('@').map(|(g, _)| g);
+        for ((i, g), label) in s.cluster.groups.iter().enumerate().zip(&labels) {
+            let Some(sc) = &g.scaling else { continue };
+            if named.is_some_and(|n| n != label) {
+                continue;
+            }
+            let bound = if size > f64::from(sc.max) {
+                ("max", sc.max)
+            } else if size < f64::from(sc.min) {
+                ("min", sc.min)
+            } else {
+                continue;
+            };
+            w.push(format!(
+                "policies.autoscale_params `{key}`: size {size} is outside cluster.groups[{i}] \
+                 ({label})'s scaling bounds {}..={}: it will serve {} (scaling.{})",
+                sc.min, sc.max, bound.1, bound.0
+            ));
+        }
+    }
+    w
+}

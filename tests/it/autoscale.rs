@@ -226,6 +226,38 @@ fn a_schedule_that_cancels_what_parked_requests_wait_for_gives_them_a_cold_start
     }
 }
 
+/// A scheduled size past a group's bounds stops at the bound, and the run says so.
+#[test]
+fn a_scheduled_size_outside_the_bounds_is_served_at_the_bound_and_warned_of() {
+    let src = format!(
+        "(cluster: (groups: [(name: \"g\", count: 1, kv_blocks: 1000, {ONE_MS},
+            scaling: (min: 1, max: 2, provision_s: 0.0, load_s: 0.0))]),
+          policies: (autoscale: \"scheduled\", autoscale_params: {{\"0\": 3, \"g@1\": 0}}),
+          workload: (num_requests: 20, clients: [(rate_per_s: 10.0, arrival: Constant,
+            input_tokens: Constant(8), output_tokens: Constant(2))]))"
+    );
+    let (s, _, _) = run(&src);
+    assert_eq!(s.groups[0].max_instances, 2);
+    assert_eq!(
+        s.groups[0].scale_downs, 1,
+        "up to max 2 at 0 s, down to min 1 at 1 s"
+    );
+    let app = servesim::default_app();
+    let warnings = servesim::loader::estimate::slow_inputs(
+        &parse(&src),
+        app.world().resource::<servesim::policy::Catalog>(),
+    );
+    for expected in [
+        "`0`: size 3 is outside cluster.groups[0] (g)'s scaling bounds 1..=2: it will serve 2 (scaling.max)",
+        "`g@1`: size 0 is outside cluster.groups[0] (g)'s scaling bounds 1..=2: it will serve 1 (scaling.min)",
+    ] {
+        assert!(
+            warnings.iter().any(|w| w.contains(expected)),
+            "{warnings:?}"
+        );
+    }
+}
+
 /// A parked request whose client timed out stayed on the parked list: the run could not end
 /// while it was there (nothing left means nothing parked) and autoscaling counted it as
 /// waiting, evaluating on; with MTBF crashes keeping every cold start from serving, such a run
