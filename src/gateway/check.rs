@@ -60,15 +60,12 @@ fn limits(p: &mut Vec<Problem>, at: &str, max_requests: Option<u32>, max_wait_s:
             .hint("leave it out for no limit, or reject these requests with an admission policy"),
         );
     }
-    if let Some(w) = max_wait_s
-        && (!w.is_finite() || w <= 0.0)
-    {
-        p.push(
-            Problem::new(
-                format!("{at}.max_wait_s"),
-                format!("must be a finite number of seconds > 0, got {w}"),
-            )
-            .hint("leave it out to let requests wait until routed or given up by their client"),
+    if let Some(w) = max_wait_s {
+        crate::scenario::wait_seconds(
+            p,
+            &format!("{at}.max_wait_s"),
+            w,
+            "leave it out to let requests wait until routed or given up by their client",
         );
     }
 }

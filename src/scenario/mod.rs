@@ -22,7 +22,9 @@ pub use flow_control::{BandLimits, BandSpec, FlowControlSpec, SaturationSpec};
 pub use outputs::*;
 pub use plan::*;
 pub use policies::*;
-pub use problem::{Problem, closest, did_you_mean, finite_positive, grouped, readable};
+pub use problem::{
+    Problem, closest, did_you_mean, finite_positive, grouped, readable, wait_seconds,
+};
 pub use topology::{NodeFigures, PlacementSpec, TopologySpec, deserialize_node};
 pub use workload::*;
 

@@ -145,6 +145,24 @@ pub fn finite_positive(problems: &mut Vec<Problem>, path: &str, v: f64, hint: &s
     }
 }
 
+/// A time a request may wait (a client's timeout, a gateway band's `max_wait_s`): finite and
+/// at least 1 µs, the clock's grain (a shorter one rounds to 0 and gives up on every request
+/// at once, more likely a slip of unit than an intent).
+pub fn wait_seconds(problems: &mut Vec<Problem>, path: &str, v: f64, hint: &str) {
+    if !v.is_finite() || v <= 0.0 {
+        problems
+            .push(Problem::new(path, format!("must be a finite number > 0, got {v}")).hint(hint));
+    } else if v < 1e-6 {
+        problems.push(
+            Problem::new(
+                path,
+                format!("{v:e} s is shorter than 1 µs, the clock's grain: every request would give up at once"),
+            )
+            .hint(hint),
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -159,7 +159,7 @@ pub fn check(s: &Scenario) -> Vec<Problem> {
             );
         }
         if let Some(t) = c.timeout_s {
-            finite_positive(
+            crate::scenario::wait_seconds(
                 &mut p,
                 &at("timeout_s"),
                 t,
@@ -208,7 +208,7 @@ pub fn check(s: &Scenario) -> Vec<Problem> {
             finite_positive(&mut p, &at(f), v, "a positive factor");
         }
         if let Some(x) = t.timeout_s {
-            finite_positive(&mut p, &at("timeout_s"), x, "seconds a client waits");
+            crate::scenario::wait_seconds(&mut p, &at("timeout_s"), x, "seconds a client waits");
         }
         if t.hash_block_tokens == 0 {
             p.push(
@@ -691,12 +691,7 @@ fn check_inference_perf(p: &mut Vec<Problem>, ip: &crate::scenario::InferencePer
             ),
         ));
     }
-    if let Some(t) = ip.timeout_s
-        && (!t.is_finite() || t <= 0.0)
-    {
-        p.push(Problem::new(
-            at("timeout_s"),
-            format!("must be a finite number > 0, got {t}"),
-        ));
+    if let Some(t) = ip.timeout_s {
+        crate::scenario::wait_seconds(p, &at("timeout_s"), t, "seconds a client waits");
     }
 }

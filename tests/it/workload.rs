@@ -643,3 +643,42 @@ fn a_source_that_sends_nothing_is_refused_and_a_rate_not_used_is_warned_of() {
         parse(&scenario(&ok));
     }
 }
+
+#[test]
+fn a_wait_shorter_than_the_clocks_microsecond_is_refused() {
+    // 1e-9 s rounds to 0 µs: every request would time out (or be shed) on arrival.
+    let group = "cluster: (groups: [(kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], \
+                 beta: [1000.0, 1.0, 1.0]))])";
+    let client = "(rate_per_s: 1.0, input_tokens: Constant(8), output_tokens: Constant(2)";
+    let cases = [
+        (
+            format!(
+                "({group}, workload: (num_requests: 5, clients: [{client}, timeout_s: 1e-9)]))"
+            ),
+            "workload.clients[0].timeout_s: 1e-9 s is shorter than 1 µs",
+        ),
+        (
+            format!(
+                "({group}, flow_control: (bands: [(priority: 0, max_wait_s: 5e-7)]), \
+                 workload: (num_requests: 5, clients: [{client})]))"
+            ),
+            "flow_control.bands[0].max_wait_s: 5e-7 s is shorter than 1 µs",
+        ),
+        (
+            format!(
+                "({group}, workload: (inference_perf: (stages: [(rate_per_s: 2.0, duration_s: 5.0)], \
+                 shared_prefix: (num_unique_system_prompts: 1, num_users_per_system_prompt: 1, \
+                 system_prompt_len: 10, question_len: 10, output_len: 5), timeout_s: 1e-7)))"
+            ),
+            "workload.inference_perf.timeout_s: 1e-7 s is shorter than 1 µs",
+        ),
+    ];
+    for (src, expected) in cases {
+        let err = crate::common::invalid(&src);
+        assert!(err.contains(expected), "{err}");
+    }
+    // One microsecond is the clock's grain, and waits that long.
+    parse(&format!(
+        "({group}, workload: (num_requests: 5, clients: [{client}, timeout_s: 1e-6)]))"
+    ));
+}
