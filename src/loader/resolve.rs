@@ -662,21 +662,25 @@ fn read_group(
         };
         Some(len.min(u64::from(u32::MAX)) as u32)
     });
+    // The host link carries the CPU KV tier's blocks and LoRA adapters' copies to the GPU.
+    if let Some(v) = g.host_link_gb_per_s
+        && !(v.is_finite() && v > 0.0)
+    {
+        p.push(Problem::new(
+            at("host_link_gb_per_s"),
+            format!("must be a finite number > 0, got {v}"),
+        ));
+    }
+    if let Some(v) = g.host_link_latency_us
+        && !(v.is_finite() && (0.0..=1e9).contains(&v))
+    {
+        p.push(Problem::new(
+            at("host_link_latency_us"),
+            format!("must be a number within 0..=10⁹ µs, got {v}"),
+        ));
+    }
     let mut cpu_tier = None;
     if g.cpu_kv_blocks > 0 {
-        for (f, v) in [
-            ("host_link_gb_per_s", g.host_link_gb_per_s),
-            ("host_link_latency_us", g.host_link_latency_us),
-        ] {
-            if let Some(v) = v
-                && (!v.is_finite() || v < 0.0 || (f == "host_link_gb_per_s" && v == 0.0))
-            {
-                p.push(Problem::new(
-                    at(f),
-                    format!("must be a finite number > 0, got {v}"),
-                ));
-            }
-        }
         if !g.cpu_kv_thrash_window_s.is_finite() || g.cpu_kv_thrash_window_s < 0.0 {
             p.push(Problem::new(
                 at("cpu_kv_thrash_window_s"),

@@ -281,6 +281,16 @@ fn bad_adapters_and_slots_are_refused_with_the_reason() {
             sc("lora: (), scheduler: \"sarathi\"", ok, client),
             "multi-LoRA runs on the vllm_v1 scheduler, not sarathi",
         ),
+        // The host link carries adapter copies without a CPU KV tier: a zero bandwidth made
+        // every copy endless (the run stopped at 10⁹ s).
+        (
+            sc("lora: (), host_link_gb_per_s: 0.0", ok, client),
+            "cluster.groups[0].host_link_gb_per_s: must be a finite number > 0, got 0",
+        ),
+        (
+            sc("lora: (), host_link_latency_us: -5.0", ok, client),
+            "cluster.groups[0].host_link_latency_us: must be a number within 0..=10⁹ µs, got -5",
+        ),
         (
             sc(
                 "lora: ()",
