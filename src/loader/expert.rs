@@ -112,11 +112,11 @@ pub(super) fn expert_parallel(
         }
     }
     if let Some(v) = e.latency_us
-        && (!v.is_finite() || v < 0.0)
+        && !(v.is_finite() && (0.0..=1e9).contains(&v))
     {
         p.push(Problem::new(
             f("latency_us"),
-            format!("must be a finite number ≥ 0 (µs), got {v}"),
+            format!("must be a number within 0..=10⁹ µs, got {v}"),
         ));
     }
     let node = gpu.node.as_ref();

@@ -138,6 +138,11 @@ fn bad_expert_parallelism_is_refused_with_the_reason() {
         ),
         (
             "qwen3-30b-a3b",
+            "expert_parallel: (dp: 2, latency_us: 1e12)",
+            "latency_us: must be a number within 0..=10⁹ µs, got 1000000000000",
+        ),
+        (
+            "qwen3-30b-a3b",
             "pp: 2, expert_parallel: (dp: 2)",
             "not with pipeline parallelism",
         ),
