@@ -52,10 +52,13 @@ pub(super) fn lora(
             format!("must be a finite number > 0, got {}", l.load_gb_per_s),
         ));
     }
-    if !l.load_latency_us.is_finite() || l.load_latency_us < 0.0 {
+    if !(l.load_latency_us.is_finite() && (0.0..=1e9).contains(&l.load_latency_us)) {
         p.push(Problem::new(
             at("lora.load_latency_us"),
-            format!("must be a finite number ≥ 0, got {}", l.load_latency_us),
+            format!(
+                "must be a number within 0..=10⁹ µs, got {}",
+                l.load_latency_us
+            ),
         ));
     }
     if g.scheduler != "vllm_v1" {

@@ -288,6 +288,10 @@ fn bad_adapters_and_slots_are_refused_with_the_reason() {
             "cluster.groups[0].host_link_gb_per_s: must be a finite number > 0, got 0",
         ),
         (
+            sc("lora: (load_latency_us: 1e300)", ok, client),
+            "cluster.groups[0].lora.load_latency_us: must be a number within 0..=10⁹ µs, got 1e300",
+        ),
+        (
             sc("lora: (), host_link_latency_us: -5.0", ok, client),
             "cluster.groups[0].host_link_latency_us: must be a number within 0..=10⁹ µs, got -5",
         ),
