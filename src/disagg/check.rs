@@ -19,15 +19,7 @@ pub fn check(p: &mut Vec<Problem>, s: &Scenario, catalog: &Catalog) {
                 format!("must be a finite number > 0, got {}", g.kv_link()),
             ));
         }
-        if !(g.kv_link_latency_us.is_finite() && (0.0..=1e9).contains(&g.kv_link_latency_us)) {
-            p.push(Problem::new(
-                at("kv_link_latency_us"),
-                format!(
-                    "must be a number within 0..=10⁹ µs, got {}",
-                    g.kv_link_latency_us
-                ),
-            ));
-        }
+        crate::scenario::latency_us(p, &at("kv_link_latency_us"), g.kv_link_latency_us);
         if g.role == Role::Mixed {
             continue;
         }

@@ -157,12 +157,7 @@ pub fn check_kv_store(p: &mut Vec<Problem>, s: &Scenario) {
             .hint("leave kv_store out for no shared store"),
         );
     }
-    if !(st.latency_us.is_finite() && (0.0..=1e9).contains(&st.latency_us)) {
-        p.push(Problem::new(
-            at("latency_us"),
-            format!("must be a number within 0..=10⁹ µs, got {}", st.latency_us),
-        ));
-    }
+    crate::scenario::latency_us(p, &at("latency_us"), st.latency_us);
     if !(st.link().is_finite() && st.link() > 0.0) {
         p.push(Problem::new(
             at("link_gb_per_s"),

@@ -111,13 +111,8 @@ pub(super) fn expert_parallel(
             ));
         }
     }
-    if let Some(v) = e.latency_us
-        && !(v.is_finite() && (0.0..=1e9).contains(&v))
-    {
-        p.push(Problem::new(
-            f("latency_us"),
-            format!("must be a number within 0..=10⁹ µs, got {v}"),
-        ));
+    if let Some(v) = e.latency_us {
+        crate::scenario::latency_us(p, &f("latency_us"), v);
     }
     let node = gpu.node.as_ref();
     let per_node = topology

@@ -52,15 +52,7 @@ pub(super) fn lora(
             format!("must be a finite number > 0, got {}", l.load_gb_per_s),
         ));
     }
-    if !(l.load_latency_us.is_finite() && (0.0..=1e9).contains(&l.load_latency_us)) {
-        p.push(Problem::new(
-            at("lora.load_latency_us"),
-            format!(
-                "must be a number within 0..=10⁹ µs, got {}",
-                l.load_latency_us
-            ),
-        ));
-    }
+    crate::scenario::latency_us(p, &at("lora.load_latency_us"), l.load_latency_us);
     if g.scheduler != "vllm_v1" {
         p.push(
             Problem::new(
@@ -153,14 +145,8 @@ pub(super) fn nvme_tier(
         ));
     }
     let latency = match g.nvme_latency_us {
-        Some(v) if v.is_finite() && (0.0..=1e9).contains(&v) => v,
-        Some(v) => {
-            p.push(Problem::new(
-                at("nvme_latency_us"),
-                format!("must be a number within 0..=10⁹ µs, got {v}"),
-            ));
-            0.0
-        }
+        Some(v) if crate::scenario::latency_us(p, &at("nvme_latency_us"), v) => v,
+        Some(_) => 0.0,
         None => {
             p.push(
                 Problem::new(at("nvme_latency_us"), "is required with an NVMe tier").hint(

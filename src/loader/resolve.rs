@@ -671,13 +671,8 @@ fn read_group(
             format!("must be a finite number > 0, got {v}"),
         ));
     }
-    if let Some(v) = g.host_link_latency_us
-        && !(v.is_finite() && (0.0..=1e9).contains(&v))
-    {
-        p.push(Problem::new(
-            at("host_link_latency_us"),
-            format!("must be a number within 0..=10⁹ µs, got {v}"),
-        ));
+    if let Some(v) = g.host_link_latency_us {
+        crate::scenario::latency_us(&mut p, &at("host_link_latency_us"), v);
     }
     let mut cpu_tier = None;
     if g.cpu_kv_blocks > 0 {

@@ -282,12 +282,7 @@ pub fn check(p: &mut Vec<Problem>, s: &Scenario, nodes: &[Option<Option<NodeFigu
         ("nic_latency_us", t.nic_latency_us),
         ("rack_latency_us", t.rack_latency_us),
     ] {
-        if !(v.is_finite() && (0.0..=1e9).contains(&v)) {
-            p.push(Problem::new(
-                at(f),
-                format!("must be a number within 0..=10⁹ µs, got {v}"),
-            ));
-        }
+        crate::scenario::latency_us(p, &at(f), v);
     }
     if t.rack_uplink_gb_per_s.is_some() && t.nodes_per_rack.is_none() {
         p.push(

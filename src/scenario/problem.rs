@@ -145,6 +145,19 @@ pub fn finite_positive(problems: &mut Vec<Problem>, path: &str, v: f64, hint: &s
     }
 }
 
+/// A link's or a read's fixed latency: finite, within 0..=10⁹ µs (1,000 s; more is a slip of
+/// unit, and would stop the run at its 10⁹ s clock limit). Returns whether it is.
+pub fn latency_us(problems: &mut Vec<Problem>, path: &str, v: f64) -> bool {
+    let ok = v.is_finite() && (0.0..=1e9).contains(&v);
+    if !ok {
+        problems.push(Problem::new(
+            path,
+            format!("must be a number within 0..=10⁹ µs, got {v}"),
+        ));
+    }
+    ok
+}
+
 /// A time a request may wait (a client's timeout, a gateway band's `max_wait_s`): finite and
 /// at least 1 µs, the clock's grain (a shorter one rounds to 0 and gives up on every request
 /// at once, more likely a slip of unit than an intent).
@@ -166,6 +179,20 @@ pub fn wait_seconds(problems: &mut Vec<Problem>, path: &str, v: f64, hint: &str)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_latency_is_within_zero_and_a_thousand_seconds() {
+        let mut p = Vec::new();
+        for ok in [0.0, 8.0, 1e9] {
+            assert!(latency_us(&mut p, "x", ok));
+        }
+        assert!(p.is_empty());
+        for bad in [-1.0, 1e9 + 1.0, f64::NAN, f64::INFINITY] {
+            assert!(!latency_us(&mut p, "x", bad));
+        }
+        assert_eq!(p.len(), 4);
+        assert_eq!(p[0].message, "must be a number within 0..=10⁹ µs, got -1");
+    }
 
     #[test]
     fn limits_are_written_in_groups_of_three_digits() {
