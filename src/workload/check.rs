@@ -555,21 +555,20 @@ fn check_arrival(p: &mut Vec<Problem>, path: &str, spec: &ArrivalSpec) {
                     "needs at least one stage",
                 ));
             }
-            let constant_timer = matches!(spec, ArrivalSpec::ConstantTimer { .. });
-            // Staged: Poisson at each rate; ConstantTimer: exactly ⌊rate × duration⌋ a stage.
-            let sends = |st: &crate::scenario::Stage| {
-                if constant_timer {
-                    (st.rate_per_s * st.duration_s).floor() >= 1.0
-                } else {
-                    st.rate_per_s > 0.0
-                }
+            // Staged: Poisson at each rate (with `exact`, round(rate × duration) a stage);
+            // ConstantTimer: exactly ⌊rate × duration⌋ a stage.
+            let (sends, why): (fn(f64, f64) -> bool, &str) = match spec {
+                ArrivalSpec::ConstantTimer { .. } => (
+                    |rate, secs| (rate * secs).floor() >= 1.0,
+                    "every stage sends ⌊rate_per_s × duration_s⌋ = 0 requests",
+                ),
+                ArrivalSpec::Staged { exact: true, .. } => (
+                    |rate, secs| (rate * secs).round() >= 1.0,
+                    "every stage sends round(rate_per_s × duration_s) = 0 requests",
+                ),
+                _ => (|rate, _| rate > 0.0, "every stage has rate_per_s 0"),
             };
-            if !stages.is_empty() && !stages.iter().any(sends) {
-                let why = if constant_timer {
-                    "every stage sends ⌊rate_per_s × duration_s⌋ = 0 requests"
-                } else {
-                    "every stage has rate_per_s 0"
-                };
+            if !stages.is_empty() && !stages.iter().any(|st| sends(st.rate_per_s, st.duration_s)) {
                 p.push(
                     Problem::new(format!("{path}.stages"), format!("{why}: nothing arrives"))
                         .hint("raise a stage's rate or duration"),

@@ -602,6 +602,13 @@ fn a_source_that_sends_nothing_is_refused_and_a_rate_not_used_is_warned_of() {
             ),
             "workload.clients[0].arrival.stages: every stage has rate_per_s 0",
         ),
+        (
+            // round(0.4 × 1.0) = 0 with exact arrivals.
+            format!(
+                "clients: [(arrival: Staged(stages: [(rate_per_s: 0.4, duration_s: 1.0)], exact: true), {c})]"
+            ),
+            "workload.clients[0].arrival.stages: every stage sends round(rate_per_s × duration_s) = 0 requests",
+        ),
     ];
     for (workload, expected) in cases {
         let err = crate::common::invalid(&scenario(&workload));
