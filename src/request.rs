@@ -166,6 +166,18 @@ pub enum FinalState {
 }
 
 impl FinalState {
+    /// Every `as_str`, as `requests.csv` writes them in its `state` column.
+    pub const NAMES: [&'static str; 8] = [
+        "completed",
+        "rejected",
+        "dropped",
+        "timed_out",
+        "queued",
+        "running",
+        "in_transit",
+        "failed",
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             FinalState::Completed => "completed",
@@ -287,4 +299,17 @@ pub struct RequestSample {
     pub e2e_us: Option<u64>,
     /// Mean inter-token latency (time per output token after the first).
     pub mean_itl_us: Option<f64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FinalState::*;
+
+    #[test]
+    fn final_state_names_are_what_as_str_writes_in_order() {
+        let all = [
+            Completed, Rejected, Dropped, TimedOut, Queued, Running, InTransit, Failed,
+        ];
+        assert_eq!(all.map(super::FinalState::as_str), super::FinalState::NAMES);
+    }
 }

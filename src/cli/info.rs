@@ -356,10 +356,10 @@ fn topology_lines(
     let topo = crate::network::Topology::build(t, &shapes, sc.cluster.kv_store.is_some());
     let _ = writeln!(
         s,
-        "  topology: {} instances on {} nodes in {} racks (placement: {})",
-        topo.places.len(),
-        topo.nodes,
-        topo.racks_used(),
+        "  topology: {} on {} in {} (placement: {})",
+        counted(topo.places.len(), "instance"),
+        counted(topo.nodes as usize, "node"),
+        counted(topo.racks_used() as usize, "rack"),
         t.placement.name()
     );
     let mut first = 0usize;
@@ -957,4 +957,9 @@ fn hybrid_line(
         l.linear_groups,
         l.page_bytes / f64::from(1u32 << 20)
     )
+}
+
+/// `1 rack`, `2 racks`.
+fn counted(n: usize, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
 }

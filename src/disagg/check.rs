@@ -5,8 +5,8 @@ use crate::policy::{check_policy, family};
 use crate::scenario::{Problem, Scenario};
 
 /// Prefill/decode disaggregation: prefill groups need decode groups and the other way
-/// round, both need a model (it sizes the KV moved) and share the block size; the decode
-/// routing policy is checked only when it is used.
+/// round, both need a model (it sizes the KV moved) and share the block size and KV cache
+/// dtype; the decode routing policy is checked only when it is used.
 pub fn check(p: &mut Vec<Problem>, s: &Scenario, catalog: &Catalog) {
     use crate::scenario::Role;
     let groups = &s.cluster.groups;
@@ -83,6 +83,24 @@ pub fn check(p: &mut Vec<Problem>, s: &Scenario, catalog: &Catalog) {
                         g.block_size, first.block_size
                     ),
                 ));
+            }
+            // vLLM's NIXL connector refuses a peer whose `cache_dtype` differs: it is one
+            // of the factors of `compute_nixl_compatibility_hash` (nixl_connector.py).
+            if j < i && first.kv_cache_dtype != g.kv_cache_dtype {
+                let dtype = |g: &crate::scenario::InstanceGroup| {
+                    g.kv_cache_dtype.clone().unwrap_or_else(|| "auto".into())
+                };
+                p.push(
+                    Problem::new(
+                        at("kv_cache_dtype"),
+                        format!(
+                            "{:?}, but cluster.groups[{j}] has {:?}: prefill and decode groups must lay out KV alike",
+                            dtype(g),
+                            dtype(first)
+                        ),
+                    )
+                    .hint("give both the same kv_cache_dtype: vLLM's NIXL connector refuses a peer whose cache dtype differs"),
+                );
             }
             let name =
                 |m: &Option<String>| m.as_deref().map(crate::model::ModelConfig::canonical_name);

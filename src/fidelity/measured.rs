@@ -136,9 +136,12 @@ pub fn load(path: &Path) -> Result<Measurement, String> {
     };
     let rows = &mut m.requests;
     if rows.iter().all(|r| r.timed_out) {
+        let notes: String = m.notes.iter().map(|n| format!("\n    {n}")).collect();
         return Err(format!(
-            "{}: no completed request to compare with",
-            path.display()
+            "{}: no completed request to compare with ({} timed out, {} failed otherwise){notes}",
+            path.display(),
+            rows.len(),
+            m.failed
         ));
     }
     // A benchmark that did not stream gets every token at once: what it calls TTFT is the
@@ -203,6 +206,17 @@ pub fn from_csv(text: &str, file: &str) -> Result<Measurement, String> {
         file,
     )?;
     let col = |name: &str| headers.iter().position(|h| h == name);
+    let arrivals: Vec<&str> = ["arrival_s", "arrival_ms", "arrival_us"]
+        .into_iter()
+        .filter(|c| col(c).is_some())
+        .collect();
+    if arrivals.len() > 1 {
+        return Err(format!(
+            "{file}:1: {} arrival columns ({}): give one, in the unit it is written in",
+            arrivals.len(),
+            arrivals.join(", ")
+        ));
+    }
     let (arrival, scale) = if let Some(i) = col("arrival_s") {
         (i, 1e6)
     } else if let Some(i) = col("arrival_ms") {
@@ -236,6 +250,9 @@ pub fn from_csv(text: &str, file: &str) -> Result<Measurement, String> {
     );
     let mut out = Vec::new();
     let mut failed = 0;
+    // States servesim never writes, with their first line and count: said, as a typo
+    // (`Completed`, `success`) would otherwise count every row as failed without a word.
+    let mut unknown: std::collections::BTreeMap<String, (usize, usize)> = Default::default();
     for (k, rec) in r.records().enumerate() {
         let line = k + 2;
         if k >= MAX_ROWS {
@@ -245,8 +262,11 @@ pub fn from_csv(text: &str, file: &str) -> Result<Measurement, String> {
         let timed_out = match state.and_then(|i| rec.get(i)) {
             None | Some("completed") => false,
             Some("timed_out") => true,
-            Some(_) => {
+            Some(other) => {
                 failed += 1;
+                if !crate::request::FinalState::NAMES.contains(&other) {
+                    unknown.entry(other.to_string()).or_insert((line, 0)).1 += 1;
+                }
                 continue;
             }
         };
@@ -325,10 +345,19 @@ pub fn from_csv(text: &str, file: &str) -> Result<Measurement, String> {
             content: None,
         });
     }
+    let notes = unknown
+        .into_iter()
+        .map(|(state, (line, n))| {
+            format!(
+                "{file}:{line}: state {state:?} ({n} row{}) is counted as failed: only `completed` rows are compared and `timed_out` rows replayed",
+                if n == 1 { "" } else { "s" }
+            )
+        })
+        .collect();
     Ok(Measurement {
         requests: out,
         failed,
-        notes: Vec::new(),
+        notes,
     })
 }
 
@@ -1033,6 +1062,11 @@ mod tests {
         assert!(e.starts_with("m.csv:3: output_tokens"), "{e}");
         let e = from_csv("arrival,x\n", "m.csv").unwrap_err();
         assert!(e.contains("no arrival column"), "{e}");
+        let e = from_csv("arrival_s,arrival_ms,x\n", "m.csv").unwrap_err();
+        assert_eq!(
+            e,
+            "m.csv:1: 2 arrival columns (arrival_s, arrival_ms): give one, in the unit it is written in"
+        );
         // Said as written, not as 300 digits of microseconds.
         let csv = "arrival_s,input_tokens,output_tokens,ttft_ms,e2e_ms\n1e300,10,5,1,2\n";
         let e = from_csv(csv, "m.csv").unwrap_err();
@@ -1312,6 +1346,43 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.starts_with("m.csv:3: input_tokens"), "{e}");
+        assert!(m.notes.is_empty(), "{:?}", m.notes);
+    }
+
+    #[test]
+    fn csv_states_servesim_never_writes_are_counted_as_failed_and_said() {
+        let csv = "arrival_s,input_tokens,output_tokens,ttft_ms,e2e_ms,state
+\
+                   0,100,10,20,120,completed\n1,50,5,20,60,Completed\n2,50,5,20,60,Completed\n\
+                   3,50,5,20,60,success\n4,50,5,,,failed\n";
+        let m = from_csv(csv, "m.csv").unwrap();
+        assert_eq!((m.requests.len(), m.failed), (1, 4));
+        assert_eq!(
+            m.notes,
+            [
+                "m.csv:3: state \"Completed\" (2 rows) is counted as failed: only `completed` rows are compared and `timed_out` rows replayed",
+                "m.csv:5: state \"success\" (1 row) is counted as failed: only `completed` rows are compared and `timed_out` rows replayed",
+            ]
+        );
+        // With nothing left to compare, the error carries the notes.
+        let dir = std::env::temp_dir().join(format!("servesim-states-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("m.csv");
+        std::fs::write(
+            &path,
+            "arrival_s,input_tokens,output_tokens,ttft_ms,e2e_ms,state\n0,1,1,1,1,ok\n1,1,1,,,timed_out\n",
+        )
+        .unwrap();
+        let e = load(&path).unwrap_err();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let p = path.display();
+        assert_eq!(
+            e,
+            format!(
+                "{p}: no completed request to compare with (1 timed out, 1 failed otherwise)\n    \
+                 {p}:2: state \"ok\" (1 row) is counted as failed: only `completed` rows are compared and `timed_out` rows replayed"
+            )
+        );
     }
 
     #[test]

@@ -98,16 +98,7 @@ fn numbers<const N: usize>(
 }
 
 /// The `state` values servesim writes in `requests.csv`.
-const STATES: [&str; 8] = [
-    "completed",
-    "rejected",
-    "dropped",
-    "timed_out",
-    "queued",
-    "running",
-    "in_transit",
-    "failed",
-];
+const STATES: [&str; 8] = crate::request::FinalState::NAMES;
 
 fn read_requests(path: &Path) -> Result<Requests, ReportError> {
     let mut reader = csv::Reader::from_reader(
