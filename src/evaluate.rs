@@ -169,6 +169,19 @@ pub fn evaluate(
     evaluate_with(app, scenario, settings, &|_, _| Ok(()))
 }
 
+/// Unless `seeds` runs can be evaluated, what is wrong.
+pub fn check_seeds(seeds: u32) -> Result<(), String> {
+    let most = crate::sweep::MAX_RUNS_PER_SHARD;
+    if (1..=most).contains(&u64::from(seeds)) {
+        return Ok(());
+    }
+    Err(format!(
+        "seeds must be in [1, {}], got {seeds} (one run each; split a larger study into \
+         sweeps with `servesim sweep --replicas` and --shard)",
+        crate::scenario::grouped(most),
+    ))
+}
+
 /// [`evaluate`], with `prepare(seed, simulation)` called on each run before it starts (the
 /// Python package installs its policies there, a fresh copy per seed).
 pub fn evaluate_with(
@@ -177,15 +190,7 @@ pub fn evaluate_with(
     settings: &Settings,
     prepare: &(dyn Fn(u64, &mut crate::Simulation) -> Result<(), String> + Sync),
 ) -> Result<Evaluation, String> {
-    let most = crate::sweep::MAX_RUNS_PER_SHARD;
-    if !(1..=most).contains(&u64::from(settings.seeds)) {
-        return Err(format!(
-            "seeds must be in [1, {}], got {} (one run each; split a larger study into \
-             sweeps with `servesim sweep --replicas` and --shard)",
-            crate::scenario::grouped(most),
-            settings.seeds
-        ));
-    }
+    check_seeds(settings.seeds)?;
     for (k, w) in &settings.weights {
         if !OBJECTIVES.contains(&k.as_str()) {
             return Err(format!(

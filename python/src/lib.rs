@@ -13,7 +13,7 @@ mod stop;
 
 use std::sync::{Arc, Mutex};
 
-use pyo3::exceptions::PyException;
+use pyo3::exceptions::{PyException, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use servesim::bevy_ecs;
@@ -381,7 +381,7 @@ fn capacity(
         Capacity, CapacityError, Settings, group_alone, search, search_each_group,
     };
     if each_group && group.is_some() {
-        return Err(ScenarioError::new_err("give group or each_group, not both"));
+        return Err(PyValueError::new_err("give group or each_group, not both"));
     }
     let app = app();
     let sc = load(&app, source, is_text, &overrides)?;
@@ -398,6 +398,9 @@ fn capacity(
         jobs: jobs.unwrap_or_else(cores).max(1),
         interrupt: Some(stop.flag.clone()),
     };
+    // The arguments' own ranges, before the scenario is read: a ValueError, as a negative
+    // count's is.
+    settings.check().map_err(PyValueError::new_err)?;
     let searched = stop.without_python(py, || {
         if each_group {
             search_each_group(&app, &sc, &settings)
@@ -468,10 +471,11 @@ fn evaluate(
         app = app.with(live::plugin);
     }
     if worst > 1000 {
-        return Err(ScenarioError::new_err(format!(
+        return Err(PyValueError::new_err(format!(
             "worst={worst}: at most 1000"
         )));
     }
+    servesim::evaluate::check_seeds(seeds).map_err(PyValueError::new_err)?;
     let settings = Settings {
         seeds,
         jobs: jobs.unwrap_or_else(cores).max(1),
@@ -535,6 +539,7 @@ fn plan(
     jobs: Option<usize>,
 ) -> PyResult<(String, Labelled)> {
     use servesim::plan::{PlanError, Settings, Status, search};
+    servesim::capacity::check_replicas(replicas).map_err(PyValueError::new_err)?;
     let app = app();
     let sc = load(&app, path, false, &overrides)?;
     no_python_policies(&sc, "plan")?;

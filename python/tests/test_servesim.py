@@ -194,11 +194,28 @@ def test_bad_counts_and_override_keys_name_the_argument():
         (lambda: servesim.evaluate(QUICK, small(10), worst=2**40), "worst = 1099511627776"),
         (lambda: servesim.capacity(QUICK, small(10), replicas=-2), "replicas = -2"),
         (lambda: servesim.calibrate(QUICK, "m.csv", max_evals=-5), "max_evals = -5"),
+        # In range for the type but not for the call: the same ValueError, not a
+        # ScenarioError (the scenario is fine).
+        (lambda: servesim.evaluate(QUICK, small(10), seeds=0), r"seeds must be in \[1, 100,000\], got 0"),
+        (lambda: servesim.evaluate(QUICK, small(10), worst=1001), "worst=1001: at most 1000"),
+        (lambda: servesim.capacity(QUICK, small(10), replicas=0), r"replicas must be in \[1, 10,000\], got 0"),
+        (lambda: servesim.capacity(QUICK, small(10), tolerance=0.0), "the tolerance must be in"),
+        (lambda: servesim.capacity(QUICK, small(10), served_share=1.5), "the served share must be in"),
+        (lambda: servesim.capacity(QUICK, small(10), group="a", each_group=True), "give group or each_group, not both"),
     ]:
         with pytest.raises(ValueError, match=says):
             call()
     with pytest.raises(ValueError, match="scenario is empty: give a scenario file's path"):
         servesim.run(" ")
+    # A policy that is not callable is named before the run, not at its first call.
+    for call, says in [
+        (lambda: servesim.run(QUICK, small(10), routing=5), r"routing is a function .* not int \(5\)"),
+        (lambda: servesim.run(QUICK, small(10), summary_hook="x"), r"summary_hook is .* not str \('x'\)"),
+        (lambda: servesim.evaluate(QUICK, small(10), admission=[1]), r"admission is .* not list"),
+        (lambda: sweep(QUICK, [small(10)], backend="process", queue_order=1.5), r"queue_order is .* not float"),
+    ]:
+        with pytest.raises(TypeError, match=says):
+            call()
     with pytest.raises(TypeError, match="override keys are field paths .* not int"):
         servesim.run(QUICK, overrides={1: 2})
     # jobs=0 ran on one thread (Ray given num_cpus=0 waited for ever), as --jobs 0 did.
@@ -488,7 +505,7 @@ def test_capacity_and_plan_give_what_the_cli_prints(tmp_path):
     assert "groups" not in each
     assert each["limits"] == alone["limits"]
     assert any("its capacity alone is the deployment's" in w for w in each["warnings"])
-    with pytest.raises(servesim.ScenarioError, match="not both"):
+    with pytest.raises(ValueError, match="not both"):
         servesim.capacity(cap, group="70b-tp4", each_group=True)
 
 

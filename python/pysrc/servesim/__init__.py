@@ -178,6 +178,17 @@ def _count(name: str, value: Any, most: int = 2**32 - 1, least: int = 0) -> Any:
     return value
 
 
+def _callables(**given: Any) -> None:
+    """Each policy or hook is None or callable: else it would fail at its first call, deep in
+    the run, as "'int' object is not callable" without saying which argument it was."""
+    for name, f in given.items():
+        if f is not None and not callable(f):
+            raise TypeError(
+                f"{name} is a function (or any callable object) or None, not "
+                f"{type(f).__name__} ({f!r})"
+            )
+
+
 def _jobs(jobs: Any) -> Any:
     """``jobs`` checked as ``--jobs`` is: None (every core) or a whole number ≥ 1."""
     if jobs is None:
@@ -323,6 +334,8 @@ def run(
     raising RunError and writing nothing, even inside a Python policy that never returns.
     Ctrl-C stops a run as it stops the command line's (KeyboardInterrupt).
     """
+    _callables(routing=routing, summary_hook=summary_hook, admission=admission,
+               priority=priority, queue_order=queue_order, autoscale=autoscale)
     source, is_text, ov = _resolve(scenario, overrides, seed)
     if out is not None:
         out = os.fspath(out)
@@ -353,8 +366,9 @@ def capacity(
     holds ``mean``, ``low`` and ``high`` over ``replicas`` seeds). ``group`` searches that
     instance group alone (``--group``); ``each_group=True`` adds every group searched alone
     under ``groups`` (``--each-group``). What ``servesim capacity`` warns of in the scenario is
-    issued as a ``ServesimWarning``. Raises ScenarioError for a scenario or setting it
-    cannot search, RunError when a run fails."""
+    issued as a ``ServesimWarning``. Raises ValueError for a ``replicas``, ``tolerance`` or
+    ``served_share`` out of range (or ``group`` with ``each_group``), ScenarioError for a
+    scenario it cannot search, RunError when a run fails."""
     source, is_text, ov = _resolve(scenario, overrides, None)
     _warn(_native.validate(source, is_text, ov))  # what `servesim capacity` warns of
     return json.loads(
@@ -457,10 +471,13 @@ def evaluate(
     shed, a class starved, requests unaccounted for) and ``trace["text"]`` a summary in words
     for an LLM. Python policies (as for ``run``) replace the scenario's; each seed's run gets
     its own ``copy.deepcopy`` of them, so seeds share no state. What ``servesim evaluate``
-    warns of in the scenario is issued as a ``ServesimWarning``. Raises ScenarioError for a bad
-    scenario or setting, RunError when a run fails (a policy's exception is re-raised) or
+    warns of in the scenario is issued as a ``ServesimWarning``. Raises ValueError for
+    ``seeds`` or ``worst`` out of range, ScenarioError for a bad scenario or weight, RunError
+    when a run fails (a policy's exception is re-raised) or
     the seeds together take more than ``max_wall_s`` seconds of wall time (a policy search's
     guard against a candidate that loops)."""
+    _callables(routing=routing, admission=admission, priority=priority,
+               queue_order=queue_order, autoscale=autoscale)
     source, is_text, ov = _resolve(scenario, params, seed)
     _warn(_native.validate(source, is_text, ov))  # what `servesim evaluate` warns of
     answer, found = _native.evaluate(

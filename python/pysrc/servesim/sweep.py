@@ -13,7 +13,7 @@ import os
 import warnings
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from . import Scenario, ServesimWarning, _jobs, _native, _source, register, registered, run
+from . import Scenario, ServesimWarning, _callables, _jobs, _native, _source, register, registered, run
 
 #: Summary fields copied into each row (dotted paths into summary.json).
 METRICS = (
@@ -175,6 +175,8 @@ def sweep(
     ``ServesimWarning`` (naming the points that have it, when not all do), as ``servesim
     sweep`` prints them.
     """
+    _callables(routing=routing, summary_hook=summary_hook, admission=admission,
+               priority=priority, queue_order=queue_order, autoscale=autoscale)
     policies = {k: f for k, f in (("admission", admission), ("priority", priority),
                                   ("queue_order", queue_order), ("autoscale", autoscale))
                 if f is not None}
