@@ -357,9 +357,9 @@ fn topology_lines(
     let _ = writeln!(
         s,
         "  topology: {} on {} in {} (placement: {})",
-        counted(topo.places.len(), "instance"),
-        counted(topo.nodes as usize, "node"),
-        counted(topo.racks_used() as usize, "rack"),
+        crate::scenario::counted(topo.places.len() as u64, "instance"),
+        crate::scenario::counted(u64::from(topo.nodes), "node"),
+        crate::scenario::counted(u64::from(topo.racks_used()), "rack"),
         t.placement.name()
     );
     let mut first = 0usize;
@@ -957,9 +957,4 @@ fn hybrid_line(
         l.linear_groups,
         l.page_bytes / f64::from(1u32 << 20)
     )
-}
-
-/// `1 rack`, `2 racks`.
-fn counted(n: usize, noun: &str) -> String {
-    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
 }

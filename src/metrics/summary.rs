@@ -1030,10 +1030,10 @@ impl Summary {
                 .collect();
             let _ = writeln!(
                 s,
-                "network: {} instances on {} nodes in {} racks ({}); carried: {}",
-                n.instances.len(),
-                n.nodes,
-                n.racks,
+                "network: {} on {} in {} ({}); carried: {}",
+                crate::scenario::counted(n.instances.len() as u64, "instance"),
+                crate::scenario::counted(u64::from(n.nodes), "node"),
+                crate::scenario::counted(u64::from(n.racks), "rack"),
                 n.placement,
                 if levels.is_empty() {
                     "nothing".to_string()

@@ -55,6 +55,11 @@ pub fn grouped(n: u64) -> String {
     out
 }
 
+/// `n` and its noun, plural unless `n` is 1: `1 rack`, `2 racks`.
+pub fn counted(n: u64, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
+}
+
 /// `message` with every number written in more than [`LONGEST_PLAIN_NUMBER`] characters in
 /// scientific notation. Rust prints an `f64` in full, so a value such as `1e300` given where a
 /// few microseconds were expected would otherwise be reported as 301 digits.
