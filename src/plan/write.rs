@@ -119,13 +119,12 @@ impl PlanResult {
         let counts = |st: Status| self.outcomes.iter().filter(|o| o.status == st).count();
         let _ = writeln!(
             s,
-            "plan of {} (group {}): {} configurations, {} runs ({} seed{}); {} feasible, {} infeasible, {} dominated, {} excluded",
+            "plan of {} (group {}): {}, {} ({}); {} feasible, {} infeasible, {} dominated, {} excluded",
             self.scenario,
             self.group,
-            self.outcomes.len(),
-            self.runs,
-            self.seeds.len(),
-            if self.seeds.len() == 1 { "" } else { "s" },
+            crate::scenario::counted(self.outcomes.len() as u64, "configuration"),
+            crate::scenario::counted(u64::from(self.runs), "run"),
+            crate::scenario::counted(self.seeds.len() as u64, "seed"),
             counts(Status::Best) + counts(Status::Feasible),
             counts(Status::Infeasible),
             counts(Status::Dominated),
