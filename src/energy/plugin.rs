@@ -63,7 +63,9 @@ pub fn check(p: &mut Vec<Problem>, s: &Scenario) {
             .hint("1.0 counts the GPUs alone; data centres report 1.1–1.6"),
         );
     }
-    if !(e.price_per_kwh.is_finite() && (0.0..=1e6).contains(&e.price_per_kwh)) {
+    if !(e.price_per_kwh.is_finite()
+        && (0.0..=crate::scenario::MAX_PRICE).contains(&e.price_per_kwh))
+    {
         p.push(Problem::new(
             "energy.price_per_kwh",
             format!(

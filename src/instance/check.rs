@@ -31,7 +31,9 @@ pub fn check_group(p: &mut Vec<Problem>, s: &Scenario, i: usize, catalog: &Catal
                 .hint("remove the group instead of giving it 0 instances (an autoscaled group may start at 0)"),
         );
     }
-    if !(g.cost_per_gpu_hour.is_finite() && (0.0..=1e6).contains(&g.cost_per_gpu_hour)) {
+    if !(g.cost_per_gpu_hour.is_finite()
+        && (0.0..=crate::scenario::MAX_PRICE).contains(&g.cost_per_gpu_hour))
+    {
         p.push(Problem::new(
             at("cost_per_gpu_hour"),
             format!(

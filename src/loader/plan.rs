@@ -110,10 +110,13 @@ pub fn check(p: &mut Vec<Problem>, s: &Scenario, catalog: &Catalog) {
                 format!("unknown GPU \"{name}\""),
             ));
         }
-        if !price.is_finite() || *price <= 0.0 {
+        if !(price.is_finite() && *price > 0.0 && *price <= crate::scenario::MAX_PRICE) {
             p.push(Problem::new(
                 format!("plan.prices.{name}"),
-                format!("must be a finite price > 0 per GPU-hour, got {price}"),
+                format!(
+                    "must be a price per GPU-hour in (0, 10⁶] (as cost_per_gpu_hour), got {}",
+                    crate::scenario::readable(*price)
+                ),
             ));
         }
     }

@@ -105,6 +105,10 @@ impl Role {
     }
 }
 
+/// The largest price a scenario may give (per GPU-hour or per kWh, any currency): far above
+/// any real one, and small enough that costs summed over a run stay finite.
+pub const MAX_PRICE: f64 = 1e6;
+
 /// `count` identical vLLM-style instances.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -224,7 +228,8 @@ pub struct InstanceGroup {
     /// Its parameters.
     #[serde(default)]
     pub scheduler_params: BTreeMap<String, f64>,
-    /// Price of one GPU-hour (any currency), for the cost outputs. Default 0.
+    /// Price of one GPU-hour (any currency), for the cost outputs. Default 0; at most
+    /// [`MAX_PRICE`].
     #[serde(default)]
     pub cost_per_gpu_hour: f64,
     /// Power figures of each GPU (idle, floor, max watts) for the energy accounts; default

@@ -717,3 +717,33 @@ fn a_value_listed_twice_in_the_plan_is_refused_where_it_is() {
         "{err}"
     );
 }
+
+#[test]
+fn a_price_out_of_the_range_a_group_s_cost_takes_is_refused_before_any_run() {
+    // 1e300 per GPU-hour passed as a price and then excluded every configuration of that
+    // GPU, one by one, at the group's own bound of 10⁶.
+    let dir = small();
+    for (price, says) in [
+        ("1e300", "got 1e300"),
+        ("0.0", "got 0"),
+        ("1000001.0", "got 1000001"),
+    ] {
+        let out = servesim(
+            &[
+                "validate",
+                "small.ron",
+                "--set",
+                &format!(r#"plan.prices={{"H100": {price}}}"#),
+            ],
+            dir.path(),
+        );
+        assert_eq!(out.status.code(), Some(2), "{price}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!(
+                "plan.prices.H100: must be a price per GPU-hour in (0, 10⁶] (as cost_per_gpu_hour), {says}"
+            )),
+            "{err}"
+        );
+    }
+}
