@@ -86,17 +86,14 @@ pub fn check(p: &mut Vec<Problem>, s: &Scenario, catalog: &Catalog) {
             }
             // vLLM's NIXL connector refuses a peer whose `cache_dtype` differs: it is one
             // of the factors of `compute_nixl_compatibility_hash` (nixl_connector.py).
-            if j < i && first.kv_cache_dtype != g.kv_cache_dtype {
-                let dtype = |g: &crate::scenario::InstanceGroup| {
-                    g.kv_cache_dtype.clone().unwrap_or_else(|| "auto".into())
-                };
+            if j < i && first.kv_cache_dtype_name() != g.kv_cache_dtype_name() {
                 p.push(
                     Problem::new(
                         at("kv_cache_dtype"),
                         format!(
                             "{:?}, but cluster.groups[{j}] has {:?}: prefill and decode groups must lay out KV alike",
-                            dtype(g),
-                            dtype(first)
+                            g.kv_cache_dtype_name(),
+                            first.kv_cache_dtype_name()
                         ),
                     )
                     .hint("give both the same kv_cache_dtype: vLLM's NIXL connector refuses a peer whose cache dtype differs"),

@@ -188,7 +188,10 @@ pub fn check_kv_store(p: &mut Vec<Problem>, s: &Scenario) {
         let at = |f: &str| format!("cluster.groups[{i}].{f}");
         for (f, same) in [
             ("model", g.model == first.model),
-            ("kv_cache_dtype", g.kv_cache_dtype == first.kv_cache_dtype),
+            (
+                "kv_cache_dtype",
+                g.kv_cache_dtype_name() == first.kv_cache_dtype_name(),
+            ),
             ("tp", g.tp.max(1) == first.tp.max(1)),
             ("pp", g.pp.max(1) == first.pp.max(1)),
             ("block_size", g.block_size == first.block_size),

@@ -425,6 +425,11 @@ pub enum Acceptance {
 pub const DEFAULT_KV_LINK_GB_PER_S: f64 = 50.0;
 
 impl InstanceGroup {
+    /// `kv_cache_dtype` as vLLM's `--kv-cache-dtype` would be given: `auto` when left out.
+    pub fn kv_cache_dtype_name(&self) -> &str {
+        self.kv_cache_dtype.as_deref().unwrap_or("auto")
+    }
+
     /// `kv_link_gb_per_s`, or its default.
     pub fn kv_link(&self) -> f64 {
         self.kv_link_gb_per_s.unwrap_or(DEFAULT_KV_LINK_GB_PER_S)

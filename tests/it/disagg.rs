@@ -353,6 +353,28 @@ fn bad_disaggregation_settings_are_reported_together() {
 }
 
 #[test]
+fn prefill_and_decode_must_share_the_kv_cache_dtype_and_auto_is_the_default_s_name() {
+    // vLLM's NIXL connector puts the cache dtype in its compatibility hash: pools that lay KV
+    // out differently cannot hand it over. `auto` given is the default left out.
+    let app = servesim::default_app();
+    let catalog = app.world().resource::<servesim::policy::Catalog>();
+    let dtype = |prefill: &str, decode: &str| {
+        let text = pd(1, 1, "", &all_at_zero(1, 8, 2))
+            .replacen("role: Prefill,", &format!("role: Prefill, {prefill}"), 1)
+            .replacen("role: Decode,", &format!("role: Decode, {decode}"), 1);
+        servesim::loader::parse(&text, "pd.ron", &[], catalog).map_err(|e| e.to_string())
+    };
+    assert!(dtype("kv_cache_dtype: \"auto\",", "").is_ok());
+    assert!(dtype("", "kv_cache_dtype: \"auto\",").is_ok());
+    assert!(dtype("kv_cache_dtype: \"fp8\",", "kv_cache_dtype: \"fp8\",").is_ok());
+    let e = dtype("kv_cache_dtype: \"auto\",", "kv_cache_dtype: \"fp8\",").unwrap_err();
+    assert!(
+        e.contains("cluster.groups[1].kv_cache_dtype: \"fp8\", but cluster.groups[0] has \"auto\""),
+        "{e}"
+    );
+}
+
+#[test]
 fn the_bundled_comparison_shows_what_readme_says() {
     // docs/disaggregation.md "Mixed against 1P:3D and 2P:2D": one prefill instance cannot keep up; two give
     // the best TTFT; mixed gives the lowest ITL (each disaggregated request pays its transfer
