@@ -119,12 +119,7 @@ fn check_scaling(p: &mut Vec<Problem>, i: usize, count: u32, sc: &crate::scenari
             format!("must be seconds within 0.001..=10⁹, got {v}"),
         ));
     }
-    if !(sc.load_gb_per_s.is_finite() && sc.load_gb_per_s >= 1e-3 && sc.load_gb_per_s <= 1e6) {
-        p.push(Problem::new(
-            at("load_gb_per_s"),
-            format!("must be within 0.001..=10⁶ GB/s, got {}", sc.load_gb_per_s),
-        ));
-    }
+    crate::scenario::gb_per_s(p, &at("load_gb_per_s"), sc.load_gb_per_s);
     if !(sc.warmup_speed.is_finite() && sc.warmup_speed > 0.0 && sc.warmup_speed <= 1.0) {
         p.push(
             Problem::new(

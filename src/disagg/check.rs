@@ -13,12 +13,7 @@ pub fn check(p: &mut Vec<Problem>, s: &Scenario, catalog: &Catalog) {
     let has = |r: Role| groups.iter().any(|g| g.role == r);
     for (i, g) in groups.iter().enumerate() {
         let at = |f: &str| format!("cluster.groups[{i}].{f}");
-        if !(g.kv_link().is_finite() && g.kv_link() > 0.0) {
-            p.push(Problem::new(
-                at("kv_link_gb_per_s"),
-                format!("must be a finite number > 0, got {}", g.kv_link()),
-            ));
-        }
+        crate::scenario::gb_per_s(p, &at("kv_link_gb_per_s"), g.kv_link());
         crate::scenario::latency_us(p, &at("kv_link_latency_us"), g.kv_link_latency_us);
         if g.role == Role::Mixed {
             continue;

@@ -160,12 +160,7 @@ pub fn check_kv_store(p: &mut Vec<Problem>, s: &Scenario) {
         );
     }
     crate::scenario::latency_us(p, &at("latency_us"), st.latency_us);
-    if !(st.link().is_finite() && st.link() > 0.0) {
-        p.push(Problem::new(
-            at("link_gb_per_s"),
-            format!("must be a finite number > 0, got {}", st.link()),
-        ));
-    }
+    crate::scenario::gb_per_s(p, &at("link_gb_per_s"), st.link());
     let groups = &s.cluster.groups;
     for (i, g) in groups.iter().enumerate() {
         let at = |f: &str| format!("cluster.groups[{i}].{f}");

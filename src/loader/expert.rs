@@ -102,13 +102,8 @@ pub(super) fn expert_parallel(
         ("nvlink_gb_per_s", e.nvlink_gb_per_s),
         ("rdma_gb_per_s", e.rdma_gb_per_s),
     ] {
-        if let Some(v) = v
-            && (!v.is_finite() || v <= 0.0)
-        {
-            p.push(Problem::new(
-                f(name),
-                format!("must be a finite number > 0 (GB/s), got {v}"),
-            ));
+        if let Some(v) = v {
+            crate::scenario::gb_per_s(p, &f(name), v);
         }
     }
     if let Some(v) = e.latency_us {

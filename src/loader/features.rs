@@ -46,12 +46,7 @@ pub(super) fn lora(
             format!("must be 1–512, got {}", l.max_lora_rank),
         ));
     }
-    if !l.load_gb_per_s.is_finite() || l.load_gb_per_s <= 0.0 {
-        p.push(Problem::new(
-            at("lora.load_gb_per_s"),
-            format!("must be a finite number > 0, got {}", l.load_gb_per_s),
-        ));
-    }
+    crate::scenario::gb_per_s(p, &at("lora.load_gb_per_s"), l.load_gb_per_s);
     crate::scenario::latency_us(p, &at("lora.load_latency_us"), l.load_latency_us);
     if g.scheduler != "vllm_v1" {
         p.push(
@@ -138,12 +133,7 @@ pub(super) fn nvme_tier(
         );
     }
     let read = g.nvme_read_gb_per_s.unwrap_or(6.4);
-    if !(read.is_finite() && read > 0.0) {
-        p.push(Problem::new(
-            at("nvme_read_gb_per_s"),
-            format!("must be a finite number > 0, got {read}"),
-        ));
-    }
+    crate::scenario::gb_per_s(p, &at("nvme_read_gb_per_s"), read);
     let latency = match g.nvme_latency_us {
         Some(v) if crate::scenario::latency_us(p, &at("nvme_latency_us"), v) => v,
         Some(_) => 0.0,

@@ -225,12 +225,7 @@ fn read_group(
     if g.block_size == 0 {
         p.push(Problem::new(at("block_size"), "must be > 0").hint("vLLM's default is 16 tokens"));
     }
-    if !g.pp_link_gb_per_s.is_finite() || g.pp_link_gb_per_s <= 0.0 {
-        p.push(Problem::new(
-            at("pp_link_gb_per_s"),
-            format!("must be a finite number > 0, got {}", g.pp_link_gb_per_s),
-        ));
-    }
+    crate::scenario::gb_per_s(&mut p, &at("pp_link_gb_per_s"), g.pp_link_gb_per_s);
     if !(g.gpu_memory_utilization > 0.0 && g.gpu_memory_utilization <= 1.0) {
         p.push(Problem::new(
             at("gpu_memory_utilization"),
@@ -663,13 +658,8 @@ fn read_group(
         Some(len.min(u64::from(u32::MAX)) as u32)
     });
     // The host link carries the CPU KV tier's blocks and LoRA adapters' copies to the GPU.
-    if let Some(v) = g.host_link_gb_per_s
-        && !(v.is_finite() && v > 0.0)
-    {
-        p.push(Problem::new(
-            at("host_link_gb_per_s"),
-            format!("must be a finite number > 0, got {v}"),
-        ));
+    if let Some(v) = g.host_link_gb_per_s {
+        crate::scenario::gb_per_s(&mut p, &at("host_link_gb_per_s"), v);
     }
     if let Some(v) = g.host_link_latency_us {
         crate::scenario::latency_us(&mut p, &at("host_link_latency_us"), v);

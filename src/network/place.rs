@@ -265,16 +265,8 @@ pub fn check(p: &mut Vec<Problem>, s: &Scenario, nodes: &[Option<Option<NodeFigu
         ("rack_uplink_gb_per_s", t.rack_uplink_gb_per_s),
         ("store_gb_per_s", t.store_gb_per_s),
     ] {
-        if let Some(v) = v
-            && !(v.is_finite() && v > 0.0)
-        {
-            p.push(
-                Problem::new(
-                    at(f),
-                    format!("must be a finite number > 0 (GB/s), got {v}"),
-                )
-                .hint("a link's bandwidth per direction in GB/s (400 Gb/s = 50 GB/s)"),
-            );
+        if let Some(v) = v {
+            crate::scenario::gb_per_s(p, &at(f), v);
         }
     }
     for (f, v) in [

@@ -23,8 +23,8 @@ pub use outputs::*;
 pub use plan::*;
 pub use policies::*;
 pub use problem::{
-    Problem, closest, counted, did_you_mean, finite_positive, grouped, latency_us, readable,
-    wait_seconds,
+    Problem, closest, counted, did_you_mean, finite_positive, gb_per_s, grouped, latency_us,
+    readable, wait_seconds,
 };
 pub use topology::{NodeFigures, PlacementSpec, TopologySpec, deserialize_node};
 pub use workload::*;

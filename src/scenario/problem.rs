@@ -150,6 +150,26 @@ pub fn finite_positive(problems: &mut Vec<Problem>, path: &str, v: f64, hint: &s
     }
 }
 
+/// A link's or a read's bandwidth per direction: finite, within 10⁻³..=10⁶ GB/s (1 MB/s to
+/// 1 PB/s). Slower is a slip of unit that would stop the run at its 10⁹ s clock limit, with a
+/// transfer of a few MB taking longer than the run may last. Returns whether it is.
+pub fn gb_per_s(problems: &mut Vec<Problem>, path: &str, v: f64) -> bool {
+    let ok = v.is_finite() && (1e-3..=1e6).contains(&v);
+    if !ok {
+        problems.push(
+            Problem::new(
+                path,
+                format!(
+                    "must be a bandwidth within 0.001..=10⁶ GB/s, got {}",
+                    readable(v)
+                ),
+            )
+            .hint("GB/s per direction: 400 Gb/s is 50 GB/s, PCIe 5 x16 about 64"),
+        );
+    }
+    ok
+}
+
 /// A link's or a read's fixed latency: finite, within 0..=10⁹ µs (1,000 s; more is a slip of
 /// unit, and would stop the run at its 10⁹ s clock limit). Returns whether it is.
 pub fn latency_us(problems: &mut Vec<Problem>, path: &str, v: f64) -> bool {
@@ -197,6 +217,31 @@ mod tests {
         }
         assert_eq!(p.len(), 4);
         assert_eq!(p[0].message, "must be a number within 0..=10⁹ µs, got -1");
+    }
+
+    #[test]
+    fn a_bandwidth_is_within_a_megabyte_and_a_petabyte_a_second() {
+        let mut p = Vec::new();
+        for ok in [1e-3, 0.8, 50.0, 1e6] {
+            assert!(gb_per_s(&mut p, "x", ok));
+        }
+        assert!(p.is_empty());
+        for bad in [
+            0.0,
+            -5.0,
+            9.99e-4,
+            1e-300,
+            1e6 + 1.0,
+            f64::NAN,
+            f64::INFINITY,
+        ] {
+            assert!(!gb_per_s(&mut p, "x", bad));
+        }
+        assert_eq!(p.len(), 7);
+        assert_eq!(
+            p[3].message,
+            "must be a bandwidth within 0.001..=10⁶ GB/s, got 1e-300"
+        );
     }
 
     #[test]

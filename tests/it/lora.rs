@@ -285,7 +285,7 @@ fn bad_adapters_and_slots_are_refused_with_the_reason() {
         // every copy endless (the run stopped at 10⁹ s).
         (
             sc("lora: (), host_link_gb_per_s: 0.0", ok, client),
-            "cluster.groups[0].host_link_gb_per_s: must be a finite number > 0, got 0",
+            "cluster.groups[0].host_link_gb_per_s: must be a bandwidth within 0.001..=10⁶ GB/s, got 0",
         ),
         (
             sc("lora: (load_latency_us: 1e300)", ok, client),
@@ -318,7 +318,12 @@ fn bad_adapters_and_slots_are_refused_with_the_reason() {
         ),
         (
             sc("lora: (load_gb_per_s: 0.0)", ok, client),
-            "cluster.groups[0].lora.load_gb_per_s: must be a finite number > 0",
+            "cluster.groups[0].lora.load_gb_per_s: must be a bandwidth within 0.001..=10⁶ GB/s, got 0",
+        ),
+        // 1e-300 passed as positive and stopped the run at 10⁹ s, naming the link.
+        (
+            sc("lora: (load_gb_per_s: 1e-300)", ok, client),
+            "cluster.groups[0].lora.load_gb_per_s: must be a bandwidth within 0.001..=10⁶ GB/s, got 1e-300",
         ),
     ] {
         let err = invalid(&src);

@@ -1068,10 +1068,15 @@ fn validate_warns_of_links_and_rates_that_leave_a_run_idle_for_days() {
         assert!(out.status.success());
         String::from_utf8_lossy(&out.stderr).to_string()
     };
-    // 64 tokens × 131,072 B = 8.4 MB at 1 B/s: 97 days; one request every 11.6 days.
-    let err = validate(text("1.0e-9", "1.0e-6"));
+    // 32,768 tokens × 131,072 B = 4,295 MB at 1 MB/s, the slowest link accepted: 1.2 hours;
+    // one request every 11.6 days.
+    let err = validate(
+        text("0.001", "1.0e-6")
+            .replace("Constant(64)", "Constant(32768)")
+            .replace("kv_blocks: 1000", "kv_blocks: 4000"),
+    );
     assert!(
-        err.contains("cluster.groups[0].kv_link_gb_per_s = 0.000000001: moving one mean prompt's KV (64 tokens, 8.4 MB) to the decode pool takes 97.1 days"),
+        err.contains("cluster.groups[0].kv_link_gb_per_s = 0.001: moving one mean prompt's KV (32768 tokens, 4295.0 MB) to the decode pool takes 1.2 hours"),
         "{err}"
     );
     assert!(

@@ -234,7 +234,7 @@ fn bad_topologies_are_refused_with_the_reason() {
             h100,
             ", topology: (nic_gb_per_s: -1.0)",
             "cluster.topology.nic_gb_per_s",
-            "must be a finite number > 0",
+            "must be a bandwidth within 0.001..=10⁶ GB/s, got -1",
         ),
         (
             h100,
