@@ -99,6 +99,14 @@ pub trait LatencyModel: Send + Sync + 'static {
     fn post_decode_overhead(&self) -> SimDuration {
         SimDuration::ZERO
     }
+
+    /// Steps within the batch limits (`max_num_seqs` requests, `max_num_batched_tokens`
+    /// tokens) that [`step_time`](Self::step_time) will refuse to price, in words, for
+    /// `validate` to warn of before a run stops at the first one; `None` (the default) when
+    /// it prices them all.
+    fn unpriced_steps(&self, _max_num_seqs: u32, _max_num_batched_tokens: u32) -> Option<String> {
+        None
+    }
 }
 
 /// BLIS's alpha overheads [α0 µs, α1 µs per input token, α2 µs per output token] as the

@@ -254,6 +254,53 @@ impl LatencyModel for MeasuredTable {
             .map(SimDuration::from_us_f64)
             .map_err(LatencyError)
     }
+
+    fn unpriced_steps(&self, max_num_seqs: u32, max_num_batched_tokens: u32) -> Option<String> {
+        if self.extrapolation != Extrapolation::Error {
+            return None;
+        }
+        // What a step within the limits can hold: 0 to the budget of prompt tokens, 0 to
+        // max_num_seqs decodes (each takes a token of the budget). Context is not bounded
+        // by the limits, so its axis is not checked here.
+        let reach = [
+            (
+                "prefill_tokens",
+                f64::from(max_num_batched_tokens),
+                "max_num_batched_tokens",
+            ),
+            (
+                "decode_tokens",
+                f64::from(max_num_seqs.min(max_num_batched_tokens)),
+                "max_num_seqs",
+            ),
+        ];
+        let outside: Vec<String> = reach
+            .iter()
+            .filter_map(|&(key, most, limit)| {
+                let axis = &self.axes[self.keys.iter().position(|k| k == key)?];
+                let (lo, hi) = (axis[0], axis[axis.len() - 1]);
+                let from = if lo > 0.0 {
+                    format!(" from {lo}, where a step may have 0")
+                } else {
+                    String::new()
+                };
+                let to = if hi < most {
+                    let and = if lo > 0.0 { "," } else { "" };
+                    format!("{and} up to {hi}, where a step may reach {most} ({limit})")
+                } else {
+                    String::new()
+                };
+                (lo > 0.0 || hi < most).then(|| format!("{key} only{from}{to}"))
+            })
+            .collect();
+        (!outside.is_empty()).then(|| {
+            format!(
+                "{} measures {}: with extrapolation: Error the run stops at the first step outside; measure those steps, lower the limit, or set extrapolation: Clamp or Linear",
+                self.source,
+                outside.join("; ")
+            )
+        })
+    }
 }
 
 #[cfg(test)]
@@ -270,6 +317,34 @@ mod tests {
         // decode 33 is halfway: 100 + 320 = 420 at 0 prefill, 2420 at 1000; 500 → 1420.
         assert_eq!(t.lookup(&[0.0, 33.0]).unwrap(), 420.0);
         assert_eq!(t.lookup(&[500.0, 33.0]).unwrap(), 1420.0);
+    }
+
+    #[test]
+    fn steps_the_limits_allow_outside_the_grid_are_named_before_the_run() {
+        // GRID: prefill 0..=1000, decode 1..=65.
+        let t = MeasuredTable::parse(GRID, "t.csv", Extrapolation::Error).unwrap();
+        assert_eq!(
+            t.unpriced_steps(128, 2048).unwrap(),
+            "t.csv measures prefill_tokens only up to 1000, where a step may reach 2048 \
+             (max_num_batched_tokens); decode_tokens only from 1, where a step may have 0, up \
+             to 65, where a step may reach 128 (max_num_seqs): with extrapolation: Error the \
+             run stops at the first step outside; measure those steps, lower the limit, or set \
+             extrapolation: Clamp or Linear"
+        );
+        // Decodes take a token of the budget each: 64 seqs within a budget of 1000 fit.
+        let full = "prefill_tokens,decode_tokens,step_us\n0,0,1\n0,64,2\n1000,0,3\n1000,64,4\n";
+        let t = MeasuredTable::parse(full, "f.csv", Extrapolation::Error).unwrap();
+        assert_eq!(t.unpriced_steps(64, 1000), None);
+        assert_eq!(
+            t.unpriced_steps(256, 1000).map(|n| n.contains("reach 256")),
+            Some(true)
+        );
+        assert_eq!(t.unpriced_steps(256, 64), None);
+        // Clamp and Linear price every step.
+        for e in [Extrapolation::Clamp, Extrapolation::Linear] {
+            let t = MeasuredTable::parse(GRID, "t.csv", e).unwrap();
+            assert_eq!(t.unpriced_steps(128, 2048), None);
+        }
     }
 
     #[test]

@@ -248,6 +248,12 @@ pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<Strin
                 m.id
             ));
         }
+        if let Some(note) = r
+            .latency
+            .unpriced_steps(r.max_num_seqs, r.max_num_batched_tokens)
+        {
+            w.push(format!("cluster.groups[{i}].latency: {note}"));
+        }
         if r.max_num_batched_tokens < r.max_num_seqs {
             w.push(format!(
                 "cluster.groups[{i}].max_num_batched_tokens = {} is below max_num_seqs = {}{}: vLLM refuses this (its scheduler config requires max_num_batched_tokens ≥ max_num_seqs); here a step takes at most {} tokens, so at most that many requests advance per step",
