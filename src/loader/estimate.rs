@@ -254,6 +254,11 @@ pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<Strin
         {
             w.push(format!("cluster.groups[{i}].latency: {note}"));
         }
+        if g.lora.is_some() && s.workload.adapters.is_none() {
+            w.push(format!(
+                "cluster.groups[{i}].lora: the workload declares no adapters (workload.adapters), so no request uses LoRA and the block changes nothing"
+            ));
+        }
         if r.max_num_batched_tokens < r.max_num_seqs {
             w.push(format!(
                 "cluster.groups[{i}].max_num_batched_tokens = {} is below max_num_seqs = {}{}: vLLM refuses this (its scheduler config requires max_num_batched_tokens ≥ max_num_seqs); here a step takes at most {} tokens, so at most that many requests advance per step",

@@ -141,7 +141,7 @@ fn bad_tiers_and_stores_are_refused_with_the_reason() {
         (
             "cpu_kv_blocks: 10, nvme_kv_blocks: 100, nvme_latency_us: 50.0, nvme_read_gb_per_s: 0.0",
             "cluster.groups[0].nvme_read_gb_per_s",
-            "must be a finite number > 0",
+            "must be a bandwidth within 0.001..=10⁶ GB/s, got 0",
         ),
     ] {
         let e = invalid(&group(extra));
@@ -171,7 +171,7 @@ fn bad_tiers_and_stores_are_refused_with_the_reason() {
             llama,
             "blocks: 10, latency_us: 1.0, link_gb_per_s: 0.0",
             "cluster.kv_store.link_gb_per_s",
-            "> 0",
+            "must be a bandwidth within 0.001..=10⁶ GB/s, got 0",
         ),
         (llama, "blocks: 10", "latency_us", "missing field"),
         (

@@ -335,6 +335,23 @@ fn bad_adapters_and_slots_are_refused_with_the_reason() {
            workload: (clients: [(rate_per_s: 1.0, input_tokens: Constant(8), output_tokens: Constant(8))]))"#,
     );
     assert!(err.contains("multi-LoRA needs `model` and `gpu`"), "{err}");
+    // A lora block with no adapters to serve runs, and is said to change nothing.
+    let plain = r#"(rate_per_s: 1.0, input_tokens: Constant(8), output_tokens: Constant(8))"#;
+    let app = servesim::default_app();
+    let catalog = app.world().resource::<servesim::policy::Catalog>();
+    let warned = |src: &str| servesim::loader::estimate::slow_inputs(&parse(src), catalog);
+    let unused = "cluster.groups[0].lora: the workload declares no adapters (workload.adapters), so no request uses LoRA and the block changes nothing";
+    assert!(
+        warned(&sc("lora: ()", "num_requests: 1,", plain))
+            .iter()
+            .any(|w| w == unused)
+    );
+    let served = format!("num_requests: 1, {ok}");
+    assert!(
+        !warned(&sc("lora: ()", &served, client))
+            .iter()
+            .any(|w| w.contains("lora"))
+    );
 }
 
 #[test]
