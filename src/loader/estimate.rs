@@ -256,7 +256,7 @@ pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<Strin
         }
         if g.lora.is_some() && s.workload.adapters.is_none() {
             w.push(format!(
-                "cluster.groups[{i}].lora: the workload declares no adapters (workload.adapters), so no request uses LoRA and the block changes nothing"
+                "cluster.groups[{i}].lora: the workload declares no adapters (workload.adapters), so no request uses LoRA: the block only takes its adapter slots' memory from the KV cache"
             ));
         }
         if r.max_num_batched_tokens < r.max_num_seqs {

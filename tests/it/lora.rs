@@ -335,12 +335,12 @@ fn bad_adapters_and_slots_are_refused_with_the_reason() {
            workload: (clients: [(rate_per_s: 1.0, input_tokens: Constant(8), output_tokens: Constant(8))]))"#,
     );
     assert!(err.contains("multi-LoRA needs `model` and `gpu`"), "{err}");
-    // A lora block with no adapters to serve runs, and is said to change nothing.
+    // A lora block with no adapters to serve runs, and is said to serve none.
     let plain = r#"(rate_per_s: 1.0, input_tokens: Constant(8), output_tokens: Constant(8))"#;
     let app = servesim::default_app();
     let catalog = app.world().resource::<servesim::policy::Catalog>();
     let warned = |src: &str| servesim::loader::estimate::slow_inputs(&parse(src), catalog);
-    let unused = "cluster.groups[0].lora: the workload declares no adapters (workload.adapters), so no request uses LoRA and the block changes nothing";
+    let unused = "cluster.groups[0].lora: the workload declares no adapters (workload.adapters), so no request uses LoRA: the block only takes its adapter slots' memory from the KV cache";
     assert!(
         warned(&sc("lora: ()", "num_requests: 1,", plain))
             .iter()
