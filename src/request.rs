@@ -136,6 +136,10 @@ pub struct Lifecycle {
     pub enqueued: Option<SimTime>,
     /// Times a crash took it down and it was sent again (faults' retry policy).
     pub retries: u32,
+    /// The energy of the steps its attempts that a crash took down took part in,
+    /// nanojoules (`energy` with `on_crash: Retry`): its next attempt starts from it, so
+    /// that the requests' shares still add up to the steps' energy.
+    pub retried_energy_nj: u64,
 }
 
 /// The instance a request was routed to.
@@ -263,7 +267,7 @@ impl FinishedRequest {
             prefill_instance: None,
             decode_instance: None,
             kv_transfer: None,
-            energy_nj: 0,
+            energy_nj: lifecycle.retried_energy_nj,
             drafted: 0,
             accepted: 0,
         }

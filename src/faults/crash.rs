@@ -504,10 +504,18 @@ fn settle_fates(world: &mut World, i: u32, now: SimTime, lost: Vec<Lost>) {
             continue;
         };
         if let Some(wait) = policy.backoff(retries + 1) {
+            let spent = match &l {
+                Lost::Seq(s) => s.energy_nj,
+                Lost::Leaving(f) => f.energy_nj,
+                Lost::Arriving(_) => 0,
+            };
             let mut life = world
                 .get_mut::<Lifecycle>(entity)
                 .expect("the request is live");
             life.retries += 1;
+            // The attempt's energy stays the request's (its Seq already counts what
+            // earlier attempts spent).
+            life.retried_energy_nj = spent.max(life.retried_energy_nj);
             life.enqueued = None;
             world.entity_mut(entity).remove::<AssignedTo>();
             let at = now + SimDuration::from_secs_f64(wait);

@@ -265,7 +265,7 @@ impl Seq {
             busy_until: SimTime::ZERO,
             prefill_instance: None,
             kv_transfer: None,
-            energy_nj: 0,
+            energy_nj: lifecycle.retried_energy_nj,
             drafted: 0,
             accepted: 0,
         }

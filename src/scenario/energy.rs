@@ -46,6 +46,14 @@ impl PowerFigures {
                 ));
             }
         }
+        if p.is_empty() && self.max_w == 0.0 {
+            // All three at 0 metered nothing and reported 0 J per token as a finding.
+            p.push((
+                "max_w",
+                "must be above 0: a GPU running a step draws power (an H100 SXM is rated 700 W)"
+                    .to_string(),
+            ));
+        }
         if p.is_empty() && !(self.idle_w <= self.floor_w && self.floor_w <= self.max_w) {
             p.push((
                 "floor_w",

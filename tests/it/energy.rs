@@ -165,6 +165,35 @@ fn every_joule_of_the_steps_is_charged_to_a_request() {
 }
 
 #[test]
+fn a_retried_request_keeps_the_energy_of_its_crashed_attempt() {
+    // A crash takes down the requests on instance 1 and they are sent again: the steps
+    // their first attempt took part in were metered, so that energy stays theirs (it was
+    // dropped with the attempt: the rows added up to 2,617 J less than the steps on
+    // scenarios/crashes.ron).
+    let sc = crate::common::parse(
+        r#"(seed: 3, cluster: (groups: [(count: 2, model: "llama-3.1-8b-instruct", gpu: "H100",
+             latency: Roofline())]),
+          workload: (num_requests: 400, clients: [(rate_per_s: 40.0,
+            input_tokens: Uniform(min: 64, max: 2000), output_tokens: Uniform(min: 20, max: 200))]),
+          faults: (crashes: [(instance: 1, at_s: 3.0)], on_crash: Retry()),
+          energy: ())"#,
+    );
+    let (summary, rows) = crate::common::run(&sc);
+    assert_eq!(summary.requests.completed, 400);
+    let retried: Vec<_> = rows.iter().filter(|r| r.str("retries") != "0").collect();
+    assert!(!retried.is_empty(), "the crash took requests down");
+    let charged: f64 = rows
+        .iter()
+        .map(|r| r.str("energy_j").parse::<f64>().unwrap())
+        .sum();
+    let steps_j = summary.energy.expect("energy block").step_kwh * 3.6e6;
+    assert!(
+        (charged - steps_j).abs() <= 0.0005 * rows.len() as f64,
+        "{charged} J charged, {steps_j} J in steps"
+    );
+}
+
+#[test]
 fn energy_off_changes_no_output() {
     // Without `energy`: no column, no summary block.
     let sc = crate::common::parse(
@@ -227,6 +256,13 @@ fn bad_energy_inputs_are_located_errors() {
         "(cluster: (groups: [({group}, power: (idle_w: 500.0, floor_w: 300.0, max_w: 700.0))]), {wl}, energy: ())"
     ));
     assert!(e.contains("cluster.groups[0].power.floor_w"), "{e}");
+    let e = crate::common::invalid(&format!(
+        "(cluster: (groups: [({group}, power: (idle_w: 0.0, floor_w: 0.0, max_w: 0.0))]), {wl}, energy: ())"
+    ));
+    assert!(
+        e.contains("cluster.groups[0].power.max_w: must be above 0"),
+        "{e}"
+    );
     let e = crate::common::invalid(&format!(
         "(cluster: (groups: [(kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1.0, 1.0, 1.0]))]), {wl}, energy: ())"
     ));
