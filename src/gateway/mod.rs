@@ -77,7 +77,9 @@ pub fn saturated(
 pub fn describe(fc: &FlowControlSpec) -> String {
     fn limits(max: Option<u32>, wait: Option<f64>) -> String {
         let max = max.map_or("no limit".to_string(), |m| format!("at most {m} waiting"));
-        let wait = wait.map_or(String::new(), |w| format!(", shed after {w} s"));
+        let wait = wait.map_or(String::new(), |w| {
+            format!(", shed after {} s", crate::scenario::readable(w))
+        });
         format!("{max}{wait}")
     }
     let mut bands: Vec<&crate::scenario::BandSpec> = fc.bands.iter().collect();

@@ -123,3 +123,21 @@ fn the_time_with_requests_waiting_adds_up_over_spells() {
     g.account(SimTime(1000));
     assert_eq!(g.waited_until(SimTime(1100)), SimDuration(350));
 }
+
+#[test]
+fn validate_names_a_long_wait_as_written_short() {
+    // 1e300 s printed as its 301 digits.
+    let spec = FlowControlSpec {
+        bands: vec![BandSpec {
+            priority: 1,
+            max_requests: None,
+            max_wait_s: Some(1e300),
+        }],
+        ..Default::default()
+    };
+    let line = describe(&spec);
+    assert!(
+        line.contains("priority 1: no limit, shed after 1e300 s; other priorities: no limit"),
+        "{line}"
+    );
+}
