@@ -916,7 +916,8 @@ fn hybrid_line(
             k.index_key_bytes()
         );
     }
-    let mut kinds = format!("{} full-attention layers", m.full_attention_layers());
+    let mut kinds =
+        crate::scenario::counted(u64::from(m.full_attention_layers()), "full-attention layer");
     if k.sliding > 0 {
         kinds += &format!(", {} sliding-window over {} tokens", k.sliding, k.window);
     }
@@ -950,8 +951,8 @@ fn hybrid_line(
         );
     }
     format!(
-        "{kinds}; KV cache in groups of {} layers ({} full, {} sliding, {} linear), {:.2} MiB blocks; a request holds {per_request}",
-        l.group_layers,
+        "{kinds}; KV cache in groups of {} ({} full, {} sliding, {} linear), {:.2} MiB blocks; a request holds {per_request}",
+        crate::scenario::counted(u64::from(l.group_layers), "layer"),
         l.full_groups,
         l.sliding_groups,
         l.linear_groups,

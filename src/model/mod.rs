@@ -281,6 +281,18 @@ impl ModelConfig {
             "index_n_heads",
             "index_head_dim",
         ] {
+            // `null` is a field left unset (Mixtral's `sliding_window`); anything else
+            // must be a whole number, or it was read as absent: a `sliding_window` of
+            // -5 or 1024.5 served the model with full attention and said nothing.
+            match map.get(k) {
+                None | Some(Value::Null) => {}
+                Some(v) if v.as_u64().is_some() => {}
+                Some(v) => {
+                    return Err(format!(
+                        "`{k}` = {v} is not a whole number ≥ 0 (null, or no field, if the model has none)"
+                    ));
+                }
+            }
             if let Some(v) = map.get(k).and_then(Value::as_u64)
                 && v > MAX_DIMENSION
             {
@@ -560,8 +572,8 @@ fn layer_kinds(
     if let Some(Value::Array(types)) = map.get("layer_types") {
         if types.len() != layers as usize {
             return Err(format!(
-                "`layer_types` names {} layers but `num_hidden_layers` is {layers}",
-                types.len()
+                "`layer_types` names {} but `num_hidden_layers` is {layers}",
+                crate::scenario::counted(types.len() as u64, "layer")
             ));
         }
         for t in types {
@@ -577,17 +589,27 @@ fn layer_kinds(
             }
         }
     } else if let (Some(_), true) = (window, swa_on) {
-        kinds.sliding = if let Some(p) = uint("sliding_window_pattern") {
-            layers - layers / (p.min(u64::from(layers)) as u32)
+        kinds.sliding = if let Some(p) = map.get("sliding_window_pattern").and_then(Value::as_u64) {
+            // As transformers' Gemma-3 config builds `layer_types`: layer i is full
+            // attention when (i + 1) % p == 0, so a period longer than the model slides
+            // every layer.
+            if p == 0 {
+                return Err("`sliding_window_pattern` = 0: every p-th layer is full attention, so p must be at least 1".into());
+            }
+            layers - (u64::from(layers) / p) as u32
         } else if map.contains_key("use_sliding_window") {
             layers.saturating_sub(uint32("max_window_layers").unwrap_or(0))
         } else {
             layers
         };
     } else if map.contains_key("linear_num_value_heads")
-        && let Some(k) = uint("full_attention_interval")
+        && let Some(k) = map.get("full_attention_interval").and_then(Value::as_u64)
     {
-        kinds.linear = layers - layers / (k.min(u64::from(layers)) as u32);
+        // Qwen3-Next's config: layer i is full attention when (i + 1) % k == 0.
+        if k == 0 {
+            return Err("`full_attention_interval` = 0: every k-th layer is full attention, so k must be at least 1".into());
+        }
+        kinds.linear = layers - (u64::from(layers) / k) as u32;
     }
     if kinds.sliding > 0 {
         kinds.window = window.ok_or("sliding-window layers need `sliding_window` (tokens)")?;
@@ -909,6 +931,15 @@ mod tests {
         // Gemma-3 style: every 4th full of 8 → 2 full, 6 sliding.
         let m = parse(r#""sliding_window": 512, "sliding_window_pattern": 4"#).unwrap();
         assert_eq!((m.kinds.sliding, m.full_attention_layers()), (6, 2));
+        // A period longer than the model: no layer i has (i + 1) % 12 == 0, so all 8 slide
+        // (this read as 1 full layer).
+        let m = parse(r#""sliding_window": 512, "sliding_window_pattern": 12"#).unwrap();
+        assert_eq!((m.kinds.sliding, m.full_attention_layers()), (8, 0));
+        // `null` and 0 are no window (Mixtral's config, Qwen2-MoE's with it switched off).
+        for none in ["null", "0"] {
+            let m = parse(&format!(r#""sliding_window": {none}"#)).unwrap();
+            assert!(!m.kinds.is_hybrid(), "{none}");
+        }
         // Qwen2: a window given but switched off; switched on from layer 3.
         let m = parse(r#""sliding_window": 4096, "use_sliding_window": false"#).unwrap();
         assert!(!m.kinds.is_hybrid());
@@ -937,7 +968,28 @@ mod tests {
             );
         }
         for (extra, why) in [
-            (r#""layer_types": ["full_attention"]"#, "names 1 layers"),
+            (r#""layer_types": ["full_attention"]"#, "names 1 layer but"),
+            // Read as no window before: the model was served with full attention.
+            (
+                r#""sliding_window": -5"#,
+                "`sliding_window` = -5 is not a whole number",
+            ),
+            (
+                r#""sliding_window": 1024.5"#,
+                "`sliding_window` = 1024.5 is not a whole number",
+            ),
+            (
+                r#""num_key_value_heads": "8""#,
+                "`num_key_value_heads` = \"8\" is not",
+            ),
+            (
+                r#""sliding_window": 512, "sliding_window_pattern": 0"#,
+                "`sliding_window_pattern` = 0",
+            ),
+            (
+                r#""full_attention_interval": 0, "linear_num_value_heads": 4"#,
+                "`full_attention_interval` = 0",
+            ),
             (
                 r#""layer_types": ["full_attention", "mamba", "a", "b", "c", "d", "e", "f"]"#,
                 "has `mamba`",
