@@ -369,27 +369,121 @@ fn python_json(text: &str) -> Result<serde_json::Value, String> {
     if !(text.contains("NaN") || text.contains("Infinity")) {
         return parse(text);
     }
-    let mut out = String::with_capacity(text.len());
-    let (mut in_string, mut escaped) = (false, false);
-    let mut rest = text;
-    while let Some(c) = rest.chars().next() {
-        if in_string {
-            in_string = escaped || c != '"';
-            escaped = !escaped && c == '\\';
-        } else if c == '"' {
-            in_string = true;
-        } else if let Some(word) = ["NaN", "-Infinity", "Infinity"]
-            .into_iter()
-            .find(|w| rest.starts_with(w))
-        {
-            out.push_str("null");
-            rest = &rest[word.len()..];
-            continue;
+    let mut out = Vec::with_capacity(text.len());
+    let mut words = PythonWords::default();
+    words.push_all(text.as_bytes(), &mut out);
+    words.finish(&mut out);
+    // Only whole ASCII words were replaced, so the text is still UTF-8.
+    parse(&String::from_utf8(out).expect("UTF-8 in, UTF-8 out"))
+}
+
+/// Python's three non-JSON numbers, each read as `null`.
+const PYTHON_WORDS: [&[u8]; 3] = [b"NaN", b"Infinity", b"-Infinity"];
+
+/// The byte-by-byte rewriting of [`python_json`], so that a report read as a stream reads
+/// them too ([`PythonJsonReader`]).
+#[derive(Default)]
+struct PythonWords {
+    in_string: bool,
+    escaped: bool,
+    /// The start of a word outside strings, while it may still become one.
+    word: Vec<u8>,
+}
+
+impl PythonWords {
+    fn push(&mut self, b: u8, out: &mut Vec<u8>) {
+        if self.in_string {
+            self.in_string = self.escaped || b != b'"';
+            self.escaped = !self.escaped && b == b'\\';
+            out.push(b);
+            return;
         }
-        out.push(c);
-        rest = &rest[c.len_utf8()..];
+        if self.word.is_empty() && !matches!(b, b'N' | b'I' | b'-') {
+            self.in_string = b == b'"';
+            out.push(b);
+            return;
+        }
+        self.word.push(b);
+        if PYTHON_WORDS.contains(&self.word.as_slice()) {
+            out.extend_from_slice(b"null");
+            self.word.clear();
+        } else if !PYTHON_WORDS.iter().any(|w| w.starts_with(&self.word)) {
+            // Not one of them (a negative number, or JSON that fails as it would have):
+            // as written.
+            let word = std::mem::take(&mut self.word);
+            let (last, head) = word.split_last().expect("a byte was pushed");
+            out.extend_from_slice(head);
+            if head.is_empty() {
+                self.in_string = *last == b'"';
+                out.push(*last);
+            } else {
+                self.push(*last, out);
+            }
+        }
     }
-    parse(&out)
+
+    /// [`PythonWords::push`] of every byte of `chunk`, the runs that cannot change
+    /// (string contents up to a quote or backslash, JSON up to a quote or a word's first
+    /// letter) copied whole: byte by byte, a 87 MB report read twice as slowly.
+    fn push_all(&mut self, chunk: &[u8], out: &mut Vec<u8>) {
+        let mut i = 0;
+        while i < chunk.len() {
+            if self.word.is_empty() && !self.escaped {
+                let rest = &chunk[i..];
+                let run = if self.in_string {
+                    rest.iter().position(|&b| b == b'"' || b == b'\\')
+                } else {
+                    rest.iter()
+                        .position(|&b| matches!(b, b'"' | b'N' | b'I' | b'-'))
+                };
+                let run = run.unwrap_or(rest.len());
+                out.extend_from_slice(&rest[..run]);
+                i += run;
+                if i == chunk.len() {
+                    break;
+                }
+            }
+            self.push(chunk[i], out);
+            i += 1;
+        }
+    }
+
+    fn finish(&mut self, out: &mut Vec<u8>) {
+        out.append(&mut self.word);
+    }
+}
+
+/// A reader of JSON as Python writes it: [`python_json`] for a file read as a stream.
+struct PythonJsonReader<R> {
+    inner: R,
+    words: PythonWords,
+    /// Rewritten bytes not yet read, from `at`.
+    out: Vec<u8>,
+    at: usize,
+}
+
+impl<R: std::io::BufRead> std::io::Read for PythonJsonReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.at == self.out.len() {
+            self.out.clear();
+            self.at = 0;
+            let chunk = self.inner.fill_buf()?;
+            if chunk.is_empty() {
+                self.words.finish(&mut self.out);
+                if self.out.is_empty() {
+                    return Ok(0);
+                }
+                break;
+            }
+            let n = chunk.len();
+            self.words.push_all(chunk, &mut self.out);
+            self.inner.consume(n);
+        }
+        let n = buf.len().min(self.out.len() - self.at);
+        buf[..n].copy_from_slice(&self.out[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
 }
 
 /// vLLM's benchmark result JSON: parallel arrays `input_lens`, `output_lens`, `ttfts` (s),
@@ -576,14 +670,22 @@ pub fn from_inference_perf_json(text: &str) -> Result<Measurement, String> {
 /// [`from_inference_perf_json`] from a reader, one request at a time: the report also holds
 /// each request's raw response stream (hundreds of kB for a long answer), which is skipped
 /// unread, so a report of several GB takes memory for its rows only.
-pub fn read_inference_perf(reader: impl std::io::Read) -> Result<Measurement, String> {
+pub fn read_inference_perf(reader: impl std::io::BufRead) -> Result<Measurement, String> {
     read_inference_perf_rows(reader).map(|(m, _)| m)
 }
 
 /// [`read_inference_perf`], and the start times (s) of the requests that failed otherwise.
-fn read_inference_perf_rows(reader: impl std::io::Read) -> Result<(Measurement, Vec<f64>), String> {
+fn read_inference_perf_rows(
+    reader: impl std::io::BufRead,
+) -> Result<(Measurement, Vec<f64>), String> {
     use serde::Deserializer as _;
-    let mut de = serde_json::Deserializer::from_reader(reader);
+    // Buffered again: serde_json reads a byte at a time, which BufReader serves fastest.
+    let mut de = serde_json::Deserializer::from_reader(std::io::BufReader::new(PythonJsonReader {
+        inner: reader,
+        words: PythonWords::default(),
+        out: Vec::new(),
+        at: 0,
+    }));
     let rows = de
         .deserialize_seq(InferencePerfRows)
         .and_then(|rows| de.end().map(|()| rows))
@@ -913,7 +1015,10 @@ fn inference_perf_row(i: usize, e: InferencePerfEntry) -> Result<Row, String> {
         if v.is_finite() && (0.0..=MAX_START_S).contains(&v) {
             Ok(v)
         } else {
-            Err(at(&format!("{what} = {v} s is not a time in seconds ≥ 0")))
+            Err(at(&format!(
+                "{what} = {} s is not a time in seconds within 0..=10¹²",
+                crate::scenario::readable(v)
+            )))
         }
     };
     if let Some(error) = &e.error
@@ -1411,6 +1516,42 @@ mod tests {
             e.contains("ttfts[1] = null (or NaN, Infinity) is not a number ≥ 0"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_report_read_as_a_stream_reads_python_s_words_too() {
+        use std::io::Read as _;
+        // One byte at a time, so every word and escape is split across reads.
+        let text = r#"{"a": NaN, "b": [Infinity, -Infinity, -1.5, 2], "c": "NaN \" -Infinity", "d": "x\\"}"#;
+        let mut read = String::new();
+        PythonJsonReader {
+            inner: std::io::BufReader::with_capacity(1, text.as_bytes()),
+            words: PythonWords::default(),
+            out: Vec::new(),
+            at: 0,
+        }
+        .read_to_string(&mut read)
+        .unwrap();
+        assert_eq!(
+            read,
+            r#"{"a": null, "b": [null, null, -1.5, 2], "c": "NaN \" -Infinity", "d": "x\\"}"#
+        );
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(&read).unwrap(),
+            python_json(text).unwrap()
+        );
+        // inference-perf's report with a NaN where a token's time belongs: that request's
+        // error, not "expected value at line 1 column 1597".
+        let row = |times: &str| {
+            format!(
+                r#"{{"start_time": 1.0, "end_time": 2.0, "error": null, "info": {{"input_tokens": 10,
+                   "output_tokens": 2, "output_token_times": {times}}}}}"#
+            )
+        };
+        let e =
+            from_inference_perf_json(&format!("[{}, {}]", row("[1.1, 1.2]"), row("[1.1, NaN]")))
+                .unwrap_err();
+        assert!(e.contains("null"), "{e}");
     }
 
     #[test]
