@@ -403,7 +403,7 @@ impl Report {
             }
             let _ = writeln!(
                 s,
-                "{:<8}{:<6}{:>14}{:>14}{:>9}",
+                "{:<8}{:<6}{:>14} {:>14} {:>9}",
                 "metric", "stat", "measured ms", "simulated ms", "APE %"
             );
             for l in &slice.lines {
@@ -414,7 +414,8 @@ impl Report {
                 };
                 let _ = writeln!(
                     s,
-                    "{:<8}{:<6}{:>14.3}{:>14.3}{ape:>9}",
+                    // A space between the columns: a 10-digit figure filled its width.
+                    "{:<8}{:<6}{:>14.3} {:>14.3} {ape:>9}",
                     l.metric, l.stat, l.measured_ms, l.simulated_ms
                 );
             }
@@ -478,11 +479,22 @@ mod tests {
         };
         let text = report.to_text();
         assert!(
-            text.contains("\nitl     mean           0.000         7.000      n/a\n"),
+            text.contains("\nitl     mean           0.000          7.000       n/a\n"),
             "{text}"
         );
         assert!(
             text.ends_with("(ITL: its measured mean is 0, no APE)\n"),
+            "{text}"
+        );
+        // A figure as wide as its column stays apart from the next (a replay of TTFTs of
+        // 10⁶ s printed "1000000938.0001000003738.500").
+        let wide = Report {
+            overall: slice(5.0, 2e7),
+            ..report
+        };
+        let text = wide.to_text();
+        assert!(
+            text.contains("\nttft    mean  1000000000.000         40.000     100.0\n"),
             "{text}"
         );
     }
