@@ -642,8 +642,14 @@ fn calibrate(
     no_python_policies(&sc, "calibrate")?;
     // A fit matches completed requests and replays them alone.
     let rows = measured(measured_path)?.completed();
-    if let Some(problem) = input_problem(&sc, group, rows.len(), max_evals, ["group", "max_evals"])
-    {
+    if let Some(problem) = input_problem(
+        &sc,
+        group,
+        rows.len(),
+        max_evals,
+        family,
+        ["group", "max_evals", "model=\"{}\""],
+    ) {
         return Err(pyo3::exceptions::PyValueError::new_err(problem));
     }
     let stop = stop::Stop::new(None)?;

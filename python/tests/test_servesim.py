@@ -853,6 +853,8 @@ def test_check_real_and_calibrate_give_what_the_cli_prints(tmp_path):
         servesim.calibrate(str(scenario), str(measured), max_evals=7)
     with pytest.raises(ValueError, match='model="physics"'):
         servesim.calibrate(str(scenario), str(measured), model="physics")
+    with pytest.raises(ValueError, match='model="roofline" fits a model computed from the group'):
+        servesim.calibrate(str(scenario), str(measured), model="roofline")
     with pytest.raises(ValueError, match="no `output_tokens` column"):
         bad = tmp_path / "bad.csv"
         bad.write_text("arrival_s,input_tokens\n1,2\n")

@@ -128,7 +128,8 @@ pub(crate) fn calibrate(app: &ServesimApp, a: CalibrateArgs) -> ExitCode {
         group,
         rows.len(),
         max_evals,
-        ["--group", "--max-evals"],
+        model,
+        ["--group", "--max-evals", "--model {}"],
     ) {
         noteln!("error: {problem}");
         return ExitCode::from(2);

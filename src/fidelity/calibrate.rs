@@ -394,22 +394,42 @@ pub fn loss(measured: &[MeasuredRequest], sim: &[crate::metrics::RequestSample])
 }
 
 /// What makes a fit impossible before it starts (the command line's bad input, exit 2): a
-/// group the scenario does not have, too few measured requests to fit on and hold back, or
-/// too few simulations. `names` are the caller's words for the group and the budget
-/// (`["--group", "--max-evals"]` on the command line).
+/// group the scenario does not have, a roofline or trained-physics fit of a group without a
+/// model or GPU, too few measured requests to fit on and hold back, or too few
+/// simulations. `names` are the caller's words for the group, the budget and the family,
+/// whose name replaces `{}` (`["--group", "--max-evals", "--model {}"]` on the command
+/// line).
 pub fn input_problem(
     scenario: &Scenario,
     group: usize,
     measured: usize,
     max_evaluations: usize,
-    names: [&str; 2],
+    family: Family,
+    names: [&str; 3],
 ) -> Option<String> {
-    let [group_name, budget_name] = names;
+    let [group_name, budget_name, family_name] = names;
     let groups = scenario.cluster.groups.len();
     if group >= groups {
         return Some(format!(
             "{group_name} {group}: the scenario has {groups} instance group{}",
             if groups == 1 { "" } else { "s" }
+        ));
+    }
+    let g = &scenario.cluster.groups[group];
+    let missing: Vec<&str> = [("model", g.model.is_none()), ("gpu", g.gpu.is_none())]
+        .into_iter()
+        .filter_map(|(field, none)| none.then_some(field))
+        .collect();
+    if family != Family::Blackbox && !missing.is_empty() {
+        let name = Family::NAMED
+            .iter()
+            .find(|(_, f)| *f == family)
+            .map_or("", |(n, _)| n);
+        return Some(format!(
+            "{} fits a model computed from the group's model and GPU, and cluster.groups[{group}] has no {}: give {}, or fit the blackbox model",
+            family_name.replace("{}", name),
+            missing.join(" and no "),
+            if missing.len() == 1 { "it" } else { "them" }
         ));
     }
     if measured < MIN_MEASURED {
@@ -440,7 +460,8 @@ pub fn calibrate(
         group,
         measured.len(),
         max_evaluations,
-        ["group", "max_evaluations"],
+        family,
+        ["group", "max_evaluations", "family {}"],
     ) {
         return Err(SimError::Calibration(problem));
     }

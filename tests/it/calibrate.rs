@@ -468,8 +468,32 @@ fn a_fit_without_enough_requests_simulations_or_the_group_is_refused() {
         err.contains("--group 1: the scenario has 1 instance group\n"),
         "{err}"
     );
+    // The roofline of a group with neither model nor GPU: said before anything runs (it
+    // was exit 1, "invalid scenario (validate it first)", after the measured file was read).
+    let (code, err) = run(&twenty, &["--model", "roofline"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("error: --model roofline fits a model computed from the group's model and GPU, and cluster.groups[0] has no model and no gpu: give them, or fit the blackbox model"),
+        "{err}"
+    );
     // Through the library: the same sentence, as a calibration error.
     let app = servesim::ServesimApp::new();
+    let twenty_rows = measured::load(&twenty).unwrap().requests;
+    let e = calibrate(
+        &app,
+        &parse(src),
+        0,
+        &twenty_rows,
+        Family::TrainedPhysics,
+        400,
+    )
+    .unwrap_err();
+    assert!(
+        e.to_string().starts_with(
+            "family trained-physics fits a model computed from the group's model and GPU"
+        ),
+        "{e}"
+    );
     let rows = measured::load(&nine).unwrap().requests;
     let e = calibrate(&app, &parse(src), 0, &rows, Family::Blackbox, 400).unwrap_err();
     assert!(
