@@ -724,14 +724,18 @@ pub fn inference_perf_stages(dir: &Path) -> Result<Vec<InferencePerfStage>, Stri
         let text = crate::input::read_text(&path)?;
         let v = python_json(&text).map_err(|e| format!("{}: {e}", path.display()))?;
         let load = v.get("load_summary");
-        let requests = load
-            .and_then(|l| l.get("count"))
+        let count = load.and_then(|l| l.get("count"));
+        let requests = count
             .and_then(serde_json::Value::as_u64)
-            .ok_or_else(|| {
-                format!(
+            .ok_or_else(|| match count {
+                Some(c) => format!(
+                    "{}: `load_summary.count` = {c} is not a whole number of requests",
+                    path.display()
+                ),
+                None => format!(
                     "{}: no `load_summary.count`: is this an inference-perf stage summary?",
                     path.display()
-                )
+                ),
             })?;
         let rate = load
             .and_then(|l| l.get("requested_rate"))
@@ -775,7 +779,11 @@ pub fn assign_inference_perf_stages(
     let mut next = order.into_iter();
     for stage in stages {
         let name = match stage.rate {
-            Some(r) => format!("stage {} ({r} req/s)", stage.id),
+            Some(r) => format!(
+                "stage {} ({} req/s)",
+                stage.id,
+                crate::scenario::readable(r)
+            ),
             None => format!("stage {}", stage.id),
         };
         for (_, row) in next.by_ref().take(stage.requests as usize) {
@@ -1515,6 +1523,44 @@ mod tests {
         assert!(
             e.contains("ttfts[1] = null (or NaN, Infinity) is not a number ≥ 0"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn stage_summaries_say_what_is_wrong_with_a_count_and_name_a_rate_short() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |id: u32, summary: &str| {
+            std::fs::write(
+                dir.path()
+                    .join(format!("stage_{id}_lifecycle_metrics.json")),
+                summary,
+            )
+            .unwrap()
+        };
+        write(
+            0,
+            r#"{"load_summary": {"count": -20, "requested_rate": 8}}"#,
+        );
+        let e = inference_perf_stages(dir.path()).unwrap_err();
+        assert!(
+            e.ends_with("stage_0_lifecycle_metrics.json: `load_summary.count` = -20 is not a whole number of requests"),
+            "{e}"
+        );
+        write(
+            0,
+            r#"{"load_summary": {"count": 1, "requested_rate": 1e300}}"#,
+        );
+        let stages = inference_perf_stages(dir.path()).unwrap();
+        let mut m = from_inference_perf_json(
+            r#"[{"start_time": 1.0, "end_time": 2.0, "error": null, "info": {"input_tokens": 10,
+                 "output_tokens": 2, "output_token_times": [1.1, 2.0]}}]"#,
+        )
+        .unwrap();
+        assign_inference_perf_stages(&mut m, &[], &stages);
+        // Its 301 digits, before.
+        assert_eq!(
+            m.requests[0].stage.as_deref(),
+            Some("stage 0 (1e300 req/s)")
         );
     }
 
