@@ -853,8 +853,6 @@ def test_check_real_and_calibrate_give_what_the_cli_prints(tmp_path):
         servesim.calibrate(str(scenario), str(measured), max_evals=7)
     with pytest.raises(ValueError, match='model="physics"'):
         servesim.calibrate(str(scenario), str(measured), model="physics")
-    with pytest.raises(ValueError, match='model="roofline" fits a model computed from the group'):
-        servesim.calibrate(str(scenario), str(measured), model="roofline")
     with pytest.raises(ValueError, match="no `output_tokens` column"):
         bad = tmp_path / "bad.csv"
         bad.write_text("arrival_s,input_tokens\n1,2\n")
@@ -866,8 +864,9 @@ def test_check_real_and_calibrate_give_what_the_cli_prints(tmp_path):
     for fn in (servesim.check_real, servesim.calibrate):
         with pytest.raises(ValueError, match="the benchmark did not stream"):
             fn(str(scenario), str(whole))
-    # Our roofline needs the group's model and GPU: a run error, as on the command line.
-    with pytest.raises(servesim.RunError, match="needs a model"):
+    # Our roofline needs the group's model and GPU: bad input said before anything runs, as
+    # on the command line (exit 2; it was a run error).
+    with pytest.raises(ValueError, match='model="roofline" fits a model computed from the group'):
         servesim.calibrate(str(scenario), str(measured), model="roofline", max_evals=8)
 
 

@@ -436,7 +436,8 @@ def calibrate(
     ``"trained-physics"`` or ``"roofline"`` (our roofline's least measured terms; the group
     needs its ``model`` and ``gpu``). Raises ScenarioError for a bad scenario, ValueError for
     a measured file that cannot be read, fewer than 10 measured requests, a group the scenario
-    lacks or ``max_evals`` below 8, RunError when a fit cannot be simulated."""
+    lacks, ``max_evals`` below 8 or a roofline or trained-physics fit of a group without a
+    ``model`` and a ``gpu``, RunError when a fit cannot be simulated."""
     source, is_text, ov = _resolve(scenario, overrides, None)
     return json.loads(
         _native.calibrate(
