@@ -269,9 +269,9 @@ pub(crate) fn run(app: &ServesimApp, a: RunArgs) -> ExitCode {
     };
     if !quiet {
         noteln!(
-            "servesim: {} requests, {} ticks in {wall:.3} s wall ({:.0} requests/s, {:.0} ns per tick{}); {results}",
-            summary.requests.injected,
-            summary.ticks,
+            "servesim: {}, {} in {wall:.3} s wall ({:.0} requests/s, {:.0} ns per tick{}); {results}",
+            crate::scenario::counted(summary.requests.injected, "request"),
+            crate::scenario::counted(summary.ticks, "tick"),
             summary.requests.injected as f64 / wall.max(1e-9),
             wall * 1e9 / summary.ticks.max(1) as f64,
             peak_rss_mb().map_or(String::new(), |mb| format!(", peak RSS {mb:.0} MB")),

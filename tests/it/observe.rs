@@ -206,6 +206,10 @@ fn progress_goes_to_stderr_only_and_quiet_silences_it() {
     let err = String::from_utf8_lossy(&auto.stderr);
     assert!(!err.contains("requests done"), "{err}");
     assert!(err.contains("ticks in"), "{err}");
+    // One request is one (it read "1 requests").
+    let one = quickstart(dir.path(), 1, &[]);
+    let err = String::from_utf8_lossy(&one.stderr);
+    assert!(err.contains("servesim: 1 request, "), "{err}");
     let quiet = quickstart(dir.path(), 2000, &["--quiet", "--progress", "always"]);
     assert_eq!(String::from_utf8_lossy(&quiet.stderr), "");
     assert_eq!(shown.stdout, quiet.stdout);
