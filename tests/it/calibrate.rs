@@ -324,7 +324,8 @@ fn calibrate_and_check_real_run_from_the_command_line() {
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("latency: Blackbox(alpha: ["), "{text}");
     assert!(text.contains("held-back 20 %"), "{text}");
-    // Our roofline needs the model and GPU this server does not name: said, not fitted.
+    // Our roofline needs the model and GPU this server does not name: said before anything
+    // runs, as bad input.
     let out = run(&[
         "calibrate",
         scenario.to_str().unwrap(),
@@ -332,10 +333,10 @@ fn calibrate_and_check_real_run_from_the_command_line() {
         "--model",
         "roofline",
     ]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("cluster.groups[0].model: the roofline latency model needs a model"),
+        err.contains("error: --model roofline fits a model computed from the group's model and GPU, and cluster.groups[0] has no model and no gpu"),
         "{err}"
     );
     // A measured file that is not one: exit 2 with the file and line.
@@ -468,15 +469,9 @@ fn a_fit_without_enough_requests_simulations_or_the_group_is_refused() {
         err.contains("--group 1: the scenario has 1 instance group\n"),
         "{err}"
     );
-    // The roofline of a group with neither model nor GPU: said before anything runs (it
-    // was exit 1, "invalid scenario (validate it first)", after the measured file was read).
-    let (code, err) = run(&twenty, &["--model", "roofline"]);
-    assert_eq!(code, Some(2), "{err}");
-    assert!(
-        err.contains("error: --model roofline fits a model computed from the group's model and GPU, and cluster.groups[0] has no model and no gpu: give them, or fit the blackbox model"),
-        "{err}"
-    );
-    // Through the library: the same sentence, as a calibration error.
+    // Through the library: the same sentences, as calibration errors (a trained-physics fit
+    // of a group without model and GPU: `calibrate_and_check_real_run_from_the_command_line`
+    // has the command line's).
     let app = servesim::ServesimApp::new();
     let twenty_rows = measured::load(&twenty).unwrap().requests;
     let e = calibrate(
