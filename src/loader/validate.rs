@@ -89,6 +89,18 @@ pub(super) fn explain_ron_error(code: &ron::Error, path: &str) -> (String, Optio
             "expected a whole number ≥ 0 in range for this field".into(),
             Some("counts and token lengths are non-negative integers, e.g. 16".into()),
         ),
+        E::ExpectedMap => (
+            "expected `{` and the entries of a map".into(),
+            Some(
+                "a map is written in braces with quoted keys, e.g. scheduler_params: \
+                 {\"chunk_size\": 256.0}"
+                    .into(),
+            ),
+        ),
+        E::ExpectedArray => (
+            "expected `[` and the items of a list".into(),
+            Some("a list is written in brackets, e.g. groups: [(count: 2), (count: 1)]".into()),
+        ),
         E::ExpectedFloat => (
             "expected a number".into(),
             Some("write numbers like 12.0 or 0.5 (not in quotes)".into()),

@@ -152,7 +152,8 @@ pub fn diagnose(s: &Summary, largest: LargestCache, stopped: Stopped) -> Vec<Str
     let mut w = Vec::new();
     let holds = |(blocks, size): (u32, u32), len: Option<u32>| {
         format!(
-            "{blocks} blocks × {size} tokens = {} tokens{}",
+            "{} × {size} tokens = {} tokens{}",
+            crate::scenario::counted(u64::from(blocks), "block"),
             u64::from(blocks) * u64::from(size),
             len.map(|m| format!("; the longest max_model_len is {m}"))
                 .unwrap_or_default()

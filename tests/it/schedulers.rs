@@ -66,6 +66,8 @@ fn scheduler_names_and_parameters_are_checked_with_locations() {
             (scheduler: \"sarathi\", scheduler_params: {\"chunk\": 64.0}, kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1.0, 0.0, 0.0])),
             (scheduler: \"sarathi\", scheduler_params: {\"chunk_size\": 0.0}, kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1.0, 0.0, 0.0])),
             (scheduler: \"vllm\", kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1.0, 0.0, 0.0])),
+            (scheduler: \"orca\", scheduler_params: {\"max_batch_size\": -5.0}, kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1.0, 0.0, 0.0])),
+            (scheduler: \"orca\", scheduler_params: {\"max_batch_size\": 2.5}, kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1.0, 0.0, 0.0])),
           ]),
           workload: (num_requests: 1, clients: [(rate_per_s: 1.0, input_tokens: Constant(8), output_tokens: Constant(1))]))",
         "bad.ron",
@@ -79,7 +81,9 @@ fn scheduler_names_and_parameters_are_checked_with_locations() {
         "did you mean \"sarathi\"?",
         "cluster.groups[1].scheduler_params.chunk: unknown parameter of sarathi",
         "sarathi takes: chunk_size",
-        "cluster.groups[2].scheduler_params: chunk_size must be ≥ 1",
+        "cluster.groups[2].scheduler_params: chunk_size must be a whole number within 1..=10⁹, got 0",
+        "cluster.groups[4].scheduler_params: max_batch_size must be a whole number within 0..=10⁹, got -5",
+        "cluster.groups[5].scheduler_params: max_batch_size must be a whole number within 0..=10⁹, got 2.5",
         // Equally close to vllm_v0 and vllm_v1: both are offered (not the first by name).
         "cluster.groups[3].scheduler: unknown scheduler policy \"vllm\"\n    hint: did you mean \"vllm_v0\" or \"vllm_v1\"?",
     ] {

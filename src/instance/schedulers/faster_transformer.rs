@@ -15,7 +15,7 @@ pub const FASTER_TRANSFORMER: BatcherEntry = BatcherEntry {
     free_params: false,
     build: |args| {
         Ok(Box::new(FasterTransformer {
-            cap: count(args, "max_batch_size", 0.0)?,
+            cap: count(args, "max_batch_size", 0.0, 0)?,
         }))
     },
 };

@@ -146,13 +146,17 @@ impl PolicyFamily for BatchFormation {
     const NAME: &'static str = "scheduler";
 }
 
-/// A whole-number parameter ≥ 0 (0 = "use the group's max_num_seqs" where documented).
-fn count(args: &PolicyArgs<'_>, name: &str, default: f64) -> Result<u32, String> {
-    let v = args.at_least(name, default, 0.0)?;
-    if v.fract() != 0.0 || v > 1e9 {
-        return Err(format!("{name} must be a whole number, got {v}"));
+/// A whole-number parameter within `min..=10⁹` (0 = "use the group's max_num_seqs" where
+/// documented).
+fn count(args: &PolicyArgs<'_>, name: &str, default: f64, min: u32) -> Result<u32, String> {
+    let v = args.get(name, default);
+    if v.fract() == 0.0 && (f64::from(min)..=1e9).contains(&v) {
+        Ok(v as u32)
+    } else {
+        Err(format!(
+            "{name} must be a whole number within {min}..=10⁹, got {v}"
+        ))
     }
-    Ok(v as u32)
 }
 
 /// How preemption victims are chosen.

@@ -14,10 +14,7 @@ pub const SARATHI: BatcherEntry = BatcherEntry {
     )],
     free_params: false,
     build: |args| {
-        let chunk = count(args, "chunk_size", 512.0)?;
-        if chunk == 0 {
-            return Err("chunk_size must be ≥ 1".into());
-        }
+        let chunk = count(args, "chunk_size", 512.0, 1)?;
         Ok(Box::new(Sarathi { chunk }))
     },
 };
