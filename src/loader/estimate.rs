@@ -186,6 +186,16 @@ pub fn refused_at_start(
     ))
 }
 
+/// The built-in batch schedulers that take no `long_prefill_token_threshold` (vLLM v0 runs
+/// whole prompts, the others have their own budgets); a scheduler of the user's may read it.
+const BUILT_IN_WITHOUT_THRESHOLD: [&str; 5] = [
+    "vllm_v0",
+    "sarathi",
+    "orca",
+    "faster_transformer",
+    "lightllm",
+];
+
 /// Inputs that will leave a run idle or waiting for long simulated spans (a KV or host link
 /// so slow that one prompt's KV takes hours to move, alpha overheads that hold a prompt for
 /// hours, arrivals days apart), a step token budget below the batch limit, a block size vLLM
@@ -253,6 +263,14 @@ pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<Strin
             .unpriced_steps(r.max_num_seqs, r.max_num_batched_tokens)
         {
             w.push(format!("cluster.groups[{i}].latency: {note}"));
+        }
+        if g.long_prefill_token_threshold > 0
+            && BUILT_IN_WITHOUT_THRESHOLD.contains(&g.scheduler.as_str())
+        {
+            w.push(format!(
+                "cluster.groups[{i}].long_prefill_token_threshold is not used: it caps a prefill chunk of the vllm_v1 scheduler, and the {} scheduler does not read it",
+                g.scheduler
+            ));
         }
         if g.lora.is_some() && s.workload.adapters.is_none() {
             w.push(format!(

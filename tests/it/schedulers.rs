@@ -146,3 +146,34 @@ fn the_docs_scheduler_table_matches_the_bundled_scenario() {
         assert_eq!(s.requests.completed, 3000, "{name}");
     }
 }
+
+/// `long_prefill_token_threshold` caps a chunk of vLLM v1's scheduler only: given to a built-in
+/// scheduler that does not read it, the run says so instead of ignoring it silently.
+#[test]
+fn a_prefill_threshold_the_scheduler_does_not_read_is_warned_of() {
+    let app = servesim::default_app();
+    let catalog = app.world().resource::<Catalog>();
+    let warned = |scheduler: &str| {
+        servesim::loader::estimate::slow_inputs(
+            &parse(&format!(
+                "(cluster: (groups: [(scheduler: \"{scheduler}\", long_prefill_token_threshold: 64, kv_blocks: 100,
+                    latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1.0, 0.0, 0.0]))]),
+                  workload: (num_requests: 1, clients: [(rate_per_s: 1.0, input_tokens: Constant(8), output_tokens: Constant(1))]))"
+            )),
+            catalog,
+        )
+    };
+    for name in ALL {
+        let w = warned(name);
+        if name == "vllm_v1" {
+            assert!(w.is_empty(), "{w:?}");
+        } else {
+            assert_eq!(
+                w,
+                [format!(
+                    "cluster.groups[0].long_prefill_token_threshold is not used: it caps a prefill chunk of the vllm_v1 scheduler, and the {name} scheduler does not read it"
+                )]
+            );
+        }
+    }
+}
