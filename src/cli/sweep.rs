@@ -359,6 +359,13 @@ pub(crate) fn merge(a: MergeArgs) -> ExitCode {
         );
         return ExitCode::from(2);
     }
+    if let Some(gone) = shards.iter().find(|d| !d.is_dir()) {
+        noteln!(
+            "error: {} is not a directory: give the --out of each `servesim sweep --shard` or `servesim plan --shard`",
+            gone.display()
+        );
+        return ExitCode::from(2);
+    }
     if let Err(code) = super::args::finish_interrupted_commits(&shards) {
         return code;
     }

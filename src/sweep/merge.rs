@@ -171,6 +171,12 @@ pub fn merge(parts: Vec<Part>) -> Result<(Plan, BTreeMap<usize, Vec<String>>), S
             ));
         }
         if part.plan.shard.1 != first.plan.shard.1 {
+            if let Some(whole) = [part, first].into_iter().find(|p| p.plan.shard.1 == 1) {
+                return Err(format!(
+                    "{} holds a whole sweep (merged, or run without --shard), not one of the shards: merge only the shards",
+                    whole.dir.display()
+                ));
+            }
             return Err(format!(
                 "{} was split into {} shards, {} into {}",
                 part.dir.display(),

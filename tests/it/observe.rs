@@ -472,6 +472,34 @@ fn sweeps_are_deterministic_and_shards_merge_into_the_whole() {
         std::fs::read(whole.path().join("sweep.json")).unwrap()
     );
     assert_eq!(m.stdout, full.stdout, "the same comparison table");
+    // The whole sweep beside one of its shards, and a directory that is not there.
+    let gone = merged.path().join("gone");
+    for (dirs, said) in [
+        (
+            [whole.path(), s1.path()],
+            format!(
+                "error: {} holds a whole sweep (merged, or run without --shard), not one of the shards: merge only the shards",
+                whole.path().display()
+            ),
+        ),
+        (
+            [s0.path(), gone.as_path()],
+            format!(
+                "error: {} is not a directory: give the --out of each `servesim sweep --shard` or `servesim plan --shard`",
+                gone.display()
+            ),
+        ),
+    ] {
+        let out = servesim(&[
+            "merge",
+            dirs[0].to_str().unwrap(),
+            dirs[1].to_str().unwrap(),
+            "--out",
+            merged.path().join("again").to_str().unwrap(),
+        ]);
+        assert_eq!(out.status.code(), Some(2));
+        assert_eq!(String::from_utf8_lossy(&out.stderr).trim_end(), said);
+    }
 }
 
 #[test]

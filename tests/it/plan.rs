@@ -470,6 +470,11 @@ fn a_sharded_plan_merges_into_the_unsharded_best_and_merge_refuses_what_is_not_i
         &["merge", "s0", "r", "--out", "x"],
         "r holds a run's results (summary.json), not a shard",
     );
+    // A directory that is not there was "cannot read gone/plan.json".
+    refused(
+        &["merge", "s0", "gone", "--out", "x"],
+        "error: gone is not a directory: give the --out of each `servesim sweep --shard` or `servesim plan --shard`",
+    );
     assert!(!d.join("x").exists());
     // A shard's plan.json edited or cut: it would answer from part of the plan. Shard 1 of
     // 3 holds configurations 1, 4 and 7 of 8.
