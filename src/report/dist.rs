@@ -251,7 +251,9 @@ pub struct Requests {
     /// TTFT (ms) by completion (s).
     pub done: ByTime,
     /// Completed requests read.
-    completed: usize,
+    pub completed: usize,
+    /// Rows read, whatever their state.
+    pub rows: u64,
     /// Past which the values move into histograms ([`EXACT_CAP`] but in tests).
     cap: usize,
 }

@@ -114,6 +114,7 @@ fn read_requests(path: &Path) -> Result<Requests, ReportError> {
         .read_record(&mut record)
         .map_err(|e| read_err(path, e))?
     {
+        r.rows += 1;
         let line = record.position().map_or(0, csv::Position::line);
         let state = record.get(c[0]).unwrap_or("");
         if state != "completed" {
@@ -219,17 +220,35 @@ impl Run {
             Ok(_) => return Err(read_err(dir, "it is not a directory (give a run's --out)")),
             Err(e) => return Err(read_err(dir, e)),
         }
-        let summary = dir.join("summary.json");
-        if summary.exists() {
-            let text =
-                crate::input::read_text(&summary).map_err(|e| read_err_plain(&summary, e))?;
-            let value = serde_json::from_str(&text).map_err(|e| read_err(&summary, e))?;
-            check_summary(&summary, &value)?;
+        let summary_path = dir.join("summary.json");
+        if summary_path.exists() {
+            let text = crate::input::read_text(&summary_path)
+                .map_err(|e| read_err_plain(&summary_path, e))?;
+            let value = serde_json::from_str(&text).map_err(|e| read_err(&summary_path, e))?;
+            check_summary(&summary_path, &value)?;
             run.summary = Some(value);
         }
         let requests = dir.join("requests.csv");
         if requests.exists() {
             run.requests = Some(read_requests(&requests)?);
+        }
+        if let (Some(summary), Some(r)) = (&run.summary, &run.requests) {
+            let count = |what: &str| summary.pointer(&format!("/requests/{what}"))?.as_u64();
+            let (injected, completed) = (count("injected"), count("completed"));
+            if injected.is_some_and(|n| n != r.rows)
+                || completed.is_some_and(|n| n != r.completed as u64)
+            {
+                let said = |n: Option<u64>| n.map_or("?".to_string(), |n| n.to_string());
+                return Err(ReportError::NotOneRun(format!(
+                    "{} holds {} requests ({} completed) and {} counts {} injected ({} completed)",
+                    requests.display(),
+                    r.rows,
+                    r.completed,
+                    summary_path.display(),
+                    said(injected),
+                    said(completed)
+                )));
+            }
         }
         let samples = dir.join("timeseries.csv");
         if samples.exists() {

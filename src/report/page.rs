@@ -19,6 +19,10 @@ pub enum ReportError {
         "{dir} holds a {kind}'s results: report it on its own (`servesim report {dir}`); several directories are compared only when each holds one run's results (a sweep's runs: `sweep --keep-outputs`, then `report OUT/point-*`)"
     )]
     Mixed { dir: String, kind: &'static str },
+    #[error(
+        "{0}: they are not one run's results (a run with `outputs.requests_csv` or `summary_json` off leaves an earlier run's file in place), or one was edited; run again into an empty directory, or move the older file away"
+    )]
+    NotOneRun(String),
 }
 
 /// An unreadable file, with what went wrong.

@@ -746,3 +746,26 @@ fn the_scenario_file_turns_on_the_report_and_a_bounded_timeline() {
         ts <= 2_000_000 && ts + e["dur"].as_u64().unwrap() >= 1_000_000
     }));
 }
+
+/// A run with `requests_csv` off leaves the earlier run's `requests.csv` in place (and says
+/// so); the report used to draw that file's latencies under the later run's summary.
+#[test]
+fn the_report_refuses_a_summary_and_requests_of_different_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    quickstart(dir.path(), 200, &[]);
+    quickstart(dir.path(), 100, &["--set", "outputs.requests_csv=false"]);
+    let out = servesim(&["report", dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let d = dir.path().display();
+    assert!(
+        String::from_utf8_lossy(&out.stderr).starts_with(&format!(
+            "error: {d}/requests.csv holds 200 requests (200 completed) and {d}/summary.json counts 100 injected (100 completed): they are not one run's results"
+        )),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!dir.path().join("report.html").exists());
+    // One run's files agree.
+    quickstart(dir.path(), 100, &[]);
+    ok(&["report", dir.path().to_str().unwrap()]);
+}
