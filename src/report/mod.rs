@@ -43,6 +43,8 @@ pub struct Samples {
     pub cluster: Vec<[f64; 7]>,
     /// Per instance (label): (time s, waiting, KV used fraction).
     pub instances: BTreeMap<u32, (String, Vec<[f64; 3]>)>,
+    /// Requests the cluster rows count as completed, over the whole run.
+    pub completed: f64,
 }
 
 /// Column positions by name, so files with extra or reordered columns still read.
@@ -183,6 +185,9 @@ fn read_samples(path: &Path) -> Result<Samples, ReportError> {
                 let span = t - last_t;
                 let done_per_s = if span > 0.0 { completed / span } else { 0.0 };
                 last_t = t;
+                if completed.is_finite() {
+                    s.completed += completed;
+                }
                 s.cluster
                     .push([t, waiting, in_flight, kv, tokens_per_s, done_per_s, up]);
             }
@@ -232,27 +237,41 @@ impl Run {
         if requests.exists() {
             run.requests = Some(read_requests(&requests)?);
         }
-        if let (Some(summary), Some(r)) = (&run.summary, &run.requests) {
-            let count = |what: &str| summary.pointer(&format!("/requests/{what}"))?.as_u64();
-            let (injected, completed) = (count("injected"), count("completed"));
-            if injected.is_some_and(|n| n != r.rows)
-                || completed.is_some_and(|n| n != r.completed as u64)
-            {
-                let said = |n: Option<u64>| n.map_or("?".to_string(), |n| n.to_string());
-                return Err(ReportError::NotOneRun(format!(
-                    "{} holds {} requests ({} completed) and {} counts {} injected ({} completed)",
-                    requests.display(),
-                    r.rows,
-                    r.completed,
-                    summary_path.display(),
-                    said(injected),
-                    said(completed)
-                )));
-            }
-        }
         let samples = dir.join("timeseries.csv");
         if samples.exists() {
             run.samples = Some(read_samples(&samples)?);
+        }
+        // A run with an output off leaves an earlier run's file of that name in place.
+        if let Some(summary) = &run.summary {
+            let count = |what: &str| summary.pointer(&format!("/requests/{what}"))?.as_u64();
+            let said = |n: Option<u64>| n.map_or("?".to_string(), |n| n.to_string());
+            let (injected, completed) = (count("injected"), count("completed"));
+            let counts = format!(
+                "{} counts {} injected ({} completed)",
+                summary_path.display(),
+                said(injected),
+                said(completed)
+            );
+            if let Some(r) = &run.requests
+                && (injected.is_some_and(|n| n != r.rows)
+                    || completed.is_some_and(|n| n != r.completed as u64))
+            {
+                return Err(ReportError::NotOneRun(format!(
+                    "{} holds {} requests ({} completed) and {counts}",
+                    requests.display(),
+                    r.rows,
+                    r.completed,
+                )));
+            }
+            if let Some(t) = &run.samples
+                && completed.is_some_and(|n| n as f64 != t.completed)
+            {
+                return Err(ReportError::NotOneRun(format!(
+                    "{} counts {} completed requests and {counts}",
+                    samples.display(),
+                    t.completed,
+                )));
+            }
         }
         if run.summary.is_none() && run.requests.is_none() && run.samples.is_none() {
             return Err(ReportError::NoResults(dir.display().to_string()));

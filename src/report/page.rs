@@ -20,7 +20,7 @@ pub enum ReportError {
     )]
     Mixed { dir: String, kind: &'static str },
     #[error(
-        "{0}: they are not one run's results (a run with `outputs.requests_csv` or `summary_json` off leaves an earlier run's file in place), or one was edited; run again into an empty directory, or move the older file away"
+        "{0}: they are not one run's results (a run with one of its `outputs` off leaves an earlier run's file of that name in place), or one was edited; run again into an empty directory, or move the older file away"
     )]
     NotOneRun(String),
 }

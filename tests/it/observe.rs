@@ -765,6 +765,18 @@ fn the_report_refuses_a_summary_and_requests_of_different_runs() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(!dir.path().join("report.html").exists());
+    // The same with the time series.
+    quickstart(dir.path(), 100, &[]);
+    quickstart(dir.path(), 50, &["--set", "outputs.timeseries_csv=false"]);
+    let out = servesim(&["report", dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).starts_with(&format!(
+            "error: {d}/timeseries.csv counts 100 completed requests and {d}/summary.json counts 50 injected (50 completed): they are not one run's results"
+        )),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // One run's files agree.
     quickstart(dir.path(), 100, &[]);
     ok(&["report", dir.path().to_str().unwrap()]);
