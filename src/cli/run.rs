@@ -19,12 +19,6 @@ pub(crate) fn peak_rss_mb() -> Option<f64> {
 }
 
 /// The resolved set-up `validate` prints: each group's instances, GPUs and KV cache (with
-/// Renders the report of `dirs` and writes it to `out` (staged, then moved into place).
-pub(crate) fn write_report(dirs: &[PathBuf], out: &Path) -> Result<(), String> {
-    let page = crate::report::report(dirs).map_err(|e| e.to_string())?;
-    write_page(&page, out).map_err(|(_, e)| e)
-}
-
 /// Writes a report page to `out` (staged, then moved into place). The error carries its
 /// exit code: 2 for an output location that cannot be used, 1 for a failed write.
 pub(crate) fn write_page(page: &str, out: &Path) -> Result<(), (u8, String)> {
@@ -279,7 +273,10 @@ pub(crate) fn run(app: &ServesimApp, a: RunArgs) -> ExitCode {
     }
     if want_report || sc.outputs.report_html {
         let page = out_dir.join("report.html");
-        if let Err(e) = write_report(std::slice::from_ref(&out_dir), &page) {
+        let written = crate::report::report_of_run(&out_dir, &report.written)
+            .map_err(|e| e.to_string())
+            .and_then(|html| write_page(&html, &page).map_err(|(_, e)| e));
+        if let Err(e) = written {
             noteln!("error: the run's results are written, but not its report: {e}");
             return ExitCode::from(1);
         }

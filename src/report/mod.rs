@@ -216,6 +216,16 @@ fn read_samples(path: &Path) -> Result<Samples, ReportError> {
 impl Run {
     /// Reads what `dir` holds; an error when it holds no result file or one is unreadable.
     pub fn load(dir: &Path, name: String) -> Result<Run, ReportError> {
+        Run::load_files(dir, name, |_| true)
+    }
+
+    /// [`Run::load`] of the result files named `wanted` only.
+    fn load_files(
+        dir: &Path,
+        name: String,
+        wanted: impl Fn(&str) -> bool,
+    ) -> Result<Run, ReportError> {
+        let there = |file: &str| wanted(file) && dir.join(file).exists();
         let mut run = Run {
             name,
             ..Default::default()
@@ -226,7 +236,7 @@ impl Run {
             Err(e) => return Err(read_err(dir, e)),
         }
         let summary_path = dir.join("summary.json");
-        if summary_path.exists() {
+        if there("summary.json") {
             let text = crate::input::read_text(&summary_path)
                 .map_err(|e| read_err_plain(&summary_path, e))?;
             let value = serde_json::from_str(&text).map_err(|e| read_err(&summary_path, e))?;
@@ -234,11 +244,11 @@ impl Run {
             run.summary = Some(value);
         }
         let requests = dir.join("requests.csv");
-        if requests.exists() {
+        if there("requests.csv") {
             run.requests = Some(read_requests(&requests)?);
         }
         let samples = dir.join("timeseries.csv");
-        if samples.exists() {
+        if there("timeseries.csv") {
             run.samples = Some(read_samples(&samples)?);
         }
         // A run with an output off leaves an earlier run's file of that name in place.
@@ -342,6 +352,14 @@ pub fn report(dirs: &[PathBuf]) -> Result<String, ReportError> {
         .map(|(d, n)| Run::load(d, n))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(render(&runs))
+}
+
+/// The page of the run that has just written the result files `written` into `dir`
+/// (`run --report`): files an earlier run left there are not its own.
+pub fn report_of_run(dir: &Path, written: &[String]) -> Result<String, ReportError> {
+    let name = run_names(&[dir.to_path_buf()]).remove(0);
+    let run = Run::load_files(dir, name, |file| written.iter().any(|w| w == file))?;
+    Ok(render(&[run]))
 }
 
 /// CDF points of sorted values: `CDF_POINTS` quantiles.

@@ -777,6 +777,13 @@ fn the_report_refuses_a_summary_and_requests_of_different_runs() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // `run --report` draws only the files the run wrote.
+    quickstart(
+        dir.path(),
+        30,
+        &["--report", "--set", "outputs.timeseries_csv=false"],
+    );
+    assert!(dir.path().join("report.html").exists());
     // One run's files agree.
     quickstart(dir.path(), 100, &[]);
     ok(&["report", dir.path().to_str().unwrap()]);
