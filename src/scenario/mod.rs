@@ -24,7 +24,7 @@ pub use plan::*;
 pub use policies::*;
 pub use problem::{
     Problem, closest, counted, did_you_mean, finite_positive, gb_per_s, grouped, latency_us,
-    readable, wait_seconds,
+    readable, some_of, wait_seconds,
 };
 pub use topology::{NodeFigures, PlacementSpec, TopologySpec, deserialize_node};
 pub use workload::*;

@@ -100,6 +100,21 @@ fn readable_numbers(message: String) -> String {
     out
 }
 
+/// Most names [`some_of`] lists.
+const NAMES_LISTED: usize = 8;
+
+/// `names` joined with commas, the first [`NAMES_LISTED`] only and how many there are when
+/// there are more (a hint listing 100,000 declared adapters would be a megabyte).
+pub fn some_of<'a>(names: impl ExactSizeIterator<Item = &'a str>) -> String {
+    let n = names.len();
+    let listed: Vec<&str> = names.take(NAMES_LISTED).collect();
+    if n > NAMES_LISTED {
+        format!("{}, … ({} in all)", listed.join(", "), grouped(n as u64))
+    } else {
+        listed.join(", ")
+    }
+}
+
 /// The closest candidate to `name` by edit distance, if reasonably close (see [`closest`]); of
 /// equally close candidates the first listed.
 pub fn did_you_mean<'a>(

@@ -290,7 +290,12 @@ fn check_adapters(p: &mut Vec<Problem>, s: &Scenario) {
         if !names.iter().any(|n| n == name) {
             let hint = crate::scenario::did_you_mean(name, names.iter().map(String::as_str))
                 .map_or_else(
-                    || format!("declared: {}", names.join(", ")),
+                    || {
+                        format!(
+                            "declared: {}",
+                            crate::scenario::some_of(names.iter().map(String::as_str))
+                        )
+                    },
                     |n| format!("did you mean `{n}`?"),
                 );
             p.push(Problem::new(path, format!("`{name}` is not in workload.adapters")).hint(hint));

@@ -269,6 +269,15 @@ fn bad_adapters_and_slots_are_refused_with_the_reason() {
             sc("lora: ()", ok, &client.replace("\"a\"", "\"c\"")),
             "workload.clients[0].adapter: `c` is not in workload.adapters",
         ),
+        // Of 100,000 declared adapters the hint names a few (it listed all: a megabyte).
+        (
+            sc(
+                "lora: ()",
+                "adapters: (count: 100000),",
+                &client.replace("\"a\"", "\"zzz\""),
+            ),
+            "hint: declared: lora0, lora1, lora2, lora3, lora4, lora5, lora6, lora7, … (100,000 in all)\n",
+        ),
         (
             sc("lora: ()", "", client),
             "names an adapter, but the workload declares none",
