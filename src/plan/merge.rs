@@ -67,7 +67,7 @@ pub fn merge(parts: Vec<(String, PlanResult)>) -> Result<PlanResult, String> {
     if !missing.is_empty() {
         return Err(format!(
             "shard {} missing: a plan's answer needs every shard",
-            missing.join(", ")
+            crate::scenario::some_of(missing.iter().map(String::as_str))
         ));
     }
     // Each shard holds the configurations whose place is its number modulo N, each once, and

@@ -221,6 +221,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_long_list_of_names_is_cut_to_the_first_eight_and_counted() {
+        let names: Vec<String> = (0..5000).map(|i| format!("{i}/5000")).collect();
+        assert_eq!(
+            some_of(names.iter().map(String::as_str)),
+            "0/5000, 1/5000, 2/5000, 3/5000, 4/5000, 5/5000, 6/5000, 7/5000, … (5,000 in all)"
+        );
+        assert_eq!(
+            some_of(names[..8].iter().map(String::as_str))
+                .matches(", ")
+                .count(),
+            7
+        );
+        assert_eq!(some_of(["a", "b"].into_iter()), "a, b");
+    }
+
+    #[test]
     fn a_latency_is_within_zero_and_a_thousand_seconds() {
         let mut p = Vec::new();
         for ok in [0.0, 8.0, 1e9] {

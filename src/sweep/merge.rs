@@ -212,7 +212,10 @@ pub fn merge(parts: Vec<Part>) -> Result<(Plan, BTreeMap<usize, Vec<String>>), S
         .map(|s| format!("{s}/{shards}"))
         .collect();
     if !missing.is_empty() {
-        return Err(format!("missing shards: {}", missing.join(", ")));
+        return Err(format!(
+            "missing shards: {}",
+            crate::scenario::some_of(missing.iter().map(String::as_str))
+        ));
     }
     Ok((whole, rows))
 }
