@@ -702,15 +702,21 @@ pub fn inference_perf_stages(dir: &Path) -> Result<Vec<InferencePerfStage>, Stri
     let mut stages = Vec::new();
     for entry in entries.flatten() {
         let name = entry.file_name();
-        let Some(id) = name
+        let Some(digits) = name
             .to_str()
             .and_then(|n| n.strip_prefix("stage_"))
             .and_then(|n| n.strip_suffix("_lifecycle_metrics.json"))
-            .and_then(|n| n.parse::<u32>().ok())
+            .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
         else {
             continue;
         };
         let path = entry.path();
+        let id = digits.parse::<u32>().map_err(|_| {
+            format!(
+                "{}: its stage number is past those inference-perf writes (0, 1, …)",
+                path.display()
+            )
+        })?;
         let text = crate::input::read_text(&path)?;
         let v = python_json(&text).map_err(|e| format!("{}: {e}", path.display()))?;
         let load = v.get("load_summary");
@@ -1552,6 +1558,21 @@ mod tests {
             m.requests[0].stage.as_deref(),
             Some("stage 0 (1e300 req/s)")
         );
+        // A stage number past 32 bits was not read as a stage, and nothing said so.
+        let far = dir.path().join("stage_4294967296_lifecycle_metrics.json");
+        std::fs::write(&far, r#"{"load_summary": {"count": 1}}"#).unwrap();
+        let e = inference_perf_stages(dir.path()).unwrap_err();
+        assert_eq!(
+            e,
+            format!(
+                "{}: its stage number is past those inference-perf writes (0, 1, …)",
+                far.display()
+            )
+        );
+        // A name that only looks like a summary is not one (as before).
+        std::fs::remove_file(&far).unwrap();
+        std::fs::write(dir.path().join("stage_x_lifecycle_metrics.json"), "{").unwrap();
+        assert_eq!(inference_perf_stages(dir.path()).unwrap().len(), 1);
     }
 
     #[test]
