@@ -141,6 +141,12 @@ print(json.dumps(out))
     for bad in (0, -1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="max_wall_s must be a finite number of seconds > 0"):
             servesim.run(QUICK, {"workload.num_requests": 10}, max_wall_s=bad)
+    # Not a number: was PyO3's "must be real number, not str", naming no argument.
+    for bad in ("5", True):
+        with pytest.raises(TypeError, match="max_wall_s is a number of seconds or None, not"):
+            servesim.run(QUICK, {"workload.num_requests": 10}, max_wall_s=bad)
+        with pytest.raises(TypeError, match="max_wall_s is a number of seconds or None, not"):
+            servesim.evaluate(QUICK, max_wall_s=bad)
 
 
 def test_a_program_scores_what_evaluate_gives_its_policies_and_the_mean_over_workloads():

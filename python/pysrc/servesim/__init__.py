@@ -189,6 +189,17 @@ def _callables(**given: Any) -> None:
             )
 
 
+def _wall(max_wall_s: Any) -> Any:
+    """``max_wall_s`` as a number of seconds (its range is checked with the run), or None."""
+    if max_wall_s is not None and (
+        isinstance(max_wall_s, bool) or not isinstance(max_wall_s, numbers.Real)
+    ):
+        raise TypeError(
+            f"max_wall_s is a number of seconds or None, not {type(max_wall_s).__name__} ({max_wall_s!r})"
+        )
+    return max_wall_s
+
+
 def _jobs(jobs: Any) -> Any:
     """``jobs`` checked as ``--jobs`` is: None (every core) or a whole number ≥ 1."""
     if jobs is None:
@@ -344,7 +355,7 @@ def run(
     summary, rows, inputs = _native.run(
         source, is_text, ov, out=out, router=routing, requests=requests, summary_hook=summary_hook,
         admission=admission, priority=priority, queue_order=queue_order, autoscale=autoscale,
-        max_wall_s=max_wall_s,
+        max_wall_s=_wall(max_wall_s),
     )
     result = Result(summary, rows, inputs)
     _warn(result.input_warnings + list(result.summary.get("warnings") or ()))
@@ -484,7 +495,7 @@ def evaluate(
     answer, found = _native.evaluate(
         source, is_text, ov, seeds=_count("seeds", seeds), weights=dict(weights or {}),
         worst=_count("worst", worst), jobs=_jobs(jobs), router=routing, admission=admission, priority=priority,
-        queue_order=queue_order, autoscale=autoscale, max_wall_s=max_wall_s,
+        queue_order=queue_order, autoscale=autoscale, max_wall_s=_wall(max_wall_s),
     )
     _warn(found)  # a priority= that orders nothing, as run says
     return json.loads(answer)
