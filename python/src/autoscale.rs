@@ -17,6 +17,17 @@ use servesim::policy::{GroupSignals, ScalePolicy, ScaleTarget};
 use servesim::time::SimDuration;
 
 use crate::RunError;
+
+/// A desired size the scaler returned: a whole number ≥ 0 (one past `u32` asks for as many as
+/// the group's `max` allows, which applies to every size), not a bool.
+fn size(v: &Bound<'_, PyAny>) -> Option<u32> {
+    if v.is_instance_of::<PyBool>() {
+        return None;
+    }
+    v.extract::<u32>().ok().or_else(|| {
+        (v.is_instance_of::<pyo3::types::PyInt>() && v.ge(0).unwrap_or(false)).then_some(u32::MAX)
+    })
+}
 use crate::policies::{Failure, guarded, shown};
 
 /// An autoscaled group as a Python scaler sees it at an evaluation.
@@ -183,17 +194,18 @@ impl ScalePolicy for PyScaler {
             let mut targets = Vec::with_capacity(wanted.len());
             for (k, v) in wanted.iter() {
                 let group = group_of(&k, names)?;
-                let (desired, reason) = match v.extract::<u32>() {
-                    Ok(d) => (d, default_reason),
-                    Err(_) => {
-                        let (d, r): (u32, String) = v.extract().map_err(|_| {
-                            RunError::new_err(format!(
-                                "the Python scaler's size for group {group} must be a whole number ≥ 0 or (size, reason), got {}",
-                                shown(&v)
-                            ))
-                        })?;
-                        (d, keep(reasons, r))
-                    }
+                let sized = match size(&v) {
+                    Some(d) => Some((d, default_reason)),
+                    None => v
+                        .extract::<(Bound<'_, PyAny>, String)>()
+                        .ok()
+                        .and_then(|(d, r)| Some((size(&d)?, keep(reasons, r)))),
+                };
+                let Some((desired, reason)) = sized else {
+                    return Err(RunError::new_err(format!(
+                        "the Python scaler's size for group {group} must be a whole number ≥ 0 (an int, not a bool) or (size, reason), got {}",
+                        shown(&v)
+                    )));
                 };
                 let Some(g) = groups.iter().find(|g| g.group == group) else {
                     return Err(RunError::new_err(format!(

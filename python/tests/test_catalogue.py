@@ -128,6 +128,15 @@ def test_a_scaler_that_returns_nonsense_or_raises_stops_the_run():
         servesim.evaluate(SCALING, SHORT, autoscale=boom)
     with pytest.raises(servesim.RunError, match="keys are groups, by index .* or name .*'nope' is neither"):
         servesim.run(SCALING, SHORT, autoscale=lambda now, groups: {"nope": 2}, requests=False)
+    # A bool is not a size (True ran as 1), alone or with a reason; -1 and 2.5 are not either.
+    for bad in (True, (False, "why"), -1, 2.5):
+        with pytest.raises(servesim.RunError, match="must be a whole number ≥ 0 \\(an int, not a bool\\)"):
+            servesim.run(SCALING, SHORT, autoscale=lambda now, groups, b=bad: {0: b}, requests=False)
+    # A size past 32 bits asks for the group's max, as any size above it does (it was refused
+    # as "not a whole number ≥ 0").
+    huge = servesim.run(SCALING, SHORT, autoscale=lambda now, groups: {0: 10**30}, requests=False)
+    most = servesim.run(SCALING, SHORT, autoscale=lambda now, groups: {g.group: g.max for g in groups}, requests=False)
+    assert huge.summary_json == most.summary_json
 
 
 class Every:
