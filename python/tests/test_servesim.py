@@ -497,6 +497,18 @@ def test_capacity_and_plan_give_what_the_cli_prints(tmp_path):
     assert alone["group"] == "70b-tp4"
     with pytest.raises(servesim.ScenarioError, match="did you mean"):
         servesim.capacity(cap, group="70b-tp5")
+    # Arguments of the wrong type are named (PyO3 said "must be real number, not str" and
+    # "'int' object is not an instance of 'str'").
+    for given, said in (
+        ({"group": 0}, "group is an instance group's name (a str) or None, not int (0)"),
+        ({"tolerance": "0.02"}, "tolerance is a fraction or None, not str ('0.02')"),
+        ({"served_share": True}, "served_share is a fraction or None, not bool (True)"),
+    ):
+        with pytest.raises(TypeError) as e:
+            servesim.capacity(cap, **given)
+        assert str(e.value) == said
+    with pytest.raises(TypeError, match="timeout_s is a number of seconds or None, not str"):
+        servesim.check_real(QUICK, "measured.json", timeout_s="5")
     # Every group alone (--each-group): a one-group deployment has nothing to split, and says so.
     each = servesim.capacity(
         cap, {"workload.num_requests": 1500, "cluster.groups[0].count": 2}, replicas=1,

@@ -189,15 +189,24 @@ def _callables(**given: Any) -> None:
             )
 
 
+def _real(name: str, value: Any, what: str) -> Any:
+    """``value`` as given if it is a number (its range is checked where it is used) or None:
+    the native layer refused a string with PyO3's "must be real number, not str", which did
+    not say which argument it was."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+        raise TypeError(f"{name} is {what} or None, not {type(value).__name__} ({value!r})")
+    return value
+
+
 def _wall(max_wall_s: Any) -> Any:
-    """``max_wall_s`` as a number of seconds (its range is checked with the run), or None."""
-    if max_wall_s is not None and (
-        isinstance(max_wall_s, bool) or not isinstance(max_wall_s, numbers.Real)
-    ):
-        raise TypeError(
-            f"max_wall_s is a number of seconds or None, not {type(max_wall_s).__name__} ({max_wall_s!r})"
-        )
-    return max_wall_s
+    return _real("max_wall_s", max_wall_s, "a number of seconds")
+
+
+def _name(name: str, value: Any, what: str) -> Any:
+    """``value`` as given if it is a string or None, else a TypeError that names it."""
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"{name} is {what} (a str) or None, not {type(value).__name__} ({value!r})")
+    return value
 
 
 def _jobs(jobs: Any) -> Any:
@@ -384,9 +393,10 @@ def capacity(
     _warn(_native.validate(source, is_text, ov))  # what `servesim capacity` warns of
     return json.loads(
         _native.capacity(
-            source, is_text, ov, replicas=_count("replicas", replicas), tolerance=tolerance,
-            served_share=served_share, jobs=_jobs(jobs), group=group,
-            each_group=each_group,
+            source, is_text, ov, replicas=_count("replicas", replicas),
+            tolerance=_real("tolerance", tolerance, "a fraction"),
+            served_share=_real("served_share", served_share, "a fraction"), jobs=_jobs(jobs),
+            group=_name("group", group, "an instance group's name"), each_group=each_group,
         )
     )
 
@@ -428,7 +438,10 @@ def check_real(
     ``timeout_s``, RunError when nothing measured completes in the simulation."""
     source, is_text, ov = _resolve(scenario, overrides, None)
     return json.loads(
-        _native.check_real(source, is_text, ov, os.fspath(measured), timeout_s=timeout_s)
+        _native.check_real(
+            source, is_text, ov, os.fspath(measured),
+            timeout_s=_real("timeout_s", timeout_s, "a number of seconds"),
+        )
     )
 
 
