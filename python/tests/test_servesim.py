@@ -218,6 +218,16 @@ def test_bad_counts_and_override_keys_name_the_argument():
             call()
     with pytest.raises(TypeError, match="override keys are field paths .* not int"):
         servesim.run(QUICK, overrides={1: 2})
+    # A count or weight of another type is named ("'str' object cannot be interpreted as an
+    # integer" and "must be real number, not str" named none).
+    for call, says in [
+        (lambda: servesim.evaluate(QUICK, small(10), seeds="2"), r"seeds is a whole number from 0 to 4,294,967,295, not str \('2'\)"),
+        (lambda: servesim.evaluate(QUICK, small(10), worst=True), r"worst is a whole number .* not bool \(True\)"),
+        (lambda: servesim.capacity(QUICK, small(10), replicas=2.0), r"replicas is a whole number .* not float \(2.0\)"),
+        (lambda: servesim.evaluate(QUICK, small(10), weights={"ttft_p99": "1"}), r"the weight of ttft_p99 is a number ≥ 0, not str \('1'\)"),
+    ]:
+        with pytest.raises(TypeError, match=says):
+            call()
     # jobs=0 ran on one thread (Ray given num_cpus=0 waited for ever), as --jobs 0 did.
     for call in (
         lambda: servesim.evaluate(QUICK, small(10), jobs=0),

@@ -171,11 +171,16 @@ def _overrides(overrides: Optional[Mapping[str, Any]], seed: Optional[int]) -> L
 
 
 def _count(name: str, value: Any, most: int = 2**32 - 1, least: int = 0) -> Any:
-    """``value`` as given, unless it is an int outside [least, most]: the native layer refused
-    such a count with an OverflowError that did not say which argument it was."""
-    if isinstance(value, int) and not isinstance(value, bool) and not least <= value <= most:
+    """``value`` as an int, if it is a whole number in [least, most]: the native layer refused
+    one out of range with an OverflowError, and one of another type with "'str' object cannot
+    be interpreted as an integer", neither saying which argument it was."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(
+            f"{name} is a whole number from {least} to {most:,}, not {type(value).__name__} ({value!r})"
+        )
+    if not least <= value <= most:
         raise ValueError(f"{name} = {value}: expected a whole number from {least} to {most:,}")
-    return value
+    return int(value)
 
 
 def _callables(**given: Any) -> None:
@@ -200,6 +205,15 @@ def _real(name: str, value: Any, what: str) -> Any:
 
 def _wall(max_wall_s: Any) -> Any:
     return _real("max_wall_s", max_wall_s, "a number of seconds")
+
+
+def _weights(weights: Any) -> Dict[str, Any]:
+    """``evaluate``'s weights, each a number (its range is checked with the objectives)."""
+    weights = dict(weights or {})
+    for k, w in weights.items():
+        if isinstance(w, bool) or not isinstance(w, numbers.Real):
+            raise TypeError(f"the weight of {k} is a number ≥ 0, not {type(w).__name__} ({w!r})")
+    return weights
 
 
 def _name(name: str, value: Any, what: str) -> Any:
@@ -506,7 +520,7 @@ def evaluate(
     source, is_text, ov = _resolve(scenario, params, seed)
     _warn(_native.validate(source, is_text, ov))  # what `servesim evaluate` warns of
     answer, found = _native.evaluate(
-        source, is_text, ov, seeds=_count("seeds", seeds), weights=dict(weights or {}),
+        source, is_text, ov, seeds=_count("seeds", seeds), weights=_weights(weights),
         worst=_count("worst", worst), jobs=_jobs(jobs), router=routing, admission=admission, priority=priority,
         queue_order=queue_order, autoscale=autoscale, max_wall_s=_wall(max_wall_s),
     )
