@@ -186,6 +186,38 @@ pub fn refused_at_start(
     ))
 }
 
+/// Clients whose shortest request (shared prefix, shortest prompt and shortest answer) is
+/// longer than any group's instances hold (their KV cache for one request and their
+/// `max_model_len`, given or derived): every request they send will be dropped as
+/// unservable, which the run only says at its end.
+fn never_served(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<String> {
+    let groups: Vec<(usize, u64)> = (0..s.cluster.groups.len())
+        .filter_map(|i| {
+            let r = super::resolve_group(s, i, catalog).ok()?;
+            let len = r.max_model_len.map_or(u64::MAX, u64::from);
+            Some((i, r.request_kv_tokens.min(len)))
+        })
+        .collect();
+    let Some(&(most_at, most)) = groups.iter().max_by_key(|(_, n)| *n) else {
+        return Vec::new();
+    };
+    let mut w = Vec::new();
+    for (i, c) in s.workload.clients.iter().enumerate() {
+        // An empirical file's lengths are not known here (its smallest reads as 0).
+        let prompt = u64::from(c.shared_prefix_tokens) + u64::from(c.input_tokens.min_value());
+        let shortest = prompt + u64::from(c.output_tokens.min_value().max(1)) - 1;
+        if groups.len() == s.cluster.groups.len() && shortest > most {
+            w.push(format!(
+                "workload.clients[{i}]: its shortest request ({} prompt tokens and {} output tokens) is longer than any instance holds (at most {} tokens of one request, cluster.groups[{most_at}]: its KV cache and max_model_len): every request it sends will be dropped as unservable",
+                crate::scenario::grouped(prompt),
+                crate::scenario::grouped(u64::from(c.output_tokens.min_value())),
+                crate::scenario::grouped(most)
+            ));
+        }
+    }
+    w
+}
+
 /// The built-in batch schedulers that take no `long_prefill_token_threshold` (vLLM v0 runs
 /// whole prompts, the others have their own budgets); a scheduler of the user's may read it.
 const BUILT_IN_WITHOUT_THRESHOLD: [&str; 5] = [
@@ -318,6 +350,7 @@ pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<Strin
             }
         }
     }
+    w.extend(never_served(s, catalog));
     w.extend(crate::autoscale::scheduled_out_of_bounds(s));
     if s.policies.priority != "constant" {
         let given = format!("policies.priority = {:?}", s.policies.priority);

@@ -689,3 +689,37 @@ fn a_wait_shorter_than_the_clocks_microsecond_is_refused() {
         "({group}, workload: (num_requests: 5, clients: [{client}, timeout_s: 1e-6)]))"
     ));
 }
+
+/// `validate` and `run` say before a run when a client can never be served: its shortest
+/// request needs more than any instance holds. 32 blocks of 16 tokens hold 512 tokens of one
+/// request, whose last token is not stored: a prompt of 503 and an answer of 10 fit (512),
+/// 504 and 10 do not. The warning says so exactly where the run drops every request.
+#[test]
+fn a_client_whose_every_request_is_unservable_is_warned_of_before_the_run() {
+    let app = servesim::default_app();
+    let catalog = app.world().resource::<Catalog>();
+    let sc = |prompt: u32| {
+        parse(&format!(
+            "(cluster: (groups: [(kv_blocks: 32, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [100.0, 1.0, 1.0]))]),
+              workload: (num_requests: 5, clients: [
+                (rate_per_s: 1.0, input_tokens: Constant({prompt}), output_tokens: Constant(10)),
+                (rate_per_s: 1.0, input_tokens: Uniform(min: 8, max: 900), output_tokens: Constant(10))]))"
+        ))
+    };
+    let warned = |prompt| servesim::loader::estimate::slow_inputs(&sc(prompt), catalog);
+    assert!(warned(503).is_empty(), "{:?}", warned(503));
+    assert_eq!(
+        warned(504),
+        [
+            "workload.clients[0]: its shortest request (504 prompt tokens and 10 output tokens) is longer than any instance holds (at most 512 tokens of one request, cluster.groups[0]: its KV cache and max_model_len): every request it sends will be dropped as unservable"
+        ]
+    );
+    let only_first = |prompt| {
+        let mut s = sc(prompt);
+        s.workload.clients.truncate(1);
+        run(&s).0.requests
+    };
+    let (fits, not) = (only_first(503), only_first(504));
+    assert_eq!((fits.completed, fits.dropped), (5, 0));
+    assert_eq!((not.completed, not.dropped), (0, 5));
+}
