@@ -364,7 +364,7 @@ fn scaled(n: f64, scale: f64, what: &str, at_least: u32) -> Result<u32, String> 
     if v > f64::from(super::lengths::MAX_TOKENS) {
         return Err(format!(
             "{what} = {n} is more than {} tokens",
-            super::lengths::MAX_TOKENS
+            crate::scenario::grouped(u64::from(super::lengths::MAX_TOKENS))
         ));
     }
     Ok((v as u32).max(at_least))
