@@ -11,12 +11,13 @@
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict};
+use pyo3::types::{PyBool, PyDict, PyInt};
 use servesim::SimTime;
 use servesim::policy::{GroupSignals, ScalePolicy, ScaleTarget};
 use servesim::time::SimDuration;
 
 use crate::RunError;
+use crate::policies::{Failure, guarded, shown};
 
 /// A desired size the scaler returned: a whole number ≥ 0 (one past `u32` asks for as many as
 /// the group's `max` allows, which applies to every size), not a bool.
@@ -24,11 +25,10 @@ fn size(v: &Bound<'_, PyAny>) -> Option<u32> {
     if v.is_instance_of::<PyBool>() {
         return None;
     }
-    v.extract::<u32>().ok().or_else(|| {
-        (v.is_instance_of::<pyo3::types::PyInt>() && v.ge(0).unwrap_or(false)).then_some(u32::MAX)
-    })
+    v.extract::<u32>()
+        .ok()
+        .or_else(|| (v.is_instance_of::<PyInt>() && v.ge(0).unwrap_or(false)).then_some(u32::MAX))
 }
-use crate::policies::{Failure, guarded, shown};
 
 /// An autoscaled group as a Python scaler sees it at an evaluation.
 #[pyclass(frozen, get_all, module = "servesim")]

@@ -18,7 +18,6 @@ pub(crate) fn peak_rss_mb() -> Option<f64> {
     Some(kb / 1024.0)
 }
 
-/// The resolved set-up `validate` prints: each group's instances, GPUs and KV cache (with
 /// Writes a report page to `out` (staged, then moved into place). The error carries its
 /// exit code: 2 for an output location that cannot be used, 1 for a failed write.
 pub(crate) fn write_page(page: &str, out: &Path) -> Result<(), (u8, String)> {

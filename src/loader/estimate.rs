@@ -198,15 +198,19 @@ fn never_served(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<String> 
             Some((i, r.request_kv_tokens.min(len)))
         })
         .collect();
+    // A group that does not resolve has its own error; nothing is said then.
     let Some(&(most_at, most)) = groups.iter().max_by_key(|(_, n)| *n) else {
         return Vec::new();
     };
+    if groups.len() < s.cluster.groups.len() {
+        return Vec::new();
+    }
     let mut w = Vec::new();
     for (i, c) in s.workload.clients.iter().enumerate() {
         // An empirical file's lengths are not known here (its smallest reads as 0).
         let prompt = u64::from(c.shared_prefix_tokens) + u64::from(c.input_tokens.min_value());
         let shortest = prompt + u64::from(c.output_tokens.min_value().max(1)) - 1;
-        if groups.len() == s.cluster.groups.len() && shortest > most {
+        if shortest > most {
             w.push(format!(
                 "workload.clients[{i}]: its shortest request ({} prompt tokens and {} output tokens) is longer than any instance holds (at most {} tokens of one request, cluster.groups[{most_at}]: its KV cache and max_model_len): every request it sends will be dropped as unservable",
                 crate::scenario::grouped(prompt),
