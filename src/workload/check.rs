@@ -141,8 +141,8 @@ pub fn check(s: &Scenario) -> Vec<Problem> {
             ),
             (None, None) => {}
         }
-        check_length(&mut p, &at("input_tokens"), &c.input_tokens, 0);
-        check_length(&mut p, &at("output_tokens"), &c.output_tokens, 1);
+        check_length(&mut p, &at("input_tokens"), &c.input_tokens, 0, "tokens");
+        check_length(&mut p, &at("output_tokens"), &c.output_tokens, 1, "tokens");
         if c.shared_prefix_tokens == 0 && c.input_tokens.max_value() == Some(0) {
             p.push(
                 Problem::new(at("input_tokens"), "every prompt would be empty")
@@ -167,7 +167,7 @@ pub fn check(s: &Scenario) -> Vec<Problem> {
             );
         }
         if let Some(sess) = &c.session {
-            check_length(&mut p, &at("session.turns"), &sess.turns, 1);
+            check_length(&mut p, &at("session.turns"), &sess.turns, 1, "turns");
             if !sess.think_time_s.is_finite() || sess.think_time_s < 0.0 || sess.think_time_s > 1e9
             {
                 p.push(Problem::new(
@@ -410,7 +410,14 @@ pub fn check_files(scenario: &Scenario) -> Vec<(String, String)> {
     problems
 }
 
-fn check_length(problems: &mut Vec<Problem>, path: &str, spec: &LengthSpec, min_allowed: u32) {
+/// A length distribution of `unit`s (tokens, or a session's turns).
+fn check_length(
+    problems: &mut Vec<Problem>,
+    path: &str,
+    spec: &LengthSpec,
+    min_allowed: u32,
+    unit: &str,
+) {
     let min_max = |problems: &mut Vec<Problem>, min: u32, max: u32| {
         if min > max {
             problems.push(
@@ -438,7 +445,7 @@ fn check_length(problems: &mut Vec<Problem>, path: &str, spec: &LengthSpec, min_
         if v > lengths::MAX_TOKENS {
             problems.push(Problem::new(
                 format!("{path}{field}"),
-                format!("at most 16,777,216 tokens, got {v}"),
+                format!("at most 16,777,216 {unit}, got {v}"),
             ));
         }
     };
@@ -448,7 +455,7 @@ fn check_length(problems: &mut Vec<Problem>, path: &str, spec: &LengthSpec, min_
             if *n < min_allowed {
                 problems.push(Problem::new(
                     path,
-                    format!("must be ≥ {min_allowed} tokens, got {n}"),
+                    format!("must be ≥ {min_allowed} {unit}, got {n}"),
                 ));
             }
         }
