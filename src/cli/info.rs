@@ -755,8 +755,9 @@ pub(crate) fn report(a: ReportArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    // A page written into a run's directory under a result file's name (`--out
-    // run/summary.json`) replaced what it reports on; there it must be an .html file.
+    // A page written into a results directory under a result file's name (`--out
+    // run/summary.json`, `--out sweep/sweep.csv`) replaced a result: the one it reports on, or
+    // another command's. There it must be an .html file.
     let html = out
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("html"));
@@ -764,12 +765,15 @@ pub(crate) fn report(a: ReportArgs) -> ExitCode {
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    if !html && let Some(dir) = dirs.iter().find(|d| same(d) == same(&parent.to_path_buf())) {
+    let reported = dirs.iter().any(|d| same(d) == same(&parent.to_path_buf()));
+    let held = crate::output::Results::held_in(parent).map(|(kind, _)| kind.name());
+    if !html && (reported || held.is_some()) {
         noteln!(
-            "error: --out {} is in the run directory {}, where a page not named *.html could replace a result file the report reads; give it an .html name, e.g. --out {}",
+            "error: --out {} is in {}, which holds a {}'s results, where a page not named *.html could replace a result file; give it an .html name, e.g. --out {}",
             out.display(),
-            dir.display(),
-            dir.join("report.html").display()
+            parent.display(),
+            held.unwrap_or("run"),
+            parent.join("report.html").display()
         );
         return ExitCode::from(2);
     }

@@ -1633,6 +1633,19 @@ fn report_does_not_write_its_page_over_a_result_file_of_a_run_it_reads() {
     }
     assert_eq!(std::fs::read(run.join("summary.json")).unwrap(), summary);
     assert!(!run.join("notes").exists());
+    // Nor over another command's results: a page named sweep.csv replaced a sweep's table.
+    let sweep = dir.path().join("sweep");
+    assert!(tiny_sweep(&sweep, &[]).status.success());
+    let table = std::fs::read(sweep.join("sweep.csv")).unwrap();
+    report_refused(
+        &[&run],
+        &sweep.join("sweep.csv"),
+        &format!(
+            "is in {}, which holds a sweep's results, where a page not named *.html could replace a result file",
+            sweep.display()
+        ),
+    );
+    assert_eq!(std::fs::read(sweep.join("sweep.csv")).unwrap(), table);
     let page = run.join("compare.html");
     let done = servesim_within(
         &[
