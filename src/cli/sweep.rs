@@ -294,6 +294,20 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
             a.out.display()
         );
     }
+    let written: std::collections::BTreeSet<usize> = if a.keep_outputs {
+        plan.points().iter().map(|p| p.index).collect()
+    } else {
+        Default::default()
+    };
+    let earlier = earlier_points(&a.out, &written);
+    if !earlier.is_empty() && !a.quiet {
+        noteln!(
+            "servesim: left alone in {}: {} (an earlier sweep's --keep-outputs; not this sweep's points, which `report {}/point-*` would show beside them)",
+            a.out.display(),
+            crate::scenario::some_of(earlier.iter().map(String::as_str)),
+            a.out.display()
+        );
+    }
     if failures.is_empty() {
         return ExitCode::SUCCESS;
     }
@@ -341,6 +355,27 @@ fn shards_kind(shards: &[PathBuf]) -> Result<Option<Results>, String> {
         }
     }
     Ok(first.map(|(_, kind)| kind))
+}
+
+/// The `point-NNNN` directories in `out` that this sweep did not write (`written`: its
+/// points' numbers with `--keep-outputs`, else none), sorted.
+fn earlier_points(
+    out: &std::path::Path,
+    written: &std::collections::BTreeSet<usize>,
+) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(out) else {
+        return Vec::new();
+    };
+    let mut earlier: Vec<String> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let index: usize = name.strip_prefix("point-")?.parse().ok()?;
+            (e.path().is_dir() && !written.contains(&index)).then_some(name)
+        })
+        .collect();
+    earlier.sort();
+    earlier
 }
 
 /// Joins the shards of a sweep.

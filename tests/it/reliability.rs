@@ -1762,3 +1762,41 @@ fn crashes_that_never_let_an_instance_serve_stop_the_run_with_a_diagnosis() {
         assert!(!out.exists(), "{name}: nothing written");
     }
 }
+
+/// A sweep into a directory that holds an earlier sweep's `--keep-outputs` leaves the earlier
+/// point directories alone (they may be all the user has of it) but says which are not its
+/// own: `report OUT/point-*` would otherwise draw them beside this sweep's points, silently.
+#[test]
+fn a_sweep_names_the_point_directories_an_earlier_sweep_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("sweep");
+    let scenario = root().join("scenarios/quickstart.ron");
+    let sweep = |values: &str, keep: bool| {
+        let vary = format!("workload.num_requests=[{values}]");
+        let mut args = vec![
+            "sweep",
+            scenario.to_str().unwrap(),
+            "--vary",
+            &vary,
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        if keep {
+            args.push("--keep-outputs");
+        }
+        let done = servesim_within(&args, 60);
+        assert!(done.status.success());
+        String::from_utf8_lossy(&done.stderr).into_owned()
+    };
+    let said = |names: &str| {
+        format!(
+            "servesim: left alone in {0}: {names} (an earlier sweep's --keep-outputs; not this sweep's points, which `report {0}/point-*` would show beside them)",
+            out.display()
+        )
+    };
+    assert!(!sweep("10,20,30", true).contains("left alone"));
+    assert!(sweep("10,20", true).contains(&said("point-0002")));
+    assert!(sweep("10,20", false).contains(&said("point-0000, point-0001, point-0002")));
+    // Nothing is removed.
+    assert!(out.join("point-0002").join("summary.json").exists());
+}
