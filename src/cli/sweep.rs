@@ -308,6 +308,13 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
             a.out.display()
         );
     }
+    if plan.replicas == 1 && a.out.join(crate::sweep::replicas::FILE).exists() && !a.quiet {
+        noteln!(
+            "servesim: left alone in {}: {} (an earlier sweep's means over its --replicas; this sweep runs each point once and writes none)",
+            a.out.display(),
+            crate::sweep::replicas::FILE
+        );
+    }
     if failures.is_empty() {
         return ExitCode::SUCCESS;
     }

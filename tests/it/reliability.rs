@@ -1799,4 +1799,10 @@ fn a_sweep_names_the_point_directories_an_earlier_sweep_left() {
     assert!(sweep("10,20", false).contains(&said("point-0000, point-0001, point-0002")));
     // Nothing is removed.
     assert!(out.join("point-0002").join("summary.json").exists());
+    // Nor an earlier sweep's per-point means, which this one (one seed a point) does not write.
+    std::fs::write(out.join("sweep-points.csv"), "point\n").unwrap();
+    assert!(sweep("10,20,30", true).contains(&format!(
+        "servesim: left alone in {}: sweep-points.csv (an earlier sweep's means over its --replicas; this sweep runs each point once and writes none)",
+        out.display()
+    )));
 }
