@@ -308,12 +308,8 @@ pub(crate) fn sweep(app: &ServesimApp, a: SweepArgs) -> ExitCode {
             a.out.display()
         );
     }
-    if plan.replicas == 1 && a.out.join(crate::sweep::replicas::FILE).exists() && !a.quiet {
-        noteln!(
-            "servesim: left alone in {}: {} (an earlier sweep's means over its --replicas; this sweep runs each point once and writes none)",
-            a.out.display(),
-            crate::sweep::replicas::FILE
-        );
+    if !a.quiet {
+        note_earlier_means(&a.out, &plan);
     }
     if failures.is_empty() {
         return ExitCode::SUCCESS;
@@ -466,7 +462,20 @@ pub(crate) fn merge(a: MergeArgs) -> ExitCode {
         shards.len(),
         out.join("sweep.csv").display()
     );
+    note_earlier_means(&out, &plan);
     ExitCode::SUCCESS
+}
+
+/// Names an earlier sweep's `sweep-points.csv` left beside a sweep without replicas, which
+/// writes none (the commit leaves files it does not write alone).
+fn note_earlier_means(out: &std::path::Path, plan: &crate::sweep::Plan) {
+    if plan.replicas == 1 && out.join(crate::sweep::replicas::FILE).exists() {
+        noteln!(
+            "servesim: left alone in {}: {} (an earlier sweep's means over its --replicas; this sweep runs each point once and writes none)",
+            out.display(),
+            crate::sweep::replicas::FILE
+        );
+    }
 }
 
 /// Says on stderr what `run` would warn of, once per warning: plainly when every point of
