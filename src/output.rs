@@ -41,9 +41,6 @@ pub const RESULT_FILES: [&str; 8] = [
     "check-real.json",
 ];
 
-/// How many of [`RESULT_FILES`] `servesim run` may write.
-const RUN_FILES: usize = 7;
-
 /// A run's result files: each concern creates its own while the run is set up
 /// ([`create`](Self::create)) and finishes them when it ends; the driver then commits them
 /// all together. The output directory is opened (and locked) by the first file created, so
@@ -345,7 +342,7 @@ impl OutputDir {
     /// Result files already in the directory that this run has not written (so far): after
     /// a commit they are from an earlier run.
     pub fn earlier_files(&self) -> Vec<String> {
-        RESULT_FILES[..RUN_FILES]
+        RESULT_FILES
             .iter()
             .filter(|n| !self.staged.iter().any(|s| s == *n))
             .filter(|n| fs::symlink_metadata(self.dir.join(n)).is_ok())

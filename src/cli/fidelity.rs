@@ -83,6 +83,7 @@ pub(crate) fn check_real(app: &ServesimApp, a: CheckRealArgs) -> ExitCode {
                 message: e.to_string(),
             })
     });
+    let earlier = out_dir.earlier_files();
     if let Err(e) = written.and_then(|()| out_dir.commit()) {
         noteln!("error: {e}");
         return ExitCode::from(1);
@@ -95,6 +96,13 @@ pub(crate) fn check_real(app: &ServesimApp, a: CheckRealArgs) -> ExitCode {
         "servesim: report in {}",
         dir.join("check-real.json").display()
     );
+    if !earlier.is_empty() {
+        noteln!(
+            "servesim: left alone in {}: {} (from an earlier run; check-real writes only check-real.json)",
+            dir.display(),
+            earlier.join(", ")
+        );
+    }
     ExitCode::SUCCESS
 }
 

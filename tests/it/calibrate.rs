@@ -309,6 +309,29 @@ fn calibrate_and_check_real_run_from_the_command_line() {
         serde_json::from_str(&std::fs::read_to_string(out_dir.join("check-real.json")).unwrap())
             .unwrap();
     assert_eq!(json["overall"]["lines"].as_array().unwrap().len(), 12);
+    // A run's results and a comparison share a directory; each command names the other's
+    // files it leaves (check-real.json was left beside a later run's files without a word).
+    let run_into = run(&[
+        "run",
+        scenario.to_str().unwrap(),
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert!(String::from_utf8_lossy(&run_into.stderr).contains(&format!(
+        "servesim: left alone in {}: check-real.json (from an earlier run; this run does not write it)",
+        out_dir.display()
+    )));
+    let again = run(&[
+        "check-real",
+        scenario.to_str().unwrap(),
+        measured.to_str().unwrap(),
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert!(String::from_utf8_lossy(&again.stderr).contains(&format!(
+        "servesim: left alone in {}: requests.csv, summary.json, timeseries.csv (from an earlier run; check-real writes only check-real.json)",
+        out_dir.display()
+    )));
     let out = run(&[
         "calibrate",
         scenario.to_str().unwrap(),
