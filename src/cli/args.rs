@@ -47,7 +47,7 @@ pub(crate) struct RunArgs {
     pub(crate) report: bool,
     /// Only steps and requests overlapping START..END (simulated seconds) go into
     /// timeline.json.
-    #[arg(long, value_name = "START..END")]
+    #[arg(long, value_name = "START..END", allow_hyphen_values = true)]
     pub(crate) trace_window: Option<String>,
     /// Fraction of requests drawn in timeline.json (by request id).
     #[arg(long, allow_negative_numbers = true, value_name = "FRACTION")]

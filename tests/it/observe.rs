@@ -291,22 +291,25 @@ fn the_timeline_holds_every_step_and_request_and_respects_its_bounds() {
         requests > 0 && requests < 20,
         "{requests} of ~24 in the window, a quarter kept"
     );
-    let bad = servesim(&[
-        "run",
-        "scenarios/quickstart.ron",
-        "--trace-window",
-        "5..2",
-        "--out",
-        small.path().to_str().unwrap(),
-    ]);
-    assert_eq!(bad.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&bad.stderr);
-    assert!(
-        err.contains(
-            "--trace-window 5..2: START and END must be simulated seconds with 0 ≤ START < END"
-        ),
-        "the flag the user typed is named, not the field it sets: {err}"
-    );
+    // A negative START reached clap as a flag ("unexpected argument '-1' found").
+    for window in ["5..2", "-1..2"] {
+        let bad = servesim(&[
+            "run",
+            "scenarios/quickstart.ron",
+            "--trace-window",
+            window,
+            "--out",
+            small.path().to_str().unwrap(),
+        ]);
+        assert_eq!(bad.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&bad.stderr);
+        assert!(
+            err.contains(&format!(
+                "--trace-window {window}: START and END must be simulated seconds with 0 ≤ START < END"
+            )),
+            "the flag the user typed is named, not the field it sets: {err}"
+        );
+    }
     for sample in ["0", "NaN", "1.5"] {
         let bad = servesim(&[
             "run",
