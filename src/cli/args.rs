@@ -24,7 +24,7 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     pub(crate) out: Option<PathBuf>,
     /// Override the scenario seed.
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_negative_numbers = true, value_parser = parse_seed)]
     pub(crate) seed: Option<u64>,
     /// Override any field: --set cluster.groups[0].count=4 (value in RON syntax).
     #[arg(long = "set", value_name = "PATH=VALUE")]
@@ -126,10 +126,10 @@ pub(crate) struct CalibrateArgs {
     #[arg(long, value_enum, default_value_t = crate::fidelity::calibrate::Family::Blackbox)]
     pub(crate) model: crate::fidelity::calibrate::Family,
     /// The instance group whose latency model is fitted.
-    #[arg(long, allow_negative_numbers = true, default_value_t = 0)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 0, value_parser = parse_index)]
     pub(crate) group: usize,
     /// Most simulations to run.
-    #[arg(long, allow_negative_numbers = true, default_value_t = 400)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 400, value_parser = parse_index)]
     pub(crate) max_evals: usize,
     /// Override a field of the scenario (as for `run`).
     #[arg(long = "set", value_name = "PATH=VALUE")]
@@ -176,6 +176,21 @@ pub(crate) fn counted(n: impl Into<u64>, noun: &str) -> String {
 
 /// The value of `--jobs`: a whole number ≥ 1 (0 is refused rather than read as 1 or as
 /// "every core", which is what omitting it means).
+/// `--seed`: a whole number, told as one (clap's own message was "invalid digit found in
+/// string" for `-5`).
+pub(crate) fn parse_seed(s: &str) -> Result<u64, String> {
+    s.trim().parse().map_err(|_| {
+        format!("expected a whole number from 0 to 18,446,744,073,709,551,615, got {s:?}")
+    })
+}
+
+/// A group number or a count (`--group`, `--max-evals`), told as a whole number ≥ 0.
+pub(crate) fn parse_index(s: &str) -> Result<usize, String> {
+    s.trim()
+        .parse()
+        .map_err(|_| format!("expected a whole number ≥ 0, got {s:?}"))
+}
+
 pub(crate) fn parse_jobs(s: &str) -> Result<usize, String> {
     match s.trim().parse::<usize>() {
         Ok(0) => Err(

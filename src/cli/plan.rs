@@ -30,7 +30,7 @@ pub(crate) struct PlanArgs {
     /// Search only the configurations whose place in the search's order is I modulo N (a
     /// Slurm array task or a Kubernetes Indexed Job pod); join the parts with `servesim merge`.
     /// Give every shard the same `--set plan.bound=PRICE` so they prune as one search does.
-    #[arg(long, value_name = "I/N")]
+    #[arg(long, value_name = "I/N", allow_hyphen_values = true)]
     shard: Option<String>,
     /// Reuse the trials an earlier, killed attempt of this same plan finished in --out and run
     /// only the rest (the answer is byte-identical to an uninterrupted plan).
@@ -40,7 +40,7 @@ pub(crate) struct PlanArgs {
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
     /// Runners-up listed with why they lost.
-    #[arg(long, allow_negative_numbers = true, default_value_t = 5)]
+    #[arg(long, allow_negative_numbers = true, default_value_t = 5, value_parser = super::args::parse_index)]
     runners_up: usize,
     /// No run statistics on stderr (warnings and errors still).
     #[arg(long, short)]

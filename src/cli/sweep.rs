@@ -63,7 +63,7 @@ pub(crate) struct SweepArgs {
     jobs: Option<usize>,
     /// Run only the points whose number is I modulo N (a Slurm array task or a
     /// Kubernetes Indexed Job pod); join the parts with `servesim merge`.
-    #[arg(long, value_name = "I/N")]
+    #[arg(long, value_name = "I/N", allow_hyphen_values = true)]
     shard: Option<String>,
     /// Where sweep.csv and sweep.json go (default: ./sweep).
     #[arg(long, default_value = "sweep")]

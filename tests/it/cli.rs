@@ -134,7 +134,33 @@ fn a_missing_file_and_a_bad_override_are_input_errors() {
     for (args, want) in [
         (
             &["run", "scenarios/quickstart.ron", "--seed", "-3"][..],
-            "invalid value '-3' for '--seed <SEED>'",
+            "invalid value '-3' for '--seed <SEED>': expected a whole number from 0 to 18,446,744,073,709,551,615, got \"-3\"",
+        ),
+        // clap's own "invalid digit found in string", and a negative shard taken for a flag.
+        (
+            &["plan", "scenarios/plan.ron", "--runners-up", "-2"][..],
+            "invalid value '-2' for '--runners-up <RUNNERS_UP>': expected a whole number ≥ 0, got \"-2\"",
+        ),
+        (
+            &[
+                "calibrate",
+                "scenarios/quickstart.ron",
+                "m.csv",
+                "--group",
+                "-1",
+            ][..],
+            "invalid value '-1' for '--group <GROUP>': expected a whole number ≥ 0, got \"-1\"",
+        ),
+        (
+            &[
+                "sweep",
+                "scenarios/quickstart.ron",
+                "--vary",
+                "seed=[1]",
+                "--shard",
+                "-1/2",
+            ][..],
+            "--shard -1/2: expected I/N with 0 ≤ I < N",
         ),
         (
             &[
