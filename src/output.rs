@@ -29,7 +29,7 @@ const STAGING_PREFIX: &str = ".servesim-run-";
 /// The commit journal inside a staging directory: the names of the files to move, one a line.
 const JOURNAL: &str = ".servesim-commit";
 
-/// Every result file name a servesim command writes (`run`'s first).
+/// Every result file name `run` and `check-real` write into a run's directory.
 pub const RESULT_FILES: [&str; 8] = [
     "requests.csv",
     "decisions.csv",
