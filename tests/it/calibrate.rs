@@ -311,27 +311,24 @@ fn calibrate_and_check_real_run_from_the_command_line() {
     assert_eq!(json["overall"]["lines"].as_array().unwrap().len(), 12);
     // A run's results and a comparison share a directory; each command names the other's
     // files it leaves (check-real.json was left beside a later run's files without a word).
-    let run_into = run(&[
-        "run",
-        scenario.to_str().unwrap(),
-        "--out",
-        out_dir.to_str().unwrap(),
-    ]);
-    assert!(String::from_utf8_lossy(&run_into.stderr).contains(&format!(
-        "servesim: left alone in {}: check-real.json (from an earlier run; this run does not write it)",
-        out_dir.display()
-    )));
-    let again = run(&[
-        "check-real",
-        scenario.to_str().unwrap(),
-        measured.to_str().unwrap(),
-        "--out",
-        out_dir.to_str().unwrap(),
-    ]);
-    assert!(String::from_utf8_lossy(&again.stderr).contains(&format!(
-        "servesim: left alone in {}: requests.csv, summary.json, timeseries.csv (from an earlier run; check-real writes only check-real.json)",
-        out_dir.display()
-    )));
+    let (scenario_arg, measured_arg) = (scenario.to_str().unwrap(), measured.to_str().unwrap());
+    for (command, left) in [
+        (
+            &["run", scenario_arg][..],
+            "check-real.json (from an earlier run; this run does not write it)",
+        ),
+        (
+            &["check-real", scenario_arg, measured_arg],
+            "requests.csv, summary.json, timeseries.csv (from an earlier run; check-real writes only check-real.json)",
+        ),
+    ] {
+        let done = run(&[command, &["--out", out_dir.to_str().unwrap()]].concat());
+        let said = format!("servesim: left alone in {}: {left}", out_dir.display());
+        assert!(
+            String::from_utf8_lossy(&done.stderr).contains(&said),
+            "{said}"
+        );
+    }
     let out = run(&[
         "calibrate",
         scenario.to_str().unwrap(),

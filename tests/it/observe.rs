@@ -291,44 +291,43 @@ fn the_timeline_holds_every_step_and_request_and_respects_its_bounds() {
         requests > 0 && requests < 20,
         "{requests} of ~24 in the window, a quarter kept"
     );
-    // A negative START reached clap as a flag ("unexpected argument '-1' found").
-    for window in ["5..2", "-1..2"] {
-        let bad = servesim(&[
-            "run",
-            "scenarios/quickstart.ron",
-            "--trace-window",
-            window,
-            "--out",
-            small.path().to_str().unwrap(),
-        ]);
+    // The flag the user typed is named, not the field it sets. A negative START reached clap
+    // as a flag ("unexpected argument '-1' found").
+    let window = "START and END must be simulated seconds with 0 ≤ START < END";
+    let fraction = "must be a fraction in (0, 1]";
+    for (flags, said) in [
+        (
+            &["--trace-window", "5..2"][..],
+            format!("--trace-window 5..2: {window}"),
+        ),
+        (
+            &["--trace-window", "-1..2"],
+            format!("--trace-window -1..2: {window}"),
+        ),
+        (
+            &["--trace", "timeline", "--trace-sample", "0"],
+            format!("--trace-sample 0: {fraction}"),
+        ),
+        (
+            &["--trace", "timeline", "--trace-sample", "NaN"],
+            format!("--trace-sample NaN: {fraction}"),
+        ),
+        (
+            &["--trace", "timeline", "--trace-sample", "1.5"],
+            format!("--trace-sample 1.5: {fraction}"),
+        ),
+    ] {
+        let bad = servesim(
+            &[
+                &["run", "scenarios/quickstart.ron"][..],
+                flags,
+                &["--out", small.path().to_str().unwrap()],
+            ]
+            .concat(),
+        );
         assert_eq!(bad.status.code(), Some(2));
         let err = String::from_utf8_lossy(&bad.stderr);
-        assert!(
-            err.contains(&format!(
-                "--trace-window {window}: START and END must be simulated seconds with 0 ≤ START < END"
-            )),
-            "the flag the user typed is named, not the field it sets: {err}"
-        );
-    }
-    for sample in ["0", "NaN", "1.5"] {
-        let bad = servesim(&[
-            "run",
-            "scenarios/quickstart.ron",
-            "--trace",
-            "timeline",
-            "--trace-sample",
-            sample,
-            "--out",
-            small.path().to_str().unwrap(),
-        ]);
-        assert_eq!(bad.status.code(), Some(2));
-        let err = String::from_utf8_lossy(&bad.stderr);
-        assert!(
-            err.contains(&format!(
-                "--trace-sample {sample}: must be a fraction in (0, 1]"
-            )),
-            "{err}"
-        );
+        assert!(err.contains(&said), "{err}");
     }
     // A window or a sample without a timeline would be ignored: refused, with the fix.
     for flag in [["--trace-window", "2..4"], ["--trace-sample", "0.5"]] {
