@@ -43,6 +43,26 @@ pub struct OutputReport {
     pub completed: Vec<String>,
 }
 
+impl OutputReport {
+    /// What the run left of an earlier run's files in its directory, as `run` and Python's
+    /// `run(out=…)` say it; `None` when it left none.
+    pub fn earlier_note(&self) -> Option<String> {
+        let dir = self.dir.as_ref()?;
+        (!self.earlier.is_empty()).then(|| {
+            format!(
+                "left alone in {}: {} (from an earlier run; this run does not write {})",
+                dir.display(),
+                self.earlier.join(", "),
+                if self.earlier.len() == 1 {
+                    "it"
+                } else {
+                    "them"
+                }
+            )
+        })
+    }
+}
+
 /// A ready-to-run simulation: the ECS world and the tick schedules.
 pub struct Simulation {
     world: World,

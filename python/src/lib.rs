@@ -222,8 +222,12 @@ fn call_summary_hook(
     }
 }
 
+/// What `run` hands Python: `summary.json`, `requests.csv` (when kept), the input warnings,
+/// and the note on an earlier run's files left in `out` (`run` prints it).
+type RunAnswer = (String, Option<String>, Vec<String>, Option<String>);
+
 /// Runs a scenario. Returns (summary.json text, requests.csv text or None, what `run` would
-/// warn of before the run).
+/// warn of before the run, what it left of an earlier run's files in `out`).
 #[pyfunction]
 #[pyo3(signature = (source, is_text, overrides, out=None, router=None, requests=true, summary_hook=None, admission=None, priority=None, queue_order=None, autoscale=None, max_wall_s=None))]
 #[expect(
@@ -244,7 +248,7 @@ fn run(
     queue_order: Option<Py<PyAny>>,
     autoscale: Option<Py<PyAny>>,
     max_wall_s: Option<f64>,
-) -> PyResult<(String, Option<String>, Vec<String>)> {
+) -> PyResult<RunAnswer> {
     let stop = stop::Stop::new(max_wall_s)?;
     let error: policies::Failure = Arc::new(Mutex::new(None));
     let mut builder = app();
@@ -317,11 +321,11 @@ fn run(
     }
     given.install(sim.world_mut(), &error);
     let result = if python_code {
-        stop.with_python(py, || sim.run())?
+        stop.with_python(py, || sim.run_reporting())?
     } else {
         // No Python code runs during the simulation: let other Python threads go on, and
         // Ctrl-C stop it.
-        stop.without_python(py, move || sim.run())?
+        stop.without_python(py, move || sim.run_reporting())?
     };
     if let Some(e) = error.lock().ok().and_then(|mut e| e.take()) {
         return Err(e);
@@ -329,13 +333,13 @@ fn run(
     if let Some(e) = scope.failure() {
         return Err(e);
     }
-    let summary = result.map_err(|e| RunError::new_err(e.to_string()))?;
+    let (summary, files) = result.map_err(|e| RunError::new_err(e.to_string()))?;
     let json = serde_json_pretty(&summary);
     let csv = buffer.map(|b| {
         let bytes = b.0.lock().map(|v| v.clone()).unwrap_or_default();
         String::from_utf8_lossy(&bytes).into_owned()
     });
-    Ok((json, csv, warnings))
+    Ok((json, csv, warnings, files.earlier_note()))
 }
 
 /// `capacity` and `plan` run their simulations on threads without Python: a scenario that

@@ -45,6 +45,13 @@ def test_results_equal_the_cli_byte_for_byte(tmp_path):
     servesim.run(QUICK, overrides=small(), seed=7, out=str(mine))
     assert (mine / "summary.json").read_bytes() == (out / "summary.json").read_bytes()
     assert (mine / "requests.csv").read_bytes() == (out / "requests.csv").read_bytes()
+    # A later run that does not write requests.csv leaves it, and says so as the CLI does (it
+    # was silent in Python).
+    with pytest.warns(servesim.ServesimWarning) as said:
+        servesim.run(QUICK, overrides={**small(), "outputs.requests_csv": False}, out=str(mine))
+    assert f"left alone in {mine}: requests.csv (from an earlier run; this run does not write it)" in [
+        str(w.message) for w in said
+    ]
 
 
 def test_requests_are_a_dataframe_with_the_csv_columns():

@@ -287,17 +287,10 @@ pub(crate) fn run(app: &ServesimApp, a: RunArgs) -> ExitCode {
     if want_report || sc.outputs.report_html {
         report.earlier.retain(|n| n != "report.html");
     }
-    if !report.earlier.is_empty() && !quiet {
-        noteln!(
-            "servesim: left alone in {}: {} (from an earlier run; this run does not write {})",
-            out_dir.display(),
-            report.earlier.join(", "),
-            if report.earlier.len() == 1 {
-                "it"
-            } else {
-                "them"
-            }
-        );
+    if let Some(note) = report.earlier_note()
+        && !quiet
+    {
+        noteln!("servesim: {note}");
     }
     ExitCode::SUCCESS
 }

@@ -375,13 +375,14 @@ def run(
         out = os.fspath(out)
         if not out:
             raise ValueError("out is an empty path: give the directory to write the result files to")
-    summary, rows, inputs = _native.run(
+    summary, rows, inputs, earlier = _native.run(
         source, is_text, ov, out=out, router=routing, requests=requests, summary_hook=summary_hook,
         admission=admission, priority=priority, queue_order=queue_order, autoscale=autoscale,
         max_wall_s=_wall(max_wall_s),
     )
     result = Result(summary, rows, inputs)
-    _warn(result.input_warnings + list(result.summary.get("warnings") or ()))
+    # With out=, an earlier run's files this run does not write are named, as `run` names them.
+    _warn(result.input_warnings + list(result.summary.get("warnings") or ()) + ([earlier] if earlier else []))
     return result
 
 
