@@ -78,6 +78,13 @@ pub(super) fn explain_ron_error(code: &ron::Error, path: &str) -> (String, Optio
                 "e.g. outputs: (dir: \"out\") or arrival: Gamma(cv: 2.0); {FIELDS}"
             )),
         ),
+        // The one signed whole number of a scenario: clients', classes' and bands' priority.
+        E::IntegerOutOfBounds if path.ends_with("priority") => (
+            "out of range: a priority is a whole number within \
+             -2,147,483,648..=2,147,483,647"
+                .into(),
+            Some("higher is more important; 0 is the default".into()),
+        ),
         E::IntegerOutOfBounds => (
             "out of range: expected a whole number ≥ 0 that fits this field (counts and lengths \
              are at most 4,294,967,295; num_requests and seeds at most \
