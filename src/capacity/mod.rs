@@ -126,6 +126,8 @@ pub struct Window {
     pub completed_per_s: f64,
     /// Requests arrived and not completed when the window starts.
     pub in_flight_at_start: usize,
+    /// Arrivals up to the window's start (the warm-up's, and the one that opens it).
+    pub warm_up_arrivals: usize,
     /// Per target: the share of the class's window arrivals that met its targets (NaN when
     /// the class had none).
     pub attainment: Vec<f64>,
@@ -182,8 +184,17 @@ impl Window {
             offered_per_s: count as f64 / ((end - start) as f64 / 1e6),
             completed_per_s: completed as f64 / ((end - start) as f64 / 1e6),
             in_flight_at_start,
+            warm_up_arrivals: first + 1,
             attainment,
         })
+    }
+
+    /// Whether the cluster was still filling up when the window opened: more than half the
+    /// warm-up's arrivals were still in flight, so the warm-up lasted less than about two of
+    /// their stays, and the window's shortfall may be the cluster filling rather than falling
+    /// behind.
+    pub fn still_filling(&self) -> bool {
+        2 * self.in_flight_at_start > self.warm_up_arrivals
     }
 
     /// Whether each criterion holds: sustained, then each target in order.
@@ -659,6 +670,7 @@ mod tests {
                 offered_per_s: scale,
                 completed_per_s: 1.0,
                 in_flight_at_start: 0,
+                warm_up_arrivals: 25,
                 attainment: vec![if scale <= 1.3 { 1.0 } else { 0.0 }],
             }))
         };
@@ -700,6 +712,7 @@ mod tests {
                 offered_per_s: scale,
                 completed_per_s: 1.0,
                 in_flight_at_start: 0,
+                warm_up_arrivals: 25,
                 attainment: vec![],
             }))
         };
@@ -713,6 +726,7 @@ mod tests {
                 offered_per_s: 1.0,
                 completed_per_s: 1.0,
                 in_flight_at_start: 0,
+                warm_up_arrivals: 25,
                 attainment: vec![],
             }))
         };

@@ -583,8 +583,19 @@ impl Ctx<'_> {
             let verdicts = w.verdicts(self.targets, SERVED_SHARE);
             if failed.is_none() {
                 if !verdicts[0] {
+                    let short = if w.still_filling() {
+                        format!(
+                            "; the run may be too short to tell: {} of the first {} arrivals \
+                             (the warm-up) were still in flight when the window opened, and a \
+                             cluster still filling up reads as falling behind (raise \
+                             workload.num_requests)",
+                            w.in_flight_at_start, w.warm_up_arrivals
+                        )
+                    } else {
+                        String::new()
+                    };
                     failed = Some(format!(
-                        "seed {seed}: falls behind (completes {:.1} % of arrivals)",
+                        "seed {seed}: falls behind (completes {:.1} % of arrivals){short}",
                         w.served_share * 100.0
                     ));
                 } else if let Some(k) = verdicts[1..].iter().position(|v| !v) {

@@ -752,3 +752,36 @@ fn a_price_out_of_the_range_a_group_s_cost_takes_is_refused_before_any_run() {
         );
     }
 }
+
+/// A run too short for the cluster to fill reads as falling behind; the plan says so where a
+/// size fails that way, and a run long enough answers with fewer instances.
+#[test]
+fn a_size_failing_while_the_cluster_still_fills_says_the_run_may_be_too_short() {
+    let dir = small();
+    let one = [
+        "--set",
+        r#"plan.gpus=["H100"]"#,
+        "--set",
+        "plan.tp=[1]",
+        "--set",
+        "plan.max_num_seqs=[64]",
+    ];
+    let mut args = one.to_vec();
+    args.extend(["--set", "workload.num_requests=100"]);
+    let short = plan_json(dir.path(), &args);
+    let (_, _, n_short) = best(&short);
+    // 100 arrivals: the warm-up is the first 25 and the one that opens the window.
+    let failed = short["outcomes"][0]["one_fewer"]["failed"]
+        .as_str()
+        .unwrap();
+    assert!(
+        failed.contains("falls behind")
+            && failed.contains("; the run may be too short to tell: ")
+            && failed.contains(" of the first 26 arrivals (the warm-up) were still in flight"),
+        "{failed}"
+    );
+    let long = plan_json(dir.path(), &one);
+    let (_, _, n_long) = best(&long);
+    assert!(n_long < n_short, "{n_long} {n_short}");
+    assert!(!long.to_string().contains("too short"), "{long}");
+}
