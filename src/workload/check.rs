@@ -476,6 +476,7 @@ fn check_length(
                 ));
             }
             finite(problems, "stdev", *stdev, false);
+            too_big(problems, ".max", *max);
             min_max(problems, *min, *max);
         }
         LengthSpec::LogNormal {
@@ -491,10 +492,12 @@ fn check_length(
                 ));
             }
             finite(problems, "sigma", *sigma, false);
+            too_big(problems, ".max", *max);
             min_max(problems, (*min).max(min_allowed), *max);
         }
         LengthSpec::Exponential { mean, min, max } => {
             finite(problems, "mean", *mean, true);
+            too_big(problems, ".max", *max);
             min_max(problems, (*min).max(min_allowed), *max);
         }
         LengthSpec::Zipf { max, exponent } => {
