@@ -365,7 +365,7 @@ pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<Strin
             ("input_tokens", &c.input_tokens),
             ("output_tokens", &c.output_tokens),
         ] {
-            if let Some(note) = clamped_normal(spec) {
+            if let Some(note) = clamped_length(spec) {
                 w.push(format!("workload.clients[{i}].{field}: {note}"));
             }
         }
@@ -492,30 +492,93 @@ pub fn said_once(found: &[(String, Vec<String>)], what: &str, how: &str) -> Vec<
     lines
 }
 
-/// A `Normal` length whose mean lies more than three standard deviations outside its
-/// [min, max]: more than 99.8 % of its draws are clamped to one bound, so the client sends
-/// (nearly) a constant length, more often a slip (a swapped min and mean) than an intent.
-fn clamped_normal(spec: &LengthSpec) -> Option<String> {
-    let LengthSpec::Normal {
-        mean,
-        stdev,
-        min,
-        max,
-    } = *spec
-    else {
-        return None;
+/// A length distribution that puts nearly all its draws (more than 99.8 %) outside its
+/// [min, max], so they are clamped to one bound and the client sends (nearly) a constant
+/// length: more often a slip (a swapped min and mean, `mu` given as a length rather than its
+/// logarithm) than an intent. A `Normal` whose mean lies more than three standard deviations
+/// outside, a `LogNormal` whose `mu` does in log space, an `Exponential` whose draws fall
+/// below `min` or above `max` that often.
+fn clamped_length(spec: &LengthSpec) -> Option<String> {
+    // One tail of a normal beyond three standard deviations: 0.135 %.
+    const TAIL: f64 = 0.00135;
+    let outside = |centre: f64, spread: f64, lo: f64, hi: f64| {
+        if centre - 3.0 * spread > hi {
+            Some(true)
+        } else if centre + 3.0 * spread < lo {
+            Some(false)
+        } else {
+            None
+        }
     };
-    let (lo, hi) = (f64::from(min), f64::from(max));
-    let bound = if mean - 3.0 * stdev > hi {
-        max
-    } else if mean + 3.0 * stdev < lo {
-        min
-    } else {
-        return None;
+    // 1e-300 as 1e-300, not 300 zeros.
+    let num = |v: f64| {
+        if v != 0.0 && !(1e-3..1e6).contains(&v.abs()) {
+            format!("{v:e}")
+        } else {
+            format!("{v}")
+        }
     };
-    Some(format!(
-        "Normal(mean: {mean}, stdev: {stdev}) lies more than three stdev outside [{min}, {max}]: nearly every length is clamped to {bound}"
-    ))
+    let (above, what, min, max) = match *spec {
+        LengthSpec::Normal {
+            mean,
+            stdev,
+            min,
+            max,
+        } => (
+            outside(mean, stdev, f64::from(min), f64::from(max))?,
+            format!(
+                "Normal(mean: {}, stdev: {}) lies more than three stdev outside [{min}, {max}]",
+                num(mean),
+                num(stdev)
+            ),
+            min,
+            max,
+        ),
+        LengthSpec::LogNormal {
+            mu,
+            sigma,
+            min,
+            max,
+        } => {
+            let (lo, hi) = (f64::from(min.max(1)).ln(), f64::from(max).ln());
+            (
+                outside(mu, sigma, lo, hi)?,
+                format!(
+                    "LogNormal(mu: {}, sigma: {}) lies more than three sigma outside \
+                     [ln {min}, ln {max}] = [{lo:.2}, {hi:.2}] (mu is the logarithm of the \
+                     median length)",
+                    num(mu),
+                    num(sigma)
+                ),
+                min,
+                max,
+            )
+        }
+        LengthSpec::Exponential { mean, min, max } => {
+            // P(X > max) = e^(−max/mean); P(X < min) = 1 − e^(−min/mean).
+            let above = (-f64::from(max) / mean).exp() > 1.0 - TAIL;
+            if !above && (-f64::from(min) / mean).exp() >= TAIL {
+                return None;
+            }
+            let side = if above {
+                format!("above its max ({max})")
+            } else {
+                format!("below its min ({min})")
+            };
+            (
+                above,
+                format!(
+                    "Exponential(mean: {}) puts more than 99.8 % of its draws {side}",
+                    num(mean)
+                ),
+                min,
+                max,
+            )
+        }
+        _ => return None,
+    };
+    let bound = if above { max } else { min };
+    Some(format!("{what}: nearly every length is clamped to {bound}"))
 }
 
 impl WorkEstimate {
