@@ -5,7 +5,9 @@ skipping."""
 
 import importlib
 import json
+import math
 import os
+import re
 import subprocess
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -270,6 +272,28 @@ def test_write_search_refuses_a_trial_without_its_objectives_and_unknown_directi
                      objectives=["ttft", "cost"], directions=["minimize", "minimize"])
     with pytest.raises(ValueError, match="neither"):
         write_search(str(tmp_path), [], objectives=["ttft"], directions=["down"])
+    # Values of the wrong kind would be drawn as nothing, or counted infeasible, silently.
+    good = {"trial": 0, "ttft": 1.0, "feasible": True, "pareto": True}
+    for bad, message in [
+        ({"ttft": "1.0"}, "trial 0: objective 'ttft' must be a number or None, got '1.0'"),
+        ({"ttft": True}, "objective 'ttft' must be a number or None, got True"),
+        ({"feasible": "yes"}, "trial 0: `feasible` must be True or False, got 'yes'"),
+        ({"pareto": 1}, "`pareto` must be True or False, got 1"),
+        ({"trial": "a"}, "trial 'a': `trial` must be a whole number"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            write_search(str(tmp_path / "bad"), [{**good, **bad}], objectives=["ttft"], directions=["minimize"])
+    with pytest.raises(ValueError, match="trial 0 is given twice"):
+        write_search(str(tmp_path / "bad"), [good, good], objectives=["ttft"], directions=["minimize"])
+    with pytest.raises(ValueError, match="objective 'ttft' is named twice"):
+        write_search(str(tmp_path / "bad"), [good], objectives=["ttft", "ttft"], directions=["minimize"] * 2)
+    with pytest.raises(ValueError, match="'feasible' has the name of one of search.csv's own columns"):
+        write_search(str(tmp_path / "bad"), [good], objectives=["feasible"], directions=["minimize"])
+    assert not (tmp_path / "bad").exists()
+    # None, NaN and infinities are no value: written empty.
+    write_search(str(tmp_path / "none"), [good, {**good, "trial": 1, "ttft": None}, {**good, "trial": 2, "ttft": math.inf}],
+                 objectives=["ttft"], directions=["minimize"])
+    assert (tmp_path / "none" / "search.csv").read_text().splitlines()[2:] == ["1,,true,true", "2,,true,true"]
     # A directory holds one command's results: not a search's beside a run's, nor the reverse.
     servesim.run(QUICK, {"workload.num_requests": 10}, out=str(tmp_path / "run"))
     trial = [{"trial": 0, "ttft": 1.0, "feasible": True, "pareto": True}]

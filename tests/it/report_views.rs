@@ -358,4 +358,36 @@ fn a_search_directory_draws_every_trial_and_the_front_and_names_what_is_missing(
     let out = servesim(&["report", "s"], dir);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no `latency` column"));
+    // A cell write_search would not write: drawn as nothing, or counted infeasible, before.
+    std::fs::write(
+        s.join("search.json"),
+        r#"{"objectives": ["ttft_p99_ms"], "directions": ["minimize"]}"#,
+    )
+    .unwrap();
+    for (rows, said) in [
+        (
+            "0,90.5,yes,true",
+            r#"row 2 (trial 0): `feasible` is "yes", not true or false"#,
+        ),
+        (
+            "0,90.5,true,true\n1,fast,true,false",
+            r#"row 3 (trial 1): `ttft_p99_ms` is "fast", not a number (or empty for none)"#,
+        ),
+    ] {
+        std::fs::write(
+            s.join("search.csv"),
+            format!("trial,ttft_p99_ms,feasible,pareto\n{rows}\n"),
+        )
+        .unwrap();
+        let out = servesim(&["report", "s"], dir);
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(said), "{err}");
+    }
+    std::fs::write(
+        s.join("search.csv"),
+        "trial,ttft_p99_ms,feasible,pareto\n0,,true,true\n",
+    )
+    .unwrap();
+    ok(&servesim(&["report", "s"], dir));
 }

@@ -37,19 +37,42 @@ def write_search(
     """Writes ``out/search.csv`` and ``out/search.json``. Each trial is a mapping with
     ``trial`` (a number), every name in ``objectives``, ``feasible`` and ``pareto`` (bools)
     and any parameters; ``directions`` holds ``"minimize"`` or ``"maximize"`` per objective.
-    Raises ValueError for a trial without an objective or a direction that is neither, or an
-    ``out`` that holds another command's results (a run's, a sweep's...)."""
+    An objective's value is a number, or None (or NaN, or an infinity) for none: it is
+    written empty and left out of the chart.
+    Raises ValueError for a trial without an objective, a value of the wrong type (a string
+    objective, a trial number given twice, ``feasible`` not a bool), an objective named twice
+    or named as a fixed column, a direction that is neither, or an ``out`` that holds another
+    command's results (a run's, a sweep's...)."""
     if len(objectives) != len(directions) or not objectives:
         raise ValueError("give one direction per objective, and at least one objective")
     for d in directions:
         if d not in ("minimize", "maximize"):
             raise ValueError(f"direction {d!r} is neither 'minimize' nor 'maximize'")
+    for i, o in enumerate(objectives):
+        if o in ("trial", "feasible", "pareto"):
+            raise ValueError(f"objective {o!r} has the name of one of search.csv's own columns")
+        if o in objectives[:i]:
+            raise ValueError(f"objective {o!r} is named twice")
     fixed = ["trial", *objectives, "feasible", "pareto"]
     params: List[str] = []
+    seen = set()
     for t in trials:
         missing = [k for k in fixed if k not in t]
         if missing:
             raise ValueError(f"trial {t.get('trial', '?')} has no {', '.join(missing)}")
+        n = t["trial"]
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise ValueError(f"trial {n!r}: `trial` must be a whole number (Optuna's trial.number)")
+        if n in seen:
+            raise ValueError(f"trial {n} is given twice")
+        seen.add(n)
+        for k in ("feasible", "pareto"):
+            if not isinstance(t[k], bool):
+                raise ValueError(f"trial {n}: `{k}` must be True or False, got {t[k]!r}")
+        for o in objectives:
+            v = t[o]
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                raise ValueError(f"trial {n}: objective {o!r} must be a number or None, got {v!r}")
         params.extend(k for k in t if k not in fixed and k not in params)
     # A directory holds one command's results (``servesim report`` reads one kind).
     _native.search_may_write(os.fspath(out))

@@ -57,6 +57,32 @@ pub(super) fn page_of(dir: &Path) -> Result<String, ReportError> {
         .iter()
         .map(|o| t.need(&csv_path, o))
         .collect::<Result<_, _>>()?;
+    // What write_search writes: true or false, and a number or nothing. Another cell would be
+    // drawn as nothing, or its trial counted infeasible, without a word.
+    for (k, r) in t.rows.iter().enumerate() {
+        let at = |c: usize, what: &str| {
+            read_err(
+                &csv_path,
+                format!(
+                    "row {} (trial {}): `{}` is {:?}, not {what}",
+                    k + 2,
+                    r[trial],
+                    t.header[c],
+                    r[c]
+                ),
+            )
+        };
+        for c in [feasible, pareto] {
+            if r[c] != "true" && r[c] != "false" {
+                return Err(at(c, "true or false"));
+            }
+        }
+        for &c in &obj {
+            if !r[c].is_empty() && r[c].parse::<f64>().is_err() {
+                return Err(at(c, "a number (or empty for none)"));
+            }
+        }
+    }
     let params: Vec<usize> = (0..t.header.len())
         .filter(|i| ![trial, feasible, pareto].contains(i) && !obj.contains(i))
         .collect();
