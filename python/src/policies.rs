@@ -309,9 +309,27 @@ pub fn guarded<T>(failure: &Failure, fallback: T, f: impl FnOnce(Python<'_>) -> 
     })
 }
 
-/// What a policy returned, as Python shows it (`repr`), for an error.
+/// What a policy returned, as Python shows it (`repr`), for an error. An object Python shows
+/// by its address (`<generator object route at 0x7f…>`) is named by its type instead, so the
+/// message, and a policy search's feedback, is the same on every run.
 pub fn shown(v: &Bound<'_, PyAny>) -> String {
-    v.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+    let repr = v.repr().map_or_else(|_| "?".into(), |r| r.to_string());
+    if !(repr.starts_with('<') && repr.contains(" at 0x")) {
+        return repr;
+    }
+    let kind = v
+        .get_type()
+        .name()
+        .map_or_else(|_| "object".into(), |n| n.to_string());
+    match kind.as_str() {
+        "generator" => "a generator (the function yields: return the answer instead)".into(),
+        "coroutine" => {
+            "a coroutine (the function is `async def`: policies are called synchronously, so \
+             define it with `def`)"
+                .into()
+        }
+        _ => format!("an object of type {kind}"),
+    }
 }
 
 /// `routing(request, instances) -> index or None`.

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -145,6 +146,22 @@ def test_router_errors_stop_the_run():
     # A bool is an int in Python: True routed every request to instance 1.
     with pytest.raises(servesim.RunError, match="returned True, a bool"):
         servesim.run(QUICK, overrides=small(10), routing=lambda r, i: True)
+    # An object Python shows by its address is named by its type: the message is the same
+    # on every run (a policy search's feedback too).
+    def yields(request, instances):
+        yield 0
+
+    async def waits(request, instances):
+        return 0
+
+    for f, said in ((yields, "returned a generator (the function yields"),
+                    (waits, "returned a coroutine (the function is `async def`"),
+                    (lambda r, i: object(), "returned an object of type object, which is neither")):
+        with pytest.raises(servesim.RunError, match=re.escape(said)) as e:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # the coroutine never awaited
+                servesim.run(QUICK, overrides=small(10), routing=f)
+        assert "0x" not in str(e.value)
 
 
 def test_what_a_policy_returns_is_checked_and_named():
