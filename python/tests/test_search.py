@@ -93,6 +93,24 @@ def test_a_failing_candidate_scores_zero_with_the_reason_and_a_bad_scenario_rais
     assert r["score"] == 0.0 and r["fitness"] == {k: 0.0 for k in OBJECTIVES}
     with pytest.raises(servesim.ScenarioError):
         evaluate_workload(source("least_loaded.py"), Workload("bad", QUICK, {"workload.num_requests": -1}))
+    # So are the search's own settings: caught as the candidate's failure, each scored every
+    # candidate 0 without a word to the search.
+    fine = Workload("q", QUICK, {"workload.num_requests": 10})
+    for kw, error, said in [
+        (dict(seeds=0), ValueError, "seeds = 0: expected a whole number from 1 to 100,000"),
+        (dict(seeds="2"), TypeError, "seeds is a whole number"),
+        (dict(worst=-1), ValueError, "worst = -1"),
+        (dict(max_wall_s=-1.0), ValueError, "max_wall_s must be a finite number of seconds > 0, got -1.0"),
+        (dict(max_wall_s=float("nan")), ValueError, "max_wall_s must be a finite number"),
+    ]:
+        with pytest.raises(error, match=re.escape(said)):
+            evaluate_program(FINE, [fine], **kw)
+        with pytest.raises(error, match=re.escape(said)):
+            evaluate_workload(FINE, fine, **kw)
+    with pytest.raises(TypeError, match=re.escape("workload 'odd': override values are RON text, numbers or booleans, not object")):
+        evaluate_program(FINE, [Workload("odd", QUICK, {"workload.num_requests": object()})])
+    with pytest.raises(TypeError, match=re.escape("sources[1] is a program's source text (a str), not NoneType")):
+        evaluate_programs([FINE, None], [fine])
 
 
 FINE = "def route(request, instances):\n    return min((i for i in instances if i.routable), key=lambda i: i.load).index\n"

@@ -22,6 +22,7 @@ there: evaluating candidates on a pool gives exactly what evaluating them one by
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
@@ -74,6 +75,31 @@ def compile_program(source: str, filename: str = "<candidate>") -> Dict[str, Cal
     return policies
 
 
+def _check_settings(
+    workloads: Sequence[Workload], seeds: Any, worst: Any, max_wall_s: Any
+) -> None:
+    """The search's own settings, checked before any candidate runs: an error of theirs is
+    the search's, not the candidate's, and caught as a candidate's failure it scored every
+    candidate 0 (seeds=0, a negative max_wall_s, an override value of no RON type)."""
+    from . import _count, _overrides, _wall  # the checks servesim.evaluate applies
+
+    _count("seeds", seeds, 100_000, least=1)
+    _count("worst", worst)
+    if _wall(max_wall_s) is not None and not (max_wall_s > 0 and math.isfinite(max_wall_s)):
+        raise ValueError(f"max_wall_s must be a finite number of seconds > 0, got {max_wall_s!r}")
+    for w in workloads:
+        if not isinstance(w, Workload):
+            raise TypeError(f"workloads holds servesim.search.Workload items, not {type(w).__name__} ({w!r})")
+        if not isinstance(w.overrides, Mapping):
+            raise TypeError(
+                f"workload {w.name!r}: overrides map field paths to values, not {type(w.overrides).__name__}"
+            )
+        try:
+            _overrides(w.overrides, None)
+        except TypeError as e:
+            raise TypeError(f"workload {w.name!r}: {e}") from None
+
+
 def _feedback(name: str, evaluation: Optional[Dict[str, Any]], error: Optional[str]) -> str:
     if error is not None:
         return f"Workload {name}: the candidate failed and scores 0. {error}"
@@ -96,6 +122,7 @@ def evaluate_workload(
     of wall time spent — a candidate that loops, or is far slower than it should be) and
     ``feedback`` (the trace summary in words, or the error). A bad scenario is not the
     candidate's fault: its ScenarioError is raised."""
+    _check_settings([workload], seeds, worst, max_wall_s)
     evaluation = None
     error = None
     try:
@@ -143,6 +170,10 @@ def evaluate_programs(
     if not workloads:
         # The mean over no workloads would score every program 0 without running it.
         raise ValueError("workloads is empty: give at least one Workload to evaluate on")
+    for i, source in enumerate(sources):
+        if not isinstance(source, (str, bytes)):
+            raise TypeError(f"sources[{i}] is a program's source text (a str), not {type(source).__name__}")
+    _check_settings(workloads, seeds, worst, max_wall_s)
     weights = dict(weights) if weights else None
     jobs = [(s, w, weights, seeds, worst, max_wall_s) for s in sources for w in workloads]
     results = list(pool.map(_one, jobs)) if pool is not None else [_one(j) for j in jobs]
