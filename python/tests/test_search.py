@@ -111,6 +111,16 @@ def test_a_failing_candidate_scores_zero_with_the_reason_and_a_bad_scenario_rais
         evaluate_program(FINE, [Workload("odd", QUICK, {"workload.num_requests": object()})])
     with pytest.raises(TypeError, match=re.escape("sources[1] is a program's source text (a str), not NoneType")):
         evaluate_programs([FINE, None], [fine])
+    # The adapters check them when they are built, before the tool's loop starts.
+    from servesim.adapters.gepa import ServesimAdapter
+    from servesim.adapters.openevolve import Evaluator
+
+    with pytest.raises(ValueError, match="seeds = 0"):
+        ServesimAdapter(seeds=0)
+    with pytest.raises(ValueError, match="workloads is empty"):
+        Evaluator([])
+    with pytest.raises(ValueError, match="max_wall_s must be"):
+        Evaluator([fine], max_wall_s=0)
 
 
 FINE = "def route(request, instances):\n    return min((i for i in instances if i.routable), key=lambda i: i.load).index\n"
@@ -192,7 +202,9 @@ def test_candidates_evaluated_on_a_process_pool_or_ray_equal_the_serial_evaluati
     serial = evaluate_programs(programs, WORKLOADS)
     with ProcessPoolExecutor(2) as pool:
         assert evaluate_programs(programs, WORKLOADS, pool=pool) == serial
-    ray = pytest.importorskip("ray")
+    # (ray.util: a directory named ray on sys.path, such as /tmp/ray, imports as "ray" too.)
+    pytest.importorskip("ray.util")
+    import ray
     from ray.util.multiprocessing import Pool
 
     ray.init(num_cpus=2, include_dashboard=False, ignore_reinit_error=True)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
-from ..search import OBJECTIVES, Workload, evaluate_programs
+from ..search import OBJECTIVES, Workload, _check_settings, evaluate_programs
 
 
 class ServesimAdapter:
@@ -48,6 +48,8 @@ class ServesimAdapter:
         proposer: Optional[Callable[..., Dict[str, str]]] = None,
         max_wall_s: Optional[float] = None,
     ):
+        # Checked now: at GEPA's first evaluation they would stop the search mid-way.
+        _check_settings([], seeds, worst, max_wall_s)
         self.component = component
         self.max_wall_s = max_wall_s
         self.weights = dict(weights) if weights else None
@@ -63,6 +65,11 @@ class ServesimAdapter:
         workload's result as its trajectory."""
         from gepa import EvaluationBatch
 
+        if self.component not in candidate:
+            raise KeyError(
+                f"the candidate has no component {self.component!r} (it has {sorted(candidate)}): "
+                f"give ServesimAdapter(component=...) the key of GEPA's seed candidate that holds the program"
+            )
         source = candidate[self.component]
         result = evaluate_programs(
             [source], list(batch), self.weights, self.seeds, self.worst, self.pool,

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from ..search import Workload, evaluate_program
+from ..search import Workload, _check_settings, evaluate_program
 
 #: Raw values an ``Evaluator`` reports beside the objectives, for ``feature_dimensions``.
 FEATURES = ("ttft_p99_ms", "e2e_p99_ms")
@@ -46,6 +46,10 @@ class Evaluator:
         max_wall_s: Optional[float] = None,
     ):
         self.workloads = list(workloads)
+        if not self.workloads:
+            raise ValueError("workloads is empty: give at least one Workload to evaluate on")
+        # Checked now: at OpenEvolve's first evaluation they would score every program 0.
+        _check_settings(self.workloads, seeds, worst, max_wall_s)
         self.max_wall_s = max_wall_s
         self.weights = dict(weights) if weights else None
         self.seeds = seeds
