@@ -309,6 +309,18 @@ def test_a_sweep_gives_the_rows_of_the_points_run_one_by_one():
     assert rows[0]["policies.routing"] == '"round_robin"'
 
 
+def test_a_directory_named_ray_is_not_taken_for_ray(monkeypatch):
+    # Without Ray, Python run in /tmp imported Ray's temporary directory /tmp/ray as an empty
+    # namespace package, and the sweep stopped on "module 'ray' has no attribute ...".
+    import types
+
+    monkeypatch.setitem(sys.modules, "ray", types.ModuleType("ray"))
+    points = [{"workload.num_requests": 20}]
+    assert sweep(QUICK, points, jobs=1, seed=1) == [run_point(QUICK, points[0], seed=1)]
+    with pytest.raises(RuntimeError, match="backend='ray' but Ray is not installed"):
+        sweep(QUICK, points, backend="ray", jobs=1)
+
+
 def test_a_sweep_takes_a_loaded_scenario_and_reports_a_bad_point_as_the_run_does():
     base = servesim.load(QUICK, small(40), seed=4)
     points = [{"policies.routing": '"least_loaded"'}, {"policies.routing": '"random"'}]
@@ -415,7 +427,7 @@ def test_load_validate_and_run_issue_what_the_cli_warns_of():
 @pytest.mark.parametrize("backend", ["process", "ray"])
 def test_a_sweep_issues_each_input_warning_once(backend):
     if backend == "ray":
-        pytest.importorskip("ray")
+        pytest.importorskip("ray.util")  # not a directory named ray
     import warnings
 
     key = "cluster.groups[0].engine"

@@ -126,6 +126,10 @@ def _ray():
         import ray  # noqa: F401
     except ImportError:
         return None
+    # Without Ray installed, a directory named ray on sys.path imports as an empty namespace
+    # package: Ray's own temporary directory, /tmp/ray, does when Python runs in /tmp.
+    if not hasattr(ray, "remote"):
+        return None
     return ray
 
 
