@@ -26,7 +26,7 @@ impl Capacity {
             None => {
                 let _ = writeln!(
                     s,
-                    "  the scenario states no rate (traces or sessions): req/s is measured in each run's window"
+                    "  the scenario states no one rate (traces, sessions or staged arrivals): req/s is measured in each run's window"
                 );
             }
         }

@@ -131,21 +131,13 @@ impl WorkloadSpec {
         Ok(())
     }
 
-    /// The mean request rate the workload states (requests/s over its stages and on/off
-    /// cycles), or `None` where it is not stated up front: traces, session clients (whose
-    /// turns follow completions) and sources without a rate.
+    /// The mean request rate the workload states (requests/s over its on/off cycles), or
+    /// `None` where it is not one rate stated up front: traces, session clients (whose turns
+    /// follow completions), staged arrivals and inference-perf stages (their rate changes over
+    /// the run, and `num_requests` may end it before the later stages: a mean over every stage
+    /// is not what the run offered), and sources without a rate.
     pub fn nominal_rate(&self) -> Option<f64> {
-        let staged = |stages: &[Stage]| {
-            let time: f64 = stages.iter().map(|s| s.duration_s).sum();
-            (time > 0.0).then(|| {
-                stages
-                    .iter()
-                    .map(|s| s.rate_per_s * s.duration_s)
-                    .sum::<f64>()
-                    / time
-            })
-        };
-        if !self.traces.is_empty() {
+        if !self.traces.is_empty() || self.inference_perf.is_some() {
             return None;
         }
         let shares: f64 = self.clients.iter().filter_map(|c| c.rate_share).sum();
@@ -160,19 +152,12 @@ impl WorkloadSpec {
                 _ => return None,
             };
             total += match &c.arrival {
-                ArrivalSpec::AllAtZero { .. } => return None,
-                ArrivalSpec::Staged { stages, .. } | ArrivalSpec::ConstantTimer { stages } => {
-                    staged(stages)?
-                }
+                ArrivalSpec::AllAtZero { .. }
+                | ArrivalSpec::Staged { .. }
+                | ArrivalSpec::ConstantTimer { .. } => return None,
                 ArrivalSpec::OnOff { on_s, off_s } => rate * on_s / (on_s + off_s),
                 _ => rate,
             };
-        }
-        if let Some(ip) = &self.inference_perf {
-            if ip.reading == InferencePerfReading::Blis {
-                return None; // closed-loop sessions
-            }
-            total += staged(&ip.stages)?;
         }
         Some(total)
     }
