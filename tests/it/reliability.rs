@@ -1123,50 +1123,49 @@ fn validate_warns_of_links_and_rates_that_leave_a_run_idle_for_days() {
         "{err}"
     );
     assert!(!err.contains("cluster.groups[1].latency"), "{err}");
-    // A Normal whose mean is 295 stdev above its max sends 2,048 tokens every time.
-    let err = validate(text("50.0", "5.0").replace(
-        "input_tokens: Constant(64)",
-        "input_tokens: Normal(mean: 5000.0, stdev: 10.0, min: 16, max: 2048)",
-    ));
-    assert!(
-        err.contains("warning: workload.clients[0].input_tokens: Normal(mean: 5000, stdev: 10) lies more than three stdev outside [16, 2048]: nearly every length is clamped to 2048"),
-        "{err}"
-    );
-    // Three stdev inside the bound is a tail, not a slip.
-    let err = validate(text("50.0", "5.0").replace(
-        "input_tokens: Constant(64)",
-        "input_tokens: Normal(mean: 2070.0, stdev: 10.0, min: 16, max: 2048)",
-    ));
-    assert!(!err.contains("warning"), "{err}");
-    // A LogNormal's mu is the logarithm of the median: 6500 (a length) puts e^6500 there.
-    let err = validate(text("50.0", "5.0").replace(
-        "input_tokens: Constant(64)",
-        "input_tokens: LogNormal(mu: 6500.0, sigma: 0.6, min: 16, max: 2048)",
-    ));
-    assert!(
-        err.contains("warning: workload.clients[0].input_tokens: LogNormal(mu: 6500, sigma: 0.6) lies more than three sigma outside [ln 16, ln 2048] = [2.77, 7.62] (mu is the logarithm of the median length): nearly every length is clamped to 2048"),
-        "{err}"
-    );
-    // ln 2048 = 7.62: a median of e^6.0 ≈ 403 tokens is well inside.
-    let err = validate(text("50.0", "5.0").replace(
-        "input_tokens: Constant(64)",
-        "input_tokens: LogNormal(mu: 6.0, sigma: 0.6, min: 16, max: 2048)",
-    ));
-    assert!(!err.contains("warning"), "{err}");
-    // Exponential(mean: 10) falls below 100 with probability 1 − e^−10 = 99.995 %; below 50
-    // with 1 − e^−5 = 99.3 %, under the 99.8 % that is warned of.
-    let exp = |min: u32| {
-        validate(text("50.0", "5.0").replace(
+    // Lengths that (nearly) always clamp to one bound, and their neighbours that do not.
+    let clamped = "warning: workload.clients[0].input_tokens: ";
+    for (lengths, warned) in [
+        // 295 stdev above its max: 2,048 tokens every time.
+        (
+            "Normal(mean: 5000.0, stdev: 10.0, min: 16, max: 2048)",
+            Some(
+                "Normal(mean: 5000, stdev: 10) lies more than three stdev outside [16, 2048]: nearly every length is clamped to 2048",
+            ),
+        ),
+        // Three stdev inside the bound is a tail, not a slip.
+        (
+            "Normal(mean: 2070.0, stdev: 10.0, min: 16, max: 2048)",
+            None,
+        ),
+        // A LogNormal's mu is the logarithm of the median: 6500 (a length) puts e^6500 there.
+        (
+            "LogNormal(mu: 6500.0, sigma: 0.6, min: 16, max: 2048)",
+            Some(
+                "LogNormal(mu: 6500, sigma: 0.6) lies more than three sigma outside [ln 16, ln 2048] = [2.77, 7.62] (mu is the logarithm of the median length): nearly every length is clamped to 2048",
+            ),
+        ),
+        // ln 2048 = 7.62: a median of e^6.0 ≈ 403 tokens is well inside.
+        ("LogNormal(mu: 6.0, sigma: 0.6, min: 16, max: 2048)", None),
+        // Exponential(mean: 10) falls below 100 with probability 1 − e^−10 = 99.995 %; below
+        // 50 with 1 − e^−5 = 99.3 %, under the 99.8 % that is warned of.
+        (
+            "Exponential(mean: 10.0, min: 100, max: 2048)",
+            Some(
+                "Exponential(mean: 10) puts more than 99.8 % of its draws below its min (100): nearly every length is clamped to 100",
+            ),
+        ),
+        ("Exponential(mean: 10.0, min: 50, max: 2048)", None),
+    ] {
+        let err = validate(text("50.0", "5.0").replace(
             "input_tokens: Constant(64)",
-            &format!("input_tokens: Exponential(mean: 10.0, min: {min}, max: 2048)"),
-        ))
-    };
-    let err = exp(100);
-    assert!(
-        err.contains("warning: workload.clients[0].input_tokens: Exponential(mean: 10) puts more than 99.8 % of its draws below its min (100): nearly every length is clamped to 100"),
-        "{err}"
-    );
-    assert!(!exp(50).contains("warning"), "{}", exp(50));
+            &format!("input_tokens: {lengths}"),
+        ));
+        match warned {
+            Some(w) => assert!(err.contains(&format!("{clamped}{w}")), "{err}"),
+            None => assert!(!err.contains("warning"), "{lengths}: {err}"),
+        }
+    }
 }
 
 /// Issue 30, class 7: a latency too large for the summary's 10-wide columns is written in
