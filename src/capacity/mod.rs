@@ -383,6 +383,8 @@ pub struct Settings {
     /// Threads (seeds are searched in parallel).
     pub jobs: usize,
     pub interrupt: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// Counts the runs finished so far (a progress bar reads it).
+    pub runs_done: Option<std::sync::Arc<std::sync::atomic::AtomicUsize>>,
 }
 
 impl Settings {
@@ -466,7 +468,11 @@ pub fn search(
                     interrupt: settings.interrupt.clone(),
                     ..Default::default()
                 };
-                if let Err(error) = app.run(&sc, options) {
+                let ran = app.run(&sc, options);
+                if let Some(d) = &settings.runs_done {
+                    d.fetch_add(1, Ordering::Relaxed);
+                }
+                if let Err(error) = ran {
                     if matches!(
                         error,
                         SimError::Run(crate::setup::RunError::Fault(

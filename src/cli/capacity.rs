@@ -44,7 +44,10 @@ pub(crate) struct CapacityArgs {
     /// The answer on stdout: in words, or capacity.json's content.
     #[arg(long, value_enum, default_value_t = Format::Text)]
     format: Format,
-    /// No run statistics on stderr (warnings and errors still).
+    /// Progress bar on stderr: runs finished (the bisection ends when every bracket settles).
+    #[arg(long, value_enum, default_value_t = super::progress::Mode::Auto)]
+    progress: super::progress::Mode,
+    /// No progress bar and no run statistics on stderr (warnings and errors still).
     #[arg(long, short)]
     quiet: bool,
 }
@@ -78,6 +81,7 @@ pub(crate) fn capacity(app: &ServesimApp, a: CapacityArgs) -> ExitCode {
         served_share: a.served_share,
         jobs: super::args::jobs(a.jobs),
         interrupt: Some(interrupt.clone()),
+        runs_done: Some(Arc::new(0.into())),
     };
     if let Err(e) = settings.check() {
         return fail(e);
@@ -95,11 +99,23 @@ pub(crate) fn capacity(app: &ServesimApp, a: CapacityArgs) -> ExitCode {
         reason = "wall-clock timing goes to stderr only"
     )]
     let started = std::time::Instant::now();
-    let searched = if a.each_group {
-        crate::capacity::search_each_group(app, &scenario, &settings)
-    } else {
-        crate::capacity::search(app, &scenario, &settings)
-    };
+    let bar = super::progress::Bar::new(
+        if a.quiet {
+            super::progress::Mode::Never
+        } else {
+            a.progress
+        },
+        None,
+        super::progress::Counts::Runs,
+    );
+    let done = settings.runs_done.clone().unwrap_or_default();
+    let searched = super::progress::while_counting(&bar, &done, "", || {
+        if a.each_group {
+            crate::capacity::search_each_group(app, &scenario, &settings)
+        } else {
+            crate::capacity::search(app, &scenario, &settings)
+        }
+    });
     let result = match searched {
         Ok(r) => crate::capacity::Capacity {
             group: a.group.clone(),

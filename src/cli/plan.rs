@@ -42,7 +42,10 @@ pub(crate) struct PlanArgs {
     /// Runners-up listed with why they lost.
     #[arg(long, allow_negative_numbers = true, default_value_t = 5, value_parser = super::args::parse_index)]
     runners_up: usize,
-    /// No run statistics on stderr (warnings and errors still).
+    /// Progress bar on stderr: configurations decided of this shard's.
+    #[arg(long, value_enum, default_value_t = super::progress::Mode::Auto)]
+    progress: super::progress::Mode,
+    /// No progress bar and no run statistics on stderr (warnings and errors still).
     #[arg(long, short)]
     quiet: bool,
 }
@@ -106,19 +109,39 @@ pub(crate) fn plan(app: &ServesimApp, a: PlanArgs) -> ExitCode {
     let flag = interrupt.clone();
     let _ = ctrlc::set_handler(move || flag.store(true, Ordering::Relaxed));
     let jobs = super::args::jobs(a.jobs);
+    let decided = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let settings = Settings {
         replicas: a.replicas,
         jobs,
         interrupt: Some(interrupt),
         shard,
         trials: trials.clone(),
+        decided: Some(decided.clone()),
     };
+    // This shard's configurations: every N-th of the search's order, from the I-th.
+    let total = scenario.plan.as_ref().map_or(0, |spec| {
+        let all = crate::plan::configurations(&scenario, spec).len();
+        all.saturating_sub(shard.0 as usize)
+            .div_ceil(shard.1 as usize)
+    });
+    let bar = super::progress::Bar::new(
+        if a.quiet {
+            super::progress::Mode::Never
+        } else {
+            a.progress
+        },
+        Some(total as u64),
+        super::progress::Counts::Configurations,
+    );
     #[expect(
         clippy::disallowed_methods,
         reason = "wall-clock timing goes to stderr only"
     )]
     let started = std::time::Instant::now();
-    let result = match crate::plan::search(app, &a.scenario, &set, &scenario, &settings) {
+    let searched = super::progress::while_counting(&bar, &decided, "decided", || {
+        crate::plan::search(app, &a.scenario, &set, &scenario, &settings)
+    });
+    let result = match searched {
         Ok(r) => r,
         Err(PlanError::Input(e)) => return fail(e),
         Err(PlanError::Interrupted) => {

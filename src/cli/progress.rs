@@ -84,6 +84,10 @@ pub enum Counts {
     RequestsDone,
     /// A sweep's points, of an exact total.
     Points,
+    /// A plan's configurations decided, of an exact total.
+    Configurations,
+    /// A capacity search's runs, with no total known (a bisection ends when it settles).
+    Runs,
 }
 
 impl Counts {
@@ -91,18 +95,21 @@ impl Counts {
         match self {
             Counts::RequestsDone => "requests done",
             Counts::Points => "points",
+            Counts::Configurations => "configurations",
+            Counts::Runs => "runs",
         }
     }
     fn about(self) -> &'static str {
         match self {
             Counts::RequestsDone => "~",
-            Counts::Points => "",
+            Counts::Points | Counts::Configurations | Counts::Runs => "",
         }
     }
     fn rate_unit(self) -> Option<&'static str> {
         match self {
             Counts::RequestsDone => Some("requests"),
-            Counts::Points => None,
+            Counts::Runs => Some("runs"),
+            Counts::Points | Counts::Configurations => None,
         }
     }
 }
@@ -177,7 +184,8 @@ impl Bar {
         let mut message: String = message.into().into_owned();
         if let Some(unit) = self.counts.rate_unit() {
             let per_s = position as f64 / elapsed.as_secs_f64().max(1e-3);
-            message += &format!(", {per_s:.0} {unit}/s");
+            let comma = if message.is_empty() { "" } else { ", " };
+            message += &format!("{comma}{per_s:.0} {unit}/s");
         }
         if let Some(last) = &self.plain {
             let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
@@ -213,4 +221,35 @@ impl Bar {
     pub fn clear(&self) {
         self.bar.finish_and_clear();
     }
+}
+
+/// Runs `work` while a thread moves `bar` to `counter` (what `work` has done so far) every
+/// 1/[`TERMINAL_HZ`] s, for searches that report progress by counting: `plan`'s
+/// configurations, `capacity`'s runs. The bar is cleared when `work` returns.
+pub fn while_counting<T: Send>(
+    bar: &Bar,
+    counter: &std::sync::atomic::AtomicUsize,
+    message: &'static str,
+    work: impl FnOnce() -> T + Send,
+) -> T {
+    use std::sync::atomic::Ordering;
+    if bar.mode == Mode::Never {
+        return work();
+    }
+    // At once: the total (a plan's configurations) is known before anything has run.
+    bar.update(counter.load(Ordering::Relaxed) as u64, message);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let out = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while !done.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(1000 / u64::from(TERMINAL_HZ)));
+                bar.update(counter.load(Ordering::Relaxed) as u64, message);
+            }
+        });
+        let out = work();
+        done.store(true, Ordering::Relaxed);
+        out
+    });
+    bar.clear();
+    out
 }

@@ -307,6 +307,8 @@ pub struct Settings {
     pub shard: (u32, u32),
     /// Trials of an earlier attempt to reuse, and where to record new ones (`--out`).
     pub trials: Option<std::sync::Arc<super::progress::Trials>>,
+    /// Counts the configurations decided so far (a progress bar reads it).
+    pub decided: Option<std::sync::Arc<std::sync::atomic::AtomicUsize>>,
 }
 
 impl Default for Settings {
@@ -317,6 +319,7 @@ impl Default for Settings {
             interrupt: None,
             shard: (0, 1),
             trials: None,
+            decided: None,
         }
     }
 }
@@ -440,6 +443,9 @@ pub fn search(
                                 ..o
                             });
                         results.lock().expect("no thread panics holding it")[k] = Some(r);
+                        if let Some(d) = &settings.decided {
+                            d.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
                 });
             }

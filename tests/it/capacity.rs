@@ -55,8 +55,15 @@ fn capacity_of_an_md1_server_matches_queueing_theory() {
         served_share: 0.97,
         jobs: 2,
         interrupt: None,
+        runs_done: Some(std::sync::Arc::new(0.into())),
     };
     let c = search(&servesim::ServesimApp::new(), &sc, &settings).unwrap();
+    // The progress counter saw every run.
+    let counted = settings.runs_done.as_ref().unwrap();
+    assert_eq!(
+        counted.load(std::sync::atomic::Ordering::Relaxed),
+        c.runs as usize
+    );
     assert_eq!(c.stated_requests_per_s, Some(50.0));
     // Stable exactly below μ = 100/s; the test passes rates up to μ / 0.97 = 103.1/s.
     let kept = c.limits[0].requests_per_s.as_ref().unwrap().mean;

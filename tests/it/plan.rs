@@ -785,3 +785,51 @@ fn a_size_failing_while_the_cluster_still_fills_says_the_run_may_be_too_short() 
     assert!(n_long < n_short, "{n_long} {n_short}");
     assert!(!long.to_string().contains("too short"), "{long}");
 }
+
+/// plan and capacity draw progress on stderr only (a plan's configurations decided of its
+/// shard's, a capacity search's runs), and --quiet silences it.
+#[test]
+fn plan_and_capacity_show_progress_on_stderr_only() {
+    let dir = small();
+    let d = dir.path();
+    let shown = servesim(&["plan", "small.ron", "--progress", "always"], d);
+    let err = String::from_utf8_lossy(&shown.stderr);
+    // Not a terminal: a plain line at once, then one per 10 s.
+    assert!(err.contains(" 0/8 configurations, decided"), "{err}");
+    assert!(!err.contains('\x1b') && !err.contains('\r'), "{err:?}");
+    // A shard counts its own: the second of three holds positions 1, 4 and 7.
+    let shard = servesim(
+        &[
+            "plan",
+            "small.ron",
+            "--progress",
+            "always",
+            "--shard",
+            "1/3",
+        ],
+        d,
+    );
+    let err = String::from_utf8_lossy(&shard.stderr);
+    assert!(err.contains(" 0/3 configurations"), "{err}");
+    let quiet = servesim(&["plan", "small.ron", "--progress", "always", "-q"], d);
+    assert_eq!(String::from_utf8_lossy(&quiet.stderr), "");
+    assert_eq!(shown.stdout, quiet.stdout);
+    let capacity = |extra: &[&str]| {
+        let mut args = vec![
+            "capacity",
+            "small.ron",
+            "--replicas",
+            "1",
+            "--progress",
+            "always",
+        ];
+        args.extend_from_slice(extra);
+        servesim(&args, d)
+    };
+    let shown = capacity(&[]);
+    let err = String::from_utf8_lossy(&shown.stderr);
+    assert!(err.contains(" 0 runs"), "{err}");
+    let quiet = capacity(&["-q"]);
+    assert_eq!(String::from_utf8_lossy(&quiet.stderr), "");
+    assert_eq!(shown.stdout, quiet.stdout);
+}
