@@ -162,3 +162,31 @@ pub fn scheduled_out_of_bounds(s: &Scenario) -> Vec<String> {
     }
     w
 }
+
+/// A `threshold` policy given one bound of its signal only moves one way: with `<signal>_high`
+/// alone it adds instances and never removes one (a burst leaves the group at its largest for
+/// the rest of the run), with `<signal>_low` alone it never adds one.
+pub fn one_way_threshold(s: &Scenario) -> Vec<String> {
+    if s.policies.autoscale != "threshold" || s.cluster.groups.iter().all(|g| g.scaling.is_none()) {
+        return Vec::new();
+    }
+    let params = &s.policies.autoscale_params;
+    ["utilization", "queue", "kv", "in_flight"]
+        .iter()
+        .filter_map(|signal| {
+            let (high, low) = (format!("{signal}_high"), format!("{signal}_low"));
+            match (params.contains_key(&high), params.contains_key(&low)) {
+                (true, false) => Some(format!(
+                    "policies.autoscale_params: {high} without {low}: the threshold policy adds \
+                     instances and never removes one (after a burst the group stays at its \
+                     largest); give {low} for it to scale down"
+                )),
+                (false, true) => Some(format!(
+                    "policies.autoscale_params: {low} without {high}: the threshold policy \
+                     removes instances and never adds one; give {high} for it to scale up"
+                )),
+                _ => None,
+            }
+        })
+        .collect()
+}

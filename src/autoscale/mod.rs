@@ -29,7 +29,7 @@ mod scaling;
 #[cfg(test)]
 mod tests;
 
-pub use check::{check, scheduled_out_of_bounds};
+pub use check::{check, one_way_threshold, scheduled_out_of_bounds};
 pub use life::{advance_phases, crash_off};
 pub use plugin::{
     AutoscalePlugin, close_accounts, set_up_groups, set_up_policy, stop_on_event_write_error,

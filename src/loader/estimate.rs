@@ -356,6 +356,7 @@ pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<Strin
     }
     w.extend(never_served(s, catalog));
     w.extend(crate::autoscale::scheduled_out_of_bounds(s));
+    w.extend(crate::autoscale::one_way_threshold(s));
     if s.policies.priority != "constant" {
         let given = format!("policies.priority = {:?}", s.policies.priority);
         w.extend(priority_unused(s, &given));

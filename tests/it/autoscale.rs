@@ -407,6 +407,45 @@ fn bad_scaling_settings_are_located_errors() {
     assert!(err.contains("no group has it"), "{err}");
 }
 
+/// A threshold given one bound of its signal moves one way only: validate says which.
+#[test]
+fn a_threshold_with_one_bound_is_warned_of() {
+    let dir = tempfile::tempdir().unwrap();
+    let warned = |params: &str| {
+        std::fs::write(
+            dir.path().join("t.ron"),
+            format!(
+                "(cluster: (groups: [(count: 1, kv_blocks: 100, scaling: (min: 1, max: 3),
+                    latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1.0, 0.0, 0.0]))]),
+                  policies: (autoscale: \"threshold\", autoscale_params: {{{params}}}),
+                  workload: (num_requests: 1, clients: [(rate_per_s: 1.0, input_tokens: Constant(8), output_tokens: Constant(1))]))"
+            ),
+        )
+        .unwrap();
+        let out = crate::common::servesim(&["validate", "t.ron"], dir.path());
+        assert!(out.status.success());
+        String::from_utf8(out.stderr)
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with("warning: policies.autoscale_params"))
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        warned(r#""queue_high": 2.0"#),
+        [
+            "warning: policies.autoscale_params: queue_high without queue_low: the threshold policy adds instances and never removes one (after a burst the group stays at its largest); give queue_low for it to scale down"
+        ]
+    );
+    assert_eq!(
+        warned(r#""kv_low": 0.2"#),
+        [
+            "warning: policies.autoscale_params: kv_low without kv_high: the threshold policy removes instances and never adds one; give kv_high for it to scale up"
+        ]
+    );
+    assert!(warned(r#""queue_high": 2.0, "queue_low": 0.5"#).is_empty());
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 40, rng_seed: proptest::test_runner::RngSeed::Fixed(9), ..ProptestConfig::default() })]
 
