@@ -323,9 +323,24 @@ impl ModelConfig {
                 "`num_attention_heads` = {heads} is larger than `hidden_size` = {hidden}"
             ));
         }
-        let head_dim = uint("head_dim")
-            .filter(|&v| v > 0)
-            .unwrap_or(u64::from(hidden / heads)) as u32;
+        // Each KV head serves a whole group of query heads (grouped-query attention); a
+        // model whose query heads do not split into them does not load.
+        if heads % kv_heads != 0 {
+            return Err(format!(
+                "`num_attention_heads` = {heads} is not a multiple of the {kv_heads} KV heads \
+                 (`num_key_value_heads`): each KV head serves a whole group of query heads"
+            ));
+        }
+        let head_dim = match uint("head_dim").filter(|&v| v > 0) {
+            Some(d) => d as u32,
+            None if hidden % heads != 0 => {
+                return Err(format!(
+                    "`hidden_size` = {hidden} does not split into {heads} heads \
+                     (`num_attention_heads`) and there is no `head_dim`: give the head size"
+                ));
+            }
+            None => hidden / heads,
+        };
         let ffn = uint("intermediate_size")
             .or_else(|| uint("ffn_hidden_size"))
             .unwrap_or(0) as u32;
@@ -339,6 +354,12 @@ impl ModelConfig {
         .iter()
         .find_map(|k| uint(k).filter(|&v| v >= 2))
         .unwrap_or(0) as u32;
+        let experts_per_token = uint("num_experts_per_tok").unwrap_or(0) as u32;
+        if experts >= 2 && experts_per_token > experts {
+            return Err(format!(
+                "`num_experts_per_tok` = {experts_per_token} is more than the model's {experts} experts"
+            ));
+        }
         let ffn_expert = uint("moe_intermediate_size").map_or(ffn, |v| v as u32);
         let ffn_shared = uint("shared_expert_intermediate_size")
             .map(|v| v as u32)
@@ -404,7 +425,7 @@ impl ModelConfig {
             ffn_dense: uint("intermediate_size_mlp").map_or(ffn, |v| v as u32),
             ffn_expert,
             experts,
-            experts_per_token: uint("num_experts_per_tok").unwrap_or(0) as u32,
+            experts_per_token,
             ffn_shared,
             ffn_shared_spelled,
             interleave_moe_step: uint("interleave_moe_layer_step").unwrap_or(0) as u32,
@@ -1030,6 +1051,47 @@ mod tests {
             ModelConfig::from_hf_json("x", "{\"hidden_size\": 8}")
                 .unwrap_err()
                 .contains("num_hidden_layers")
+        );
+        // Shapes no model loads with: each was read and served without a word.
+        let llama = |edit: &str| {
+            let mut c: serde_json::Value = serde_json::from_str(
+                r#"{"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+                    "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256}"#,
+            )
+            .unwrap();
+            let (k, v) = edit.split_once('=').unwrap();
+            c[k] = serde_json::from_str(v).unwrap();
+            ModelConfig::from_hf_json("x", &c.to_string())
+        };
+        assert_eq!(llama("num_key_value_heads=8").unwrap().head_dim, 128);
+        for (edit, said) in [
+            (
+                "num_key_value_heads=3",
+                "`num_attention_heads` = 32 is not a multiple of the 3 KV heads",
+            ),
+            (
+                "hidden_size=4097",
+                "`hidden_size` = 4097 does not split into 32 heads (`num_attention_heads`) and there is no `head_dim`",
+            ),
+            (
+                "num_local_experts=8",
+                "", // 8 experts and no top-k: a dense reading is fine
+            ),
+        ] {
+            match llama(edit) {
+                Err(e) => assert!(!said.is_empty() && e.contains(said), "{edit}: {e}"),
+                Ok(_) => assert!(said.is_empty(), "{edit} was accepted"),
+            }
+        }
+        // A head size given explicitly needs no split.
+        let c = r#"{"num_hidden_layers": 2, "hidden_size": 4097, "num_attention_heads": 32, "head_dim": 128}"#;
+        assert_eq!(ModelConfig::from_hf_json("x", c).unwrap().head_dim, 128);
+        let moe = r#"{"num_hidden_layers": 2, "hidden_size": 4096, "num_attention_heads": 32,
+            "num_local_experts": 8, "num_experts_per_tok": 9}"#;
+        assert!(
+            ModelConfig::from_hf_json("x", moe)
+                .unwrap_err()
+                .contains("`num_experts_per_tok` = 9 is more than the model's 8 experts")
         );
     }
 }
