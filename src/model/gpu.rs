@@ -324,6 +324,28 @@ impl GpuProfile {
             p.push(format!("tflops_fp8 must be ≥ 0, got {}", self.tflops_fp8));
         }
         p.extend(self.physics.problems());
+        // The node's figures are `cluster.topology`'s defaults: checked as the topology's own.
+        if let Some(node) = &self.node {
+            if !(1..=4096).contains(&node.gpus) {
+                p.push(format!(
+                    "node.gpus must be within 1..=4,096, got {}",
+                    node.gpus
+                ));
+            }
+            for (name, v) in [
+                ("nvlink_gb_per_s", Some(node.nvlink_gb_per_s)),
+                ("nic_gb_per_s", node.nic_gb_per_s),
+            ] {
+                if let Some(v) = v
+                    && !(v.is_finite() && (1e-3..=1e6).contains(&v))
+                {
+                    p.push(format!(
+                        "node.{name} must be a bandwidth within 0.001..=10⁶ GB/s per direction, got {}",
+                        crate::scenario::readable(v)
+                    ));
+                }
+            }
+        }
         if let Some(power) = &self.power {
             p.extend(
                 power
@@ -423,6 +445,24 @@ mod tests {
         let h100 = find_gpu("H100").unwrap();
         assert_eq!(h100.peak_flops(1.0), 1979.0e12);
         assert_eq!(h100.peak_flops(2.0), 989.5e12);
+    }
+
+    #[test]
+    fn a_node_of_no_gpus_or_no_bandwidth_is_refused() {
+        // A GPU file's node of 0 GB/s NVLink stopped a run with a topology on a panic.
+        let mut g = find_gpu("H100").unwrap();
+        let node = g.node.as_mut().unwrap();
+        node.gpus = 0;
+        node.nvlink_gb_per_s = 0.0;
+        node.nic_gb_per_s = Some(f64::NAN);
+        assert_eq!(
+            g.problems(),
+            [
+                "node.gpus must be within 1..=4,096, got 0",
+                "node.nvlink_gb_per_s must be a bandwidth within 0.001..=10⁶ GB/s per direction, got 0",
+                "node.nic_gb_per_s must be a bandwidth within 0.001..=10⁶ GB/s per direction, got NaN",
+            ]
+        );
     }
 
     #[test]
