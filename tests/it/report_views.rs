@@ -217,6 +217,29 @@ fn plan_and_capacity_directories_get_their_own_pages_and_mixing_them_is_refused(
     let html = page(&dir.join("cap"));
     assert!(html.contains(&shown), "no {shown}");
     assert!(html.contains("<th>sustained</th>"));
+    assert!(html.contains("runs; stated rate 12.000 req/s</p>"));
+    // A staged workload states no one rate: said so, where a "?" stood.
+    ok(&servesim(
+        &[
+            "capacity",
+            &scenario,
+            "--set",
+            "workload.num_requests=400",
+            "--set",
+            "workload.clients[0].arrival=Staged(stages: [(rate_per_s: 6.0, duration_s: 10.0), (rate_per_s: 18.0, duration_s: 60.0)])",
+            "--replicas",
+            "1",
+            "--out",
+            "staged",
+            "-q",
+        ],
+        dir,
+    ));
+    ok(&servesim(&["report", "staged"], dir));
+    assert!(
+        page(&dir.join("staged"))
+            .contains("runs; no one rate stated (req/s measured in each run's window)</p>")
+    );
 
     // A plan over two TP degrees of the quickstart's model.
     std::fs::write(

@@ -188,7 +188,7 @@ pub(super) fn capacity_page(dir: &Path) -> Result<String, ReportError> {
     let seeds = c.get("seeds").and_then(Value::as_array).map_or(0, Vec::len);
     let groups = c.get("groups").and_then(Value::as_array);
     let header = format!(
-        "<p>capacity of {}{}: {} limit{} over {} seed{}, {} runs; stated rate {} req/s{}</p>",
+        "<p>capacity of {}{}: {} limit{} over {} seed{}, {} runs; {}{}</p>",
         esc(scenario),
         c.get("group")
             .and_then(Value::as_str)
@@ -198,9 +198,13 @@ pub(super) fn capacity_page(dir: &Path) -> Result<String, ReportError> {
         seeds,
         if seeds == 1 { "" } else { "s" },
         c.get("runs").map_or("?".into(), Value::to_string),
+        // Traces, sessions and staged arrivals state no one rate (it was shown as "?").
         c.get("stated_requests_per_s")
             .and_then(Value::as_f64)
-            .map_or("?".into(), |r| format!("{r:.3}")),
+            .map_or(
+                "no one rate stated (req/s measured in each run's window)".into(),
+                |r| { format!("stated rate {r:.3} req/s") }
+            ),
         groups.map_or(String::new(), |g| format!(
             "; each of {} groups also searched alone",
             g.len()
