@@ -216,23 +216,11 @@ pub(crate) fn trace_decision(
     let cands: &[ScoredCandidate] = match scored {
         Some(c) if !c.is_empty() => c,
         _ => {
-            fallback = instances
-                .iter()
-                .filter(|s| s.routable)
-                .map(|s| ScoredCandidate {
-                    instance: s.index,
-                    score: -f64::from(s.effective_load()),
-                    parts: Vec::new(),
-                })
-                .collect();
+            fallback = by_load(instances);
             &fallback
         }
     };
-    let best = cands.iter().fold(None::<&ScoredCandidate>, |b, c| match b {
-        Some(b) if b.score > c.score || (b.score == c.score && b.instance < c.instance) => Some(b),
-        _ => Some(c),
-    });
-    let Some(best) = best else { return };
+    let Some(best) = best_of(cands) else { return };
     let chosen_score = cands
         .iter()
         .find(|c| c.instance == chosen)
@@ -247,6 +235,75 @@ pub(crate) fn trace_decision(
             regret,
         });
     }
+    write_decision(log, cands, now, id, chosen, "route");
+}
+
+/// A P/D hand-off's decode-side decision (`policies.decode_routing`), as a `decisions.csv`
+/// row of kind `decode_route` scored as [`trace_decision`] scores a routing decision. Only
+/// the row: the summary's routing statistics count the routing of arrivals, as before.
+pub(crate) fn trace_decode_decision(
+    log: &mut DecisionLog,
+    scored: Option<&[ScoredCandidate]>,
+    instances: &[crate::policy::InstanceSnapshot],
+    now: SimTime,
+    id: u64,
+    chosen: u32,
+) {
+    if log.writer.is_none() || log.error.is_some() {
+        return;
+    }
+    let fallback: Vec<ScoredCandidate>;
+    let cands: &[ScoredCandidate] = match scored {
+        Some(c) if !c.is_empty() => c,
+        _ => {
+            fallback = by_load(instances);
+            &fallback
+        }
+    };
+    write_decision(log, cands, now, id, chosen, "decode_route");
+}
+
+/// Each routable instance scored −(effective load): the score of an unscored policy.
+fn by_load(instances: &[crate::policy::InstanceSnapshot]) -> Vec<ScoredCandidate> {
+    instances
+        .iter()
+        .filter(|s| s.routable)
+        .map(|s| ScoredCandidate {
+            instance: s.index,
+            score: -f64::from(s.effective_load()),
+            parts: Vec::new(),
+        })
+        .collect()
+}
+
+/// The highest score (the lowest index among equals).
+fn best_of(cands: &[ScoredCandidate]) -> Option<&ScoredCandidate> {
+    cands.iter().fold(None::<&ScoredCandidate>, |b, c| match b {
+        Some(b) if b.score > c.score || (b.score == c.score && b.instance < c.instance) => Some(b),
+        _ => Some(c),
+    })
+}
+
+/// One decision's row of `decisions.csv`: the chosen and the best candidate's scores, the
+/// regret (best − chosen, at least 0), and the `top_k` best candidates.
+fn write_decision(
+    log: &mut DecisionLog,
+    cands: &[ScoredCandidate],
+    now: SimTime,
+    id: u64,
+    chosen: u32,
+    kind: &str,
+) {
+    // Nothing to compute without a file to write (the routing of every arrival comes here).
+    if log.writer.is_none() || log.error.is_some() {
+        return;
+    }
+    let Some(best) = best_of(cands) else { return };
+    let chosen_score = cands
+        .iter()
+        .find(|c| c.instance == chosen)
+        .map_or(best.score, |c| c.score);
+    let regret = (best.score - chosen_score).max(0.0);
     if let Some(w) = log.writer.as_mut()
         && log.error.is_none()
     {
@@ -275,7 +332,7 @@ pub(crate) fn trace_decision(
             format!("{:.6}", best.score),
             format!("{regret:.6}"),
             list,
-            "route".to_string(),
+            kind.to_string(),
             String::new(),
         ];
         if let Err(e) = w.write_record(row) {

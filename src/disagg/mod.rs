@@ -390,6 +390,7 @@ pub fn transfer_kv(
     mut decode_view: Local<Vec<InstanceSnapshot>>,
     mut ready: Local<Vec<(u32, Handoff)>>,
     mut instances: Instances,
+    mut log: ResMut<crate::decisions::DecisionLog>,
 ) {
     let now = clock.now;
     let x = &mut *disagg;
@@ -470,6 +471,14 @@ pub fn transfer_kv(
             }
             break;
         };
+        crate::decisions::trace_decode_decision(
+            &mut log,
+            routing.0.last_scores(),
+            &decode_view,
+            now,
+            h.seq.spec.id,
+            d,
+        );
         if let Ok(mut a) = assigned.get_mut(h.seq.entity) {
             a.0 = d;
         }

@@ -325,7 +325,7 @@ impl ModelConfig {
         }
         // Each KV head serves a whole group of query heads (grouped-query attention); a
         // model whose query heads do not split into them does not load.
-        if heads % kv_heads != 0 {
+        if !heads.is_multiple_of(kv_heads) {
             return Err(format!(
                 "`num_attention_heads` = {heads} is not a multiple of the {kv_heads} KV heads \
                  (`num_key_value_heads`): each KV head serves a whole group of query heads"
@@ -333,7 +333,7 @@ impl ModelConfig {
         }
         let head_dim = match uint("head_dim").filter(|&v| v > 0) {
             Some(d) => d as u32,
-            None if hidden % heads != 0 => {
+            None if !hidden.is_multiple_of(heads) => {
                 return Err(format!(
                     "`hidden_size` = {hidden} does not split into {heads} heads \
                      (`num_attention_heads`) and there is no `head_dim`: give the head size"

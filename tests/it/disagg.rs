@@ -848,3 +848,55 @@ fn a_prefill_instance_goes_on_after_dropping_a_request_no_decode_cache_holds() {
     assert!(!sim.uses_fast_ticks(), "P/D takes SimStep on every tick");
     assert_eq!(sim.run().unwrap(), s);
 }
+
+/// `decisions.csv` of a P/D run holds the decode-side decision of every hand-off (kind
+/// `decode_route`), after its arrival's routing, to a decode instance; the summary's routing
+/// statistics still count the routing of arrivals.
+#[test]
+fn decisions_csv_holds_each_hand_off_s_decode_decision() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = crate::common::root().join("scenarios/pd-disaggregation.ron");
+    crate::common::servesim_ok(
+        &[
+            "run",
+            scenario.to_str().unwrap(),
+            "--set",
+            "workload.num_requests=120",
+            "--trace",
+            "decisions",
+            "--out",
+            "o",
+            "-q",
+        ],
+        dir.path(),
+    );
+    let text = std::fs::read_to_string(dir.path().join("o/decisions.csv")).unwrap();
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    let of = |kind: &str| -> std::collections::BTreeMap<u64, (u64, u32)> {
+        rows.iter()
+            .filter(|r| r[8] == kind)
+            .map(|r| {
+                (
+                    r[1].parse().unwrap(),
+                    (r[0].parse().unwrap(), r[2].parse().unwrap()),
+                )
+            })
+            .collect()
+    };
+    let (routed, decoded) = (of("route"), of("decode_route"));
+    assert_eq!((routed.len(), decoded.len()), (120, 120));
+    // Instance 0 is the prefill pool; 1..=3 decode.
+    for (id, (at, to)) in &decoded {
+        let (routed_at, first) = routed[id];
+        assert_eq!(first, 0, "request {id}");
+        assert!((1..=3).contains(to) && *at > routed_at, "request {id}");
+    }
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("o/summary.json")).unwrap())
+            .unwrap();
+    assert_eq!(summary["routing"]["decisions"], 120);
+}
