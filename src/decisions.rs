@@ -153,8 +153,6 @@ pub const DECISION_COLUMNS: [&str; 10] = [
     "detail",
 ];
 
-/// Regret = best candidate score − chosen score (scored policies), else with
-/// −(effective load) as the score; optionally one `decisions.csv` row.
 /// Counts one decision and its regret (the best candidate's score minus the chosen one's,
 /// at least 0), which it returns.
 fn record_regret(stats: &mut RoutingStats, gap: f64) -> f64 {
@@ -165,6 +163,9 @@ fn record_regret(stats: &mut RoutingStats, gap: f64) -> f64 {
     regret
 }
 
+/// A routing decision: counts it and its regret (best candidate score − chosen score, for
+/// scored policies, else with −(effective load) as the score), keeps it among the worst
+/// when asked, and writes its `decisions.csv` row when tracing.
 pub(crate) fn trace_decision(
     stats: &mut RoutingStats,
     log: &mut DecisionLog,
@@ -212,19 +213,10 @@ pub(crate) fn trace_decision(
         }
         return;
     }
-    let fallback: Vec<ScoredCandidate>;
-    let cands: &[ScoredCandidate] = match scored {
-        Some(c) if !c.is_empty() => c,
-        _ => {
-            fallback = by_load(instances);
-            &fallback
-        }
+    let cands = candidates(scored, instances);
+    let Some((best, chosen_score)) = judged(&cands, chosen) else {
+        return;
     };
-    let Some(best) = best_of(cands) else { return };
-    let chosen_score = cands
-        .iter()
-        .find(|c| c.instance == chosen)
-        .map_or(best.score, |c| c.score);
     let regret = record_regret(stats, best.score - chosen_score);
     if stats.worst_k > 0 && regret > 0.0 {
         stats.keep_if_worst(crate::metrics::WorstDecision {
@@ -235,7 +227,7 @@ pub(crate) fn trace_decision(
             regret,
         });
     }
-    write_decision(log, cands, now, id, chosen, "route");
+    write_decision(log, &cands, now, id, chosen, "route");
 }
 
 /// A P/D hand-off's decode-side decision (`policies.decode_routing`), as a `decisions.csv`
@@ -252,36 +244,46 @@ pub(crate) fn trace_decode_decision(
     if log.writer.is_none() || log.error.is_some() {
         return;
     }
-    let fallback: Vec<ScoredCandidate>;
-    let cands: &[ScoredCandidate] = match scored {
-        Some(c) if !c.is_empty() => c,
-        _ => {
-            fallback = by_load(instances);
-            &fallback
-        }
-    };
-    write_decision(log, cands, now, id, chosen, "decode_route");
+    let cands = candidates(scored, instances);
+    write_decision(log, &cands, now, id, chosen, "decode_route");
 }
 
-/// Each routable instance scored −(effective load): the score of an unscored policy.
-fn by_load(instances: &[crate::policy::InstanceSnapshot]) -> Vec<ScoredCandidate> {
-    instances
+/// The candidates a decision is judged among: the policy's scores, or for an unscored policy
+/// each routable instance scored −(effective load).
+fn candidates<'a>(
+    scored: Option<&'a [ScoredCandidate]>,
+    instances: &[crate::policy::InstanceSnapshot],
+) -> std::borrow::Cow<'a, [ScoredCandidate]> {
+    match scored {
+        Some(c) if !c.is_empty() => std::borrow::Cow::Borrowed(c),
+        _ => instances
+            .iter()
+            .filter(|s| s.routable)
+            .map(|s| ScoredCandidate {
+                instance: s.index,
+                score: -f64::from(s.effective_load()),
+                parts: Vec::new(),
+            })
+            .collect(),
+    }
+}
+
+/// The best candidate (the highest score, the lowest index among equals) and the chosen
+/// one's score (the best's when the chosen was not scored).
+fn judged(cands: &[ScoredCandidate], chosen: u32) -> Option<(&ScoredCandidate, f64)> {
+    let best = cands
         .iter()
-        .filter(|s| s.routable)
-        .map(|s| ScoredCandidate {
-            instance: s.index,
-            score: -f64::from(s.effective_load()),
-            parts: Vec::new(),
-        })
-        .collect()
-}
-
-/// The highest score (the lowest index among equals).
-fn best_of(cands: &[ScoredCandidate]) -> Option<&ScoredCandidate> {
-    cands.iter().fold(None::<&ScoredCandidate>, |b, c| match b {
-        Some(b) if b.score > c.score || (b.score == c.score && b.instance < c.instance) => Some(b),
-        _ => Some(c),
-    })
+        .fold(None::<&ScoredCandidate>, |b, c| match b {
+            Some(b) if b.score > c.score || (b.score == c.score && b.instance < c.instance) => {
+                Some(b)
+            }
+            _ => Some(c),
+        })?;
+    let chosen_score = cands
+        .iter()
+        .find(|c| c.instance == chosen)
+        .map_or(best.score, |c| c.score);
+    Some((best, chosen_score))
 }
 
 /// One decision's row of `decisions.csv`: the chosen and the best candidate's scores, the
@@ -298,11 +300,9 @@ fn write_decision(
     if log.writer.is_none() || log.error.is_some() {
         return;
     }
-    let Some(best) = best_of(cands) else { return };
-    let chosen_score = cands
-        .iter()
-        .find(|c| c.instance == chosen)
-        .map_or(best.score, |c| c.score);
+    let Some((best, chosen_score)) = judged(cands, chosen) else {
+        return;
+    };
     let regret = (best.score - chosen_score).max(0.0);
     if let Some(w) = log.writer.as_mut()
         && log.error.is_none()
