@@ -240,14 +240,16 @@ pub fn while_counting<T: Send>(
     bar.update(counter.load(Ordering::Relaxed) as u64, message);
     let done = std::sync::atomic::AtomicBool::new(false);
     let out = std::thread::scope(|scope| {
-        scope.spawn(|| {
+        let ticker = scope.spawn(|| {
             while !done.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(1000 / u64::from(TERMINAL_HZ)));
+                // Woken at once when `work` returns: a short search does not wait a tick.
+                std::thread::park_timeout(Duration::from_millis(1000 / u64::from(TERMINAL_HZ)));
                 bar.update(counter.load(Ordering::Relaxed) as u64, message);
             }
         });
         let out = work();
         done.store(true, Ordering::Relaxed);
+        ticker.thread().unpark();
         out
     });
     bar.clear();
