@@ -38,6 +38,14 @@ pub fn check_outputs(p: &mut Vec<Problem>, s: &Scenario) {
     if s.outputs.decision_top_k == 0 {
         p.push(Problem::new("outputs.decision_top_k", "must be ≥ 1"));
     }
+    // An empty name is no directory: the run failed at its end with "cannot use output
+    // directory : No such file or directory".
+    if s.outputs.dir.trim().is_empty() {
+        p.push(
+            Problem::new("outputs.dir", "is empty: it names no directory")
+                .hint("leave it out for ./out, or name a directory such as \"out/run1\""),
+        );
+    }
     if let Some(dt) = s.outputs.sample_interval_s
         && !(dt.is_finite() && dt >= 1e-6)
     {
