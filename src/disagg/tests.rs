@@ -55,6 +55,7 @@ fn world() -> World {
     });
     world.init_resource::<TransferDue>();
     world.init_resource::<RecordDue>();
+    world.init_resource::<crate::decisions::DecisionLog>();
     world.resource_mut::<InstanceDue>().handoffs.push(0);
     world
 }
