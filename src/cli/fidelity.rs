@@ -18,6 +18,26 @@ fn load_with_measured(
         noteln!("error: {e}");
         ExitCode::from(2)
     })?;
+    // The replay takes the measured requests in place of the workload and runs until they
+    // end (`fidelity::replay_scenario`): an override of either changes nothing.
+    const REPLACED: [&str; 7] = [
+        "workload.num_requests",
+        "workload.duration_s",
+        "workload.aggregate_rate_per_s",
+        "workload.clients",
+        "workload.traces",
+        "workload.inference_perf",
+        "horizon_s",
+    ];
+    for (path, value) in &overrides {
+        let field = path.split(['[', '.']).take(2).collect::<Vec<_>>().join(".");
+        if REPLACED.contains(&field.as_str()) || path == "workload" {
+            noteln!(
+                "warning: --set {path}={value} is not used: the replay sends the measured \
+                 requests in place of the scenario's workload and runs until they end"
+            );
+        }
+    }
     let sc = load(scenario, &overrides, catalog)?;
     let rows = crate::fidelity::measured::load(measured).map_err(|e| {
         noteln!("error: {e}");

@@ -344,6 +344,41 @@ fn calibrate_and_check_real_run_from_the_command_line() {
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("latency: Blackbox(alpha: ["), "{text}");
     assert!(text.contains("held-back 20 %"), "{text}");
+    // The replay sends the measured requests and runs until they end: an override of the
+    // workload or the horizon changes nothing, and is said to (it was taken silently). One of
+    // the server is not warned of.
+    let report = std::fs::read_to_string(out_dir.join("check-real.json")).unwrap();
+    let out = run(&[
+        "check-real",
+        scenario_arg,
+        measured_arg,
+        "--out",
+        out_dir.to_str().unwrap(),
+        "--set",
+        "workload.num_requests=5",
+        "--set",
+        "horizon_s=Some(1.0)",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("warning: --set workload.num_requests=5 is not used: the replay sends the measured requests in place of the scenario's workload and runs until they end")
+            && err.contains("warning: --set horizon_s=Some(1.0) is not used"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(out_dir.join("check-real.json")).unwrap(),
+        report
+    );
+    let out = run(&[
+        "calibrate",
+        scenario_arg,
+        measured_arg,
+        "--max-evals",
+        "8",
+        "--set",
+        "cluster.groups[0].count=1",
+    ]);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("is not used"));
     // Our roofline needs the model and GPU this server does not name: said before anything
     // runs, as bad input.
     let out = run(&[
