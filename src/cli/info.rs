@@ -736,6 +736,13 @@ pub(crate) fn report(a: ReportArgs) -> ExitCode {
         _ => PathBuf::from("report.html"),
     });
     // What cannot be read is bad input (exit 2); a page that cannot be written, a failure (1).
+    let out = match super::run::page_target(&out) {
+        Ok(out) => out,
+        Err(e) => {
+            noteln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     if out.is_dir() {
         noteln!(
             "error: --out {} is a directory: give the page's file name, e.g. --out {}",

@@ -18,9 +18,42 @@ pub(crate) fn peak_rss_mb() -> Option<f64> {
     Some(kb / 1024.0)
 }
 
+/// Where a page given as `--out` goes: a link to a file is followed, so the page replaces the
+/// file it names and the link stays (a staged page moved onto the link would replace the link).
+pub(crate) fn page_target(out: &Path) -> Result<PathBuf, String> {
+    let link = std::fs::symlink_metadata(out).is_ok_and(|m| m.file_type().is_symlink());
+    if !link || not_a_file(out) {
+        return Ok(out.to_path_buf());
+    }
+    std::fs::canonicalize(out).map_err(|e| {
+        format!(
+            "--out {} is a link to what cannot be reached ({e}); give the page's own file name",
+            out.display()
+        )
+    })
+}
+
+/// Whether `out` (its link followed) is something other than a file or a directory: a device,
+/// a FIFO, a terminal or the pipe `/dev/stdout` names.
+fn not_a_file(out: &Path) -> bool {
+    std::fs::metadata(out).is_ok_and(|m| !m.is_file() && !m.is_dir())
+}
+
 /// Writes a report page to `out` (staged, then moved into place). The error carries its
 /// exit code: 2 for an output location that cannot be used, 1 for a failed write.
+///
+/// What is not a file (`--out /dev/stdout`, a FIFO, a device) is written into as a shell's `>`
+/// would: a staged page moved over it would put a file in the device's place.
 pub(crate) fn write_page(page: &str, out: &Path) -> Result<(), (u8, String)> {
+    use std::io::Write;
+    let out = &page_target(out).map_err(|e| (2, e))?;
+    if not_a_file(out) {
+        return std::fs::OpenOptions::new()
+            .write(true)
+            .open(out)
+            .and_then(|mut f| f.write_all(page.as_bytes()).and_then(|()| f.flush()))
+            .map_err(|e| (1, format!("cannot write {}: {e}", out.display())));
+    }
     let name = out
         .file_name()
         .ok_or_else(|| (2, format!("--out {}: expected a file name", out.display())))?
@@ -33,7 +66,6 @@ pub(crate) fn write_page(page: &str, out: &Path) -> Result<(), (u8, String)> {
     let mut dir = crate::output::OutputDir::open(&parent).map_err(|e| (2, e.to_string()))?;
     dir.notes().iter().for_each(|n| noteln!("servesim: {n}"));
     let mut w = dir.create(&name).map_err(|e| (1, e.to_string()))?;
-    use std::io::Write;
     w.write_all(page.as_bytes())
         .and_then(|()| w.flush())
         .map_err(|e| (1, format!("cannot write {}: {e}", out.display())))?;

@@ -735,6 +735,84 @@ fn report_refuses_a_directory_as_its_page_and_a_run_given_twice() {
     assert!(!page.exists());
 }
 
+/// A page aimed at a link replaces the file the link names and the link stays; one aimed at
+/// a FIFO (as at `/dev/stdout`) is written into it. Both were moved over: the link became a
+/// file and the FIFO (as root, `/dev/full` too) was replaced by the page.
+#[test]
+fn report_writes_through_links_and_into_pipes() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().join("run");
+    quickstart_into(&run, 10);
+    let page = dir.path().join("real.html");
+    std::fs::write(&page, "earlier").unwrap();
+    let link = dir.path().join("link.html");
+    std::os::unix::fs::symlink("real.html", &link).unwrap();
+    let done = servesim_within(
+        &[
+            "report",
+            run.to_str().unwrap(),
+            "--out",
+            link.to_str().unwrap(),
+        ],
+        20,
+    );
+    assert_eq!(
+        done.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert!(
+        std::fs::read_to_string(&page)
+            .unwrap()
+            .starts_with("<!doctype html>")
+    );
+    // A link into a run's results under a result file's name is refused as that name is.
+    let sneaky = dir.path().join("sneaky");
+    std::os::unix::fs::symlink(run.join("summary.json"), &sneaky).unwrap();
+    report_refused(&[&run], &sneaky, "give it an .html name");
+    let fifo = dir.path().join("pipe");
+    if Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap())
+        };
+        let done = servesim_within(
+            &[
+                "report",
+                run.to_str().unwrap(),
+                "--out",
+                fifo.to_str().unwrap(),
+            ],
+            20,
+        );
+        assert_eq!(
+            done.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&done.stderr)
+        );
+        use std::os::unix::fs::FileTypeExt;
+        assert!(
+            std::fs::symlink_metadata(&fifo)
+                .unwrap()
+                .file_type()
+                .is_fifo()
+        );
+        assert!(reader.join().unwrap().starts_with("<!doctype html>"));
+    }
+}
+
 /// `servesim report RUNS --out PAGE`, which must be refused as bad input (exit 2), saying
 /// `says`.
 fn report_refused(runs: &[&Path], page: &Path, says: &str) {
