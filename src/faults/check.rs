@@ -68,14 +68,8 @@ pub fn check(p: &mut Vec<Problem>, s: &Scenario) {
     for (k, st) in f.stragglers.iter().enumerate() {
         let at = |field: &str| format!("faults.stragglers[{k}].{field}");
         exists(p, at("instance"), st.instance, instances);
-        for (field, v) in [("from_s", st.from_s), ("until_s", st.until_s)] {
-            if !v.is_finite() || v < 0.0 {
-                p.push(Problem::new(
-                    at(field),
-                    format!("must be a finite time ≥ 0 s, got {v}"),
-                ));
-            }
-        }
+        seconds(p, at("from_s"), st.from_s, 0.0);
+        seconds(p, at("until_s"), st.until_s, 0.0);
         if st.from_s.is_finite() && st.until_s.is_finite() && st.until_s <= st.from_s {
             p.push(
                 Problem::new(

@@ -34,10 +34,19 @@ pub fn check(s: &Scenario) -> Vec<Problem> {
         );
     }
     // Times are whole µs and every arrival process's first arrival is at least 1 µs in:
-    // below that nothing can arrive at all.
-    for (path, v) in [
-        ("workload.duration_s", w.duration_s),
-        ("horizon_s", s.horizon_s),
+    // below that nothing can arrive at all. Past 10⁹ s the clock ends, so a run that went
+    // on that long would stop there with an error, after days of wall time.
+    for (path, v, without) in [
+        (
+            "workload.duration_s",
+            w.duration_s,
+            "leave it out to stop on num_requests or horizon_s",
+        ),
+        (
+            "horizon_s",
+            s.horizon_s,
+            "leave it out to run until every request finishes",
+        ),
     ] {
         if let Some(v) = v
             && v.is_finite()
@@ -50,6 +59,15 @@ pub fn check(s: &Scenario) -> Vec<Problem> {
                     format!("{v:e} s is shorter than 1 µs: no request can arrive"),
                 )
                 .hint("simulated time is counted in whole microseconds"),
+            );
+        }
+        if let Some(v) = v
+            && v.is_finite()
+            && v > 1e9
+        {
+            p.push(
+                Problem::new(path, format!("{v:e} s is past the 10⁹ s a run may reach"))
+                    .hint(without),
             );
         }
     }
