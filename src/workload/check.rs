@@ -615,6 +615,12 @@ fn check_arrival(p: &mut Vec<Problem>, path: &str, spec: &ArrivalSpec) {
                     ));
                 }
                 positive(p, &format!("stages[{k}].duration_s"), st.duration_s);
+                if st.duration_s.is_finite() && st.duration_s > 1e9 {
+                    p.push(Problem::new(
+                        format!("{path}.stages[{k}].duration_s"),
+                        format!("{:e} s is past the 10⁹ s a run may reach", st.duration_s),
+                    ));
+                }
             }
         }
     }
