@@ -249,6 +249,8 @@ def test_bad_counts_and_override_keys_name_the_argument():
         (lambda: servesim.evaluate(QUICK, small(10), worst=True), r"worst is a whole number .* not bool \(True\)"),
         (lambda: servesim.capacity(QUICK, small(10), replicas=2.0), r"replicas is a whole number .* not float \(2.0\)"),
         (lambda: servesim.evaluate(QUICK, small(10), weights={"ttft_p99": "1"}), r"the weight of ttft_p99 is a number ≥ 0, not str \('1'\)"),
+        # A list said "cannot convert dictionary update sequence element #0 to a sequence".
+        (lambda: servesim.evaluate(QUICK, small(10), weights=[1, 2]), r"weights maps each objective to its weight, .* not list"),
     ]:
         with pytest.raises(TypeError, match=says):
             call()

@@ -209,6 +209,11 @@ def _wall(max_wall_s: Any) -> Any:
 
 def _weights(weights: Any) -> Dict[str, Any]:
     """``evaluate``'s weights, each a number (its range is checked with the objectives)."""
+    if weights is not None and not isinstance(weights, Mapping):
+        raise TypeError(
+            f"weights maps each objective to its weight, such as {{'ttft_p99': 2.0}}, "
+            f"not {type(weights).__name__}"
+        )
     weights = dict(weights or {})
     for k, w in weights.items():
         if isinstance(w, bool) or not isinstance(w, numbers.Real):
