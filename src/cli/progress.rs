@@ -5,7 +5,8 @@
 //! On a terminal the bar is redrawn at most [`TERMINAL_HZ`] times a second. With `always`
 //! and a stderr that is not a terminal (a log file, a pipe), no bar is drawn: one plain line
 //! (no cursor movement) every [`PLAIN_EVERY`], so an hour's log holds 360 lines, not 770 MB.
-//! Rates are whole numbers (`51697 requests/s`).
+//! Rates are whole numbers from 10 up (`51697 requests/s`), below with a decimal or two
+//! (`3.2 runs/s`, `0.08 runs/s`).
 
 use std::io::Write;
 use std::sync::Arc;
@@ -114,6 +115,17 @@ impl Counts {
     }
 }
 
+/// A rate as the progress line shows it: whole from 10 up, below with a decimal or two (a
+/// capacity search's runs of several seconds each read "0 runs/s").
+fn rate(per_s: f64) -> String {
+    let digits = match per_s {
+        r if r >= 10.0 || r == 0.0 => 0,
+        r if r >= 1.0 => 1,
+        _ => 2,
+    };
+    format!("{per_s:.digits$}")
+}
+
 /// A bar that appears when its mode says so.
 pub struct Bar {
     bar: ProgressBar,
@@ -185,7 +197,7 @@ impl Bar {
         if let Some(unit) = self.counts.rate_unit() {
             let per_s = position as f64 / elapsed.as_secs_f64().max(1e-3);
             let comma = if message.is_empty() { "" } else { ", " };
-            message += &format!("{comma}{per_s:.0} {unit}/s");
+            message += &format!("{comma}{} {unit}/s", rate(per_s));
         }
         if let Some(last) = &self.plain {
             let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
@@ -254,4 +266,18 @@ pub fn while_counting<T: Send>(
     });
     bar.clear();
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rate;
+
+    #[test]
+    fn rates_keep_two_digits_below_ten() {
+        let shown: Vec<String> = [0.0, 0.083, 3.24, 9.96, 10.0, 51697.4]
+            .into_iter()
+            .map(rate)
+            .collect();
+        assert_eq!(shown, ["0", "0.08", "3.2", "10.0", "10", "51697"]);
+    }
 }
