@@ -450,11 +450,12 @@ fn a_run_in_which_no_request_can_arrive_says_so() {
 
 #[test]
 fn a_run_that_would_pass_the_clock_s_range_stops_with_a_diagnosis() {
-    // A first stage of 10¹² s with no arrivals: the first request would come after the
-    // 10⁹ s a run may reach. The run stops (exit 1) instead of saturating the clock.
+    // Two first stages of 10⁹ s (the longest a stage may be) with no arrivals: the first
+    // request would come after the 10⁹ s a run may reach. The run stops (exit 1) instead of
+    // saturating the clock.
     let err = run_fails_cleanly(
         "(cluster: (groups: [(kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [100.0, 1.0, 1.0]))]),
-          workload: (clients: [(arrival: Staged(stages: [(rate_per_s: 0.0, duration_s: 1e12), (rate_per_s: 1.0, duration_s: 5.0)]),
+          workload: (clients: [(arrival: Staged(stages: [(rate_per_s: 0.0, duration_s: 1e9), (rate_per_s: 0.0, duration_s: 1e9), (rate_per_s: 1.0, duration_s: 5.0)]),
             input_tokens: Constant(8), output_tokens: Constant(8))]))",
         &[],
         30,
