@@ -341,6 +341,10 @@ def test_a_sweep_takes_a_loaded_scenario_and_reports_a_bad_point_as_the_run_does
         sweep(QUICK, points, backend="nope")
     with pytest.raises(TypeError, match="points is a list of dicts"):
         sweep(QUICK, {"policies.routing": '"random"'}, backend="process")
+    # A lambda cannot travel to a worker: it failed as a point ran, with pickle's
+    # "AttributeError: Can't pickle local object"; it is named before any worker starts.
+    with pytest.raises(TypeError, match=r"routing= cannot be sent to the process backend's workers .* top level of a module"):
+        sweep(QUICK, points, backend="process", routing=lambda request, instances: 0)
 
 
 @pytest.mark.parametrize("call", [

@@ -220,6 +220,19 @@ def sweep(
         return [row for row, _ in results]
     from concurrent.futures import ProcessPoolExecutor
     import multiprocessing
+    import pickle
+
+    # Each point's policies travel pickled to a worker: one that cannot (a lambda, a function
+    # defined inside another) failed as the first point ran, with pickle's own words.
+    for name, f in (("routing", routing), ("summary_hook", summary_hook), *policies.items()):
+        try:
+            pickle.dumps(f)
+        except Exception as e:
+            raise TypeError(
+                f"{name}= cannot be sent to the process backend's workers ({e}): define it at "
+                f"the top level of a module (a lambda or a function defined inside another "
+                f"cannot be pickled), or use backend='ray' (with Ray installed), which sends it by value"
+            ) from None
 
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=jobs or os.cpu_count(), mp_context=ctx) as pool:
