@@ -748,21 +748,7 @@ fn report_writes_through_links_and_into_pipes() {
     std::fs::write(&page, "earlier").unwrap();
     let link = dir.path().join("link.html");
     std::os::unix::fs::symlink("real.html", &link).unwrap();
-    let done = servesim_within(
-        &[
-            "report",
-            run.to_str().unwrap(),
-            "--out",
-            link.to_str().unwrap(),
-        ],
-        20,
-    );
-    assert_eq!(
-        done.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&done.stderr)
-    );
+    report_into(&run, &link);
     assert!(
         std::fs::symlink_metadata(&link)
             .unwrap()
@@ -788,21 +774,7 @@ fn report_writes_through_links_and_into_pipes() {
             let fifo = fifo.clone();
             std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap())
         };
-        let done = servesim_within(
-            &[
-                "report",
-                run.to_str().unwrap(),
-                "--out",
-                fifo.to_str().unwrap(),
-            ],
-            20,
-        );
-        assert_eq!(
-            done.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&done.stderr)
-        );
+        report_into(&run, &fifo);
         use std::os::unix::fs::FileTypeExt;
         assert!(
             std::fs::symlink_metadata(&fifo)
@@ -812,6 +784,19 @@ fn report_writes_through_links_and_into_pipes() {
         );
         assert!(reader.join().unwrap().starts_with("<!doctype html>"));
     }
+}
+
+/// `servesim report RUN --out PAGE`, which must succeed.
+fn report_into(run: &Path, page: &Path) {
+    let args = [
+        "report",
+        run.to_str().unwrap(),
+        "--out",
+        page.to_str().unwrap(),
+    ];
+    let done = servesim_within(&args, 20);
+    let err = String::from_utf8_lossy(&done.stderr);
+    assert_eq!(done.status.code(), Some(0), "{err}");
 }
 
 /// `servesim report RUNS --out PAGE`, which must be refused as bad input (exit 2), saying
