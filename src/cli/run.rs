@@ -293,12 +293,18 @@ pub(crate) fn run(app: &ServesimApp, a: RunArgs) -> ExitCode {
         )
     };
     if !quiet {
+        // A run of no tick (a horizon before the first arrival) has no time per tick: the
+        // whole set-up was shown as one ("6096853 ns per tick").
+        let per_tick = if summary.ticks == 0 {
+            String::new()
+        } else {
+            format!(", {:.0} ns per tick", wall * 1e9 / summary.ticks as f64)
+        };
         noteln!(
-            "servesim: {}, {} in {wall:.3} s wall ({:.0} requests/s, {:.0} ns per tick{}); {results}",
+            "servesim: {}, {} in {wall:.3} s wall ({:.0} requests/s{per_tick}{}); {results}",
             crate::scenario::counted(summary.requests.injected, "request"),
             crate::scenario::counted(summary.ticks, "tick"),
             summary.requests.injected as f64 / wall.max(1e-9),
-            wall * 1e9 / summary.ticks.max(1) as f64,
             peak_rss_mb().map_or(String::new(), |mb| format!(", peak RSS {mb:.0} MB")),
         );
     }

@@ -213,6 +213,13 @@ fn progress_goes_to_stderr_only_and_quiet_silences_it() {
     let one = quickstart(dir.path(), 1, &[]);
     let err = String::from_utf8_lossy(&one.stderr);
     assert!(err.contains("servesim: 1 request, "), "{err}");
+    // A run of no tick has no time per tick (the set-up read "6096853 ns per tick").
+    let none = quickstart(dir.path(), 20, &["--set", "horizon_s=0.000001"]);
+    let err = String::from_utf8_lossy(&none.stderr);
+    assert!(
+        err.contains(" 0 ticks in ") && !err.contains("per tick"),
+        "{err}"
+    );
     let quiet = quickstart(dir.path(), 2000, &["--quiet", "--progress", "always"]);
     assert_eq!(String::from_utf8_lossy(&quiet.stderr), "");
     assert_eq!(shown.stdout, quiet.stdout);
