@@ -396,10 +396,22 @@ impl BarChart {
         let mut s = String::new();
         let _ = write!(
             s,
-            r#"<svg class="chart bars" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" aria-label="{t}"><title>{t}</title><text class="title" x="{}" y="18" text-anchor="middle">{t}</text><g class="axes">"#,
+            r#"<svg class="chart bars" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" aria-label="{t}"><title>{t}</title><text class="title" x="{}" y="18" text-anchor="middle">{t}</text>"#,
             W / 2.0,
             t = esc(&self.title)
         );
+        // No value at all (a run that completed no request has no percentile): said as the
+        // line charts say it, not drawn as bars of 0.
+        if !self.bars.iter().flat_map(|b| &b.2).any(|v| v.is_finite()) {
+            let _ = write!(
+                s,
+                r#"<text class="empty" x="{}" y="{}" text-anchor="middle">no data</text></svg>"#,
+                W / 2.0,
+                H / 2.0
+            );
+            return s;
+        }
+        s.push_str(r#"<g class="axes">"#);
         y_grid(&mut s, ticks(0.0, top, 5), py);
         let _ = write!(
             s,
@@ -414,8 +426,12 @@ impl BarChart {
         for (c, cat) in self.categories.iter().enumerate() {
             let x0 = LEFT + slot * c as f64 + (slot - bar * n) / 2.0;
             for (b, (name, colour, values)) in self.bars.iter().enumerate() {
-                let v = values.get(c).copied().unwrap_or(0.0);
-                let v = if v.is_finite() { v.max(0.0) } else { 0.0 };
+                let given = values.get(c).copied().unwrap_or(0.0);
+                let (v, shown) = if given.is_finite() {
+                    (given.max(0.0), label(given.max(0.0)))
+                } else {
+                    (0.0, "n/a".to_string())
+                };
                 let x = x0 + bar * b as f64;
                 let _ = write!(
                     s,
@@ -426,7 +442,7 @@ impl BarChart {
                     H - BOTTOM - py(v),
                     esc(name),
                     esc(cat),
-                    label(v)
+                    shown
                 );
             }
             let _ = write!(
@@ -523,6 +539,30 @@ mod tests {
                 assert!((TOP..=H - BOTTOM).contains(&y), "{y}");
             }
         }
+    }
+
+    /// A run that completed no request has no percentiles: they were drawn as bars of 0
+    /// titled "= 0" beside a summary saying n/a.
+    #[test]
+    fn a_bar_without_a_value_is_not_drawn_as_zero() {
+        let chart = |values: Vec<f64>| {
+            BarChart {
+                title: "TTFT percentiles".into(),
+                y_label: "ms".into(),
+                categories: vec!["p50".into(), "p99".into()],
+                bars: vec![("a".into(), colour(0), values)],
+                legend: false,
+            }
+            .svg()
+        };
+        let none = chart(vec![f64::NAN, f64::NAN]);
+        assert!(none.contains(">no data</text>"), "{none}");
+        assert!(!none.contains(r#"class="bar""#), "{none}");
+        let one = chart(vec![f64::NAN, 12.0]);
+        assert!(
+            one.contains("a: p50 = n/a") && one.contains("a: p99 = 12"),
+            "{one}"
+        );
     }
 
     #[test]
