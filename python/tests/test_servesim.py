@@ -81,6 +81,13 @@ def test_a_bad_scenario_raises_with_every_problem_located():
     sc = servesim.load(QUICK, small(50), seed=4)
     assert servesim.run(sc).summary_json == servesim.run(QUICK, small(50), seed=4).summary_json
     assert servesim.run(sc, {"workload.num_requests": 20}).summary["requests"]["injected"] == 20
+    # validate and load take it too (validate said "scenario is a path (str or os.PathLike),
+    # RON text or a servesim.Scenario, not Scenario").
+    servesim.validate(sc)
+    with pytest.raises(servesim.ScenarioError, match="workload.num_requests: must be ≥ 1"):
+        servesim.validate(sc, {"workload.num_requests": 0})
+    again = servesim.load(sc, {"workload.num_requests": 30})
+    assert servesim.run(again).summary_json == servesim.run(QUICK, small(30), seed=4).summary_json
     with pytest.raises(TypeError):
         servesim.run(QUICK, overrides={"seed": [1]})
 

@@ -306,12 +306,11 @@ class Scenario:
 
 
 def load(
-    scenario: str, overrides: Optional[Mapping[str, Any]] = None, seed: Optional[int] = None
+    scenario: Any, overrides: Optional[Mapping[str, Any]] = None, seed: Optional[int] = None
 ) -> Scenario:
-    """Loads and validates a scenario (path or RON text) with overrides; raises
-    ScenarioError with every problem located."""
-    source, is_text = _source(scenario)
-    ov = _overrides(overrides, seed)
+    """Loads and validates a scenario (path, RON text, or a ``Scenario`` whose overrides
+    these extend) with overrides; raises ScenarioError with every problem located."""
+    source, is_text, ov = _resolve(scenario, overrides, seed)
     _warn(_native.validate(source, is_text, ov))
     return Scenario(source, is_text, ov)
 
@@ -323,12 +322,12 @@ def _resolve(scenario: Any, overrides: Optional[Mapping[str, Any]], seed: Option
     return source, is_text, _overrides(overrides, seed)
 
 
-def validate(scenario: str, overrides: Optional[Mapping[str, Any]] = None) -> None:
-    """Checks a scenario (path or RON text) as ``servesim validate`` does; raises
-    ScenarioError with every problem located (file:line:column, field, hint), and issues a
-    ``ServesimWarning`` for each warning ``validate`` prints."""
-    source, is_text = _source(scenario)
-    _warn(_native.validate(source, is_text, _overrides(overrides, None)))
+def validate(scenario: Any, overrides: Optional[Mapping[str, Any]] = None) -> None:
+    """Checks a scenario (path, RON text or a ``Scenario`` from ``load``) as ``servesim
+    validate`` does; raises ScenarioError with every problem located (file:line:column, field,
+    hint), and issues a ``ServesimWarning`` for each warning ``validate`` prints."""
+    source, is_text, ov = _resolve(scenario, overrides, None)
+    _warn(_native.validate(source, is_text, ov))
 
 
 def run(
