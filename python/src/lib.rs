@@ -402,6 +402,7 @@ fn capacity(
         jobs: jobs.unwrap_or_else(cores).max(1),
         interrupt: Some(stop.flag.clone()),
         runs_done: None,
+        scale_now: None,
     };
     // The arguments' own ranges, before the scenario is read: a ValueError, as a negative
     // count's is.

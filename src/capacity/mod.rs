@@ -385,6 +385,9 @@ pub struct Settings {
     pub interrupt: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
     /// Counts the runs finished so far (a progress bar reads it).
     pub runs_done: Option<std::sync::Arc<std::sync::atomic::AtomicUsize>>,
+    /// The multiple of the scenario's rates the latest run started at, as `f64::to_bits`
+    /// (0 before the first; a progress bar reads it).
+    pub scale_now: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
 }
 
 impl Settings {
@@ -468,6 +471,9 @@ pub fn search(
                     interrupt: settings.interrupt.clone(),
                     ..Default::default()
                 };
+                if let Some(now) = &settings.scale_now {
+                    now.store(scale.to_bits(), Ordering::Relaxed);
+                }
                 let ran = app.run(&sc, options);
                 if let Some(d) = &settings.runs_done {
                     d.fetch_add(1, Ordering::Relaxed);

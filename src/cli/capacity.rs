@@ -82,6 +82,7 @@ pub(crate) fn capacity(app: &ServesimApp, a: CapacityArgs) -> ExitCode {
         jobs: super::args::jobs(a.jobs),
         interrupt: Some(interrupt.clone()),
         runs_done: Some(Arc::new(0.into())),
+        scale_now: Some(Arc::new(0.into())),
     };
     if let Err(e) = settings.check() {
         return fail(e);
@@ -109,7 +110,13 @@ pub(crate) fn capacity(app: &ServesimApp, a: CapacityArgs) -> ExitCode {
         super::progress::Counts::Runs,
     );
     let done = settings.runs_done.clone().unwrap_or_default();
-    let searched = super::progress::while_counting(&bar, &done, "", || {
+    let now = settings.scale_now.clone().unwrap_or_default();
+    // The rate a run is at tells why runs slow down as the search climbs.
+    let at = || match f64::from_bits(now.load(Ordering::Relaxed)) {
+        0.0 => String::new(),
+        scale => format!("latest at {scale:.3}× the rates"),
+    };
+    let searched = super::progress::while_counting(&bar, &done, at, || {
         if a.each_group {
             crate::capacity::search_each_group(app, &scenario, &settings)
         } else {

@@ -138,9 +138,12 @@ pub(crate) fn plan(app: &ServesimApp, a: PlanArgs) -> ExitCode {
         reason = "wall-clock timing goes to stderr only"
     )]
     let started = std::time::Instant::now();
-    let searched = super::progress::while_counting(&bar, &decided, "decided", || {
-        crate::plan::search(app, &a.scenario, &set, &scenario, &settings)
-    });
+    let searched = super::progress::while_counting(
+        &bar,
+        &decided,
+        || "decided".into(),
+        || crate::plan::search(app, &a.scenario, &set, &scenario, &settings),
+    );
     let result = match searched {
         Ok(r) => r,
         Err(PlanError::Input(e)) => return fail(e),

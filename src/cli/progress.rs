@@ -237,11 +237,12 @@ impl Bar {
 
 /// Runs `work` while a thread moves `bar` to `counter` (what `work` has done so far) every
 /// 1/[`TERMINAL_HZ`] s, for searches that report progress by counting: `plan`'s
-/// configurations, `capacity`'s runs. The bar is cleared when `work` returns.
+/// configurations, `capacity`'s runs, with `message()` beside the count. The bar is cleared
+/// when `work` returns.
 pub fn while_counting<T: Send>(
     bar: &Bar,
     counter: &std::sync::atomic::AtomicUsize,
-    message: &'static str,
+    message: impl Fn() -> String + Sync,
     work: impl FnOnce() -> T + Send,
 ) -> T {
     use std::sync::atomic::Ordering;
@@ -249,14 +250,14 @@ pub fn while_counting<T: Send>(
         return work();
     }
     // At once: the total (a plan's configurations) is known before anything has run.
-    bar.update(counter.load(Ordering::Relaxed) as u64, message);
+    bar.update(counter.load(Ordering::Relaxed) as u64, message());
     let done = std::sync::atomic::AtomicBool::new(false);
     let out = std::thread::scope(|scope| {
         let ticker = scope.spawn(|| {
             while !done.load(Ordering::Relaxed) {
                 // Woken at once when `work` returns: a short search does not wait a tick.
                 std::thread::park_timeout(Duration::from_millis(1000 / u64::from(TERMINAL_HZ)));
-                bar.update(counter.load(Ordering::Relaxed) as u64, message);
+                bar.update(counter.load(Ordering::Relaxed) as u64, message());
             }
         });
         let out = work();

@@ -56,13 +56,31 @@ fn capacity_of_an_md1_server_matches_queueing_theory() {
         jobs: 2,
         interrupt: None,
         runs_done: Some(std::sync::Arc::new(0.into())),
+        scale_now: Some(std::sync::Arc::new(0.into())),
     };
     let c = search(&servesim::ServesimApp::new(), &sc, &settings).unwrap();
-    // The progress counter saw every run.
+    // The progress counter saw every run, and the rate shown last is a last bracket's:
+    // within the tolerance of some seed's answer to some criterion.
     let counted = settings.runs_done.as_ref().unwrap();
     assert_eq!(
         counted.load(std::sync::atomic::Ordering::Relaxed),
         c.runs as usize
+    );
+    let now = f64::from_bits(
+        settings
+            .scale_now
+            .as_ref()
+            .unwrap()
+            .load(std::sync::atomic::Ordering::Relaxed),
+    );
+    let answers: Vec<f64> = c
+        .limits
+        .iter()
+        .flat_map(|l| l.scale_per_seed.iter().flatten().copied())
+        .collect();
+    assert!(
+        answers.iter().any(|a| (now / a - 1.0).abs() <= 0.03),
+        "last run at {now}×, answers {answers:?}"
     );
     assert_eq!(c.stated_requests_per_s, Some(50.0));
     // Stable exactly below μ = 100/s; the test passes rates up to μ / 0.97 = 103.1/s.
