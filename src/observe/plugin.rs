@@ -169,6 +169,13 @@ fn finish_observers(world: &mut World, summary: &mut Summary) -> Result<(), SimE
                 now.as_us() as f64 / 1e6
             ));
         }
+        if timeline.requests_drawn == 0 && timeline.requests_in_window > 0 {
+            summary.warnings.push(format!(
+                "the timeline's request sample drew none of the {} requests in its window: timeline.json holds steps only; \
+                 raise --trace-sample or outputs.timeline_request_sample (each request is drawn with that probability)",
+                timeline.requests_in_window
+            ));
+        }
         let mb = timeline.bytes as f64 / 1e6;
         if mb > 300.0 {
             summary.warnings.push(format!(

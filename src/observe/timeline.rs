@@ -34,6 +34,9 @@ pub struct Timeline {
     /// Requests whose id hashes below this are drawn.
     sample_below: u64,
     first: bool,
+    /// Requests in the window, and those of them drawn (the sample can leave none).
+    pub requests_in_window: u64,
+    pub requests_drawn: u64,
     /// Bytes written so far.
     pub bytes: u64,
     /// The first write error; the run stops on it.
@@ -74,6 +77,8 @@ impl Timeline {
             window,
             sample_below,
             first: true,
+            requests_in_window: 0,
+            requests_drawn: 0,
             bytes: 0,
             error: None,
         };
@@ -158,14 +163,16 @@ impl Timeline {
 
     fn request(&mut self, f: &FinishedRequest, now: SimTime) {
         let id = f.spec.id;
-        if !self.sampled(id) {
-            return;
-        }
         let start = f.lifecycle.arrival.as_us();
         let end = f.completed.unwrap_or(now).as_us().max(start);
         if !self.overlaps(start, end) {
             return;
         }
+        self.requests_in_window += 1;
+        if !self.sampled(id) {
+            return;
+        }
+        self.requests_drawn += 1;
         let instance = f.instance.map_or("null".to_string(), |i| i.to_string());
         let span = |ph: char, name: &str, ts: u64, args: &str| {
             format!(

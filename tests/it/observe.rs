@@ -271,7 +271,7 @@ fn the_timeline_holds_every_step_and_request_and_respects_its_bounds() {
 
     // A window and a sample rate bound the file.
     let small = tempfile::tempdir().unwrap();
-    quickstart(
+    let sampled = quickstart(
         small.path(),
         200,
         &[
@@ -300,6 +300,20 @@ fn the_timeline_holds_every_step_and_request_and_respects_its_bounds() {
     assert!(
         requests > 0 && requests < 20,
         "{requests} of ~24 in the window, a quarter kept"
+    );
+    let none = "the timeline's request sample drew none";
+    assert!(!String::from_utf8_lossy(&sampled.stderr).contains(none));
+    // A sample so small it draws no request says so (the file holds the steps only).
+    let empty = tempfile::tempdir().unwrap();
+    let out = quickstart(
+        empty.path(),
+        200,
+        &["--trace", "timeline", "--trace-sample", "1e-300"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("{none} of the 200 requests in its window")),
+        "{stderr}"
     );
     // The flag the user typed is named, not the field it sets. A negative START reached clap
     // as a flag ("unexpected argument '-1' found").
