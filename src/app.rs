@@ -91,11 +91,14 @@ impl ServesimApp {
     }
 
     /// What `servesim run` and `validate` warn of before a run (an input vLLM would refuse, a
-    /// release newer than those modelled, a unit that looks wrong): one message each, without
+    /// release newer than those modelled, a unit that looks wrong, a plan price never used): one message each, without
     /// the "warning: " the CLI puts before it.
     pub fn input_warnings(&self, scenario: &Scenario) -> Vec<String> {
         let app = self.build();
-        crate::loader::estimate::slow_inputs(scenario, app.world().resource::<Catalog>())
+        let mut said =
+            crate::loader::estimate::slow_inputs(scenario, app.world().resource::<Catalog>());
+        said.extend(crate::loader::unused_prices(scenario));
+        said
     }
 
     /// A simulation of `scenario`, ready to run, on a fresh app.

@@ -263,6 +263,9 @@ pub(crate) fn announce(sc: &scenario::Scenario, catalog: &crate::catalog::Catalo
     for w in crate::loader::estimate::slow_inputs(sc, catalog) {
         noteln!("warning: {w}");
     }
+    for w in crate::loader::unused_prices(sc) {
+        noteln!("warning: {w}");
+    }
 }
 
 /// Prints the warnings of many runs on stderr, each once

@@ -77,6 +77,9 @@ pub(crate) fn plan(app: &ServesimApp, a: PlanArgs) -> ExitCode {
     if let Err(e) = crate::capacity::check_replicas(a.replicas) {
         return fail(e);
     }
+    for w in crate::loader::unused_prices(&scenario) {
+        noteln!("warning: {w}");
+    }
     // Opened once every input is known to be good: a refused plan leaves nothing behind.
     let out_dir = match super::args::open_out(a.out.as_deref(), crate::output::Results::Plan) {
         Ok(d) => d,

@@ -17,6 +17,7 @@ mod validate;
 
 pub use load::{load, parse};
 pub use locate::{SourceMap, apply_override};
+pub use plan::unused_prices;
 pub use resolve::{batch_defaults_on, resolve_group};
 
 use std::fmt;

@@ -152,6 +152,36 @@ pub fn check(p: &mut Vec<Problem>, s: &Scenario, catalog: &Catalog) {
 }
 
 /// Checks of a group the plan sizes (and, when `hardware_varies`, re-equips).
+/// The prices `plan.prices` gives for GPUs the plan does not consider (neither in
+/// `plan.gpus` nor, without it, the group's own), as warnings: one price list may serve plans
+/// over other GPUs, but a GPU priced and left out of `plan.gpus` is more often a slip.
+pub fn unused_prices(s: &Scenario) -> Vec<String> {
+    let Some(plan) = &s.plan else {
+        return Vec::new();
+    };
+    let Some(g) = s.cluster.groups.get(plan.group) else {
+        return Vec::new();
+    };
+    let planned: Vec<&String> = if plan.gpus.is_empty() {
+        g.gpu.iter().collect()
+    } else {
+        plan.gpus.iter().collect()
+    };
+    let id = |name: &str| crate::model::find_gpu(name).map(|g| g.id);
+    let ids: Vec<_> = planned.iter().filter_map(|n| id(n)).collect();
+    plan.prices
+        .keys()
+        .filter(|name| id(name).is_some_and(|i| !ids.contains(&i)))
+        .map(|name| {
+            let names: Vec<&str> = planned.iter().map(|n| n.as_str()).collect();
+            format!(
+                "plan.prices.{name}: the plan does not consider {name} (it plans {}), so its price is unused; add it to plan.gpus to plan it",
+                names.join(", ")
+            )
+        })
+        .collect()
+}
+
 fn sized_by_plan(p: &mut Vec<Problem>, index: usize, g: &InstanceGroup, hardware_varies: bool) {
     let at = |f: &str| format!("cluster.groups[{index}].{f}");
     if hardware_varies {

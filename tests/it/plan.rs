@@ -753,6 +753,44 @@ fn a_price_out_of_the_range_a_group_s_cost_takes_is_refused_before_any_run() {
     }
 }
 
+/// A price for a GPU the plan does not consider is unused: validate and plan say so (and
+/// plan it all the same); a price of a planned GPU under another name is used.
+#[test]
+fn a_price_of_a_gpu_left_out_of_the_plan_is_warned_of() {
+    let dir = small();
+    let unused = "plan.prices.A100-80: the plan does not consider A100-80 (it plans H100), so its price is unused";
+    for command in ["validate", "plan"] {
+        let mut args = vec![
+            command,
+            "small.ron",
+            "--set",
+            r#"plan.gpus=["H100"]"#,
+            "--set",
+            "plan.tp=[1]",
+        ];
+        if command == "plan" {
+            args.push("-q");
+        }
+        let out = servesim(&args, dir.path());
+        assert!(out.status.success(), "{command}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(unused), "{command}: {err}");
+    }
+    // Both GPUs planned, one priced under another of its names: no warning.
+    let out = servesim(
+        &[
+            "validate",
+            "small.ron",
+            "--set",
+            r#"plan.prices={"a100-80": 2.0, "H100": 2.0}"#,
+        ],
+        dir.path(),
+    );
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("so its price is unused"), "{err}");
+}
+
 /// A run too short for the cluster to fill reads as falling behind; the plan says so where a
 /// size fails that way, and a run long enough answers with fewer instances.
 #[test]
