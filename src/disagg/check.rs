@@ -6,7 +6,7 @@ use crate::scenario::{Problem, Scenario};
 
 /// Prefill/decode disaggregation: prefill groups need decode groups and the other way
 /// round, both need a model (it sizes the KV moved) and share the block size and KV cache
-/// dtype; the decode routing policy is checked only when it is used.
+/// dtype; the decode routing policy is known, with its parameters.
 pub fn check(p: &mut Vec<Problem>, s: &Scenario, catalog: &Catalog) {
     use crate::scenario::Role;
     let groups = &s.cluster.groups;
@@ -108,7 +108,9 @@ pub fn check(p: &mut Vec<Problem>, s: &Scenario, catalog: &Catalog) {
             }
         }
     }
-    if has(Role::Decode) {
+    // Checked without decode groups too: a misspelt name is wrong wherever it is (that it
+    // is unused there is a warning, `loader::estimate::slow_inputs`).
+    {
         let pol = &s.policies;
         check_policy::<family::Routing>(
             p,

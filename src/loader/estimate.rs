@@ -357,6 +357,20 @@ pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<Strin
     w.extend(never_served(s, catalog));
     w.extend(crate::autoscale::scheduled_out_of_bounds(s));
     w.extend(crate::autoscale::one_way_threshold(s));
+    let defaults = crate::scenario::PolicySpec::default();
+    if (s.policies.decode_routing != defaults.decode_routing
+        || !s.policies.decode_routing_params.is_empty())
+        && !s
+            .cluster
+            .groups
+            .iter()
+            .any(|g| g.role == crate::scenario::Role::Decode)
+    {
+        w.push(format!(
+            "policies.decode_routing = {:?} is not used: it picks the decode instance of a prefill/decode hand-off, and no group has role: Decode",
+            s.policies.decode_routing
+        ));
+    }
     if s.policies.priority != "constant" {
         let given = format!("policies.priority = {:?}", s.policies.priority);
         w.extend(priority_unused(s, &given));

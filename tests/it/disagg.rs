@@ -343,13 +343,46 @@ fn bad_disaggregation_settings_are_reported_together() {
     ] {
         assert!(e.contains(want), "missing {want:?} in:\n{e}");
     }
-    // The decode routing policy is checked once there are decode instances.
+    // The decode routing policy is checked with decode instances and without (a misspelt
+    // name passed unread without them).
+    let unknown = "policies.decode_routing: unknown decode_routing policy \"nope\"";
+    assert!(e.contains(unknown), "{e}");
     let text = text.replacen("(role: Prefill, model", "(role: Decode, model", 1);
     let e = servesim::loader::parse(&text, "pd.ron", &[], catalog)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("policies.decode_routing"), "{e}");
-    assert!(e.contains("unknown decode_routing policy \"nope\""), "{e}");
+    assert!(e.contains(unknown), "{e}");
+}
+
+/// A decode routing policy given where no group decodes is not used, and validate says so; a
+/// P/D scenario's is not warned of.
+#[test]
+fn a_decode_routing_policy_without_decode_groups_is_warned_of() {
+    let root = crate::common::root();
+    let said = |args: &[&str]| {
+        let o = crate::common::servesim_ok(args, &root);
+        String::from_utf8(o.stderr).unwrap()
+    };
+    let unused = "warning: policies.decode_routing = \"round_robin\" is not used: it picks the decode instance of a prefill/decode hand-off, and no group has role: Decode";
+    let e = said(&[
+        "validate",
+        "scenarios/quickstart.ron",
+        "--set",
+        "policies.decode_routing=\"round_robin\"",
+    ]);
+    assert!(e.contains(unused), "{e}");
+    for quiet in [
+        &["validate", "scenarios/quickstart.ron"][..],
+        &[
+            "validate",
+            "scenarios/pd-disaggregation.ron",
+            "--set",
+            "policies.decode_routing=\"round_robin\"",
+        ],
+    ] {
+        let e = said(quiet);
+        assert!(!e.contains("decode_routing"), "{quiet:?}: {e}");
+    }
 }
 
 #[test]
