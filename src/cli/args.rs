@@ -164,7 +164,9 @@ pub(crate) enum ListWhat {
     Schedulers,
     /// Bundled models: shape, parameters, weight bytes and the nucleus they sample with.
     Models,
-    /// GPU profiles: peaks, memory, power, calibration and node defaults.
+    /// GPU profiles: peaks, memory, power, calibration and node defaults (also `gpus`, as a
+    /// group's `gpu` names them).
+    #[value(alias = "gpus", alias = "gpu")]
     Hardware,
 }
 

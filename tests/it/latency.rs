@@ -276,6 +276,8 @@ fn list_models_and_hardware_show_the_library() {
     for id in ["H100", "H200", "A100-80", "A100-40", "L40S"] {
         assert!(hw.contains(id), "{id}");
     }
+    // Asked for as a group's `gpu` names them, the same list.
+    assert_eq!(run("gpus"), hw);
     // Every column stands apart from the next: the node column's widest header, "node
     // GPUs/NVL/NIC", once ran into "aliases".
     let header: Vec<&str> = hw.lines().next().unwrap().split_whitespace().collect();
