@@ -69,6 +69,9 @@ def test_a_program_that_does_not_compile_or_defines_nothing_is_a_located_candida
         compile_program("x = 1\n")
     with pytest.raises(CandidateError, match="ZeroDivisionError"):
         compile_program("x = 1 / 0\n")
+    # A policy's name bound to something that cannot be called was "defines none of …".
+    with pytest.raises(CandidateError, match=r"<candidate>: route is int \(5\), not a function"):
+        compile_program("route = 5\n")
     # exit() at the top of a program ended the whole search with SystemExit.
     with pytest.raises(CandidateError, match=r"defining the program called exit\(3\)"):
         compile_program("import sys\nsys.exit(3)\n")
@@ -195,6 +198,11 @@ def test_a_program_scores_what_evaluate_gives_its_policies_and_the_mean_over_wor
     # The poor seed router is worse on both workloads.
     seed = evaluate_program(source("first_routable.py"), WORKLOADS)
     assert all(s["score"] < g["score"] for s, g in zip(seed["workloads"], r["workloads"]))
+
+
+def test_a_pool_without_map_is_a_type_error_before_any_candidate_runs():
+    with pytest.raises(TypeError, match="pool is anything with map"):
+        evaluate_programs(["def route(r, i):\n    return 0\n"], WORKLOADS, pool=5)
 
 
 def test_candidates_evaluated_on_a_process_pool_or_ray_equal_the_serial_evaluation():

@@ -67,6 +67,13 @@ def compile_program(source: str, filename: str = "<candidate>") -> Dict[str, Cal
     except Exception as e:  # the program's own top-level code failed
         raise CandidateError(f"{filename}: defining the program raised {type(e).__name__}: {e}") from None
     policies = {kw: namespace[fn] for fn, kw in FUNCTIONS.items() if callable(namespace.get(fn))}
+    for fn in FUNCTIONS:
+        if fn in namespace and not callable(namespace[fn]):
+            # Left out, it was "defines none of route, ...", of a program that defines route.
+            raise CandidateError(
+                f"{filename}: {fn} is {type(namespace[fn]).__name__} ({namespace[fn]!r:.60}), "
+                "not a function"
+            )
     if not policies:
         raise CandidateError(
             f"{filename}: defines none of {', '.join(FUNCTIONS)} (a policy search candidate "
@@ -175,6 +182,11 @@ def evaluate_programs(
             raise TypeError(f"sources[{i}] is a program's source text (a str), not {type(source).__name__}")
     _check_settings(workloads, seeds, worst, max_wall_s)
     weights = dict(weights) if weights else None
+    if pool is not None and not callable(getattr(pool, "map", None)):
+        raise TypeError(
+            f"pool is anything with map(function, items), such as a ProcessPoolExecutor, "
+            f"not {type(pool).__name__}"
+        )
     jobs = [(s, w, weights, seeds, worst, max_wall_s) for s in sources for w in workloads]
     results = list(pool.map(_one, jobs)) if pool is not None else [_one(j) for j in jobs]
     n = len(workloads)
