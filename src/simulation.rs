@@ -108,7 +108,7 @@ impl Simulation {
         });
         world.insert_resource(Outputs::new(
             options.out_dir.clone(),
-            scenario.input_files(),
+            crate::loader::input_files(scenario),
         ));
         let steps = world
             .get_resource::<SetupSteps>()

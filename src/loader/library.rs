@@ -12,8 +12,62 @@ fn looks_like_path(s: &str) -> bool {
     s.contains('/') || s.contains('\\') || s.ends_with(".json") || s.ends_with(".ron")
 }
 
+/// Whether a group's `model` or `gpu` names a path: it looks like one (a `/` or `\`, a
+/// `.json` or `.ron` ending), or it is no bundled name (`bundled`) and names something beside
+/// the scenario (`my-model`, a model's directory).
+fn names_a_path(name: &str, base: &Path, bundled: impl FnOnce(&str) -> bool) -> bool {
+    looks_like_path(name) || (!name.is_empty() && !bundled(name) && base.join(name).exists())
+}
+
+fn is_bundled_model(name: &str) -> bool {
+    ModelConfig::bundled(name).is_some()
+}
+
+fn is_bundled_gpu(name: &str) -> bool {
+    find_gpu(name).is_some()
+}
+
+/// The files a group's model and GPU are read from when they name files (a model's
+/// `config.json` and the `generation_config.json` beside it, a GPU profile), by field path:
+/// what [`input_files`](super::input_files) adds to the scenario's own.
+pub(super) fn library_files(
+    g: &crate::scenario::InstanceGroup,
+    i: usize,
+    base: &Path,
+) -> Vec<(String, PathBuf)> {
+    let mut files = Vec::new();
+    if let Some(name) = g
+        .model
+        .as_deref()
+        .filter(|m| names_a_path(m, base, is_bundled_model))
+    {
+        let path = base.join(name);
+        let config = if path.is_dir() {
+            path.join("config.json")
+        } else {
+            path
+        };
+        if config.exists() {
+            let field = format!("cluster.groups[{i}].model");
+            files.extend(generation_config_beside(&config).map(|g| (field.clone(), g)));
+            files.push((field, config));
+        }
+    }
+    if let Some(name) = g
+        .gpu
+        .as_deref()
+        .filter(|n| names_a_path(n, base, is_bundled_gpu))
+    {
+        let path = base.join(name);
+        if path.exists() {
+            files.push((format!("cluster.groups[{i}].gpu"), path));
+        }
+    }
+    files
+}
+
 pub(super) fn load_model(name: &str, base: &Path) -> Result<ModelConfig, String> {
-    if looks_like_path(name) {
+    if names_a_path(name, base, is_bundled_model) {
         let mut path = base.join(name);
         // `meta-llama/Llama-2-7b-hf`, as vLLM's `--model` takes it, where no such path
         // exists: the bundled model of that name (nothing is fetched from the Hub).
@@ -111,7 +165,7 @@ fn generation_config_beside(config: &Path) -> Option<PathBuf> {
 }
 
 pub(super) fn load_gpu(name: &str, base: &Path) -> Result<GpuProfile, String> {
-    if looks_like_path(name) {
+    if names_a_path(name, base, is_bundled_gpu) {
         let path = base.join(name);
         let text = crate::input::read_text(&path)?;
         // As scenarios: an optional field takes its value bare or in `Some(…)`.

@@ -59,3 +59,15 @@ impl fmt::Display for ScenarioError {
         Ok(())
     }
 }
+
+/// Every file a run of `s` reads, by field path: the scenario's own
+/// ([`Scenario::input_files`](crate::scenario::Scenario::input_files): itself, traces, tables,
+/// length files) and its groups' model and GPU files. Sweeps and plans hash them (a resume or
+/// a merge refuses results of edited inputs); a run refuses to write over one.
+pub fn input_files(s: &crate::scenario::Scenario) -> Vec<(String, std::path::PathBuf)> {
+    let mut files = s.input_files();
+    for (i, g) in s.cluster.groups.iter().enumerate() {
+        files.extend(library::library_files(g, i, &s.base_dir));
+    }
+    files
+}

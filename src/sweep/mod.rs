@@ -55,7 +55,7 @@ pub fn hash_inputs<'a>(
     use std::io::Read;
     let mut out = BTreeMap::new();
     for sc in scenarios {
-        for (_, path) in sc.input_files() {
+        for (_, path) in crate::loader::input_files(sc) {
             let key = path
                 .strip_prefix(&sc.base_dir)
                 .unwrap_or(&path)

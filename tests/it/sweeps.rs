@@ -168,6 +168,75 @@ fn merge_refuses_shards_run_on_an_edited_scenario_and_resume_refuses_its_leftove
     );
 }
 
+/// A sweep records every file its runs read, the model's `config.json` and
+/// `generation_config.json` and a GPU profile included (they were left out, so shards run on
+/// an edited GPU file merged without a word); a model named by a directory beside the
+/// scenario, without a slash, is that directory.
+#[test]
+fn a_sweep_records_the_model_and_gpu_files_its_runs_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    crate::common::model_dir(&d.join("my-model"), "llama-3.1-8b-instruct");
+    std::fs::write(
+        d.join("my-model/generation_config.json"),
+        r#"{"top_p": 0.9}"#,
+    )
+    .unwrap();
+    let gpu = |tb_per_s: &str| {
+        format!(
+            "(id: \"MyGPU\", tflops_bf16: 989.5, tflops_fp8: 1979.0, bandwidth_tb_per_s: {tb_per_s}, mfu_prefill: 0.45, mfu_decode: 0.30, memory_gib: 80.0, calibration: Datasheet)"
+        )
+    };
+    std::fs::write(d.join("mine.ron"), gpu("3.35")).unwrap();
+    std::fs::write(
+        d.join("s.ron"),
+        r#"(cluster: (groups: [(model: "my-model", gpu: "mine.ron")]),
+            workload: (num_requests: 20, clients: [(rate_per_s: 5.0, input_tokens: Constant(64), output_tokens: Constant(8))]))"#,
+    )
+    .unwrap();
+    let shard = |n: &str, out: &str| {
+        servesim(
+            &[
+                "sweep",
+                "s.ron",
+                "--vary",
+                "seed=[1,2]",
+                "--shard",
+                n,
+                "--out",
+                out,
+                "--progress",
+                "never",
+            ],
+            d,
+        )
+    };
+    assert!(shard("0/2", "s0").status.success());
+    let plan: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("s0/sweep.json")).unwrap()).unwrap();
+    let read: Vec<&String> = plan["inputs"].as_object().unwrap().keys().collect();
+    assert_eq!(
+        read,
+        [
+            "mine.ron",
+            "my-model/config.json",
+            "my-model/generation_config.json",
+            "s.ron"
+        ],
+        "{plan}"
+    );
+    // The GPU file is edited before shard 1 runs: the shards do not merge.
+    std::fs::write(d.join("mine.ron"), gpu("2.0")).unwrap();
+    assert!(shard("1/2", "s1").status.success());
+    let merged = servesim(&["merge", "s0", "s1", "--out", "m"], d);
+    assert_eq!(merged.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&merged.stderr);
+    assert!(
+        err.contains("were run on different inputs: mine.ron differs"),
+        "{err}"
+    );
+}
+
 /// The Dockerfile of the Kubernetes recipe: built and run where a Docker daemon answers,
 /// else read as Docker reads it (instructions, stages, what is copied from where).
 #[test]
