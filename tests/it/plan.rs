@@ -285,6 +285,8 @@ fn plan_says_each_input_warning_of_the_configurations_it_considers_once() {
         "cluster.groups[0].gpu_memory_utilization=0.35",
         "--set",
         r#"plan.gpus=["H100"]"#,
+        "--set",
+        r#"plan.prices={"H100": 2.0}"#,
     ]);
     assert!(!e.contains("warning"), "{e}");
 }
