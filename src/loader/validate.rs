@@ -161,6 +161,32 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
             .hint("simulate a representative slice of the cluster"),
         );
     }
+    // A group's name labels its instances' results (summary.json's groups, timeseries.csv,
+    // scale_events.csv) and names it to `capacity --group`: two groups of one name would
+    // read as one.
+    let labels = s.labels().groups;
+    for (i, name) in labels.iter().enumerate() {
+        let at = format!("cluster.groups[{i}].name");
+        if let Some(j) = labels[..i].iter().position(|n| n == name) {
+            let unnamed = if s.cluster.groups[j].name.is_empty() {
+                " (its default name)"
+            } else {
+                ""
+            };
+            p.push(
+                Problem::new(
+                    at,
+                    format!("\"{name}\" is also the name of cluster.groups[{j}]{unnamed}"),
+                )
+                .hint("give each group a name of its own: it labels the group's results and names it to capacity --group"),
+            );
+        } else if name.chars().any(char::is_control) {
+            p.push(Problem::new(
+                at,
+                format!("{name:?} holds a control character (a line break, a tab…): a name is one line of text"),
+            ));
+        }
+    }
     let mut table_bytes = 0.0;
     let mut nodes = Vec::new();
     for (i, g) in s.cluster.groups.iter().enumerate() {
