@@ -180,11 +180,28 @@ pub(super) fn validate(s: &Scenario, catalog: &Catalog) -> Vec<Problem> {
                 )
                 .hint("give each group a name of its own: it labels the group's results and names it to capacity --group"),
             );
-        } else if name.chars().any(char::is_control) {
-            p.push(Problem::new(
-                at,
-                format!("{name:?} holds a control character (a line break, a tab…): a name is one line of text"),
-            ));
+        } else {
+            one_line(&mut p, at, name);
+        }
+    }
+    // The other names that label results: one line each.
+    for (i, c) in s.workload.clients.iter().enumerate() {
+        one_line(&mut p, format!("workload.clients[{i}].name"), &c.name);
+        if let Some(t) = &c.tenant {
+            one_line(&mut p, format!("workload.clients[{i}].tenant"), t);
+        }
+    }
+    for (i, t) in s.workload.traces.iter().enumerate() {
+        if let Some(name) = &t.tenant {
+            one_line(&mut p, format!("workload.traces[{i}].tenant"), name);
+        }
+    }
+    for (k, c) in s.policies.slo_classes.iter().enumerate() {
+        one_line(&mut p, format!("policies.slo_classes[{k}].name"), &c.name);
+    }
+    if let Some(a) = &s.workload.adapters {
+        for (k, name) in a.names.iter().enumerate() {
+            one_line(&mut p, format!("workload.adapters.names[{k}]"), name);
         }
     }
     let mut table_bytes = 0.0;
@@ -267,5 +284,16 @@ fn check_limits(p: &mut Vec<Problem>, s: &crate::scenario::Scenario, table_bytes
     }
     if l.offline_batch_window == 0 {
         p.push(Problem::new("limits.offline_batch_window", "must be ≥ 1"));
+    }
+}
+
+/// A name that labels results (a CSV cell, a table's column on stdout) is one line: a control
+/// character (a line break, a tab) in it is refused.
+fn one_line(p: &mut Vec<Problem>, at: String, name: &str) {
+    if name.chars().any(char::is_control) {
+        p.push(Problem::new(
+            at,
+            format!("{name:?} holds a control character (a line break, a tab…): a name is one line of text"),
+        ));
     }
 }
