@@ -151,7 +151,6 @@ pub fn check(p: &mut Vec<Problem>, s: &Scenario, catalog: &Catalog) {
     }
 }
 
-/// Checks of a group the plan sizes (and, when `hardware_varies`, re-equips).
 /// The prices `plan.prices` gives for GPUs the plan does not consider (neither in
 /// `plan.gpus` nor, without it, the group's own), as warnings: one price list may serve plans
 /// over other GPUs, but a GPU priced and left out of `plan.gpus` is more often a slip.
@@ -182,6 +181,7 @@ pub fn unused_prices(s: &Scenario) -> Vec<String> {
         .collect()
 }
 
+/// Checks of a group the plan sizes (and, when `hardware_varies`, re-equips).
 fn sized_by_plan(p: &mut Vec<Problem>, index: usize, g: &InstanceGroup, hardware_varies: bool) {
     let at = |f: &str| format!("cluster.groups[{index}].{f}");
     if hardware_varies {
