@@ -204,6 +204,19 @@ def test_the_scenario_seed_and_out_arguments_are_checked(tmp_path):
     for bad in (None, 5, b"(seed: 1)"):
         with pytest.raises(TypeError, match=f"scenario is a path .* not {type(bad).__name__}"):
             servesim.run(bad)
+    # A scenario file's text as read begins with its comments: it was taken for a path and
+    # failed as a missing file named by the whole text. So are attributes and a struct name.
+    text = Path(QUICK).read_text()
+    assert text.startswith("//")
+    by_text = servesim.run(text, small(10), seed=3)
+    assert by_text.summary_json == by_path.summary_json.replace(QUICK, "<text>")
+    for variant in ("#![enable(implicit_some)]\n" + text, "/* a */ Scenario" + text.split("\n(", 1)[1].join(["(", ""])):
+        assert servesim.run(variant, small(10), seed=3).summary["requests"]["completed"] == 10
+    with pytest.raises(servesim.ScenarioError, match=r"<text>:2:1: "):
+        servesim.validate("// a comment\n)")
+    # A missing file is still a missing file, named.
+    with pytest.raises(servesim.ScenarioError, match="nowhere.ron: No such file"):
+        servesim.run("nowhere.ron")
     # seed=1.5 ran seed 1 and seed="7" seed 7, silently.
     for bad in (1.5, "7", True):
         with pytest.raises(TypeError, match=f"seed is a whole number .*not {type(bad).__name__}"):

@@ -60,6 +60,7 @@ impl SourceMap {
             pos: 0,
             map: &mut map,
         };
+        s.attributes();
         s.value("", 0);
         map
     }
@@ -149,6 +150,27 @@ impl Scanner<'_> {
                 self.pos = (self.pos + 2).min(self.src.len());
             } else {
                 break;
+            }
+        }
+    }
+
+    /// Skips the `#![enable(…)]` attributes RON allows before the value (else the value
+    /// scanned was the attribute, and no field of the scenario could be found or set).
+    fn attributes(&mut self) {
+        loop {
+            self.skip_trivia();
+            if !self.src[self.pos..].starts_with(b"#![") {
+                return;
+            }
+            self.pos += 3;
+            let mut depth = 1;
+            while let Some(c) = self.peek() {
+                self.pos += 1;
+                depth += usize::from(c == b'[');
+                depth -= usize::from(c == b']');
+                if depth == 0 {
+                    break;
+                }
             }
         }
     }
@@ -580,6 +602,21 @@ mod tests {
             m.path_at(beta.value.0 + 3),
             Some("cluster.groups[0].latency.beta")
         );
+    }
+
+    #[test]
+    fn ron_attributes_before_the_value_are_skipped() {
+        // With `#![enable(…)]` first, the attribute was scanned as the value: nothing was
+        // found, and no --set could apply.
+        let src = format!(
+            "#![enable(implicit_some)]\n/* c */ #![enable(unwrap_newtypes)] Scenario{}",
+            &SRC[26..]
+        );
+        let m = SourceMap::new(&src);
+        let count = m.find("cluster.groups[1].count").unwrap();
+        assert_eq!(m.line_col(&src, count.key_start), (6, 6));
+        let out = apply_override(&src, "seed", "99").unwrap();
+        assert!(out.contains("seed: 99,"));
     }
 
     #[test]

@@ -239,9 +239,29 @@ def _jobs(jobs: Any) -> Any:
     return _count("jobs", int(jobs), 2**64 - 1, least=1)
 
 
+def _is_ron_text(text: str) -> bool:
+    """Whether ``text`` reads as RON rather than a path: after blank space, ``//`` and ``/* */``
+    comments and ``#![enable(…)]`` attributes, a ``(`` or a struct name and ``(``
+    (``Scenario(…)``), or several lines. A scenario file's text as read (it begins with
+    comments, as the bundled ones do) was taken for a path and failed as a missing file named
+    by the whole text."""
+    rest = text
+    while True:
+        rest = rest.lstrip()
+        if rest.startswith("//"):
+            rest = rest.partition("\n")[2]
+        elif rest.startswith("/*"):
+            rest = rest[2:].partition("*/")[2]
+        elif rest.startswith("#!["):
+            rest = rest.partition("]")[2]
+        else:
+            break
+    head = rest.split("(", 1)[0].strip()
+    return "\n" in text or ("(" in rest and (head == "" or head.isidentifier()))
+
+
 def _source(scenario: Any) -> Tuple[str, bool]:
-    """A path to a scenario file (str or os.PathLike), or RON text (anything that starts with
-    '(')."""
+    """A path to a scenario file (str or os.PathLike), or RON text (see ``_is_ron_text``)."""
     if isinstance(scenario, os.PathLike):
         scenario = os.fspath(scenario)
     if not isinstance(scenario, str):
@@ -256,7 +276,7 @@ def _source(scenario: Any) -> Tuple[str, bool]:
         )
     if os.path.exists(scenario):
         return scenario, False
-    if scenario.lstrip().startswith("("):
+    if _is_ron_text(scenario):
         return scenario, True
     return scenario, False  # a missing file: the error names it
 
