@@ -475,22 +475,28 @@ pub struct LinkWindow {
     pub touched: u64,
 }
 
-/// A transfer of `wire_us` on the wire at full bandwidth, starting at `now` on a link with
-/// fault `windows`: (µs it waits for a severed window's end, µs on the wire at the lowest
-/// bandwidth of the windows that hold `now`); (0, `wire_us`) outside them.
+/// A transfer of `wire_us` on the wire at full bandwidth, ready at `now` on a link with
+/// fault `windows`: (µs it waits until no severed window holds the link, µs on the wire at
+/// the lowest bandwidth of the windows that hold the moment it starts); (0, `wire_us`)
+/// outside them. Severed windows end to end, or a degraded one that holds the end of a
+/// severed one, are followed: the transfer went at the first severed window's end at full
+/// bandwidth.
 pub fn through_windows(windows: &mut [LinkWindow], now: SimTime, wire_us: f64) -> (f64, f64) {
-    let (mut wait, mut wire) = (0.0f64, wire_us);
-    for w in windows.iter_mut() {
-        if w.from <= now && now < w.until {
-            w.touched += 1;
-            if w.bandwidth == 0.0 {
-                wait = wait.max(w.until.since(now).as_us() as f64);
-            } else {
-                wire = wire.max(wire_us / w.bandwidth);
-            }
-        }
+    let holds = |w: &LinkWindow, t: SimTime| w.from <= t && t < w.until;
+    let mut start = now;
+    while let Some(w) = windows
+        .iter_mut()
+        .find(|w| w.bandwidth == 0.0 && holds(w, start))
+    {
+        w.touched += 1;
+        start = w.until;
     }
-    (wait, wire)
+    let mut wire = wire_us;
+    for w in windows.iter_mut().filter(|w| holds(w, start)) {
+        w.touched += 1;
+        wire = wire.max(wire_us / w.bandwidth);
+    }
+    (start.since(now).as_us() as f64, wire)
 }
 
 /// Anomaly rows of stages that are not instances (scaling), until `decisions.csv` takes

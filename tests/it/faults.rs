@@ -545,6 +545,22 @@ fn a_degraded_or_severed_pipeline_link_slows_the_hand_offs_that_start_in_its_win
     )));
     assert_eq!((rows[0].us("ttft_ms"), rows[0].us("e2e_ms")), (1521, 3531));
     assert_eq!(s.faults.as_ref().unwrap().pp_links[0].transfers, 1);
+    // Severed in two windows end to end, [1, 1.0005) and [1.0005, 1.0015) s: it waits for
+    // the second's end too (1,500 µs: 2,521). The hand-off went at the first window's end,
+    // through a link the second still held severed (1,521).
+    let (s, rows) = run(&parse(&pipeline(
+        "faults: (pp_links: [(instance: 0, from_s: 1.0, until_s: 1.0005, bandwidth: 0.0), (instance: 0, from_s: 1.0005, until_s: 1.0015, bandwidth: 0.0)]),",
+    )));
+    assert_eq!((rows[0].us("ttft_ms"), rows[0].us("e2e_ms")), (2521, 4531));
+    let l = &s.faults.as_ref().unwrap().pp_links;
+    assert_eq!((l[0].transfers, l[1].transfers), (1, 1));
+    // Severed for 500 µs inside a window at half the bandwidth: after the wait it goes at
+    // half (500 + 32 + 5: 1,537); it went at full bandwidth, the half window not holding
+    // the step's start (1,521).
+    let (_, rows) = run(&parse(&pipeline(
+        "faults: (pp_links: [(instance: 0, from_s: 1.0, until_s: 1.0005, bandwidth: 0.0), (instance: 0, from_s: 1.0002, until_s: 2.0, bandwidth: 0.5)]),",
+    )));
+    assert_eq!((rows[0].us("ttft_ms"), rows[0].us("e2e_ms")), (1537, 3547));
 }
 
 /// Llama-2-7B (8 MiB of KV per 16-token block) with 64 GPU blocks and a CPU tier of 256:
