@@ -117,12 +117,31 @@ impl PlanResult {
         use std::fmt::Write;
         let mut s = String::new();
         let counts = |st: Status| self.outcomes.iter().filter(|o| o.status == st).count();
+        // A shard's best is the best of its part only: said, so that it is not read as the
+        // plan's answer.
+        let (shard, shards) = self.origin.shard;
+        let part = if shards > 1 && self.origin.configurations > 0 {
+            format!(
+                ", shard {shard}/{shards}: {} of the plan's {}",
+                self.outcomes.len(),
+                crate::scenario::counted(self.origin.configurations as u64, "configuration")
+            )
+        } else if shards > 1 {
+            format!(
+                ", shard {shard}/{shards}: {}",
+                crate::scenario::counted(self.outcomes.len() as u64, "configuration")
+            )
+        } else {
+            format!(
+                ": {}",
+                crate::scenario::counted(self.outcomes.len() as u64, "configuration")
+            )
+        };
         let _ = writeln!(
             s,
-            "plan of {} (group {}): {}, {} ({}); {} feasible, {} infeasible, {} dominated, {} excluded",
+            "plan of {} (group {}){part}, {} ({}); {} feasible, {} infeasible, {} dominated, {} excluded",
             self.scenario,
             self.group,
-            crate::scenario::counted(self.outcomes.len() as u64, "configuration"),
             crate::scenario::counted(u64::from(self.runs), "run"),
             crate::scenario::counted(self.seeds.len() as u64, "seed"),
             counts(Status::Best) + counts(Status::Feasible),
@@ -147,7 +166,8 @@ impl PlanResult {
         let Some(best) = self.best() else {
             let _ = writeln!(
                 s,
-                "no configuration meets every SLO within plan.max_instances{}; why each failed:",
+                "no configuration {}meets every SLO within plan.max_instances{}; why each failed:",
+                if shards > 1 { "of this shard " } else { "" },
                 self.bound
                     .map_or(String::new(), |b| format!(" and plan.bound ({b:.2}/h)"))
             );
@@ -167,7 +187,12 @@ impl PlanResult {
         let n = best.instances.unwrap_or(0);
         let _ = writeln!(
             s,
-            "best: {n} × {} = {} GPUs, {:.2}/h{}",
+            "best{}: {n} × {} = {} GPUs, {:.2}/h{}",
+            if shards > 1 {
+                " of this shard (`servesim merge` the shards' --out directories for the plan's)"
+            } else {
+                ""
+            },
             c.label(),
             n * c.gpus_per_unit(),
             best.price_per_hour.unwrap_or(0.0),

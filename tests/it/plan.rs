@@ -414,6 +414,23 @@ fn a_sharded_plan_merges_into_the_unsharded_best_and_merge_refuses_what_is_not_i
         let rows = crate::common::read_rows(&d.join(&out).join("plan.csv"));
         // Every third configuration of the search's order.
         assert!((2..=3).contains(&rows.len()), "{shard}: {}", rows.len());
+        // Its best is the best of its part, and says so (it read as the plan's answer), as
+        // does its report.
+        let text = String::from_utf8_lossy(&o.stdout);
+        let part = format!(
+            "shard {shard}: {} of the plan's 8 configurations,",
+            rows.len()
+        );
+        assert!(text.contains(&part), "{text}");
+        assert!(
+            text.contains("best of this shard (`servesim merge` the shards' --out directories for the plan's): ")
+                || text.contains("no configuration of this shard meets every SLO"),
+            "{text}"
+        );
+        assert!(servesim(&["report", &out], d).status.success());
+        let page = std::fs::read_to_string(d.join(&out).join("report.html")).unwrap();
+        assert!(page.contains(&part.replace("`", "")), "{shard}");
+        assert!(page.contains("configuration of this shard"), "{shard}");
     }
     let merged = servesim(&["merge", "s0", "s1", "s2", "--out", "m"], d);
     assert!(

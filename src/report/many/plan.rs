@@ -25,14 +25,29 @@ pub(super) fn plan_page(dir: &Path) -> Result<String, ReportError> {
         .unwrap_or_else(|| "?".into());
     let status = plan.need(&plan_path, "status")?;
     let count = |st: &str| plan.rows.iter().filter(|r| r[status] == st).count();
+    // A shard's best is the best of its part only (`origin.shard`: [I, N]).
+    let shard = get("origin")
+        .and_then(|o| o.get("shard").cloned())
+        .and_then(|s| Some((s.get(0)?.as_u64()?, s.get(1)?.as_u64()?)))
+        .filter(|&(_, n)| n > 1);
+    let part = match shard {
+        Some((i, n)) => format!(
+            ", shard {i}/{n}: {} of the plan's {}",
+            plan.rows.len(),
+            get("origin")
+                .and_then(|o| o.get("configurations")?.as_u64())
+                .filter(|&c| c > 0)
+                .map_or("?".into(), |c| c.to_string())
+        ),
+        None => format!(": {}", plan.rows.len()),
+    };
     let header = format!(
-        "<p>plan of {} (group {}): {} configurations, {} runs; {} feasible, {} infeasible, {} dominated, {} excluded</p>",
+        "<p>plan of {} (group {}){part} configurations, {} runs; {} feasible, {} infeasible, {} dominated, {} excluded</p>",
         esc(&scenario),
         esc(get("group")
             .and_then(|v| v.as_str().map(String::from))
             .as_deref()
             .unwrap_or("?")),
-        plan.rows.len(),
         get("runs").map_or("?".into(), |v| v.to_string()),
         count("best") + count("feasible"),
         count("infeasible"),
@@ -59,17 +74,35 @@ pub(super) fn plan_page(dir: &Path) -> Result<String, ReportError> {
         let f = |c: &str| plan.col(c).map_or("–".into(), |i| cell(&best[i]));
         let _ = write!(
             body,
-            r#"<section id="best"><h2>Cheapest configuration that meets every SLO</h2><p><b>{} × {}</b> = {} GPUs at {}/h; p99 TTFT {} ms, {} output tokens/s.</p><p class="note">{}</p></section>"#,
+            r#"<section id="best"><h2>Cheapest configuration {}that meets every SLO</h2><p><b>{} × {}</b> = {} GPUs at {}/h; p99 TTFT {} ms, {} output tokens/s.</p><p class="note">{}{}</p></section>"#,
+            if shard.is_some() {
+                "of this shard "
+            } else {
+                ""
+            },
             f("instances"),
             esc(&label(best)),
             f("gpus"),
             f("price_per_hour"),
             f("ttft_p99_ms"),
             f("output_tokens_per_s"),
-            esc(&best[plan.need(&plan_path, "reason")?])
+            esc(&best[plan.need(&plan_path, "reason")?]),
+            if shard.is_some() {
+                " Another shard may hold a cheaper one: <code>servesim merge</code> the shards' directories for the plan's answer."
+            } else {
+                ""
+            }
         );
     } else {
-        body.push_str(r#"<section id="best"><h2>No configuration meets every SLO</h2><p class="note">Why each failed is in the table below.</p></section>"#);
+        let _ = write!(
+            body,
+            r#"<section id="best"><h2>No configuration {}meets every SLO</h2><p class="note">Why each failed is in the table below.</p></section>"#,
+            if shard.is_some() {
+                "of this shard "
+            } else {
+                ""
+            }
+        );
     }
     let pareto_path = dir.join("pareto.csv");
     if pareto_path.is_file() {
