@@ -103,6 +103,13 @@ fn a_shard_killed_midway_and_resumed_merges_into_the_bytes_of_an_uninterrupted_s
         );
     }
     assert_eq!(merged.stdout, whole.stdout);
+    // A shard's report says it is one; the merged sweep's does not.
+    let page = |dir: &str| {
+        assert!(servesim(&["report", dir], d).status.success());
+        std::fs::read_to_string(d.join(dir).join("report.html")).unwrap()
+    };
+    assert!(page("s0").contains("sweep of quickstart.ron (shard 0/2: <code>servesim merge</code> the shards for the whole sweep): 4 runs of 4 points"));
+    assert!(page("merged").contains("sweep of quickstart.ron: 8 runs of 8 points"));
 }
 
 #[test]

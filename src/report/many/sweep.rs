@@ -250,8 +250,17 @@ pub(super) fn page(dir: &Path) -> Result<String, ReportError> {
     let failed = (0..sweep.table.rows.len())
         .filter(|&r| !sweep.ok(r))
         .count();
+    // A shard holds part of the sweep's points (`shard`: [I, N]): said, as a plan shard's is.
+    let shard = meta
+        .as_ref()
+        .and_then(|m| m.get("shard"))
+        .and_then(|s| Some((s.get(0)?.as_u64()?, s.get(1)?.as_u64()?)))
+        .filter(|&(_, n)| n > 1)
+        .map_or(String::new(), |(i, n)| {
+            format!(" (shard {i}/{n}: <code>servesim merge</code> the shards for the whole sweep)")
+        });
     let header = format!(
-        "<p>sweep of {}: {} run{} of {} point{}{}{}; axes: {}</p>",
+        "<p>sweep of {}{shard}: {} run{} of {} point{}{}{}; axes: {}</p>",
         esc(&scenario),
         sweep.table.rows.len(),
         if sweep.table.rows.len() == 1 { "" } else { "s" },
