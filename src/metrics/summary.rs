@@ -904,27 +904,42 @@ impl Summary {
             for st in &faults.stragglers {
                 let _ = writeln!(
                     s,
-                    "straggler: instance {} ×{} from {} s to {} s ({} steps); SLO attainment of requests arriving before {}, during {}, after {}",
+                    "straggler: instance {} ×{} from {} s to {} s ({}); SLO attainment of requests arriving before {}, during {}, after {}",
                     st.instance,
                     st.slowdown,
                     st.from_s,
                     st.until_s,
-                    st.steps_slowed,
+                    crate::scenario::counted(st.steps_slowed, "step"),
                     att(st.before.attainment),
                     att(st.during.attainment),
                     att(st.after.attainment)
                 );
             }
-            for (what, links, unit) in [
-                ("kv link", &faults.kv_links, "transfers"),
-                ("host link", &faults.host_links, "steps with transfers"),
-                ("pipeline link", &faults.pp_links, "micro-batches"),
+            for (what, links, one, many) in [
+                ("kv link", &faults.kv_links, "transfer", "transfers"),
+                (
+                    "host link",
+                    &faults.host_links,
+                    "step with transfers",
+                    "steps with transfers",
+                ),
+                (
+                    "pipeline link",
+                    &faults.pp_links,
+                    "micro-batch",
+                    "micro-batches",
+                ),
             ] {
                 for l in links {
                     let _ = writeln!(
                         s,
-                        "{what}: instance {} at {} of its bandwidth from {} s to {} s ({} {unit})",
-                        l.instance, l.bandwidth, l.from_s, l.until_s, l.transfers
+                        "{what}: instance {} at {} of its bandwidth from {} s to {} s ({} {})",
+                        l.instance,
+                        l.bandwidth,
+                        l.from_s,
+                        l.until_s,
+                        l.transfers,
+                        if l.transfers == 1 { one } else { many }
                     );
                 }
             }

@@ -554,6 +554,12 @@ fn a_degraded_or_severed_pipeline_link_slows_the_hand_offs_that_start_in_its_win
     assert_eq!((rows[0].us("ttft_ms"), rows[0].us("e2e_ms")), (2521, 4531));
     let l = &s.faults.as_ref().unwrap().pp_links;
     assert_eq!((l[0].transfers, l[1].transfers), (1, 1));
+    assert!(
+        s.to_text()
+            .contains("pipeline link: instance 0 at 0 of its bandwidth from 1.0005 s to 1.0015 s (1 micro-batch)\n"),
+        "{}",
+        s.to_text()
+    );
     // Severed for 500 µs inside a window at half the bandwidth: after the wait it goes at
     // half (500 + 32 + 5: 1,537); it went at full bandwidth, the half window not holding
     // the step's start (1,521).
