@@ -624,13 +624,14 @@ fn start_transfers(
                 Some(net) => {
                     let (path, hops_us) = net.topology.path(t.from, d);
                     start += SimDuration::from_us_f64(hops_us);
-                    // A degraded end (faults) carries the transfer as that much more data.
-                    let r = net.lock().reserve(
+                    // A degraded end (faults) holds the links as that much more data would.
+                    let r = net.lock().reserve_slowed(
                         &path,
                         now.as_us(),
                         start.as_us(),
-                        bytes / src_share.min(dst_share),
+                        bytes,
                         f64::INFINITY,
+                        src_share.min(dst_share),
                     );
                     x.stats.contention.record(r.done_us - r.alone_us);
                     (r.done_us - start.as_us()) as f64

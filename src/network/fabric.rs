@@ -115,6 +115,23 @@ impl Fabric {
         bytes: f64,
         cap: f64,
     ) -> Reserved {
+        self.reserve_slowed(path, now_us, start_us, bytes, cap, 1.0)
+    }
+
+    /// [`Fabric::reserve`] over a path whose end keeps only `share` (in (0, 1]) of its
+    /// bandwidth (a degraded link, `faults`): the transfer holds the links as `bytes / share`
+    /// would, so it and those behind it take that much longer, but the links count the
+    /// `bytes` it carries (they counted the padding as data carried).
+    pub fn reserve_slowed(
+        &mut self,
+        path: &[LinkId],
+        now_us: u64,
+        start_us: u64,
+        carried: f64,
+        cap: f64,
+        share: f64,
+    ) -> Reserved {
+        let bytes = carried / share;
         let free_rate = path
             .iter()
             .map(|&l| self.links[l as usize].bytes_per_us)
@@ -171,7 +188,7 @@ impl Fabric {
             for &(from, until, rate) in &segments {
                 link.add(from, until, rate);
             }
-            link.bytes += bytes;
+            link.bytes += carried;
             link.transfers += 1;
         }
         Reserved { done_us, alone_us }
@@ -229,5 +246,16 @@ mod tests {
         let r = f.reserve(&[a], 500, 500, 1e5, 250.0);
         assert_eq!((r.done_us, r.alone_us), (1_400, 900));
         assert!((f.utilisation(a, 2_200) - 0.5).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_slowed_transfer_holds_the_link_longer_but_counts_only_its_bytes() {
+        // At half the link: 1e6 bytes take 2 ms, and one behind it ends at 3 ms; the link
+        // carried 2e6 bytes (it counted 3e6: the padding as data).
+        let (mut f, a, _) = two();
+        let slow = f.reserve_slowed(&[a], 0, 0, 1e6, f64::INFINITY, 0.5);
+        assert_eq!((slow.done_us, slow.alone_us), (2_000, 2_000));
+        assert_eq!(f.reserve(&[a], 0, 0, 1e6, f64::INFINITY).done_us, 3_000);
+        assert!((f.links[a as usize].bytes - 2e6).abs() < 1e-6);
     }
 }
