@@ -46,6 +46,11 @@ pub fn parse(
     parse_in(src, file, overrides, catalog, Path::new(""))
 }
 
+/// How scenarios are read: RON with `implicit_some` on (an optional field is written bare).
+fn ron_options() -> ron::Options {
+    ron::Options::default().with_default_extension(ron::extensions::Extensions::IMPLICIT_SOME)
+}
+
 fn parse_in(
     src: &str,
     file: &str,
@@ -80,21 +85,28 @@ fn parse_in(
                  --set 'workload.clients[0].input_tokens=Constant(64)'",
             )],
         })?;
-        text = apply_override(&text, path, value).map_err(|e| ScenarioError {
-            file: file.clone(),
-            problems: vec![
-                Problem::new(path.as_str(), e)
-                    .hint("use a field path such as cluster.groups[0].count"),
-            ],
+        text = apply_override(&text, path, value).map_err(|e| {
+            // In a file RON cannot read, the field is not found because of the syntax error
+            // (an unclosed `#![enable(…)`): that error is the one to fix first.
+            if ron_options().from_str::<ron::Value>(src).is_err()
+                && let Err(syntax) = parse_in(src, &file, &[], catalog, base_dir)
+            {
+                return syntax;
+            }
+            ScenarioError {
+                file: file.clone(),
+                problems: vec![
+                    Problem::new(path.as_str(), e)
+                        .hint("use a field path such as cluster.groups[0].count"),
+                ],
+            }
         })?;
     }
     if !overrides.is_empty() {
         file.push_str(" (after --set)");
     }
-    let options =
-        ron::Options::default().with_default_extension(ron::extensions::Extensions::IMPLICIT_SOME);
     let map = SourceMap::new(&text);
-    let mut scenario: Scenario = options.from_str(&text).map_err(|e| {
+    let mut scenario: Scenario = ron_options().from_str(&text).map_err(|e| {
         // RON may point at the whitespace before the offending token; point at the token.
         let mut offset = map.offset_of(&text, e.span.start.line, e.span.start.col);
         offset += text[offset..].len() - text[offset..].trim_start().len();

@@ -580,6 +580,39 @@ fn an_unquoted_string_in_set_is_told_to_quote_it() {
     );
 }
 
+/// --set behind a RON attribute, and on a file RON cannot read.
+#[test]
+fn set_reaches_fields_behind_a_ron_attribute_and_a_syntax_error_is_said_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let quick = std::fs::read_to_string(root().join("scenarios/quickstart.ron")).unwrap();
+    let quick = quick.replace("out/quickstart", "out");
+    let write = |name: &str, text: String| std::fs::write(dir.path().join(name), text).unwrap();
+    write("attr.ron", format!("#![enable(implicit_some)]\n{quick}"));
+    write("open.ron", format!("#![enable(implicit_some)\n{quick}"));
+    let validate = |file: &str| {
+        let o = servesim(
+            &["validate", file, "--set", "workload.num_requests=7"],
+            dir.path(),
+        );
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr),
+        )
+    };
+    // It said "cannot set `workload.num_requests`: no such field is written".
+    let (code, out) = validate("attr.ron");
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("about 7 requests"), "{out}");
+    // An unclosed attribute: the syntax error, not "no such field".
+    let (code, out) = validate("open.ron");
+    assert_eq!(code, Some(2), "{out}");
+    assert!(
+        out.contains("Expected closing `)]` after the enable attribute")
+            && !out.contains("cannot set"),
+        "{out}"
+    );
+}
+
 #[test]
 fn a_reader_that_goes_away_ends_the_output_quietly() {
     // `servesim list hardware | head -1`: stdout closed before anything is written. Every
