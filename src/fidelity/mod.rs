@@ -392,12 +392,14 @@ impl Report {
             }
         }
         for slice in std::iter::once(&self.overall).chain(&self.stages) {
-            let _ = writeln!(
-                s,
-                "\n{} ({})",
-                slice.name,
-                requests(slice.requests, "request")
-            );
+            // A measured file's stage name holding a line break or a tab (a quoted CSV
+            // field) broke the table: shown escaped, in quotes.
+            let name = if slice.name.chars().any(char::is_control) {
+                format!("{:?}", slice.name)
+            } else {
+                slice.name.clone()
+            };
+            let _ = writeln!(s, "\n{name} ({})", requests(slice.requests, "request"));
             if self.timeout_s.is_some() || slice.timeouts != Timeouts::default() {
                 let _ = writeln!(s, "timeouts: {}", slice.timeouts.describe());
             }
@@ -532,6 +534,14 @@ mod tests {
         let text = report(2).to_text();
         assert!(text.starts_with("2 measured requests replayed"), "{text}");
         assert!(text.contains("\n2 measured requests failed otherwise and were not"));
+        // A stage name with a line break (a quoted CSV field) is shown escaped.
+        let mut broken = report(1);
+        broken.stages[0].name = "a,\nb".into();
+        assert!(
+            broken.to_text().contains("\n\"a,\\nb\" (3 requests)\n"),
+            "{}",
+            broken.to_text()
+        );
     }
 
     #[test]
