@@ -214,9 +214,10 @@ def test_the_scenario_seed_and_out_arguments_are_checked(tmp_path):
         assert servesim.run(variant, small(10), seed=3).summary["requests"]["completed"] == 10
     with pytest.raises(servesim.ScenarioError, match=r"<text>:2:1: "):
         servesim.validate("// a comment\n)")
-    # A missing file is still a missing file, named.
-    with pytest.raises(servesim.ScenarioError, match="nowhere.ron: No such file"):
-        servesim.run("nowhere.ron")
+    # A missing file is still a missing file, named, also with parentheses in its name.
+    for missing in ("nowhere.ron", "x(1).ron"):
+        with pytest.raises(servesim.ScenarioError, match=re.escape(f"{missing}: No such file")):
+            servesim.run(missing)
     # seed=1.5 ran seed 1 and seed="7" seed 7, silently.
     for bad in (1.5, "7", True):
         with pytest.raises(TypeError, match=f"seed is a whole number .*not {type(bad).__name__}"):

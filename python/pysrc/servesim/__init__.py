@@ -241,8 +241,8 @@ def _jobs(jobs: Any) -> Any:
 
 def _is_ron_text(text: str) -> bool:
     """Whether ``text`` reads as RON rather than a path: after blank space, ``//`` and ``/* */``
-    comments and ``#![enable(…)]`` attributes, a ``(`` or a struct name and ``(``
-    (``Scenario(…)``), or several lines. A scenario file's text as read (it begins with
+    comments and ``#![enable(…)]`` attributes, a ``(`` or a struct name and ``(`` up to a
+    closing ``)`` (``Scenario(…)``, not ``x(1).ron``), or several lines. A scenario file's text as read (it begins with
     comments, as the bundled ones do) was taken for a path and failed as a missing file named
     by the whole text."""
     rest = text
@@ -257,7 +257,8 @@ def _is_ron_text(text: str) -> bool:
         else:
             break
     head = rest.split("(", 1)[0].strip()
-    return "\n" in text or ("(" in rest and (head == "" or head.isidentifier()))
+    named = head.isidentifier() and rest.rstrip().endswith(")")  # not `x(1).ron`
+    return "\n" in text or rest.startswith("(") or named
 
 
 def _source(scenario: Any) -> Tuple[str, bool]:
