@@ -70,16 +70,16 @@ pub(super) fn plan_page(dir: &Path) -> Result<String, ReportError> {
             .collect::<Vec<_>>()
             .join(" ")
     };
+    let of_shard = if shard.is_some() {
+        "of this shard "
+    } else {
+        ""
+    };
     if let Some(best) = plan.rows.iter().find(|r| r[status] == "best") {
         let f = |c: &str| plan.col(c).map_or("–".into(), |i| cell(&best[i]));
         let _ = write!(
             body,
-            r#"<section id="best"><h2>Cheapest configuration {}that meets every SLO</h2><p><b>{} × {}</b> = {} GPUs at {}/h; p99 TTFT {} ms, {} output tokens/s.</p><p class="note">{}{}</p></section>"#,
-            if shard.is_some() {
-                "of this shard "
-            } else {
-                ""
-            },
+            r#"<section id="best"><h2>Cheapest configuration {of_shard}that meets every SLO</h2><p><b>{} × {}</b> = {} GPUs at {}/h; p99 TTFT {} ms, {} output tokens/s.</p><p class="note">{}{}</p></section>"#,
             f("instances"),
             esc(&label(best)),
             f("gpus"),
@@ -96,12 +96,7 @@ pub(super) fn plan_page(dir: &Path) -> Result<String, ReportError> {
     } else {
         let _ = write!(
             body,
-            r#"<section id="best"><h2>No configuration {}meets every SLO</h2><p class="note">Why each failed is in the table below.</p></section>"#,
-            if shard.is_some() {
-                "of this shard "
-            } else {
-                ""
-            }
+            r#"<section id="best"><h2>No configuration {of_shard}meets every SLO</h2><p class="note">Why each failed is in the table below.</p></section>"#
         );
     }
     let pareto_path = dir.join("pareto.csv");
