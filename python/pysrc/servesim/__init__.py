@@ -242,9 +242,9 @@ def _jobs(jobs: Any) -> Any:
 def _is_ron_text(text: str) -> bool:
     """Whether ``text`` reads as RON rather than a path: after blank space, ``//`` and ``/* */``
     comments and ``#![enable(…)]`` attributes, a ``(`` or a struct name and ``(`` up to a
-    closing ``)`` (``Scenario(…)``, not ``x(1).ron``), or several lines. A scenario file's text as read (it begins with
-    comments, as the bundled ones do) was taken for a path and failed as a missing file named
-    by the whole text."""
+    closing ``)`` (``Scenario(…)``, not ``x(1).ron``), or several lines. A scenario file's
+    text as read (it begins with comments, as the bundled ones do) was taken for a path and
+    failed as a missing file named by the whole text."""
     rest = text
     while True:
         rest = rest.lstrip()
