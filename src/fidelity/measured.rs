@@ -85,8 +85,6 @@ impl MeasuredRequest {
             input_tokens: self.input_tokens,
             output_tokens: self.output_tokens,
             content: self.content.clone(),
-            tenant: None,
-            slo_class: None,
             adapter: None,
         }
     }

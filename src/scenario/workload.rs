@@ -432,7 +432,8 @@ pub enum TraceFormat {
     VidurCsv,
     /// Mooncake JSON lines: `timestamp` (ms), `input_length`, `output_length`, `hash_ids`.
     Mooncake,
-    /// servesim CSV: `arrival_us`, `input_tokens`, `output_tokens`, optional `tenant`,
-    /// `slo_class`, `prefix_group`, `prefix_tokens`. A `requests.csv` output replays as is.
+    /// servesim CSV: `arrival_us`, `input_tokens`, `output_tokens`, optional `prefix_group`,
+    /// `prefix_tokens`, `adapter` (other columns are not read). A `requests.csv` output
+    /// replays as is.
     ServesimCsv,
 }

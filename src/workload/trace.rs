@@ -3,10 +3,12 @@
 //! Formats: Vidur/Splitwise CSV (`arrived_at` s, `num_prefill_tokens`, `num_decode_tokens`),
 //! Mooncake JSON lines (`timestamp` ms, `input_length`, `output_length`, `hash_ids`: one id
 //! per `hash_block_tokens` prompt tokens, driving prefix caching), and servesim CSV
-//! (`arrival_us`, `input_tokens`, `output_tokens`, optional `tenant`, `slo_class`,
-//! `prefix_group`, `prefix_tokens`; a `requests.csv` output replays as is). Rows must be in
+//! (`arrival_us`, `input_tokens`, `output_tokens`, optional `prefix_group`, `prefix_tokens`,
+//! `adapter`; other columns, a `requests.csv`'s `tenant` among them, are not read: a trace's
+//! requests take the tenant and SLO class of its `traces` entry). Rows must be in
 //! non-decreasing time order. Timestamps are multiplied by `time_scale / rate_scale`, token
-//! counts by `token_scale` (rounded, at least 1); times are rounded to the nearest µs.
+//! counts by `token_scale` (rounded, at least 1; the shared parts scale with the prompt);
+//! times are rounded to the nearest µs.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
@@ -27,8 +29,6 @@ pub struct TraceRow {
     pub output_tokens: u32,
     /// Prompt content when the trace says what is shared (Mooncake hash ids, prefix groups).
     pub content: Option<PromptContent>,
-    pub tenant: Option<String>,
-    pub slo_class: Option<String>,
     /// The LoRA adapter (servesim CSV's `adapter` column, by name; index into
     /// `workload.adapters`).
     pub adapter: Option<u32>,
@@ -142,7 +142,7 @@ impl TraceReader {
 
     /// The next row, `Ok(None)` at the end, or an error naming file and line.
     pub fn next_row(&mut self) -> Result<Option<TraceRow>, String> {
-        let (time_s, input, output, content, tenant, slo, adapter) = match &mut self.rows {
+        let (time_s, input, output, content, adapter) = match &mut self.rows {
             Rows::Lines(lines) => {
                 let text = loop {
                     self.line += 1;
@@ -183,27 +183,30 @@ impl TraceReader {
                     }
                 }
                 let input = self.tokens(row.input_length as f64, "input_length", 1)?;
-                let content = (!row.hash_ids.is_empty()).then(|| {
-                    // Block i of the trace covers tokens [i·B, (i+1)·B) of the prompt.
+                let content = if row.hash_ids.is_empty() {
+                    None
+                } else {
+                    // Block i of the trace covers tokens [i·B, (i+1)·B) of the prompt, times
+                    // token_scale (the prompt grows or shrinks, so does each block's share).
+                    let block = f64::from(self.hash_block) * self.token_scale;
                     let segs: Vec<Segment> = row
                         .hash_ids
                         .iter()
                         .enumerate()
                         .map(|(i, h)| Segment {
                             id: fnv1a(&h.to_le_bytes()) ^ 0x6d6f_6f6e,
-                            end: ((i as u32 + 1).saturating_mul(self.hash_block)).min(input),
+                            end: ((i + 1) as f64 * block).round().min(f64::from(input)) as u32,
                         })
-                        .take_while(|s| s.end > 0)
+                        // A token_scale far below 1 can leave the first blocks no tokens.
+                        .filter(|s| s.end > 0)
                         .collect();
-                    PromptContent::Segments(Arc::from(segs))
-                });
+                    (!segs.is_empty()).then(|| PromptContent::Segments(Arc::from(segs)))
+                };
                 (
                     row.timestamp / 1e3,
                     input,
                     self.tokens(row.output_length as f64, "output_length", 1)?,
                     content,
-                    None,
-                    None,
                     None,
                 )
             }
@@ -282,6 +285,9 @@ impl TraceReader {
                                 self.line
                             ));
                         }
+                        // Scaled like the prompt it is part of (at most all of it).
+                        let p = scaled(f64::from(p), self.token_scale, "prefix_tokens", 0)
+                            .map_err(at)?;
                         Some(PromptContent::Simple {
                             prefix_id: fnv1a(format!("trace-prefix/{g}").as_bytes()),
                             prefix_tokens: p.min(input),
@@ -316,15 +322,7 @@ impl TraceReader {
                         }
                     },
                 };
-                (
-                    t,
-                    input,
-                    output,
-                    content,
-                    opt("tenant"),
-                    opt("slo_class"),
-                    adapter,
-                )
+                (t, input, output, content, adapter)
             }
         };
         if !time_s.is_finite() || time_s < 0.0 {
@@ -349,8 +347,6 @@ impl TraceReader {
             input_tokens: input,
             output_tokens: output,
             content,
-            tenant,
-            slo_class: slo,
             adapter,
         }))
     }
@@ -362,10 +358,12 @@ fn scaled(n: f64, scale: f64, what: &str, at_least: u32) -> Result<u32, String> 
     }
     let v = (n * scale).round();
     if v > f64::from(super::lengths::MAX_TOKENS) {
-        return Err(format!(
-            "{what} = {n} is more than {} tokens",
-            crate::scenario::grouped(u64::from(super::lengths::MAX_TOKENS))
-        ));
+        let max = crate::scenario::grouped(u64::from(super::lengths::MAX_TOKENS));
+        return Err(if scale == 1.0 {
+            format!("{what} = {n} is more than {max} tokens")
+        } else {
+            format!("{what} {n} × token_scale {scale} = {v:.4e} is more than {max} tokens")
+        });
     }
     Ok((v as u32).max(at_least))
 }

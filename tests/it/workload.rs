@@ -356,6 +356,52 @@ fn a_trace_of_the_wrong_shape_says_what_shape_it_needs() {
 }
 
 #[test]
+fn token_scale_scales_what_a_trace_says_is_shared_with_the_prompt() {
+    // Two prompts of 32 tokens, 1 s apart, sharing their first 16-token hash block (id 1) and
+    // not their second (2, 3). token_scale 2 makes them 64 tokens, and the shared block 32:
+    // the second prompt finds 32 tokens (two 16-token KV blocks) cached, not 16.
+    let dir = tempfile::tempdir().unwrap();
+    let cached = |format: &str, file: &str, text: &str, scale: f64| {
+        std::fs::write(dir.path().join(file), text).unwrap();
+        let sc = parse(&format!(
+            "(cluster: (groups: [(kv_blocks: 1000, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 0.0, 0.0]))]),
+              workload: (traces: [(format: {format}, file: \"{}\", token_scale: {scale:?})]))",
+            dir.path().join(file).display()
+        ));
+        let (_, rows) = run(&sc);
+        let mut rows: Vec<_> = rows
+            .iter()
+            .map(|r| {
+                (
+                    r.u64("arrival_us"),
+                    r.u64("input_tokens"),
+                    r.u64("cached_tokens"),
+                )
+            })
+            .collect();
+        rows.sort();
+        rows
+    };
+    let moon = "{\"timestamp\": 0, \"input_length\": 32, \"output_length\": 2, \"hash_ids\": [1, 2]}\n\
+                {\"timestamp\": 1000, \"input_length\": 32, \"output_length\": 2, \"hash_ids\": [1, 3]}\n";
+    assert_eq!(
+        cached("Mooncake", "m.jsonl", moon, 1.0),
+        [(0, 32, 0), (1_000_000, 32, 16)]
+    );
+    assert_eq!(
+        cached("Mooncake", "m.jsonl", moon, 2.0),
+        [(0, 64, 0), (1_000_000, 64, 32)]
+    );
+    // A prefix group's prefix_tokens scale too: 16 of 32 shared becomes 32 of 64.
+    let csv = "arrival_us,input_tokens,output_tokens,prefix_group,prefix_tokens\n\
+               0,32,2,a,16\n1000000,32,2,a,16\n";
+    assert_eq!(
+        cached("ServesimCsv", "t.csv", csv, 2.0),
+        [(0, 64, 0), (1_000_000, 64, 32)]
+    );
+}
+
+#[test]
 #[ignore = "slow in the test profile: generates 10 million requests; run with --ignored --release"]
 fn generating_ten_million_requests_keeps_memory_flat() {
     use servesim::engine::{Event, EventQueue};
