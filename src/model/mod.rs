@@ -193,15 +193,17 @@ impl LayerKinds {
 /// multiplies `max_position_embeddings` by its `factor`, except that `llama3`, `longrope` and
 /// `su` scaling are already counted in it, and YaRN scales its
 /// `original_max_position_embeddings`.
-fn context_length(max_pos: u64, scaling: Option<&Value>) -> u64 {
+fn context_length(max_pos: u64, scaling: Option<&Value>) -> Result<u64, String> {
     let Some(r) = scaling else {
-        return max_pos;
+        return Ok(max_pos);
     };
-    let factor = r
-        .get("factor")
-        .and_then(Value::as_f64)
-        .unwrap_or(1.0)
-        .max(1.0);
+    let factor = match r.get("factor") {
+        None | Some(Value::Null) => 1.0,
+        Some(v) => match v.as_f64() {
+            Some(f) if f.is_finite() && f > 0.0 => f.max(1.0),
+            _ => return Err(format!("`rope_scaling.factor` = {v} is not a number > 0")),
+        },
+    };
     let kind = r
         .get("rope_type")
         .or_else(|| r.get("type"))
@@ -210,11 +212,11 @@ fn context_length(max_pos: u64, scaling: Option<&Value>) -> u64 {
     let original = r
         .get("original_max_position_embeddings")
         .and_then(Value::as_u64);
-    match (kind, original) {
+    Ok(match (kind, original) {
         ("llama3" | "longrope" | "su", _) => max_pos,
         ("yarn", Some(o)) => (o as f64 * factor) as u64,
         _ => (max_pos as f64 * factor) as u64,
-    }
+    })
 }
 
 fn dtype_bytes(s: &str) -> Option<f64> {
@@ -361,6 +363,19 @@ impl ModelConfig {
             ));
         }
         let ffn_expert = uint("moe_intermediate_size").map_or(ffn, |v| v as u32);
+        // Every layer has an MLP or experts: a width of 0 would serve a model of attention
+        // alone (a third of Llama-3.1-8B's weights) and say nothing.
+        let ffn_dense = uint("intermediate_size_mlp").map_or(ffn, |v| v as u32);
+        if experts < 2 && ffn_dense == 0 {
+            return Err("missing or zero `intermediate_size`: the MLP's width".into());
+        }
+        if experts >= 2 && ffn_expert == 0 {
+            return Err(
+                "missing or zero `moe_intermediate_size` (or `intermediate_size`): an expert's width"
+                    .into(),
+            );
+        }
+        let vocab = req("vocab_size")? as u32;
         let ffn_shared = uint("shared_expert_intermediate_size")
             .map(|v| v as u32)
             .or_else(|| uint("n_shared_experts").map(|n| (n as u32).saturating_mul(ffn_expert)))
@@ -402,7 +417,7 @@ impl ModelConfig {
         let scaling = map
             .get("rope_scaling")
             .filter(|_| !model_type.starts_with("gemma3"));
-        let max_position_embeddings = context_length(max_pos, scaling);
+        let max_position_embeddings = context_length(max_pos, scaling)?;
         let hidden_act = map
             .get("hidden_act")
             .or_else(|| map.get("hidden_activation"))
@@ -422,7 +437,7 @@ impl ModelConfig {
             heads,
             kv_heads,
             head_dim,
-            ffn_dense: uint("intermediate_size_mlp").map_or(ffn, |v| v as u32),
+            ffn_dense,
             ffn_expert,
             experts,
             experts_per_token,
@@ -430,11 +445,12 @@ impl ModelConfig {
             ffn_shared_spelled,
             interleave_moe_step: uint("interleave_moe_layer_step").unwrap_or(0) as u32,
             first_dense_layers: uint("first_k_dense_replace").unwrap_or(0) as u32,
-            vocab: uint("vocab_size").unwrap_or(0) as u32,
-            tied_embeddings: map
-                .get("tie_word_embeddings")
-                .and_then(Value::as_bool)
-                .unwrap_or(false),
+            vocab,
+            tied_embeddings: match map.get("tie_word_embeddings") {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(b)) => *b,
+                Some(v) => return Err(format!("`tie_word_embeddings` = {v} is not true or false")),
+            },
             act_bytes,
             weight_bytes,
             attn_weight_bytes,
@@ -654,7 +670,15 @@ fn layer_kinds(
         kinds.linear_value_heads = need("linear_num_value_heads")?;
         kinds.linear_key_dim = need("linear_key_head_dim")?;
         kinds.linear_value_dim = need("linear_value_head_dim")?;
-        kinds.linear_conv_kernel = uint32("linear_conv_kernel_dim").unwrap_or(4);
+        kinds.linear_conv_kernel = match map.get("linear_conv_kernel_dim") {
+            Some(Value::Number(n)) if n.as_u64() == Some(0) => {
+                return Err(
+                    "`linear_conv_kernel_dim` = 0: the short convolution spans at least 1 token"
+                        .into(),
+                );
+            }
+            _ => uint32("linear_conv_kernel_dim").unwrap_or(4),
+        };
         if let Some(d) = map.get("mamba_ssm_dtype").and_then(Value::as_str) {
             kinds.state_bytes =
                 dtype_bytes(d).ok_or_else(|| format!("unknown mamba_ssm_dtype `{d}`"))?;
@@ -936,7 +960,8 @@ mod tests {
 
     #[test]
     fn layer_kinds_come_from_layer_types_patterns_and_intervals() {
-        let base = r#""num_hidden_layers": 8, "hidden_size": 256, "num_attention_heads": 4"#;
+        let base = r#""num_hidden_layers": 8, "hidden_size": 256, "num_attention_heads": 4,
+            "intermediate_size": 512, "vocab_size": 1000"#;
         let parse = |extra: &str| ModelConfig::from_hf_json("x", &format!("{{{base}, {extra}}}"));
         // GPT-OSS style: alternating, listed.
         let m = parse(
@@ -977,6 +1002,13 @@ mod tests {
         assert_eq!((m.kinds.linear, m.kinds.state_bytes), (4, 4.0));
         // conv: 3 × (2·2·8 + 4·16) = 288; recurrent: 4 × 8 × 16 = 512.
         assert_eq!(m.kinds.linear_state_elements(), (288.0, 512.0));
+        // A kernel of 0 tokens was read as absent, the default 4.
+        let e = parse(
+            r#""full_attention_interval": 2, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+               "linear_key_head_dim": 8, "linear_value_head_dim": 16, "linear_conv_kernel_dim": 0"#,
+        )
+        .unwrap_err();
+        assert!(e.contains("`linear_conv_kernel_dim` = 0"), "{e}");
         // Every existing bundled model but the two hybrids has full attention only.
         for (id, _) in BUNDLED_MODELS {
             let hybrid = ModelConfig::bundled(id).unwrap().kinds.is_hybrid();
@@ -1077,6 +1109,20 @@ mod tests {
                 "num_local_experts=8",
                 "", // 8 experts and no top-k: a dense reading is fine
             ),
+            // Read as absent, each served something else and said nothing: a model of
+            // attention alone, no LM head, untied embeddings, the unscaled context.
+            ("intermediate_size=0", "missing or zero `intermediate_size`"),
+            ("vocab_size=null", "missing or zero `vocab_size`"),
+            (
+                "tie_word_embeddings=\"yes\"",
+                "`tie_word_embeddings` = \"yes\" is not true or false",
+            ),
+            (
+                r#"rope_scaling={"rope_type": "linear", "factor": "big"}"#,
+                "`rope_scaling.factor` = \"big\" is not a number > 0",
+            ),
+            (r#"rope_scaling={"rope_type": "linear", "factor": 2.0}"#, ""),
+            ("tie_word_embeddings=null", ""),
         ] {
             match llama(edit) {
                 Err(e) => assert!(!said.is_empty() && e.contains(said), "{edit}: {e}"),
@@ -1084,7 +1130,8 @@ mod tests {
             }
         }
         // A head size given explicitly needs no split.
-        let c = r#"{"num_hidden_layers": 2, "hidden_size": 4097, "num_attention_heads": 32, "head_dim": 128}"#;
+        let c = r#"{"num_hidden_layers": 2, "hidden_size": 4097, "num_attention_heads": 32, "head_dim": 128,
+            "intermediate_size": 512, "vocab_size": 1000}"#;
         assert_eq!(ModelConfig::from_hf_json("x", c).unwrap().head_dim, 128);
         let moe = r#"{"num_hidden_layers": 2, "hidden_size": 4096, "num_attention_heads": 32,
             "num_local_experts": 8, "num_experts_per_tok": 9}"#;
