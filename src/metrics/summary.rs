@@ -943,7 +943,19 @@ impl Summary {
                     );
                 }
             }
-            if let Some(c) = &faults.crashes {
+            if let Some(c) = &faults.crashes
+                && c.availability.is_none()
+                && c.crashes > 0
+                && c.events.iter().all(|e| e.back_s.is_none())
+            {
+                // Only autoscaled replicas crashed: each is off at its crash, never down, so
+                // down time, availability and the up/down split have nothing to say.
+                let _ = writeln!(
+                    s,
+                    "crashes: {} ({} skipped), all of autoscaled replicas, each off at its crash (not down: its group's policy starts another); {} requests taken down: {} failed, {} retried ({} completed after a retry)",
+                    c.crashes, c.skipped, c.lost, c.failed, c.retried, c.completed_after_retry,
+                );
+            } else if let Some(c) = &faults.crashes {
                 let _ = writeln!(
                     s,
                     "crashes: {} ({} skipped), {:.3} instance-s down (availability {}); {} requests taken down: {} failed, {} retried ({} completed after a retry); SLO attainment of requests arriving with all instances up {}, with some down {}",

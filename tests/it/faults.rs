@@ -411,12 +411,18 @@ fn an_autoscaled_instance_that_crashes_is_off_and_its_policy_starts_another() {
     .replace("(rate_per_s: 2.0, duration_s: 600.0),", "");
     let (s, _, dir) = run_keeping(&parse(&src));
     assert_eq!(s.requests.completed, s.requests.injected);
+    let text = s.to_text();
     let c = s.faults.unwrap().crashes.unwrap();
     assert_eq!((c.crashes, c.events[0].back_s), (1, None));
     assert_eq!(
         (c.down_s, c.availability),
         (0.0, None),
         "no fixed-size group"
+    );
+    // The text says so instead of "0.000 instance-s down (availability n/a)".
+    assert!(
+        text.contains("crashes: 1 (0 skipped), all of autoscaled replicas, each off at its crash (not down: its group's policy starts another);"),
+        "{text}"
     );
     let events = crate::common::read_rows(&dir.path().join("scale_events.csv"));
     let crashed = events
