@@ -16,8 +16,10 @@
 //!   cluster is saturated when no routable instance has room. The detector reads what the
 //!   router reads (`policies.snapshot_refresh_interval_us` makes both stale, as scraped
 //!   metrics are); the in-transit count is the gateway's own and always live. With no
-//!   routable instance at all the gateway lets requests through, so routing parks them for
-//!   a cold start or rejects them as it does without a gateway.
+//!   routable instance at all the cluster is saturated and requests wait in their bands,
+//!   as llm-d's detector has it ("no pods … considered saturated (no capacity)", to let
+//!   flow control queue them) — unless a group autoscales: then the gateway lets them
+//!   through, so that routing parks them and asks for a cold start (scale from zero).
 //! - **Dispatch.** While not saturated, the head of the highest non-empty band is routed,
 //!   and the detector asks again. The gateway looks again whenever the instances may have
 //!   gained room: at the end of every tick it checks, and if they have room and requests
@@ -48,11 +50,13 @@ use crate::policy::InstanceSnapshot;
 use crate::scenario::{FlowControlSpec, SaturationSpec};
 use crate::time::{SimDuration, SimTime};
 
-/// True when no routable instance has room (see the module docs); false when none is
-/// routable at all (the gateway then lets requests through to routing).
+/// True when no routable instance has room (see the module docs); when none is routable
+/// at all, `hold_when_none` (false when a group autoscales: requests then go on to routing,
+/// which parks them for a cold start).
 pub fn saturated(
     s: &SaturationSpec,
     instances: impl IntoIterator<Item = InstanceSnapshot>,
+    hold_when_none: bool,
 ) -> bool {
     let mut routable = false;
     for i in instances {
@@ -70,7 +74,7 @@ pub fn saturated(
             return false;
         }
     }
-    routable
+    routable || hold_when_none
 }
 
 /// What a `flow_control` block does, in one line (`servesim validate` prints it).
@@ -151,6 +155,8 @@ pub struct Gateway {
     /// Limits of a band for a priority not listed in the scenario.
     default_band: (Option<u32>, Option<f64>),
     pub max_requests: Option<u32>,
+    /// No routable instance at all counts as saturated (true unless a group autoscales).
+    pub hold_when_none: bool,
     /// Requests waiting in all bands.
     pub waiting: u64,
     /// Since when some request has waited (None while the bands are empty), and the time
@@ -181,6 +187,7 @@ impl Gateway {
             bands,
             default_band: (spec.default_band.max_requests, spec.default_band.max_wait_s),
             max_requests: spec.max_requests,
+            hold_when_none: true,
             waiting: 0,
             waiting_since: None,
             waiting_time: SimDuration(0),

@@ -30,7 +30,14 @@ fn set_up_gateway(app: &mut App, ctx: &SetupCtx<'_>) -> Result<(), SimError> {
     let Some(spec) = &ctx.scenario.flow_control else {
         return Ok(());
     };
-    app.insert_resource(Gateway::new(spec));
+    let mut gateway = Gateway::new(spec);
+    gateway.hold_when_none = !ctx
+        .scenario
+        .cluster
+        .groups
+        .iter()
+        .any(|g| g.scaling.is_some());
+    app.insert_resource(gateway);
     app.world_mut().resource_mut::<GateDue>().on = true;
     app.add_systems(
         SimStep,
@@ -125,7 +132,7 @@ pub fn run_gateway(
 
     // Dispatch while some routable instance has room.
     let mut routed = 0u64;
-    while g.waiting > 0 && !saturated(&g.saturation, router.sees(now, &view)) {
+    while g.waiting > 0 && !saturated(&g.saturation, router.sees(now, &view), g.hold_when_none) {
         let band = g
             .bands
             .iter_mut()
@@ -184,6 +191,7 @@ pub fn wake_gateway(
     if !saturated(
         &gateway.saturation,
         snapshots.sees(now, &view.instances, &disagg),
+        gateway.hold_when_none,
     ) {
         queue.push(now, Event::GateWake);
         gateway.wake_pending = true;

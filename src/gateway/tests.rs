@@ -22,34 +22,46 @@ fn an_instance_has_room_up_to_both_thresholds_inclusive() {
         kv_util: 0.8,
     };
     assert!(
-        !saturated(&s, [instance(5, 0, 80, true)]),
+        !saturated(&s, [instance(5, 0, 80, true)], true),
         "at both thresholds"
     );
     assert!(
-        !saturated(&s, [instance(3, 2, 10, true)]),
+        !saturated(&s, [instance(3, 2, 10, true)], true),
         "3 waiting + 2 on their way"
     );
     assert!(
-        saturated(&s, [instance(5, 1, 10, true)]),
+        saturated(&s, [instance(5, 1, 10, true)], true),
         "one on its way too many"
     );
-    assert!(saturated(&s, [instance(0, 0, 81, true)]), "KV above 0.8");
+    assert!(
+        saturated(&s, [instance(0, 0, 81, true)], true),
+        "KV above 0.8"
+    );
     // One instance with room is enough; one that is not routable does not count.
     assert!(!saturated(
         &s,
-        [instance(9, 0, 90, true), instance(0, 0, 0, true)]
+        [instance(9, 0, 90, true), instance(0, 0, 0, true)],
+        true
     ));
     assert!(saturated(
         &s,
-        [instance(9, 0, 90, true), instance(0, 0, 0, false)]
+        [instance(9, 0, 90, true), instance(0, 0, 0, false)],
+        true
     ));
-    // Nothing routable at all: requests go on to routing (which parks or rejects them).
-    assert!(!saturated(&s, [instance(0, 0, 0, false)]));
-    assert!(!saturated(&s, []));
+    // Nothing routable at all: saturated, as llm-d's detector has it with no pods; with a
+    // group that autoscales, requests go on to routing (which parks them for a cold start).
+    assert!(saturated(&s, [instance(0, 0, 0, false)], true));
+    assert!(saturated(&s, [], true));
+    assert!(!saturated(&s, [instance(0, 0, 0, false)], false));
+    assert!(!saturated(&s, [], false));
+    assert!(
+        saturated(&s, [instance(5, 1, 10, true)], false),
+        "routable but full"
+    );
     // An instance without KV blocks has no room.
     let mut empty = instance(0, 0, 0, true);
     empty.kv_total_blocks = 0;
-    assert!(saturated(&s, [empty]));
+    assert!(saturated(&s, [empty], true));
 }
 
 #[test]

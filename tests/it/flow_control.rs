@@ -302,3 +302,41 @@ fn the_docs_burst_table_matches_the_bundled_scenario() {
         assert_eq!(&cells[2..6], &got.each_ref().map(String::as_str), "{label}");
     }
 }
+
+#[test]
+fn with_every_instance_down_requests_wait_in_their_band_for_one_to_come_back() {
+    // One instance of 1 ms steps crashes idle at 0.5 ms and is down until 2.5 ms. Requests
+    // arrive at 1 and 2 ms. llm-d's detector counts no pods as saturated, so both wait in
+    // their band (they were rejected, no_routable_instance); at 2.5 ms both are routed and
+    // share a prefill (2.5–3.5 ms) and a decode (3.5–4.5 ms).
+    let src = |band: &str| {
+        format!(
+            r#"(cluster: (groups: [(count: 1, kv_blocks: 100,
+                latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 0.0, 0.0]))]),
+              flow_control: (bands: [(priority: 0{band})]),
+              faults: (crashes: [(instance: 0, at_s: 0.0005)], repair_s: 0.002, reload_s: 0.0),
+              workload: (num_requests: 2, clients: [(rate_per_s: 1000.0, arrival: Constant,
+                input_tokens: Constant(16), output_tokens: Constant(2))]))"#
+        )
+    };
+    let times = |r: &crate::common::Row| {
+        (
+            r.str("state").to_string(),
+            r.u64("arrival_us"),
+            r.us("ttft_ms"),
+            r.u64("completion_us"),
+        )
+    };
+    let (s, rows) = run(&parse(&src("")));
+    assert_eq!(times(&rows[0]), ("completed".into(), 1000, 2500, 4500));
+    assert_eq!(times(&rows[1]), ("completed".into(), 2000, 1500, 4500));
+    assert!(s.rejections.is_empty(), "{:?}", s.rejections);
+    // A band whose longest wait is 1 ms sheds the first at 2 ms; the second is routed at
+    // 2.5 ms, before its own wait ends, and runs alone.
+    let (s, rows) = run(&parse(&src(", max_wait_s: 0.001")));
+    let mut rows = rows;
+    rows.sort_by_key(|r| r.u64("arrival_us"));
+    assert_eq!(rows[0].str("state"), "rejected");
+    assert_eq!(times(&rows[1]), ("completed".into(), 2000, 1500, 4500));
+    assert_eq!(s.rejections.get("gateway_wait_expired"), Some(&1));
+}
