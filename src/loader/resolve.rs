@@ -177,6 +177,23 @@ fn read_group(
         m.kinds.full_cache = g.disable_hybrid_kv_cache_manager;
         m
     });
+    // A checkpoint quantised in a way we cannot read has weights of unknown size: serving
+    // them at the model's dtype (16 bits for a 4-bit mxfp4 checkpoint) would be silent.
+    if let Some(m) = model.as_ref()
+        && let Some(method) = &m.unread_quantization
+        && g.weight_dtype.is_none()
+    {
+        p.push(
+            Problem::new(
+                at("model"),
+                format!(
+                    "{} is quantised with `{method}` (its quantization_config), which servesim does not read: the size of its weights is unknown",
+                    m.id
+                ),
+            )
+            .hint("give the group's weight_dtype: int4 for 4-bit weights, fp8 or int8 for 8-bit"),
+        );
+    }
     // The model as the group serves it (quantised weights, KV cache).
     let model =
         match (

@@ -95,6 +95,10 @@ pub struct ModelConfig {
     /// The attention kinds of the layers ([`LayerKinds`]): all full attention unless the
     /// config says otherwise.
     pub kinds: LayerKinds,
+    /// A `quantization_config.quant_method` whose weight bytes servesim cannot read (not
+    /// `fp8`, `compressed-tensors` with `num_bits`, nor one with `bits`, as AWQ and GPTQ
+    /// give): a group must then say its `weight_dtype`.
+    pub unread_quantization: Option<String>,
     /// Queries carry an output gate (Qwen3-Next `attn_output_gate`): the query projection
     /// is twice as wide.
     pub attn_output_gate: bool,
@@ -219,6 +223,76 @@ fn context_length(max_pos: u64, scaling: Option<&Value>) -> Result<u64, String> 
     })
 }
 
+/// The fields read as a string, a list or an object must be one (or `null`, or absent):
+/// each was read as absent when it was not, and served something else without a word (a
+/// `torch_dtype` of 7 as bf16, a `rope_scaling` of `"yarn"` as no scaling, a
+/// `max_position_embeddings` of -5 as an unlimited context).
+fn check_shapes(map: &serde_json::Map<String, Value>) -> Result<(), String> {
+    let given = |k: &str| map.get(k).filter(|v| !v.is_null());
+    if let Some(v) = given("max_position_embeddings")
+        && v.as_u64().is_none()
+    {
+        return Err(format!(
+            "`max_position_embeddings` = {v} is not a whole number ≥ 0 (null, or no field, if the model has none)"
+        ));
+    }
+    for k in [
+        "torch_dtype",
+        "dtype",
+        "hidden_act",
+        "hidden_activation",
+        "model_type",
+    ] {
+        if let Some(v) = given(k)
+            && !v.is_string()
+        {
+            return Err(format!("`{k}` = {v} is not a name (a string)"));
+        }
+    }
+    if let Some(v) = given("layer_types")
+        && !v.is_array()
+    {
+        return Err(format!(
+            "`layer_types` = {v} is not a list with one attention kind per layer"
+        ));
+    }
+    if let Some(v) = given("rope_scaling") {
+        let Some(r) = v.as_object() else {
+            return Err(format!(
+                "`rope_scaling` = {v} is not an object such as {{\"rope_type\": \"yarn\", \"factor\": 4.0}}"
+            ));
+        };
+        for k in ["rope_type", "type"] {
+            if let Some(t) = r.get(k).filter(|t| !t.is_null() && !t.is_string()) {
+                return Err(format!("`rope_scaling.{k}` = {t} is not a name (a string)"));
+            }
+        }
+    }
+    if let Some(v) = given("quantization_config") {
+        let Some(q) = v.as_object() else {
+            return Err(format!(
+                "`quantization_config` = {v} is not an object such as {{\"quant_method\": \"fp8\"}}"
+            ));
+        };
+        if let Some(b) = q.get("bits").filter(|b| !b.is_null())
+            && !b.as_f64().is_some_and(|b| b > 0.0 && b <= 32.0)
+        {
+            return Err(format!(
+                "`quantization_config.bits` = {b} is not a number of bits from 1 to 32"
+            ));
+        }
+        if let Some(m) = q
+            .get("quant_method")
+            .filter(|m| !m.is_null() && !m.is_string())
+        {
+            return Err(format!(
+                "`quantization_config.quant_method` = {m} is not a name (a string)"
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn dtype_bytes(s: &str) -> Option<f64> {
     match s.to_ascii_lowercase().as_str() {
         "float32" | "fp32" => Some(4.0),
@@ -303,6 +377,7 @@ impl ModelConfig {
                 ));
             }
         }
+        check_shapes(&map)?;
         let uint = |k: &str| map.get(k).and_then(Value::as_u64);
         let req = |k: &str| {
             uint(k)
@@ -397,7 +472,13 @@ impl ModelConfig {
         let act_bytes =
             dtype_bytes(dtype).ok_or_else(|| format!("unknown torch_dtype `{dtype}`"))?;
         let quantization = map.get("quantization_config");
-        let weight_bytes = weight_bytes(id, quantization).unwrap_or(act_bytes);
+        let read = weight_bytes(id, quantization);
+        let unread_quantization = quantization
+            .and_then(|q| q.get("quant_method"))
+            .and_then(Value::as_str)
+            .filter(|m| !m.is_empty() && read.is_none())
+            .map(str::to_string);
+        let weight_bytes = read.unwrap_or(act_bytes);
         let attn_weight_bytes = if attention_left_unquantised(quantization, layers) {
             act_bytes
         } else {
@@ -465,6 +546,7 @@ impl ModelConfig {
             hidden_act,
             gated_mlp,
             kinds,
+            unread_quantization,
             // Qwen3-Next always gates its attention output; Qwen3.5 says so.
             attn_output_gate: map
                 .get("attn_output_gate")
@@ -1122,6 +1204,40 @@ mod tests {
                 "`rope_scaling.factor` = \"big\" is not a number > 0",
             ),
             (r#"rope_scaling={"rope_type": "linear", "factor": 2.0}"#, ""),
+            (
+                "rope_scaling=\"yarn\"",
+                "`rope_scaling` = \"yarn\" is not an object",
+            ),
+            (
+                r#"rope_scaling={"rope_type": 7, "factor": 2.0}"#,
+                "`rope_scaling.rope_type` = 7 is not a name",
+            ),
+            (
+                "torch_dtype=7",
+                "`torch_dtype` = 7 is not a name (a string)",
+            ),
+            ("hidden_act=false", "`hidden_act` = false is not a name"),
+            (
+                "max_position_embeddings=-5",
+                "`max_position_embeddings` = -5 is not a whole number ≥ 0",
+            ),
+            ("max_position_embeddings=null", ""),
+            (
+                "layer_types=\"sliding_attention\"",
+                "`layer_types` = \"sliding_attention\" is not a list",
+            ),
+            (
+                "quantization_config=\"fp8\"",
+                "`quantization_config` = \"fp8\" is not an object",
+            ),
+            (
+                r#"quantization_config={"quant_method": "awq", "bits": "x"}"#,
+                "`quantization_config.bits` = \"x\" is not a number of bits from 1 to 32",
+            ),
+            (
+                r#"quantization_config={"quant_method": "awq", "bits": 4}"#,
+                "",
+            ),
             ("tie_word_embeddings=null", ""),
         ] {
             match llama(edit) {

@@ -851,3 +851,43 @@ fn validate_prints_the_roofline_s_per_step_overhead_and_whose_it_is() {
     // BLIS's models carry their overheads in their coefficients: no such line.
     assert_eq!(stdout(", latency: TrainedPhysics()"), None);
 }
+
+#[test]
+fn a_checkpoint_quantised_in_a_way_we_cannot_read_needs_its_weight_dtype() {
+    // Llama-3.1-8B's config with an mxfp4 quantization_config: its weights' size is unknown
+    // (it was served at 16 bits without a word); with weight_dtype int4 it is 4-bit.
+    let dir = tempfile::tempdir().unwrap();
+    let mut config: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            crate::common::root().join("assets/models/llama-3.1-8b-instruct.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    config["quantization_config"] = serde_json::json!({"quant_method": "mxfp4"});
+    std::fs::write(dir.path().join("q.json"), config.to_string()).unwrap();
+    let write = |extra: &str| {
+        std::fs::write(
+            dir.path().join("s.ron"),
+            format!(
+                r#"(cluster: (groups: [(model: "q.json", gpu: "H100"{extra})]),
+                   workload: (num_requests: 1, clients: [(rate_per_s: 1.0,
+                     input_tokens: Constant(8), output_tokens: Constant(2))]))"#
+            ),
+        )
+        .unwrap();
+    };
+    write("");
+    let out = crate::common::servesim(&["validate", "s.ron"], dir.path());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("cluster.groups[0].model: q is quantised with `mxfp4`")
+            && err.contains("give the group's weight_dtype"),
+        "{err}"
+    );
+    write(r#", weight_dtype: "int4""#);
+    let out = crate::common::servesim_ok(&["validate", "s.ron"], dir.path());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("weights int4 (0.5 B each"), "{text}");
+}
