@@ -249,6 +249,13 @@ fn check_shapes(map: &serde_json::Map<String, Value>) -> Result<(), String> {
             return Err(format!("`{k}` = {v} is not a name (a string)"));
         }
     }
+    for k in ["use_sliding_window", "attn_output_gate"] {
+        if let Some(v) = given(k)
+            && !v.is_boolean()
+        {
+            return Err(format!("`{k}` = {v} is not true or false"));
+        }
+    }
     if let Some(v) = given("layer_types")
         && !v.is_array()
     {
@@ -279,6 +286,11 @@ fn check_shapes(map: &serde_json::Map<String, Value>) -> Result<(), String> {
         {
             return Err(format!(
                 "`quantization_config.bits` = {b} is not a number of bits from 1 to 32"
+            ));
+        }
+        if let Some(b) = q.get("lm_head").filter(|b| !b.is_null() && !b.is_boolean()) {
+            return Err(format!(
+                "`quantization_config.lm_head` = {b} is not true or false"
             ));
         }
         if let Some(m) = q
@@ -1215,6 +1227,10 @@ mod tests {
             (
                 "torch_dtype=7",
                 "`torch_dtype` = 7 is not a name (a string)",
+            ),
+            (
+                "use_sliding_window=\"no\"",
+                "`use_sliding_window` = \"no\" is not true or false",
             ),
             ("hidden_act=false", "`hidden_act` = false is not a name"),
             (
