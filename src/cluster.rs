@@ -459,6 +459,12 @@ impl Router<'_, '_> {
         self.snapshots.sees(now, &view.instances, &self.disagg)
     }
 
+    /// True when nothing routable parks a request for a cold start (some group autoscales)
+    /// instead of rejecting it.
+    pub fn parks(&self) -> bool {
+        self.parked.enabled
+    }
+
     /// The delay before a request routed at `now` to instance `i` with `latency` and
     /// `serving` path joins its engine's queue: the routing delay, the wait for the API
     /// server's tokenizer batch (the request reaches it when routed), the latency model's

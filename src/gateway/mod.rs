@@ -155,8 +155,6 @@ pub struct Gateway {
     /// Limits of a band for a priority not listed in the scenario.
     default_band: (Option<u32>, Option<f64>),
     pub max_requests: Option<u32>,
-    /// No routable instance at all counts as saturated (true unless a group autoscales).
-    pub hold_when_none: bool,
     /// Requests waiting in all bands.
     pub waiting: u64,
     /// Since when some request has waited (None while the bands are empty), and the time
@@ -187,7 +185,6 @@ impl Gateway {
             bands,
             default_band: (spec.default_band.max_requests, spec.default_band.max_wait_s),
             max_requests: spec.max_requests,
-            hold_when_none: true,
             waiting: 0,
             waiting_since: None,
             waiting_time: SimDuration(0),

@@ -30,14 +30,7 @@ fn set_up_gateway(app: &mut App, ctx: &SetupCtx<'_>) -> Result<(), SimError> {
     let Some(spec) = &ctx.scenario.flow_control else {
         return Ok(());
     };
-    let mut gateway = Gateway::new(spec);
-    gateway.hold_when_none = !ctx
-        .scenario
-        .cluster
-        .groups
-        .iter()
-        .any(|g| g.scaling.is_some());
-    app.insert_resource(gateway);
+    app.insert_resource(Gateway::new(spec));
     app.world_mut().resource_mut::<GateDue>().on = true;
     app.add_systems(
         SimStep,
@@ -132,7 +125,9 @@ pub fn run_gateway(
 
     // Dispatch while some routable instance has room.
     let mut routed = 0u64;
-    while g.waiting > 0 && !saturated(&g.saturation, router.sees(now, &view), g.hold_when_none) {
+    // With nothing routable, requests wait here unless routing parks them for a cold start.
+    let hold_when_none = !router.parks();
+    while g.waiting > 0 && !saturated(&g.saturation, router.sees(now, &view), hold_when_none) {
         let band = g
             .bands
             .iter_mut()
@@ -182,6 +177,7 @@ pub fn wake_gateway(
     view: Res<ClusterView>,
     snapshots: Res<RouterSnapshots>,
     disagg: Res<crate::disagg::Disagg>,
+    parked: Res<crate::engine::Parked>,
     mut queue: ResMut<EventQueue>,
 ) {
     let now = clock.now;
@@ -191,7 +187,7 @@ pub fn wake_gateway(
     if !saturated(
         &gateway.saturation,
         snapshots.sees(now, &view.instances, &disagg),
-        gateway.hold_when_none,
+        !parked.enabled,
     ) {
         queue.push(now, Event::GateWake);
         gateway.wake_pending = true;
