@@ -361,8 +361,13 @@ pub enum LengthSpec {
     Empirical { file: String, column: String },
 }
 
+/// The longest prompt or output a request may have (2²⁴ tokens), and the most turns a
+/// session may have: validation refuses distributions that ask for more, and samples are
+/// capped at it. It is also the `max` of a `LogNormal` or `Exponential` that gives none.
+pub const MAX_TOKENS: u32 = 1 << 24;
+
 fn max_tokens() -> u32 {
-    u32::MAX
+    MAX_TOKENS
 }
 
 impl LengthSpec {

@@ -8,10 +8,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Exp, LogNormal, Normal, Zipf};
 
 use crate::scenario::LengthSpec;
-
-/// The longest prompt or output a request may have (2²⁴ tokens); validation rejects
-/// distributions that ask for more, and samples are capped at it.
-pub const MAX_TOKENS: u32 = 1 << 24;
+pub use crate::scenario::MAX_TOKENS;
 
 /// A length distribution ready to sample.
 #[derive(Clone, Debug)]

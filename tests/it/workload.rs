@@ -558,6 +558,41 @@ fn blis_sessions_send_their_share_with_think_time_after_each_completion() {
 }
 
 #[test]
+fn a_lognormal_or_exponential_without_max_is_capped_at_the_token_limit() {
+    // `max` is optional for both (docs/scenarios.md); left out, it was u32::MAX, which the
+    // 2²⁴-token limit then refused as "input_tokens.max: … got 4294967295".
+    let scenario = |input: &str, turns: &str| {
+        format!(
+            "(cluster: (groups: [(kv_blocks: 100000, latency: Blackbox(alpha: [0.0, 0.0, \
+             0.0], beta: [1000.0, 1.0, 1.0]))]), workload: (num_requests: 2000, clients: \
+             [(rate_per_s: 10.0, input_tokens: {input}, output_tokens: Constant(2), \
+             session: (turns: {turns}, think_time_s: 0.0))]))"
+        )
+    };
+    let sc = parse(&scenario(
+        "Exponential(mean: 300.0)",
+        "LogNormal(mu: 1.0, sigma: 0.5)",
+    ));
+    let client = &sc.workload.clients[0];
+    assert_eq!(client.input_tokens.max_value(), Some(1 << 24));
+    let turns = &client.session.as_ref().unwrap().turns;
+    assert_eq!(turns.max_value(), Some(1 << 24));
+    // Exponential(300) rounded: mean 300, standard error 300 / √2000 ≈ 6.7.
+    let (_, rows) = run(&sc);
+    assert_eq!(rows.len(), 2000);
+    let mean = rows
+        .iter()
+        .map(|r| r.u64("input_tokens") as f64)
+        .sum::<f64>()
+        / 2000.0;
+    assert!((mean - 300.0).abs() < 5.0 * 6.7, "mean prompt {mean}");
+    parse(&scenario(
+        "LogNormal(mu: 5.0, sigma: 1.0)",
+        "Exponential(mean: 3.0)",
+    ));
+}
+
+#[test]
 fn a_prompt_length_that_can_only_draw_zero_is_refused_and_a_zero_draw_is_one_token() {
     // vLLM refuses an empty prompt ("The decoder prompt cannot be empty"), so a length that
     // can give nothing but 0 (and no shared prefix) is an error, whatever its shape.
