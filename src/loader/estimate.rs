@@ -371,6 +371,7 @@ pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<Strin
             s.policies.decode_routing
         ));
     }
+    w.extend(crate::policy::unclassed_sources(s));
     if s.policies.priority != "constant" {
         let given = format!("policies.priority = {:?}", s.policies.priority);
         w.extend(priority_unused(s, &given));

@@ -138,6 +138,47 @@ pub fn check(p: &mut Vec<Problem>, s: &Scenario, catalog: &Catalog) {
     }
 }
 
+/// Sources that name no SLO class when classes with targets are declared but the default,
+/// [`DEFAULT_SLO_CLASS`](crate::labels::DEFAULT_SLO_CLASS), is not: their requests are in a
+/// class without targets, so they count as meeting every SLO. Not an error, as classes may be
+/// declared for their priorities alone; one warning names every such source.
+pub fn unclassed_sources(s: &crate::scenario::Scenario) -> Option<String> {
+    let classes = &s.policies.slo_classes;
+    let default = crate::labels::DEFAULT_SLO_CLASS;
+    if !classes.iter().any(|c| c.has_targets()) || classes.iter().any(|c| c.name == default) {
+        return None;
+    }
+    let w = &s.workload;
+    let clients = w
+        .clients
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.slo_class.is_none());
+    let traces = w
+        .traces
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.slo_class.is_none());
+    let mut sources: Vec<String> = clients
+        .map(|(i, _)| format!("workload.clients[{i}]"))
+        .chain(traces.map(|(i, _)| format!("workload.traces[{i}]")))
+        .collect();
+    if w.inference_perf.is_some() {
+        sources.push("workload.inference_perf".into());
+    }
+    (!sources.is_empty()).then(|| {
+        format!(
+            "{} {} no slo_class, so {} requests are in \"{default}\", which policies.slo_classes \
+             does not declare: they have no latency target and count as meeting the SLO in \
+             attainment and goodput. Give {} an slo_class, or declare (name: \"{default}\", …)",
+            sources.join(", "),
+            if sources.len() == 1 { "names" } else { "name" },
+            if sources.len() == 1 { "its" } else { "their" },
+            if sources.len() == 1 { "it" } else { "each" },
+        )
+    })
+}
+
 /// A cluster-wide policy `policies.<family>` with `policies.<family>_params`.
 pub fn check_policy<F: PolicyFamily>(
     p: &mut Vec<Problem>,

@@ -40,7 +40,7 @@ pub use crate::catalog::{
 };
 pub use always_admit::AlwaysAdmit;
 pub use cached_blocks::{CachedBlocks, index_kv_events};
-pub use check::{check, check_policy};
+pub use check::{check, check_policy, unclassed_sources};
 pub use least_loaded::LeastLoaded;
 pub use plugin::PoliciesPlugin;
 pub use priority::{Constant as ConstantPriority, default_class_priority};

@@ -141,15 +141,23 @@ impl Scenario {
         };
         for (c, name) in s.workload.clients.iter().zip(s.client_names()) {
             l.tenant(c.tenant.as_deref().unwrap_or(&name));
-            l.slo_class(c.slo_class.as_deref().unwrap_or("standard"));
+            l.slo_class(
+                c.slo_class
+                    .as_deref()
+                    .unwrap_or(crate::labels::DEFAULT_SLO_CLASS),
+            );
         }
         for (i, t) in s.workload.traces.iter().enumerate() {
             l.tenant(t.tenant.as_deref().unwrap_or(&format!("trace{i}")));
-            l.slo_class(t.slo_class.as_deref().unwrap_or("standard"));
+            l.slo_class(
+                t.slo_class
+                    .as_deref()
+                    .unwrap_or(crate::labels::DEFAULT_SLO_CLASS),
+            );
         }
         if s.workload.inference_perf.is_some() {
             l.tenant(crate::labels::INFERENCE_PERF_TENANT);
-            l.slo_class("standard");
+            l.slo_class(crate::labels::DEFAULT_SLO_CLASS);
         }
         if let Some(a) = &s.workload.adapters {
             l.adapters = a.all_names();

@@ -43,7 +43,7 @@ pub fn sources(ip: &InferencePerfSpec, seed: u64, labels: &mut Labels) -> Vec<Cl
     let per_prompt = sp.num_users_per_system_prompt;
     let users = sp.num_unique_system_prompts * per_prompt;
     let tenant = labels.tenant(TENANT);
-    let slo_class = labels.slo_class("standard");
+    let slo_class = labels.slo_class(crate::labels::DEFAULT_SLO_CLASS);
     let timeout_us = ip.timeout_s.map(SimDuration::from_secs_f64);
     let client = |arrivals, prefix_group: u64, session, timeout, stream: String| Client {
         arrivals,

@@ -78,7 +78,11 @@ impl Workload {
                 session,
                 timeout: c.timeout_s.map(secs),
                 tenant: labels.tenant(c.tenant.as_deref().unwrap_or(&name)),
-                slo_class: labels.slo_class(c.slo_class.as_deref().unwrap_or("standard")),
+                slo_class: labels.slo_class(
+                    c.slo_class
+                        .as_deref()
+                        .unwrap_or(crate::labels::DEFAULT_SLO_CLASS),
+                ),
                 priority: c.priority,
                 adapter: c
                     .adapter
@@ -97,7 +101,11 @@ impl Workload {
                 reader: TraceInput::File(Box::new(reader)),
                 pending: None,
                 tenant: labels.tenant(t.tenant.as_deref().unwrap_or(&format!("trace{i}"))),
-                slo_class: labels.slo_class(t.slo_class.as_deref().unwrap_or("standard")),
+                slo_class: labels.slo_class(
+                    t.slo_class
+                        .as_deref()
+                        .unwrap_or(crate::labels::DEFAULT_SLO_CLASS),
+                ),
                 timeout: t.timeout_s.map(secs),
                 client: (w.clients.len() + i) as u32,
             });
@@ -113,7 +121,7 @@ impl Workload {
                 reader: TraceInput::Memory(rows, 0),
                 pending: None,
                 tenant: labels.tenant("replay"),
-                slo_class: labels.slo_class("standard"),
+                slo_class: labels.slo_class(crate::labels::DEFAULT_SLO_CLASS),
                 timeout,
                 client,
             });

@@ -315,6 +315,50 @@ fn slo_attainment_counts_only_requests_within_every_target() {
 }
 
 #[test]
+fn a_source_without_a_class_where_classes_are_declared_is_warned_of_as_always_good() {
+    // Client "a" is in a class whose TTFT target nobody meets; client "b" names no class, so
+    // it is in "standard": without targets, every request of it counts as good.
+    let src = |classes: &str| {
+        format!(
+            "(cluster: (groups: [(kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], \
+             beta: [1000.0, 1.0, 1.0]))]), policies: (slo_classes: [{classes}]), \
+             workload: (num_requests: 40, clients: [(name: \"a\", rate_per_s: 5.0, \
+             input_tokens: Constant(8), output_tokens: Constant(2), slo_class: \"fast\"), \
+             (name: \"b\", rate_per_s: 5.0, input_tokens: Constant(8), \
+             output_tokens: Constant(2))]))"
+        )
+    };
+    let fast = "(name: \"fast\", ttft_ms: 0.001)";
+    let sc = parse(&src(fast));
+    let said = servesim::policy::unclassed_sources(&sc).expect("a warning");
+    assert!(
+        said.starts_with(
+            "workload.clients[1] names no slo_class, so its requests are in \"standard\", \
+             which policies.slo_classes does not declare"
+        ),
+        "{said}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("s.ron"), src(fast)).unwrap();
+    let out = crate::common::servesim_ok(&["validate", "s.ron"], dir.path());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("warning: {said}")), "{err}");
+    let (s, rows) = run(&sc);
+    let b = rows.iter().filter(|r| r.str("tenant") == "b").count() as u64;
+    assert!(b > 0 && b < 40);
+    assert_eq!(s.slo.good, b, "every request of b, none of a");
+
+    // Declaring the default class, or classes for their priority alone, says nothing.
+    let both = parse(&src(&format!(
+        "{fast}, (name: \"standard\", ttft_ms: 0.001)"
+    )));
+    assert_eq!(servesim::policy::unclassed_sources(&both), None);
+    assert_eq!(run(&both).0.slo.good, 0);
+    let priority_only = parse(&src("(name: \"fast\", priority: 2)"));
+    assert_eq!(servesim::policy::unclassed_sources(&priority_only), None);
+}
+
+#[test]
 fn the_decision_trace_has_a_row_per_routing_decision_with_scores_and_regret() {
     let dir = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_servesim"))
