@@ -372,6 +372,7 @@ pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<Strin
         ));
     }
     w.extend(crate::policy::unclassed_sources(s));
+    w.extend(crate::metrics::unpriced_cost_fitness(s));
     if s.policies.priority != "constant" {
         let given = format!("policies.priority = {:?}", s.policies.priority);
         w.extend(priority_unused(s, &given));

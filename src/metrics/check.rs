@@ -4,6 +4,25 @@
 use super::FITNESS_KEYS;
 use crate::scenario::{Problem, Scenario, did_you_mean};
 
+/// Fitness weights on cost where every group's `cost_per_gpu_hour` is 0 (its default): the
+/// term is then the same for every run (1/(1 + 0)), so a search weighs nothing. A warning,
+/// not an error, as a sweep may vary the price from 0.
+pub fn unpriced_cost_fitness(s: &Scenario) -> Option<String> {
+    let weighed: Vec<&str> = ["cost", "cost_per_mtok"]
+        .into_iter()
+        .filter(|k| s.outputs.fitness.get(*k).is_some_and(|w| *w != 0.0))
+        .collect();
+    let priced = s.cluster.groups.iter().any(|g| g.cost_per_gpu_hour > 0.0);
+    (!weighed.is_empty() && !priced).then(|| {
+        format!(
+            "outputs.fitness weighs {}, but no group gives cost_per_gpu_hour (default 0): every \
+             run costs nothing, so the term is the same for all; give each group the price of \
+             its GPU-hour (assets/prices.ron lists the bundled ones)",
+            weighed.join(" and ")
+        )
+    })
+}
+
 /// Checks `outputs`: known fitness keys with finite weights, the decision log's top-k, the
 /// sampling interval and the timeline's window and request sample.
 pub fn check_outputs(p: &mut Vec<Problem>, s: &Scenario) {

@@ -23,7 +23,7 @@ mod tests;
 pub use crate::output::SharedBuffer;
 pub use crate::request::RequestSample;
 pub use assemble::assemble;
-pub use check::check_outputs;
+pub use check::{check_outputs, unpriced_cost_fitness};
 pub use finish::{LargestCache, SummaryFile, Unfinished, diagnose};
 pub use histogram::Histogram;
 pub use percentile::Distribution;

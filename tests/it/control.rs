@@ -359,6 +359,47 @@ fn a_source_without_a_class_where_classes_are_declared_is_warned_of_as_always_go
 }
 
 #[test]
+fn a_fitness_weighing_cost_where_nothing_has_a_price_is_warned_of() {
+    // cost_per_gpu_hour defaults to 0, so the cost term is 1/(1 + 0) in every run.
+    let src = |price: &str, fitness: &str| {
+        format!(
+            "(cluster: (groups: [(kv_blocks: 100, {price} latency: Blackbox(alpha: [0.0, 0.0, \
+             0.0], beta: [1000.0, 1.0, 1.0]))]), outputs: (fitness: {{{fitness}}}), \
+             workload: (num_requests: 4, clients: [(rate_per_s: 5.0, input_tokens: \
+             Constant(8), output_tokens: Constant(2))]))"
+        )
+    };
+    let sc = parse(&src("", "\"cost\": 1.0, \"ttft_mean\": 1.0"));
+    let said = servesim::metrics::unpriced_cost_fitness(&sc).expect("a warning");
+    assert!(
+        said.starts_with("outputs.fitness weighs cost, but no group gives cost_per_gpu_hour"),
+        "{said}"
+    );
+    assert_eq!(run(&sc).0.cost.total, 0.0);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("s.ron"), src("", "\"cost_per_mtok\": 2.0")).unwrap();
+    let out = crate::common::servesim_ok(&["validate", "s.ron"], dir.path());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("warning: outputs.fitness weighs cost_per_mtok, but no group"),
+        "{err}"
+    );
+    // A price, or no weight on cost, says nothing.
+    for (price, fitness) in [
+        ("cost_per_gpu_hour: 3.0,", "\"cost\": 1.0"),
+        ("", "\"ttft_mean\": 1.0"),
+        ("", "\"cost\": 0.0"),
+    ] {
+        let sc = parse(&src(price, fitness));
+        assert_eq!(
+            servesim::metrics::unpriced_cost_fitness(&sc),
+            None,
+            "{price} {fitness}"
+        );
+    }
+}
+
+#[test]
 fn the_decision_trace_has_a_row_per_routing_decision_with_scores_and_regret() {
     let dir = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_servesim"))
