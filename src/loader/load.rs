@@ -131,6 +131,21 @@ fn parse_in(
                 )
             });
         }
+        // `--set a.b.c=…` where the scenario has no `a.b`: the override made the block with
+        // that one field, and it misses the others.
+        if let ron::Error::MissingStructField { field, .. } = &e.code
+            && let Some((given, _)) = overrides.iter().find(|(p, _)| {
+                p.strip_prefix(path.as_str())
+                    .is_some_and(|r| r.starts_with('.'))
+            })
+            && SourceMap::new(src).find(&path).is_none()
+        {
+            hint = Some(format!(
+                "the scenario has no `{path}`, so setting `{given}` made one with that field \
+                 alone; give the block whole: `{path}=(…)` with `{field}` and the others it \
+                 needs (docs/scenarios.md)"
+            ));
+        }
         // A value given by --set (or --vary) without its quotes.
         if let Some((_, value)) = overrides.iter().find(|(p, _)| *p == path)
             && matches!(

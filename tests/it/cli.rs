@@ -580,6 +580,43 @@ fn an_unquoted_string_in_set_is_told_to_quote_it() {
     );
 }
 
+/// --set of a field of a block the scenario leaves out makes the block with that field
+/// alone: the missing field it then lacks is explained, and the block asked for whole.
+#[test]
+fn set_into_an_absent_block_asks_for_the_block_whole() {
+    let validate = |file: &str, set: &str| {
+        let out = servesim(&["validate", file, "--set", set], &root());
+        assert_eq!(out.status.code(), Some(2));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = validate(
+        "scenarios/quickstart.ron",
+        "cluster.groups[0].speculative.num_speculative_tokens=3",
+    );
+    assert!(
+        err.contains(
+            "cluster.groups[0].speculative: missing field `method`\n    hint: the scenario has \
+             no `cluster.groups[0].speculative`, so setting \
+             `cluster.groups[0].speculative.num_speculative_tokens` made one with that field \
+             alone; give the block whole: `cluster.groups[0].speculative=(…)` with `method` \
+             and the others it needs (docs/scenarios.md)"
+        ),
+        "{err}"
+    );
+    // A block the file writes keeps the usual hint.
+    let dir = tempfile::tempdir().unwrap();
+    let quick = std::fs::read_to_string(root().join("scenarios/quickstart.ron")).unwrap();
+    let file = dir.path().join("store.ron");
+    let with_store = quick.replacen("groups: [", "kv_store: (latency_us: 3.0), groups: [", 1);
+    assert_ne!(with_store, quick);
+    std::fs::write(&file, with_store).unwrap();
+    let err = validate(file.to_str().unwrap(), "cluster.kv_store.latency_us=4.0");
+    assert!(
+        err.contains("cluster.kv_store: missing field `blocks`\n    hint: add the field"),
+        "{err}"
+    );
+}
+
 /// --set behind a RON attribute, and on a file RON cannot read.
 #[test]
 fn set_reaches_fields_behind_a_ron_attribute_and_a_syntax_error_is_said_first() {
