@@ -191,19 +191,27 @@ pub fn evaluate_with(
     prepare: &(dyn Fn(u64, &mut crate::Simulation) -> Result<(), String> + Sync),
 ) -> Result<Evaluation, String> {
     check_seeds(settings.seeds)?;
+    // Every unknown name and bad weight at once, not the first alone.
+    let mut wrong = Vec::new();
     for (k, w) in &settings.weights {
         if !OBJECTIVES.contains(&k.as_str()) {
-            return Err(format!(
-                "no objective \"{k}\" (the objectives: {})",
-                OBJECTIVES.join(", ")
-            ));
-        }
-        if !(w.is_finite() && *w >= 0.0) {
-            return Err(format!(
+            let guess = crate::scenario::did_you_mean(k, OBJECTIVES.iter().copied())
+                .map(|x| format!(" (did you mean \"{x}\"?)"))
+                .unwrap_or_default();
+            wrong.push(format!("no objective \"{k}\"{guess}"));
+        } else if !(w.is_finite() && *w >= 0.0) {
+            wrong.push(format!(
                 "the weight of {k} must be finite and ≥ 0, got {}",
                 crate::scenario::readable(*w)
             ));
         }
+    }
+    if !wrong.is_empty() {
+        return Err(format!(
+            "{}; the objectives: {}",
+            wrong.join("; "),
+            OBJECTIVES.join(", ")
+        ));
     }
     let weights: BTreeMap<String, f64> = OBJECTIVES
         .iter()

@@ -151,6 +151,26 @@ fn the_worst_decisions_are_the_highest_regrets_and_threads_change_nothing() {
     let bad = servesim(&["evaluate", tenants, "--weight", "speed=1"], &root());
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("no objective \"speed\""));
+    // Every wrong weight at once, each with its likely meaning.
+    let weights = [
+        "--weight",
+        "ttft_p90=1",
+        "--weight",
+        "speed=1",
+        "--weight",
+        "cost=-1",
+    ];
+    let bad = servesim(&[&["evaluate", tenants][..], &weights].concat(), &root());
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        err.contains(
+            "the weight of cost must be finite and ≥ 0, got -1; no objective \"speed\" (did \
+             you mean \"served\"?); no objective \"ttft_p90\" (did you mean \"ttft_p99\"?); \
+             the objectives: ttft_p99,"
+        ),
+        "{err}"
+    );
     // Four billion seeds would be four billion runs (and their list alone 32 GB): refused
     // with the bound before anything is allocated.
     let bad = servesim(&["evaluate", tenants, "--seeds", "4000000000"], &root());
