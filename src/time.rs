@@ -52,9 +52,18 @@ impl SimDuration {
         }
     }
 
-    /// Converts seconds to microseconds by truncation, as [`SimDuration::from_us_f64`].
+    /// Converts seconds to microseconds by truncation, as [`SimDuration::from_us_f64`], except
+    /// that a product within rounding error of a whole microsecond is that microsecond: a
+    /// scenario's `1.001` s is 1,001,000 µs, though 1.001 × 10⁶ is 1000999.9999999999 in
+    /// binary floating point.
     pub fn from_secs_f64(s: f64) -> Self {
-        Self::from_us_f64(s * 1e6)
+        let us = s * 1e6;
+        let whole = us.round();
+        if (us - whole).abs() <= whole.abs() * 4.0 * f64::EPSILON {
+            Self::from_us_f64(whole)
+        } else {
+            Self::from_us_f64(us)
+        }
     }
 
     pub fn as_us(self) -> u64 {
@@ -124,6 +133,20 @@ mod tests {
             SimDuration(u64::MAX)
         );
         assert_eq!(SimDuration::from_secs_f64(0.1), SimDuration(100_000));
+        // Seconds as written: 1.001 × 10⁶ is 1000999.9999999999 in f64, and 2.01 × 10⁶
+        // 2009999.9999999998: each is its whole µs.
+        assert_eq!(SimDuration::from_secs_f64(1.001), SimDuration(1_001_000));
+        assert_eq!(SimDuration::from_secs_f64(2.01), SimDuration(2_010_000));
+        assert_eq!(
+            SimDuration::from_secs_f64(1e9),
+            SimDuration(1_000_000_000_000_000)
+        );
+        // A fraction of a microsecond is still cut off.
+        assert_eq!(
+            SimDuration::from_secs_f64(1.0000015),
+            SimDuration(1_000_001)
+        );
+        assert_eq!(SimDuration::from_secs_f64(2.9999999e-6), SimDuration(2));
     }
 
     #[test]
