@@ -319,6 +319,12 @@ def test_evaluate_returns_the_objectives_of_the_run_and_the_cli_s_json(tmp_path)
     assert two["seeds"] == [two["seeds"][0] + k for k in range(3)]
     with pytest.raises(servesim.ScenarioError, match="no objective"):
         servesim.evaluate(QUICK, small(20), weights={"speed": 1.0})
+    # Overrides by the name run takes, or by their earlier name; not both.
+    named = servesim.evaluate(QUICK, overrides=small(20))
+    assert named == servesim.evaluate(QUICK, params=small(20))
+    assert named["overall"]["injected"] == 20
+    with pytest.raises(TypeError, match="overrides or params"):
+        servesim.evaluate(QUICK, small(20), params=small(20))
 
 
 def test_a_sweep_gives_the_rows_of_the_points_run_one_by_one():

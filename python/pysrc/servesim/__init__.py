@@ -513,7 +513,7 @@ def calibrate(
 
 def evaluate(
     scenario: Any,
-    params: Optional[Mapping[str, Any]] = None,
+    overrides: Optional[Mapping[str, Any]] = None,
     weights: Optional[Mapping[str, float]] = None,
     seeds: int = 1,
     worst: int = 5,
@@ -525,10 +525,11 @@ def evaluate(
     queue_order: Optional[Callable[[Request, float, float], Tuple[float, float]]] = None,
     autoscale: Optional[Any] = None,
     max_wall_s: Optional[float] = None,
+    params: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
     """``servesim evaluate``: a candidate's evaluation for a policy search, as the dict
-    ``--format json`` prints. ``params`` are overrides (the candidate's policies and their
-    parameters); ``fitness`` maps each objective (``ttft_p99``, ``itl_p99``, ``e2e_p99``,
+    ``--format json`` prints. ``overrides`` (as for ``run``; ``params``, its earlier name, is
+    still read) set the candidate's policies and their parameters; ``fitness`` maps each objective (``ttft_p99``, ``itl_p99``, ``e2e_p99``,
     ``slo_attainment``, ``served``, ``cost``, ``fairness``; each in [0, 1], higher is better)
     to its mean over ``seeds`` seeds, ``combined`` is Σ weight · objective / Σ weight × served
     (``weights``: 1 each unless given); ``overall`` and ``classes`` the raw metrics,
@@ -543,7 +544,11 @@ def evaluate(
     guard against a candidate that loops)."""
     _callables(routing=routing, admission=admission, priority=priority,
                queue_order=queue_order, autoscale=autoscale)
-    source, is_text, ov = _resolve(scenario, params, seed)
+    if params is not None:
+        if overrides is not None:
+            raise TypeError("evaluate() takes overrides or params (its earlier name), not both")
+        overrides = params
+    source, is_text, ov = _resolve(scenario, overrides, seed)
     _warn(_native.validate(source, is_text, ov))  # what `servesim evaluate` warns of
     answer, found = _native.evaluate(
         source, is_text, ov, seeds=_count("seeds", seeds), weights=_weights(weights),
