@@ -274,6 +274,23 @@ pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<Strin
         if let Some(note) = newer_release(g) {
             w.push(format!("cluster.groups[{i}].engine.vllm: {note}"));
         }
+        if let (Some(len), Some(m)) = (g.max_model_len, &r.model)
+            && m.max_position_embeddings > 0
+            && u64::from(len) > m.max_position_embeddings
+        {
+            // vLLM's `_get_and_verify_max_len` (vllm/config/model.py) raises unless the
+            // environment says VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.
+            w.push(format!(
+                "cluster.groups[{i}].max_model_len = {} is above {}'s context of {} tokens \
+                 (max_position_embeddings, with its RoPE scaling): vLLM refuses it (\"User-specified \
+                 max_model_len … is greater than the derived max_model_len\") unless \
+                 VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, and warns that positions past the context give \
+                 NaN; this runs as a what-if",
+                crate::scenario::grouped(len.into()),
+                m.id,
+                crate::scenario::grouped(m.max_position_embeddings)
+            ));
+        }
         if let Some(c) = context_over_cache(g, &r) {
             let fits = crate::scenario::grouped(c.fits);
             w.push(format!(

@@ -720,6 +720,30 @@ fn a_context_the_derived_cache_cannot_hold_is_warned_of_as_vllm_refuses_it() {
 }
 
 #[test]
+fn a_max_model_len_above_the_models_context_is_warned_of_as_vllm_refuses_it() {
+    // Llama-3.1-8B: 131,072 positions (its llama3 RoPE scaling already counted in them);
+    // Llama-2-7B: 4,096. Blocks given, so that the KV cache is not what is warned of.
+    let warning = |model: &str, len: u32| {
+        validate_stderr(&format!(
+            r#"model: "{model}", gpu: "H100", kv_blocks: 100000, max_model_len: {len}"#
+        ))
+    };
+    let w = warning("llama-3.1-8b-instruct", 131_073);
+    assert!(
+        w.contains("warning: cluster.groups[0].max_model_len = 131,073 is above llama-3.1-8b-instruct's context of 131,072 tokens (max_position_embeddings, with its RoPE scaling): vLLM refuses it"),
+        "{w}"
+    );
+    let w = warning("llama-2-7b-hf", 4_097);
+    assert!(
+        w.contains("max_model_len = 4,097 is above llama-2-7b-hf's context of 4,096 tokens"),
+        "{w}"
+    );
+    for (model, len) in [("llama-3.1-8b-instruct", 131_072), ("llama-2-7b-hf", 4_096)] {
+        assert!(!warning(model, len).contains("is above"), "{model} {len}");
+    }
+}
+
+#[test]
 fn a_profiling_pass_too_large_for_the_gpu_says_so_and_what_to_lower() {
     let group = |model: &str, gpu: &str, extra: &str| {
         crate::common::invalid(&format!(
