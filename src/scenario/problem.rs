@@ -62,9 +62,20 @@ pub fn counted(n: u64, noun: &str) -> String {
 
 /// `message` with every number written in more than [`LONGEST_PLAIN_NUMBER`] characters in
 /// scientific notation. Rust prints an `f64` in full, so a value such as `1e300` given where a
-/// few microseconds were expected would otherwise be reported as 301 digits.
+/// few microseconds were expected would otherwise be reported as 301 digits. Text in double
+/// quotes is what the user wrote (a name, a release, a path) and is left as it is: a release
+/// "0.150000000000000000001" was reported as "1.5e-1".
 fn readable_numbers(message: String) -> String {
     let bytes = message.as_bytes();
+    // Where each byte is inside a quoted string (`{:?}` escapes a quote inside as `\"`).
+    let mut quoted = vec![false; bytes.len()];
+    let mut inside = false;
+    for (i, b) in bytes.iter().enumerate() {
+        if *b == b'"' && !(inside && i > 0 && bytes[i - 1] == b'\\') {
+            inside = !inside;
+        }
+        quoted[i] = inside;
+    }
     let number_at = |i: usize| {
         let len = bytes[i..]
             .iter()
@@ -78,7 +89,7 @@ fn readable_numbers(message: String) -> String {
     let mut i = 0;
     while i < bytes.len() {
         let follows_word = i > 0 && (bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'.');
-        if !bytes[i].is_ascii_digit() || follows_word {
+        if !bytes[i].is_ascii_digit() || follows_word || quoted[i] {
             i += 1;
             continue;
         }
@@ -307,6 +318,17 @@ mod tests {
         );
         let name = format!("model{}", "1".repeat(30));
         assert_eq!(Problem::new("x", name.clone()).message, name);
+        // Quoted text is the user's, digit for digit; a number after it is still shortened.
+        let given = format!("got {:?}, {}", "0.150000000000000000001", 1e300);
+        assert_eq!(
+            Problem::new("x", given).message,
+            "got \"0.150000000000000000001\", 1e300"
+        );
+        let escaped = format!("got {:?} then {}", "a\"1234567890123456789012", 2e30);
+        assert_eq!(
+            Problem::new("x", escaped).message,
+            "got \"a\\\"1234567890123456789012\" then 2e30"
+        );
     }
 
     #[test]
