@@ -41,11 +41,18 @@ pub fn check_outputs(p: &mut Vec<Problem>, s: &Scenario) {
                 )
                 .hint("add `energy: ()` at the top level"),
             );
-        } else if !v.is_finite() {
-            p.push(Problem::new(
-                format!("outputs.fitness.{k}"),
-                format!("weight must be finite, got {v}"),
-            ));
+        } else if !(v.is_finite() && v.abs() <= 1e9) {
+            // Weights are relative; two of 1.7e308 summed to an infinite fitness, printed as
+            // `inf` and written as null.
+            p.push(
+                Problem::new(
+                    format!("outputs.fitness.{k}"),
+                    format!("weight must be a number in [-10⁹, 10⁹], got {v}"),
+                )
+                .hint(
+                    "weights are relative: {\"ttft_mean\": 2.0, \"cost\": 1.0} weighs TTFT twice",
+                ),
+            );
         }
     }
     if s.outputs.worst_decisions > 1000 {
