@@ -183,14 +183,25 @@ pub fn client_rate(scenario: &Scenario, c: &ClientSpec) -> f64 {
         return r;
     }
     let w = &scenario.workload;
-    let total: f64 = w
-        .clients
-        .iter()
-        .filter(|c| c.rate_per_s.is_none())
-        .filter_map(|c| c.rate_share)
-        .sum();
+    let shares = || {
+        w.clients
+            .iter()
+            .filter(|c| c.rate_per_s.is_none())
+            .filter_map(|c| c.rate_share)
+    };
+    let total: f64 = shares().sum();
     match (w.aggregate_rate_per_s, c.rate_share) {
-        (Some(agg), Some(share)) if total > 0.0 => agg * share / total,
+        (Some(agg), Some(share))
+            if total > 0.0 && (agg * share).is_finite() && total.is_finite() =>
+        {
+            agg * share / total
+        }
+        // Shares near f64::MAX add up to infinity (and inf / inf is NaN): normalise by the
+        // largest first.
+        (Some(agg), Some(share)) if total > 0.0 => {
+            let largest = shares().fold(0.0, f64::max);
+            agg * (share / largest) / shares().map(|s| s / largest).sum::<f64>()
+        }
         _ => 0.0,
     }
 }

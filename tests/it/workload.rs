@@ -593,6 +593,37 @@ fn a_lognormal_or_exponential_without_max_is_capped_at_the_token_limit() {
 }
 
 #[test]
+fn rate_shares_are_relative_however_large_or_small() {
+    // Two shares of 1.7e308 add up to infinity: each client's rate was inf / inf, and the
+    // run panicked drawing its first gap. Each is half of the aggregate, as 1 and 1 are.
+    let c = "input_tokens: Constant(8), output_tokens: Constant(2)";
+    for (a, b, first) in [
+        ("1.7e308", "1.7e308", 2.5),
+        ("1e-300", "1e-300", 2.5),
+        ("1.7e308", "0.85e308", 5.0 * 2.0 / 3.0),
+        ("1.0", "1.0", 2.5),
+    ] {
+        let sc = parse(&format!(
+            "(cluster: (groups: [(kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], \
+             beta: [1000.0, 1.0, 1.0]))]), workload: (num_requests: 20, aggregate_rate_per_s: \
+             5.0, clients: [(rate_share: {a}, {c}), (rate_share: {b}, {c})]))"
+        ));
+        let rates: Vec<f64> = sc
+            .workload
+            .clients
+            .iter()
+            .map(|k| servesim::workload::client_rate(&sc, k))
+            .collect();
+        assert!((rates[0] - first).abs() < 1e-12, "{a}, {b}: {rates:?}");
+        assert!(
+            (rates[0] + rates[1] - 5.0).abs() < 1e-12,
+            "{a}, {b}: {rates:?}"
+        );
+        assert_eq!(run(&sc).1.len(), 20);
+    }
+}
+
+#[test]
 fn a_prompt_length_that_can_only_draw_zero_is_refused_and_a_zero_draw_is_one_token() {
     // vLLM refuses an empty prompt ("The decoder prompt cannot be empty"), so a length that
     // can give nothing but 0 (and no shared prefix) is an error, whatever its shape.
