@@ -167,14 +167,23 @@ pub fn unclassed_sources(s: &crate::scenario::Scenario) -> Option<String> {
         sources.push("workload.inference_perf".into());
     }
     (!sources.is_empty()).then(|| {
+        let one = sources.len() == 1;
+        let advice = if w.inference_perf.is_some() {
+            // Its requests have no field to name a class in.
+            format!("declare (name: \"{default}\", …), the class of an inference_perf load")
+        } else {
+            format!(
+                "give {} an slo_class, or declare (name: \"{default}\", …)",
+                if one { "it" } else { "each" }
+            )
+        };
         format!(
             "{} {} no slo_class, so {} requests are in \"{default}\", which policies.slo_classes \
              does not declare: they have no latency target and count as meeting the SLO in \
-             attainment and goodput. Give {} an slo_class, or declare (name: \"{default}\", …)",
+             attainment and goodput; {advice}",
             sources.join(", "),
-            if sources.len() == 1 { "names" } else { "name" },
-            if sources.len() == 1 { "its" } else { "their" },
-            if sources.len() == 1 { "it" } else { "each" },
+            if one { "names" } else { "name" },
+            if one { "its" } else { "their" },
         )
     })
 }

@@ -356,6 +356,22 @@ fn a_source_without_a_class_where_classes_are_declared_is_warned_of_as_always_go
     assert_eq!(run(&both).0.slo.good, 0);
     let priority_only = parse(&src("(name: \"fast\", priority: 2)"));
     assert_eq!(servesim::policy::unclassed_sources(&priority_only), None);
+    // An inference-perf load cannot name a class: the advice is to declare "standard".
+    let perf = parse(
+        "(cluster: (groups: [(kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], \
+         beta: [1000.0, 1.0, 1.0]))]), policies: (slo_classes: [(name: \"fast\", ttft_ms: \
+         1.0)]), workload: (inference_perf: (stages: [(rate_per_s: 1.0, duration_s: 2.0)], \
+         shared_prefix: (num_unique_system_prompts: 1, num_users_per_system_prompt: 1, \
+         system_prompt_len: 8, question_len: 8, output_len: 2))))",
+    );
+    let said = servesim::policy::unclassed_sources(&perf).expect("a warning");
+    assert!(
+        said.starts_with("workload.inference_perf names no slo_class")
+            && said.ends_with(
+                "; declare (name: \"standard\", …), the class of an inference_perf load"
+            ),
+        "{said}"
+    );
 }
 
 #[test]
