@@ -149,7 +149,15 @@ pub fn load_column(path: &Path, column: &str, min: u32) -> Result<Arc<[u32]>, St
                 path.display()
             ));
         }
-        values.push(v.round().min(f64::from(MAX_TOKENS)) as u32);
+        // As a trace's counts: a value past the limit is an error, not silently the limit.
+        if v.round() > f64::from(MAX_TOKENS) {
+            return Err(format!(
+                "{}:{line}: {column} = {s:?} is above the {} tokens a prompt or output may have",
+                path.display(),
+                crate::scenario::grouped(MAX_TOKENS.into())
+            ));
+        }
+        values.push(v.round() as u32);
     }
     if values.is_empty() {
         return Err(format!(

@@ -657,7 +657,12 @@ fn a_prompt_length_that_can_only_draw_zero_is_refused_and_a_zero_draw_is_one_tok
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("zeros.csv"), "n\n0\n0.4\n").unwrap();
     std::fs::write(dir.path().join("empty.csv"), "").unwrap();
+    std::fs::write(dir.path().join("huge.csv"), "n\n5\n16777217\n").unwrap();
     for (file, expected) in [
+        (
+            "huge.csv",
+            "huge.csv:3: n = \"16777217\" is above the 16,777,216 tokens a prompt or output may have",
+        ),
         (
             "zeros.csv",
             "zeros.csv: every value of `n` is 0, so every prompt would be empty",
