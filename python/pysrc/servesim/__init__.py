@@ -529,8 +529,9 @@ def evaluate(
 ) -> Dict[str, Any]:
     """``servesim evaluate``: a candidate's evaluation for a policy search, as the dict
     ``--format json`` prints. ``overrides`` (as for ``run``; ``params``, its earlier name, is
-    still read) set the candidate's policies and their parameters; ``fitness`` maps each objective (``ttft_p99``, ``itl_p99``, ``e2e_p99``,
-    ``slo_attainment``, ``served``, ``cost``, ``fairness``; each in [0, 1], higher is better)
+    still read) set the candidate's policies and their parameters; ``fitness`` maps each
+    objective (``ttft_p99``, ``itl_p99``, ``e2e_p99``, ``slo_attainment``, ``served``,
+    ``cost``, ``fairness``; each in [0, 1], higher is better)
     to its mean over ``seeds`` seeds, ``combined`` is Σ weight · objective / Σ weight × served
     (``weights``: 1 each unless given); ``overall`` and ``classes`` the raw metrics,
     ``anomalies`` the failure-mode counts, ``checks`` what argues against the score (load
