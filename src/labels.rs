@@ -38,6 +38,14 @@ pub fn csv_safe(label: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// A label as [`csv_safe`] wrote it, read back: `'=x` is `=x` again.
+pub fn from_csv(cell: &str) -> &str {
+    match cell.strip_prefix('\'') {
+        Some(rest) if csv_safe(rest).len() == cell.len() => rest,
+        _ => cell,
+    }
+}
+
 fn intern(list: &mut Vec<String>, name: &str) -> u32 {
     match list.iter().position(|n| n == name) {
         Some(i) => i as u32,
@@ -77,6 +85,7 @@ mod tests {
             ("", ""),
         ] {
             assert_eq!(csv_safe(label), written, "{label:?}");
+            assert_eq!(super::from_csv(written), label, "{written:?} read back");
         }
     }
 }

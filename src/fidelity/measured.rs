@@ -86,6 +86,8 @@ impl MeasuredRequest {
             output_tokens: self.output_tokens,
             content: self.content.clone(),
             adapter: None,
+            tenant: None,
+            slo_class: None,
         }
     }
 }

@@ -169,6 +169,10 @@ fn parse_in(
         }
     })?;
     scenario.base_dir = base_dir.to_path_buf();
+    // The labels a trace's rows name are part of the scenario's (validation checks them).
+    for t in &mut scenario.workload.traces {
+        t.row_labels = crate::workload::trace::row_labels(t, base_dir);
+    }
     let mut problems = validate::validate(&scenario, catalog);
     if problems.is_empty() {
         return Ok(scenario);

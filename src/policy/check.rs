@@ -158,10 +158,18 @@ pub fn unclassed_sources(s: &crate::scenario::Scenario) -> Option<String> {
         .traces
         .iter()
         .enumerate()
-        .filter(|(_, t)| t.slo_class.is_none());
+        .filter(|(_, t)| t.slo_class.is_none() && t.row_labels.entry_class_used);
     let mut sources: Vec<String> = clients
         .map(|(i, _)| format!("workload.clients[{i}]"))
-        .chain(traces.map(|(i, _)| format!("workload.traces[{i}]")))
+        .chain(traces.map(|(i, t)| {
+            // A trace whose rows name classes, but not every row.
+            let some = if t.row_labels.slo_classes.is_empty() {
+                ""
+            } else {
+                " (its rows with an empty slo_class cell)"
+            };
+            format!("workload.traces[{i}]{some}")
+        }))
         .collect();
     if w.inference_perf.is_some() {
         sources.push("workload.inference_perf".into());

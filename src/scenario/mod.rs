@@ -148,12 +148,23 @@ impl Scenario {
             );
         }
         for (i, t) in s.workload.traces.iter().enumerate() {
-            l.tenant(t.tenant.as_deref().unwrap_or(&format!("trace{i}")));
-            l.slo_class(
-                t.slo_class
-                    .as_deref()
-                    .unwrap_or(crate::labels::DEFAULT_SLO_CLASS),
-            );
+            let rows = &t.row_labels;
+            if rows.entry_tenant_used {
+                l.tenant(t.tenant.as_deref().unwrap_or(&format!("trace{i}")));
+            }
+            for name in &rows.tenants {
+                l.tenant(name);
+            }
+            if rows.entry_class_used {
+                l.slo_class(
+                    t.slo_class
+                        .as_deref()
+                        .unwrap_or(crate::labels::DEFAULT_SLO_CLASS),
+                );
+            }
+            for name in &rows.slo_classes {
+                l.slo_class(name);
+            }
         }
         if s.workload.inference_perf.is_some() {
             l.tenant(crate::labels::INFERENCE_PERF_TENANT);

@@ -424,7 +424,45 @@ pub struct TraceSpec {
     pub slo_class: Option<String>,
     #[serde(default)]
     pub timeout_s: Option<f64>,
+    /// What a `ServesimCsv` trace's own `tenant` and `slo_class` columns name: read from the
+    /// file by the loader, never written in a scenario.
+    #[serde(skip)]
+    pub row_labels: RowLabels,
 }
+
+/// The tenants and SLO classes a `ServesimCsv` trace's rows name (its `tenant` and
+/// `slo_class` columns), each in order of first appearance and at most
+/// [`MAX_ROW_LABELS`] of each; a row that leaves a cell empty (or a file without the
+/// column) takes its `traces` entry's label.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RowLabels {
+    pub tenants: Vec<String>,
+    pub slo_classes: Vec<String>,
+    /// Some row takes the entry's tenant (an empty cell, or no `tenant` column).
+    pub entry_tenant_used: bool,
+    /// Some row takes the entry's SLO class.
+    pub entry_class_used: bool,
+}
+
+impl RowLabels {
+    /// What a trace whose file has neither column (or could not be read) uses.
+    pub const ENTRY_ONLY: RowLabels = RowLabels {
+        tenants: Vec::new(),
+        slo_classes: Vec::new(),
+        entry_tenant_used: true,
+        entry_class_used: true,
+    };
+}
+
+impl Default for RowLabels {
+    fn default() -> Self {
+        RowLabels::ENTRY_ONLY
+    }
+}
+
+/// The most distinct tenants, or SLO classes, one trace's rows may name (each is a row of
+/// the summary's per-tenant or per-class breakdown).
+pub const MAX_ROW_LABELS: usize = 1000;
 
 fn unit() -> f64 {
     1.0
@@ -438,7 +476,7 @@ pub enum TraceFormat {
     /// Mooncake JSON lines: `timestamp` (ms), `input_length`, `output_length`, `hash_ids`.
     Mooncake,
     /// servesim CSV: `arrival_us`, `input_tokens`, `output_tokens`, optional `prefix_group`,
-    /// `prefix_tokens`, `adapter` (other columns are not read). A `requests.csv` output
-    /// replays as is.
+    /// `prefix_tokens`, `adapter`, `tenant`, `slo_class` (other columns are not read). A
+    /// `requests.csv` output, sorted by arrival, replays as is.
     ServesimCsv,
 }

@@ -393,6 +393,7 @@ pub fn check_files(scenario: &Scenario) -> Vec<(String, String)> {
         .adapters
         .as_ref()
         .map_or_else(Vec::new, |a| a.all_names());
+    let labels = scenario.labels();
     for (i, t) in scenario.workload.traces.iter().enumerate() {
         // A bad factor or block size is its own field's error; reading rows with it would
         // report rows as wrong that are not (`hash_block_tokens: 0` read as 1).
@@ -402,7 +403,8 @@ pub fn check_files(scenario: &Scenario) -> Vec<(String, String)> {
         if !factors_ok || t.hash_block_tokens == 0 {
             continue;
         }
-        if let Err(e) = trace::check(t, base, &adapters) {
+        let index = trace::RowLabelIndex::new(t, &labels, &scenario.policies.slo_classes);
+        if let Err(e) = trace::check(t, base, &adapters, index) {
             problems.push((format!("workload.traces[{i}].file"), e));
         }
     }

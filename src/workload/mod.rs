@@ -141,8 +141,9 @@ pub enum Source {
     Trace {
         reader: TraceInput,
         pending: Option<TraceRow>,
-        tenant: u32,
-        slo_class: u32,
+        /// The entry's labels, for rows that name none (`None` when every row names one).
+        tenant: Option<u32>,
+        slo_class: Option<u32>,
         timeout: Option<SimDuration>,
         client: u32,
     },

@@ -94,18 +94,27 @@ impl Workload {
             })));
         }
         for (i, t) in w.traces.iter().enumerate() {
+            let index = super::trace::RowLabelIndex::new(t, labels, &scenario.policies.slo_classes);
             let reader = TraceReader::open(t, base, scenario.seed)
                 .map_err(|e| format!("workload.traces[{i}]: {e}"))?
-                .with_adapters(adapters.clone());
+                .with_adapters(adapters.clone())
+                .with_labels(index);
+            // The entry's labels, for rows that name none (none may when every row names
+            // its own: interning them would add a tenant or class without requests).
+            let rows = &t.row_labels;
             sources.push(Source::Trace {
                 reader: TraceInput::File(Box::new(reader)),
                 pending: None,
-                tenant: labels.tenant(t.tenant.as_deref().unwrap_or(&format!("trace{i}"))),
-                slo_class: labels.slo_class(
-                    t.slo_class
-                        .as_deref()
-                        .unwrap_or(crate::labels::DEFAULT_SLO_CLASS),
-                ),
+                tenant: rows
+                    .entry_tenant_used
+                    .then(|| labels.tenant(t.tenant.as_deref().unwrap_or(&format!("trace{i}")))),
+                slo_class: rows.entry_class_used.then(|| {
+                    labels.slo_class(
+                        t.slo_class
+                            .as_deref()
+                            .unwrap_or(crate::labels::DEFAULT_SLO_CLASS),
+                    )
+                }),
                 timeout: t.timeout_s.map(secs),
                 client: (w.clients.len() + i) as u32,
             });
@@ -120,8 +129,8 @@ impl Workload {
             sources.push(Source::Trace {
                 reader: TraceInput::Memory(rows, 0),
                 pending: None,
-                tenant: labels.tenant("replay"),
-                slo_class: labels.slo_class(crate::labels::DEFAULT_SLO_CLASS),
+                tenant: Some(labels.tenant("replay")),
+                slo_class: Some(labels.slo_class(crate::labels::DEFAULT_SLO_CLASS)),
                 timeout,
                 client,
             });
@@ -232,8 +241,9 @@ impl Workload {
                     input_tokens: row.input_tokens,
                     output_tokens: row.output_tokens,
                     content,
-                    tenant: *tenant,
-                    slo_class: *slo_class,
+                    // The reader refuses a row without a label where the entry's is None.
+                    tenant: row.tenant.or(*tenant).expect("a trace row's tenant"),
+                    slo_class: row.slo_class.or(*slo_class).expect("a trace row's class"),
                     priority: 0,
                     session: None,
                     adapter: row.adapter,

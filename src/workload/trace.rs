@@ -4,8 +4,8 @@
 //! Mooncake JSON lines (`timestamp` ms, `input_length`, `output_length`, `hash_ids`: one id
 //! per `hash_block_tokens` prompt tokens, driving prefix caching), and servesim CSV
 //! (`arrival_us`, `input_tokens`, `output_tokens`, optional `prefix_group`, `prefix_tokens`,
-//! `adapter`; other columns, a `requests.csv`'s `tenant` among them, are not read: a trace's
-//! requests take the tenant and SLO class of its `traces` entry). Rows must be in
+//! `adapter`, `tenant`, `slo_class`; other columns are not read; a row without a tenant or
+//! class takes its `traces` entry's). Rows must be in
 //! non-decreasing time order. Timestamps are multiplied by `time_scale / rate_scale`, token
 //! counts by `token_scale` (rounded, at least 1; the shared parts scale with the prompt);
 //! times are rounded to the nearest µs.
@@ -17,9 +17,12 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
+use std::collections::{HashMap, HashSet};
+
+use crate::labels::Labels;
 use crate::request::{PromptContent, Segment};
 use crate::rng::fnv1a;
-use crate::scenario::{TraceFormat, TraceSpec};
+use crate::scenario::{MAX_ROW_LABELS, RowLabels, SloClassSpec, TraceFormat, TraceSpec};
 
 /// One request read from a trace.
 #[derive(Clone, Debug, PartialEq)]
@@ -32,6 +35,85 @@ pub struct TraceRow {
     /// The LoRA adapter (servesim CSV's `adapter` column, by name; index into
     /// `workload.adapters`).
     pub adapter: Option<u32>,
+    /// The row's own tenant and SLO class (servesim CSV's `tenant` and `slo_class` columns;
+    /// label indices), if it names them.
+    pub tenant: Option<u32>,
+    pub slo_class: Option<u32>,
+}
+
+/// How a trace's `tenant` and `slo_class` cells become label indices.
+#[derive(Clone, Debug, Default)]
+pub struct RowLabelIndex {
+    tenants: HashMap<String, u32>,
+    classes: HashMap<String, u32>,
+    /// The classes `policies.slo_classes` declares: once any is, a row's must be one.
+    declared: Vec<String>,
+    /// Whether a row may leave a cell empty: some row did when the loader read the file.
+    entry_tenant: bool,
+    entry_class: bool,
+}
+
+impl RowLabelIndex {
+    /// The index of `spec`'s row labels in `labels` (made by `Scenario::labels`, which
+    /// holds them all).
+    pub fn new(spec: &TraceSpec, labels: &Labels, declared: &[SloClassSpec]) -> Self {
+        let index = |names: &[String], all: &[String]| {
+            names
+                .iter()
+                .filter_map(|n| Some((n.clone(), all.iter().position(|a| a == n)? as u32)))
+                .collect()
+        };
+        let rows = &spec.row_labels;
+        RowLabelIndex {
+            tenants: index(&rows.tenants, &labels.tenants),
+            classes: index(&rows.slo_classes, &labels.slo_classes),
+            declared: declared.iter().map(|c| c.name.clone()).collect(),
+            entry_tenant: rows.entry_tenant_used,
+            entry_class: rows.entry_class_used,
+        }
+    }
+
+    /// The label index of a `tenant` (`class` false) or `slo_class` cell; `None` for an
+    /// empty one, which takes the entry's label.
+    fn get(&self, cell: Option<&str>, class: bool) -> Result<Option<u32>, String> {
+        let what = if class { "slo_class" } else { "tenant" };
+        let Some(name) = cell.map(crate::labels::from_csv).filter(|n| !n.is_empty()) else {
+            if (class && !self.entry_class) || (!class && !self.entry_tenant) {
+                return Err(format!(
+                    "no {what}, though every row had one when the scenario was loaded: \
+                     was the file changed since?"
+                ));
+            }
+            return Ok(None);
+        };
+        if name.contains(['\n', '\r', '\t']) {
+            return Err(format!(
+                "{what} {name:?} holds a line break or a tab; a label is one line"
+            ));
+        }
+        if class && !self.declared.is_empty() && !self.declared.iter().any(|d| d == name) {
+            let hint =
+                crate::scenario::did_you_mean(name, self.declared.iter().map(String::as_str))
+                    .map_or(String::new(), |s| format!(" (did you mean `{s}`?)"));
+            return Err(format!(
+                "slo_class `{name}` is not one of policies.slo_classes ({}){hint}",
+                self.declared.join(", ")
+            ));
+        }
+        let map = if class { &self.classes } else { &self.tenants };
+        match map.get(name) {
+            Some(&k) => Ok(Some(k)),
+            None if map.len() >= MAX_ROW_LABELS => Err(format!(
+                "{what} `{name}` is past the first {} distinct {what}s the trace may name \
+                 (each is a row of the summary's breakdown); merge the rest into fewer",
+                crate::scenario::grouped(MAX_ROW_LABELS as u64)
+            )),
+            None => Err(format!(
+                "{what} `{name}` was not in the file when the scenario was loaded: was the \
+                 file changed since?"
+            )),
+        }
+    }
 }
 
 type Input = BufReader<crate::input::LineCapped<BufReader<File>>>;
@@ -53,7 +135,9 @@ pub struct TraceReader {
     hash_block: u32,
     seed: u64,
     /// `workload.adapters` by name, for the `adapter` column.
-    adapters: Arc<std::collections::HashMap<String, u32>>,
+    adapters: Arc<HashMap<String, u32>>,
+    /// The label indices the `tenant` and `slo_class` columns may name.
+    labels: Arc<RowLabelIndex>,
 }
 
 #[derive(Deserialize)]
@@ -88,7 +172,13 @@ impl TraceReader {
                 let optional: &[&str] = if spec.format == TraceFormat::VidurCsv {
                     &[]
                 } else {
-                    &["prefix_group", "prefix_tokens", "adapter"]
+                    &[
+                        "prefix_group",
+                        "prefix_tokens",
+                        "adapter",
+                        "tenant",
+                        "slo_class",
+                    ]
                 };
                 crate::input::no_repeated_column(
                     &headers,
@@ -123,12 +213,19 @@ impl TraceReader {
             hash_block: spec.hash_block_tokens.max(1),
             seed,
             adapters: Arc::default(),
+            labels: Arc::default(),
         })
     }
 
     /// The adapters an `adapter` column may name (`workload.adapters`, by name → index).
-    pub fn with_adapters(mut self, adapters: Arc<std::collections::HashMap<String, u32>>) -> Self {
+    pub fn with_adapters(mut self, adapters: Arc<HashMap<String, u32>>) -> Self {
         self.adapters = adapters;
+        self
+    }
+
+    /// The tenants and SLO classes the `tenant` and `slo_class` columns may name.
+    pub fn with_labels(mut self, labels: RowLabelIndex) -> Self {
+        self.labels = Arc::new(labels);
         self
     }
 
@@ -142,7 +239,7 @@ impl TraceReader {
 
     /// The next row, `Ok(None)` at the end, or an error naming file and line.
     pub fn next_row(&mut self) -> Result<Option<TraceRow>, String> {
-        let (time_s, input, output, content, adapter) = match &mut self.rows {
+        let (time_s, input, output, content, adapter, tenant, slo_class) = match &mut self.rows {
             Rows::Lines(lines) => {
                 let text = loop {
                     self.line += 1;
@@ -207,6 +304,8 @@ impl TraceReader {
                     input,
                     self.tokens(row.output_length as f64, "output_length", 1)?,
                     content,
+                    None,
+                    None,
                     None,
                 )
             }
@@ -322,7 +421,9 @@ impl TraceReader {
                         }
                     },
                 };
-                (t, input, output, content, adapter)
+                let tenant = self.labels.get(get("tenant"), false).map_err(at)?;
+                let slo_class = self.labels.get(get("slo_class"), true).map_err(at)?;
+                (t, input, output, content, adapter, tenant, slo_class)
             }
         };
         if !time_s.is_finite() || time_s < 0.0 {
@@ -348,6 +449,8 @@ impl TraceReader {
             output_tokens: output,
             content,
             adapter,
+            tenant,
+            slo_class,
         }))
     }
 }
@@ -368,20 +471,83 @@ fn scaled(n: f64, scale: f64, what: &str, at_least: u32) -> Result<u32, String> 
     Ok((v as u32).max(at_least))
 }
 
+/// The tenants and SLO classes a `ServesimCsv` trace's `tenant` and `slo_class` columns
+/// name (streamed; at most [`MAX_ROW_LABELS`] of each are kept, the reader refuses the
+/// rest). A file that cannot be read names none: [`check`] reports why.
+pub fn row_labels(spec: &TraceSpec, base: &Path) -> RowLabels {
+    let mut out = RowLabels::ENTRY_ONLY;
+    if spec.format != TraceFormat::ServesimCsv {
+        return out;
+    }
+    let Ok(reader) = crate::input::open_lines(&base.join(&spec.file)) else {
+        return out;
+    };
+    let mut r = csv::ReaderBuilder::new()
+        .trim(csv::Trim::All)
+        .flexible(true)
+        .from_reader(reader);
+    let Ok(headers) = r.headers() else {
+        return out;
+    };
+    let column = |name: &str| headers.iter().position(|h| h == name);
+    let (tenant, class) = (column("tenant"), column("slo_class"));
+    if tenant.is_none() && class.is_none() {
+        return out;
+    }
+    out.entry_tenant_used = tenant.is_none();
+    out.entry_class_used = class.is_none();
+    let (mut tenants, mut classes) = (HashSet::new(), HashSet::new());
+    fn keep(seen: &mut HashSet<String>, names: &mut Vec<String>, entry: &mut bool, cell: &str) {
+        match crate::labels::from_csv(cell) {
+            "" => *entry = true,
+            n if names.len() < MAX_ROW_LABELS && seen.insert(n.to_string()) => {
+                names.push(n.to_string());
+            }
+            _ => {}
+        }
+    }
+    for rec in r.records() {
+        let Ok(rec) = rec else { break };
+        if let Some(i) = tenant {
+            let cell = rec.get(i).unwrap_or("");
+            keep(
+                &mut tenants,
+                &mut out.tenants,
+                &mut out.entry_tenant_used,
+                cell,
+            );
+        }
+        if let Some(i) = class {
+            let cell = rec.get(i).unwrap_or("");
+            keep(
+                &mut classes,
+                &mut out.slo_classes,
+                &mut out.entry_class_used,
+                cell,
+            );
+        }
+    }
+    out
+}
+
 /// Reads a whole trace once (streamed) to report its first problem up front; returns the
 /// number of rows and the input / output token totals. `adapters`: the names an `adapter`
-/// column may use (`workload.adapters`).
+/// column may use (`workload.adapters`); `labels`, the tenants and classes the `tenant` and
+/// `slo_class` columns may.
 pub fn check(
     spec: &TraceSpec,
     base: &Path,
     adapters: &[String],
+    labels: RowLabelIndex,
 ) -> Result<(u64, u64, u64), String> {
     let names = adapters
         .iter()
         .enumerate()
         .map(|(k, n)| (n.clone(), k as u32))
         .collect();
-    let mut r = TraceReader::open(spec, base, 0)?.with_adapters(Arc::new(names));
+    let mut r = TraceReader::open(spec, base, 0)?
+        .with_adapters(Arc::new(names))
+        .with_labels(labels);
     let (mut n, mut i, mut o) = (0, 0, 0);
     while let Some(row) = r.next_row()? {
         n += 1;

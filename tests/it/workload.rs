@@ -292,6 +292,102 @@ fn a_requests_csv_replays_as_a_servesim_trace() {
     assert_eq!(key(&rows), key(&replay));
 }
 
+/// A servesim CSV trace of `rows` (`arrival_us,input,output,tenant,slo_class`), run with
+/// `entry` as its `traces` entry's extra fields and `policies` as the scenario's.
+fn labelled_trace(dir: &Path, rows: &str, entry: &str, policies: &str) -> String {
+    let file = dir.join("t.csv");
+    std::fs::write(
+        &file,
+        format!("arrival_us,input_tokens,output_tokens,tenant,slo_class\n{rows}"),
+    )
+    .unwrap();
+    format!(
+        "(cluster: (groups: [(kv_blocks: 5000, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [5000.0, 1.0, 50.0]))]),
+          policies: ({policies}),
+          workload: (traces: [(format: ServesimCsv, file: {:?}{entry})]))",
+        file.display()
+    )
+}
+
+#[test]
+fn a_servesim_trace_row_keeps_its_own_tenant_and_slo_class_and_an_empty_cell_takes_the_entrys() {
+    let dir = tempfile::tempdir().unwrap();
+    let rows = "0,100,10,acme,interactive\n1000,100,10,globex,\n2000,100,10,,batch\n\
+                3000,100,10,'=sum,interactive\n4000,100,10,acme,batch\n";
+    let src = labelled_trace(dir.path(), rows, ", tenant: \"fallback\"", "");
+    let (s, out) = run(&parse(&src));
+    let by_id = |col: &str| {
+        let mut r: Vec<_> = out
+            .iter()
+            .map(|r| (r.u64("request_id"), r.str(col)))
+            .collect();
+        r.sort();
+        r.into_iter()
+            .map(|(_, v)| v.to_string())
+            .collect::<Vec<_>>()
+    };
+    // `'=sum` is how servesim writes the label `=sum` (a formula to a spreadsheet).
+    assert_eq!(
+        by_id("tenant"),
+        ["acme", "globex", "fallback", "'=sum", "acme"]
+    );
+    let classes = ["interactive", "standard", "batch", "interactive", "batch"];
+    assert_eq!(by_id("slo_class"), classes);
+    let count = |list: &[servesim::metrics::SliceSummary]| {
+        list.iter()
+            .map(|t| (t.name.clone(), t.injected))
+            .collect::<BTreeMap<_, _>>()
+    };
+    let expect = |pairs: &[(&str, u64)]| {
+        pairs
+            .iter()
+            .map(|&(n, k)| (n.to_string(), k))
+            .collect::<BTreeMap<_, _>>()
+    };
+    let tenants = [("acme", 2), ("globex", 1), ("fallback", 1), ("=sum", 1)];
+    assert_eq!(count(&s.tenants), expect(&tenants));
+    let classes = [("interactive", 2), ("batch", 2), ("standard", 1)];
+    assert_eq!(count(&s.slo_classes), expect(&classes));
+
+    // Every row names both: the entry's labels (`trace0`, `standard`) have no requests and
+    // are not listed.
+    let rows = "0,100,10,acme,interactive\n1000,100,10,globex,batch\n";
+    let (s, _) = run(&parse(&labelled_trace(dir.path(), rows, "", "")));
+    assert_eq!(count(&s.tenants), expect(&[("acme", 1), ("globex", 1)]));
+    assert_eq!(
+        count(&s.slo_classes),
+        expect(&[("interactive", 1), ("batch", 1)])
+    );
+}
+
+#[test]
+fn a_servesim_trace_rows_labels_are_checked_with_file_and_line_before_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let classes = "slo_classes: [(name: \"interactive\", ttft_ms: 200.0), (name: \"batch\")]";
+    let rows = "0,100,10,a,interactive\n1000,100,10,b,bach\n";
+    let e = crate::common::invalid(&labelled_trace(dir.path(), rows, "", classes));
+    assert!(
+        e.contains(
+            "t.csv:3: slo_class `bach` is not one of policies.slo_classes (interactive, batch) \
+             (did you mean `batch`?)"
+        ),
+        "{e}"
+    );
+    let rows = "0,100,10,\"a\tb\",batch\n";
+    let e = crate::common::invalid(&labelled_trace(dir.path(), rows, "", classes));
+    assert!(
+        e.contains("t.csv:2: tenant \"a\\tb\" holds a line break or a tab"),
+        "{e}"
+    );
+    // At most 1,000 distinct tenants: row 1,001 (line 1,002) names the 1,001st.
+    let rows: String = (0..1001).map(|k| format!("{k},10,1,t{k},\n")).collect();
+    let e = crate::common::invalid(&labelled_trace(dir.path(), &rows, "", ""));
+    assert!(
+        e.contains("t.csv:1002: tenant `t1000` is past the first 1,000 distinct tenants"),
+        "{e}"
+    );
+}
+
 #[test]
 fn a_bad_trace_row_is_reported_with_file_and_line_before_the_run() {
     let dir = tempfile::tempdir().unwrap();
