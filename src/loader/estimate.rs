@@ -388,6 +388,7 @@ pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<Strin
             s.policies.decode_routing
         ));
     }
+    w.extend(sessionless_affinity(s));
     w.extend(crate::policy::unclassed_sources(s));
     w.extend(crate::metrics::unpriced_cost_fitness(s));
     if s.policies.priority != "constant" {
@@ -428,6 +429,37 @@ pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<Strin
         }
     }
     w
+}
+
+/// `session_affinity` routing where no source makes sessions (a client's `session`, or an
+/// inference-perf load's multi-turn chat): it routes every request as `least_outstanding`.
+fn sessionless_affinity(s: &Scenario) -> Vec<String> {
+    let w = &s.workload;
+    let sessions = w.clients.iter().any(|c| c.session.is_some())
+        || w.inference_perf
+            .as_ref()
+            .is_some_and(|ip| ip.shared_prefix.enable_multi_turn_chat);
+    let decodes = s
+        .cluster
+        .groups
+        .iter()
+        .any(|g| g.role == crate::scenario::Role::Decode);
+    let p = &s.policies;
+    [
+        ("routing", &p.routing, true),
+        ("decode_routing", &p.decode_routing, decodes),
+    ]
+    .into_iter()
+    .filter(|&(_, name, used)| !sessions && used && name == "session_affinity")
+    .map(|(field, _, _)| {
+        format!(
+            "policies.{field} = \"session_affinity\" keeps a session's turns on one \
+                 instance, and no source makes sessions (a client's `session`, or \
+                 inference_perf's enable_multi_turn_chat): every request goes to the least \
+                 outstanding instance, as with \"least_outstanding\""
+        )
+    })
+    .collect()
 }
 
 /// A priority policy (`given` names it) that orders nothing: the wait queues are served in

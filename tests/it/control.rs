@@ -216,6 +216,52 @@ fn always_busiest_is_worse_than_least_loaded() {
     assert!(least.fairness.jain_instance_completed > 0.95);
 }
 
+/// `session_affinity` on a workload without sessions routes as `least_outstanding`, and
+/// validate says so; with sessions (a client's or inference-perf's multi-turn chat) it does
+/// not.
+#[test]
+fn session_affinity_without_sessions_is_warned_of() {
+    let root = crate::common::root();
+    let said = |args: &[&str]| {
+        let o = crate::common::servesim_ok(args, &root);
+        String::from_utf8(o.stderr).unwrap()
+    };
+    let affinity = "policies.routing=\"session_affinity\"";
+    let warning = "warning: policies.routing = \"session_affinity\" keeps a session's turns on one instance, and no source makes sessions";
+    for without in [
+        &["validate", "scenarios/quickstart.ron", "--set", affinity][..],
+        &[
+            "validate",
+            "scenarios/inference-perf.ron",
+            "--set",
+            affinity,
+            "--set",
+            "workload.inference_perf.shared_prefix.enable_multi_turn_chat=false",
+        ],
+    ] {
+        let e = said(without);
+        assert!(e.contains(warning), "{without:?}: {e}");
+    }
+    // The bundled inference-perf load is multi-turn chat.
+    for with_sessions in [
+        &[
+            "validate",
+            "scenarios/multi-turn-chat.ron",
+            "--set",
+            affinity,
+        ][..],
+        &[
+            "validate",
+            "scenarios/inference-perf.ron",
+            "--set",
+            affinity,
+        ],
+    ] {
+        let e = said(with_sessions);
+        assert!(!e.contains("session_affinity"), "{with_sessions:?}: {e}");
+    }
+}
+
 #[test]
 fn session_affinity_keeps_every_turn_of_a_session_on_one_instance() {
     let sc = parse(&format!(
