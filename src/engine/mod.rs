@@ -248,7 +248,16 @@ pub fn dispatch_events(world: &mut World, events: &mut Vec<Event>) {
             Event::GateWake => world.resource_mut::<GateDue>().wake = true,
             Event::Crash { instance } => world.resource_mut::<FaultDue>().crashes.push(instance),
             Event::Restart { instance } => world.resource_mut::<FaultDue>().restarts.push(instance),
-            Event::Retry { request } => world.resource_mut::<RouteDue>().0.push(request),
+            // A client's retry is a new request to the gateway: with flow control it waits
+            // in its band as any admitted request does.
+            Event::Retry { request } => {
+                let mut gate = world.resource_mut::<GateDue>();
+                if gate.on {
+                    gate.admitted.push(request);
+                } else {
+                    world.resource_mut::<RouteDue>().0.push(request);
+                }
+            }
         }
     }
 }
@@ -727,6 +736,12 @@ mod tests {
             [r],
             "a retry is routed again"
         );
+        // With flow control a retry waits in the gateway's bands first.
+        world.resource_mut::<RouteDue>().0.clear();
+        world.resource_mut::<GateDue>().on = true;
+        dispatch_events(&mut world, &mut vec![Event::Retry { request: r }]);
+        assert_eq!(world.resource::<GateDue>().admitted, [r]);
+        assert!(world.resource::<RouteDue>().0.is_empty());
     }
 
     #[test]

@@ -297,6 +297,34 @@ fn a_retried_request_completes_after_its_backoff_and_pays_a_second_prefill() {
 }
 
 #[test]
+fn a_retry_passes_the_gateways_bands_as_a_new_request_does() {
+    // Request 1 is taken down at 9.5 ms and sent again 3 ms later (12.5 ms). Request 2
+    // arrived at 12 ms to an idle instance and runs 12–15 ms, so at 12.5 ms the instance
+    // holds a KV block of its 100 (1 %): saturated at kv_util 0.005. The retry waits in its band, and after the
+    // band's 1 ms it is shed at 13.5 ms; routed directly it would have run 15–18 ms.
+    let (s, rows) = run(&parse(&crashing(
+        9.5,
+        "Retry(max_retries: 1, backoff_s: 0.003)",
+        "flow_control: (saturation: (kv_util: 0.005), bands: [(priority: 0, max_wait_s: 0.001)]),",
+    )));
+    assert_eq!(
+        outcomes(&rows),
+        [
+            ("completed", Some(7000), 0),
+            ("rejected", None, 1),
+            ("completed", Some(15000), 0)
+        ]
+    );
+    assert_eq!(s.rejections.get("gateway_wait_expired"), Some(&1));
+    let band = &s.flow_control.unwrap().bands[0];
+    // Three requests and one retry reached the band; the retry was shed there.
+    assert_eq!(
+        (band.arrived, band.dispatched, band.shed_expired),
+        (4, 3, 1)
+    );
+}
+
+#[test]
 fn a_retry_spends_its_budget_then_fails_and_backoff_doubles() {
     use servesim::scenario::CrashPolicy;
     let p = CrashPolicy::Retry {
