@@ -5,7 +5,7 @@
 //! [`WALL_US_PER_OUTPUT_TOKEN`] µs of wall time per output token on the development machine
 //! (100k requests × 256 tokens in ~3.5 s), plus [`WALL_US_PER_REQUEST`] per request.
 
-use crate::scenario::{ArrivalSpec, LengthSpec, Scenario};
+use crate::scenario::{ArrivalSpec, InstanceGroup, LengthSpec, Scenario};
 
 /// Measured wall time per simulated output token (release build), µs.
 pub const WALL_US_PER_OUTPUT_TOKEN: f64 = 0.15;
@@ -291,6 +291,9 @@ pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<Strin
                 crate::scenario::grouped(m.max_position_embeddings)
             ));
         }
+        if let Some(note) = cache_over_memory(g, &r) {
+            w.push(format!("cluster.groups[{i}].kv_blocks = {note}"));
+        }
         if let Some(c) = context_over_cache(g, &r) {
             let fits = crate::scenario::grouped(c.fits);
             w.push(format!(
@@ -429,6 +432,51 @@ pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<Strin
         }
     }
     w
+}
+
+/// A given `kv_blocks` that no GPU of the group could hold beside the weights (and a
+/// drafter's, and LoRA slots), even at `gpu_memory_utilization` 1.0 with nothing set aside
+/// but vLLM's other memory: what the warning says after "kv_blocks = ".
+fn cache_over_memory(g: &InstanceGroup, r: &crate::setup::ResolvedGroup) -> Option<String> {
+    use crate::model::{CUDA_WITHHELD_GIB, VLLM_OTHER_GIB};
+    let (blocks, m, gpu) = (g.kv_blocks?, r.model.as_ref()?, r.gpu.as_ref()?);
+    let gib = f64::from(1u32 << 30);
+    let (gpus, ranks) = (f64::from(g.gpus().max(1)), f64::from(g.dp()));
+    let (draft_gib, draft_kv) = r.speculative.as_ref().map_or((0.0, 0.0), |c| {
+        (c.draft_weights_gib, c.draft_kv_bytes_per_token)
+    });
+    let slots_gib = r.lora.as_ref().map_or(0.0, |l| l.slots_gib());
+    let weights = crate::model::replica_weights_gib(m, crate::model::Replica::of(g)) / gpus;
+    let extra = (draft_gib + slots_gib) * ranks / gpus;
+    let block = r.kv_layout.map_or_else(
+        || {
+            let per_token = crate::model::kv_bytes_per_token(m, g.tp, g.pp) + draft_kv;
+            (per_token * f64::from(g.block_size)).trunc()
+        },
+        |l| l.page_bytes,
+    );
+    let cache = block * f64::from(blocks) / ranks / gib;
+    let memory = gpu.memory_gib - CUDA_WITHHELD_GIB;
+    let need = weights + extra + VLLM_OTHER_GIB + cache;
+    (need > memory).then(|| {
+        let beside = match (draft_gib > 0.0, slots_gib > 0.0) {
+            (false, false) => String::new(),
+            (true, false) => " and its drafter's".into(),
+            (false, true) => " and its LoRA slots".into(),
+            (true, true) => ", its drafter's and its LoRA slots".into(),
+        };
+        format!(
+            "{} ({cache:.1} GiB per GPU) with {}'s weights{beside} ({:.1} GiB per GPU) and \
+             {VLLM_OTHER_GIB} GiB of other memory needs {need:.1} GiB on each GPU, more than an \
+             {}'s {memory:.1} GiB: no vLLM server holds this, even at gpu_memory_utilization \
+             1.0; this runs as a what-if (leave kv_blocks out to derive it, or use more GPUs: \
+             tp)",
+            crate::scenario::grouped(blocks.into()),
+            m.id,
+            weights + extra,
+            gpu.id
+        )
+    })
 }
 
 /// `session_affinity` routing where no source makes sessions (a client's `session`, or an

@@ -343,6 +343,19 @@ pub fn kv_layout(m: &ModelConfig, tp: u32, block_size: u32) -> Result<Option<KvL
     }))
 }
 
+/// GiB of weights on a whole replica: every rank holds the non-expert weights, and the
+/// routed experts are shared among the ranks.
+pub fn replica_weights_gib(m: &ModelConfig, replica: Replica) -> f64 {
+    if replica.dp > 1 {
+        let experts = routed_expert_params(m);
+        let ranks = f64::from(replica.dp);
+        ((weight_memory_bytes(m) - experts * m.weight_bytes) * ranks + experts * m.weight_bytes)
+            / GIB
+    } else {
+        weight_memory_bytes(m) / GIB
+    }
+}
+
 /// [`kv_capacity_with`] by BLIS's rule, for one replica of `tp × pp` GPUs without a drafter.
 pub fn kv_capacity(
     m: &ModelConfig,
@@ -475,14 +488,7 @@ pub fn kv_capacity_with(
         MemoryRule::Vllm { .. } => gpu.memory_gib - CUDA_WITHHELD_GIB,
     };
     let available = memory * utilization * gpus;
-    let weights = if dp > 1 {
-        let experts = routed_expert_params(m);
-        ((weight_memory_bytes(m) - experts * m.weight_bytes) * ranks + experts * m.weight_bytes)
-            / GIB
-            + draft.0 * ranks
-    } else {
-        weight_memory_bytes(m) / GIB + draft.0
-    };
+    let weights = replica_weights_gib(m, replica) + draft.0 * ranks;
     let (activation, non_torch, sampler_peak) = match rule {
         MemoryRule::Blis => (
             (if m.is_moe() { 8.0 } else { 5.5 }) * ranks,

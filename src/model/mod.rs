@@ -15,7 +15,7 @@ pub use capacity::{
     CUDA_WITHHELD_GIB, KvCapacity, KvLayout, MemoryRule, Replica, SAMPLER_BYTES_PER_LOGIT,
     VLLM_OTHER_GIB, attention_params, flops_per_token, forward_peak_bytes_per_token, head_params,
     kv_bytes_per_token, kv_capacity, kv_capacity_with, kv_layout, linear_layer_params, load_s,
-    params, routed_expert_params, weight_memory_bytes,
+    params, replica_weights_gib, routed_expert_params, weight_memory_bytes,
 };
 pub use gpu::{
     Calibration, GpuPhysics, GpuProfile, TwoStageAllReduce, allreduce_time_us, bundled_gpus,

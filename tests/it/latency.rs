@@ -744,6 +744,33 @@ fn a_max_model_len_above_the_models_context_is_warned_of_as_vllm_refuses_it() {
 }
 
 #[test]
+fn a_given_kv_cache_no_gpu_could_hold_beside_the_weights_is_warned_of() {
+    // Llama-3.1-8B: 16.06 GB of bf16 weights (14.96 GiB) and 128 KiB of KV a token, 2 MiB a
+    // block of 16. An H100 reports 79.2 GiB: 33,000 blocks (64.45 GiB) + 14.96 + 0.67 GiB
+    // of other memory is 80.08 GiB, too much; 32,000 (62.5 GiB) is 78.13 GiB and fits.
+    let cache = |extra: &str| validate_stderr(&format!(r#"gpu: "H100", {extra}"#));
+    let w = cache(r#"model: "llama-3.1-8b-instruct", kv_blocks: 33000"#);
+    assert!(
+        w.contains(
+            "warning: cluster.groups[0].kv_blocks = 33,000 (64.5 GiB per GPU) with \
+             llama-3.1-8b-instruct's weights (15.0 GiB per GPU) and 0.67 GiB of other memory \
+             needs 80.1 GiB on each GPU, more than an H100's 79.2 GiB: no vLLM server holds this"
+        ),
+        "{w}"
+    );
+    // Llama-2-70B's 128.5 GiB of weights fit no H100 alone, whatever the cache; at tp 2 each
+    // GPU holds 64.2 GiB of them and 2.4 GiB of 1,000 blocks.
+    let w = cache(r#"model: "llama-2-70b-hf", kv_blocks: 1000"#);
+    assert!(w.contains("needs 134.0 GiB on each GPU"), "{w}");
+    for fits in [
+        r#"model: "llama-3.1-8b-instruct", kv_blocks: 32000"#,
+        r#"model: "llama-2-70b-hf", kv_blocks: 1000, tp: 2"#,
+    ] {
+        assert!(!cache(fits).contains("kv_blocks ="), "{fits}");
+    }
+}
+
+#[test]
 fn a_profiling_pass_too_large_for_the_gpu_says_so_and_what_to_lower() {
     let group = |model: &str, gpu: &str, extra: &str| {
         crate::common::invalid(&format!(
