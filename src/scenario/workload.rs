@@ -412,7 +412,8 @@ pub struct TraceSpec {
     /// Multiplies the arrival rate (divides timestamps). Default 1.
     #[serde(default = "unit")]
     pub rate_scale: f64,
-    /// Multiplies token counts (rounded, at least 1). Default 1.
+    /// Multiplies token counts (rounded, at least 1; `VidurCsv`'s cut down, as Vidur does).
+    /// Default 1.
     #[serde(default = "unit")]
     pub token_scale: f64,
     /// Tokens per `hash_ids` entry (Mooncake). Default 16.

@@ -7,7 +7,8 @@
 //! `adapter`, `tenant`, `slo_class`; other columns are not read; a row without a tenant or
 //! class takes its `traces` entry's). Rows must be in
 //! non-decreasing time order. Timestamps are multiplied by `time_scale / rate_scale`, token
-//! counts by `token_scale` (rounded, at least 1; the shared parts scale with the prompt);
+//! counts by `token_scale` (rounded, at least 1; a Vidur trace's cut down, as Vidur does; the
+//! shared parts scale with the prompt);
 //! times are rounded to the nearest µs.
 
 use std::fs::File;
@@ -362,8 +363,16 @@ impl TraceReader {
                         "input tokens {i} and output tokens {o} must both be ≥ 1"
                     )));
                 }
-                let input = scaled(i, self.token_scale, "input tokens", 1).map_err(at)?;
-                let output = scaled(o, self.token_scale, "output tokens", 1).map_err(at)?;
+                // Vidur's trace readers cut the scaled counts to whole tokens
+                // (`astype(int)`, then at least 1); servesim's own rows round.
+                let whole = if fmt == TraceFormat::VidurCsv {
+                    f64::trunc
+                } else {
+                    f64::round
+                };
+                let input = scaled_by(i, self.token_scale, "input tokens", 1, whole).map_err(at)?;
+                let output =
+                    scaled_by(o, self.token_scale, "output tokens", 1, whole).map_err(at)?;
                 let opt = |name: &str| get(name).filter(|s| !s.is_empty()).map(str::to_string);
                 let content = match (
                     get("prefix_group").filter(|s| !s.is_empty()),
@@ -455,11 +464,23 @@ impl TraceReader {
     }
 }
 
+/// `n` × `scale` tokens, rounded to the nearest whole token (at least `at_least`).
 fn scaled(n: f64, scale: f64, what: &str, at_least: u32) -> Result<u32, String> {
+    scaled_by(n, scale, what, at_least, f64::round)
+}
+
+/// `n` × `scale` tokens made whole by `whole` (at least `at_least`).
+fn scaled_by(
+    n: f64,
+    scale: f64,
+    what: &str,
+    at_least: u32,
+    whole: fn(f64) -> f64,
+) -> Result<u32, String> {
     if !n.is_finite() || n < 0.0 {
         return Err(format!("{what} = {n} must be a finite number ≥ 0"));
     }
-    let v = (n * scale).round();
+    let v = whole(n * scale);
     if v > f64::from(super::lengths::MAX_TOKENS) {
         let max = crate::scenario::grouped(u64::from(super::lengths::MAX_TOKENS));
         return Err(if scale == 1.0 {

@@ -242,7 +242,8 @@ fn the_bundled_vidur_trace_replays_with_scaled_time_and_tokens() {
         first.iter().map(|r| r.u64("output_tokens")).sum::<u64>(),
         output
     );
-    // time_scale 2 doubles arrival times; token_scale 0.5 halves tokens (at least 1).
+    // time_scale 2 doubles arrival times; token_scale 0.5 halves tokens, cut down to whole
+    // tokens as Vidur's trace readers do (`astype(int)`: 7 → 3), and at least 1.
     let (_, slow) = run(&trace_scenario(
         "VidurCsv",
         "data/splitwise_conv.csv",
@@ -253,8 +254,9 @@ fn the_bundled_vidur_trace_replays_with_scaled_time_and_tokens() {
             b.u64("arrival_us").abs_diff(2 * a.u64("arrival_us")) <= 1,
             "{a:?} {b:?}"
         );
-        let half = |x: u64| ((x as f64 * 0.5).round() as u64).max(1);
-        assert!(b.u64("input_tokens").abs_diff(half(a.u64("input_tokens"))) <= 1);
+        let half = |x: u64| (x / 2).max(1);
+        assert_eq!(b.u64("input_tokens"), half(a.u64("input_tokens")), "{a:?} {b:?}");
+        assert_eq!(b.u64("output_tokens"), half(a.u64("output_tokens")), "{a:?} {b:?}");
     }
 }
 
