@@ -129,7 +129,8 @@ pub struct LinkFault {
 /// Where a transfer between `from` and `to` that could start at `start` starts, and the
 /// fraction of the bandwidth of each end it gets: a severed link (either end) holds it to the
 /// window's end, a degraded one that holds its start slows it throughout (windows of one end
-/// multiply). Counts the transfers each window touched.
+/// that overlap take the lowest bandwidth, as host and pipeline links do). Counts the
+/// transfers each window touched.
 pub fn through_faults(
     faults: &mut [LinkFault],
     from: u32,
@@ -149,9 +150,9 @@ pub fn through_faults(
     for f in faults.iter_mut().filter(|f| ends(f) && holds(f, start)) {
         f.transfers += 1;
         if f.instance == from {
-            src *= f.bandwidth;
+            src = f.bandwidth.min(src);
         } else {
-            dst *= f.bandwidth;
+            dst = f.bandwidth.min(dst);
         }
     }
     (start, src, dst)

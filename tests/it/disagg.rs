@@ -783,6 +783,16 @@ fn a_degraded_kv_link_slows_the_transfers_that_start_in_its_window_and_a_severed
         ),
         (2000 + 839 - 1160, vec![1, 1])
     );
+    // Two windows of one end that overlap: the lowest bandwidth, a quarter (each window says
+    // what the link keeps; 0.5 × 0.25 would keep less than either says).
+    assert_eq!(
+        transfer(
+            "(instance: 0, from_s: 0.0, until_s: 0.01, bandwidth: 0.5),
+             (instance: 0, from_s: 0.001, until_s: 0.01, bandwidth: 0.25)"
+        ),
+        (50 + wire_us(160, 12_500), vec![1, 1])
+    );
+    assert_eq!(wire_us(160, 12_500), 1678);
     // A window that has ended, or one of full bandwidth, changes nothing.
     assert_eq!(
         transfer("(instance: 0, from_s: 0.0, until_s: 0.0012, bandwidth: 0.0)"),

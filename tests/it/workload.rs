@@ -255,8 +255,16 @@ fn the_bundled_vidur_trace_replays_with_scaled_time_and_tokens() {
             "{a:?} {b:?}"
         );
         let half = |x: u64| (x / 2).max(1);
-        assert_eq!(b.u64("input_tokens"), half(a.u64("input_tokens")), "{a:?} {b:?}");
-        assert_eq!(b.u64("output_tokens"), half(a.u64("output_tokens")), "{a:?} {b:?}");
+        assert_eq!(
+            b.u64("input_tokens"),
+            half(a.u64("input_tokens")),
+            "{a:?} {b:?}"
+        );
+        assert_eq!(
+            b.u64("output_tokens"),
+            half(a.u64("output_tokens")),
+            "{a:?} {b:?}"
+        );
     }
 }
 
