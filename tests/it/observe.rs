@@ -225,6 +225,14 @@ fn progress_goes_to_stderr_only_and_quiet_silences_it() {
     assert_eq!(shown.stdout, quiet.stdout);
 }
 
+/// The time of request `id`'s `ph` event named `name` in a timeline's events.
+fn of_id(events: &[serde_json::Value], ph: &str, name: &str, id: u64) -> Option<u64> {
+    events
+        .iter()
+        .find(|e| e["ph"] == ph && e["name"] == name && e["id"] == id)
+        .and_then(|e| e["ts"].as_u64())
+}
+
 #[test]
 fn the_timeline_holds_every_step_and_request_and_respects_its_bounds() {
     let dir = tempfile::tempdir().unwrap();
@@ -267,6 +275,18 @@ fn the_timeline_holds_every_step_and_request_and_respects_its_bounds() {
             .find(|e| e["id"] == id && e["name"] == format!("request {id}"))
             .unwrap();
         assert_eq!(end["ts"].as_u64().unwrap(), r.u64("completion_us"));
+        // The parts of its first token's wait tile it: to the instance, waiting, and a
+        // prefill that starts when it was scheduled (requests.csv's scheduling delay).
+        let at = |ph: &str, name: &str| {
+            of_id(events, ph, name, id).unwrap_or_else(|| panic!("{name} of {id}"))
+        };
+        let arrival = r.u64("arrival_us");
+        assert_eq!(at("b", "to the instance"), arrival);
+        assert_eq!(at("e", "to the instance"), at("b", "waiting"));
+        assert_eq!(at("e", "waiting"), at("b", "prefill"));
+        assert_eq!(at("b", "prefill"), arrival + r.us("scheduling_delay_ms"));
+        assert_eq!(at("e", "prefill"), at("e", "queued + prefill"));
+        assert!(at("b", "to the instance") <= at("e", "to the instance"));
     }
 
     // A window and a sample rate bound the file.
