@@ -243,6 +243,16 @@ fn read_group(
         p.push(Problem::new(at("block_size"), "must be > 0").hint("vLLM's default is 16 tokens"));
     }
     crate::scenario::gb_per_s(&mut p, &at("pp_link_gb_per_s"), g.pp_link_gb_per_s);
+    // Past 10⁹ µs every pipelined step would end beyond the clock's reach.
+    if g.pp_link_latency_us > 1_000_000_000 {
+        p.push(Problem::new(
+            at("pp_link_latency_us"),
+            format!(
+                "must be a number within 0..=10⁹ µs, got {}",
+                g.pp_link_latency_us
+            ),
+        ));
+    }
     if !(g.gpu_memory_utilization > 0.0 && g.gpu_memory_utilization <= 1.0) {
         p.push(Problem::new(
             at("gpu_memory_utilization"),
