@@ -467,7 +467,7 @@ fn cache_over_memory(g: &InstanceGroup, r: &crate::setup::ResolvedGroup) -> Opti
         };
         format!(
             "{} ({cache:.1} GiB per GPU) with {}'s weights{beside} ({:.1} GiB per GPU) and \
-             {VLLM_OTHER_GIB} GiB of other memory needs {need:.1} GiB on each GPU, more than an \
+             {VLLM_OTHER_GIB} GiB of other memory needs {need:.1} GiB on each GPU, more than the \
              {}'s {memory:.1} GiB: no vLLM server holds this, even at gpu_memory_utilization \
              1.0; this runs as a what-if (leave kv_blocks out to derive it, or use more GPUs: \
              tp)",

@@ -5,20 +5,18 @@
 //! per `hash_block_tokens` prompt tokens, driving prefix caching), and servesim CSV
 //! (`arrival_us`, `input_tokens`, `output_tokens`, optional `prefix_group`, `prefix_tokens`,
 //! `adapter`, `tenant`, `slo_class`; other columns are not read; a row without a tenant or
-//! class takes its `traces` entry's). Rows must be in
-//! non-decreasing time order. Timestamps are multiplied by `time_scale / rate_scale`, token
-//! counts by `token_scale` (rounded, at least 1; a Vidur trace's cut down, as Vidur does; the
-//! shared parts scale with the prompt);
+//! class takes its `traces` entry's). Rows must be in non-decreasing time order. Timestamps
+//! are multiplied by `time_scale / rate_scale`, token counts by `token_scale` (rounded, at
+//! least 1; a Vidur trace's cut down, as Vidur does; the shared parts scale with the prompt);
 //! times are rounded to the nearest µs.
 
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::Deserialize;
-
-use std::collections::{HashMap, HashSet};
 
 use crate::labels::Labels;
 use crate::request::{PromptContent, Segment};

@@ -754,7 +754,7 @@ fn a_given_kv_cache_no_gpu_could_hold_beside_the_weights_is_warned_of() {
         w.contains(
             "warning: cluster.groups[0].kv_blocks = 33,000 (64.5 GiB per GPU) with \
              llama-3.1-8b-instruct's weights (15.0 GiB per GPU) and 0.67 GiB of other memory \
-             needs 80.1 GiB on each GPU, more than an H100's 79.2 GiB: no vLLM server holds this"
+             needs 80.1 GiB on each GPU, more than the H100's 79.2 GiB: no vLLM server holds this"
         ),
         "{w}"
     );
