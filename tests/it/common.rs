@@ -232,3 +232,8 @@ pub fn servesim_ok(args: &[&str], cwd: &Path) -> std::process::Output {
     );
     out
 }
+
+/// The stderr of [`servesim_ok`] run in the repository's root (where `scenarios/` is).
+pub fn stderr_in_root(args: &[&str]) -> String {
+    String::from_utf8(servesim_ok(args, &root()).stderr).unwrap()
+}

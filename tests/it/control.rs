@@ -221,11 +221,7 @@ fn always_busiest_is_worse_than_least_loaded() {
 /// not.
 #[test]
 fn session_affinity_without_sessions_is_warned_of() {
-    let root = crate::common::root();
-    let said = |args: &[&str]| {
-        let o = crate::common::servesim_ok(args, &root);
-        String::from_utf8(o.stderr).unwrap()
-    };
+    let said = crate::common::stderr_in_root;
     let affinity = "policies.routing=\"session_affinity\"";
     let warning = "warning: policies.routing = \"session_affinity\" keeps a session's turns on one instance, and no source makes sessions";
     for without in [

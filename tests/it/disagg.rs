@@ -358,11 +358,7 @@ fn bad_disaggregation_settings_are_reported_together() {
 /// P/D scenario's is not warned of.
 #[test]
 fn a_decode_routing_policy_without_decode_groups_is_warned_of() {
-    let root = crate::common::root();
-    let said = |args: &[&str]| {
-        let o = crate::common::servesim_ok(args, &root);
-        String::from_utf8(o.stderr).unwrap()
-    };
+    let said = crate::common::stderr_in_root;
     let unused = "warning: policies.decode_routing = \"round_robin\" is not used: it picks the decode instance of a prefill/decode hand-off, and no group has role: Decode";
     let e = said(&[
         "validate",
