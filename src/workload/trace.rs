@@ -494,59 +494,49 @@ fn scaled_by(
 /// name (streamed; at most [`MAX_ROW_LABELS`] of each are kept, the reader refuses the
 /// rest). A file that cannot be read names none: [`check`] reports why.
 pub fn row_labels(spec: &TraceSpec, base: &Path) -> RowLabels {
-    let mut out = RowLabels::ENTRY_ONLY;
     if spec.format != TraceFormat::ServesimCsv {
-        return out;
+        return RowLabels::ENTRY_ONLY;
     }
     let Ok(reader) = crate::input::open_lines(&base.join(&spec.file)) else {
-        return out;
+        return RowLabels::ENTRY_ONLY;
     };
     let mut r = csv::ReaderBuilder::new()
         .trim(csv::Trim::All)
         .flexible(true)
         .from_reader(reader);
     let Ok(headers) = r.headers() else {
-        return out;
+        return RowLabels::ENTRY_ONLY;
     };
     let column = |name: &str| headers.iter().position(|h| h == name);
     let (tenant, class) = (column("tenant"), column("slo_class"));
     if tenant.is_none() && class.is_none() {
-        return out;
+        return RowLabels::ENTRY_ONLY;
     }
-    out.entry_tenant_used = tenant.is_none();
-    out.entry_class_used = class.is_none();
-    let (mut tenants, mut classes) = (HashSet::new(), HashSet::new());
-    fn keep(seen: &mut HashSet<String>, names: &mut Vec<String>, entry: &mut bool, cell: &str) {
-        match crate::labels::from_csv(cell) {
-            "" => *entry = true,
-            n if names.len() < MAX_ROW_LABELS && seen.insert(n.to_string()) => {
-                names.push(n.to_string());
-            }
-            _ => {}
-        }
-    }
+    // Per column (tenant, then class): the names in first-seen order, and whether a row
+    // left it empty (or the file has no such column).
+    let columns = [tenant, class];
+    let mut entry = columns.map(|c| c.is_none());
+    let (mut names, mut seen) = ([Vec::new(), Vec::new()], [HashSet::new(), HashSet::new()]);
     for rec in r.records() {
         let Ok(rec) = rec else { break };
-        if let Some(i) = tenant {
-            let cell = rec.get(i).unwrap_or("");
-            keep(
-                &mut tenants,
-                &mut out.tenants,
-                &mut out.entry_tenant_used,
-                cell,
-            );
-        }
-        if let Some(i) = class {
-            let cell = rec.get(i).unwrap_or("");
-            keep(
-                &mut classes,
-                &mut out.slo_classes,
-                &mut out.entry_class_used,
-                cell,
-            );
+        for (k, column) in columns.iter().enumerate() {
+            let Some(i) = *column else { continue };
+            match crate::labels::from_csv(rec.get(i).unwrap_or("")) {
+                "" => entry[k] = true,
+                n if names[k].len() < MAX_ROW_LABELS && seen[k].insert(n.to_string()) => {
+                    names[k].push(n.to_string());
+                }
+                _ => {}
+            }
         }
     }
-    out
+    let [tenants, slo_classes] = names;
+    RowLabels {
+        tenants,
+        slo_classes,
+        entry_tenant_used: entry[0],
+        entry_class_used: entry[1],
+    }
 }
 
 /// Reads a whole trace once (streamed) to report its first problem up front; returns the
