@@ -204,8 +204,8 @@ impl Scanner<'_> {
         self.skip_trivia();
         let start = self.pos;
         if depth > MAX_DEPTH {
-            self.pos = self.src.len();
-            return (start, start);
+            self.skip_deep();
+            return (start, self.pos);
         }
         match self.peek() {
             None => {}
@@ -237,6 +237,33 @@ impl Scanner<'_> {
             }
         }
         (start, self.pos)
+    }
+
+    /// Skips a value nested deeper than any scenario field, counting its brackets instead
+    /// of recursing into them, so that its span is still right for a `--set` beside it (it
+    /// ended the map: `--set horizon_s=5` over a value 100 lists deep cut the file there).
+    fn skip_deep(&mut self) {
+        let mut open = 0usize;
+        loop {
+            self.skip_trivia();
+            let Some(c) = self.peek() else { return };
+            match c {
+                b'"' | b'\'' => self.string(c),
+                b'[' | b'(' | b'{' => {
+                    open += 1;
+                    self.pos += 1;
+                }
+                b']' | b')' | b'}' | b',' if open == 0 => return,
+                b']' | b')' | b'}' => {
+                    open -= 1;
+                    self.pos += 1;
+                }
+                _ => self.pos += 1,
+            }
+            if open == 0 && matches!(c, b']' | b')' | b'}' | b'"' | b'\'') {
+                return;
+            }
+        }
     }
 
     fn list(&mut self, path: &str, depth: usize) {
@@ -601,6 +628,23 @@ mod tests {
         assert_eq!(
             m.path_at(beta.value.0 + 3),
             Some("cluster.groups[0].latency.beta")
+        );
+    }
+
+    #[test]
+    fn a_value_nested_deeper_than_the_scan_keeps_its_span_and_the_fields_after_it() {
+        // Beyond 64 levels the scan skips the value's brackets instead of recursing: it
+        // ended the map there, and `--set horizon_s=5` cut the file at the value.
+        let deep = format!("{}\"]\", (1){}", "[".repeat(100), "]".repeat(100));
+        let src = format!("(horizon_s: {deep}, seed: Some(7), name: \"x\")");
+        let m = SourceMap::new(&src);
+        let h = m.find("horizon_s").unwrap();
+        assert_eq!(&src[h.value.0..h.value.1], deep);
+        let seed = m.find("seed").unwrap();
+        assert_eq!(&src[seed.value.0..seed.value.1], "Some(7)");
+        assert_eq!(
+            apply_override(&src, "horizon_s", "5").unwrap(),
+            "(horizon_s: 5, seed: Some(7), name: \"x\")"
         );
     }
 
