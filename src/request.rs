@@ -209,8 +209,8 @@ pub struct FinishedRequest {
     pub cached_tokens: u32,
     /// Output tokens actually generated.
     pub generated_tokens: u32,
-    /// Last time the request was scheduled into a batch (re-admission after preemption
-    /// rewrites it, as in BLIS).
+    /// First time the request was scheduled into a batch in its last attempt (a preemption's
+    /// re-admission does not move it; `requests.csv`'s scheduling delay is measured to it).
     pub scheduled: Option<SimTime>,
     /// End of the step that produced the first output token (last prefill wins).
     pub first_token: Option<SimTime>,
@@ -273,15 +273,55 @@ impl FinishedRequest {
         }
     }
 
-    /// Scheduling delay: last schedule time − arrival.
+    /// Scheduling delay: first schedule time − arrival.
     pub fn scheduling_delay(&self) -> Option<SimDuration> {
         self.scheduled.map(|s| s.since(self.lifecycle.arrival))
+    }
+
+    /// Its TTFT taken apart, for a completed request that went once through its parts (no
+    /// crash's retry, no preemption): `None` otherwise.
+    pub fn ttft_parts(&self) -> Option<TtftParts> {
+        if self.state != FinalState::Completed || self.lifecycle.retries > 0 || self.preemptions > 0
+        {
+            return None;
+        }
+        let arrival = self.lifecycle.arrival;
+        let (queued, scheduled) = (self.lifecycle.enqueued?, self.scheduled?);
+        let first = self.first_token?;
+        if !(arrival <= queued && queued <= scheduled && scheduled <= first) {
+            return None;
+        }
+        let steps_end = first.since(arrival);
+        let ttft = self.ttft.filter(|t| *t >= steps_end)?;
+        Some(TtftParts {
+            to_the_instance: queued.since(arrival),
+            waiting: scheduled.since(queued),
+            prefill: first.since(scheduled),
+            token_out: SimDuration(ttft.as_us() - steps_end.as_us()),
+        })
     }
 
     /// Mean inter-token latency of this request (TPOT), if it produced ≥ 2 tokens.
     pub fn mean_itl(&self) -> Option<f64> {
         (self.itl_count > 0).then(|| self.itl_sum.as_us() as f64 / f64::from(self.itl_count))
     }
+}
+
+/// A request's TTFT in four consecutive parts that add up to it ([`FinishedRequest::ttft_parts`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TtftParts {
+    /// Arrival to its instance's queue: admission, the gateway's bands, routing and its
+    /// delays, the API server's intake and the tokenizer's micro-batch.
+    pub to_the_instance: SimDuration,
+    /// In the instance's queue until its first step starts (with async scheduling, the rest
+    /// of the step in flight and the step already decided).
+    pub waiting: SimDuration,
+    /// From the start of its first step to the end of the step that emits its first token
+    /// (its prefill, in chunks when it is chunked, beside the other requests of its steps).
+    pub prefill: SimDuration,
+    /// That token's way to the client: the API server's output processing (and a latency
+    /// model's α2).
+    pub token_out: SimDuration,
 }
 
 /// What a finished request measured, in µs (for comparing with measurements).
@@ -308,6 +348,45 @@ pub struct RequestSample {
 #[cfg(test)]
 mod tests {
     use super::FinalState::*;
+    use super::*;
+
+    #[test]
+    fn ttft_parts_tile_a_served_once_request_and_are_none_for_the_others() {
+        let at = |us| Some(SimTime(us));
+        let mut f = FinishedRequest::unserved(
+            Entity::PLACEHOLDER,
+            crate::policy::any_request(),
+            Lifecycle {
+                arrival: SimTime(1_000),
+                enqueued: at(3_600),
+                ..Default::default()
+            },
+            Completed,
+            Some(0),
+        );
+        f.scheduled = at(5_000);
+        f.first_token = at(6_000);
+        f.ttft = Some(SimDuration(5_060));
+        let parts = TtftParts {
+            to_the_instance: SimDuration(2_600),
+            waiting: SimDuration(1_400),
+            prefill: SimDuration(1_000),
+            token_out: SimDuration(60),
+        };
+        assert_eq!(f.ttft_parts(), Some(parts));
+        // Taken through more than once, or not completed: no parts.
+        for change in [
+            |f: &mut FinishedRequest| f.preemptions = 1,
+            |f: &mut FinishedRequest| f.lifecycle.retries = 1,
+            |f: &mut FinishedRequest| f.state = TimedOut,
+            |f: &mut FinishedRequest| f.lifecycle.enqueued = None,
+            |f: &mut FinishedRequest| f.scheduled = Some(SimTime(3_000)),
+        ] {
+            let mut g = f.clone();
+            change(&mut g);
+            assert_eq!(g.ttft_parts(), None);
+        }
+    }
 
     #[test]
     fn final_state_names_are_what_as_str_writes_in_order() {

@@ -106,6 +106,7 @@ pub fn assemble(
         itl_ms: agg.itl.summarize_ms(),
         e2e_ms: agg.e2e.summarize_ms(),
         scheduling_delay_ms: agg.scheduling_delay.summarize_ms(),
+        ttft_parts_ms: agg.ttft_parts.into(),
         preemptions: agg.preemptions,
         rejections: world
             .get_resource::<crate::engine::Rejections>()

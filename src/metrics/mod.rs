@@ -223,12 +223,34 @@ fn slot(v: &mut Vec<Breakdown>, i: usize) -> &mut Breakdown {
     &mut v[i]
 }
 
+/// Sums of requests' TTFT parts (µs), for their means.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TtftPartsTotal {
+    pub requests: u64,
+    pub to_the_instance_us: u64,
+    pub waiting_us: u64,
+    pub prefill_us: u64,
+    pub token_out_us: u64,
+}
+
+impl TtftPartsTotal {
+    pub fn add(&mut self, p: crate::request::TtftParts) {
+        self.requests += 1;
+        self.to_the_instance_us += p.to_the_instance.as_us();
+        self.waiting_us += p.waiting.as_us();
+        self.prefill_us += p.prefill.as_us();
+        self.token_out_us += p.token_out.as_us();
+    }
+}
+
 /// Running totals for the summary.
 #[derive(Resource, Debug, Default, Clone)]
 pub struct Aggregates {
     pub ttft: Histogram,
     pub e2e: Histogram,
     pub scheduling_delay: Histogram,
+    /// The TTFT parts of the completed requests that went once through them.
+    pub ttft_parts: TtftPartsTotal,
     /// Every inter-token sample (µs), recorded as tokens are emitted.
     pub itl: Histogram,
     pub completed: u64,

@@ -162,6 +162,9 @@ pub fn record_one(
     if let Some(d) = f.scheduling_delay() {
         agg.scheduling_delay.record(d.as_us());
     }
+    if let Some(p) = f.ttft_parts() {
+        agg.ttft_parts.add(p);
+    }
     agg.preemptions += u64::from(f.preemptions);
     let RequestLog {
         writer,

@@ -712,6 +712,39 @@ pub struct LoraGroupSummary {
     pub kernel_s: f64,
 }
 
+/// The mean TTFT of the completed requests that went once through its parts (no crash's
+/// retry, no preemption) and the means of the parts, which add up to it (ms; `None` without
+/// such a request). See [`crate::request::TtftParts`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct TtftPartsSummary {
+    pub requests: u64,
+    pub ttft: Option<f64>,
+    pub to_the_instance: Option<f64>,
+    pub waiting: Option<f64>,
+    pub prefill: Option<f64>,
+    pub token_out: Option<f64>,
+}
+
+impl From<crate::metrics::TtftPartsTotal> for TtftPartsSummary {
+    fn from(t: crate::metrics::TtftPartsTotal) -> Self {
+        let mean = |us: u64| (t.requests > 0).then(|| us as f64 / t.requests as f64 / 1000.0);
+        let parts = [
+            t.to_the_instance_us,
+            t.waiting_us,
+            t.prefill_us,
+            t.token_out_us,
+        ];
+        TtftPartsSummary {
+            requests: t.requests,
+            ttft: mean(parts.iter().sum()),
+            to_the_instance: mean(t.to_the_instance_us),
+            waiting: mean(t.waiting_us),
+            prefill: mean(t.prefill_us),
+            token_out: mean(t.token_out_us),
+        }
+    }
+}
+
 /// Aggregates of a run (every latency in milliseconds).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct Summary {
@@ -728,6 +761,7 @@ pub struct Summary {
     pub itl_ms: Distribution,
     pub e2e_ms: Distribution,
     pub scheduling_delay_ms: Distribution,
+    pub ttft_parts_ms: TtftPartsSummary,
     pub preemptions: u64,
     pub rejections: BTreeMap<String, u64>,
     pub kv: KvSummary,
@@ -846,6 +880,24 @@ impl Summary {
                 f(d.p99),
                 f(d.min),
                 f(d.max)
+            );
+        }
+        let parts = &self.ttft_parts_ms;
+        if parts.requests > 0 {
+            let left_out = self.requests.completed.saturating_sub(parts.requests);
+            let _ = writeln!(
+                s,
+                "ttft taken apart (mean ms{}): {} to the instance + {} waiting + {} prefill + {} token out = {}",
+                if left_out > 0 {
+                    format!(", without the {left_out} preempted or retried")
+                } else {
+                    String::new()
+                },
+                f(parts.to_the_instance),
+                f(parts.waiting),
+                f(parts.prefill),
+                f(parts.token_out),
+                f(parts.ttft)
             );
         }
         let _ = writeln!(

@@ -8,8 +8,8 @@
 //!   nested "queued + prefill" (arrival to first token) and "decode" (first token to
 //!   completion) spans (`b`/`e` events, id = request id); within the first, for a request
 //!   never preempted or retried, "to the instance" (admission, the gateway's bands, routing,
-//!   the serving path's intake), "waiting" (in the instance's queue) and "prefill" (first
-//!   scheduled to first token).
+//!   the serving path's intake), "waiting" (in the instance's queue) and "prefill" (its
+//!   first step's start to its first token; [`crate::request::TtftParts`]).
 //!
 //! Bounded by a simulated-time window and a request sample rate (chosen by request id,
 //! so the same requests appear at every run). Events are streamed, not kept.
@@ -199,24 +199,18 @@ impl Timeline {
             let first = first.as_us().clamp(start, end);
             self.event(&span('b', "queued + prefill", start, ""));
             // Its parts, for a request that went once through them (no crash's retry, no
-            // preemption, the same instance): reaching the instance's queue, waiting there,
-            // and the steps to its first token.
-            let enqueued = f.lifecycle.enqueued.map(SimTime::as_us);
-            let scheduled = f.scheduled.map(SimTime::as_us);
-            if let (Some(q), Some(s)) = (enqueued, scheduled)
-                && f.lifecycle.retries == 0
-                && f.preemptions == 0
-                && start <= q
-                && q <= s
-                && s <= first
-            {
-                for (name, from, to) in [
-                    ("to the instance", start, q),
-                    ("waiting", q, s),
-                    ("prefill", s, first),
+            // preemption): reaching the instance's queue, waiting there, and the steps to
+            // its first token (the token's way out follows the span).
+            if let Some(parts) = f.ttft_parts() {
+                let mut at = start;
+                for (name, d) in [
+                    ("to the instance", parts.to_the_instance),
+                    ("waiting", parts.waiting),
+                    ("prefill", parts.prefill),
                 ] {
-                    self.event(&span('b', name, from, ""));
-                    self.event(&span('e', name, to, ""));
+                    self.event(&span('b', name, at, ""));
+                    at += d.as_us();
+                    self.event(&span('e', name, at, ""));
                 }
             }
             self.event(&span('e', "queued + prefill", first, ""));

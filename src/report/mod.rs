@@ -394,7 +394,7 @@ fn fmt_value(v: &Value) -> String {
     }
 }
 
-const SUMMARY_ROWS: [(&str, &str); 28] = [
+const SUMMARY_ROWS: [(&str, &str); 32] = [
     ("scenario", "/scenario"),
     ("seed", "/seed"),
     ("requests injected", "/requests/injected"),
@@ -408,6 +408,13 @@ const SUMMARY_ROWS: [(&str, &str); 28] = [
     ("TTFT mean (ms)", "/ttft_ms/mean"),
     ("TTFT p50 (ms)", "/ttft_ms/p50"),
     ("TTFT p99 (ms)", "/ttft_ms/p99"),
+    (
+        "TTFT mean: to the instance (ms)",
+        "/ttft_parts_ms/to_the_instance",
+    ),
+    ("TTFT mean: waiting (ms)", "/ttft_parts_ms/waiting"),
+    ("TTFT mean: prefill (ms)", "/ttft_parts_ms/prefill"),
+    ("TTFT mean: token out (ms)", "/ttft_parts_ms/token_out"),
     ("ITL p50 (ms)", "/itl_ms/p50"),
     ("ITL p99 (ms)", "/itl_ms/p99"),
     ("E2E p50 (ms)", "/e2e_ms/p50"),

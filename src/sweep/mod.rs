@@ -412,7 +412,7 @@ pub fn display_value(v: &str) -> &str {
 /// Every scalar of a summary, as dotted paths (arrays — instances, tenants, groups,
 /// warnings — and the per-reason rejection map left out so every point has the same
 /// columns).
-pub const METRICS: [&str; 68] = [
+pub const METRICS: [&str; 72] = [
     "requests.injected",
     "requests.completed",
     "requests.rejected",
@@ -481,6 +481,10 @@ pub const METRICS: [&str; 68] = [
     "energy.mean_power_w",
     "energy.joules_per_output_token",
     "energy.electricity_cost",
+    "ttft_parts_ms.to_the_instance",
+    "ttft_parts_ms.waiting",
+    "ttft_parts_ms.prefill",
+    "ttft_parts_ms.token_out",
 ];
 
 /// The metric columns of one summary, in [`METRICS`] order.

@@ -106,6 +106,48 @@ fn on_a_busy_instance_async_scheduling_schedules_a_new_request_one_step_later() 
 }
 
 #[test]
+fn the_ttft_taken_apart_adds_up_by_hand_on_an_idle_and_a_busy_instance() {
+    // The lone request of the first test: 2,000 µs in the tokenizer's window + 500 + 100 in
+    // the API server to reach the instance, no wait, the 1,000 µs step, 60 µs out.
+    let (sc, _dir) = scenario(&format!("(async_scheduling: true, {API})"), "0,100,4\n");
+    let p = run(&sc).0.ttft_parts_ms;
+    assert_eq!(p.requests, 1);
+    let ms = |v: Option<f64>| (v.unwrap() * 1000.0).round() as u64;
+    assert_eq!(
+        [p.to_the_instance, p.waiting, p.prefill, p.token_out, p.ttft].map(ms),
+        [2_600, 0, 1_000, 60, 3_660]
+    );
+    // The busy instance with async scheduling: A (arrives at 0) 0 + 0 + 1,000 + 60 µs; B
+    // (at 2,300) reaches it at once, waits out the step in flight and the one decided,
+    // [2300, 4000), prefills in [4000, 5000) and its token is the step's second: 50 + 20.
+    let rows = "0,16,20\n2300,16,3\n";
+    let engine = "(async_scheduling: true, api_request_us: 0.0, api_us_per_prompt_token: 0.0, \
+                  api_step_us: 50.0, api_us_per_output_token: 10.0, schedule_us: 0.0, \
+                  schedule_us_per_request: 0.0, tokenizer_window_us: 0.0)";
+    let (sc, _dir) = scenario(engine, rows);
+    let (summary, _) = run(&sc);
+    let p = &summary.ttft_parts_ms;
+    assert_eq!(p.requests, 2);
+    // Means of the two: (0 + 0) / 2, (0 + 1,700) / 2, (1,000 + 1,000) / 2, (60 + 70) / 2.
+    assert_eq!(
+        [p.to_the_instance, p.waiting, p.prefill, p.token_out, p.ttft].map(ms),
+        [0, 850, 1_000, 65, 1_915]
+    );
+    assert_eq!(
+        ms(p.ttft),
+        ms(summary.ttft_ms.mean),
+        "every request is in them"
+    );
+    assert!(
+        summary
+            .to_text()
+            .contains("ttft taken apart (mean ms): 0.000 to the instance + 0.850 waiting + 1.000 prefill + 0.065 token out = 1.915"),
+        "{}",
+        summary.to_text()
+    );
+}
+
+#[test]
 fn a_vllm_release_picks_its_scheduling_mode() {
     // The busy instance above: A steps every 1,000 µs, B reaches the engine at 2,300 µs.
     let rows = "0,16,20\n2300,16,3\n";
