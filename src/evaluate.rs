@@ -107,6 +107,8 @@ pub struct Trace {
     pub worst_decisions: Vec<(u64, WorstDecision)>,
     pub tenant_outliers: Vec<Outlier>,
     pub instance_outliers: Vec<Outlier>,
+    /// Where the mean TTFT goes, over every seed (`summary.json`'s `ttft_parts_ms`).
+    pub ttft_parts_ms: crate::metrics::TtftPartsSummary,
     /// All of it in plain words.
     pub text: String,
 }
@@ -447,6 +449,8 @@ fn trace(summaries: &[(u64, &Summary)], worst: usize) -> Trace {
     });
     all.truncate(worst);
     t.worst_decisions = all;
+    t.ttft_parts_ms =
+        crate::metrics::TtftPartsSummary::pooled(summaries.iter().map(|(_, s)| &s.ttft_parts_ms));
     // Tenants: served share or p90 TTFT far from the run's (first seed's slices, summed).
     let mut tenants: BTreeMap<&str, (u64, u64, Vec<f64>)> = BTreeMap::new();
     let mut run_p90 = Vec::new();
@@ -550,6 +554,19 @@ fn text(e: &Evaluation) -> String {
         ms(o.ttft_p99_ms),
         ms(o.e2e_p99_ms)
     );
+    let p = &e.trace.ttft_parts_ms;
+    if p.requests > 0 {
+        let _ = write!(
+            s,
+            "Mean TTFT {} ({} requests never preempted or retried): {} to the instance, {} waiting in its queue, {} prefill, {} token out. ",
+            ms(p.ttft),
+            p.requests,
+            ms(p.to_the_instance),
+            ms(p.waiting),
+            ms(p.prefill),
+            ms(p.token_out)
+        );
+    }
     for c in &e.classes {
         let _ = write!(
             s,

@@ -42,8 +42,8 @@ pub use summary::{
     GroupUsage, InstanceSummary, KvEventCounts, KvStoreSummary, KvSummary, KvTierSummary,
     LevelSummary, LinkFaultSummary, ListedCrash, LoraGroupSummary, LoraSummary, NetworkSummary,
     PlaceSummary, PoolSummary, RequestCounts, RoutingSummary, SliceSummary, SloSummary, SpanSlo,
-    SpeculativeSummary, StragglerSummary, Summary, Throughput, WorstDecision, cov, fitness_term,
-    jain,
+    SpeculativeSummary, StragglerSummary, Summary, Throughput, TtftPartsSummary, WorstDecision,
+    cov, fitness_term, jain,
 };
 
 use std::fs::File;

@@ -725,6 +725,30 @@ pub struct TtftPartsSummary {
     pub token_out: Option<f64>,
 }
 
+impl TtftPartsSummary {
+    /// The parts of several runs (an evaluation's seeds), each run weighed by its requests.
+    pub fn pooled<'a>(runs: impl IntoIterator<Item = &'a TtftPartsSummary>) -> Self {
+        let mut sums = [0.0; 5];
+        let mut requests = 0;
+        for r in runs {
+            let parts = [r.ttft, r.to_the_instance, r.waiting, r.prefill, r.token_out];
+            for (sum, v) in sums.iter_mut().zip(parts) {
+                *sum += v.unwrap_or(0.0) * r.requests as f64;
+            }
+            requests += r.requests;
+        }
+        let mean = |sum: f64| (requests > 0).then(|| sum / requests as f64);
+        TtftPartsSummary {
+            requests,
+            ttft: mean(sums[0]),
+            to_the_instance: mean(sums[1]),
+            waiting: mean(sums[2]),
+            prefill: mean(sums[3]),
+            token_out: mean(sums[4]),
+        }
+    }
+}
+
 impl From<crate::metrics::TtftPartsTotal> for TtftPartsSummary {
     fn from(t: crate::metrics::TtftPartsTotal) -> Self {
         let mean = |us: u64| (t.requests > 0).then(|| us as f64 / t.requests as f64 / 1000.0);

@@ -225,3 +225,20 @@ fn a_row_is_what_the_csv_crate_writes() {
         String::from_utf8(want).unwrap()
     );
 }
+
+#[test]
+fn ttft_parts_of_several_runs_are_weighed_by_their_requests() {
+    let run = |requests, v: f64| TtftPartsSummary {
+        requests,
+        ttft: Some(4.0 * v),
+        to_the_instance: Some(v),
+        waiting: Some(v),
+        prefill: Some(v),
+        token_out: Some(v),
+    };
+    let none = TtftPartsSummary::default();
+    // (1 × 2 + 3 × 6) / 4 = 5; a run without such a request weighs nothing.
+    let pooled = TtftPartsSummary::pooled([&run(1, 2.0), &run(3, 6.0), &none]);
+    assert_eq!(pooled, run(4, 5.0));
+    assert_eq!(TtftPartsSummary::pooled([&none]), none);
+}

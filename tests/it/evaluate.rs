@@ -109,6 +109,24 @@ fn the_worst_decisions_are_the_highest_regrets_and_threads_change_nothing() {
             .unwrap();
     assert_eq!(regrets[0], s["routing"]["max_regret"].as_f64().unwrap());
     assert_eq!(e["anomalies"], s["anomalies"]);
+    // Where the mean TTFT goes: the run's own parts (one seed), also said in words.
+    let parts = &e["trace"]["ttft_parts_ms"];
+    assert_eq!(parts["requests"], s["ttft_parts_ms"]["requests"]);
+    for part in ["ttft", "to_the_instance", "waiting", "prefill", "token_out"] {
+        let (ours, run) = (
+            parts[part].as_f64().unwrap(),
+            s["ttft_parts_ms"][part].as_f64().unwrap(),
+        );
+        assert!((ours - run).abs() < 1e-9, "{part}: {ours} against {run}");
+    }
+    let words = e["trace"]["text"].as_str().unwrap();
+    let mean = format!(
+        "Mean TTFT {:.1} ms ({} requests never preempted or retried): {:.1} ms to the instance",
+        s["ttft_parts_ms"]["ttft"].as_f64().unwrap(),
+        s["ttft_parts_ms"]["requests"],
+        s["ttft_parts_ms"]["to_the_instance"].as_f64().unwrap()
+    );
+    assert!(words.contains(&mean), "{words}");
     // Two seeds on one thread and on two: the same bytes.
     let tenants = tenants.to_str().unwrap();
     let one = servesim(
