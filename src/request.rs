@@ -343,6 +343,8 @@ pub struct RequestSample {
     pub e2e_us: Option<u64>,
     /// Mean inter-token latency (time per output token after the first).
     pub mean_itl_us: Option<f64>,
+    /// Its TTFT taken apart ([`FinishedRequest::ttft_parts`]).
+    pub ttft_parts: Option<TtftParts>,
 }
 
 #[cfg(test)]

@@ -616,6 +616,7 @@ mod tests {
             ttft_us: None,
             e2e_us: None,
             mean_itl_us: None,
+            ttft_parts: None,
             arrival_us: arrival_ms * 1000,
             completed_us: completed_ms.map(|c| c * 1000),
             slo_class: 0,

@@ -116,6 +116,8 @@ pub struct Slice {
     /// Requests whose client gave up, in the measurement and in the simulation.
     pub timeouts: Timeouts,
     pub lines: Vec<Line>,
+    /// Where the simulated mean TTFT of the requests compared goes (those never preempted).
+    pub simulated_ttft_parts_ms: crate::metrics::TtftPartsSummary,
 }
 
 /// Requests abandoned by their client (timed out), measured and simulated.
@@ -229,6 +231,7 @@ pub fn compare_slice(
     let mut cols: [(Vec<f64>, Vec<f64>); 3] = Default::default();
     let mut n = 0;
     let mut timeouts = Timeouts::default();
+    let mut parts = crate::metrics::TtftPartsTotal::default();
     for (i, (m, s)) in measured.iter().zip(simulated).enumerate() {
         if !pick(i) {
             continue;
@@ -239,6 +242,9 @@ pub fn compare_slice(
             continue;
         }
         n += 1;
+        if let Some(p) = s.ttft_parts {
+            parts.add(p);
+        }
         let (Some(ttft), Some(e2e)) = (s.ttft_us, s.e2e_us) else {
             continue;
         };
@@ -269,6 +275,7 @@ pub fn compare_slice(
         requests: n,
         timeouts,
         lines,
+        simulated_ttft_parts_ms: parts.into(),
     }
 }
 
@@ -421,6 +428,24 @@ impl Report {
                     l.metric, l.stat, l.measured_ms, l.simulated_ms
                 );
             }
+            let p = &slice.simulated_ttft_parts_ms;
+            if p.requests > 0 {
+                let ms = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.3}"));
+                let _ = writeln!(
+                    s,
+                    "simulated ttft taken apart (mean ms{}): {} to the instance + {} waiting + {} prefill + {} token out = {}",
+                    if p.requests < slice.requests as u64 {
+                        format!(", {} requests never preempted", p.requests)
+                    } else {
+                        String::new()
+                    },
+                    ms(p.to_the_instance),
+                    ms(p.waiting),
+                    ms(p.prefill),
+                    ms(p.token_out),
+                    ms(p.ttft)
+                );
+            }
         }
         let _ = writeln!(s, "\n{}", self.overall.describe_mean_ape());
         s
@@ -451,6 +476,7 @@ mod tests {
                 line("itl", itl, 7.0),
                 line("e2e", 100.0 * others, 110.0),
             ],
+            simulated_ttft_parts_ms: Default::default(),
         };
         let all = slice(5.0, 1.0);
         assert_eq!(
@@ -508,6 +534,7 @@ mod tests {
             requests: 1,
             timeouts: Timeouts::default(),
             lines: Vec::new(),
+            simulated_ttft_parts_ms: Default::default(),
         };
         let report = |n: usize| Report {
             measured_requests: n,

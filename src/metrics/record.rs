@@ -127,6 +127,7 @@ pub fn record_one(
                 e2e_us: f.e2e.map(|d| d.as_us()),
                 mean_itl_us: (f.itl_count > 0)
                     .then(|| f.itl_sum.as_us() as f64 / f64::from(f.itl_count)),
+                ttft_parts: f.ttft_parts(),
             });
     }
     if let Some(i) = f.instance {

@@ -309,6 +309,27 @@ fn calibrate_and_check_real_run_from_the_command_line() {
         serde_json::from_str(&std::fs::read_to_string(out_dir.join("check-real.json")).unwrap())
             .unwrap();
     assert_eq!(json["overall"]["lines"].as_array().unwrap().len(), 12);
+    // The simulated TTFT taken apart, over the requests compared (none preempted here): its
+    // parts add up to the table's simulated mean.
+    let parts = &json["overall"]["simulated_ttft_parts_ms"];
+    assert_eq!(parts["requests"], json["overall"]["requests"]);
+    let sum: f64 = ["to_the_instance", "waiting", "prefill", "token_out"]
+        .iter()
+        .map(|k| parts[k].as_f64().unwrap())
+        .sum();
+    let mean = &json["overall"]["lines"][0];
+    assert_eq!(
+        (mean["metric"].as_str(), mean["stat"].as_str()),
+        (Some("ttft"), Some("mean"))
+    );
+    assert!(
+        (sum - mean["simulated_ms"].as_f64().unwrap()).abs() < 1e-6,
+        "{parts}"
+    );
+    assert!(
+        text.contains("simulated ttft taken apart (mean ms): "),
+        "{text}"
+    );
     // A run's results and a comparison share a directory; each command names the other's
     // files it leaves (check-real.json was left beside a later run's files without a word).
     let (scenario_arg, measured_arg) = (scenario.to_str().unwrap(), measured.to_str().unwrap());
