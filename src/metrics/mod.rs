@@ -223,23 +223,24 @@ fn slot(v: &mut Vec<Breakdown>, i: usize) -> &mut Breakdown {
     &mut v[i]
 }
 
-/// Sums of requests' TTFT parts (µs), for their means.
+/// Sums of requests' TTFT parts (µs), for their means (u128, as the histograms' sums: a
+/// million requests of 10⁹ s would overflow u64).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct TtftPartsTotal {
     pub requests: u64,
-    pub to_the_instance_us: u64,
-    pub waiting_us: u64,
-    pub prefill_us: u64,
-    pub token_out_us: u64,
+    pub to_the_instance_us: u128,
+    pub waiting_us: u128,
+    pub prefill_us: u128,
+    pub token_out_us: u128,
 }
 
 impl TtftPartsTotal {
     pub fn add(&mut self, p: crate::request::TtftParts) {
         self.requests += 1;
-        self.to_the_instance_us += p.to_the_instance.as_us();
-        self.waiting_us += p.waiting.as_us();
-        self.prefill_us += p.prefill.as_us();
-        self.token_out_us += p.token_out.as_us();
+        self.to_the_instance_us += u128::from(p.to_the_instance.as_us());
+        self.waiting_us += u128::from(p.waiting.as_us());
+        self.prefill_us += u128::from(p.prefill.as_us());
+        self.token_out_us += u128::from(p.token_out.as_us());
     }
 }
 

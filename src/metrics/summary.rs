@@ -751,7 +751,7 @@ impl TtftPartsSummary {
 
 impl From<crate::metrics::TtftPartsTotal> for TtftPartsSummary {
     fn from(t: crate::metrics::TtftPartsTotal) -> Self {
-        let mean = |us: u64| (t.requests > 0).then(|| us as f64 / t.requests as f64 / 1000.0);
+        let mean = |us: u128| (t.requests > 0).then(|| us as f64 / t.requests as f64 / 1000.0);
         let parts = [
             t.to_the_instance_us,
             t.waiting_us,
