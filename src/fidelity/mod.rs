@@ -430,20 +430,15 @@ impl Report {
             }
             let p = &slice.simulated_ttft_parts_ms;
             if p.requests > 0 {
-                let ms = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.3}"));
                 let _ = writeln!(
                     s,
-                    "simulated ttft taken apart (mean ms{}): {} to the instance + {} waiting + {} prefill + {} token out = {}",
+                    "simulated ttft taken apart (mean ms{}): {}",
                     if p.requests < slice.requests as u64 {
                         format!(", {} requests never preempted", p.requests)
                     } else {
                         String::new()
                     },
-                    ms(p.to_the_instance),
-                    ms(p.waiting),
-                    ms(p.prefill),
-                    ms(p.token_out),
-                    ms(p.ttft)
+                    p.describe()
                 );
             }
         }

@@ -726,6 +726,19 @@ pub struct TtftPartsSummary {
 }
 
 impl TtftPartsSummary {
+    /// "3.146 to the instance + 10.825 waiting + 11.660 prefill + 0.259 token out = 25.890"
+    /// (ms, as the latency table writes them).
+    pub fn describe(&self) -> String {
+        format!(
+            "{} to the instance + {} waiting + {} prefill + {} token out = {}",
+            f(self.to_the_instance),
+            f(self.waiting),
+            f(self.prefill),
+            f(self.token_out),
+            f(self.ttft)
+        )
+    }
+
     /// The parts of several runs (an evaluation's seeds), each run weighed by its requests.
     pub fn pooled<'a>(runs: impl IntoIterator<Item = &'a TtftPartsSummary>) -> Self {
         let mut sums = [0.0; 5];
@@ -911,17 +924,13 @@ impl Summary {
             let left_out = self.requests.completed.saturating_sub(parts.requests);
             let _ = writeln!(
                 s,
-                "ttft taken apart (mean ms{}): {} to the instance + {} waiting + {} prefill + {} token out = {}",
+                "ttft taken apart (mean ms{}): {}",
                 if left_out > 0 {
                     format!(", without the {left_out} preempted or retried")
                 } else {
                     String::new()
                 },
-                f(parts.to_the_instance),
-                f(parts.waiting),
-                f(parts.prefill),
-                f(parts.token_out),
-                f(parts.ttft)
+                parts.describe()
             );
         }
         let _ = writeln!(
