@@ -116,7 +116,8 @@ pub struct Slice {
     /// Requests whose client gave up, in the measurement and in the simulation.
     pub timeouts: Timeouts,
     pub lines: Vec<Line>,
-    /// Where the simulated mean TTFT of the requests compared goes (those never preempted).
+    /// Where the simulated mean TTFT of the requests compared goes (those never preempted or
+    /// retried).
     pub simulated_ttft_parts_ms: crate::metrics::TtftPartsSummary,
 }
 
@@ -434,7 +435,10 @@ impl Report {
                     s,
                     "simulated ttft taken apart (mean ms{}): {}",
                     if p.requests < slice.requests as u64 {
-                        format!(", {} requests never preempted", p.requests)
+                        format!(
+                            ", without the {} preempted or retried",
+                            slice.requests as u64 - p.requests
+                        )
                     } else {
                         String::new()
                     },
@@ -520,6 +524,49 @@ mod tests {
             text.contains("\nttft    mean  1000000000.000         40.000     100.0\n"),
             "{text}"
         );
+    }
+
+    /// The line under a table says how many requests the parts leave out, in the words the
+    /// run's own line uses (it said "3 requests never preempted", counting those kept).
+    #[test]
+    fn the_simulated_ttft_parts_say_how_many_requests_they_leave_out() {
+        let parts = |requests: u64| crate::metrics::TtftPartsSummary {
+            requests,
+            ttft: Some(10.0),
+            to_the_instance: Some(1.0),
+            waiting: Some(2.0),
+            prefill: Some(3.0),
+            token_out: Some(4.0),
+        };
+        let report = |kept: u64| Report {
+            measured_requests: 5,
+            measured_failed: 0,
+            timeout_s: None,
+            not_completed_in_simulation: 0,
+            notes: Vec::new(),
+            mean_ape_pct: f64::NAN,
+            overall: Slice {
+                name: "all".into(),
+                requests: 5,
+                timeouts: Timeouts::default(),
+                lines: Vec::new(),
+                simulated_ttft_parts_ms: parts(kept),
+            },
+            stages: Vec::new(),
+        };
+        let sum =
+            "1.000 to the instance + 2.000 waiting + 3.000 prefill + 4.000 token out = 10.000";
+        let text = report(3).to_text();
+        let want = format!(
+            "\nsimulated ttft taken apart (mean ms, without the 2 preempted or retried): {sum}\n"
+        );
+        assert!(text.contains(&want), "{text}");
+        let text = report(5).to_text();
+        assert!(
+            text.contains(&format!("\nsimulated ttft taken apart (mean ms): {sum}\n")),
+            "{text}"
+        );
+        assert!(!report(0).to_text().contains("taken apart"));
     }
 
     #[test]
