@@ -3,9 +3,15 @@
 //! cache between them.
 //!
 //! A request is routed (by `policies.routing`) to a `Prefill` or `Mixed` instance. On a
-//! prefill instance its prompt runs as usual (chunked); the step that produces its first token
-//! ends its stay: TTFT is stamped there, as vLLM P/D reports it. At that step's end
-//! [`transfer_kv`]:
+//! prefill instance its prompt runs as usual (chunked); the step that ends it ends its stay.
+//! Which instance sends the client the first token is `cluster.pd_first_token`'s choice:
+//! - `Prefill` (default; DistServe, Splitwise): that step's token, TTFT stamped there;
+//! - `Decode` (vLLM's P/D proxy, llm-d): that step's token answers the proxy, which then hands
+//!   the request to the decode instance's API server ([`ServingPath::request_in`]) before
+//!   the transfer can start; the decode instance recomputes the prompt's last token and
+//!   samples the first itself, so the transfer is part of TTFT, not of the second token's ITL.
+//!
+//! At that step's end [`transfer_kv`]:
 //! 1. picks a decode instance with `policies.decode_routing` (any routing policy, over the
 //!    routable `Decode` instances that could ever hold the request: `max_model_len` and cache
 //!    size may differ between decode groups); when none could, the request is dropped;
@@ -28,13 +34,14 @@
 //! 4. when the last byte lands the prefill instance frees its blocks; the request joins the
 //!    decode instance's running batch at its next step (while `max_num_seqs` allows), with
 //!    its prompt's KV in place, and decodes there. The transfer shows in its second token's
-//!    ITL and in E2E.
+//!    ITL (or, `pd_first_token: Decode`, its TTFT) and in E2E.
 //!
 //! Requests in transit count on their decode instance (`in_flight` in the routers' view, and
 //! INV-1). Per request: `prefill_instance`, `decode_instance`, `kv_transfer_ms` in
 //! `requests.csv`; per run: `disaggregation` in `summary.json`.
 //!
 //! [`SimSystems::Transfer`]: crate::SimSystems::Transfer
+//! [`ServingPath::request_in`]: crate::latency::ServingPath::request_in
 
 mod check;
 #[cfg(test)]
@@ -79,6 +86,8 @@ pub struct Disagg {
     /// True when the cluster has decode instances.
     pub enabled: bool,
     pub layerwise: bool,
+    /// `cluster.pd_first_token: Decode` (vLLM's P/D proxy).
+    pub first_token_on_decode: bool,
     /// By instance index.
     pub links: Vec<KvLink>,
     /// When each instance's link is next free to send / to receive.
@@ -247,6 +256,7 @@ fn pools_and_transfers(
         waited_for_kv: s.waited,
         dropped: s.dropped,
         contention_ms: d.net.is_some().then(|| s.contention.summarize_ms()),
+        first_token_on_decode: d.first_token_on_decode,
     })
 }
 
@@ -338,6 +348,8 @@ pub fn set_up_links(app: &mut bevy_app::App, ctx: &SetupCtx<'_>) -> Result<(), S
         link_faults,
         net,
         layerwise: ctx.scenario.cluster.kv_transfer_layerwise,
+        first_token_on_decode: ctx.scenario.cluster.pd_first_token
+            == crate::scenario::PdFirstToken::Decode,
         send_free: vec![SimTime::ZERO; links.len()],
         recv_free: vec![SimTime::ZERO; links.len()],
         links,
@@ -584,7 +596,7 @@ fn start_transfers(
     let mut k = 0;
     while k < x.blocked.len() {
         let d = x.blocked[k];
-        let (mut sched, mut kv, ..) = instances
+        let (mut sched, mut kv, _, limits, _) = instances
             .get_mut(index.0[d as usize])
             .expect("instance entity exists for the whole run");
         let mut stuck = false;
@@ -592,6 +604,12 @@ fn start_transfers(
         for t in sched.incoming.iter_mut().filter(|t| t.done.is_none()) {
             let spec = &t.handoff.seq.spec;
             let input = spec.input_tokens;
+            // vLLM's P/D proxy: the prefill instance's answer reaches the proxy, which sends
+            // the request to this instance's API server; its engine then pulls the KV.
+            let handed = t.handoff.ready
+                + t.handoff.proxy_answer.map_or(SimDuration::ZERO, |answer| {
+                    answer + limits.serving.request_in(input)
+                });
             let cached = kv.cached_prefix_blocks(&spec.content, input, input + 1);
             // Not a prompt admission: the prefix hit rate counts prompts, decode-side hits
             // are `blocks_cached_on_decode`.
@@ -606,7 +624,7 @@ fn start_transfers(
             let blocks = kv.blocks_for(input).saturating_sub(cached);
             let bytes = f64::from(blocks) * f64::from(kv.block_size()) * src.bytes_per_token;
             let latency = src.latency.max(dst.latency);
-            let earliest = now + latency;
+            let earliest = now.max(handed) + latency;
             let mut start = if x.net.is_some() {
                 earliest
             } else {

@@ -33,6 +33,7 @@ fn world() -> World {
         seq,
         ready: SimTime(100),
         last_step: SimDuration::from_us(1_100),
+        proxy_answer: None,
     });
     let link = |role, bytes_per_us, latency| KvLink {
         role,

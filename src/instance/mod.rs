@@ -163,6 +163,9 @@ pub struct Limits {
     pub max_waiting: Option<u32>,
     /// Mixed, prefill-only or decode-only (P/D disaggregation).
     pub role: crate::scenario::Role,
+    /// A prefill instance whose token only answers vLLM's P/D proxy: the decode instance
+    /// samples the first token (`cluster.pd_first_token: Decode`).
+    pub first_token_on_decode: bool,
     /// The scheduler mode and API server around the steps.
     pub serving: crate::latency::ServingPath,
     /// `serving.streams_out()`, read at every step's end.
@@ -192,6 +195,7 @@ impl Limits {
             nvme_latency_us: 0.0,
             max_waiting: None,
             role: Default::default(),
+            first_token_on_decode: false,
             serving: crate::latency::ServingPath::BARE,
             streams_out: false,
             reserves_whole: false,
@@ -233,6 +237,10 @@ pub struct Seq {
     pub busy_until: SimTime,
     /// Instance that produced the first output token.
     pub prefill_instance: Option<u32>,
+    /// P/D with `pd_first_token: Decode`, on the prefill instance: its prompt is done and its
+    /// one token answered the proxy, this long after the step's end (the API server's output
+    /// work). Taken by the hand-off.
+    pub proxy_answer: Option<SimDuration>,
     /// P/D: first token to KV ready on this (decode) instance.
     pub kv_transfer: Option<SimDuration>,
     /// Its share of the energy of the steps it took part in, nanojoules (`energy`; 0
@@ -264,6 +272,7 @@ impl Seq {
             preemptions: 0,
             busy_until: SimTime::ZERO,
             prefill_instance: None,
+            proxy_answer: None,
             kv_transfer: None,
             energy_nj: lifecycle.retried_energy_nj,
             drafted: 0,
@@ -308,7 +317,9 @@ impl Seq {
             itl_count: self.itl_count,
             preemptions: self.preemptions,
             prefill_instance: self.prefill_instance,
-            decode_instance: (self.generated > 1).then_some(instance),
+            // A request reaches its decode instance with one token (the first, sent by the
+            // prefill instance) or none (`pd_first_token: Decode`).
+            decode_instance: (self.generated > 1 || self.kv_transfer.is_some()).then_some(instance),
             kv_transfer: self.kv_transfer,
             energy_nj: self.energy_nj,
             drafted: self.drafted,
@@ -323,10 +334,13 @@ impl Seq {
 pub struct Handoff {
     /// Holds its KV blocks on the prefill instance until the transfer ends.
     pub seq: Seq,
-    /// End of the step that produced its first token.
+    /// End of the step that ended its prompt (and produced its first token).
     pub ready: SimTime,
     /// Length of that step (layer-wise transfer overlaps it).
     pub last_step: SimDuration,
+    /// `pd_first_token: Decode`: from `ready` to the prefill instance's answer reaching the
+    /// proxy (its API server's output work). `None`: the first token went to the client.
+    pub proxy_answer: Option<SimDuration>,
 }
 
 /// P/D, decode side: a request on its way here, first waiting for KV room (in order), then

@@ -258,6 +258,9 @@ pub fn spawn_instances(app: &mut App, ctx: &SetupCtx<'_>) -> Result<(), SimError
                         max_waiting: scenario.limits.max_waiting_per_instance,
                         pp_link_latency: SimDuration(group.pp_link_latency_us),
                         role: group.role,
+                        first_token_on_decode: group.role == crate::scenario::Role::Prefill
+                            && scenario.cluster.pd_first_token
+                                == crate::scenario::PdFirstToken::Decode,
                         serving: resolved.serving,
                         streams_out: resolved.serving.streams_out(),
                         reserves_whole: batcher.reserves_whole_request(),

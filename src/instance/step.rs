@@ -535,7 +535,6 @@ pub(crate) fn complete_one(
         if seq.progress < seq.known_tokens() {
             continue; // a prefill chunk that did not reach the end of the prompt
         }
-        seq.generated += emits;
         // Its tokens leave in one chunk (vLLM's one `RequestOutput` per request and step,
         // speculative tokens together), after the chunks before it.
         chunks += 1;
@@ -544,9 +543,20 @@ pub(crate) fn complete_one(
         } else {
             SimDuration::ZERO
         };
+        if limits.first_token_on_decode {
+            // vLLM's P/D proxy: this token answers the proxy and is dropped. The decode
+            // instance recomputes the prompt's last token and samples the first itself
+            // (vLLM's `_update_waiting_for_remote_kv` counts the loaded prompt one short).
+            seq.prefill_instance = Some(i);
+            seq.proxy_answer = Some(delivery);
+            seq.progress = seq.progress.saturating_sub(1);
+            any_handoff = true;
+            continue;
+        }
+        seq.generated += emits;
         if seq.first_token.is_none() {
             seq.first_token = Some(end);
-            seq.prefill_instance = Some(i);
+            seq.prefill_instance.get_or_insert(i);
             seq.first_delivery = delivery;
             seq.ttft = Some(end.since(seq.lifecycle.arrival) + alpha2 + delivery);
         } else if emits > 1 {
@@ -632,13 +642,15 @@ pub(crate) fn complete_one(
             preemptions_at_completion: at_completion,
             ..
         } = sched;
-        for seq in running.extract_if(.., |s| s.generated >= 1) {
+        for mut seq in running.extract_if(.., |s| s.generated >= 1 || s.proxy_answer.is_some()) {
             counters.handed_off += 1;
             *at_completion = counters.preemptions;
+            let proxy_answer = seq.proxy_answer.take();
             handoff.push(super::Handoff {
                 seq,
                 ready: end,
                 last_step,
+                proxy_answer,
             });
         }
     }

@@ -432,11 +432,13 @@ pub struct DisaggSummary {
     pub blocks_sent: u64,
     /// Prompt blocks the decode instance already had (prefix hits there), not sent.
     pub blocks_cached_on_decode: u64,
-    /// First token to KV ready on the decode instance (waits included), per arrived request.
+    /// First token (the prefill's end) to KV ready on the decode instance (waits included),
+    /// per arrived request.
     pub transfer_ms: Distribution,
     /// Reservation on the decode instance to the last byte (link queueing, latency, wire).
     pub link_ms: Distribution,
-    /// First token to the decode-side KV reservation, per transfer started.
+    /// First token (the prefill's end) to the decode-side KV reservation, per transfer
+    /// started.
     pub decode_kv_wait_ms: Distribution,
     /// Transfers that waited for decode-side KV room at all.
     pub waited_for_kv: u64,
@@ -446,6 +448,10 @@ pub struct DisaggSummary {
     /// an idle fabric (the other transfers on its links).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub contention_ms: Option<Distribution>,
+    /// `cluster.pd_first_token: Decode` (written only then): the decode instances sent the
+    /// first tokens, and `transfer_ms` and `decode_kv_wait_ms` count from the prefill's end.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub first_token_on_decode: bool,
 }
 
 /// The network (`cluster.topology`): where the instances sit and how loaded each level's
@@ -1096,13 +1102,23 @@ impl Summary {
         if let Some(d) = &self.disaggregation {
             let _ = writeln!(
                 s,
-                "P/D: {} KV transfers, {:.3} GB; first token to KV on decode (ms) mean {}, p99 {}; {} waited for decode KV (wait p99 {} ms)",
+                "P/D: {} KV transfers, {:.3} GB; {} to KV on decode (ms) mean {}, p99 {}; {} waited for decode KV (wait p99 {} ms){}",
                 d.transfers,
                 d.transfer_gb,
+                if d.first_token_on_decode {
+                    "prefill's end"
+                } else {
+                    "first token"
+                },
                 f(d.transfer_ms.mean),
                 f(d.transfer_ms.p99),
                 d.waited_for_kv,
-                f(d.decode_kv_wait_ms.p99)
+                f(d.decode_kv_wait_ms.p99),
+                if d.first_token_on_decode {
+                    "; first tokens sent by the decode instances"
+                } else {
+                    ""
+                }
             );
             let pools: Vec<String> = d
                 .pools

@@ -20,6 +20,13 @@ pub struct ClusterSpec {
     /// Default false (vLLM's NIXL connector sends after the prefill).
     #[serde(default)]
     pub kv_transfer_layerwise: bool,
+    /// Prefill/decode disaggregation: which instance sends the client its first token.
+    /// `Prefill` (default): the prefill instance streams it and the decode instance carries
+    /// on (DistServe, Splitwise). `Decode`: vLLM's P/D proxy (NIXL connector, llm-d): the
+    /// prefill instance answers the proxy with one token, which is dropped; the decode
+    /// instance, handed the request, pulls the prompt's KV and samples the first token.
+    #[serde(default)]
+    pub pd_first_token: PdFirstToken,
     /// A KV store shared by every instance of the cluster (LMCache remote backend, Mooncake
     /// Store): blocks leaving an instance's last local tier (or every computed prompt
     /// block, write-through) are written there, and any instance loads them on a prefix
@@ -80,6 +87,18 @@ impl Eviction {
             Eviction::Fifo => "FIFO",
         }
     }
+}
+
+/// Which instance of a disaggregated cluster sends a request's first token
+/// (`cluster.pd_first_token`).
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+pub enum PdFirstToken {
+    /// The prefill instance streams it; the decode instance sends the rest.
+    #[default]
+    Prefill,
+    /// The decode instance: the prefill instance's token only answers the proxy that then
+    /// hands the request to the decode instance (vLLM's `toy_proxy_server.py`, llm-d).
+    Decode,
 }
 
 /// What the instances of a group do (prefill/decode disaggregation).

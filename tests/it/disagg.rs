@@ -86,6 +86,81 @@ fn a_lone_request_prefills_transfers_and_decodes_to_the_microsecond() {
     assert_eq!(s.instances[1].decode_tokens, 2);
 }
 
+/// vLLM's P/D proxy (`pd_first_token: Decode`): the prefill instance's token answers the
+/// proxy, the decode instance's API server takes the request in, pulls the KV and samples
+/// the first token after recomputing the prompt's last. Against the DistServe reading on the
+/// same cluster, with an API server (500 µs + 1 µs per prompt token in, 50 µs per step +
+/// 10 µs per token out) and no scheduling overlap.
+#[test]
+fn the_decode_instance_sends_the_first_token_behind_vllm_s_proxy_to_the_microsecond() {
+    let engine = "engine: (async_scheduling: false, schedule_us: 0.0, schedule_us_per_request: 0.0, \
+        api_request_us: 500.0, api_us_per_prompt_token: 1.0, api_step_us: 50.0, \
+        api_us_per_output_token: 10.0, tokenizer_window_us: 0.0), latency: Blackbox";
+    let scenario = |cluster: &str| {
+        parse(&pd(1, 1, cluster, &all_at_zero(1, 160, 3)).replace("latency: Blackbox", engine))
+    };
+    let transfer = 50 + wire_us(160, 50_000); // 470 µs, as above
+    // The prompt reaches the prefill engine at 500 + 160 = 660 µs; its step ends at
+    // 660 + 1000 + 160 = 1820, and its token leaves the API server 50 + 10 µs later.
+    let (s, rows) = run(&scenario(""));
+    let r = &rows[0];
+    assert_eq!(r.us("ttft_ms"), 1880);
+    assert_eq!(r.us("kv_transfer_ms"), transfer);
+    // KV at 1820 + 470 = 2290; two decode steps of 1010 µs; the last token out 60 µs later.
+    assert_eq!(r.u64("completion_us"), 2290 + 2 * 1010);
+    assert_eq!(r.us("e2e_ms"), 4310 + 60);
+    assert!(
+        s.disaggregation
+            .as_ref()
+            .is_some_and(|d| !d.first_token_on_decode)
+    );
+
+    let (s, rows) = run(&scenario(", pd_first_token: Decode"));
+    let r = &rows[0];
+    // The answer reaches the proxy at 1880; the decode instance's API server takes the
+    // request in (660 µs, as the prefill's did) by 2540; then the transfer: KV at 3010.
+    assert_eq!(r.us("kv_transfer_ms"), 3010 - 1820);
+    // A step recomputes the prompt's last token (1000 + 1 µs, a prefill token) and samples
+    // the first: 4011, out at 4071.
+    assert_eq!(r.us("ttft_ms"), 4071);
+    assert_eq!(
+        (r.u64("prefill_instance"), r.u64("decode_instance")),
+        (0, 1)
+    );
+    // All three tokens come from the decode instance: two more steps of 1010 µs.
+    assert_eq!(r.u64("completion_us"), 4011 + 2 * 1010);
+    assert_eq!(r.us("e2e_ms"), 6031 + 60);
+    assert_eq!(
+        r.us("mean_itl_ms"),
+        1010,
+        "the transfer is in the TTFT, not the ITL"
+    );
+    assert_eq!(r.u64("generated_tokens"), 3);
+    // TTFT taken apart: 660 to the prefill instance, no wait, 1820 − 660 + the hand-off and
+    // the decode step = 3351 of "prefill", 60 out.
+    let p = &s.ttft_parts_ms;
+    assert_eq!(
+        (p.to_the_instance, p.waiting, p.prefill, p.token_out),
+        (Some(0.66), Some(0.0), Some(3.351), Some(0.06))
+    );
+    let d = s.disaggregation.as_ref().expect("a P/D run");
+    assert!(d.first_token_on_decode);
+    assert_eq!(d.transfer_ms.max, Some(1.19));
+    assert_eq!(s.instances[0].prefill_tokens, 160);
+    assert_eq!(
+        (s.instances[1].prefill_tokens, s.instances[1].decode_tokens),
+        (1, 2)
+    );
+    // A one-token answer is the decode instance's too (it ends on the prefill instance
+    // otherwise).
+    let one = parse(
+        &pd(1, 1, ", pd_first_token: Decode", &all_at_zero(1, 160, 1))
+            .replace("latency: Blackbox", engine),
+    );
+    let (_, rows) = run(&one);
+    assert_eq!((rows[0].u64("instance"), rows[0].us("ttft_ms")), (1, 4071));
+}
+
 #[test]
 fn two_transfers_from_one_prefill_instance_queue_on_its_link() {
     // A 1 GB/s link (1,000 bytes/µs): 10 blocks take 20,972 µs on the wire. The two requests
