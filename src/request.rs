@@ -224,12 +224,14 @@ pub struct FinishedRequest {
     pub itl_sum: SimDuration,
     pub itl_count: u32,
     pub preemptions: u32,
-    /// Instance that produced the first output token.
+    /// Instance that ran its prompt (on a mixed instance, or with `pd_first_token: Prefill`,
+    /// it also produced the first output token).
     pub prefill_instance: Option<u32>,
-    /// Instance that produced the later output tokens (none when there were none).
+    /// P/D: the decode instance the request reached, which produced its output tokens (with
+    /// `pd_first_token: Prefill`, all but the first); none before it got there.
     pub decode_instance: Option<u32>,
-    /// First token to KV ready on the decode instance (P/D disaggregation): waiting for
-    /// decode-side KV room, for the link, and the transfer itself.
+    /// The prefill's end to KV ready on the decode instance (P/D disaggregation): the hand-off
+    /// through vLLM's proxy, waiting for decode-side KV room, for the link, and the transfer.
     pub kv_transfer: Option<SimDuration>,
     /// Its share of the energy of the steps it took part in, nanojoules (0 without
     /// `energy`).

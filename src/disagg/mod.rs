@@ -5,11 +5,11 @@
 //! A request is routed (by `policies.routing`) to a `Prefill` or `Mixed` instance. On a
 //! prefill instance its prompt runs as usual (chunked); the step that ends it ends its stay.
 //! Which instance sends the client the first token is `cluster.pd_first_token`'s choice:
-//! - `Prefill` (default; DistServe, Splitwise): that step's token, TTFT stamped there;
-//! - `Decode` (vLLM's P/D proxy, llm-d): that step's token answers the proxy, which then hands
-//!   the request to the decode instance's API server ([`ServingPath::request_in`]) before
-//!   the transfer can start; the decode instance recomputes the prompt's last token and
-//!   samples the first itself, so the transfer is part of TTFT, not of the second token's ITL.
+//! - `Decode` (default; vLLM's P/D proxy, llm-d): that step's token answers the proxy, which
+//!   then hands the request to the decode instance's API server
+//!   ([`ServingPath::request_in`]) before the transfer can start; the decode instance recomputes the prompt's last token and
+//!   samples the first itself, so the transfer is part of TTFT, not of the second token's ITL;
+//! - `Prefill` (DistServe, Splitwise): that step's token, TTFT stamped there.
 //!
 //! At that step's end [`transfer_kv`]:
 //! 1. picks a decode instance with `policies.decode_routing` (any routing policy, over the
@@ -33,8 +33,8 @@
 //!    `max(wire / L, wire − step × (L − 1) / L)` of its `wire` time is left;
 //! 4. when the last byte lands the prefill instance frees its blocks; the request joins the
 //!    decode instance's running batch at its next step (while `max_num_seqs` allows), with
-//!    its prompt's KV in place, and decodes there. The transfer shows in its second token's
-//!    ITL (or, `pd_first_token: Decode`, its TTFT) and in E2E.
+//!    its prompt's KV in place, and decodes there. The transfer shows in its TTFT (with
+//!    `pd_first_token: Prefill`, in its second token's ITL) and in E2E.
 //!
 //! Requests in transit count on their decode instance (`in_flight` in the routers' view, and
 //! INV-1). Per request: `prefill_instance`, `decode_instance`, `kv_transfer_ms` in
@@ -175,7 +175,7 @@ pub struct TransferStats {
     pub blocks: u64,
     /// Blocks the decode instance already had (prefix hits there), not sent.
     pub blocks_cached: u64,
-    /// First token to KV ready on the decode instance (µs).
+    /// The prefill's end to KV ready on the decode instance (µs).
     pub time: Histogram,
     /// Reservation to last byte: the link's share (µs).
     pub link_time: Histogram,

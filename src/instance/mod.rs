@@ -241,7 +241,7 @@ pub struct Seq {
     /// one token answered the proxy, this long after the step's end (the API server's output
     /// work). Taken by the hand-off.
     pub proxy_answer: Option<SimDuration>,
-    /// P/D: first token to KV ready on this (decode) instance.
+    /// P/D: the prefill's end to KV ready on this (decode) instance.
     pub kv_transfer: Option<SimDuration>,
     /// Its share of the energy of the steps it took part in, nanojoules (`energy`; 0
     /// without). Whole units, so that lockstep steps sum it exactly as normal steps do.

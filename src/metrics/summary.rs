@@ -448,9 +448,8 @@ pub struct DisaggSummary {
     /// an idle fabric (the other transfers on its links).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub contention_ms: Option<Distribution>,
-    /// `cluster.pd_first_token: Decode` (written only then): the decode instances sent the
-    /// first tokens, and `transfer_ms` and `decode_kv_wait_ms` count from the prefill's end.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    /// `cluster.pd_first_token: Decode`: the decode instances sent the first tokens, and
+    /// `transfer_ms` and `decode_kv_wait_ms` count from the prefill's end.
     pub first_token_on_decode: bool,
 }
 

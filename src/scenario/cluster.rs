@@ -21,10 +21,10 @@ pub struct ClusterSpec {
     #[serde(default)]
     pub kv_transfer_layerwise: bool,
     /// Prefill/decode disaggregation: which instance sends the client its first token.
-    /// `Prefill` (default): the prefill instance streams it and the decode instance carries
-    /// on (DistServe, Splitwise). `Decode`: vLLM's P/D proxy (NIXL connector, llm-d): the
-    /// prefill instance answers the proxy with one token, which is dropped; the decode
-    /// instance, handed the request, pulls the prompt's KV and samples the first token.
+    /// `Decode` (default): vLLM's P/D proxy (NIXL connector, llm-d): the prefill instance
+    /// answers the proxy with one token, which is dropped; the decode instance, handed the
+    /// request, pulls the prompt's KV and samples the first token. `Prefill`: the prefill
+    /// instance streams it and the decode instance carries on (DistServe, Splitwise).
     #[serde(default)]
     pub pd_first_token: PdFirstToken,
     /// A KV store shared by every instance of the cluster (LMCache remote backend, Mooncake
@@ -94,10 +94,10 @@ impl Eviction {
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
 pub enum PdFirstToken {
     /// The prefill instance streams it; the decode instance sends the rest.
-    #[default]
     Prefill,
     /// The decode instance: the prefill instance's token only answers the proxy that then
     /// hands the request to the decode instance (vLLM's `toy_proxy_server.py`, llm-d).
+    #[default]
     Decode,
 }
 

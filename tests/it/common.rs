@@ -77,7 +77,7 @@ pub fn mean_p99(d: &servesim::metrics::Distribution) -> String {
 }
 
 /// One `requests.csv` row by column name.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Row(pub BTreeMap<String, String>);
 
 impl Row {
