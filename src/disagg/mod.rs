@@ -563,6 +563,7 @@ fn arrive(
             );
             let took = now.since(t.handoff.ready);
             seq.kv_transfer = Some(took);
+            seq.landed = now;
             x.stats.time.record(took.as_us());
             sched.arrived.push_back(seq);
             let slot = &mut view.instances[d as usize];

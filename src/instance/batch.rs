@@ -100,11 +100,20 @@ pub(crate) fn form_one(
     }
     // P/D: requests whose KV arrived join the running batch (they hold their blocks, as
     // vLLM's remote-KV requests do once their blocks are received), while there is room.
-    while !sched.arrived.is_empty() && sched.running.len() < limits.max_num_seqs as usize {
+    // The scheduler learns of a landing from the output of the step it happened in
+    // (`finished_recving`), so with async scheduling one that landed after this step was
+    // decided joins the step after it, as a new request does.
+    let decided = decided_at(sched, limits, now);
+    while sched
+        .arrived
+        .front()
+        .is_some_and(|seq| decided.is_none_or(|d| seq.landed <= d))
+        && sched.running.len() < limits.max_num_seqs as usize
+    {
         let seq = sched.arrived.pop_front().expect("not empty");
         sched.running.push(seq);
     }
-    let unseen = unseen_arrivals(sched, limits, now);
+    let unseen = unseen_arrivals(sched, decided);
     sched.scheduled.clear();
     batcher.0.form(sched, kv, limits, now, ordering);
     sched.preempted_forming = sched.counters.preemptions != preemptions;
@@ -126,28 +135,30 @@ pub(crate) fn form_one(
     true
 }
 
-/// With vLLM's async scheduling the step starting `now` was decided when the step before it
-/// started (the engine core schedules one step ahead: `step_with_batch_queue`), so requests
-/// that reached the engine after that were not yet in its wait queue: they are taken out of
-/// `sched.waiting` for this step (to be put back after it is formed). Requests join the queue
-/// at its back in the order they arrive, so those are its tail. An instance that was idle
-/// decides now. With pipeline parallelism the engine keeps `pp` micro-batches in flight in
-/// either mode, and vLLM 0.15.1's scheduler never schedules a request again while its token
-/// is outstanding (`Scheduler.schedule`: `use_pp` and `num_output_placeholders`), which is
-/// how our pipeline already runs: nothing is held back there.
+/// When the step starting `now` was decided, if before `now`: with vLLM's async scheduling
+/// the engine core schedules one step ahead (`step_with_batch_queue`), so a step that follows
+/// another was decided when that one started. An instance that was idle decides now (`None`).
+/// With pipeline parallelism the engine keeps `pp` micro-batches in flight in either mode,
+/// and vLLM 0.15.1's scheduler never schedules a request again while its token is outstanding
+/// (`Scheduler.schedule`: `use_pp` and `num_output_placeholders`), which is how our pipeline
+/// already runs: nothing is held back there (`None`).
+pub(crate) fn decided_at(sched: &Scheduler, limits: &Limits, now: SimTime) -> Option<SimTime> {
+    (limits.serving.async_scheduling
+        && limits.pp == 1
+        && sched.counters.steps > 0
+        && sched.step_done == now)
+        .then_some(sched.step_started)
+}
+
+/// Requests that reached the engine after the step was `decided` ([`decided_at`]) were not
+/// yet in its wait queue: they are taken out of `sched.waiting` for this step (to be put back
+/// after it is formed). Requests join the queue at its back in the order they arrive, so
+/// those are its tail.
 pub(crate) fn unseen_arrivals(
     sched: &mut Scheduler,
-    limits: &Limits,
-    now: SimTime,
+    decided: Option<SimTime>,
 ) -> Option<std::collections::VecDeque<Seq>> {
-    if !limits.serving.async_scheduling
-        || limits.pp > 1
-        || sched.counters.steps == 0
-        || sched.step_done != now
-    {
-        return None;
-    }
-    let decided = sched.step_started;
+    let decided = decided?;
     let seen = sched
         .waiting
         .iter()

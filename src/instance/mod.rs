@@ -243,6 +243,8 @@ pub struct Seq {
     pub proxy_answer: Option<SimDuration>,
     /// P/D: the prefill's end to KV ready on this (decode) instance.
     pub kv_transfer: Option<SimDuration>,
+    /// P/D: when its KV landed on this (decode) instance.
+    pub landed: SimTime,
     /// Its share of the energy of the steps it took part in, nanojoules (`energy`; 0
     /// without). Whole units, so that lockstep steps sum it exactly as normal steps do.
     pub energy_nj: u64,
@@ -274,6 +276,7 @@ impl Seq {
             prefill_instance: None,
             proxy_answer: None,
             kv_transfer: None,
+            landed: SimTime::ZERO,
             energy_nj: lifecycle.retried_energy_nj,
             drafted: 0,
             accepted: 0,

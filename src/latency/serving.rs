@@ -356,7 +356,7 @@ mod tests {
         assert!(v.describe(1).starts_with(
             "async scheduling (vLLM ≥ 0.14: a new request joins the step after next);"
         ));
-        // With pipeline stages nothing is held back (batch::unseen_arrivals), so validate
+        // With pipeline stages nothing is held back (batch::decided_at), so validate
         // must not say a new request waits a step.
         let piped = v.describe(2);
         assert!(

@@ -164,6 +164,37 @@ fn the_decode_instance_sends_the_first_token_behind_vllm_s_proxy_to_the_microsec
     assert_eq!((rows[0].u64("instance"), rows[0].us("ttft_ms")), (1, 4071));
 }
 
+/// With async scheduling the decode instance's scheduler learns of a landing from the output
+/// of the step it happened in, after the next step was decided: the request joins the step
+/// after that one, as a new request does.
+#[test]
+fn with_async_scheduling_a_landing_during_a_step_joins_the_step_after_the_next() {
+    let scenario = |asynchronous: bool| {
+        let engine = format!(
+            "engine: (async_scheduling: {asynchronous}, schedule_us: 0.0, schedule_us_per_request: 0.0, \
+             api_request_us: 500.0, api_us_per_prompt_token: 1.0, api_step_us: 50.0, \
+             api_us_per_output_token: 10.0, tokenizer_window_us: 0.0), latency: Blackbox"
+        );
+        parse(&pd(1, 1, "", &all_at_zero(2, 160, 3)).replace("latency: Blackbox", &engine))
+    };
+    // Both prompts reach the prefill instance at 660 µs and run in one step of
+    // 1000 + 320 µs, to 1980. Their answers leave at 2040 and 2050 (50 + 10 µs a chunk, in
+    // batch order); the decode instance's API server takes them in by 2700 and 2710. Their
+    // transfers share the links: 2750 to 3170 and 3170 to 3590.
+    // Request 0 finds the decode instance idle: a step of 1000 + 1 µs (its prompt's last
+    // token) from 3170 to 4171, first token out at 4231. Request 1 lands at 3590, during it.
+    let ttft = |asynchronous| -> Vec<u64> {
+        let (_, rows) = run(&scenario(asynchronous));
+        rows.iter().map(|r| r.us("ttft_ms")).collect()
+    };
+    // Without async scheduling the step from 4171 takes it: 1000 + 1 + 10 µs, to 5182,
+    // and its token is the second out of that step (50 + 20 µs).
+    assert_eq!(ttft(false), [4231, 5252]);
+    // With it, the step from 4171 was decided at 3170: request 0 decodes alone (1010 µs, to
+    // 5181), and request 1 joins the step from 5181, to 6192.
+    assert_eq!(ttft(true), [4231, 6262]);
+}
+
 #[test]
 fn two_transfers_from_one_prefill_instance_queue_on_its_link() {
     // A 1 GB/s link (1,000 bytes/µs): 10 blocks take 20,972 µs on the wire. The two requests
