@@ -251,6 +251,25 @@ fn setup(sc: &scenario::Scenario, catalog: &Catalog) -> String {
             st.eviction.name()
         );
     }
+    if sc
+        .cluster
+        .groups
+        .iter()
+        .any(|g| g.role == crate::scenario::Role::Decode)
+    {
+        let _ = writeln!(
+            s,
+            "  P/D: {}",
+            match sc.cluster.pd_first_token {
+                crate::scenario::PdFirstToken::Decode => {
+                    "the decode instances send every token, the first after the hand-off, the KV transfer and a decode step (vLLM's P/D proxy: the prefill instance's one token answers the proxy; cluster.pd_first_token: Prefill sends it from the prefill instance)"
+                }
+                crate::scenario::PdFirstToken::Prefill => {
+                    "the prefill instances send the first token, the decode instances the rest (cluster.pd_first_token: Prefill, as DistServe; behind vLLM's P/D proxy the decode instance sends it)"
+                }
+            }
+        );
+    }
     if let Some(t) = &sc.cluster.topology {
         topology_lines(&mut s, sc, t, catalog);
     }

@@ -164,6 +164,27 @@ fn the_decode_instance_sends_the_first_token_behind_vllm_s_proxy_to_the_microsec
     assert_eq!((rows[0].u64("instance"), rows[0].us("ttft_ms")), (1, 4071));
 }
 
+#[test]
+fn validate_says_which_instance_sends_the_first_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let workload = all_at_zero(1, 160, 3);
+    for (cluster, want) in [
+        (
+            "",
+            "  P/D: the decode instances send every token, the first after the hand-off",
+        ),
+        (
+            PREFILL_FIRST,
+            "  P/D: the prefill instances send the first token, the decode instances the rest",
+        ),
+    ] {
+        std::fs::write(dir.path().join("pd.ron"), pd(1, 1, cluster, &workload)).unwrap();
+        let out = crate::common::servesim_ok(&["validate", "pd.ron"], dir.path());
+        let out = String::from_utf8_lossy(&out.stdout);
+        assert!(out.contains(want), "{out}");
+    }
+}
+
 /// With async scheduling the decode instance's scheduler learns of a landing from the output
 /// of the step it happened in, after the next step was decided: the request joins the step
 /// after that one, as a new request does.
