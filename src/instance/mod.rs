@@ -235,7 +235,8 @@ pub struct Seq {
     /// End of the micro-batch this request is in (pipeline parallelism): it cannot be
     /// scheduled again, nor preempted, before then.
     pub busy_until: SimTime,
-    /// Instance that produced the first output token.
+    /// Instance that ran its prompt to its end (and produced the first token, unless a P/D
+    /// decode instance did: `cluster.pd_first_token`).
     pub prefill_instance: Option<u32>,
     /// P/D with `pd_first_token: Decode`, on the prefill instance: its prompt is done and its
     /// one token answered the proxy, this long after the step's end (the API server's output

@@ -432,13 +432,12 @@ pub struct DisaggSummary {
     pub blocks_sent: u64,
     /// Prompt blocks the decode instance already had (prefix hits there), not sent.
     pub blocks_cached_on_decode: u64,
-    /// First token (the prefill's end) to KV ready on the decode instance (waits included),
-    /// per arrived request.
+    /// The prefill's end (with `pd_first_token: Prefill`, the first token) to KV ready on the
+    /// decode instance (waits included), per arrived request.
     pub transfer_ms: Distribution,
     /// Reservation on the decode instance to the last byte (link queueing, latency, wire).
     pub link_ms: Distribution,
-    /// First token (the prefill's end) to the decode-side KV reservation, per transfer
-    /// started.
+    /// The prefill's end to the decode-side KV reservation, per transfer started.
     pub decode_kv_wait_ms: Distribution,
     /// Transfers that waited for decode-side KV room at all.
     pub waited_for_kv: u64,

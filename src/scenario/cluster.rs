@@ -107,8 +107,8 @@ pub enum Role {
     /// Prefill and decode on the same instance (plain vLLM).
     #[default]
     Mixed,
-    /// Runs prompts only: after a request's first token its KV blocks go to a decode
-    /// instance (chosen by `policies.decode_routing`).
+    /// Runs prompts only: after a request's prompt its KV blocks go to a decode instance
+    /// (chosen by `policies.decode_routing`).
     Prefill,
     /// Receives prefilled requests and decodes them; never picked by `policies.routing`.
     Decode,
