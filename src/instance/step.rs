@@ -119,7 +119,10 @@ pub(crate) fn execute_one(
         && (!sched.in_flight.is_empty()
             || sched.outbound > 0
             || !sched.handoff.is_empty()
-            || (!sched.incoming.is_empty() && !sched.preempted_forming && !kv.has_untaken_moves()))
+            || (!sched.incoming.is_empty()
+                && sched.arrived.is_empty()
+                && !sched.preempted_forming
+                && !kv.has_untaken_moves()))
     {
         // Everything runnable is in the pipeline: wait for a micro-batch to finish. Or
         // (P/D) the blocks the queue needs are still being sent: the transfer's end lists
@@ -129,7 +132,9 @@ pub(crate) fn execute_one(
         // link perhaps: its arrival lists the instance again. Stepping empty meanwhile
         // would trip the progress watchdog before the link came back. (A batch emptied by
         // preemption is retried: the blocks freed may admit the queue; so is one that moved
-        // blocks to or from a lower KV tier, which are priced as a step.)
+        // blocks to or from a lower KV tier, which are priced as a step; so is one that held
+        // back a request whose KV landed after the step was decided: nothing else would
+        // list the instance again while the transfers behind it wait for its blocks.)
         return false;
     }
     // An empty batch (everything preempted this step) still takes 1 µs, so the

@@ -216,6 +216,46 @@ fn with_async_scheduling_a_landing_during_a_step_joins_the_step_after_the_next()
     assert_eq!(ttft(true), [4231, 6262]);
 }
 
+/// Found by random feature combinations: a decode instance that held back a request whose
+/// KV landed during its last step, with nothing else to run, waited for a transfer that
+/// itself waited for the blocks the held-back request kept, and never stepped again (20
+/// requests left in transit). It now takes an empty step of 1 µs, as an idle engine polls.
+#[test]
+fn a_held_back_landing_is_taken_after_an_empty_step_not_left_waiting_for_its_own_blocks() {
+    // The prefill instance schedules between steps, the decode instance (30 blocks) ahead.
+    let group = |role: &str, blocks: u32, asynchronous: bool| {
+        format!(
+            "(name: \"{role}\", role: {role}, model: \"llama-3.1-8b-instruct\", kv_blocks: {blocks},
+              engine: (async_scheduling: {asynchronous}, schedule_us: 0.0, schedule_us_per_request: 0.0,
+                api_request_us: 500.0, api_us_per_prompt_token: 1.0, api_step_us: 50.0,
+                api_us_per_output_token: 10.0, tokenizer_window_us: 0.0),
+              latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 1.0, 10.0]))"
+        )
+    };
+    let text = format!(
+        "(seed: 3, cluster: (groups: [{}, {}]), workload: (clients: [
+            (arrival: AllAtZero(count: 2), input_tokens: Constant(160), output_tokens: Constant(1)),
+            (arrival: AllAtZero(count: 1), input_tokens: Constant(400), output_tokens: Constant(1))]))",
+        group("Prefill", 1000, false),
+        group("Decode", 30, true)
+    );
+    let (s, rows) = run(&parse(&text));
+    assert_eq!(s.requests.completed, 3, "{:?}", s.requests);
+    // Prefill: the two short prompts (in at 660 µs) in a step to 1980, the long one (in at
+    // 900) in the next, to 3380. The short ones reserve 10 blocks each at 1980 and land at
+    // 3170 and 3590 (2750 + 420 µs of wire each, one after the other); the long one needs 25
+    // and waits for room. The decode instance takes the first at once: 3170–4171, done. The
+    // second landed during that step, after it was decided: held back at 4171, with the
+    // long one still waiting for the blocks it keeps. An empty step (to 4172) brings it:
+    // 4172–5173. Its blocks free, the long one is sent (5223 to 6272) and runs 6272–7273.
+    let mut ttft: Vec<(u64, u64)> = rows
+        .iter()
+        .map(|r| (r.u64("input_tokens"), r.us("ttft_ms")))
+        .collect();
+    ttft.sort_unstable();
+    assert_eq!(ttft, [(160, 4171 + 60), (160, 5173 + 60), (400, 7273 + 60)]);
+}
+
 #[test]
 fn two_transfers_from_one_prefill_instance_queue_on_its_link() {
     // A 1 GB/s link (1,000 bytes/µs): 10 blocks take 20,972 µs on the wire. The two requests
