@@ -391,6 +391,32 @@ pub fn slow_inputs(s: &Scenario, catalog: &crate::catalog::Catalog) -> Vec<Strin
             s.policies.decode_routing
         ));
     }
+    if !s
+        .cluster
+        .groups
+        .iter()
+        .any(|g| g.role == crate::scenario::Role::Prefill)
+    {
+        // Both settle a prefill/decode hand-off; without one they pass unread.
+        let c = &s.cluster;
+        let pd_only = [
+            (
+                c.kv_transfer_layerwise,
+                "kv_transfer_layerwise = true",
+                "streams a prompt's KV to the decode instance layer by layer",
+            ),
+            (
+                c.pd_first_token == crate::scenario::PdFirstToken::Prefill,
+                "pd_first_token = Prefill",
+                "says which instance of a prefill/decode hand-off sends the first token",
+            ),
+        ];
+        for (_, given, what) in pd_only.into_iter().filter(|(set, ..)| *set) {
+            w.push(format!(
+                "cluster.{given} is not used: it {what}, and no group has role: Prefill"
+            ));
+        }
+    }
     w.extend(sessionless_affinity(s));
     w.extend(crate::policy::unclassed_sources(s));
     w.extend(crate::metrics::unpriced_cost_fitness(s));

@@ -545,6 +545,41 @@ fn a_decode_routing_policy_without_decode_groups_is_warned_of() {
     }
 }
 
+/// The cluster's P/D settings given where no group prefills are not used, and validate says
+/// so; `pd_first_token: Decode` is the default and cannot be told from it, so only `Prefill`
+/// is warned of. A P/D scenario's are not.
+#[test]
+fn p_d_settings_without_a_prefill_group_are_warned_of() {
+    let said = crate::common::stderr_in_root;
+    let layerwise = "warning: cluster.kv_transfer_layerwise = true is not used: it streams a prompt's KV to the decode instance layer by layer, and no group has role: Prefill";
+    let first = "warning: cluster.pd_first_token = Prefill is not used: it says which instance of a prefill/decode hand-off sends the first token, and no group has role: Prefill";
+    let e = said(&[
+        "validate",
+        "scenarios/quickstart.ron",
+        "--set",
+        "cluster.kv_transfer_layerwise=true",
+        "--set",
+        "cluster.pd_first_token=Prefill",
+    ]);
+    assert!(e.contains(layerwise) && e.contains(first), "{e}");
+    let e = said(&[
+        "validate",
+        "scenarios/quickstart.ron",
+        "--set",
+        "cluster.pd_first_token=Decode",
+    ]);
+    assert!(!e.contains("cluster."), "{e}");
+    let e = said(&[
+        "validate",
+        "scenarios/pd-disaggregation.ron",
+        "--set",
+        "cluster.kv_transfer_layerwise=true",
+        "--set",
+        "cluster.pd_first_token=Prefill",
+    ]);
+    assert!(!e.contains("is not used"), "{e}");
+}
+
 #[test]
 fn prefill_and_decode_must_share_the_kv_cache_dtype_and_auto_is_the_default_s_name() {
     // vLLM's NIXL connector puts the cache dtype in its compatibility hash: pools that lay KV
