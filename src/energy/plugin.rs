@@ -168,8 +168,10 @@ fn summarize(world: &mut World, summary: &mut Summary) {
                 power = Some(m.power);
             }
         }
-        // GPU time on (the autoscaling accounts), less the time in steps.
-        let on_s = summary.groups.get(g).map_or(0.0, |u| u.gpu_hours * 3600.0);
+        // GPU time on (the autoscaling accounts), less the time in steps. The group's own
+        // figure is reported as it is (a round trip through seconds would move its last bit).
+        let on_h = summary.groups.get(g).map_or(0.0, |u| u.gpu_hours);
+        let on_s = on_h * 3600.0;
         let idle_j = power.map_or(0.0, |p| p.idle_w * (on_s - busy).max(0.0));
         let gpu_j = step_j + idle_j;
         out.groups.push(GroupEnergy {
@@ -185,7 +187,7 @@ fn summarize(world: &mut World, summary: &mut Summary) {
             },
             mean_utilisation: if busy > 0.0 { used / busy } else { 0.0 },
             busy_gpu_hours: busy / 3600.0,
-            gpu_hours: on_s / 3600.0,
+            gpu_hours: on_h,
         });
         out.step_kwh += step_j / J_PER_KWH;
         out.idle_kwh += idle_j / J_PER_KWH;
