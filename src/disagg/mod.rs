@@ -18,8 +18,10 @@
 //!    size may differ between decode groups); when none could, the request is dropped;
 //! 2. queues the request there; in hand-off order, each reserves its prompt's blocks on the
 //!    decode instance (prefix hits there need not be sent, as vLLM's NIXL connector reads
-//!    only the blocks the decode side lacks). No room: it waits, head of line, and the wait
-//!    is counted (`decode_kv_wait_ms`); nothing is dropped;
+//!    only the blocks the decode side lacks): with vLLM's serving path once the request
+//!    reached that instance's engine and at its scheduler's next decision (between steps,
+//!    while fewer than `max_num_seqs` run), else at once (`pulls_at_decisions`). No room: it
+//!    waits, head of line, and the wait is counted (`decode_kv_wait_ms`); nothing is dropped;
 //! 3. sends the blocks: `bytes = blocks × block_size × KV bytes per token` (every layer and
 //!    KV head of the model, at its dtype). The data starts `kv_link_latency_us` after the
 //!    reservation, once both the source's and the destination's link are free, and flows at
@@ -33,8 +35,9 @@
 //!    step ends streamed each layer during that step: only
 //!    `max(wire / L, wire − step × (L − 1) / L)` of its `wire` time is left;
 //! 4. when the last byte lands the prefill instance frees its blocks; the request joins the
-//!    decode instance's running batch at its next step (while `max_num_seqs` allows), with
-//!    its prompt's KV in place, and decodes there. The transfer shows in its TTFT (with
+//!    decode instance's running batch from the step its scheduler can know of the landing
+//!    ([`landing_joins_from`]; while `max_num_seqs` allows), with its prompt's KV in place,
+//!    and decodes there. The transfer shows in its TTFT (with
 //!    `pd_first_token: Prefill`, in its second token's ITL) and in E2E.
 //!
 //! Requests in transit count on their decode instance (`in_flight` in the routers' view, and
@@ -43,6 +46,7 @@
 //!
 //! [`SimSystems::Transfer`]: crate::SimSystems::Transfer
 //! [`ServingPath::request_in`]: crate::latency::ServingPath::request_in
+//! [`landing_joins_from`]: crate::instance::batch::landing_joins_from
 
 mod check;
 #[cfg(test)]
@@ -114,6 +118,7 @@ impl Disagg {
         self.enabled
             && (!instances.handoffs.is_empty()
                 || !due.transfers_done.is_empty()
+                || !due.handed.is_empty()
                 || !self.blocked.is_empty()
                 || !self.unrouted.is_empty())
     }
@@ -180,7 +185,8 @@ pub struct TransferStats {
     pub time: Histogram,
     /// Reservation to last byte: the link's share (µs).
     pub link_time: Histogram,
-    /// First token to a decode-side KV reservation (µs); `waited` of them waited at all.
+    /// The prefill's end to a decode-side KV reservation (µs); `waited` of them found no KV
+    /// room at first.
     pub kv_wait: Histogram,
     pub waited: u64,
     /// Requests whose decode instance could never hold them (dropped).
@@ -408,6 +414,9 @@ pub fn transfer_kv(
 ) {
     let now = clock.now;
     let x = &mut *disagg;
+    // A handed-off request reaching its decode engine only wakes the instance's transfers,
+    // which `blocked` lists.
+    due.transfers.handed.clear();
     arrive(&mut due, now, &index, x, &mut view, &mut instances);
 
     // Hand-offs due now, by prefill instance, then those that waited for a decode instance.
@@ -497,15 +506,26 @@ pub fn transfer_kv(
             a.0 = d;
         }
         view.instances[d as usize].in_flight += 1;
-        let (mut sched, ..) = instances
+        let (mut sched, _, _, limits, _) = instances
             .get_mut(index.0[d as usize])
             .expect("instance entity exists for the whole run");
+        // vLLM's P/D proxy: the prefill instance's answer reaches the proxy, which sends the
+        // request to this instance's API server, which hands it to the engine.
+        let handed = h.ready
+            + h.proxy_answer.map_or(SimDuration::ZERO, |answer| {
+                answer + limits.serving.request_in(h.seq.spec.input_tokens)
+            });
+        if handed > now && pulls_at_decisions(x, limits) {
+            queue.push(handed, Event::HandedOff { instance: d });
+        }
         sched.incoming.push_back(Incoming {
             handoff: h,
             from: p,
             reserved: Default::default(),
             done: None,
             sent_from: 0,
+            handed,
+            waited: false,
         });
         if !x.blocked.contains(&d) {
             x.blocked.push(d);
@@ -529,7 +549,7 @@ fn arrive(
     done.dedup();
     for &d in &done {
         loop {
-            let (mut sched, mut kv, ..) = instances
+            let (mut sched, mut kv, _, limits, _) = instances
                 .get_mut(index.0[d as usize])
                 .expect("instance entity exists for the whole run");
             let Some(pos) = sched
@@ -564,7 +584,7 @@ fn arrive(
             );
             let took = now.since(t.handoff.ready);
             seq.kv_transfer = Some(took);
-            seq.landed = now;
+            seq.joins_from = crate::instance::batch::landing_joins_from(&sched, limits, now);
             x.stats.time.record(took.as_us());
             sched.arrived.push_back(seq);
             let slot = &mut view.instances[d as usize];
@@ -584,8 +604,21 @@ fn arrive(
     due.transfers.transfers_done = done;
 }
 
+/// True if decode instance `limits`' engine reserves an incoming request's blocks and starts
+/// pulling its KV at its scheduler's decisions, as vLLM's does with the NIXL connector: its
+/// scheduler allocates the blocks when it first meets the request in its wait queue (at once
+/// when idle, else at the end of the running step; not while `max_num_seqs` requests run:
+/// `Scheduler.schedule`), and its worker starts the read as it launches the step so decided
+/// (`start_load_kv`). Not with a layer-wise push (the prefill instance sends as it computes)
+/// nor without vLLM's serving path (the BLIS reading: the transfer starts at the hand-off).
+fn pulls_at_decisions(x: &Disagg, limits: &crate::instance::Limits) -> bool {
+    !x.layerwise && !limits.serving.is_bare()
+}
+
 /// On every decode instance with requests waiting for KV room, reserves blocks in hand-off
-/// order and starts their transfers; the first that does not fit waits for the next try.
+/// order and starts their transfers; the first that does not fit waits for the next try. An
+/// engine that pulls at its decisions ([`pulls_at_decisions`]) takes only requests it has
+/// been handed, and only between steps.
 fn start_transfers(
     now: SimTime,
     index: &InstanceIndex,
@@ -602,16 +635,25 @@ fn start_transfers(
             .get_mut(index.0[d as usize])
             .expect("instance entity exists for the whole run");
         let mut stuck = false;
+        let mut unhanded = false;
         let dst = x.links[d as usize];
+        let pulls = pulls_at_decisions(x, limits);
+        let between_steps = sched.step_end.is_none();
+        let room = sched.running.len() < limits.max_num_seqs as usize;
         for t in sched.incoming.iter_mut().filter(|t| t.done.is_none()) {
             let spec = &t.handoff.seq.spec;
             let input = spec.input_tokens;
-            // vLLM's P/D proxy: the prefill instance's answer reaches the proxy, which sends
-            // the request to this instance's API server; its engine then pulls the KV.
-            let handed = t.handoff.ready
-                + t.handoff.proxy_answer.map_or(SimDuration::ZERO, |answer| {
-                    answer + limits.serving.request_in(input)
-                });
+            if pulls {
+                if t.handed > now {
+                    // Not in the engine's wait queue yet: those behind it may be.
+                    unhanded = true;
+                    continue;
+                }
+                if !(between_steps && room) {
+                    stuck = true;
+                    break;
+                }
+            }
             let cached = kv.cached_prefix_blocks(&spec.content, input, input + 1);
             // Not a prompt admission: the prefix hit rate counts prompts, decode-side hits
             // are `blocks_cached_on_decode`.
@@ -619,6 +661,7 @@ fn start_transfers(
             let fits = kv.admit(&mut t.reserved, &spec.content, input, cached, input);
             (kv.hit_blocks, kv.miss_blocks, kv.lower_hits) = counted;
             if !fits {
+                t.waited = true;
                 stuck = true;
                 break;
             }
@@ -626,7 +669,7 @@ fn start_transfers(
             let blocks = kv.blocks_for(input).saturating_sub(cached);
             let bytes = f64::from(blocks) * f64::from(kv.block_size()) * src.bytes_per_token;
             let latency = src.latency.max(dst.latency);
-            let earliest = now.max(handed) + latency;
+            let earliest = now.max(t.handed) + latency;
             let mut start = if x.net.is_some() {
                 earliest
             } else {
@@ -674,13 +717,12 @@ fn start_transfers(
             s.bytes += bytes;
             s.blocks += u64::from(blocks);
             s.blocks_cached += u64::from(cached);
-            let wait = now.since(t.handoff.ready);
-            s.kv_wait.record(wait.as_us());
-            s.waited += u64::from(wait > SimDuration::ZERO);
+            s.kv_wait.record(now.since(t.handoff.ready).as_us());
+            s.waited += u64::from(t.waited);
             s.link_time.record(done.since(now).as_us());
         }
         refresh_view(view, d, &sched, &kv);
-        if stuck {
+        if stuck || unhanded {
             k += 1;
         } else {
             x.blocked.swap_remove(k);

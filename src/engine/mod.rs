@@ -190,10 +190,12 @@ pub struct InstanceDue {
     pub handoffs: Vec<u32>,
 }
 
-/// Prefill/decode disaggregation (Transfer): decode instances where a KV transfer ends now.
+/// Prefill/decode disaggregation (Transfer): decode instances where a KV transfer ends now,
+/// and those whose engine a handed-off request reaches now.
 #[derive(Resource, Debug, Default)]
 pub struct TransferDue {
     pub transfers_done: Vec<u32>,
+    pub handed: Vec<u32>,
 }
 
 /// Autoscaling and instance life cycles: an evaluation is due (Autoscale), routing parked a
@@ -240,6 +242,9 @@ pub fn dispatch_events(world: &mut World, events: &mut Vec<Event>) {
                 .resource_mut::<TransferDue>()
                 .transfers_done
                 .push(instance),
+            Event::HandedOff { instance } => {
+                world.resource_mut::<TransferDue>().handed.push(instance)
+            }
             Event::AutoscaleTick => world.resource_mut::<ScaleDue>().evaluate = true,
             Event::PhaseEnd { instance } => {
                 world.resource_mut::<ScaleDue>().phase_ends.push(instance)

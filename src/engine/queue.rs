@@ -37,6 +37,9 @@ pub enum Event {
     Unpark,
     /// A KV transfer to decode instance `instance` ends (P/D disaggregation).
     TransferDone { instance: u32 },
+    /// A request handed off through vLLM's P/D proxy reaches decode instance `instance`'s
+    /// engine, which may start pulling its KV.
+    HandedOff { instance: u32 },
     /// The gateway looks at its bands again: a request's longest wait ends, or the instances
     /// gained room after the gateway's stage ran this tick (flow control).
     GateWake,
@@ -61,6 +64,9 @@ impl Event {
             ),
             Event::TransferDone { instance } => format!(
                 "it is the end of a KV transfer to decode instance {instance} (the groups' `kv_link_gb_per_s` and `kv_link_latency_us`)"
+            ),
+            Event::HandedOff { instance } => format!(
+                "it is a request handed off to decode instance {instance} reaching its engine (the prefill instance's answer and the decode instance's intake: the groups' `engine` costs)"
             ),
             Event::PhaseEnd { instance } => format!(
                 "it is the end of a life-cycle phase of instance {instance} (its group's `scaling.provision_s`, `load_s` or `warmup_s`)"

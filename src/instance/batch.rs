@@ -99,21 +99,19 @@ pub(crate) fn form_one(
         kv.set_now(now.as_us());
     }
     // P/D: requests whose KV arrived join the running batch (they hold their blocks, as
-    // vLLM's remote-KV requests do once their blocks are received), while there is room.
-    // The scheduler learns of a landing from the output of the step it happened in
-    // (`finished_recving`), so with async scheduling one that landed after this step was
-    // decided joins the step after it, as a new request does.
-    let decided = decided_at(sched, limits, now);
+    // vLLM's remote-KV requests do once their blocks are received), while there is room,
+    // from the step the scheduler can know of them ([`landing_joins_from`]).
+    let step = sched.counters.steps;
     while sched
         .arrived
         .front()
-        .is_some_and(|seq| decided.is_none_or(|d| seq.landed <= d))
+        .is_some_and(|seq| seq.joins_from <= step)
         && sched.running.len() < limits.max_num_seqs as usize
     {
         let seq = sched.arrived.pop_front().expect("not empty");
         sched.running.push(seq);
     }
-    let unseen = unseen_arrivals(sched, decided);
+    let unseen = unseen_arrivals(sched, decided_at(sched, limits, now));
     sched.scheduled.clear();
     batcher.0.form(sched, kv, limits, now, ordering);
     sched.preempted_forming = sched.counters.preemptions != preemptions;
@@ -148,6 +146,38 @@ pub(crate) fn decided_at(sched: &Scheduler, limits: &Limits, now: SimTime) -> Op
         && sched.counters.steps > 0
         && sched.step_done == now)
         .then_some(sched.step_started)
+}
+
+/// P/D, decode side: the first step (by [`InstanceCounters::steps`], the count of steps
+/// taken before it) that a request whose KV lands `now` may join. vLLM 0.15.1's workers ask
+/// the KV connector which receives have finished as they launch a step (`get_finished`, right
+/// after the forward's launch, in `KVConnectorModelRunnerMixin`); that step's output tells the
+/// scheduler (`finished_recving`), whose next decision schedules the request
+/// (`_update_waiting_for_remote_kv`). So a landing while a step runs is polled at the next
+/// launch, the step formed next (`n`), and joins:
+/// - without async scheduling, `n + 1`, decided when `n` ends;
+/// - with async scheduling, `n + 3`: the launch at `n`'s start is of the step after it
+///   (`n + 1`, scheduled one ahead), whose output reaches the scheduler when `n + 2` starts,
+///   too late for `n + 2` itself;
+/// - with pipeline parallelism, `n + pp`: the micro-batch launched with the poll reports when
+///   it leaves the last stage, as the `pp`-th after it is formed.
+///
+/// An idle engine polls in a loop (`kv_connector_no_forward`): the request joins the next
+/// step. So does it without vLLM's serving path (the BLIS reading).
+///
+/// [`InstanceCounters::steps`]: super::InstanceCounters::steps
+pub(crate) fn landing_joins_from(sched: &Scheduler, limits: &Limits, now: SimTime) -> u64 {
+    let next = sched.counters.steps;
+    let idle = sched.in_flight.is_empty() && (next == 0 || sched.step_done < now);
+    if idle || limits.serving.is_bare() {
+        next
+    } else if limits.pp > 1 {
+        next + u64::from(limits.pp)
+    } else if limits.serving.async_scheduling {
+        next + 3
+    } else {
+        next + 1
+    }
 }
 
 /// Requests that reached the engine after the step was `decided` ([`decided_at`]) were not

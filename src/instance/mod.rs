@@ -244,8 +244,9 @@ pub struct Seq {
     pub proxy_answer: Option<SimDuration>,
     /// P/D: the prefill's end to KV ready on this (decode) instance.
     pub kv_transfer: Option<SimDuration>,
-    /// P/D: when its KV landed on this (decode) instance.
-    pub landed: SimTime,
+    /// P/D: the first step of this (decode) instance, by its step count, that it may join
+    /// once its KV is here ([`batch::landing_joins_from`]).
+    pub joins_from: u64,
     /// Its share of the energy of the steps it took part in, nanojoules (`energy`; 0
     /// without). Whole units, so that lockstep steps sum it exactly as normal steps do.
     pub energy_nj: u64,
@@ -277,7 +278,7 @@ impl Seq {
             prefill_instance: None,
             proxy_answer: None,
             kv_transfer: None,
-            landed: SimTime::ZERO,
+            joins_from: 0,
             energy_nj: lifecycle.retried_energy_nj,
             drafted: 0,
             accepted: 0,
@@ -360,6 +361,12 @@ pub struct Incoming {
     pub done: Option<SimTime>,
     /// First block sent (the ones before it were already cached here).
     pub sent_from: u32,
+    /// When this instance's engine has the request: at once (`Prefill` reading), or once the
+    /// proxy has the prefill instance's answer and this instance's API server has taken the
+    /// request in (`Decode`, vLLM's P/D proxy).
+    pub handed: SimTime,
+    /// It found no KV room here at a decision (`waited_for_kv`).
+    pub waited: bool,
 }
 
 /// One request's part in the batch being formed / executed.

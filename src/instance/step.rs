@@ -129,12 +129,15 @@ pub(crate) fn execute_one(
         // the instance again; or they are held by hand-offs waiting for a routable decode
         // instance (all down or starting): their transfer's end lists it again; or (on a
         // decode instance) they are reserved for KV still arriving, held up by a severed
-        // link perhaps: its arrival lists the instance again. Stepping empty meanwhile
+        // link perhaps: its arrival lists the instance again; or requests handed off to it
+        // are still on their way to its engine: the Transfer stage starts their pulls when
+        // they reach it (`Event::HandedOff`). Stepping empty meanwhile
         // would trip the progress watchdog before the link came back. (A batch emptied by
         // preemption is retried: the blocks freed may admit the queue; so is one that moved
         // blocks to or from a lower KV tier, which are priced as a step; so is one that held
-        // back a request whose KV landed after the step was decided: nothing else would
-        // list the instance again while the transfers behind it wait for its blocks.)
+        // back a landed request its scheduler cannot know of yet (`landing_joins_from`):
+        // nothing else would list the instance again while the transfers behind it wait for
+        // its blocks.)
         return false;
     }
     // An empty batch (everything preempted this step) still takes 1 µs, so the

@@ -437,9 +437,10 @@ pub struct DisaggSummary {
     pub transfer_ms: Distribution,
     /// Reservation on the decode instance to the last byte (link queueing, latency, wire).
     pub link_ms: Distribution,
-    /// The prefill's end to the decode-side KV reservation, per transfer started.
+    /// The prefill's end to the decode-side KV reservation, per transfer started (with vLLM's
+    /// serving path: the hand-off through the proxy, the decode instance's running step, room).
     pub decode_kv_wait_ms: Distribution,
-    /// Transfers that waited for decode-side KV room at all.
+    /// Transfers that found no decode-side KV room at first.
     pub waited_for_kv: u64,
     /// Requests no decode instance could ever hold (dropped after their prefill).
     pub dropped: u64,
@@ -1100,7 +1101,7 @@ impl Summary {
         if let Some(d) = &self.disaggregation {
             let _ = writeln!(
                 s,
-                "P/D: {} KV transfers, {:.3} GB; {} to KV on decode (ms) mean {}, p99 {}; {} waited for decode KV (wait p99 {} ms){}",
+                "P/D: {} KV transfers, {:.3} GB; {} to KV on decode (ms) mean {}, p99 {}; to its reservation p99 {}, {} waited for room{}",
                 d.transfers,
                 d.transfer_gb,
                 if d.first_token_on_decode {
@@ -1110,8 +1111,8 @@ impl Summary {
                 },
                 f(d.transfer_ms.mean),
                 f(d.transfer_ms.p99),
-                d.waited_for_kv,
                 f(d.decode_kv_wait_ms.p99),
+                d.waited_for_kv,
                 if d.first_token_on_decode {
                     "; first tokens sent by the decode instances"
                 } else {

@@ -185,11 +185,12 @@ fn validate_says_which_instance_sends_the_first_token() {
     }
 }
 
-/// With async scheduling the decode instance's scheduler learns of a landing from the output
-/// of the step it happened in, after the next step was decided: the request joins the step
-/// after that one, as a new request does.
+/// vLLM's decode instance learns of a landing from the output of the first step launched
+/// after it (its workers poll the connector as they launch a step): a request whose KV lands
+/// during a step joins the step after the next one, or with async scheduling (which launches
+/// one step ahead) the third after it.
 #[test]
-fn with_async_scheduling_a_landing_during_a_step_joins_the_step_after_the_next() {
+fn a_landing_during_a_step_joins_the_step_after_the_next_or_the_third_with_async_scheduling() {
     let scenario = |asynchronous: bool| {
         let engine = format!(
             "engine: (async_scheduling: {asynchronous}, schedule_us: 0.0, schedule_us_per_request: 0.0, \
@@ -200,20 +201,71 @@ fn with_async_scheduling_a_landing_during_a_step_joins_the_step_after_the_next()
     };
     // Both prompts reach the prefill instance at 660 µs and run in one step of
     // 1000 + 320 µs, to 1980. Their answers leave at 2040 and 2050 (50 + 10 µs a chunk, in
-    // batch order); the decode instance's API server takes them in by 2700 and 2710. Their
-    // transfers share the links: 2750 to 3170 and 3170 to 3590.
-    // Request 0 finds the decode instance idle: a step of 1000 + 1 µs (its prompt's last
-    // token) from 3170 to 4171, first token out at 4231. Request 1 lands at 3590, during it.
+    // batch order); the decode instance's API server takes them in by 2700 and 2710. The
+    // decode instance is idle: it pulls each at once, over shared links: 2750 to 3170 and
+    // 3170 to 3590.
+    // Request 0 lands on the idle instance: a step of 1000 + 1 µs (its prompt's last token)
+    // from 3170 to 4171, first token out at 4231. Request 1 lands at 3590, during it.
     let ttft = |asynchronous| -> Vec<u64> {
         let (_, rows) = run(&scenario(asynchronous));
         rows.iter().map(|r| r.us("ttft_ms")).collect()
     };
-    // Without async scheduling the step from 4171 takes it: 1000 + 1 + 10 µs, to 5182,
-    // and its token is the second out of that step (50 + 20 µs).
-    assert_eq!(ttft(false), [4231, 5252]);
-    // With it, the step from 4171 was decided at 3170: request 0 decodes alone (1010 µs, to
-    // 5181), and request 1 joins the step from 5181, to 6192.
-    assert_eq!(ttft(true), [4231, 6262]);
+    // Without async scheduling the launch at 4171 sees the landing; request 0 decodes alone
+    // in that step (1010 µs, to 5181), and request 1 joins the step from 5181: 1000 + 1 + 10
+    // µs, to 6192, its token the second out of that step (50 + 20 µs).
+    assert_eq!(ttft(false), [4231, 6262]);
+    // With it, the launch at 4171 is of the step after the one starting then, whose output
+    // comes at its end: request 0 decodes alone from 4171 to 5181 and from 5181 to 6191 (its
+    // third token), an empty step of 1 µs follows, and request 1 runs from 6192 to 7193,
+    // alone (50 + 10 µs). (vLLM's engine, with nothing to run, polls at once: 1 µs sooner.)
+    assert_eq!(ttft(true), [4231, 7253]);
+}
+
+/// vLLM's decode instance reserves a handed-off request's blocks and starts pulling its KV
+/// at its scheduler's next decision: at once when idle, else when the running step ends, and
+/// not while `max_num_seqs` requests run.
+#[test]
+fn a_decode_instance_pulls_a_handed_off_request_s_kv_between_steps_while_it_has_room() {
+    let scenario = |decode_seqs: u32| {
+        let group = |role: &str, seqs: u32| {
+            format!(
+                "(name: \"{role}\", role: {role}, model: \"llama-3.1-8b-instruct\", kv_blocks: 1000,
+                  max_num_seqs: {seqs},
+                  engine: (async_scheduling: false, schedule_us: 0.0, schedule_us_per_request: 0.0,
+                    api_request_us: 500.0, api_us_per_prompt_token: 1.0, api_step_us: 50.0,
+                    api_us_per_output_token: 10.0, tokenizer_window_us: 0.0),
+                  latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 1.0, 10.0]))"
+            )
+        };
+        parse(&format!(
+            "(seed: 3, cluster: (groups: [{}, {}]), workload: (clients: [
+                (arrival: AllAtZero(count: 1), input_tokens: Constant(160), output_tokens: Constant(10)),
+                (arrival: AllAtZero(count: 1), input_tokens: Constant(160), output_tokens: Constant(1))]))",
+            group("Prefill", 1),
+            group("Decode", decode_seqs)
+        ))
+    };
+    // Both reach the prefill instance at 660 µs (500 + 160 µs in); it runs one at a time:
+    // request 0 to 1820, request 1 to 2980. Request 0 is answered at 1880, handed to the idle
+    // decode instance at 2540 (660 µs in), pulled at once: 2590 to 3010 (50 µs of latency,
+    // 420 of wire), and its first step (its prompt's last token) runs 3010-4011; then it
+    // decodes, 1010 µs a step: 4011-5021, 5021-6031, ...
+    // Request 1, answered at 3040, is handed at 3700, during the step to 4011.
+    let rows = |decode_seqs| {
+        let (_, mut rows) = run(&scenario(decode_seqs));
+        rows.sort_by_key(|r| r.u64("request_id"));
+        rows.iter()
+            .map(|r| (r.us("ttft_ms"), r.us("kv_transfer_ms")))
+            .collect::<Vec<_>>()
+    };
+    // Pulled when that step ends: 4061 to 4481, from the prefill's end 1501 µs. It lands
+    // during the step 4011-5021; the launch at 5021 sees it and it joins the step from 6031:
+    // 1000 + 1 + 10 µs, to 7042, its token the second out of that step (50 + 20 µs).
+    assert_eq!(rows(128), [(4071, 3010 - 1820), (7112, 1501)]);
+    // With one request at a time, it waits for request 0's last step (its tenth token, at
+    // 4011 + 9 × 1010 = 13101): pulled 13151 to 13571 onto an idle instance, which takes it
+    // at once: 13571-14572, alone (50 + 10 µs).
+    assert_eq!(rows(1), [(4071, 3010 - 1820), (14632, 13571 - 2980)]);
 }
 
 /// Found by random feature combinations: a decode instance that held back a request whose
@@ -242,18 +294,19 @@ fn a_held_back_landing_is_taken_after_an_empty_step_not_left_waiting_for_its_own
     let (s, rows) = run(&parse(&text));
     assert_eq!(s.requests.completed, 3, "{:?}", s.requests);
     // Prefill: the two short prompts (in at 660 µs) in a step to 1980, the long one (in at
-    // 900) in the next, to 3380. The short ones reserve 10 blocks each at 1980 and land at
-    // 3170 and 3590 (2750 + 420 µs of wire each, one after the other); the long one needs 25
-    // and waits for room. The decode instance takes the first at once: 3170–4171, done. The
-    // second landed during that step, after it was decided: held back at 4171, with the
-    // long one still waiting for the blocks it keeps. An empty step (to 4172) brings it:
-    // 4172–5173. Its blocks free, the long one is sent (5223 to 6272) and runs 6272–7273.
+    // 900) in the next, to 3380. The short ones reach the idle decode instance at 2700 and
+    // 2710, reserve 10 blocks each and land at 3170 and 3590 (2750 + 420 µs of wire each,
+    // one after the other). The decode instance takes the first at once: 3170–4171, done.
+    // The second landed during that step: with async scheduling it joins the third step
+    // after it, so three empty steps of 1 µs (4171–4174) bring it: 4174–5175. The long one
+    // (answered at 3440, handed at 4340, during that step) waits for its end, and for 25
+    // blocks, which its end frees: sent 5225 to 6274, it runs 6274–7275.
     let mut ttft: Vec<(u64, u64)> = rows
         .iter()
         .map(|r| (r.u64("input_tokens"), r.us("ttft_ms")))
         .collect();
     ttft.sort_unstable();
-    assert_eq!(ttft, [(160, 4171 + 60), (160, 5173 + 60), (400, 7273 + 60)]);
+    assert_eq!(ttft, [(160, 4171 + 60), (160, 5175 + 60), (400, 7275 + 60)]);
 }
 
 #[test]
