@@ -281,3 +281,47 @@ fn complete_steps_applies_the_progress_a_whole_prompt_gives_its_first_token() {
             .is_empty()
     );
 }
+
+/// The step a request whose KV lands now may join, by the instance's state and engine
+/// (`batch::landing_joins_from`): the count of steps taken is the next step's number.
+#[test]
+fn a_landing_joins_the_step_the_scheduler_can_know_of_it_in() {
+    use crate::latency::ServingPath;
+    let now = SimTime(5_000);
+    let busy = Scheduler {
+        in_flight: [SimTime(6_000)].into(),
+        step_done: SimTime(6_000),
+        counters: InstanceCounters {
+            steps: 7,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let limits = |serving, pp| Limits {
+        serving,
+        pp,
+        ..Limits::plain(128, 2048)
+    };
+    let joins = |s: &Scheduler, l: &Limits| batch::landing_joins_from(s, l, now);
+    // A step in flight: polled at the next launch (step 7).
+    assert_eq!(joins(&busy, &limits(ServingPath::VLLM_SYNC, 1)), 8);
+    assert_eq!(joins(&busy, &limits(ServingPath::VLLM, 1)), 10);
+    assert_eq!(joins(&busy, &limits(ServingPath::VLLM, 4)), 11);
+    // BLIS's reading: the next step.
+    assert_eq!(joins(&busy, &limits(ServingPath::BARE, 1)), 7);
+    // A step that ended now: the engine launches the next at once, and polls then.
+    let at_boundary = Scheduler {
+        in_flight: Default::default(),
+        step_done: now,
+        ..busy
+    };
+    assert_eq!(joins(&at_boundary, &limits(ServingPath::VLLM, 1)), 10);
+    // Idle since before now (or never stepped): its engine polls in a loop.
+    let idle = Scheduler {
+        step_done: SimTime(4_999),
+        ..at_boundary
+    };
+    assert_eq!(joins(&idle, &limits(ServingPath::VLLM, 1)), 7);
+    let fresh = Scheduler::default();
+    assert_eq!(joins(&fresh, &limits(ServingPath::VLLM, 1)), 0);
+}

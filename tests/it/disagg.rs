@@ -187,10 +187,10 @@ fn validate_says_which_instance_sends_the_first_token() {
 
 /// vLLM's decode instance learns of a landing from the output of the first step launched
 /// after it (its workers poll the connector as they launch a step): a request whose KV lands
-/// during a step joins the step after the next one, or with async scheduling (which launches
-/// one step ahead) the third after it.
+/// during a step joins the second step after it, or with async scheduling (which launches one
+/// step ahead) the fourth.
 #[test]
-fn a_landing_during_a_step_joins_the_step_after_the_next_or_the_third_with_async_scheduling() {
+fn a_landing_during_a_step_joins_the_second_step_after_it_or_the_fourth_with_async_scheduling() {
     let scenario = |asynchronous: bool| {
         let engine = format!(
             "engine: (async_scheduling: {asynchronous}, schedule_us: 0.0, schedule_us_per_request: 0.0, \
@@ -297,7 +297,7 @@ fn a_held_back_landing_is_taken_after_an_empty_step_not_left_waiting_for_its_own
     // 900) in the next, to 3380. The short ones reach the idle decode instance at 2700 and
     // 2710, reserve 10 blocks each and land at 3170 and 3590 (2750 + 420 µs of wire each,
     // one after the other). The decode instance takes the first at once: 3170–4171, done.
-    // The second landed during that step: with async scheduling it joins the third step
+    // The second landed during that step: with async scheduling it joins the fourth step
     // after it, so three empty steps of 1 µs (4171–4174) bring it: 4174–5175. The long one
     // (answered at 3440, handed at 4340, during that step) waits for its end, and for 25
     // blocks, which its end frees: sent 5225 to 6274, it runs 6274–7275.
