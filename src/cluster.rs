@@ -19,7 +19,7 @@ use crate::engine::{
 };
 use crate::instance::InstanceIndex;
 use crate::labels::Labels;
-use crate::latency::Latency;
+use crate::latency::{Latency, TokenizerWindows};
 use crate::metrics::SummaryAppExt;
 use crate::policy::{Active, Admission, RouterView, family};
 use crate::request::{AssignedTo, FinalState, FinishedRequest, Lifecycle, RequestSpec};
@@ -386,11 +386,6 @@ pub struct Router<'w, 's> {
     seen: Local<'s, Vec<crate::policy::InstanceSnapshot>>,
 }
 
-/// Each instance's API-server tokenizer micro-batch ([`crate::latency::TokenizerWindow`]),
-/// by instance index; a request's wait in it is part of its [`Router::delay`].
-#[derive(Resource, Default)]
-pub struct TokenizerWindows(pub Vec<crate::latency::TokenizerWindow>);
-
 /// Where routing sends a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Routed {
@@ -497,11 +492,7 @@ impl Router<'_, '_> {
         at: SimTime,
         serving: &crate::latency::ServingPath,
     ) -> SimDuration {
-        let windows = &mut self.tokenizers.0;
-        if windows.len() <= i as usize {
-            windows.resize(i as usize + 1, Default::default());
-        }
-        windows[i as usize].wait(at, serving)
+        self.tokenizers.wait(i, at, serving)
     }
 
     /// The first failed write of `decisions.csv` stops the run.

@@ -6,8 +6,8 @@
 //! prefill instance its prompt runs as usual (chunked); the step that ends it ends its stay.
 //! Which instance sends the client the first token is `cluster.pd_first_token`'s choice:
 //! - `Decode` (default; vLLM's P/D proxy, llm-d): that step's token answers the proxy, which
-//!   then hands the request to the decode instance's API server
-//!   ([`ServingPath::request_in`]) before the transfer can start; the decode instance
+//!   then hands the request to the decode instance's API server (its tokenizer micro-batch,
+//!   [`TokenizerWindows`], then [`ServingPath::request_in`]) before the transfer can start; the decode instance
 //!   recomputes the prompt's last token and samples the first itself, so the transfer is part
 //!   of TTFT, not of the second token's ITL;
 //! - `Prefill` (DistServe, Splitwise): that step's token, TTFT stamped there.
@@ -46,6 +46,7 @@
 //!
 //! [`SimSystems::Transfer`]: crate::SimSystems::Transfer
 //! [`ServingPath::request_in`]: crate::latency::ServingPath::request_in
+//! [`TokenizerWindows`]: crate::latency::TokenizerWindows
 //! [`landing_joins_from`]: crate::instance::batch::landing_joins_from
 
 mod check;
@@ -411,6 +412,7 @@ pub fn transfer_kv(
     mut ready: Local<Vec<(u32, Handoff)>>,
     mut instances: Instances,
     mut log: ResMut<crate::decisions::DecisionLog>,
+    mut tokenizers: ResMut<crate::latency::TokenizerWindows>,
 ) {
     let now = clock.now;
     let x = &mut *disagg;
@@ -510,11 +512,13 @@ pub fn transfer_kv(
             .get_mut(index.0[d as usize])
             .expect("instance entity exists for the whole run");
         // vLLM's P/D proxy: the prefill instance's answer reaches the proxy, which sends the
-        // request to this instance's API server, which hands it to the engine.
-        let handed = h.ready
-            + h.proxy_answer.map_or(SimDuration::ZERO, |answer| {
-                answer + limits.serving.request_in(h.seq.spec.input_tokens)
-            });
+        // request to this instance's API server; it tokenizes the prompt again (in its
+        // micro-batch) and hands the request to the engine.
+        let handed = h.proxy_answer.map_or(h.ready, |answer| {
+            let at = h.ready + answer;
+            at + tokenizers.wait(d, at, &limits.serving)
+                + limits.serving.request_in(h.seq.spec.input_tokens)
+        });
         if handed > now && pulls_at_decisions(x, limits) {
             queue.push(handed, Event::HandedOff { instance: d });
         }

@@ -32,7 +32,7 @@ pub use roofline::{
     DEFAULT_REQUEST_OVERHEAD_US, DEFAULT_STEP_OVERHEAD_US, LayerLoad, Roofline,
     TOP_P_SORT_FIXED_US, TOP_P_SORT_US_PER_ROW, TOP_P_SORT_VOCAB,
 };
-pub use serving::{ServingPath, TokenizerWindow};
+pub use serving::{ServingPath, TokenizerWindow, TokenizerWindows};
 pub use table::{Extrapolation, MeasuredTable};
 pub use trained_physics::{Coefficients, TrainedPhysics};
 

@@ -298,6 +298,23 @@ impl TokenizerWindow {
     }
 }
 
+/// Each instance's API-server tokenizer micro-batch ([`TokenizerWindow`]), by instance index:
+/// a routed request's wait in it is part of its `cluster::Router::delay`; under vLLM's P/D
+/// proxy a decode instance's API server tokenizes the handed-off request again.
+#[derive(bevy_ecs::prelude::Resource, Default)]
+pub struct TokenizerWindows(pub Vec<TokenizerWindow>);
+
+impl TokenizerWindows {
+    /// How long a prompt reaching instance `i`'s API server at `at` waits for its batch.
+    pub fn wait(&mut self, i: u32, at: SimTime, path: &ServingPath) -> SimDuration {
+        let windows = &mut self.0;
+        if windows.len() <= i as usize {
+            windows.resize(i as usize + 1, Default::default());
+        }
+        windows[i as usize].wait(at, path)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -164,6 +164,32 @@ fn the_decode_instance_sends_the_first_token_behind_vllm_s_proxy_to_the_microsec
     assert_eq!((rows[0].u64("instance"), rows[0].us("ttft_ms")), (1, 4071));
 }
 
+/// The decode instance's API server tokenizes the handed-off request again, in its own
+/// micro-batch (vLLM 0.10-0.23's `AsyncMicrobatchTokenizer`): a request handed over alone
+/// waits its whole window there.
+#[test]
+fn a_handed_off_request_waits_for_the_decode_instance_s_tokenizer_batch() {
+    let engine = |window_us: u32| {
+        format!(
+            "engine: (async_scheduling: false, schedule_us: 0.0, schedule_us_per_request: 0.0, \
+             api_request_us: 500.0, api_us_per_prompt_token: 1.0, api_step_us: 50.0, \
+             api_us_per_output_token: 10.0, tokenizer_window_us: {window_us}.0), latency: Blackbox"
+        )
+    };
+    // A window of 2 ms on the decode group only.
+    let mut text = pd(1, 1, "", &all_at_zero(1, 160, 3));
+    let at = text.rfind("latency: Blackbox").unwrap();
+    text.replace_range(at..at + "latency: Blackbox".len(), &engine(2000));
+    let text = text.replacen("latency: Blackbox", &engine(0), 1);
+    let (_, rows) = run(&parse(&text));
+    // As without a window (the test above), the answer reaches the proxy at 1880; the decode
+    // instance's tokenizer batch closes 2000 µs later, its API server takes the request in by
+    // 3880 + 660 = 4540, and the idle instance pulls it at once: KV at 4590 + 420 = 5010.
+    // Its step recomputes the prompt's last token: 5010-6011, out at 6071.
+    assert_eq!(rows[0].us("kv_transfer_ms"), 5010 - 1820);
+    assert_eq!(rows[0].us("ttft_ms"), 6071);
+}
+
 #[test]
 fn validate_says_which_instance_sends_the_first_token() {
     let dir = tempfile::tempdir().unwrap();
