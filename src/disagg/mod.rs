@@ -202,13 +202,15 @@ pub struct TransferStats {
 /// cannot have would pay for it on every tick). Empties `TransferDue` and
 /// `InstanceDue::handoffs`; fills `InstanceDue::batch` and, for requests no decode instance
 /// can hold, `RecordDue`. Owns [`Disagg`] and [`ActiveDecodeRouting`], which its setup
-/// builds.
+/// builds; shares the API servers' tokenizer batches (`latency::TokenizerWindows`) with the
+/// router, for the decode instances'.
 pub struct DisaggPlugin;
 
 impl bevy_app::Plugin for DisaggPlugin {
     fn build(&self, app: &mut bevy_app::App) {
         app.init_resource::<Disagg>()
             .init_resource::<crate::kv::KvEvents>()
+            .init_resource::<crate::latency::TokenizerWindows>()
             .add_setup(SetupStage::Policies, set_up_decode_routing)
             .add_setup(SetupStage::Cluster, set_up_links)
             .add_summary_part(summarize);

@@ -57,6 +57,7 @@ fn world() -> World {
     world.init_resource::<TransferDue>();
     world.init_resource::<RecordDue>();
     world.init_resource::<crate::decisions::DecisionLog>();
+    world.init_resource::<crate::latency::TokenizerWindows>();
     world.resource_mut::<InstanceDue>().handoffs.push(0);
     world
 }
