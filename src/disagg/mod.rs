@@ -7,9 +7,9 @@
 //! Which instance sends the client the first token is `cluster.pd_first_token`'s choice:
 //! - `Decode` (default; vLLM's P/D proxy, llm-d): that step's token answers the proxy, which
 //!   then hands the request to the decode instance's API server (its tokenizer micro-batch,
-//!   [`TokenizerWindows`], then [`ServingPath::request_in`]) before the transfer can start; the decode instance
-//!   recomputes the prompt's last token and samples the first itself, so the transfer is part
-//!   of TTFT, not of the second token's ITL;
+//!   [`TokenizerWindows`], then [`ServingPath::request_in`]) before the transfer can start;
+//!   the decode instance recomputes the prompt's last token and samples the first itself, so
+//!   the transfer is part of TTFT, not of the second token's ITL;
 //! - `Prefill` (DistServe, Splitwise): that step's token, TTFT stamped there.
 //!
 //! At that step's end [`transfer_kv`]:

@@ -362,8 +362,8 @@ pub struct Incoming {
     /// First block sent (the ones before it were already cached here).
     pub sent_from: u32,
     /// When this instance's engine has the request: at once (`Prefill` reading), or once the
-    /// proxy has the prefill instance's answer and this instance's API server has taken the
-    /// request in (`Decode`, vLLM's P/D proxy).
+    /// proxy has the prefill instance's answer and this instance's API server has tokenized
+    /// it (in its micro-batch) and taken it in (`Decode`, vLLM's P/D proxy).
     pub handed: SimTime,
     /// It found no KV room here at a decision (`waited_for_kv`).
     pub waited: bool,
