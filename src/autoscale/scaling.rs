@@ -274,12 +274,17 @@ fn apply(
         }
         let mut cut = current - desired;
         // Cancel starting instances first (newest start first), then drain the serving
-        // ones with the least work (ties: highest index).
+        // ones with the least work (ties: highest index). A step still in flight, or a
+        // hand-off's KV still being sent (P/D), is work: the instance drains until it ends
+        // (its requests may all have left, timed out, while it ran).
         let mut order: Vec<(u8, u64, u32)> = members
             .iter()
             .filter_map(|&i| {
                 let (p, s, _) = instances.get(index.0[i as usize]).ok()?;
-                let load = s.resident() as u64 + u64::from(view.instances[i as usize].in_flight);
+                let busy = !s.in_flight.is_empty() || s.step_end.is_some() || s.outbound > 0;
+                let load = s.resident() as u64
+                    + u64::from(view.instances[i as usize].in_flight)
+                    + u64::from(busy);
                 match p.phase {
                     ph if ph.starting() && load == 0 => {
                         Some((0, u64::MAX - p.on_since.map_or(0, |x| x.as_us()), i))

@@ -577,3 +577,32 @@ fn each_group_may_evaluate_on_its_own_interval() {
         ]
     );
 }
+
+/// Found by random P/D scenarios: every request of a decode instance timed out while its
+/// step ran, and a scale-down that found it without requests switched it off with the step
+/// still in flight (INV-9). A step in flight is work: the instance drains until it ends.
+#[test]
+fn an_instance_whose_requests_all_timed_out_mid_step_drains_before_it_is_off() {
+    let (s, _, events) = run(r#"(seed: 963, cluster: (groups: [
+            (name: "prefill", role: Prefill, model: "llama-2-7b-hf", gpu: "H100", kv_blocks: 400,
+             latency: TrainedPhysics()),
+            (name: "decode", count: 2, role: Decode, model: "llama-2-7b-hf", gpu: "H100",
+             kv_blocks: 300, max_num_seqs: 16, latency: TrainedPhysics(),
+             scaling: (min: 1, max: 4, provision_s: 1.0, warmup_s: 0.5))]),
+          policies: (routing: "least_loaded", decode_routing: "least_loaded",
+            autoscale: "target_tracking",
+            autoscale_params: {"target_in_flight": 4.0, "interval_s": 1.0}),
+          workload: (clients: [(arrival: AllAtZero(count: 100),
+            input_tokens: LogNormal(mu: 6.0, sigma: 0.8, min: 8, max: 6000),
+            output_tokens: Uniform(min: 1, max: 200), timeout_s: 1.0)]))"#);
+    assert_eq!(s.requests.completed + s.requests.timed_out, 100);
+    let t = timeline(&events);
+    assert_eq!(t.len(), 2, "{t:?}");
+    assert_eq!(
+        (t[0].0, t[0].1, t[0].2.as_str()),
+        (1_000_000, 2, "draining")
+    );
+    // Off when the step ends: a decode step of at most 16 requests takes milliseconds.
+    assert_eq!((t[1].1, t[1].2.as_str()), (2, "off"));
+    assert!(t[1].0 > 1_000_000 && t[1].0 < 1_100_000, "{t:?}");
+}
