@@ -77,6 +77,7 @@ pub(crate) fn form_one(
     if sched.step_end.is_some() || !sched.has_work() {
         return false;
     }
+    sched.left_out_arrivals = false;
     let preemptions = sched.counters.preemptions;
     // Lockstep steps advance every request one token a step: not with speculative decoding,
     // and not with adapters (each step prepares its adapters).
@@ -112,6 +113,7 @@ pub(crate) fn form_one(
         sched.running.push(seq);
     }
     let unseen = unseen_arrivals(sched, decided_at(sched, limits, now));
+    sched.left_out_arrivals = unseen.is_some();
     sched.scheduled.clear();
     batcher.0.form(sched, kv, limits, now, ordering);
     sched.preempted_forming = sched.counters.preemptions != preemptions;

@@ -438,6 +438,9 @@ pub struct Scheduler {
     /// Forming the batch preempted a request: an empty batch is then retried at once (the
     /// blocks it freed may admit the queue), not left to wait for arriving KV.
     pub preempted_forming: bool,
+    /// The batch formed last left out requests that reached the engine after it was decided
+    /// (async scheduling, [`batch::decided_at`]).
+    pub left_out_arrivals: bool,
     /// Preemptions counted when a request last completed here (watchdog).
     pub preemptions_at_completion: u64,
     pub counters: InstanceCounters,

@@ -294,6 +294,47 @@ fn a_decode_instance_pulls_a_handed_off_request_s_kv_between_steps_while_it_has_
     assert_eq!(rows(1), [(4071, 3010 - 1820), (14632, 13571 - 2980)]);
 }
 
+/// With async scheduling the step a prefill instance runs after another was decided when
+/// that one started: a prompt that reached the engine during it joins the step after, which
+/// vLLM's engine launches at once when the one decided is empty. The prompt used to wait for
+/// the instance's hand-off in transit to land instead.
+#[test]
+fn a_prompt_reaching_an_async_prefill_engine_mid_step_does_not_wait_for_a_transfer() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.csv");
+    std::fs::write(
+        &trace,
+        "arrival_us,input_tokens,output_tokens\n0,160,1\n500,160,1\n",
+    )
+    .unwrap();
+    let group = |role: &str| {
+        format!(
+            "(name: \"{role}\", role: {role}, model: \"llama-3.1-8b-instruct\", kv_blocks: 1000,
+              engine: (async_scheduling: true, schedule_us: 0.0, schedule_us_per_request: 0.0,
+                api_request_us: 500.0, api_us_per_prompt_token: 1.0, api_step_us: 50.0,
+                api_us_per_output_token: 10.0, tokenizer_window_us: 0.0),
+              latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 1.0, 10.0]))"
+        )
+    };
+    let sc = parse(&format!(
+        "(seed: 3, cluster: (groups: [{}, {}]), workload: (traces: [(format: ServesimCsv, file: {:?})]))",
+        group("Prefill"),
+        group("Decode"),
+        trace.display().to_string()
+    ));
+    let (_, mut rows) = run(&sc);
+    rows.sort_by_key(|r| r.u64("request_id"));
+    // A reaches the idle prefill engine at 660 µs and runs at once, 660-1820; B reaches it at
+    // 1160, after that step's start, when the next had been decided (empty): an empty step of
+    // 1 µs, then B, 1821-2981. (It used to wait for A's KV to land, at 3010.)
+    assert_eq!(rows[1].us("scheduling_delay_ms"), 1821 - 500);
+    // A: handed to the idle decode instance at 2540, KV 2590-3010, its step 3010-4011. B:
+    // answered at 3041, handed at 3701 during that step, pulled at its end: KV 4061-4481,
+    // onto the idle instance: 4481-5482, out at 5542.
+    let ttft: Vec<u64> = rows.iter().map(|r| r.us("ttft_ms")).collect();
+    assert_eq!(ttft, [4071, 5542 - 500]);
+}
+
 /// Found by random feature combinations: a decode instance that held back a request whose
 /// KV landed during its last step, with nothing else to run, waited for a transfer that
 /// itself waited for the blocks the held-back request kept, and never stepped again (20
