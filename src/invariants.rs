@@ -157,7 +157,7 @@ pub fn check_invariants(
         }
         // Every reference is held by a request here: running, handed off (P/D, until its
         // transfer ends), arrived, or on its way to a decode instance (its reservation there,
-        // its prompt's blocks here).
+        // its prompt's blocks here); or by a read the scheduler has not heard of yet.
         let outbound = instances
             .iter()
             .flat_map(|(_, s, ..)| &s.incoming)
@@ -170,6 +170,7 @@ pub fn check_invariants(
             .chain(sched.handoff.iter().map(|h| &h.seq.kv))
             .chain(sched.arrived.iter().map(|s| &s.kv))
             .chain(sched.incoming.iter().map(|t| &t.reserved))
+            .chain(sched.sent.iter().map(|(_, b)| b))
             .chain(outbound);
         if let Err(e) = kv.check_holders(holders, &mut seen) {
             panic!("INV-4 at {now}: instance {}: {e}", inst.index);

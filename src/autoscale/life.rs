@@ -45,7 +45,8 @@ pub(super) fn enter(c: &mut Ctx<'_>, t: &Timing, phase: Phase, queue: &mut Event
         (phase == Phase::WarmingUp && t.warmup_speed < 1.0).then_some(t.warmup_speed);
     if phase == Phase::Off {
         c.power.on_since = None;
-        // Its KV cache is dropped (and its memory freed).
+        // Its KV cache is dropped (and its memory freed), blocks held for reads (P/D) too.
+        c.sched.sent.clear();
         let events = c.kv.records_events();
         c.kv.note_cleared();
         let cleared: Vec<_> = c.kv.take_events().collect();

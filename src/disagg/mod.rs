@@ -20,7 +20,7 @@
 //!    decode instance (prefix hits there need not be sent, as vLLM's NIXL connector reads
 //!    only the blocks the decode side lacks): with vLLM's serving path once the request
 //!    reached that instance's engine and at its scheduler's next decision (between steps,
-//!    while fewer than `max_num_seqs` run), else at once (`pulls_at_decisions`). No room: it
+//!    while fewer than `max_num_seqs` run), else at once (`reads_by_pull`). No room: it
 //!    waits, head of line, and the wait is counted (`decode_kv_wait_ms`); nothing is dropped;
 //! 3. sends the blocks: `bytes = blocks × block_size × KV bytes per token` (every layer and
 //!    KV head of the model, at its dtype). The data starts `kv_link_latency_us` after the
@@ -34,11 +34,13 @@
 //!    With `cluster.kv_transfer_layerwise` a transfer that starts the moment the prefill
 //!    step ends streamed each layer during that step: only
 //!    `max(wire / L, wire − step × (L − 1) / L)` of its `wire` time is left;
-//! 4. when the last byte lands the prefill instance frees its blocks; the request joins the
-//!    decode instance's running batch from the step its scheduler can know of the landing
-//!    ([`landing_joins_from`]; while `max_num_seqs` allows), with its prompt's KV in place,
-//!    and decodes there. The transfer shows in its TTFT (with
-//!    `pd_first_token: Prefill`, in its second token's ITL) and in E2E.
+//! 4. when the last byte lands the request joins the decode instance's running batch from
+//!    the step its scheduler can know of the landing ([`landing_joins_from`]; while
+//!    `max_num_seqs` allows), with its prompt's KV in place, and decodes there. The transfer
+//!    shows in its TTFT (with `pd_first_token: Prefill`, in its second token's ITL) and in
+//!    E2E. The prefill instance frees its blocks: with vLLM's serving path from the step its
+//!    scheduler can know of the read's end ([`sent_freed_from`]; until then they are in its
+//!    `sent`), else at once.
 //!
 //! Requests in transit count on their decode instance (`in_flight` in the routers' view, and
 //! INV-1). Per request: `prefill_instance`, `decode_instance`, `kv_transfer_ms` in
@@ -48,6 +50,7 @@
 //! [`ServingPath::request_in`]: crate::latency::ServingPath::request_in
 //! [`TokenizerWindows`]: crate::latency::TokenizerWindows
 //! [`landing_joins_from`]: crate::instance::batch::landing_joins_from
+//! [`sent_freed_from`]: crate::instance::batch::sent_freed_from
 
 mod check;
 #[cfg(test)]
@@ -521,7 +524,7 @@ pub fn transfer_kv(
             at + tokenizers.wait(d, at, &limits.serving)
                 + limits.serving.request_in(h.seq.spec.input_tokens)
         });
-        if handed > now && pulls_at_decisions(x, limits) {
+        if handed > now && reads_by_pull(x, limits) {
             queue.push(handed, Event::HandedOff { instance: d });
         }
         sched.incoming.push_back(Incoming {
@@ -540,8 +543,8 @@ pub fn transfer_kv(
     start_transfers(now, &index, x, &mut view, &mut queue, &mut instances);
 }
 
-/// Requests whose KV landed now: the prefill instance frees its blocks, the decode instance
-/// takes the request.
+/// Requests whose KV landed now: the decode instance takes the request, the prefill instance
+/// frees its blocks (or holds them until its scheduler hears of it: [`reads_by_pull`]).
 fn arrive(
     due: &mut TransferWork,
     now: SimTime,
@@ -597,10 +600,15 @@ fn arrive(
             slot.in_flight = slot.in_flight.saturating_sub(1);
             list_for_batch(&mut due.instances, d, &mut sched);
             refresh_view(view, d, &sched, &kv);
-            let (mut src, mut src_kv, ..) = instances
+            let (mut src, mut src_kv, _, src_limits, _) = instances
                 .get_mut(index.0[t.from as usize])
                 .expect("instance entity exists for the whole run");
-            src_kv.release(&mut src_blocks);
+            if reads_by_pull(x, src_limits) {
+                let from = crate::instance::batch::sent_freed_from(&src, src_limits, now);
+                src.sent.push((from, src_blocks));
+            } else {
+                src_kv.release(&mut src_blocks);
+            }
             src.outbound -= 1;
             list_for_batch(&mut due.instances, t.from, &mut src);
             refresh_view(view, t.from, &src, &src_kv);
@@ -610,20 +618,28 @@ fn arrive(
     due.transfers.transfers_done = done;
 }
 
-/// True if decode instance `limits`' engine reserves an incoming request's blocks and starts
-/// pulling its KV at its scheduler's decisions, as vLLM's does with the NIXL connector: its
-/// scheduler allocates the blocks when it first meets the request in its wait queue (at once
-/// when idle, else at the end of the running step; not while `max_num_seqs` requests run:
-/// `Scheduler.schedule`), and its worker starts the read as it launches the step so decided
-/// (`start_load_kv`). Not with a layer-wise push (the prefill instance sends as it computes)
-/// nor without vLLM's serving path (the BLIS reading: the transfer starts at the hand-off).
-fn pulls_at_decisions(x: &Disagg, limits: &crate::instance::Limits) -> bool {
+/// True if instance `limits`' engine moves KV as vLLM's does with the NIXL connector, where
+/// the decode side reads:
+/// - a decode instance reserves an incoming request's blocks and starts pulling its KV at
+///   its scheduler's decisions: its scheduler allocates the blocks when it first meets the
+///   request in its wait queue (at once when idle, else at the end of the running step; not
+///   while `max_num_seqs` requests run: `Scheduler.schedule`), and its worker starts the read
+///   as it launches the step so decided (`start_load_kv`);
+/// - a prefill instance frees a request's blocks once its scheduler hears that the read is
+///   done ([`sent_freed_from`]).
+///
+/// Not with a layer-wise push (the prefill instance sends as it computes) nor without vLLM's
+/// serving path (the BLIS reading: the transfer starts at the hand-off, and the blocks are
+/// free when it lands).
+///
+/// [`sent_freed_from`]: crate::instance::batch::sent_freed_from
+fn reads_by_pull(x: &Disagg, limits: &crate::instance::Limits) -> bool {
     !x.layerwise && !limits.serving.is_bare()
 }
 
 /// On every decode instance with requests waiting for KV room, reserves blocks in hand-off
 /// order and starts their transfers; the first that does not fit waits for the next try. An
-/// engine that pulls at its decisions ([`pulls_at_decisions`]) takes only requests it has
+/// engine that pulls at its decisions ([`reads_by_pull`]) takes only requests it has
 /// been handed, and only between steps.
 fn start_transfers(
     now: SimTime,
@@ -643,7 +659,7 @@ fn start_transfers(
         let mut stuck = false;
         let mut unhanded = false;
         let dst = x.links[d as usize];
-        let pulls = pulls_at_decisions(x, limits);
+        let pulls = reads_by_pull(x, limits);
         let between_steps = sched.step_end.is_none();
         let room = sched.running.len() < limits.max_num_seqs as usize;
         for t in sched.incoming.iter_mut().filter(|t| t.done.is_none()) {

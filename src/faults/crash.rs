@@ -462,6 +462,9 @@ fn take_down(world: &mut World, i: u32) -> Vec<Lost> {
             for seq in sent {
                 on(seq, &mut kv, &mut lost);
             }
+            for (_, mut blocks) in sched.sent.drain(..) {
+                kv.release(&mut blocks);
+            }
             sched.outbound = 0;
             sched.plan.clear();
             sched.step_end = None;

@@ -78,6 +78,9 @@ pub(crate) fn form_one(
         return false;
     }
     sched.left_out_arrivals = false;
+    if !sched.sent.is_empty() {
+        free_sent(sched, kv);
+    }
     let preemptions = sched.counters.preemptions;
     // Lockstep steps advance every request one token a step: not with speculative decoding,
     // and not with adapters (each step prepares its adapters).
@@ -170,8 +173,7 @@ pub(crate) fn decided_at(sched: &Scheduler, limits: &Limits, now: SimTime) -> Op
 /// [`InstanceCounters::steps`]: super::InstanceCounters::steps
 pub(crate) fn landing_joins_from(sched: &Scheduler, limits: &Limits, now: SimTime) -> u64 {
     let next = sched.counters.steps;
-    let idle = sched.in_flight.is_empty() && (next == 0 || sched.step_done < now);
-    if idle || limits.serving.is_bare() {
+    if idle_at(sched, now) || limits.serving.is_bare() {
         next
     } else if limits.pp > 1 {
         next + u64::from(limits.pp)
@@ -180,6 +182,60 @@ pub(crate) fn landing_joins_from(sched: &Scheduler, limits: &Limits, now: SimTim
     } else {
         next + 1
     }
+}
+
+/// True if the instance has no step in flight and did not end one `now` (its engine would
+/// launch the next at once).
+fn idle_at(sched: &Scheduler, now: SimTime) -> bool {
+    sched.in_flight.is_empty() && (sched.counters.steps == 0 || sched.step_done < now)
+}
+
+/// P/D, prefill side: the first step (by [`InstanceCounters::steps`]) before whose forming the
+/// instance frees the blocks of a request whose KV a decode instance finished reading `now`.
+/// vLLM 0.15.1's scheduler keeps a handed-off request's blocks (its KV connector's
+/// `request_finished` delays the free) until the workers report the read done
+/// (`finished_sending`, from the notification the reading side sends): they poll as they
+/// launch a step (`get_finished`, in `KVConnectorModelRunnerMixin`), and that step's output
+/// tells the scheduler, which frees the blocks (`_update_from_kv_xfer_finished`). So:
+/// - a busy instance frees them before the step a request landing now on a decode instance
+///   would join ([`landing_joins_from`]): its scheduler hears at the same output;
+/// - an idle one with work (requests waiting for room) steps empty and polls at once: the
+///   next step;
+/// - an idle one with nothing to do does not poll: its engine waits on its input queue
+///   (`EngineCore._process_input_queue`: no requests, no batch in flight), so the blocks stay
+///   held until a request arrives; the first step it then takes polls, and its output frees
+///   them before the step after it (`next + 1`), or with async scheduling the step decided
+///   after its end (`next + 2`), or with pipeline parallelism the `pp`-th after it.
+///
+/// Without vLLM's serving path (the BLIS reading) they are free at once (the next step).
+///
+/// [`InstanceCounters::steps`]: super::InstanceCounters::steps
+pub(crate) fn sent_freed_from(sched: &Scheduler, limits: &Limits, now: SimTime) -> u64 {
+    let next = sched.counters.steps;
+    if !idle_at(sched, now) || limits.serving.is_bare() {
+        landing_joins_from(sched, limits, now)
+    } else if sched.has_work() {
+        next
+    } else if limits.pp > 1 {
+        next + u64::from(limits.pp)
+    } else if limits.serving.async_scheduling {
+        next + 2
+    } else {
+        next + 1
+    }
+}
+
+/// Frees the blocks of the reads (P/D, prefill side) the scheduler has heard of by the step
+/// being formed ([`sent_freed_from`]).
+fn free_sent(sched: &mut Scheduler, kv: &mut KvCache) {
+    let step = sched.counters.steps;
+    sched.sent.retain_mut(|(from, blocks)| {
+        let heard = *from <= step;
+        if heard {
+            kv.release(blocks);
+        }
+        !heard
+    });
 }
 
 /// Requests that reached the engine after the step was `decided` ([`decided_at`]) were not

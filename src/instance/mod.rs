@@ -453,6 +453,10 @@ pub struct Scheduler {
     /// P/D, prefill side: requests handed off whose KV blocks here are still being sent
     /// (each is in its decode instance's `incoming`).
     pub outbound: u32,
+    /// P/D, prefill side: the blocks of requests whose KV has been read, held until the
+    /// scheduler hears of it, with the step from whose forming it does
+    /// ([`batch::sent_freed_from`]).
+    pub sent: Vec<(u64, SeqBlocks)>,
     /// P/D, decode side: requests headed here, in hand-off order.
     pub incoming: VecDeque<Incoming>,
     /// P/D, decode side: requests whose KV is here, to join the running batch.

@@ -116,10 +116,12 @@ pub(crate) fn execute_one(
     let empty = items.is_empty() && priced.is_none();
     sched.stalled_steps = if empty { sched.stalled_steps + 1 } else { 0 };
     // vLLM's engine steps, empty, when it has requests it cannot run yet, and an empty
-    // batch is stepped (1 µs) here too when stepping is what runs them: with async
-    // scheduling, the requests waiting reached the engine after the batch was decided, and
-    // join the next.
-    let steps_empty = sched.in_flight.is_empty() && sched.left_out_arrivals;
+    // batch is stepped (1 µs) here too when stepping is what runs them: (P/D, prefill side)
+    // it polls for the reads whose blocks the instance holds
+    // ([`sent_freed_from`](super::batch::sent_freed_from)); with async scheduling, the
+    // requests waiting reached the engine after the batch was decided, and join the next.
+    let steps_empty =
+        sched.in_flight.is_empty() && (!sched.sent.is_empty() || sched.left_out_arrivals);
     if empty
         && !steps_empty
         && (!sched.in_flight.is_empty()

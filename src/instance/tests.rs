@@ -282,13 +282,9 @@ fn complete_steps_applies_the_progress_a_whole_prompt_gives_its_first_token() {
     );
 }
 
-/// The step a request whose KV lands now may join, by the instance's state and engine
-/// (`batch::landing_joins_from`): the count of steps taken is the next step's number.
-#[test]
-fn a_landing_joins_the_step_the_scheduler_can_know_of_it_in() {
-    use crate::latency::ServingPath;
-    let now = SimTime(5_000);
-    let busy = Scheduler {
+/// An instance with a step in flight until 6,000 µs; the next step it forms is its 8th (7).
+fn busy_at_step_7() -> Scheduler {
+    Scheduler {
         in_flight: [SimTime(6_000)].into(),
         step_done: SimTime(6_000),
         counters: InstanceCounters {
@@ -296,12 +292,25 @@ fn a_landing_joins_the_step_the_scheduler_can_know_of_it_in() {
             ..Default::default()
         },
         ..Default::default()
-    };
-    let limits = |serving, pp| Limits {
+    }
+}
+
+/// Batch limits of 128 requests and 2,048 tokens with `serving` and `pp` stages.
+fn limits(serving: crate::latency::ServingPath, pp: u32) -> Limits {
+    Limits {
         serving,
         pp,
         ..Limits::plain(128, 2048)
-    };
+    }
+}
+
+/// The step a request whose KV lands now may join, by the instance's state and engine
+/// (`batch::landing_joins_from`): the count of steps taken is the next step's number.
+#[test]
+fn a_landing_joins_the_step_the_scheduler_can_know_of_it_in() {
+    use crate::latency::ServingPath;
+    let now = SimTime(5_000);
+    let busy = busy_at_step_7();
     let joins = |s: &Scheduler, l: &Limits| batch::landing_joins_from(s, l, now);
     // A step in flight: polled at the next launch (step 7).
     assert_eq!(joins(&busy, &limits(ServingPath::VLLM_SYNC, 1)), 8);
@@ -324,4 +333,45 @@ fn a_landing_joins_the_step_the_scheduler_can_know_of_it_in() {
     assert_eq!(joins(&idle, &limits(ServingPath::VLLM, 1)), 7);
     let fresh = Scheduler::default();
     assert_eq!(joins(&fresh, &limits(ServingPath::VLLM, 1)), 0);
+}
+
+/// The step before whose forming a P/D prefill instance frees the blocks of a read that
+/// ended now (`batch::sent_freed_from`), by the instance's state and engine.
+#[test]
+fn a_read_s_blocks_are_freed_from_the_step_the_prefill_scheduler_hears_of_it_in() {
+    use crate::latency::ServingPath;
+    let now = SimTime(5_000);
+    let freed = |s: &Scheduler, l: &Limits| batch::sent_freed_from(s, l, now);
+    // A step in flight (the next to be formed is step 7): the scheduler hears when a landing
+    // on a decode instance would join (the test above).
+    let busy = busy_at_step_7();
+    assert_eq!(freed(&busy, &limits(ServingPath::VLLM_SYNC, 1)), 8);
+    assert_eq!(freed(&busy, &limits(ServingPath::VLLM, 1)), 10);
+    assert_eq!(freed(&busy, &limits(ServingPath::VLLM, 4)), 11);
+    assert_eq!(freed(&busy, &limits(ServingPath::BARE, 1)), 7);
+    // Idle with nothing to do: held until a request comes; the first step it takes (7)
+    // polls, and its output frees them before the step after it, or with async scheduling
+    // before the one decided at its end.
+    let idle = Scheduler {
+        in_flight: Default::default(),
+        step_done: SimTime(4_999),
+        ..busy
+    };
+    assert_eq!(freed(&idle, &limits(ServingPath::VLLM_SYNC, 1)), 8);
+    assert_eq!(freed(&idle, &limits(ServingPath::VLLM, 1)), 9);
+    assert_eq!(freed(&idle, &limits(ServingPath::VLLM, 4)), 11);
+    assert_eq!(freed(&idle, &limits(ServingPath::BARE, 1)), 7);
+    // Idle with a request waiting (for room): the engine steps empty and polls at once.
+    let mut waiting = Scheduler {
+        in_flight: Default::default(),
+        step_done: SimTime(4_999),
+        ..busy_at_step_7()
+    };
+    waiting.waiting.push_back(Seq::new(
+        Entity::PLACEHOLDER,
+        crate::policy::any_request(),
+        Lifecycle::default(),
+    ));
+    assert_eq!(freed(&waiting, &limits(ServingPath::VLLM, 1)), 7);
+    assert_eq!(freed(&waiting, &limits(ServingPath::VLLM_SYNC, 1)), 7);
 }

@@ -148,6 +148,19 @@ pub fn rust_files(dirs: &[&Path]) -> Vec<std::path::PathBuf> {
     files
 }
 
+/// A `ServesimCsv` trace of `rows` (`arrival_us,input_tokens,output_tokens` lines) in a new
+/// directory: its path, and the directory (removed when dropped).
+pub fn trace_file(rows: &str) -> (PathBuf, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.csv");
+    std::fs::write(
+        &trace,
+        format!("arrival_us,input_tokens,output_tokens\n{rows}"),
+    )
+    .unwrap();
+    (trace, dir)
+}
+
 pub fn run(sc: &Scenario) -> (Summary, Vec<Row>) {
     let (summary, rows, _dir) = run_keeping(sc);
     (summary, rows)

@@ -50,6 +50,37 @@ fn wire_us(tokens: u64, bytes_per_us: u64) -> u64 {
 /// default, has the decode instance send it): the timelines worked out below assume it.
 const PREFILL_FIRST: &str = ", pd_first_token: Prefill";
 
+/// A group of one `role` instance with `blocks` KV blocks, 1,000 µs + 1 µs a prefill token + 10
+/// µs a decode token a step, and the serving path of the timelines below (API server 500 µs +
+/// 1 µs a prompt token in, 50 + 10 µs a chunk out, no scheduler time, no tokenizer batch), with
+/// or without async scheduling; `extra` adds fields.
+fn served_group(role: &str, blocks: u32, asynchronous: bool, extra: &str) -> String {
+    format!(
+        "(name: \"{role}\", role: {role}, model: \"llama-3.1-8b-instruct\", kv_blocks: {blocks}, {extra}
+          engine: (async_scheduling: {asynchronous}, schedule_us: 0.0, schedule_us_per_request: 0.0,
+            api_request_us: 500.0, api_us_per_prompt_token: 1.0, api_step_us: 50.0,
+            api_us_per_output_token: 10.0, tokenizer_window_us: 0.0),
+          latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 1.0, 10.0]))"
+    )
+}
+
+/// One prefill (`prefill_blocks` KV blocks) and one decode instance (1,000), each a
+/// [`served_group`], replaying `rows` (`arrival_us,input_tokens,output_tokens`) from a trace.
+fn pd_traced(
+    rows: &str,
+    asynchronous: bool,
+    prefill_blocks: u32,
+) -> (servesim::scenario::Scenario, tempfile::TempDir) {
+    let (trace, dir) = crate::common::trace_file(rows);
+    let sc = parse(&format!(
+        "(seed: 3, cluster: (groups: [{}, {}]), workload: (traces: [(format: ServesimCsv, file: {:?})]))",
+        served_group("Prefill", prefill_blocks, asynchronous, ""),
+        served_group("Decode", 1000, asynchronous, ""),
+        trace.display().to_string()
+    ));
+    (sc, dir)
+}
+
 #[test]
 fn a_lone_request_prefills_transfers_and_decodes_to_the_microsecond() {
     let sc = parse(&pd(1, 1, PREFILL_FIRST, &all_at_zero(1, 160, 3)));
@@ -253,22 +284,12 @@ fn a_landing_during_a_step_joins_the_second_step_after_it_or_the_fourth_with_asy
 #[test]
 fn a_decode_instance_pulls_a_handed_off_request_s_kv_between_steps_while_it_has_room() {
     let scenario = |decode_seqs: u32| {
-        let group = |role: &str, seqs: u32| {
-            format!(
-                "(name: \"{role}\", role: {role}, model: \"llama-3.1-8b-instruct\", kv_blocks: 1000,
-                  max_num_seqs: {seqs},
-                  engine: (async_scheduling: false, schedule_us: 0.0, schedule_us_per_request: 0.0,
-                    api_request_us: 500.0, api_us_per_prompt_token: 1.0, api_step_us: 50.0,
-                    api_us_per_output_token: 10.0, tokenizer_window_us: 0.0),
-                  latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 1.0, 10.0]))"
-            )
-        };
         parse(&format!(
             "(seed: 3, cluster: (groups: [{}, {}]), workload: (clients: [
                 (arrival: AllAtZero(count: 1), input_tokens: Constant(160), output_tokens: Constant(10)),
                 (arrival: AllAtZero(count: 1), input_tokens: Constant(160), output_tokens: Constant(1))]))",
-            group("Prefill", 1),
-            group("Decode", decode_seqs)
+            served_group("Prefill", 1000, false, "max_num_seqs: 1,"),
+            served_group("Decode", 1000, false, &format!("max_num_seqs: {decode_seqs},"))
         ))
     };
     // Both reach the prefill instance at 660 µs (500 + 160 µs in); it runs one at a time:
@@ -294,36 +315,40 @@ fn a_decode_instance_pulls_a_handed_off_request_s_kv_between_steps_while_it_has_
     assert_eq!(rows(1), [(4071, 3010 - 1820), (14632, 13571 - 2980)]);
 }
 
+/// vLLM's prefill instance frees a handed-off request's blocks only when its scheduler hears
+/// that the decode instance has read them (`finished_sending`, polled as its workers launch a
+/// step and reported in that step's output), not the moment the read ends: a prompt that
+/// needs those blocks waits a step more.
+#[test]
+fn a_prefill_instance_frees_the_blocks_of_a_read_after_the_step_that_hears_of_it() {
+    // Requests A, D, B, C: (arrival µs, prompt tokens), one output token each. The prefill
+    // instance holds 40 blocks: A, B and C take 10 each, D 20.
+    let (sc, _dir) = pd_traced("0,160,1\n900,320,1\n2000,160,1\n2010,160,1\n", false, 40);
+    let (s, rows) = run(&sc);
+    assert_eq!(s.requests.completed, 4, "{:?}", s.requests);
+    // Prefill instance: A reaches it at 660 µs (500 + 160 µs in), its step 660-1820; D at
+    // 900 + 820 = 1720, its step 1820-3140. B and C reach it at 2660 and 2670, during D's
+    // step. A's answer (1880) is handed to the idle decode instance at 2540, which pulls it
+    // at once: its KV lands at 2590 + 420 = 3010, during D's step. At D's end (3140) A's 10
+    // blocks are still held, for the step launched then is the first to poll for the read:
+    // with D's 20 (being sent) and B's 10 the cache is full, and B runs alone, 3140-4300.
+    // That step's output frees A's blocks: C runs 4300-5460.
+    let delays: Vec<u64> = rows.iter().map(|r| r.us("scheduling_delay_ms")).collect();
+    assert_eq!(delays, [660, 920, 3140 - 2000, 4300 - 2010]);
+    // (Freed as the read ended, B and C would both have run 3140-4460: C's delay 1,130 µs.)
+    // C's KV: after B's, on the decode instance's link (B was pulled at 5910, at the end of
+    // the decode step that recomputed D's last token, over 5960-6380), so 6380-6800.
+    assert_eq!(rows[3].us("kv_transfer_ms"), 6800 - 5460);
+}
+
 /// With async scheduling the step a prefill instance runs after another was decided when
 /// that one started: a prompt that reached the engine during it joins the step after, which
 /// vLLM's engine launches at once when the one decided is empty. The prompt used to wait for
 /// the instance's hand-off in transit to land instead.
 #[test]
 fn a_prompt_reaching_an_async_prefill_engine_mid_step_does_not_wait_for_a_transfer() {
-    let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("t.csv");
-    std::fs::write(
-        &trace,
-        "arrival_us,input_tokens,output_tokens\n0,160,1\n500,160,1\n",
-    )
-    .unwrap();
-    let group = |role: &str| {
-        format!(
-            "(name: \"{role}\", role: {role}, model: \"llama-3.1-8b-instruct\", kv_blocks: 1000,
-              engine: (async_scheduling: true, schedule_us: 0.0, schedule_us_per_request: 0.0,
-                api_request_us: 500.0, api_us_per_prompt_token: 1.0, api_step_us: 50.0,
-                api_us_per_output_token: 10.0, tokenizer_window_us: 0.0),
-              latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 1.0, 10.0]))"
-        )
-    };
-    let sc = parse(&format!(
-        "(seed: 3, cluster: (groups: [{}, {}]), workload: (traces: [(format: ServesimCsv, file: {:?})]))",
-        group("Prefill"),
-        group("Decode"),
-        trace.display().to_string()
-    ));
-    let (_, mut rows) = run(&sc);
-    rows.sort_by_key(|r| r.u64("request_id"));
+    let (sc, _dir) = pd_traced("0,160,1\n500,160,1\n", true, 1000);
+    let (_, rows) = run(&sc);
     // A reaches the idle prefill engine at 660 µs and runs at once, 660-1820; B reaches it at
     // 1160, after that step's start, when the next had been decided (empty): an empty step of
     // 1 µs, then B, 1821-2981. (It used to wait for A's KV to land, at 3010.)
@@ -342,21 +367,12 @@ fn a_prompt_reaching_an_async_prefill_engine_mid_step_does_not_wait_for_a_transf
 #[test]
 fn a_held_back_landing_is_taken_after_an_empty_step_not_left_waiting_for_its_own_blocks() {
     // The prefill instance schedules between steps, the decode instance (30 blocks) ahead.
-    let group = |role: &str, blocks: u32, asynchronous: bool| {
-        format!(
-            "(name: \"{role}\", role: {role}, model: \"llama-3.1-8b-instruct\", kv_blocks: {blocks},
-              engine: (async_scheduling: {asynchronous}, schedule_us: 0.0, schedule_us_per_request: 0.0,
-                api_request_us: 500.0, api_us_per_prompt_token: 1.0, api_step_us: 50.0,
-                api_us_per_output_token: 10.0, tokenizer_window_us: 0.0),
-              latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 1.0, 10.0]))"
-        )
-    };
     let text = format!(
         "(seed: 3, cluster: (groups: [{}, {}]), workload: (clients: [
             (arrival: AllAtZero(count: 2), input_tokens: Constant(160), output_tokens: Constant(1)),
             (arrival: AllAtZero(count: 1), input_tokens: Constant(400), output_tokens: Constant(1))]))",
-        group("Prefill", 1000, false),
-        group("Decode", 30, true)
+        served_group("Prefill", 1000, false, ""),
+        served_group("Decode", 30, true, "")
     );
     let (s, rows) = run(&parse(&text));
     assert_eq!(s.requests.completed, 3, "{:?}", s.requests);

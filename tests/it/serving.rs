@@ -1,18 +1,12 @@
 //! The serving path around the steps (`engine`): vLLM's async scheduling, the scheduler's CPU
 //! work and the API server, worked out by hand on instances whose every step takes 1,000 µs.
 
-use crate::common::{parse, run};
+use crate::common::{parse, run, trace_file};
 
 /// One instance with 1,000 µs steps (blackbox β0) and the given `engine`, replaying
 /// `rows` (`arrival_us,input_tokens,output_tokens`) from a trace.
 fn scenario(engine: &str, rows: &str) -> (servesim::scenario::Scenario, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("t.csv");
-    std::fs::write(
-        &trace,
-        format!("arrival_us,input_tokens,output_tokens\n{rows}"),
-    )
-    .unwrap();
+    let (trace, dir) = trace_file(rows);
     let src = format!(
         "(seed: 1, cluster: (groups: [(kv_blocks: 1000, engine: {engine},
             latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 0.0, 0.0]))]),
