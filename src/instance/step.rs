@@ -120,10 +120,8 @@ pub(crate) fn execute_one(
     // it polls for the reads whose blocks the instance holds
     // ([`sent_freed_from`](super::batch::sent_freed_from)); with async scheduling, the
     // requests waiting reached the engine after the batch was decided, and join the next.
-    let steps_empty =
-        sched.in_flight.is_empty() && (!sched.sent.is_empty() || sched.left_out_arrivals);
     if empty
-        && !steps_empty
+        && !(sched.in_flight.is_empty() && (!sched.sent.is_empty() || sched.left_out_arrivals))
         && (!sched.in_flight.is_empty()
             || sched.outbound > 0
             || !sched.handoff.is_empty()
