@@ -50,10 +50,10 @@ fn wire_us(tokens: u64, bytes_per_us: u64) -> u64 {
 /// default, has the decode instance send it): the timelines worked out below assume it.
 const PREFILL_FIRST: &str = ", pd_first_token: Prefill";
 
-/// A group of one `role` instance with `blocks` KV blocks, 1,000 µs + 1 µs a prefill token + 10
-/// µs a decode token a step, and the serving path of the timelines below (API server 500 µs +
-/// 1 µs a prompt token in, 50 + 10 µs a chunk out, no scheduler time, no tokenizer batch), with
-/// or without async scheduling; `extra` adds fields.
+/// A group of one `role` instance with `blocks` KV blocks, steps of 1,000 µs + 1 µs a prefill
+/// token + 10 µs a decode token, and the serving path of the timelines below (API server
+/// 500 µs + 1 µs a prompt token in, 50 + 10 µs a chunk out, no scheduler time, no tokenizer
+/// batch), with or without async scheduling; `extra` adds fields.
 fn served_group(role: &str, blocks: u32, asynchronous: bool, extra: &str) -> String {
     format!(
         "(name: \"{role}\", role: {role}, model: \"llama-3.1-8b-instruct\", kv_blocks: {blocks}, {extra}
