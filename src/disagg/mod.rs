@@ -428,6 +428,7 @@ pub fn transfer_kv(
 
     // Hand-offs due now, by prefill instance, then those that waited for a decode instance.
     let mut from = std::mem::take(&mut due.instances.handoffs);
+    reads_heard_at_last_step(&from, &index, &mut view, &mut instances);
     from.append(&mut x.unrouted);
     from.sort_unstable();
     from.dedup();
@@ -616,6 +617,33 @@ fn arrive(
     }
     done.clear();
     due.transfers.transfers_done = done;
+}
+
+/// Prefill instances whose step ended now, handing requests off: vLLM's engine takes one more
+/// step after a step that finished requests, to report them (`Scheduler.has_requests` holds
+/// while `finished_req_ids` does), and its workers poll for finished reads as they launch it
+/// (`get_finished`). So an instance left with nothing to run frees the blocks of every read
+/// that has landed (which [`sent_freed_from`] would have it keep until it steps again).
+///
+/// [`sent_freed_from`]: crate::instance::batch::sent_freed_from
+fn reads_heard_at_last_step(
+    ended: &[u32],
+    index: &InstanceIndex,
+    view: &mut ClusterView,
+    instances: &mut Instances,
+) {
+    for &p in ended {
+        let (mut sched, mut kv, ..) = instances
+            .get_mut(index.0[p as usize])
+            .expect("instance entity exists for the whole run");
+        if sched.sent.is_empty() || !sched.in_flight.is_empty() || sched.has_work() {
+            continue;
+        }
+        for (_, mut blocks) in sched.sent.drain(..) {
+            kv.release(&mut blocks);
+        }
+        refresh_view(view, p, &sched, &kv);
+    }
 }
 
 /// True if instance `limits`' engine moves KV as vLLM's does with the NIXL connector, where

@@ -207,6 +207,10 @@ fn idle_at(sched: &Scheduler, now: SimTime) -> bool {
 ///   them before the step after it (`next + 1`), or with async scheduling the step decided
 ///   after its end (`next + 2`), or with pipeline parallelism the `pp`-th after it.
 ///
+/// A prefill instance whose step ends with nothing left to run frees them all then (the
+/// Transfer stage's `reads_heard_at_last_step`: vLLM's engine takes one more step to report
+/// the requests that step finished, and it polls).
+///
 /// Without vLLM's serving path (the BLIS reading) they are free at once (the next step).
 ///
 /// [`InstanceCounters::steps`]: super::InstanceCounters::steps

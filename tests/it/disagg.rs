@@ -341,6 +341,24 @@ fn a_prefill_instance_frees_the_blocks_of_a_read_after_the_step_that_hears_of_it
     assert_eq!(rows[3].us("kv_transfer_ms"), 6800 - 5460);
 }
 
+/// vLLM's engine takes one more step after a step that finished requests, to report them,
+/// and polls for finished reads as it launches it: a prefill instance left with nothing to
+/// run frees the blocks of the reads that landed during its last step as that step ends.
+#[test]
+fn a_prefill_instance_left_without_work_frees_the_blocks_read_during_its_last_step() {
+    // A, D and E: a prefill instance of 30 blocks (A and E take 10, D 20).
+    let (sc, _dir) = pd_traced("0,160,1\n900,320,1\n2840,160,1\n", false, 30);
+    let (s, rows) = run(&sc);
+    assert_eq!(s.requests.completed, 3, "{:?}", s.requests);
+    // As above: A's step 660-1820, D's 1820-3140, A's KV lands at 3010. D's step ends with
+    // nothing left to run: the step vLLM's engine takes to report D polls, and A's blocks
+    // are free. E reaches the engine at 2840 + 660 = 3500, while D's 20 blocks are still
+    // being sent (D is handed over at 3860 and pulled at 4011), and runs at once. (Held until
+    // the instance stepped again, they would cost E an empty step: 1 µs.)
+    let delays: Vec<u64> = rows.iter().map(|r| r.us("scheduling_delay_ms")).collect();
+    assert_eq!(delays, [660, 920, 660]);
+}
+
 /// With async scheduling the step a prefill instance runs after another was decided when
 /// that one started: a prompt that reached the engine during it joins the step after, which
 /// vLLM's engine launches at once when the one decided is empty. The prompt used to wait for
