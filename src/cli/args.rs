@@ -251,7 +251,21 @@ pub(crate) fn load(
     overrides: &[(String, String)],
     catalog: &Catalog,
 ) -> Result<scenario::Scenario, ExitCode> {
-    crate::loader::load(path, overrides, catalog).map_err(|e| {
+    load_after(path, overrides, catalog, "--set")
+}
+
+/// [`load`], with an error naming the file "(after {applied})" when `overrides` changed its
+/// text: `applied` lists the flags that gave them (`--set`, `--seed`, `--trace timeline`).
+pub(crate) fn load_after(
+    path: &Path,
+    overrides: &[(String, String)],
+    catalog: &Catalog,
+    applied: &str,
+) -> Result<scenario::Scenario, ExitCode> {
+    crate::loader::load(path, overrides, catalog).map_err(|mut e| {
+        if let Some(file) = e.file.strip_suffix(" (after --set)") {
+            e.file = format!("{file} (after {applied})");
+        }
         note!("error: {e}");
         ExitCode::from(2)
     })

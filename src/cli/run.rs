@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::args::{Format, RunArgs, TraceKind, announce, load, parse_overrides};
+use super::args::{Format, RunArgs, TraceKind, announce, load_after, parse_overrides};
 use super::progress;
 use crate::catalog::Catalog;
 use crate::{RunOptions, ServesimApp, Simulation};
@@ -93,9 +93,37 @@ pub(crate) fn run(app: &ServesimApp, a: RunArgs) -> ExitCode {
     } = a;
     let built = app.build();
     let catalog = built.world().resource::<Catalog>();
+    // What changes the scenario's text, named in its errors: `--set` and the flags that set a
+    // field for the user (the file's line:column positions are of the text so changed).
+    let mut applied: Vec<&str> = Vec::new();
+    if !set.is_empty() {
+        applied.push("--set");
+    }
+    if seed.is_some() {
+        applied.push("--seed");
+    }
     let mut set = set;
-    if trace.contains(&TraceKind::Timeline) {
-        set.push("outputs.timeline_json=true".into());
+    let mut by_flag = |set: &mut Vec<String>, flag: &'static str, field: &str, value: String| {
+        if let Some(given) = set
+            .iter()
+            .find(|s| s.split_once('=').is_some_and(|(p, _)| p.trim() == field))
+        {
+            noteln!("error: {flag} sets {field}, which --set {given} sets too: give one of them");
+            return false;
+        }
+        set.push(format!("{field}={value}"));
+        applied.push(flag);
+        true
+    };
+    if trace.contains(&TraceKind::Timeline)
+        && !by_flag(
+            &mut set,
+            "--trace timeline",
+            "outputs.timeline_json",
+            "true".into(),
+        )
+    {
+        return ExitCode::from(2);
     }
     if let Some(w) = &trace_window {
         let Some((a, b)) = w.split_once("..") else {
@@ -116,7 +144,14 @@ pub(crate) fn run(app: &ServesimApp, a: RunArgs) -> ExitCode {
             );
             return ExitCode::from(2);
         }
-        set.push(format!("outputs.timeline_window_s=({a:?},{b:?})"));
+        if !by_flag(
+            &mut set,
+            "--trace-window",
+            "outputs.timeline_window_s",
+            format!("({a:?},{b:?})"),
+        ) {
+            return ExitCode::from(2);
+        }
     }
     if let Some(r) = trace_sample {
         if !(r > 0.0 && r <= 1.0) {
@@ -126,7 +161,14 @@ pub(crate) fn run(app: &ServesimApp, a: RunArgs) -> ExitCode {
             );
             return ExitCode::from(2);
         }
-        set.push(format!("outputs.timeline_request_sample={r:?}"));
+        if !by_flag(
+            &mut set,
+            "--trace-sample",
+            "outputs.timeline_request_sample",
+            format!("{r:?}"),
+        ) {
+            return ExitCode::from(2);
+        }
     }
     let overrides = match parse_overrides(&set, seed) {
         Ok(o) => o,
@@ -135,7 +177,7 @@ pub(crate) fn run(app: &ServesimApp, a: RunArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let sc = match load(&scenario, &overrides, catalog) {
+    let sc = match load_after(&scenario, &overrides, catalog, &applied.join(", ")) {
         Ok(s) => s,
         Err(code) => return code,
     };

@@ -258,6 +258,52 @@ fn a_missing_file_and_a_bad_override_are_input_errors() {
         err.contains("(after --set)") && err.contains("cluster.groups[0].kv_blocks: must be > 0"),
         "{err}"
     );
+    // A flag that sets a field for the user names itself: an error in a run given no --set
+    // does not say "after --set", and a --set of the same field is a conflict, not a field
+    // "given twice".
+    let out = servesim(
+        &[
+            "run",
+            "scenarios/quickstart.ron",
+            "--seed",
+            "3",
+            "--trace",
+            "timeline",
+            "--trace-window",
+            "1..2",
+            "--out",
+            "/nonexistent/never",
+            "--set",
+            "cluster.groups[0].max_num_seqs=0",
+        ],
+        &root(),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("quickstart.ron (after --set, --seed, --trace timeline, --trace-window):"),
+        "{err}"
+    );
+    let out = servesim(
+        &[
+            "run",
+            "scenarios/quickstart.ron",
+            "--trace",
+            "timeline",
+            "--set",
+            "outputs.timeline_json=false",
+        ],
+        &root(),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "--trace timeline sets outputs.timeline_json, which --set \
+             outputs.timeline_json=false sets too: give one of them"
+        ),
+        "{err}"
+    );
 }
 
 #[test]
