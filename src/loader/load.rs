@@ -121,7 +121,13 @@ fn parse_in(
         if let Some((_, number)) = decimal {
             message = format!("expected a whole number, found {number}");
             let v: f64 = number.parse().unwrap_or(0.0);
-            hint = Some(if v.fract() == 0.0 && v.abs() < 1e15 {
+            // Beyond u64 (or an overflow to infinity) there is no integer to suggest.
+            hint = Some(if !v.is_finite() || v.abs() >= u64::MAX as f64 {
+                "this field takes an integer, and this one is beyond any it can hold (counts \
+                 and lengths are at most 4,294,967,295; num_requests and seeds at most \
+                 18,446,744,073,709,551,615)"
+                    .into()
+            } else if v.fract() == 0.0 {
                 format!("this field takes an integer: write {v:.0}")
             } else {
                 format!(

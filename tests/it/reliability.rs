@@ -1307,6 +1307,21 @@ fn a_decimal_in_an_integer_field_is_named_and_located() {
             "bad.ron:1:33: policies.routing_latency_us: expected a whole number, found 12.5\n    \
              hint: this field takes an integer, such as 12 or 13",
         ),
+        // A whole number at any size is written out; past u64 (1e309 overflows to infinity)
+        // no integer is offered: the hint said "such as inf or inf".
+        (
+            "admission_latency_us: 1e15",
+            "found 1e15\n    hint: this field takes an integer: write 1000000000000000",
+        ),
+        (
+            "admission_latency_us: 1e309",
+            "found 1e309\n    hint: this field takes an integer, and this one is beyond any it \
+             can hold",
+        ),
+        (
+            "admission_latency_us: 2e19",
+            "found 2e19\n    hint: this field takes an integer, and this one is beyond any it",
+        ),
     ] {
         let err = crate::common::invalid(&scenario(field));
         assert!(err.contains(said), "{field}: {err}");
