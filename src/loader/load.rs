@@ -152,6 +152,21 @@ fn parse_in(
                  needs (docs/scenarios.md)"
             ));
         }
+        // A string, list, `(…)` or number where a variant's name belongs (`arrival: "x"`,
+        // `input_tokens: 1.5`): RON says "Expected identifier". Which variants the field
+        // takes shows when a name stands there instead.
+        let variant_error = matches!(e.code, ron::Error::ExpectedIdentifier)
+            || matches!(&e.code, ron::Error::InvalidIdentifier(f) | ron::Error::SuggestRawIdentifier(f)
+                if f.parse::<f64>().is_ok());
+        if variant_error && let Some((found, variants)) = variants_at(&text, offset) {
+            (message, hint) = match length_hint(&path, &text[offset..]) {
+                Some(h) => (format!("expected a length distribution, found {found}"), Some(h)),
+                None => (
+                    format!("expected one of this field's variants, found {found}"),
+                    Some(format!("expected one of: {}", variants.join(", "))),
+                ),
+            };
+        }
         // A value given by --set (or --vary) without its quotes.
         if let Some((_, value)) = overrides.iter().find(|(p, _)| *p == path)
             && matches!(
@@ -194,6 +209,82 @@ fn parse_in(
 
 /// The number with a fraction or exponent RON stopped in when it wanted an integer (`50.0`
 /// reads as the integer 50 and fails at the `.`; `1e3` fails at the `e`): its start and text.
+/// The value starting at `offset` (a string, list, `(…)` or number that stands where a
+/// variant's name belongs), described, and the variants RON names when a name unknown to the
+/// field stands there instead; `None` when the value is not one of those or the field is not
+/// an enum (a struct's field name, as in `Gamma(2.0)`).
+fn variants_at(text: &str, offset: usize) -> Option<(String, Vec<String>)> {
+    let rest = &text[offset..];
+    let (what, len) = match rest.chars().next()? {
+        '"' => ("a string".to_string(), rest[1..].find('"')? + 2),
+        open @ ('[' | '(') => {
+            let close = if open == '[' { ']' } else { ')' };
+            let mut depth = 0usize;
+            let end = rest.char_indices().find_map(|(i, c)| {
+                if c == open {
+                    depth += 1;
+                } else if c == close {
+                    depth -= 1;
+                    if depth == 0 {
+                        return Some(i + 1);
+                    }
+                }
+                None
+            })?;
+            let what = if open == '[' {
+                "a list"
+            } else {
+                "`(…)` without a name"
+            };
+            (what.to_string(), end)
+        }
+        c if c.is_ascii_digit() || matches!(c, '-' | '+' | '.') => {
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '+')))
+                .unwrap_or(rest.len());
+            (format!("the number {}", &rest[..end]), end)
+        }
+        _ => return None,
+    };
+    const PROBE: &str = "servesim_probe";
+    let probed = format!("{}{PROBE}{}", &text[..offset], &text[offset + len..]);
+    match ron_options().from_str::<Scenario>(&probed) {
+        Err(ron::error::SpannedError {
+            code: ron::Error::NoSuchEnumVariant {
+                expected, found, ..
+            },
+            ..
+        }) if found == PROBE => Some((what, expected.iter().map(|v| v.to_string()).collect())),
+        _ => None,
+    }
+}
+
+/// For a length distribution given as a bare number, what to write instead.
+fn length_hint(path: &str, rest: &str) -> Option<String> {
+    if !["input_tokens", "output_tokens", "turns"]
+        .iter()
+        .any(|f| path.ends_with(f))
+    {
+        return None;
+    }
+    let end = rest
+        .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '+')))
+        .unwrap_or(rest.len());
+    let v: f64 = rest[..end].parse().ok()?;
+    Some(
+        if v >= 0.0 && v.fract() == 0.0 && v <= f64::from(u32::MAX) {
+            format!(
+                "write Constant({v:.0}) for a fixed length, or a distribution such as \
+             Uniform(min: 1, max: {v:.0})"
+            )
+        } else {
+            "a length is a whole number of tokens, 0..=4,294,967,295: write Constant(128) for a \
+         fixed length, or a distribution such as Uniform(min: 1, max: 512)"
+                .into()
+        },
+    )
+}
+
 fn decimal_for_integer<'t>(
     text: &'t str,
     offset: usize,

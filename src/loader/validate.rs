@@ -13,22 +13,7 @@ use crate::scenario::{Problem, Scenario, did_you_mean, finite_positive};
 pub(super) fn explain_ron_error(code: &ron::Error, path: &str) -> (String, Option<String>) {
     use ron::Error as E;
     const FIELDS: &str = "docs/scenarios.md lists every field and its default";
-    let length_field = ["input_tokens", "output_tokens", "turns"]
-        .iter()
-        .any(|f| path.ends_with(f));
     match code {
-        // `output_tokens: 300`: RON reads the bare number as an identifier.
-        E::InvalidIdentifier(found) | E::SuggestRawIdentifier(found)
-            if length_field && found.parse::<f64>().is_ok() =>
-        {
-            (
-                format!("expected a length distribution, found the number {found}"),
-                Some(format!(
-                    "write Constant({found}) for a fixed length, or a distribution such as \
-                 Uniform(min: 1, max: {found})"
-                )),
-            )
-        }
         // `Gamma(2.0)`, `Uniform(1, 2)`: a value where a field name belongs.
         E::InvalidIdentifier(found) | E::SuggestRawIdentifier(found)
             if found.parse::<f64>().is_ok() =>

@@ -1331,6 +1331,76 @@ fn a_decimal_in_an_integer_field_is_named_and_located() {
     assert!(!err.contains("whole number"), "{err}");
 }
 
+/// A string, list, `(…)` or number where a variant's name belongs said RON's "Expected
+/// identifier" with a hint to read the docs, a number in `arrival` was called a field name,
+/// and `input_tokens: 1.5` was told to write `Constant(1.5)`, which is refused too. Now the
+/// error names what it found and the field's own variants.
+#[test]
+fn a_value_where_a_variant_belongs_names_the_variants() {
+    let scenario = |arrival: &str, input: &str| {
+        format!(
+            r#"(cluster: (groups: [(kv_blocks: 100, latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1.0, 1.0, 1.0]))]),
+   workload: (num_requests: 1, clients: [(arrival: {arrival}, rate_per_s: 1.0, input_tokens: {input}, output_tokens: Constant(8))]))"#
+        )
+    };
+    let arrivals = "expected one of: Poisson, Constant, Gamma, Weibull, OnOff, AllAtZero, \
+                    Staged, ConstantTimer";
+    for (arrival, input, said) in [
+        (
+            "\"gamma\"",
+            "Constant(8)",
+            format!(
+                "bad.ron:2:52: workload.clients[0].arrival: expected one of this field's \
+                 variants, found a string\n    hint: {arrivals}"
+            ),
+        ),
+        (
+            "5",
+            "Constant(8)",
+            format!(
+                "workload.clients[0].arrival: expected one of this field's variants, found the \
+                 number 5\n    hint: {arrivals}"
+            ),
+        ),
+        (
+            "[Poisson]",
+            "Constant(8)",
+            "arrival: expected one of this field's variants, found a list".into(),
+        ),
+        (
+            "Poisson",
+            "(mean: 3.0)",
+            "input_tokens: expected one of this field's variants, found `(…)` without a name\n    \
+             hint: expected one of: Constant, Uniform, Normal, LogNormal, Exponential, Zipf, \
+             Empirical"
+                .into(),
+        ),
+        (
+            "Poisson",
+            "1.5",
+            "input_tokens: expected a length distribution, found the number 1.5\n    hint: a \
+             length is a whole number of tokens, 0..=4,294,967,295: write Constant(128)"
+                .into(),
+        ),
+        (
+            "Poisson",
+            "300",
+            "input_tokens: expected a length distribution, found the number 300\n    hint: \
+             write Constant(300) for a fixed length"
+                .into(),
+        ),
+        // A number where a field name belongs keeps its own message.
+        (
+            "Gamma(2.0)",
+            "Constant(8)",
+            "arrival: expected a field name, found the number 2.0".into(),
+        ),
+    ] {
+        let err = crate::common::invalid(&scenario(arrival, input));
+        assert!(err.contains(&said), "{arrival} / {input}: {err}");
+    }
+}
+
 /// A stderr that cannot be written (`2>/dev/full`) made `eprintln!` panic: exit 101 after a
 /// run that had succeeded. Diagnostics that cannot be written are dropped; the exit status
 /// still tells success (0, results written) from bad input (2).
