@@ -121,6 +121,7 @@ impl Disagg {
     pub fn has_work(&self, due: &TransferDue, instances: &InstanceDue) -> bool {
         self.enabled
             && (!instances.handoffs.is_empty()
+                || !instances.emptied.is_empty()
                 || !due.transfers_done.is_empty()
                 || !due.handed.is_empty()
                 || !self.blocked.is_empty()
@@ -429,6 +430,8 @@ pub fn transfer_kv(
     // Hand-offs due now, by prefill instance, then those that waited for a decode instance.
     let mut from = std::mem::take(&mut due.instances.handoffs);
     reads_heard_at_last_step(&from, &index, &mut view, &mut instances);
+    reads_heard_at_last_step(&due.instances.emptied, &index, &mut view, &mut instances);
+    due.instances.emptied.clear();
     from.append(&mut x.unrouted);
     from.sort_unstable();
     from.dedup();
@@ -619,9 +622,10 @@ fn arrive(
     due.transfers.transfers_done = done;
 }
 
-/// Prefill instances whose step ended now, handing requests off: vLLM's engine takes one more
-/// step after a step that finished requests, to report them (`Scheduler.has_requests` holds
-/// while `finished_req_ids` does), and its workers poll for finished reads as they launch it
+/// Prefill instances whose step ended now, handing requests off or having lost them to client
+/// timeouts during it: vLLM's engine takes one more step after a step that finished requests,
+/// or after requests were aborted, to report them (`Scheduler.has_requests` holds while
+/// `finished_req_ids` does), and its workers poll for finished reads as they launch it
 /// (`get_finished`). So an instance left with nothing to run frees the blocks of every read
 /// that has landed (which [`sent_freed_from`] would have it keep until it steps again).
 ///

@@ -179,8 +179,9 @@ pub struct EnqueueDue {
 
 /// The instance pipeline's lists, by instance index: step ends (Advance), instances to
 /// form a batch (Batch), to price it (Execute), to apply it (Complete); and its output to
-/// P/D disaggregation: prefill instances with requests to hand to decode instances now
-/// (emptied by Transfer).
+/// P/D disaggregation: prefill instances with requests to hand to decode instances now, and
+/// those whose step ended with nothing left to run while they hold the blocks of reads
+/// (both emptied by Transfer).
 #[derive(Resource, Debug, Default)]
 pub struct InstanceDue {
     pub step_ends: Vec<u32>,
@@ -188,6 +189,7 @@ pub struct InstanceDue {
     pub execute: Vec<u32>,
     pub complete: Vec<u32>,
     pub handoffs: Vec<u32>,
+    pub emptied: Vec<u32>,
 }
 
 /// Prefill/decode disaggregation (Transfer): decode instances where a KV transfer ends now,

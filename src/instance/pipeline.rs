@@ -93,6 +93,10 @@ pub(crate) fn retire_one(
     }
     if sched.handoff.first().is_some_and(|h| h.ready <= now) {
         due.handoffs.push(i);
+    } else if !sched.sent.is_empty() && sched.in_flight.is_empty() && !sched.has_work() {
+        // Its requests left during the step (timed out): the step vLLM's engine takes to
+        // report them polls for reads (P/D).
+        due.emptied.push(i);
     }
     list_for_batch(due, i, sched);
 }

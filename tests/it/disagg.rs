@@ -359,6 +359,43 @@ fn a_prefill_instance_left_without_work_frees_the_blocks_read_during_its_last_st
     assert_eq!(delays, [660, 920, 660]);
 }
 
+/// The same when the last step's request times out during it: vLLM's engine takes a step to
+/// report the aborted request, and that step polls. (The blocks of the read stayed held until
+/// the instance stepped again.)
+#[test]
+fn a_prefill_instance_whose_last_request_timed_out_frees_the_blocks_read_during_its_step() {
+    // A and E in one trace, D (timed out 2 ms after it arrives) in another: a prefill
+    // instance of 30 blocks; A takes 10, D 20, and E 30 (29 for its prompt, one more for
+    // its token).
+    let (a_e, _d1) = crate::common::trace_file("0,160,1\n2840,464,1\n");
+    let (d, _d2) = crate::common::trace_file("900,320,1\n");
+    let sc = parse(&format!(
+        "(seed: 3, cluster: (groups: [{}, {}]), workload: (traces: [
+            (format: ServesimCsv, file: {:?}), (format: ServesimCsv, file: {:?}, timeout_s: 0.002)]))",
+        served_group("Prefill", 30, false, ""),
+        served_group("Decode", 1000, false, ""),
+        a_e.display().to_string(),
+        d.display().to_string()
+    ));
+    let (s, rows) = run(&sc);
+    assert_eq!(
+        (s.requests.completed, s.requests.timed_out),
+        (2, 1),
+        "{:?}",
+        s.requests
+    );
+    // As above: A's step 660-1820 and its KV lands at 3010, during D's step 1820-3140. D
+    // times out at 2900, mid-step, and frees its blocks; its step ends with nothing left to
+    // run and nothing to hand off, and the step that reports D polls: A's blocks are free.
+    // E reaches the engine at 2840 + 500 + 464 = 3804 and runs at once on all 30 blocks.
+    // (Held until the instance stepped again, A's blocks would cost E an empty step: 1 µs.)
+    let e = rows
+        .iter()
+        .find(|r| r.u64("input_tokens") == 464)
+        .expect("E's row");
+    assert_eq!(e.us("scheduling_delay_ms"), 964);
+}
+
 /// With async scheduling the step a prefill instance runs after another was decided when
 /// that one started: a prompt that reached the engine during it joins the step after, which
 /// vLLM's engine launches at once when the one decided is empty. The prompt used to wait for
