@@ -118,6 +118,21 @@ fn parse_in(
         let (line, col) = map.line_col(&text, offset);
         let path = map.path_at(offset).unwrap_or("").to_string();
         let (mut message, mut hint) = validate::explain_ron_error(&e.code, &path);
+        if decimal.is_none()
+            && let Some(found) = syntax_found(&e.code, &text, offset)
+        {
+            message = format!("{message}, found {found}");
+            let before = text[..offset].trim_end();
+            let name = &before[before
+                .trim_end_matches(|c: char| c.is_alphanumeric() || c == '_')
+                .len()..];
+            if matches!(e.code, ron::Error::ExpectedMapColon) && !name.is_empty() {
+                message = format!("expected `:` after the field's name `{name}`, found {found}");
+            }
+            if matches!(e.code, ron::Error::ExpectedComma) {
+                hint = Some(comma_hint(&text, offset, line, &found, &map));
+            }
+        }
         if let Some((_, number)) = decimal {
             message = format!("expected a whole number, found {number}");
             let v: f64 = number.parse().unwrap_or(0.0);
@@ -256,6 +271,57 @@ fn variants_at(text: &str, offset: usize) -> Option<(String, Vec<String>)> {
             ..
         }) if found == PROBE => Some((what, expected.iter().map(|v| v.to_string()).collect())),
         _ => None,
+    }
+}
+
+/// What a syntax error found where it stopped (a word, a character or the end of the file),
+/// for the errors that expect a particular character or a name.
+fn syntax_found(code: &ron::Error, text: &str, offset: usize) -> Option<String> {
+    use ron::Error as E;
+    if !matches!(
+        code,
+        E::ExpectedComma
+            | E::ExpectedMapColon
+            | E::ExpectedIdentifier
+            | E::ExpectedStructLikeEnd
+            | E::ExpectedArrayEnd
+            | E::ExpectedMapEnd
+            | E::TrailingCharacters
+    ) {
+        return None;
+    }
+    let rest = &text[offset..];
+    let Some(c) = rest.chars().next() else {
+        return Some("the end of the file".into());
+    };
+    let word = if c.is_alphanumeric() || c == '_' {
+        let end = rest
+            .find(|c: char| !(c.is_alphanumeric() || matches!(c, '_' | '.')))
+            .unwrap_or(rest.len());
+        &rest[..end]
+    } else {
+        &rest[..c.len_utf8()]
+    };
+    Some(format!("`{word}`"))
+}
+
+/// Where RON expected a comma and found `found` (at `offset`, on `line`): a closing bracket
+/// that does not match, or a comma missing before it, at the end of the line before when the
+/// value before ends there (`a: 1` then `b: 2` on the next line: RON stops at `b`).
+fn comma_hint(text: &str, offset: usize, line: usize, found: &str, map: &SourceMap) -> String {
+    const COMMAS: &str = "Fields and list items are separated by commas";
+    if text[offset..].starts_with([')', ']', '}']) {
+        return format!(
+            "this {found} does not close the bracket open here: one may be missing or extra \
+             (every `(`, `[` and `{{` is closed by its own `)`, `]`, `}}`)"
+        );
+    }
+    let before = text[..offset].trim_end();
+    let (at, _) = map.line_col(text, before.len());
+    if at < line && !before.is_empty() {
+        format!("is a `,` missing at the end of line {at}? {COMMAS}")
+    } else {
+        format!("is a `,` missing before {found}? {COMMAS}")
     }
 }
 

@@ -13,6 +13,8 @@ use crate::scenario::{Problem, Scenario, did_you_mean, finite_positive};
 pub(super) fn explain_ron_error(code: &ron::Error, path: &str) -> (String, Option<String>) {
     use ron::Error as E;
     const FIELDS: &str = "docs/scenarios.md lists every field and its default";
+    const BRACKETS: &str = "check the brackets here: one may be missing or extra (every `(`, \
+                            `[` and `{` is closed by its own `)`, `]`, `}`)";
     match code {
         // `Gamma(2.0)`, `Uniform(1, 2)`: a value where a field name belongs.
         E::InvalidIdentifier(found) | E::SuggestRawIdentifier(found)
@@ -104,6 +106,50 @@ pub(super) fn explain_ron_error(code: &ron::Error, path: &str) -> (String, Optio
         E::ExpectedBoolean => (
             "expected true or false".into(),
             Some("write true or false, without quotes".into()),
+        ),
+        // Syntax: the load names what it found instead (and, for a comma, the line to end
+        // with one).
+        E::ExpectedComma => (
+            "expected `,` or a closing bracket".into(),
+            Some("fields and list items are separated by commas".into()),
+        ),
+        E::ExpectedMapColon => (
+            "expected `:` after the field's name".into(),
+            Some(
+                "a field is written `name: value`, e.g. cluster: (groups: [...]), and a map's \
+                 entry `\"key\": value`"
+                    .into(),
+            ),
+        ),
+        E::ExpectedIdentifier => (
+            "expected a field name or a closing `)`".into(),
+            Some(BRACKETS.into()),
+        ),
+        E::ExpectedStructLikeEnd => (
+            "expected `)` closing this value, or a `,` before the next field".into(),
+            Some(BRACKETS.into()),
+        ),
+        E::ExpectedArrayEnd => (
+            "expected `]` closing this list, or a `,` before the next item".into(),
+            Some(BRACKETS.into()),
+        ),
+        E::ExpectedMapEnd => (
+            "expected `}` closing this map, or a `,` before the next entry".into(),
+            Some(BRACKETS.into()),
+        ),
+        E::TrailingCharacters => (
+            "text after the scenario's closing `)`".into(),
+            Some(
+                "a scenario is one value, `( … )`: a `)` too many may have closed it early".into(),
+            ),
+        ),
+        E::Eof => (
+            "the file ends inside a value".into(),
+            Some("a bracket is not closed: `(`, `[` or `{`".into()),
+        ),
+        E::ExpectedStringEnd => (
+            "a string is not closed".into(),
+            Some("end it with `\"`: from here it runs to the end of the file".into()),
         ),
         other => (
             other.to_string(),
