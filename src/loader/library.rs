@@ -172,7 +172,15 @@ pub(super) fn load_gpu(name: &str, base: &Path) -> Result<GpuProfile, String> {
         let gpu: GpuProfile = ron::Options::default()
             .with_default_extension(ron::extensions::Extensions::IMPLICIT_SOME)
             .from_str(&text)
-            .map_err(|e| format!("{}:{}: {}", path.display(), e.span.start, e.code))?;
+            .map_err(|e| {
+                let (message, _) = super::validate::explain_ron_error(&e.code, "");
+                format!(
+                    "{}:{}: {message}: not a GPU profile as servesim reads one (the fields of an \
+                     entry of assets/gpus.ron; `servesim list hardware` shows the bundled GPUs)",
+                    path.display(),
+                    e.span.start
+                )
+            })?;
         let p = gpu.problems();
         return if p.is_empty() {
             Ok(gpu)

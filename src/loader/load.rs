@@ -118,6 +118,18 @@ fn parse_in(
         let (line, col) = map.line_col(&text, offset);
         let path = map.path_at(offset).unwrap_or("").to_string();
         let (mut message, mut hint) = validate::explain_ron_error(&e.code, &path);
+        // `output_tokens: …` after the `)` that closed its client: RON reads the field's name
+        // as the name of a struct.
+        if let ron::Error::ExpectedDifferentStructName { found, .. } = &e.code
+            && let Some(after) = text[offset..].strip_prefix(found.as_str())
+            && after.trim_start().starts_with(':')
+        {
+            message = format!("expected `(` and the fields of a value, found the field `{found}:`");
+            hint = Some(format!(
+                "is `{found}` outside the brackets of the value it belongs to? Check the `)` or \
+                 `]` before it"
+            ));
+        }
         if decimal.is_none()
             && let Some(found) = syntax_found(&e.code, &text, offset)
         {
@@ -274,8 +286,8 @@ fn variants_at(text: &str, offset: usize) -> Option<(String, Vec<String>)> {
     }
 }
 
-/// What a syntax error found where it stopped (a word, a character or the end of the file),
-/// for the errors that expect a particular character or a name.
+/// What a syntax error found where it stopped (a word, a short string, a character or the end
+/// of the file), for the errors that expect a particular character, a name or a kind of value.
 fn syntax_found(code: &ron::Error, text: &str, offset: usize) -> Option<String> {
     use ron::Error as E;
     if !matches!(
@@ -287,6 +299,9 @@ fn syntax_found(code: &ron::Error, text: &str, offset: usize) -> Option<String> 
             | E::ExpectedArrayEnd
             | E::ExpectedMapEnd
             | E::TrailingCharacters
+            | E::ExpectedInteger
+            | E::ExpectedFloat
+            | E::ExpectedBoolean
     ) {
         return None;
     }
@@ -294,7 +309,13 @@ fn syntax_found(code: &ron::Error, text: &str, offset: usize) -> Option<String> 
     let Some(c) = rest.chars().next() else {
         return Some("the end of the file".into());
     };
-    let word = if c.is_alphanumeric() || c == '_' {
+    let word = if c == '"' {
+        // A string, whole when short.
+        match rest[1..].find(['"', '\n']) {
+            Some(end) if end <= 40 => &rest[..end + 2],
+            _ => return Some("a string".into()),
+        }
+    } else if c.is_alphanumeric() || c == '_' {
         let end = rest
             .find(|c: char| !(c.is_alphanumeric() || matches!(c, '_' | '.')))
             .unwrap_or(rest.len());

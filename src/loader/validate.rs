@@ -55,6 +55,10 @@ pub(super) fn explain_ron_error(code: &ron::Error, path: &str) -> (String, Optio
             format!("`{field}` is given twice"),
             Some("keep one: only one value can count".into()),
         ),
+        E::ExpectedDifferentStructName { found, .. } if path.is_empty() => (
+            format!("expected `(` and the fields, found a name, `{found}`"),
+            Some("the file is one value in parentheses, without a name".into()),
+        ),
         E::ExpectedDifferentStructName { found, .. } => (
             format!("a value here is written without a name, found `{found}(…)`"),
             Some("write just the parentheses, e.g. cluster: (groups: [...])".into()),
