@@ -34,6 +34,30 @@ pub fn no_repeated_column(
     }
 }
 
+/// A CSV read error of `file`, as the other errors of its rows read: `file:line: …`, and a row
+/// of the wrong width counted against the header (the `csv` crate's own wording compares it
+/// with "the previous record" and names records and bytes).
+pub fn csv_error(file: &str, e: &csv::Error) -> String {
+    match e.kind() {
+        csv::ErrorKind::UnequalLengths {
+            pos: Some(pos),
+            expected_len,
+            len,
+        } => format!(
+            "{file}:{}: {len} field{} where the header has {expected_len}",
+            pos.line(),
+            if *len == 1 { "" } else { "s" }
+        ),
+        csv::ErrorKind::Utf8 { pos: Some(pos), .. } => {
+            format!("{file}:{}: not UTF-8 text", pos.line())
+        }
+        _ => match e.position() {
+            Some(pos) => format!("{file}:{}: {e}", pos.line()),
+            None => format!("{file}: {e}"),
+        },
+    }
+}
+
 /// Opens `path` if it is a regular file; the error says what it is otherwise.
 pub fn open_regular(path: &Path) -> Result<File, String> {
     let meta =

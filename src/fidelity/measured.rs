@@ -265,7 +265,7 @@ pub fn from_csv(text: &str, file: &str) -> Result<Measurement, String> {
         if k >= MAX_ROWS {
             return Err(format!("{file}: more than {MAX_ROWS} rows"));
         }
-        let rec = rec.map_err(|e| format!("{file}:{line}: {e}"))?;
+        let rec = rec.map_err(|e| crate::input::csv_error(file, &e))?;
         let timed_out = match state.and_then(|i| rec.get(i)) {
             None | Some("completed") => false,
             Some("timed_out") => true,

@@ -79,7 +79,7 @@ impl MeasuredTable {
         let mut rows: Vec<(Vec<f64>, f64)> = Vec::new();
         let mut lines: Vec<u64> = Vec::new();
         for rec in rdr.records() {
-            let rec = rec.map_err(|e| format!("{source}: {e}"))?;
+            let rec = rec.map_err(|e| crate::input::csv_error(source, &e))?;
             let line = rec.position().map_or(0, |p| p.line());
             let num = |i: usize, name: &str| -> Result<f64, String> {
                 let s = rec.get(i).unwrap_or("");
@@ -397,6 +397,11 @@ mod tests {
             e.contains("not a full grid: no row for prefill_tokens=0, decode_tokens=2"),
             "{e}"
         );
+        // A row cut short: the line, and its width against the header (the csv crate says
+        // "found record with 1 fields, but the previous record has 3 fields").
+        let short = "prefill_tokens,decode_tokens,step_us\n0,1,100\n5\n";
+        let e = MeasuredTable::parse(short, "s.csv", Extrapolation::Error).unwrap_err();
+        assert_eq!(e, "s.csv:3: 1 field where the header has 3");
         let twice = "prefill_tokens,decode_tokens,step_us\n0,1,100\n5,1,150\n0,1,200\n";
         let e = MeasuredTable::parse(twice, "t.csv", Extrapolation::Error).unwrap_err();
         assert_eq!(

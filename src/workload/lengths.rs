@@ -128,7 +128,7 @@ pub fn load_column(path: &Path, column: &str, min: u32) -> Result<Arc<[u32]>, St
     };
     let mut values = Vec::new();
     for rec in rdr.records() {
-        let rec = rec.map_err(|e| format!("{}: {e}", path.display()))?;
+        let rec = rec.map_err(|e| crate::input::csv_error(&path.display().to_string(), &e))?;
         let line = rec.position().map_or(0, |p| p.line());
         let s = rec.get(i).unwrap_or("");
         let v: f64 = s.parse().map_err(|_| {

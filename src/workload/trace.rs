@@ -148,6 +148,41 @@ struct MooncakeRow {
     hash_ids: Vec<u64>,
 }
 
+/// What is wrong with a Mooncake row serde could not read: the field (missing, or not a
+/// number of the kind it takes) when the row is a JSON object, else the JSON error.
+fn mooncake_error(text: &str, e: &serde_json::Error) -> String {
+    use serde_json::Value;
+    let Ok(Value::Object(row)) = serde_json::from_str::<Value>(text) else {
+        let hint = if text.trim_start().starts_with('[') {
+            " (a Mooncake trace is JSON Lines: one object per line, not an array)"
+        } else {
+            ""
+        };
+        return format!("{e}{hint}");
+    };
+    for (field, whole) in [
+        ("timestamp", false),
+        ("input_length", true),
+        ("output_length", true),
+    ] {
+        match row.get(field) {
+            None => return format!("no `{field}`"),
+            Some(v) if whole && v.as_u64().is_none() => {
+                return format!("`{field}` is {v}, not a whole number of tokens");
+            }
+            Some(v) if !whole && v.as_f64().is_none() => {
+                return format!("`{field}` is {v}, not a number of milliseconds");
+            }
+            _ => {}
+        }
+    }
+    match row.get("hash_ids") {
+        Some(Value::Array(ids)) if ids.iter().all(|x| x.as_u64().is_some()) => e.to_string(),
+        Some(v) => format!("`hash_ids` is {v}, not a list of whole numbers"),
+        None => e.to_string(),
+    }
+}
+
 impl TraceReader {
     /// Opens a trace (relative paths against `base`).
     pub fn open(spec: &TraceSpec, base: &Path, seed: u64) -> Result<Self, String> {
@@ -252,12 +287,7 @@ impl TraceReader {
                     }
                 };
                 let row: MooncakeRow = serde_json::from_str(&text).map_err(|e| {
-                    let hint = if text.trim_start().starts_with('[') {
-                        " (a Mooncake trace is JSON Lines: one object per line, not an array)"
-                    } else {
-                        ""
-                    };
-                    self.err(format!("not a Mooncake row: {e}{hint}"))
+                    self.err(format!("not a Mooncake row: {}", mooncake_error(&text, &e)))
                 })?;
                 if row.input_length == 0 || row.output_length == 0 {
                     return Err(self.err(format!(
@@ -312,18 +342,8 @@ impl TraceReader {
                 let Some(rec) = records.next() else {
                     return Ok(None);
                 };
-                let rec = rec.map_err(|e| match e.kind() {
-                    csv::ErrorKind::UnequalLengths {
-                        pos: Some(pos),
-                        expected_len,
-                        len,
-                    } => format!(
-                        "{}:{}: {len} fields where the header has {expected_len}",
-                        self.path.display(),
-                        pos.line()
-                    ),
-                    _ => format!("{}: {e}", self.path.display()),
-                })?;
+                let rec =
+                    rec.map_err(|e| crate::input::csv_error(&self.path.display().to_string(), &e))?;
                 self.line = rec.position().map_or(self.line + 1, |p| p.line());
                 let get = |name: &str| {
                     headers

@@ -459,6 +459,33 @@ fn a_trace_of_the_wrong_shape_says_what_shape_it_needs() {
         "[{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 5}]\n",
         "m.jsonl:1: not a Mooncake row: invalid type: map, expected f64 at line 1 column 1 (a Mooncake trace is JSON Lines: one object per line, not an array)",
     );
+    // A field of the wrong kind or missing is named (serde said "invalid type: floating point
+    // `3.5`, expected u64 at line 1 column 50").
+    for (row, said) in [
+        (
+            "{\"timestamp\": 0, \"input_length\": 3.5, \"output_length\": 5}",
+            "m.jsonl:2: not a Mooncake row: `input_length` is 3.5, not a whole number of tokens",
+        ),
+        (
+            "{\"timestamp\": \"0\", \"input_length\": 3, \"output_length\": 5}",
+            "m.jsonl:2: not a Mooncake row: `timestamp` is \"0\", not a number of milliseconds",
+        ),
+        (
+            "{\"timestamp\": 0, \"input_length\": 3}",
+            "m.jsonl:2: not a Mooncake row: no `output_length`",
+        ),
+        (
+            "{\"timestamp\": 0, \"input_length\": 3, \"output_length\": 5, \"hash_ids\": [1, -2]}",
+            "m.jsonl:2: not a Mooncake row: `hash_ids` is [1,-2], not a list of whole numbers",
+        ),
+    ] {
+        check(
+            "Mooncake",
+            "m.jsonl",
+            &format!("{{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 5}}\n{row}\n"),
+            said,
+        );
+    }
 }
 
 #[test]
