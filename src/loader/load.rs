@@ -266,10 +266,8 @@ fn variants_at(text: &str, offset: usize) -> Option<(String, Vec<String>)> {
             (what.to_string(), end)
         }
         c if c.is_ascii_digit() || matches!(c, '-' | '+' | '.') => {
-            let end = rest
-                .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '+')))
-                .unwrap_or(rest.len());
-            (format!("the number {}", &rest[..end]), end)
+            let number = number_at(rest);
+            (format!("the number {number}"), number.len())
         }
         _ => return None,
     };
@@ -346,6 +344,15 @@ fn comma_hint(text: &str, offset: usize, line: usize, found: &str, map: &SourceM
     }
 }
 
+/// The number-like word `text` starts with (`1.5`, `-3`, `1e309`, `inf`): up to the first
+/// character no number is written with.
+fn number_at(text: &str) -> &str {
+    let end = text
+        .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '+')))
+        .unwrap_or(text.len());
+    &text[..end]
+}
+
 /// For a length distribution given as a bare number, what to write instead.
 fn length_hint(path: &str, rest: &str) -> Option<String> {
     if !["input_tokens", "output_tokens", "turns"]
@@ -354,10 +361,7 @@ fn length_hint(path: &str, rest: &str) -> Option<String> {
     {
         return None;
     }
-    let end = rest
-        .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '+')))
-        .unwrap_or(rest.len());
-    let v: f64 = rest[..end].parse().ok()?;
+    let v: f64 = number_at(rest).parse().ok()?;
     Some(
         if v >= 0.0 && v.fract() == 0.0 && v <= f64::from(u32::MAX) {
             format!(
@@ -391,10 +395,7 @@ fn decimal_for_integer<'t>(
     let (before, after) = text.split_at(offset);
     let start = before.trim_end_matches(|c: char| c.is_ascii_digit()).len();
     let start = start - usize::from(before[..start].ends_with(['-', '+']));
-    let end = offset
-        + after
-            .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '+')))
-            .unwrap_or(after.len());
+    let end = offset + number_at(after).len();
     let number = &text[start..end];
     (number.contains(['.', 'e', 'E']) && number.parse::<f64>().is_ok()).then_some((start, number))
 }
