@@ -54,6 +54,17 @@ pub fn unfinished(world: &mut World, check: bool) -> (Vec<FinishedRequest>, Requ
             left.push(f);
         }
     }
+    // A step's tokens are priced when it is formed; the first token of one still in flight
+    // when the run stopped (its horizon, or its caller) comes after the last event run: not
+    // produced in this run.
+    let now = world.resource::<crate::engine::SimClock>().now;
+    for f in &mut left {
+        if f.first_token.is_some_and(|t| t > now) {
+            f.first_token = None;
+            f.ttft = None;
+            f.generated_tokens = 0;
+        }
+    }
     let mut transit: Vec<FinishedRequest> = world
         .query::<(Entity, &RequestSpec, &Lifecycle)>()
         .iter(world)

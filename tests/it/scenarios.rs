@@ -163,6 +163,36 @@ fn a_horizon_stops_the_run_and_leaves_requests_in_their_buckets() {
     says(&early, "the run was finished before its end");
 }
 
+/// A step's tokens are priced when it is formed: a request whose first step was still in
+/// flight at the horizon was reported with the TTFT it would have had, and with a step
+/// priced past the clock's range (a measured table of 10²⁰ µs) a TTFT of 1.8·10¹⁶ ms (and
+/// INV-5 under `--check-invariants`).
+#[test]
+fn a_first_token_after_the_horizon_is_not_reported() {
+    // One request at t = 0: a step of 1,000 + 160 µs, then 1,010 µs a token.
+    let at = |horizon_s: f64| {
+        let sc = crate::common::parse(&format!(
+            "(seed: 2, horizon_s: {horizon_s}, cluster: (groups: [(count: 1, kv_blocks: 2000,
+                latency: Blackbox(alpha: [0.0, 0.0, 0.0], beta: [1000.0, 1.0, 10.0]))]),
+              workload: (clients: [(arrival: AllAtZero(count: 1), input_tokens: Constant(160), output_tokens: Constant(3))]))"
+        ));
+        let (s, rows) = run(&sc);
+        assert_eq!(s.requests.running, 1);
+        let r = &rows[0];
+        (
+            r.str("ttft_ms").to_string(),
+            r.u64("generated_tokens"),
+            s.ttft_ms.count,
+        )
+    };
+    // At 1,100 µs the first step runs to 1,160: no token yet.
+    assert_eq!(at(0.0011), (String::new(), 0, 0));
+    // At 1,200 µs the first token (1,160) is out. (`generated_tokens` counts the step in
+    // flight too, as outputs.md says.)
+    let (ttft, _, count) = at(0.0012);
+    assert_eq!((ttft.as_str(), count), ("1.160", 1));
+}
+
 #[test]
 fn reject_all_rejects_every_request_into_its_own_bucket() {
     let sc = crate::common::parse(
