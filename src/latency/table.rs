@@ -95,6 +95,13 @@ impl MeasuredTable {
                 .map(|k| num(col(k).expect("present"), k))
                 .collect::<Result<_, _>>()?;
             let step = num(step_col, "step_us")?;
+            // As the coefficients of the other models: a step longer than ~12 days is a slip
+            // of unit, and one past the clock's range could not be simulated.
+            if step > 1e12 {
+                return Err(format!(
+                    "{source}:{line}: step_us = {step:e} is more than 10¹² µs (~12 days a step)"
+                ));
+            }
             rows.push((key, step));
             lines.push(line);
         }
@@ -399,6 +406,12 @@ mod tests {
         );
         // A row cut short: the line, and its width against the header (the csv crate says
         // "found record with 1 fields, but the previous record has 3 fields").
+        let long = "prefill_tokens,decode_tokens,step_us\n0,1,1e20\n";
+        let e = MeasuredTable::parse(long, "l.csv", Extrapolation::Error).unwrap_err();
+        assert_eq!(
+            e,
+            "l.csv:2: step_us = 1e20 is more than 10¹² µs (~12 days a step)"
+        );
         let short = "prefill_tokens,decode_tokens,step_us\n0,1,100\n5\n";
         let e = MeasuredTable::parse(short, "s.csv", Extrapolation::Error).unwrap_err();
         assert_eq!(e, "s.csv:3: 1 field where the header has 3");
