@@ -404,14 +404,15 @@ mod tests {
             e.contains("not a full grid: no row for prefill_tokens=0, decode_tokens=2"),
             "{e}"
         );
-        // A row cut short: the line, and its width against the header (the csv crate says
-        // "found record with 1 fields, but the previous record has 3 fields").
+        // A step past the bound of the other models' coefficients.
         let long = "prefill_tokens,decode_tokens,step_us\n0,1,1e20\n";
         let e = MeasuredTable::parse(long, "l.csv", Extrapolation::Error).unwrap_err();
         assert_eq!(
             e,
             "l.csv:2: step_us = 1e20 is more than 10¹² µs (~12 days a step)"
         );
+        // A row cut short: the line, and its width against the header (the csv crate says
+        // "found record with 1 fields, but the previous record has 3 fields").
         let short = "prefill_tokens,decode_tokens,step_us\n0,1,100\n5\n";
         let e = MeasuredTable::parse(short, "s.csv", Extrapolation::Error).unwrap_err();
         assert_eq!(e, "s.csv:3: 1 field where the header has 3");

@@ -173,7 +173,7 @@ pub(super) fn load_gpu(name: &str, base: &Path) -> Result<GpuProfile, String> {
             .with_default_extension(ron::extensions::Extensions::IMPLICIT_SOME)
             .from_str(&text)
             .map_err(|e| {
-                let (message, _) = super::validate::explain_ron_error(&e.code, "");
+                let (message, _) = super::explain::explain_ron_error(&e.code, "");
                 format!(
                     "{}:{}: {message}: not a GPU profile as servesim reads one (the fields of an \
                      entry of assets/gpus.ron; `servesim list hardware` shows the bundled GPUs)",

@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use super::ScenarioError;
+use super::explain;
 use super::locate::{self, SourceMap, apply_override};
 use super::validate;
 use crate::catalog::Catalog;
@@ -117,7 +118,7 @@ fn parse_in(
         }
         let (line, col) = map.line_col(&text, offset);
         let path = map.path_at(offset).unwrap_or("").to_string();
-        let (mut message, mut hint) = validate::explain_ron_error(&e.code, &path);
+        let (mut message, mut hint) = explain::explain_ron_error(&e.code, &path);
         // `output_tokens: …` after the `)` that closed its client: RON reads the field's name
         // as the name of a struct.
         if let ron::Error::ExpectedDifferentStructName { found, .. } = &e.code
@@ -182,12 +183,19 @@ fn parse_in(
         // A string, list, `(…)` or number where a variant's name belongs (`arrival: "x"`,
         // `input_tokens: 1.5`): RON says "Expected identifier". Which variants the field
         // takes shows when a name stands there instead.
-        let variant_error = matches!(e.code, ron::Error::ExpectedIdentifier)
-            || matches!(&e.code, ron::Error::InvalidIdentifier(f) | ron::Error::SuggestRawIdentifier(f)
-                if f.parse::<f64>().is_ok());
+        let variant_error = match &e.code {
+            ron::Error::ExpectedIdentifier => true,
+            ron::Error::InvalidIdentifier(f) | ron::Error::SuggestRawIdentifier(f) => {
+                f.parse::<f64>().is_ok()
+            }
+            _ => false,
+        };
         if variant_error && let Some((found, variants)) = variants_at(&text, offset) {
             (message, hint) = match length_hint(&path, &text[offset..]) {
-                Some(h) => (format!("expected a length distribution, found {found}"), Some(h)),
+                Some(h) => (
+                    format!("expected a length distribution, found {found}"),
+                    Some(h),
+                ),
                 None => (
                     format!("expected one of this field's variants, found {found}"),
                     Some(format!("expected one of: {}", variants.join(", "))),

@@ -6,6 +6,7 @@
 
 pub mod estimate;
 mod expert;
+mod explain;
 mod features;
 mod hybrid;
 mod library;
