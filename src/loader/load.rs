@@ -370,14 +370,15 @@ fn length_hint(path: &str, rest: &str) -> Option<String> {
         return None;
     }
     let v: f64 = number_at(rest).parse().ok()?;
+    // Lengths are at most 2²⁴ tokens (the workload's check).
     Some(
-        if v >= 0.0 && v.fract() == 0.0 && v <= f64::from(u32::MAX) {
+        if v >= 0.0 && v.fract() == 0.0 && v <= f64::from(1u32 << 24) {
             format!(
                 "write Constant({v:.0}) for a fixed length, or a distribution such as \
              Uniform(min: 1, max: {v:.0})"
             )
         } else {
-            "a length is a whole number of tokens, 0..=4,294,967,295: write Constant(128) for a \
+            "a length is a whole number of tokens up to 16,777,216: write Constant(128) for a \
          fixed length, or a distribution such as Uniform(min: 1, max: 512)"
                 .into()
         },

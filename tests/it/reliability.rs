@@ -1379,7 +1379,7 @@ fn a_value_where_a_variant_belongs_names_the_variants() {
             "Poisson",
             "1.5",
             "input_tokens: expected a length distribution, found the number 1.5\n    hint: a \
-             length is a whole number of tokens, 0..=4,294,967,295: write Constant(128)"
+             length is a whole number of tokens up to 16,777,216: write Constant(128)"
                 .into(),
         ),
         (
