@@ -177,7 +177,14 @@ fn mooncake_error(text: &str, e: &serde_json::Error) -> String {
         }
     }
     match row.get("hash_ids") {
-        Some(Value::Array(ids)) if ids.iter().all(|x| x.as_u64().is_some()) => e.to_string(),
+        Some(Value::Array(ids)) => match ids.iter().position(|x| x.as_u64().is_none()) {
+            Some(k) => format!(
+                "`hash_ids` item {} is {}, not a whole number (a block's hash)",
+                k + 1,
+                ids[k]
+            ),
+            None => e.to_string(),
+        },
         Some(v) => format!("`hash_ids` is {v}, not a list of whole numbers"),
         None => e.to_string(),
     }

@@ -476,7 +476,8 @@ fn a_trace_of_the_wrong_shape_says_what_shape_it_needs() {
         ),
         (
             "{\"timestamp\": 0, \"input_length\": 3, \"output_length\": 5, \"hash_ids\": [1, -2]}",
-            "m.jsonl:2: not a Mooncake row: `hash_ids` is [1,-2], not a list of whole numbers",
+            "m.jsonl:2: not a Mooncake row: `hash_ids` item 2 is -2, not a whole number (a \
+             block's hash)",
         ),
     ] {
         check(
