@@ -4,9 +4,8 @@
 
 use crate::scenario::did_you_mean;
 
-/// Turns a RON/serde error into a message and a hint. RON's own wording names our Rust types
-/// (`InstanceGroup`, `ClusterSpec`) and its raw-identifier syntax, which a scenario's author
-/// never sees; these say what the field expects instead.
+/// Turns a RON/serde error at `path` into a message and a hint that say what the field
+/// expects.
 pub(super) fn explain_ron_error(code: &ron::Error, path: &str) -> (String, Option<String>) {
     use ron::Error as E;
     const FIELDS: &str = "docs/scenarios.md lists every field and its default";
